@@ -1,0 +1,94 @@
+# sbx: plain GNU Makefile, pkg-config for every dependency.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR = $(PREFIX)/bin
+LIBEXECDIR = $(PREFIX)/libexec/sbx
+MANDIR = $(PREFIX)/share/man
+B ?= build
+
+CC ?= cc
+PKGS = jansson libbsd libmd
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS := $(shell pkg-config --libs $(PKGS))
+WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
+       -Wno-unused-parameter -Werror=implicit-function-declaration -Werror=format-security \
+       -Werror=shadow -Werror=strict-prototypes -Werror=missing-prototypes
+OPT ?= -O2 -g
+SAN ?=
+CFLAGS_ALL = -std=gnu11 $(OPT) $(SAN) $(WARN) -D_GNU_SOURCE -Icommon $(PKG_CFLAGS) $(CFLAGS)
+LDFLAGS_ALL = $(SAN) $(LDFLAGS)
+
+LIB_SRC = $(wildcard common/*.c)
+LIB_OBJ = $(LIB_SRC:common/%.c=$(B)/obj/%.o)
+CMDS = sbx-create sbx-exec sbx-ps sbx-kill
+LIBEXEC = sbx-monitor
+BINS = $(CMDS:%=$(B)/bin/%) $(LIBEXEC:%=$(B)/libexec/sbx/%)
+UNIT_SRC = $(wildcard tests/unit/*.c)
+UNITS = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+MANS = $(wildcard man/*.[1-8])
+
+all: $(BINS) $(B)/guest-init $(B)/tools/sbx-mkcpio $(UNITS)
+
+$(B)/obj/%.o: common/%.c $(wildcard common/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(B)/libsbx.a: $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(B)/bin/%: cmd/%.c $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+
+$(B)/libexec/sbx/%: cmd/%.c $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+
+$(B)/tests/%: tests/unit/%.c $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+
+# guest-init is PID 1 in the guest: static, no sanitizers, libc only.
+$(B)/guest-init: $(wildcard guest-init/*.c guest-init/*.h) common/proto.c common/proto.h
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 -Os -static $(WARN) -D_GNU_SOURCE -Icommon \
+		$(filter %.c,$^) -o $@
+
+$(B)/tools/sbx-mkcpio: tools/sbx-mkcpio.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $< $(LDFLAGS_ALL) $$(pkg-config --cflags --libs libarchive) -o $@
+
+# The default template: kernel from Debian's package, busybox + guest-init.
+image: $(B)/guest-init $(B)/tools/sbx-mkcpio
+	scripts/build-image.sh --out $(B)/templates --guest-init $(B)/guest-init \
+		--mkcpio $(B)/tools/sbx-mkcpio
+
+check: all image
+	SBX_BUILD=$(abspath $(B)) prove -v --timer tests/
+
+asan:
+	$(MAKE) B=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
+		SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" check
+
+fuzz:
+	scripts/fuzz.sh
+
+bench: all image
+	SBX_BUILD=$(abspath $(B)) scripts/bench.sh
+
+lint-man:
+	mandoc -Tlint -Wwarning $(MANS)
+
+install: $(BINS)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 \
+		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
+	install -m 0755 $(CMDS:%=$(B)/bin/%) $(DESTDIR)$(BINDIR)
+	install -m 0755 $(LIBEXEC:%=$(B)/libexec/sbx/%) $(DESTDIR)$(LIBEXECDIR)
+	for m in $(MANS); do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s; done
+
+clean:
+	rm -rf $(B) build-asan build-fuzz
+
+.PHONY: all image check asan fuzz bench install clean lint-man
+.DELETE_ON_ERROR:

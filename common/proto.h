@@ -1,0 +1,175 @@
+/* sbx host<->guest and client<->monitor wire protocol.
+ *
+ * One codec serves both links: the monitor speaks it to guest-init over the
+ * agent channel (virtio-serial or vsock) and to clients (sbx-exec, sbx-kill)
+ * over its unix socket.  Every frame is
+ *
+ *   u32 len | u8 type | u8 flags | u16 reserved(0) | u32 stream | len bytes
+ *
+ * little endian, len <= SBX_FRAME_MAX.  A stream is one exec (its number in
+ * the session); stream 0 is the connection itself (HELLO, PING, SHUTDOWN).
+ * Structured payloads are a sequence of TLVs: u16 tag | u32 len | bytes.
+ * Everything received is untrusted: the decoder bounds every length and
+ * count, and a malformed frame ends the operation that carried it.
+ * This module is freestanding (libc only) so the static guest-init links it.
+ */
+#ifndef SBX_PROTO_H
+#define SBX_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SBX_PROTO_VERSION 1
+#define SBX_FRAME_HDR 12u
+#define SBX_FRAME_MAX (1u << 20)  /* payload cap: 1 MiB (argv+env of one exec) */
+#define SBX_DATA_CHUNK (64u << 10) /* stdout/stderr/stdin bytes per DATA frame */
+#define SBX_STDIN_WINDOW (256u << 10) /* initial stdin credit per exec */
+#define SBX_MAX_ARGS 8192u
+#define SBX_MAX_ENV 8192u
+
+enum sbx_frame_type {
+	SBX_F_HELLO = 1,    /* guest->host: VERSION KERNEL HOSTNAME; monitor->client: VERSION SESSION */
+	SBX_F_EXEC = 2,     /* ARGV* ENV* CWD TIMEOUT_MS FLAGS ROWS COLS UID GID */
+	SBX_F_STARTED = 3,  /* PID (guest), EXEC_ID (monitor->client) */
+	SBX_F_STDIN = 4,    /* raw bytes */
+	SBX_F_STDOUT = 5,   /* raw bytes */
+	SBX_F_STDERR = 6,   /* raw bytes */
+	SBX_F_STDIN_EOF = 7,
+	SBX_F_WINDOW = 8,   /* u32 LE: more stdin bytes the receiver may send */
+	SBX_F_RESIZE = 9,   /* ROWS COLS */
+	SBX_F_SIGNAL = 10,  /* SIGNO: deliver to the exec's process (group) */
+	SBX_F_KILL = 11,    /* end the exec's whole tree; reason "killed" */
+	SBX_F_EXIT = 12,    /* STATUS SIGNO REASON WALL_US CPU_USER_US CPU_SYS_US MEM_PEAK */
+	SBX_F_ERROR = 13,   /* CODE MSG: the operation on this stream failed */
+	SBX_F_PING = 14,    /* echoed as PONG with the same payload */
+	SBX_F_PONG = 15,
+	SBX_F_SHUTDOWN = 16, /* host->guest: sync, power off; client->monitor: destroy session */
+	SBX_F_INFO = 17,    /* client->monitor: ask; monitor->client: reply with SESSION, STATE */
+	SBX_F_TYPE_MAX = 17
+};
+
+enum sbx_tag {
+	SBX_T_VERSION = 1,   /* u32 */
+	SBX_T_KERNEL = 2,    /* str */
+	SBX_T_HOSTNAME = 3,  /* str */
+	SBX_T_SESSION = 4,   /* str */
+	SBX_T_ARGV = 5,      /* str, repeated in order */
+	SBX_T_ENV = 6,       /* str NAME=VALUE, repeated */
+	SBX_T_CWD = 7,       /* str */
+	SBX_T_TIMEOUT_MS = 8,/* u32, 0 = none */
+	SBX_T_FLAGS = 9,     /* u32 SBX_EXEC_* */
+	SBX_T_ROWS = 10,     /* u32 */
+	SBX_T_COLS = 11,     /* u32 */
+	SBX_T_UID = 12,      /* u32 */
+	SBX_T_GID = 13,      /* u32 */
+	SBX_T_PID = 14,      /* u32 */
+	SBX_T_EXEC_ID = 15,  /* str */
+	SBX_T_STATUS = 16,   /* u32 (exit code, or 128+signal) */
+	SBX_T_SIGNO = 17,    /* u32 */
+	SBX_T_REASON = 18,   /* u32 enum sbx_reason */
+	SBX_T_WALL_US = 19,  /* u64 */
+	SBX_T_CPU_USER_US = 20, /* u64 */
+	SBX_T_CPU_SYS_US = 21,  /* u64 */
+	SBX_T_MEM_PEAK = 22, /* u64 bytes */
+	SBX_T_CODE = 23,     /* u32 sbx exit-status-style code */
+	SBX_T_MSG = 24,      /* str */
+	SBX_T_STATE = 25,    /* str */
+	SBX_T_ACCEL = 26,    /* str */
+	SBX_T_MAX = 26
+};
+
+enum sbx_exec_flags {
+	SBX_EXEC_PTY = 1u << 0,   /* allocate a pty; stdout carries the terminal */
+	SBX_EXEC_STDIN = 1u << 1, /* the client sends stdin; otherwise /dev/null */
+	SBX_EXEC_DETACH = 1u << 2 /* client->monitor only: do not stream */
+};
+
+enum sbx_reason {
+	SBX_R_NONE = 0,
+	SBX_R_EXITED = 1,
+	SBX_R_SIGNALLED = 2,
+	SBX_R_TIMEOUT = 3,
+	SBX_R_KILLED = 4,
+	SBX_R_OOM = 5,
+	SBX_R_SESSION_LOST = 6,
+	SBX_R_MAX = 6
+};
+
+const char *sbx_reason_name(uint32_t reason);
+
+struct sbx_frame {
+	uint32_t len;
+	uint8_t type;
+	uint8_t flags;
+	uint32_t stream;
+	const uint8_t *payload; /* points into the caller's buffer */
+};
+
+/* Encode a header into out[SBX_FRAME_HDR]. */
+void sbx_frame_hdr_put(uint8_t *out, uint8_t type, uint32_t stream, uint32_t len);
+
+/* Parse a header.  Returns 0, or -1 when the header is malformed (unknown
+ * type, reserved bits set, len > max).  max lets a link use a smaller cap. */
+int sbx_frame_hdr_get(const uint8_t *in, struct sbx_frame *f, uint32_t max);
+
+/* A growable output buffer for building payloads/frames. */
+struct sbx_buf {
+	uint8_t *data;
+	size_t len, cap;
+	int oom; /* sticky: set when an append failed */
+};
+void sbx_buf_free(struct sbx_buf *b);
+void sbx_buf_reset(struct sbx_buf *b);
+int sbx_buf_put(struct sbx_buf *b, const void *p, size_t n);
+/* Start a frame; sbx_frame_end patches its length.  Returns the offset. */
+size_t sbx_frame_begin(struct sbx_buf *b, uint8_t type, uint32_t stream);
+int sbx_frame_end(struct sbx_buf *b, size_t off);
+int sbx_tlv_put(struct sbx_buf *b, uint16_t tag, const void *p, uint32_t n);
+int sbx_tlv_str(struct sbx_buf *b, uint16_t tag, const char *s);
+int sbx_tlv_u32(struct sbx_buf *b, uint16_t tag, uint32_t v);
+int sbx_tlv_u64(struct sbx_buf *b, uint16_t tag, uint64_t v);
+/* A whole frame with raw payload. */
+int sbx_frame_raw(struct sbx_buf *b, uint8_t type, uint32_t stream, const void *p, uint32_t n);
+
+/* TLV iteration over a payload.  sbx_tlv_next returns 1 with tag, val and n
+  * set, 0 at the clean end, -1 on a truncated or oversized TLV. */
+struct sbx_tlv_it {
+	const uint8_t *p;
+	size_t left;
+};
+void sbx_tlv_init(struct sbx_tlv_it *it, const uint8_t *p, size_t n);
+int sbx_tlv_next(struct sbx_tlv_it *it, uint16_t *tag, const uint8_t **val, uint32_t *n);
+/* Typed readers: -1 when the value has the wrong size. */
+int sbx_tlv_as_u32(const uint8_t *val, uint32_t n, uint32_t *out);
+int sbx_tlv_as_u64(const uint8_t *val, uint32_t n, uint64_t *out);
+
+/* A decoded EXEC request.  Strings are NUL-terminated copies owned by the
+ * struct; free with sbx_exec_req_free. */
+struct sbx_exec_req {
+	char **argv; /* NULL-terminated */
+	size_t argc;
+	char **env; /* NULL-terminated */
+	size_t envc;
+	char *cwd;
+	uint32_t timeout_ms, flags, rows, cols, uid, gid;
+	int have_uid, have_gid;
+};
+/* Returns 0, or -1 with a static message in *why: empty argv, too many
+ * args, embedded NUL, unknown tag, truncated TLV, ENV entry without '='. */
+int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, const char **why);
+int sbx_exec_req_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exec_req *r);
+void sbx_exec_req_free(struct sbx_exec_req *r);
+
+/* A decoded EXIT report. */
+struct sbx_exit_info {
+	uint32_t status, signo, reason;
+	uint64_t wall_us, cpu_user_us, cpu_sys_us, mem_peak;
+};
+int sbx_exit_decode(const uint8_t *p, size_t n, struct sbx_exit_info *e);
+int sbx_exit_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exit_info *e);
+
+/* Copy a TLV string value out as a NUL-terminated string; -1 when it holds a
+ * NUL byte or exceeds cap-1 bytes. */
+int sbx_tlv_as_str(const uint8_t *val, uint32_t n, char *out, size_t cap);
+
+#endif
