@@ -1,0 +1,37 @@
+/* guest-init: PID 1 of every sbx guest.  Two halves:
+ *  boot.c  - early userspace: mounts, module loading, root disk, switch
+ *            root, cgroup2, hostname, loopback, finding the agent port;
+ *  agent.c - the agent: frames from the host (common/proto.h), execs in
+ *            their own cgroup, output, timeouts, reaping.
+ * main.c glues them; run outside a VM (`guest-init --agent-fd N`) it serves
+ * the agent alone on an inherited fd, which the host-side tests use. */
+#ifndef SBX_GUEST_INIT_H
+#define SBX_GUEST_INIT_H
+
+#include <stddef.h>
+
+struct sbx_guest_cfg {
+	int probe;          /* sbx.probe=1: print SBX_PROBE_MARKER on the console, power off */
+	char hostname[65];  /* sbx.hostname= */
+	char root[64];      /* sbx.root=, default /dev/vda */
+};
+
+#define SBX_PROBE_MARKER "SBX-PROBE-OK"
+#define SBX_AGENT_PORT_NAME "sbx.agent"
+#define SBX_GUEST_USER_UID 1000u
+#define SBX_GUEST_USER_GID 1000u
+
+/* Parse /proc/cmdline into cfg (defaults filled). */
+void sbx_guest_cmdline(struct sbx_guest_cfg *cfg);
+/* Bring the system up as PID 1 and return the agent port fd, opened
+ * O_RDWR|O_CLOEXEC|O_NONBLOCK; -1 on a fatal error (already logged). */
+int sbx_guest_boot(const struct sbx_guest_cfg *cfg);
+/* Serve the host on fd until SHUTDOWN; as PID 1, SHUTDOWN syncs and powers
+ * off.  Returns only in --agent-fd mode, or -1 on a fatal error. */
+int sbx_agent_run(int fd, int is_pid1);
+/* Log one line to the console (/dev/kmsg as PID 1, stderr otherwise). */
+void sbx_guest_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Power off now (PID 1) after sync; never returns. */
+void sbx_guest_poweroff(void) __attribute__((noreturn));
+
+#endif
