@@ -7,11 +7,11 @@ MANDIR = $(PREFIX)/share/man
 B ?= build
 
 CC ?= cc
-PKGS = jansson libbsd libmd
+PKGS = jansson libbsd-overlay libmd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
-       -Wno-unused-parameter -Werror=implicit-function-declaration -Werror=format-security \
+       -Wno-unused-parameter -Wno-format-truncation -Werror=implicit-function-declaration -Werror=format-security \
        -Werror=shadow -Werror=strict-prototypes -Werror=missing-prototypes
 OPT ?= -O2 -g
 SAN ?=

@@ -1,0 +1,226 @@
+/* sbx-exec: run a command in a session; exit with the command's status. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "exec_client.h"
+
+#define EXEC_FAILED 125
+
+static const char usage_text[] =
+	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json]\n"
+	"                SESSION [--] COMMAND [ARG]...\n";
+
+static struct termios saved_tio;
+static int tio_saved;
+
+static void restore_tty(void)
+{
+	if (tio_saved)
+		tcsetattr(0, TCSADRAIN, &saved_tio);
+}
+
+/* "1", "1.5", "500ms", "2s", "3m", "1h" -> milliseconds; -1 when bad. */
+static long long parse_duration_ms(const char *s)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -1;
+	double mul = 1000;
+	if (!strcmp(end, "ms"))
+		mul = 1;
+	else if (!strcmp(end, "m"))
+		mul = 60000;
+	else if (!strcmp(end, "h"))
+		mul = 3600000;
+	else if (*end && strcmp(end, "s"))
+		return -1;
+	double ms = v * mul;
+	return ms > 4294967295.0 ? -1 : (long long)(ms + 0.5);
+}
+
+static int add_env(struct sbx_exec_req *r, const char *kv)
+{
+	char *s;
+	if (strchr(kv, '=')) {
+		s = strdup(kv);
+	} else {
+		const char *v = getenv(kv);
+		if (!v)
+			return 0; /* docker semantics: an unset NAME passes nothing */
+		if (asprintf(&s, "%s=%s", kv, v) < 0)
+			s = NULL;
+	}
+	char **nv = s ? realloc(r->env, (r->envc + 2) * sizeof *nv) : NULL;
+	if (!nv) {
+		free(s);
+		return -1;
+	}
+	r->env = nv;
+	nv[r->envc++] = s;
+	nv[r->envc] = NULL;
+	return 0;
+}
+
+static int exit_status(const struct sbx_exit_info *e)
+{
+	switch (e->reason) {
+	case SBX_R_TIMEOUT: return 124;
+	case SBX_R_SESSION_LOST: return EXEC_FAILED;
+	default: return (int)e->status;
+	}
+}
+
+static void print_json(const char *session, const struct sbx_exec_result *r)
+{
+	json_t *o = json_pack("{s:i, s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:f, s:{s:I, s:b}}", "schema", 1, "exec",
+			      r->exec_id, "session", session, "status", exit_status(&r->exit), "reason",
+			      sbx_reason_name(r->exit.reason), "signal", (int)r->exit.signo, "wall_s",
+			      (double)r->exit.wall_us / 1e6, "cpu_user_s", (double)r->exit.cpu_user_us / 1e6,
+			      "cpu_sys_s", (double)r->exit.cpu_sys_us / 1e6, "memory_peak", "bytes",
+			      (json_int_t)r->exit.mem_peak, "guest_reported", 1);
+	json_dumpf(o, stdout, JSON_COMPACT);
+	putchar('\n');
+	json_decref(o);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "detach", no_argument, NULL, 'd' },
+		{ "env", required_argument, NULL, 'e' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "interactive", no_argument, NULL, 'i' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "tty", no_argument, NULL, 't' },
+		{ "user", required_argument, NULL, 'u' },
+		{ "workdir", required_argument, NULL, 'w' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct sbx_exec_opts o = { .in_fd = -1, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
+	int json = 0, interactive = 0, tty = 0, c;
+	long long ms;
+	while ((c = getopt_long(argc, argv, "+de:hijtu:w:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': o.detach = 1; break;
+		case 'e':
+			if (add_env(&o.req, optarg) < 0)
+				return EXEC_FAILED;
+			break;
+		case 'h': fputs(usage_text, stdout); return 0;
+		case 'i': interactive = 1; break;
+		case 'j': json = 1; break;
+		case 'T':
+			if ((ms = parse_duration_ms(optarg)) < 0)
+				return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "bad --timeout '%s'", optarg);
+			o.req.timeout_ms = (uint32_t)ms;
+			break;
+		case 't': tty = 1; break;
+		case 'u':
+			o.req.have_uid = o.req.have_gid = 1;
+			if (!strcmp(optarg, "root"))
+				o.req.uid = o.req.gid = 0;
+			else if (!strcmp(optarg, "user"))
+				o.req.uid = o.req.gid = 1000;
+			else if (sbx_cli_uint(optarg, 0, 65534, &o.req.uid) == 0)
+				o.req.gid = o.req.uid;
+			else
+				return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json,
+						    "--user takes root, user or a numeric uid, not '%s'", optarg);
+			break;
+		case 'w': o.req.cwd = strdup(optarg); break;
+		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
+		}
+	}
+	if (argc - optind < 2) {
+		fputs(usage_text, stderr);
+		return SBX_EXIT_USAGE;
+	}
+	const char *session = argv[optind++];
+	if (!strcmp(argv[optind], "--"))
+		optind++;
+	if (optind >= argc) {
+		fputs(usage_text, stderr);
+		return SBX_EXIT_USAGE;
+	}
+	if (o.req.cwd && o.req.cwd[0] != '/')
+		return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "-w takes an absolute path in the guest");
+	o.req.argv = argv + optind;
+	o.req.argc = (size_t)(argc - optind);
+	if (interactive && !o.detach)
+		o.in_fd = 0;
+	if (json)
+		o.out_fd = o.err_fd = -1;
+	if (tty) {
+		o.req.flags |= SBX_EXEC_PTY;
+		if (isatty(0)) {
+			o.tty_fd = 0;
+			struct winsize ws;
+			if (ioctl(0, TIOCGWINSZ, &ws) == 0) {
+				o.req.rows = ws.ws_row;
+				o.req.cols = ws.ws_col;
+			}
+		}
+		if (interactive && isatty(0) && tcgetattr(0, &saved_tio) == 0) {
+			/* Raw mode: ^C, ^Z and friends are bytes for the guest's
+			 * terminal, which turns them into signals there. */
+			struct termios raw = saved_tio;
+			cfmakeraw(&raw);
+			tio_saved = 1;
+			atexit(restore_tty);
+			tcsetattr(0, TCSADRAIN, &raw);
+		}
+	}
+	if (json) {
+		/* Output is kept in the session; stdout carries only the result. */
+		o.out_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+		o.err_fd = o.out_fd;
+	}
+	signal(SIGPIPE, SIG_IGN);
+
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	struct sbx_exec_result r;
+	int rc = sbx_state_open(&st, &err) < 0 ? -1 : sbx_exec_run(&st, session, &o, &r, &err);
+	restore_tty();
+	tio_saved = 0;
+	char **env = o.req.env;
+	for (size_t i = 0; i < o.req.envc; i++)
+		free(env[i]);
+	free(env);
+	free(o.req.cwd);
+	if (rc < 0) {
+		snprintf(err.session, sizeof err.session, "%s", session);
+		sbx_err_print("sbx-exec", &err, json);
+		/* 2/3/4 are ours before the command ran; anything else is 125,
+		 * so a command's own 70 or 75 cannot be mistaken for ours. */
+		return err.code == SBX_EXIT_USAGE || err.code == SBX_EXIT_INVALID || err.code == SBX_EXIT_NOENT
+			       ? err.code
+			       : EXEC_FAILED;
+	}
+	if (o.detach) {
+		if (json)
+			printf("{\"schema\":1,\"exec\":\"%s\",\"session\":\"%s\"}\n", r.exec_id, session);
+		else
+			printf("%s\n", r.exec_id);
+		return 0;
+	}
+	if (json)
+		print_json(session, &r);
+	else if (r.exit.reason == SBX_R_SESSION_LOST)
+		fprintf(stderr, "sbx-exec: error: session %s was lost while the command ran\n", session);
+	return exit_status(&r.exit);
+}

@@ -1,0 +1,56 @@
+/* sbx-kill: destroy sessions and everything they held; idempotent. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "session.h"
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int json = 0, c;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h': puts("usage: sbx-kill [--json] SESSION..."); return 0;
+		case 'j': json = 1; break;
+		default: fputs("usage: sbx-kill [--json] SESSION...\n", stderr); return SBX_EXIT_USAGE;
+		}
+	}
+	size_t n;
+	char **ids = sbx_cli_ids(argc - optind, argv + optind, &n);
+	if (!ids || n == 0) {
+		sbx_cli_free_ids(ids);
+		fputs("usage: sbx-kill [--json] SESSION...\n", stderr);
+		return SBX_EXIT_USAGE;
+	}
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	if (sbx_state_open(&st, &err) < 0) {
+		sbx_err_print("sbx-kill", &err, json);
+		return err.code;
+	}
+	/* Check every ID before touching anything: bad input changes nothing. */
+	for (size_t i = 0; i < n; i++)
+		if (sbx_id_check(ids[i], "session", &err) < 0) {
+			sbx_err_print("sbx-kill", &err, json);
+			sbx_cli_free_ids(ids);
+			return err.code;
+		}
+	int rc = 0;
+	for (size_t i = 0; i < n; i++) {
+		int gone;
+		struct sbx_err e = { 0 };
+		if (sbx_session_destroy(&st, ids[i], &gone, &e) < 0) {
+			sbx_err_print("sbx-kill", &e, json);
+			if (!rc)
+				rc = e.code;
+		}
+	}
+	sbx_cli_free_ids(ids);
+	return rc;
+}

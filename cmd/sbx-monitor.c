@@ -1,0 +1,31 @@
+/* sbx-monitor: started by sbx-create, never by hand.  See monitor.h. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "monitor.h"
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "id", required_argument, NULL, 'i' },
+		{ "lock-fd", required_argument, NULL, 'l' },
+		{ "ready-fd", required_argument, NULL, 'r' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct sbx_monitor_args a = { .ready_fd = -1, .lock_fd = -1 };
+	int c;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'i': a.id = optarg; break;
+		case 'l': a.lock_fd = atoi(optarg); break;
+		case 'r': a.ready_fd = atoi(optarg); break;
+		default: return 2;
+		}
+	}
+	if (!a.id || a.lock_fd < 0) {
+		fprintf(stderr, "sbx-monitor: internal helper of sbx-create; not for direct use\n");
+		return 2;
+	}
+	return sbx_monitor_main(&a);
+}

@@ -1,0 +1,144 @@
+/* sbx-ps: list sessions.  Text and JSON come from one object per session,
+ * so the two cannot drift. */
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "session.h"
+#include "util.h"
+
+static const char *const cols[] = { "id", "state", "accel", "vcpus", "memory_mib", "template", "execs", "age_s" };
+
+static json_t *session_json(struct sbx_state *st, const char *id)
+{
+	struct sbx_session s;
+	struct sbx_err e = { 0 };
+	if (sbx_record_load(st, id, &s, &e) < 0)
+		return json_pack("{s:s, s:s, s:s}", "id", id, "state", "corrupt", "error", e.msg);
+	unsigned execs = 0;
+	int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	int xfd = dfd >= 0 ? openat(dfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	DIR *d = xfd >= 0 ? fdopendir(xfd) : NULL;
+	for (struct dirent *de; d && (de = readdir(d));)
+		execs += de->d_name[0] == 'e';
+	if (d)
+		closedir(d);
+	if (dfd >= 0)
+		close(dfd);
+	char tmpl[140], created[40];
+	snprintf(tmpl, sizeof tmpl, "%s@%s", s.tmpl_name, s.tmpl_version);
+	sbx_fmt_time(s.created_ns, created, sizeof created);
+	uint64_t now = sbx_now_ns();
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:i, s:I, s:s, s:s, s:I}", "id", s.id, "state",
+			      sbx_session_live_state(st, &s), "accel", s.accel, "vmm", s.vmm, "vcpus", (int)s.vcpus,
+			      "memory_mib", (int)s.memory_mib, "template", tmpl, "execs", (int)execs, "age_s",
+			      (json_int_t)(now > s.created_ns ? (now - s.created_ns) / 1000000000u : 0), "created",
+			      created, "kernel", s.kernel, "boot_ms", (json_int_t)s.boot_ms);
+	if (o && s.end_reason[0])
+		json_object_set_new(o, "end_reason", json_string(s.end_reason));
+	return o;
+}
+
+static void print_text(json_t *o)
+{
+	for (size_t i = 0; i < SBX_ARRAY_LEN(cols); i++) {
+		json_t *v = json_object_get(o, cols[i]);
+		if (i)
+			putchar('\t');
+		if (json_is_integer(v))
+			printf("%lld", (long long)json_integer_value(v));
+		else
+			printf("%s", json_is_string(v) ? json_string_value(v) : "-");
+	}
+	putchar('\n');
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "no-headers", no_argument, NULL, 'H' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "state", required_argument, NULL, 's' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int json = 0, quiet = 0, headers = 1, c;
+	const char *want = NULL;
+	while ((c = getopt_long(argc, argv, "Hhq", opts, NULL)) != -1) {
+		switch (c) {
+		case 'H': headers = 0; break;
+		case 'h': puts("usage: sbx-ps [-q] [--json] [--no-headers] [--state=STATE] [SESSION...]"); return 0;
+		case 'j': json = 1; break;
+		case 'q': quiet = 1; break;
+		case 's': want = optarg; break;
+		default: fputs("usage: sbx-ps [-q] [--json] [--no-headers] [--state=STATE] [SESSION...]\n", stderr); return 2;
+		}
+	}
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	if (sbx_state_open(&st, &err) < 0) {
+		sbx_err_print("sbx-ps", &err, json);
+		return err.code;
+	}
+	char **ids;
+	size_t n;
+	int named = optind < argc;
+	if (named) {
+		n = (size_t)(argc - optind);
+		ids = calloc(n + 1, sizeof *ids);
+		for (size_t i = 0; ids && i < n; i++) {
+			if (sbx_id_check(argv[optind + (int)i], "session", &err) < 0) {
+				sbx_err_print("sbx-ps", &err, json);
+				return err.code;
+			}
+			ids[i] = strdup(argv[optind + (int)i]);
+		}
+	} else if (sbx_session_list(&st, &ids, &n, &err) < 0) {
+		sbx_err_print("sbx-ps", &err, json);
+		return err.code;
+	}
+	json_t *all = json_array();
+	int rc = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (named && faccessat(st.sessions_fd, ids[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+			struct sbx_err e = { .code = SBX_EXIT_NOENT };
+			snprintf(e.msg, sizeof e.msg, "no such session: %s", ids[i]);
+			sbx_err_print("sbx-ps", &e, json);
+			rc = SBX_EXIT_NOENT;
+			continue;
+		}
+		json_t *o = session_json(&st, ids[i]);
+		if (o && (!want || !strcmp(want, json_string_value(json_object_get(o, "state")))))
+			json_array_append(all, o);
+		json_decref(o);
+	}
+	if (json) {
+		json_dumpf(all, stdout, JSON_INDENT(2));
+		putchar('\n');
+	} else {
+		if (headers && !quiet)
+			puts("ID\tSTATE\tACCEL\tVCPUS\tMEM_MIB\tTEMPLATE\tEXECS\tAGE_S");
+		size_t k;
+		json_t *o;
+		json_array_foreach(all, k, o) {
+			if (quiet)
+				puts(json_string_value(json_object_get(o, "id")));
+			else
+				print_text(o);
+		}
+	}
+	json_decref(all);
+	for (size_t i = 0; i < n; i++)
+		free(ids[i]);
+	free(ids);
+	if (!rc && want && json_array_size(all) == 0)
+		rc = 0;
+	return rc;
+}

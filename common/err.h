@@ -1,0 +1,37 @@
+/* Errors: the library never prints or exits; it fills a struct sbx_err
+ * and returns -1.  The code is the process exit status main() maps it to
+ * (design.md, "Exit statuses"), so one code never has two meanings. */
+#ifndef SBX_ERR_H
+#define SBX_ERR_H
+
+enum sbx_exit {
+	SBX_EXIT_OK = 0,
+	SBX_EXIT_FALSE = 1,    /* a predicate is false / nothing matched */
+	SBX_EXIT_USAGE = 2,
+	SBX_EXIT_INVALID = 3,  /* invalid input or policy */
+	SBX_EXIT_NOENT = 4,    /* no such session/exec/snapshot */
+	SBX_EXIT_CONFLICT = 5, /* ID exists with another spec */
+	SBX_EXIT_UNAVAIL = 69, /* KVM or VMM unavailable */
+	SBX_EXIT_INTERNAL = 70,
+	SBX_EXIT_TEMPFAIL = 75 /* capacity reached or lock busy */
+};
+
+struct sbx_err {
+	int code;        /* enum sbx_exit */
+	int errnum;      /* errno, 0 if none */
+	char msg[512];
+	char session[72]; /* the session it concerns, if any */
+	unsigned retry_after_ms;
+};
+
+/* Set err (if non-NULL) and return -1.  The message should read as
+ * "cannot <do what>: <detail>"; errnum's strerror is appended. */
+int sbx_err_set(struct sbx_err *err, int code, int errnum, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Prefix context onto an existing message ("starting VM: ..."). */
+int sbx_err_wrap(struct sbx_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *sbx_exit_name(int code);
+/* Report err on stderr for program prog: text, or one JSON object. */
+void sbx_err_print(const char *prog, const struct sbx_err *err, int json);
+
+#endif

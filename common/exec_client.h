@@ -1,0 +1,28 @@
+/* The client side of an exec: talk to the session's monitor, stream the
+ * command's output to the given fds, feed stdin, forward signals and
+ * window-size changes, and return how the command ended. */
+#ifndef SBX_EXEC_CLIENT_H
+#define SBX_EXEC_CLIENT_H
+
+#include "err.h"
+#include "proto.h"
+#include "state.h"
+
+struct sbx_exec_opts {
+	struct sbx_exec_req req; /* argv, env, cwd, timeout, flags, uid */
+	int in_fd;               /* stdin to send, -1 for none */
+	int out_fd, err_fd;      /* where output goes */
+	int tty_fd;              /* terminal whose size to follow, -1 for none */
+	int detach;              /* return once started */
+	int forward_signals;     /* INT, TERM, HUP to the guest command */
+};
+
+struct sbx_exec_result {
+	char exec_id[16];
+	struct sbx_exit_info exit;
+};
+
+int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts *o, struct sbx_exec_result *r,
+		 struct sbx_err *err);
+
+#endif

@@ -1,0 +1,464 @@
+#include "session.h"
+#include "proto.h"
+#include "template.h"
+#include "util.h"
+#include "vmm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include <jansson.h>
+#include <sha2.h>
+
+#define RECORD "session.json"
+
+static void get_str(json_t *o, const char *k, char *out, size_t n)
+{
+	const char *v = json_string_value(json_object_get(o, k));
+	snprintf(out, n, "%s", v ? v : "");
+}
+
+static uint64_t get_u64(json_t *o, const char *k)
+{
+	json_int_t v = json_integer_value(json_object_get(o, k));
+	return v > 0 ? (uint64_t)v : 0;
+}
+
+int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err)
+{
+	memset(s, 0, sizeof *s);
+	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0) {
+		if (errno == ENOENT)
+			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open session %s", id);
+	}
+	_cleanup_free_ char *txt = sbx_read_small_at(dfd, RECORD, 1 << 20, NULL);
+	if (!txt) {
+		if (errno == ENOENT)
+			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s (no record)", id);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the record of %s", id);
+	}
+	json_t *o = json_loads(txt, JSON_REJECT_DUPLICATES, NULL);
+	if (!o || json_integer_value(json_object_get(o, "schema")) != SBX_RECORD_SCHEMA ||
+	    !json_is_string(json_object_get(o, "id")) || strcmp(json_string_value(json_object_get(o, "id")), id)) {
+		json_decref(o);
+		/* Quarantine, never crash: keep the bytes for a post-mortem. */
+		char q[64];
+		snprintf(q, sizeof q, RECORD ".corrupt-%llu", (unsigned long long)(sbx_now_ns() / 1000000u));
+		renameat(dfd, RECORD, dfd, q);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the record of session %s is corrupt (kept as %s)", id, q);
+	}
+	snprintf(s->id, sizeof s->id, "%s", id);
+	get_str(o, "state", s->state, sizeof s->state);
+	json_t *t = json_object_get(o, "template");
+	get_str(t, "name", s->tmpl_name, sizeof s->tmpl_name);
+	get_str(t, "version", s->tmpl_version, sizeof s->tmpl_version);
+	get_str(t, "dir", s->tmpl_dir, sizeof s->tmpl_dir);
+	get_str(o, "accel", s->accel, sizeof s->accel);
+	get_str(o, "vmm", s->vmm, sizeof s->vmm);
+	get_str(o, "spec", s->spec, sizeof s->spec);
+	get_str(o, "boot_id", s->boot_id, sizeof s->boot_id);
+	get_str(o, "kernel", s->kernel, sizeof s->kernel);
+	get_str(o, "end_reason", s->end_reason, sizeof s->end_reason);
+	s->created_ns = get_u64(o, "created_ns");
+	s->ready_ns = get_u64(o, "ready_ns");
+	s->ended_ns = get_u64(o, "ended_ns");
+	s->vcpus = (unsigned)get_u64(o, "vcpus");
+	s->memory_mib = (unsigned)get_u64(o, "memory_mib");
+	s->boot_ms = get_u64(o, "boot_ms");
+	json_t *mo = json_object_get(o, "monitor"), *vo = json_object_get(o, "vmm_process");
+	s->monitor_pid = (int)get_u64(mo, "pid");
+	s->monitor_start = get_u64(mo, "start_time");
+	s->vmm_pid = (int)get_u64(vo, "pid");
+	s->vmm_start = get_u64(vo, "start_time");
+	json_decref(o);
+	return 0;
+}
+
+int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sbx_err *err)
+{
+	_cleanup_close_ int dfd = openat(st->sessions_fd, s->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open session %s", s->id);
+	char created[40];
+	sbx_fmt_time(s->created_ns, created, sizeof created);
+	json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:I, s:{s:s, s:s, s:s}, s:i, s:i, s:s, s:s, s:s, s:s,"
+			      " s:{s:i, s:I}, s:{s:i, s:I}, s:I, s:I, s:s, s:s, s:I}",
+			      "schema", SBX_RECORD_SCHEMA, "id", s->id, "state", s->state, "created", created,
+			      "created_ns", (json_int_t)s->created_ns, "template", "name", s->tmpl_name, "version",
+			      s->tmpl_version, "dir", s->tmpl_dir, "vcpus", (int)s->vcpus, "memory_mib",
+			      (int)s->memory_mib, "accel", s->accel, "vmm", s->vmm, "spec", s->spec, "boot_id",
+			      s->boot_id, "monitor", "pid", s->monitor_pid, "start_time", (json_int_t)s->monitor_start,
+			      "vmm_process", "pid", s->vmm_pid, "start_time", (json_int_t)s->vmm_start, "ready_ns",
+			      (json_int_t)s->ready_ns, "ended_ns", (json_int_t)s->ended_ns, "kernel", s->kernel,
+			      "end_reason", s->end_reason, "boot_ms", (json_int_t)s->boot_ms);
+	if (!o)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot encode the record of %s", s->id);
+	char *txt = json_dumps(o, JSON_INDENT(2));
+	json_decref(o);
+	if (!txt)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot encode the record of %s", s->id);
+	int rc = sbx_atomic_write_at(dfd, RECORD, txt, strlen(txt), 0600, err);
+	free(txt);
+	return rc;
+}
+
+int sbx_libexec_path(const char *name, char *buf, size_t n)
+{
+	const char *e = getenv("SBX_LIBEXEC");
+	if (e && *e) {
+		snprintf(buf, n, "%s/%s", e, name);
+		return 0;
+	}
+	char self[PATH_MAX];
+	ssize_t r = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (r <= 0)
+		return -1;
+	self[r] = 0;
+	char *slash = strrchr(self, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	snprintf(buf, n, "%s/../libexec/sbx/%s", self, name);
+	return 0;
+}
+
+const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_session *s)
+{
+	int locked = sbx_session_locked(st, s->id);
+	if (!strcmp(s->state, "running") || !strcmp(s->state, "creating"))
+		return locked ? s->state : "crashed";
+	return s->state;
+}
+
+static void spec_hash(const struct sbx_session *s, char out[65])
+{
+	char txt[512];
+	snprintf(txt, sizeof txt, "v1\ntemplate=%s@%s\nvcpus=%u\nmemory_mib=%u\n", s->tmpl_name, s->tmpl_version,
+		 s->vcpus, s->memory_mib);
+	SHA2_CTX c;
+	uint8_t d[SHA256_DIGEST_LENGTH];
+	SHA256Init(&c);
+	SHA256Update(&c, (const uint8_t *)txt, strlen(txt));
+	SHA256Final(d, &c);
+	for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
+		snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+/* Start sbx-monitor detached (setsid, double fork) with the held session
+ * lock and the write end of the readiness pipe. */
+static int spawn_monitor(const char *id, int lock_fd, int ready_w, struct sbx_err *err)
+{
+	char path[PATH_MAX];
+	if (sbx_libexec_path("sbx-monitor", path, sizeof path) < 0 || access(path, X_OK) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot find sbx-monitor (looked at %s)", path);
+	pid_t pid = fork();
+	if (pid < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork");
+	if (pid == 0) {
+		setsid();
+		pid_t p2 = fork();
+		if (p2 != 0)
+			_exit(p2 < 0 ? 1 : 0);
+		char lfd[16], rfd[16];
+		snprintf(lfd, sizeof lfd, "%d", lock_fd);
+		snprintf(rfd, sizeof rfd, "%d", ready_w);
+		int fl = fcntl(lock_fd, F_GETFD);
+		fcntl(lock_fd, F_SETFD, fl & ~FD_CLOEXEC);
+		fl = fcntl(ready_w, F_GETFD);
+		fcntl(ready_w, F_SETFD, fl & ~FD_CLOEXEC);
+		int devnull = open("/dev/null", O_RDWR);
+		if (devnull >= 0) {
+			dup2(devnull, 0);
+			dup2(devnull, 1);
+			dup2(devnull, 2);
+		}
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execl(path, "sbx-monitor", "--id", id, "--lock-fd", lfd, "--ready-fd", rfd, (char *)NULL);
+		_exit(127);
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start sbx-monitor");
+	return 0;
+}
+
+/* Read the monitor's one-line verdict.  EOF without one means it died. */
+static int await_ready(int fd, unsigned timeout_s, struct sbx_err *err)
+{
+	char buf[2048];
+	size_t got = 0;
+	uint64_t deadline = sbx_mono_ns() + (uint64_t)timeout_s * 1000000000u;
+	for (;;) {
+		uint64_t now = sbx_mono_ns();
+		if (now >= deadline)
+			return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the session did not become ready within %u s",
+					   timeout_s);
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int r = poll(&p, 1, (int)((deadline - now) / 1000000u) + 1);
+		if (r < 0 && errno != EINTR)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot wait for the session");
+		if (r <= 0)
+			continue;
+		ssize_t n = read(fd, buf + got, sizeof buf - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		if (memchr(buf, '\n', got) || got == sizeof buf - 1)
+			break;
+	}
+	buf[got] = 0;
+	json_t *o = json_loads(buf, JSON_DISABLE_EOF_CHECK, NULL);
+	if (!o)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "sbx-monitor died before the session was ready");
+	int ok = json_is_true(json_object_get(o, "ok"));
+	if (!ok) {
+		int code = (int)json_integer_value(json_object_get(o, "code"));
+		const char *msg = json_string_value(json_object_get(o, "message"));
+		sbx_err_set(err, code > 0 ? code : SBX_EXIT_INTERNAL, 0, "%s", msg ? msg : "the session failed");
+	}
+	json_decref(o);
+	return ok ? 0 : -1;
+}
+
+static int cleanup_dead(struct sbx_state *st, const char *id)
+{
+	struct sbx_session s;
+	if (sbx_record_load(st, id, &s, NULL) == 0 && s.vmm_pid > 0) {
+		/* Only a process whose start time matches is ours: pids are reused. */
+		int pfd = (int)syscall(SYS_pidfd_open, s.vmm_pid, 0);
+		if (pfd >= 0) {
+			if (s.vmm_start && sbx_proc_start_time(s.vmm_pid) == s.vmm_start)
+				syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+			close(pfd);
+		}
+	}
+	int rc = sbx_rm_rf_at(st->sessions_fd, id);
+	if (sbx_rm_rf_at(st->rsessions_fd, id) < 0)
+		rc = -1;
+	return rc;
+}
+
+int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s,
+		       int *existed, struct sbx_err *err)
+{
+	struct sbx_template t;
+	struct sbx_accel_info ai;
+	char id[SBX_ID_MAX + 1];
+
+	*existed = 0;
+	if (o->id && sbx_id_check(o->id, "session", err) < 0)
+		return -1;
+	if (sbx_template_find(st, o->tmpl ? o->tmpl : "default", &t, err) < 0)
+		return -1;
+	if (sbx_vmm_available(err) < 0)
+		return -1;
+	if (sbx_accel_get(st, t.kernel, t.initrd, &ai, err) < 0)
+		return -1;
+
+	memset(s, 0, sizeof *s);
+	snprintf(s->state, sizeof s->state, "creating");
+	snprintf(s->tmpl_name, sizeof s->tmpl_name, "%s", t.name);
+	snprintf(s->tmpl_version, sizeof s->tmpl_version, "%s", t.version);
+	snprintf(s->tmpl_dir, sizeof s->tmpl_dir, "%s", t.dir);
+	s->vcpus = o->vcpus ? o->vcpus : 1;
+	s->memory_mib = o->memory_mib ? o->memory_mib : 256;
+	snprintf(s->accel, sizeof s->accel, "%s", ai.accel == SBX_ACCEL_KVM ? "kvm" : "tcg");
+	snprintf(s->vmm, sizeof s->vmm, "%s", sbx_vmm_name());
+	sbx_boot_id(s->boot_id, sizeof s->boot_id);
+	s->created_ns = sbx_now_ns();
+	spec_hash(s, s->spec);
+
+	_cleanup_close_ int g = sbx_lock_global(st, err);
+	if (g < 0)
+		return -1;
+	if (o->id) {
+		snprintf(id, sizeof id, "%s", o->id);
+	} else {
+		do
+			sbx_id_new(id, sizeof id);
+		while (faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0);
+	}
+	snprintf(s->id, sizeof s->id, "%s", id);
+	snprintf(err ? err->session : (char[1]){ 0 }, err ? sizeof err->session : 1, "%s", id);
+	if (faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		struct sbx_session old;
+		if (sbx_record_load(st, id, &old, err) < 0)
+			return -1;
+		const char *live = sbx_session_live_state(st, &old);
+		if (strcmp(old.spec, s->spec))
+			return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s exists with another spec", id);
+		if (!strcmp(live, "creating"))
+			return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is still being created", id);
+		if (strcmp(live, "running"))
+			return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s exists but is %s; destroy it with sbx-kill",
+					   id, live);
+		*s = old;
+		*existed = 1;
+		return 0;
+	}
+	/* Record intent first: every resource is named by the ID, so a create
+	 * killed at any point leaves only what sbx-kill/sbx-gc can reclaim. */
+	if (mkdirat(st->sessions_fd, id, 0700) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create the session directory");
+	if (sbx_record_save(st, s, err) < 0) {
+		sbx_rm_rf_at(st->sessions_fd, id);
+		return -1;
+	}
+	_cleanup_close_ int lock = sbx_lock_session(st, id, 1, 1, err);
+	if (lock < 0) {
+		cleanup_dead(st, id);
+		return lock == -2 ? sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is locked", id) : -1;
+	}
+	close(g);
+	g = -1;
+
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		cleanup_dead(st, id);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe");
+	}
+	if (spawn_monitor(id, lock, p[1], err) < 0) {
+		close(p[0]);
+		close(p[1]);
+		cleanup_dead(st, id);
+		return -1;
+	}
+	close(p[1]);
+	unsigned timeout = o->boot_timeout_s ? o->boot_timeout_s : 90;
+	int rc = await_ready(p[0], timeout + 30, err);
+	close(p[0]);
+	if (rc < 0) {
+		/* The monitor cleans up after itself; if it died instead, its
+		 * lock is free and we reclaim what it left. */
+		close(lock);
+		lock = sbx_lock_session(st, id, 0, 0, NULL);
+		if (lock >= 0)
+			cleanup_dead(st, id);
+		return -1;
+	}
+	return sbx_record_load(st, id, s, err);
+}
+
+static int monitor_connect(struct sbx_state *st, const char *id)
+{
+	_cleanup_close_ int dfd = openat(st->rsessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return -1;
+	/* sun_path is 108 bytes; /proc/self/fd keeps it short whatever SBX_ROOT is. */
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "/proc/self/fd/%d/monitor.sock", dfd);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int sbx_monitor_connect(struct sbx_state *st, const char *id, struct sbx_err *err)
+{
+	int fd = monitor_connect(st, id);
+	if (fd >= 0)
+		return fd;
+	struct sbx_session s;
+	if (sbx_record_load(st, id, &s, err) < 0)
+		return -1;
+	const char *live = sbx_session_live_state(st, &s);
+	snprintf(err->session, sizeof err->session, "%s", id);
+	if (!strcmp(live, "running"))
+		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, errno, "cannot reach the monitor of session %s", id);
+	return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s%s%s)", id, live,
+			   s.end_reason[0] ? ": " : "", s.end_reason);
+}
+
+int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct sbx_err *err)
+{
+	*gone = 0;
+	if (sbx_id_check(id, "session", err) < 0)
+		return -1;
+	if (faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0 &&
+	    faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+		*gone = 1;
+		return 0;
+	}
+	int fd = monitor_connect(st, id);
+	if (fd >= 0) {
+		/* Ask the monitor: it kills the VM, ends the execs and removes
+		 * the session, then acknowledges. */
+		uint8_t h[SBX_FRAME_HDR], ack[64];
+		sbx_frame_hdr_put(h, SBX_F_SHUTDOWN, 0, 0);
+		sbx_write_all(fd, h, sizeof h);
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint64_t deadline = sbx_mono_ns() + 30ull * 1000000000u;
+		while (sbx_mono_ns() < deadline) {
+			if (poll(&p, 1, 1000) <= 0)
+				continue;
+			ssize_t r = read(fd, ack, sizeof ack);
+			if (r <= 0)
+				break;
+		}
+		close(fd);
+	}
+	/* Whatever is left (a monitor killed -9, a crashed VM, a create that
+	 * died midway) is ours once the session lock is. */
+	int lock = sbx_lock_session(st, id, 0, 0, NULL);
+	if (lock >= 0 || faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+		int rc = cleanup_dead(st, id);
+		if (lock >= 0)
+			close(lock);
+		if (rc < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot remove all of session %s", id);
+		return 0;
+	}
+	return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is busy", id);
+}
+
+static int cmpstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int sbx_session_list(struct sbx_state *st, char ***ids, size_t *n, struct sbx_err *err)
+{
+	*ids = NULL;
+	*n = 0;
+	DIR *d = fdopendir(dup(st->sessions_fd));
+	if (!d)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list sessions");
+	rewinddir(d);
+	struct dirent *de;
+	size_t cap = 0;
+	while ((de = readdir(d))) {
+		if (sbx_id_check(de->d_name, "session", NULL) < 0)
+			continue;
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 16;
+			char **nv = realloc(*ids, cap * sizeof **ids);
+			if (!nv)
+				break;
+			*ids = nv;
+		}
+		(*ids)[(*n)++] = strdup(de->d_name);
+	}
+	closedir(d);
+	if (*n)
+		qsort(*ids, *n, sizeof **ids, cmpstr);
+	return 0;
+}

@@ -1,0 +1,61 @@
+/* Session records (LIB/sessions/ID/session.json) and the session life
+ * cycle seen from the commands: create (spawn the monitor, wait for the
+ * agent's hello), list, destroy. */
+#ifndef SBX_SESSION_H
+#define SBX_SESSION_H
+
+#include <stdint.h>
+#include "err.h"
+#include "state.h"
+
+#define SBX_RECORD_SCHEMA 1
+
+struct sbx_session {
+	char id[SBX_ID_MAX + 1];
+	char state[16];     /* creating running crashed stopped */
+	uint64_t created_ns, ready_ns, ended_ns;
+	char tmpl_name[64], tmpl_version[64], tmpl_dir[512];
+	unsigned vcpus, memory_mib;
+	char accel[8], vmm[24];
+	char spec[65];      /* sha256 of the spec, for idempotent --id */
+	int monitor_pid, vmm_pid;
+	uint64_t monitor_start, vmm_start;
+	char boot_id[40];
+	char kernel[80];    /* guest kernel release from HELLO */
+	char end_reason[64]; /* why the VM ended, when it did */
+	unsigned execs;
+	uint64_t boot_ms;   /* launch -> agent hello */
+};
+
+struct sbx_create_opts {
+	const char *id;       /* NULL: generate */
+	const char *tmpl;     /* NAME or NAME@VERSION, default "default" */
+	unsigned vcpus, memory_mib;
+	unsigned boot_timeout_s;
+};
+
+int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err);
+int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sbx_err *err);
+
+/* Create a session; on success s is its record and *existed says whether an
+ * identical session with this --id was already running. */
+int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s,
+		       int *existed, struct sbx_err *err);
+/* Destroy a session and everything it held.  A missing session is success
+ * (*gone = 1), so kill is idempotent. */
+int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct sbx_err *err);
+/* Live state: "running" only while the monitor holds the lock. */
+const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_session *s);
+/* IDs of every session directory, sorted; free each and the array. */
+int sbx_session_list(struct sbx_state *st, char ***ids, size_t *n, struct sbx_err *err);
+
+/* Where the monitor binary lives: $SBX_LIBEXEC, else ../libexec/sbx next to
+ * the running executable. */
+int sbx_libexec_path(const char *name, char *buf, size_t n);
+
+
+
+/* Connect to a running session's monitor; 4 when the session does not
+ * exist or is not running, 75 when it runs but does not answer. */
+int sbx_monitor_connect(struct sbx_state *st, const char *id, struct sbx_err *err);
+#endif

@@ -1,0 +1,259 @@
+#include "state.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+
+
+static int mkdir_open(int at, const char *path, struct sbx_err *err)
+{
+	if (mkdirat(at, path, 0700) < 0 && errno != EEXIST)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create state directory %s", path);
+	int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open state directory %s", path);
+	return fd;
+}
+
+/* mkdir -p for an absolute path, mode 0755 for parents we create. */
+static int mkdir_p(const char *path, struct sbx_err *err)
+{
+	char tmp[600];
+	snprintf(tmp, sizeof tmp, "%s", path);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create %s", tmp);
+		*p = '/';
+	}
+	if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create %s", tmp);
+	return 0;
+}
+
+int sbx_state_open(struct sbx_state *st, struct sbx_err *err)
+{
+	memset(st, 0, sizeof *st);
+	st->lib_fd = st->run_fd = st->sessions_fd = st->rsessions_fd = -1;
+	const char *root = getenv("SBX_ROOT");
+	if (root && *root) {
+		if (root[0] != '/' || strlen(root) > 400)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "SBX_ROOT must be an absolute path of at most 400 bytes");
+		snprintf(st->root, sizeof st->root, "%s", root);
+	}
+	snprintf(st->lib, sizeof st->lib, "%s/var/lib/sbx", st->root);
+	snprintf(st->run, sizeof st->run, "%s/run/sbx", st->root);
+	if (mkdir_p(st->lib, err) < 0 || mkdir_p(st->run, err) < 0)
+		return -1;
+	st->lib_fd = open(st->lib, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	st->run_fd = open(st->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (st->lib_fd < 0 || st->run_fd < 0) {
+		int e = errno;
+		sbx_state_close(st);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot open state directory");
+	}
+	if ((st->sessions_fd = mkdir_open(st->lib_fd, "sessions", err)) < 0 ||
+	    (st->rsessions_fd = mkdir_open(st->run_fd, "sessions", err)) < 0) {
+		sbx_state_close(st);
+		return -1;
+	}
+	return 0;
+}
+
+void sbx_state_close(struct sbx_state *st)
+{
+	int *fds[] = { &st->lib_fd, &st->run_fd, &st->sessions_fd, &st->rsessions_fd };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++) {
+		if (*fds[i] >= 0)
+			close(*fds[i]);
+		*fds[i] = -1;
+	}
+}
+
+int sbx_id_check(const char *id, const char *what, struct sbx_err *err)
+{
+	size_t n = strlen(id);
+	if (n == 0 || n > SBX_ID_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid %s ID '%.80s': must be 1 to %d characters",
+				   what, id, SBX_ID_MAX);
+	if (id[0] == '.' || id[0] == '-')
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid %s ID '%s': must not start with '.' or '-'",
+				   what, id);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)id[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '-' || c == '.'))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "invalid %s ID '%s': only letters, digits, '_', '-' and '.' are allowed",
+					   what, id);
+	}
+	return 0;
+}
+
+void sbx_id_new(char *buf, size_t n)
+{
+	unsigned char r[6];
+	arc4random_buf(r, sizeof r);
+	snprintf(buf, n, "s-%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5]);
+}
+
+int sbx_lock_global(struct sbx_state *st, struct sbx_err *err)
+{
+	int fd = openat(st->run_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the global lock");
+	while (flock(fd, LOCK_EX) < 0) {
+		if (errno != EINTR) {
+			int e = errno;
+			close(fd);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot take the global lock");
+		}
+	}
+	return fd;
+}
+
+int sbx_lock_session(struct sbx_state *st, const char *id, int nonblock, int create,
+		     struct sbx_err *err)
+{
+	for (int tries = 0; tries < 100; tries++) {
+		_cleanup_close_ int dfd = openat(st->rsessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (dfd < 0 && errno == ENOENT && create) {
+			if (mkdirat(st->rsessions_fd, id, 0700) < 0 && errno != EEXIST)
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create runtime directory for %s", id);
+			continue;
+		}
+		if (dfd < 0) {
+			if (errno == ENOENT)
+				return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open runtime directory of %s", id);
+		}
+		_cleanup_close_ int fd = openat(dfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
+		if (fd < 0) {
+			if (errno == ENOENT)
+				return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the lock of %s", id);
+		}
+		if (flock(fd, LOCK_EX | (nonblock ? LOCK_NB : 0)) < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EWOULDBLOCK)
+				return -2;
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot lock session %s", id);
+		}
+		/* Cleanup unlinks the lock file while holding it: a lock taken on
+		 * a file that is no longer the one at the path protects nothing. */
+		struct stat a, b;
+		if (fstat(fd, &a) == 0 && fstatat(dfd, "lock", &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+			return sbx_steal_fd(&fd);
+		if (!create)
+			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
+	}
+	return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s: lock keeps changing", id);
+}
+
+int sbx_session_locked(struct sbx_state *st, const char *id)
+{
+	_cleanup_close_ int dfd = openat(st->rsessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return 0;
+	_cleanup_close_ int fd = openat(dfd, "lock", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return 0;
+	if (flock(fd, LOCK_SH | LOCK_NB) < 0)
+		return errno == EWOULDBLOCK;
+	return 0;
+}
+
+int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode,
+			struct sbx_err *err)
+{
+	char tmp[300];
+	snprintf(tmp, sizeof tmp, ".%s.tmp.%d", name, (int)getpid());
+	_cleanup_close_ int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot write %s", name);
+	if (sbx_write_all(fd, data, n) < 0 || fsync(fd) < 0) {
+		int e = errno;
+		unlinkat(dirfd, tmp, 0);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot write %s", name);
+	}
+	if (renameat(dirfd, tmp, dirfd, name) < 0) {
+		int e = errno;
+		unlinkat(dirfd, tmp, 0);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot rename %s into place", name);
+	}
+	fsync(dirfd);
+	return 0;
+}
+
+int sbx_rm_rf_at(int at, const char *name)
+{
+	if (unlinkat(at, name, 0) == 0 || errno == ENOENT)
+		return 0;
+	if (errno != EISDIR && errno != EPERM)
+		return -1;
+	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -1;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -1;
+	}
+	int rc = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (sbx_rm_rf_at(dirfd(d), de->d_name) < 0)
+			rc = -1;
+	}
+	closedir(d);
+	if (unlinkat(at, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		rc = -1;
+	return rc;
+}
+
+uint64_t sbx_proc_start_time(int pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	/* comm may hold spaces and parens: fields restart after the last ')'. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return 0;
+	unsigned long long v = 0;
+	/* after ")": state(3) ... starttime is field 22, i.e. the 20th after state */
+	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+		   &v) != 1)
+		return 0;
+	return v;
+}
+
+int sbx_boot_id(char *buf, size_t n)
+{
+	_cleanup_close_ int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t r = read(fd, buf, n - 1);
+	if (r <= 0)
+		return -1;
+	buf[r] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	return 0;
+}

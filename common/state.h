@@ -1,0 +1,53 @@
+/* The state directory: durable records under LIB (/var/lib/sbx), runtime
+ * sockets and locks under RUN (/run/sbx).  SBX_ROOT=R moves both to
+ * R/var/lib/sbx and R/run/sbx.  Every path below them is opened relative to
+ * a directory fd; names that come from users are checked first. */
+#ifndef SBX_STATE_H
+#define SBX_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "err.h"
+
+#define SBX_ID_MAX 63
+
+struct sbx_state {
+	char root[512];      /* "" or SBX_ROOT */
+	char lib[600], run[600];
+	int lib_fd, run_fd;          /* LIB, RUN */
+	int sessions_fd, rsessions_fd; /* LIB/sessions, RUN/sessions */
+};
+
+/* Open (creating, mode 0700) the state directories. */
+int sbx_state_open(struct sbx_state *st, struct sbx_err *err);
+void sbx_state_close(struct sbx_state *st);
+
+/* IDs: 1..63 of [A-Za-z0-9_.-], not starting with '.' or '-'. */
+int sbx_id_check(const char *id, const char *what, struct sbx_err *err);
+/* A fresh random ID, "s-" + 12 hex digits, into buf[16]. */
+void sbx_id_new(char *buf, size_t n);
+
+/* flock on RUN/lock, for short global steps (ID claim). */
+int sbx_lock_global(struct sbx_state *st, struct sbx_err *err);
+/* The session lock RUN/sessions/ID/lock, held by the monitor for the
+ * session's life.  nonblock: fail with 75 when busy.  Returns the locked fd;
+ * -2 (no error set) when nonblock and busy. The file is re-checked after
+ * locking so a lock taken on a file that cleanup just unlinked is retried. */
+int sbx_lock_session(struct sbx_state *st, const char *id, int nonblock, int create,
+		     struct sbx_err *err);
+/* Is the session's lock held by someone (its monitor is alive)? */
+int sbx_session_locked(struct sbx_state *st, const char *id);
+
+/* Write data to dirfd/name atomically: tmp + fsync + renameat + fsync(dir). */
+int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode,
+			struct sbx_err *err);
+/* Remove dirfd/name and everything below it without following symlinks.
+ * Missing is success. */
+int sbx_rm_rf_at(int dirfd, const char *name);
+
+/* Identity of a process that survives pid reuse: start time (clock ticks
+ * since boot, /proc/PID/stat field 22) and the host boot ID. */
+uint64_t sbx_proc_start_time(int pid);
+int sbx_boot_id(char *buf, size_t n);
+
+#endif

@@ -1,0 +1,82 @@
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+uint64_t sbx_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t sbx_mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void sbx_fmt_time(uint64_t ns, char *buf, size_t n)
+{
+	time_t t = (time_t)(ns / 1000000000u);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	char base[24];
+	strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf, n, "%s.%03uZ", base, (unsigned)(ns / 1000000u % 1000u));
+}
+
+int sbx_write_all(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+char *sbx_read_small_at(int dirfd, const char *name, size_t max, size_t *len)
+{
+	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return NULL;
+	if (!S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
+		errno = S_ISREG(st.st_mode) ? EFBIG : EINVAL;
+		return NULL;
+	}
+	char *buf = malloc((size_t)st.st_size + 1);
+	if (!buf)
+		return NULL;
+	size_t got = 0;
+	for (;;) {
+		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+			free(buf);
+			errno = e;
+			return NULL;
+		}
+		if (r == 0 || (got += (size_t)r) == (size_t)st.st_size)
+			break;
+	}
+	buf[got] = 0;
+	if (len)
+		*len = got;
+	return buf;
+}

@@ -1,0 +1,59 @@
+/* Small helpers every module uses: cleanup attributes (as crun and
+ * bubblewrap do), time, and string bounds. */
+#ifndef SBX_UTIL_H
+#define SBX_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <dirent.h>
+
+static inline void sbx_freep(void *p) { free(*(void **)p); }
+static inline void sbx_closep(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+}
+static inline void sbx_fclosep(FILE **f)
+{
+	if (*f)
+		fclose(*f);
+}
+static inline void sbx_closedirp(DIR **d)
+{
+	if (*d)
+		closedir(*d);
+}
+#define _cleanup_free_ __attribute__((cleanup(sbx_freep)))
+#define _cleanup_close_ __attribute__((cleanup(sbx_closep)))
+#define _cleanup_fclose_ __attribute__((cleanup(sbx_fclosep)))
+#define _cleanup_closedir_ __attribute__((cleanup(sbx_closedirp)))
+
+static inline void *sbx_steal_ptr(void *pp)
+{
+	void **p = pp, *v = *p;
+	*p = NULL;
+	return v;
+}
+#define steal_pointer(pp) sbx_steal_ptr(pp)
+static inline int sbx_steal_fd(int *fd)
+{
+	int v = *fd;
+	*fd = -1;
+	return v;
+}
+
+#define SBX_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+uint64_t sbx_now_ns(void);      /* CLOCK_REALTIME */
+uint64_t sbx_mono_ns(void);     /* CLOCK_MONOTONIC */
+/* RFC 3339 UTC with milliseconds, into buf[32]. */
+void sbx_fmt_time(uint64_t ns, char *buf, size_t n);
+/* Write all of buf, retrying on EINTR/short writes; -1 with errno. */
+int sbx_write_all(int fd, const void *buf, size_t n);
+/* Read a small file under dirfd into a NUL-terminated malloc'd buffer. */
+char *sbx_read_small_at(int dirfd, const char *name, size_t max, size_t *len);
+
+#endif

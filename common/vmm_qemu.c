@@ -1,0 +1,220 @@
+/* QEMU microvm backend: virtio-mmio devices, virtio-serial agent port,
+ * QMP for control. */
+#include "vmm.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "state.h"
+
+#define QEMU_BIN "qemu-system-x86_64"
+
+static const char *qemu_bin(void)
+{
+	const char *e = getenv("SBX_QEMU");
+	return e && *e ? e : QEMU_BIN;
+}
+
+const char *sbx_vmm_name(void) { return "qemu"; }
+
+static int in_path(const char *bin)
+{
+	if (strchr(bin, '/'))
+		return access(bin, X_OK) == 0;
+	const char *path = getenv("PATH");
+	char buf[4096];
+	snprintf(buf, sizeof buf, "%s", path ? path : "/usr/bin:/bin");
+	for (char *save, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		char p[4200];
+		snprintf(p, sizeof p, "%s/%s", d, bin);
+		if (access(p, X_OK) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+int sbx_vmm_available(struct sbx_err *err)
+{
+	if (!in_path(qemu_bin()))
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
+				   "no VMM: %s is not installed (apt-get install qemu-system-x86)", qemu_bin());
+	return 0;
+}
+
+unsigned long sbx_host_tsc_khz(void)
+{
+	/* Under TCG the guest must be told the TSC rate (tsc_early_khz) or about
+	 * one boot in three hangs calibrating it (host-facts.md). */
+	_cleanup_free_ char *s = sbx_read_small_at(AT_FDCWD, "/sys/devices/system/cpu/cpu0/tsc_freq_khz", 64, NULL);
+	if (s && strtoul(s, NULL, 10) > 0)
+		return strtoul(s, NULL, 10);
+	_cleanup_fclose_ FILE *f = fopen("/proc/cpuinfo", "re");
+	char line[512];
+	while (f && fgets(line, sizeof line, f)) {
+		double mhz;
+		if (sscanf(line, "cpu MHz : %lf", &mhz) == 1 && mhz > 0)
+			return (unsigned long)(mhz * 1000.0 + 0.5);
+	}
+	return 0;
+}
+
+struct argv {
+	char *v[96];
+	char store[8192];
+	size_t n, used;
+};
+
+static void add(struct argv *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(struct argv *a, const char *fmt, ...)
+{
+	if (a->n + 1 >= SBX_ARRAY_LEN(a->v))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int w = vsnprintf(a->store + a->used, sizeof a->store - a->used, fmt, ap);
+	va_end(ap);
+	if (w < 0 || (size_t)w >= sizeof a->store - a->used)
+		return;
+	a->v[a->n++] = a->store + a->used;
+	a->v[a->n] = NULL;
+	a->used += (size_t)w + 1;
+}
+
+static int build_argv(const struct sbx_vm_config *c, struct argv *a, struct sbx_err *err)
+{
+	memset(a, 0, sizeof *a);
+	add(a, "%s", qemu_bin());
+	/* microvm without the legacy PIT/PIC/RTC: fewer devices to emulate. */
+	add(a, "-M");
+	add(a, "microvm,pit=off,pic=off,rtc=off,isa-serial=on");
+	add(a, "-accel");
+	add(a, "%s", c->accel == SBX_ACCEL_KVM ? "kvm" : "tcg");
+	add(a, "-cpu");
+	add(a, "%s", c->accel == SBX_ACCEL_KVM ? "host" : "max");
+	add(a, "-smp");
+	add(a, "%u", c->vcpus ? c->vcpus : 1);
+	add(a, "-m");
+	add(a, "%u", c->memory_mib ? c->memory_mib : 256);
+	add(a, "-nodefaults");
+	add(a, "-no-user-config");
+	add(a, "-nographic");
+	add(a, "-no-reboot");
+	if (c->sandbox) {
+		add(a, "-sandbox");
+		add(a, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+	}
+	add(a, "-serial");
+	if (c->console_path)
+		add(a, "file:%s", c->console_path);
+	else
+		add(a, "stdio");
+	add(a, "-kernel");
+	add(a, "%s", c->kernel);
+	add(a, "-initrd");
+	add(a, "%s", c->initrd);
+	char cmdline[1024];
+	int w = snprintf(cmdline, sizeof cmdline,
+			 "console=ttyS0 reboot=t panic=-1 quiet mitigations=off nokaslr cryptomgr.notests "
+			 "random.trust_cpu=on 8250.nr_uarts=1 sbx.hostname=%s%s",
+			 c->hostname ? c->hostname : "sbx", c->probe ? " sbx.probe=1" : "");
+	if (c->accel == SBX_ACCEL_TCG && c->tsc_khz)
+		snprintf(cmdline + w, sizeof cmdline - (size_t)w, " tsc_early_khz=%lu", c->tsc_khz);
+	add(a, "-append");
+	add(a, "%s", cmdline);
+	if (c->disk) {
+		add(a, "-drive");
+		/* cache=unsafe: a session's disk is scratch that dies with it;
+		 * honouring guest flushes would only slow every write. */
+		add(a, "file=%s,format=qcow2,if=none,id=root0,cache=unsafe,discard=unmap", c->disk);
+		add(a, "-device");
+		add(a, "virtio-blk-device,drive=root0");
+	}
+	add(a, "-device");
+	add(a, "virtio-rng-device");
+	if (c->agent_sock) {
+		add(a, "-device");
+		add(a, "virtio-serial-device,max_ports=2");
+		add(a, "-chardev");
+		add(a, "socket,id=ag,path=%s", c->agent_sock);
+		add(a, "-device");
+		add(a, "virtserialport,chardev=ag,name=sbx.agent");
+	}
+	if (c->qmp_sock) {
+		add(a, "-qmp");
+		add(a, "unix:%s,server=on,wait=off", c->qmp_sock);
+	}
+	if (a->n + 1 >= SBX_ARRAY_LEN(a->v) || a->used >= sizeof a->store - 1)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "VMM command line too long");
+	return 0;
+}
+
+int sbx_vm_boot(const struct sbx_vm_config *c, struct sbx_vm *vm, struct sbx_err *err)
+{
+	struct argv a;
+	if (build_argv(c, &a, err) < 0)
+		return -1;
+	int logfd = -1;
+	if (c->log_path) {
+		logfd = open(c->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (logfd < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s", c->log_path);
+	}
+	int parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		if (logfd >= 0)
+			close(logfd);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot fork the VMM");
+	}
+	if (pid == 0) {
+		/* The VMM must not outlive its monitor: no orphan VMs. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		int devnull = open("/dev/null", O_RDWR);
+		if (devnull >= 0)
+			dup2(devnull, 0);
+		if (logfd >= 0) {
+			dup2(logfd, 1);
+			dup2(logfd, 2);
+		}
+		if (c->stdout_fd > 0)
+			dup2(c->stdout_fd, 1);
+		execvp(a.v[0], a.v);
+		dprintf(2, "cannot execute %s: %s\n", a.v[0], strerror(errno));
+		_exit(127);
+	}
+	if (logfd >= 0)
+		close(logfd);
+	vm->pid = pid;
+	vm->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	vm->start_time = sbx_proc_start_time(pid);
+	return 0;
+}
+
+void sbx_vm_kill(struct sbx_vm *vm)
+{
+	if (vm->pid <= 0)
+		return;
+	if (vm->pidfd >= 0)
+		syscall(SYS_pidfd_send_signal, vm->pidfd, SIGKILL, NULL, 0);
+	else
+		kill(vm->pid, SIGKILL);
+	while (waitpid(vm->pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	if (vm->pidfd >= 0)
+		close(vm->pidfd);
+	vm->pid = 0;
+	vm->pidfd = -1;
+}
