@@ -27,7 +27,7 @@ UNIT_SRC = $(wildcard tests/unit/*.c)
 UNITS = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 MANS = $(wildcard man/*.[1-8])
 
-all: $(BINS) $(B)/guest-init $(B)/tools/sbx-mkcpio $(UNITS)
+all: $(BINS) $(B)/guest-init $(B)/tools/sbx-mkcpio $(B)/tools/sbx-bench-floor $(UNITS)
 
 $(B)/obj/%.o: common/%.c $(wildcard common/*.h)
 	@mkdir -p $(@D)
@@ -58,6 +58,10 @@ $(B)/guest-init: $(wildcard guest-init/*.c guest-init/*.h) common/proto.c common
 $(B)/tools/sbx-mkcpio: tools/sbx-mkcpio.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $< $(LDFLAGS_ALL) $$(pkg-config --cflags --libs libarchive) -o $@
+
+$(B)/tools/sbx-bench-floor: tools/sbx-bench-floor.c $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 
 # The default template: kernel from Debian's package, busybox + guest-init.
 image: $(B)/guest-init $(B)/tools/sbx-mkcpio

@@ -1,0 +1,75 @@
+#!/bin/bash
+# make bench: sbx against its raw floor, side by side in one run.
+#  - cold create-to-ready (sbx-create) vs QEMU + kernel + initramfs launched
+#    directly until the agent's HELLO (tools/sbx-bench-floor);
+#  - `sbx-exec ID -- true` vs an EXEC `true` round trip straight on the agent
+#    channel, and the raw PING round trip.
+# Prints a table and writes $SBX_BUILD/bench.json.  Runs: BENCH_RUNS (10).
+set -euo pipefail
+B=${SBX_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
+RUNS=${BENCH_RUNS:-10}
+EXECS=${BENCH_EXECS:-50}
+export PATH="$B/bin:$PATH" SBX_TEMPLATES=${SBX_TEMPLATES:-$B/templates}
+export SBX_ROOT=$(mktemp -d /tmp/sbx-bench.XXXXXX)
+trap 'ls "$SBX_ROOT/var/lib/sbx/sessions" 2>/dev/null | sbx-kill >/dev/null 2>&1; rm -rf "$SBX_ROOT"' EXIT
+tmpl=$(ls -d "$SBX_TEMPLATES"/default@* | head -1)
+raw=$SBX_ROOT/raw
+mkdir -p "$raw"
+
+echo "bench: floor: $RUNS direct boots, 200 pings, $EXECS raw execs" >&2
+"$B/tools/sbx-bench-floor" "$tmpl" "$RUNS" 200 "$EXECS" >"$raw/floor.json"
+
+echo "bench: sbx-create x $RUNS" >&2
+: >"$raw/create.txt"
+for i in $(seq "$RUNS"); do
+	t0=$(date +%s%N)
+	id=$(sbx-create -q)
+	t1=$(date +%s%N)
+	echo "scale=2; ($t1 - $t0) / 1000000" | bc >>"$raw/create.txt" 2>/dev/null ||
+		python3 -c "print(($t1 - $t0) / 1e6)" >>"$raw/create.txt"
+	sbx-kill "$id"
+done
+
+echo "bench: sbx-exec true x $EXECS" >&2
+id=$(sbx-create -q)
+sbx-exec "$id" -- true
+: >"$raw/exec.txt"
+for i in $(seq "$EXECS"); do
+	t0=$(date +%s%N)
+	sbx-exec "$id" -- true
+	t1=$(date +%s%N)
+	python3 -c "print(($t1 - $t0) / 1e6)" >>"$raw/exec.txt"
+done
+sbx-kill "$id"
+
+python3 - "$raw" "$B/bench.json" <<'PY'
+import json, sys, statistics, platform, os
+raw, out = sys.argv[1], sys.argv[2]
+floor = json.load(open(f"{raw}/floor.json"))
+create = [float(x) for x in open(f"{raw}/create.txt") if x.strip()]
+execs = [float(x) for x in open(f"{raw}/exec.txt") if x.strip()]
+def pct(v, p):
+    v = sorted(v); k = (len(v) - 1) * p / 100; f = int(k); c = min(f + 1, len(v) - 1)
+    return v[f] + (v[c] - v[f]) * (k - f)
+def row(name, v, unit):
+    return {"name": name, "unit": unit, "n": len(v), "p50": round(pct(v, 50), 2), "p95": round(pct(v, 95), 2),
+            "min": round(min(v), 2), "max": round(max(v), 2)}
+accel = "tcg" if not os.path.exists("/dev/kvm") else "probe (see accel.json)"
+rows = [row("create-to-ready (sbx-create)", create, "ms"),
+        row("floor: qemu launch -> agent HELLO", floor["boot_ms"], "ms"),
+        row("sbx-exec true (end to end)", execs, "ms"),
+        row("floor: raw EXEC true on agent channel", floor["exec_true_ms"], "ms"),
+        row("floor: raw PING round trip", floor["ping_us"], "us")]
+ratios = {"create_vs_floor_p50": round(rows[0]["p50"] / rows[1]["p50"], 3),
+          "create_vs_floor_p95": round(rows[0]["p95"] / rows[1]["p95"], 3),
+          "exec_vs_raw_exec_p50": round(rows[2]["p50"] / rows[3]["p50"], 3)}
+res = {"schema": 1, "host": platform.node(), "kernel": platform.release(), "accel": accel,
+       "results": rows, "ratios": ratios}
+json.dump(res, open(out, "w"), indent=2)
+print(f"{'benchmark':42} {'unit':>4} {'n':>4} {'p50':>9} {'p95':>9} {'min':>9} {'max':>9}")
+for r in rows:
+    print(f"{r['name']:42} {r['unit']:>4} {r['n']:>4} {r['p50']:>9} {r['p95']:>9} {r['min']:>9} {r['max']:>9}")
+for k, v in ratios.items():
+    print(f"{k:42} {v}")
+print(f"written: {out}")
+PY

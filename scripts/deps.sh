@@ -1,0 +1,21 @@
+#!/bin/bash
+# Install the Debian packages sbx needs to build, run and test.  Idempotent:
+# apt is only called when something is missing.
+set -euo pipefail
+PKGS=(
+	build-essential pkg-config
+	libjansson-dev libbsd-dev libmd-dev libarchive-dev libyaml-dev libseccomp-dev
+	libnl-3-dev libnl-route-3-dev
+	qemu-system-x86 qemu-utils busybox-static e2fsprogs lz4 zstd
+	jq mandoc procps python3 clang libclang-rt-14-dev
+)
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "deps: installing ${missing[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q >&2
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi

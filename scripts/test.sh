@@ -1,0 +1,15 @@
+#!/bin/bash
+# The whole test suite, from a fresh clone: packages, build, guest image
+# (cached under /var/cache/sbx), unit and microVM tests, man page lint, and
+# the same suite again under ASan/UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "test.sh: run as root" >&2; exit 1; }
+scripts/deps.sh
+make -j"$(nproc)" all
+make image
+make lint-man
+make check
+if [ "${SBX_SKIP_ASAN:-0}" != 1 ]; then
+	make asan
+fi

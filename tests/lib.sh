@@ -1,0 +1,51 @@
+# TAP helpers for sbx's shell tests (after git's t/test-lib.sh, much smaller).
+# Each test runs in its own SBX_ROOT; templates built by `make image` are
+# reused through SBX_TEMPLATES.
+set -u
+SBX_BUILD=${SBX_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
+export PATH="$SBX_BUILD/bin:$PATH"
+export SBX_TEMPLATES=${SBX_TEMPLATES:-$SBX_BUILD/templates}
+SBX_ROOT=$(mktemp -d /tmp/sbx-test.XXXXXX)
+export SBX_ROOT
+TEST_TMP=$SBX_ROOT/tmp
+mkdir -p "$TEST_TMP"
+_n=0
+_fail=0
+
+plan() { echo "1..$1"; }
+skip_all() { echo "1..0 # SKIP $*"; exit 0; }
+ok() { # ok COND-EXIT-STATUS DESCRIPTION
+	_n=$((_n + 1))
+	if [ "$1" -eq 0 ]; then echo "ok $_n - $2"; else echo "not ok $_n - $2"; _fail=$((_fail + 1)); fi
+}
+is() { # is GOT WANT DESCRIPTION
+	_n=$((_n + 1))
+	if [ "$1" = "$2" ]; then echo "ok $_n - $3"; else
+		echo "not ok $_n - $3"; echo "#   got: '$1'"; echo "#  want: '$2'"; _fail=$((_fail + 1)); fi
+}
+like() { # like GOT REGEX DESCRIPTION
+	_n=$((_n + 1))
+	if printf '%s' "$1" | grep -Eq -- "$2"; then echo "ok $_n - $3"; else
+		echo "not ok $_n - $3"; echo "#   got: '$1'"; echo "#  want match: $2"; _fail=$((_fail + 1)); fi
+}
+diag() { echo "# $*"; }
+
+# Everything under our root, host-wide: processes whose command line names it.
+root_procs() { pgrep -f -- "$SBX_ROOT" | grep -v "^$$\$" || true; }
+
+have_template() { ls -d "$SBX_TEMPLATES"/default@* >/dev/null 2>&1; }
+
+_cleanup() {
+	if [ -d "$SBX_ROOT/var/lib/sbx/sessions" ]; then
+		ls "$SBX_ROOT/var/lib/sbx/sessions" | sbx-kill >/dev/null 2>&1 || true
+	fi
+	for p in $(root_procs); do kill -9 "$p" 2>/dev/null || true; done
+	rm -rf "$SBX_ROOT"
+}
+trap _cleanup EXIT
+trap 'exit 130' INT TERM
+
+done_testing() {
+	[ "$_fail" -eq 0 ]
+	exit $?
+}

@@ -1,0 +1,156 @@
+/* The raw floor for `make bench`: the same QEMU, kernel, initramfs and
+ * disk overlay sbx-create uses, launched directly (no sbx-create, no
+ * monitor) until the agent's HELLO; then PING and EXEC `true` round trips
+ * straight on the agent channel.  Prints one JSON object. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proto.h"
+#include "template.h"
+#include "util.h"
+#include "vmm.h"
+
+static int read_frame(int fd, struct sbx_buf *in, struct sbx_frame *f, size_t *used, int timeout_ms)
+{
+	for (;;) {
+		if (in->len >= SBX_FRAME_HDR) {
+			if (sbx_frame_hdr_get(in->data, f, SBX_FRAME_MAX) < 0)
+				return -1;
+			if (in->len - SBX_FRAME_HDR >= f->len) {
+				f->payload = in->data + SBX_FRAME_HDR;
+				*used = SBX_FRAME_HDR + f->len;
+				return 0;
+			}
+		}
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, timeout_ms) <= 0)
+			return -1;
+		uint8_t tmp[65536];
+		ssize_t r = read(fd, tmp, sizeof tmp);
+		if (r <= 0)
+			return -1;
+		sbx_buf_put(in, tmp, (size_t)r);
+	}
+}
+
+static void consume(struct sbx_buf *in, size_t n)
+{
+	memmove(in->data, in->data + n, in->len - n);
+	in->len -= n;
+}
+
+static int boot_once(const struct sbx_template *t, const char *dir, struct sbx_vm *vm, int *agent, double *ms)
+{
+	char ov[700], cmd[2000];
+	snprintf(ov, sizeof ov, "%s/ov.qcow2", dir);
+	unlink(ov);
+	snprintf(cmd, sizeof cmd, "qemu-img create -q -f qcow2 -b '%s' -F raw '%s'", t->rootfs, ov);
+	if (system(cmd) != 0)
+		return -1;
+	if (chdir(dir) < 0)
+		return -1;
+	unlink("agent.sock");
+	int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX, .sun_path = "agent.sock" };
+	if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 1) < 0)
+		return -1;
+	struct sbx_vm_config c = { .kernel = t->kernel, .initrd = t->initrd, .disk = ov, .agent_sock = "agent.sock",
+				   .console_path = "console.log", .log_path = "vmm.log", .hostname = "floor",
+				   .vcpus = 1, .memory_mib = 256, .accel = SBX_ACCEL_TCG,
+				   .tsc_khz = sbx_host_tsc_khz(), .sandbox = 1 };
+	const char *acc = getenv("SBX_FLOOR_ACCEL");
+	if (acc && !strcmp(acc, "kvm"))
+		c.accel = SBX_ACCEL_KVM;
+	struct sbx_err err = { 0 };
+	uint64_t t0 = sbx_mono_ns();
+	if (sbx_vm_boot(&c, vm, &err) < 0) {
+		fprintf(stderr, "floor: %s\n", err.msg);
+		return -1;
+	}
+	*agent = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	close(l);
+	struct sbx_buf in = { 0 };
+	struct sbx_frame f;
+	size_t used;
+	int rc = read_frame(*agent, &in, &f, &used, 60000);
+	*ms = (double)(sbx_mono_ns() - t0) / 1e6;
+	sbx_buf_free(&in);
+	return rc == 0 && f.type == SBX_F_HELLO ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 5) {
+		fprintf(stderr, "usage: sbx-bench-floor TEMPLATE-DIR BOOTS PINGS EXECS\n");
+		return 2;
+	}
+	struct sbx_template t = { 0 };
+	snprintf(t.kernel, sizeof t.kernel, "%s/vmlinux", argv[1]);
+	snprintf(t.initrd, sizeof t.initrd, "%s/initrd.cpio", argv[1]);
+	snprintf(t.rootfs, sizeof t.rootfs, "%s/rootfs.ext4", argv[1]);
+	int boots = atoi(argv[2]), pings = atoi(argv[3]), execs = atoi(argv[4]);
+	char dir[] = "/tmp/sbx-floor.XXXXXX";
+	if (!mkdtemp(dir))
+		return 1;
+	printf("{\"boot_ms\":[");
+	struct sbx_vm vm = { 0 };
+	int agent = -1;
+	for (int i = 0; i < boots; i++) {
+		double ms;
+		if (boot_once(&t, dir, &vm, &agent, &ms) < 0) {
+			fprintf(stderr, "floor: boot failed\n");
+			return 1;
+		}
+		printf("%s%.2f", i ? "," : "", ms);
+		if (i + 1 < boots) {
+			close(agent);
+			sbx_vm_kill(&vm);
+		}
+	}
+	struct sbx_buf in = { 0 }, out = { 0 };
+	struct sbx_frame f;
+	size_t used;
+	printf("],\"ping_us\":[");
+	for (int i = 0; i < pings; i++) {
+		sbx_buf_reset(&out);
+		sbx_frame_raw(&out, SBX_F_PING, 0, "ping", 4);
+		uint64_t t0 = sbx_mono_ns();
+		sbx_write_all(agent, out.data, out.len);
+		if (read_frame(agent, &in, &f, &used, 10000) < 0)
+			return 1;
+		consume(&in, used);
+		printf("%s%.1f", i ? "," : "", (double)(sbx_mono_ns() - t0) / 1e3);
+	}
+	printf("],\"exec_true_ms\":[");
+	char *av[] = { "true", NULL };
+	for (int i = 0; i < execs; i++) {
+		struct sbx_exec_req r = { .argv = av, .argc = 1 };
+		sbx_buf_reset(&out);
+		sbx_exec_req_encode(&out, (uint32_t)i + 1, &r);
+		uint64_t t0 = sbx_mono_ns();
+		sbx_write_all(agent, out.data, out.len);
+		for (;;) {
+			if (read_frame(agent, &in, &f, &used, 10000) < 0)
+				return 1;
+			int type = f.type;
+			consume(&in, used);
+			if (type == SBX_F_EXIT || type == SBX_F_ERROR)
+				break;
+		}
+		printf("%s%.2f", i ? "," : "", (double)(sbx_mono_ns() - t0) / 1e6);
+	}
+	printf("]}\n");
+	close(agent);
+	sbx_vm_kill(&vm);
+	char cmd[100];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : 1;
+}
