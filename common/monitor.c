@@ -356,7 +356,7 @@ static void store_output(struct mon *m, struct exec *ex, uint8_t type, const uin
 static void client_resume(struct mon *m, struct client *c);
 static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f);
 static int drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *),
-			struct mon *m, void *ctx);
+			struct mon *m, void *ctx, const int *stop);
 
 static void agent_frame(struct mon *m, const struct sbx_frame *f)
 {
@@ -447,11 +447,13 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 
 /* Parse whole frames out of buf; returns -1 when the stream is corrupt. */
 static int drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *),
-			struct mon *m, void *ctx)
+			struct mon *m, void *ctx, const int *stop)
 {
 	size_t off = 0;
 	int rc = 0;
-	while (in->len - off >= SBX_FRAME_HDR) {
+	/* stop: a client whose STDIN frame is held keeps the frames behind it
+	 * unparsed, so they cannot overtake it (an EOF before the data). */
+	while (in->len - off >= SBX_FRAME_HDR && !(stop && *stop)) {
 		struct sbx_frame f;
 		if (sbx_frame_hdr_get(in->data + off, &f, SBX_FRAME_MAX) < 0) {
 			rc = -1;
@@ -496,7 +498,7 @@ static int read_into(int fd, struct sbx_buf *b)
 static void agent_readable(struct mon *m)
 {
 	int r = read_into(m->agent.fd, &m->ain);
-	if (drain_frames(&m->ain, agent_frame_cb, m, NULL) < 0 || r <= 0) {
+	if (drain_frames(&m->ain, agent_frame_cb, m, NULL, NULL) < 0 || r <= 0) {
 		/* A corrupt stream or the guest closing the port: the agent is
 		 * gone; execs cannot finish.  The VMM's own exit says why. */
 		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->agent.fd, NULL);
@@ -529,7 +531,7 @@ static void client_resume(struct mon *m, struct client *c)
 	c->paused = 0;
 	ep_mod(m, &c->src, EPOLLIN | (c->want_out ? EPOLLOUT : 0), EPOLL_CTL_MOD);
 	/* Frames that arrived behind the held one are parsed now. */
-	if (drain_frames(&c->in, client_frame, m, c) < 0)
+	if (drain_frames(&c->in, client_frame, m, c, &c->paused) < 0)
 		c->dead = 1;
 }
 
@@ -603,7 +605,7 @@ static void client_readable(struct mon *m, struct client *c)
 	/* Stop parsing while a STDIN frame is held: the rest waits in order. */
 	if (c->paused)
 		return;
-	if (drain_frames(&c->in, client_frame, m, c) < 0 || r <= 0)
+	if (drain_frames(&c->in, client_frame, m, c, &c->paused) < 0 || r <= 0)
 		c->dead = 1;
 }
 
