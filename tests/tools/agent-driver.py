@@ -89,6 +89,7 @@ class Agent:
         self.buf = b""
         self.pending = []  # frames read but not yet claimed
         self.next_stream = 1
+        self.started = set()
 
     def send(self, ftype, stream, payload=b""):
         self.sock.sendall(frame(ftype, stream, payload))
@@ -137,8 +138,8 @@ class Agent:
         while r.exit is None:
             t, _, p = self.recv(lambda f: f[1] == s, timeout)
             self.absorb(r, t, p)
-            if t == F_ERROR and r.pid is None:
-                break
+            if t == F_ERROR and r.pid is None and s not in self.started:
+                break  # the exec never started: no EXIT follows
         return r
 
     @staticmethod
@@ -161,6 +162,7 @@ class Agent:
 
     def wait_started(self, s):
         t, _, p = self.recv(lambda f: f[1] == s and f[0] in (F_STARTED, F_ERROR))
+        self.started.add(s)
         return tlvs(p).get(T_PID) if t == F_STARTED else None
 
     def ping(self, payload=b"x", stream=0, timeout=5.0):
@@ -242,7 +244,8 @@ def stdin_1mib(a, tap):
 def credit_violation(a, tap):
     s = a.start(["sleep", "30"], flags=EXEC_STDIN)
     a.wait_started(s)
-    for _ in range(STDIN_WINDOW // (64 << 10) + 1):
+    # sleep never reads: only a pipe's worth (64 KiB) can be given back
+    for _ in range(2 * STDIN_WINDOW // (64 << 10)):
         a.send(F_STDIN, s, b"\0" * (64 << 10))
     r = a.collect(s)
     tap.ok(r.error is not None and r.error.get(T_CODE) == 3 and st(r)[:2] == (137, R_KILLED),
