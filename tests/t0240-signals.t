@@ -1,0 +1,39 @@
+#!/bin/bash
+# Signals to a foreground sbx-exec reach the guest command; detached execs;
+# destroying a session under a running exec.
+. "$(dirname "$0")/lib.sh"
+have_template || skip_all "no template built (make image)"
+id=$(sbx-create -q)
+
+for sig in INT TERM HUP; do
+	sbx-exec "$id" -- sleep 30 &
+	pid=$!
+	sleep 1.5
+	kill -$sig $pid
+	wait $pid; rc=$?
+	num=$(kill -l $sig)
+	is "$rc" $((128 + num)) "SIG$sig to sbx-exec ends the guest command with $((128 + num))"
+done
+is "$(sbx-exec -u root "$id" -- sh -c 'ps -o args | grep -c "^sleep 30"')" 0 "no sleep left in the guest"
+
+# A shell that traps TERM sees it: the signal is forwarded, not acted on locally.
+sbx-exec "$id" -- sh -c 'trap "echo got-term; exit 9" TERM; sleep 20 & wait' >"$TEST_TMP/trap" &
+pid=$!
+sleep 1.5
+kill -TERM $pid
+wait $pid; rc=$?
+is "$rc:$(cat "$TEST_TMP/trap")" "9:got-term" "the guest command handles a forwarded TERM itself"
+
+eid=$(sbx-exec -d "$id" -- sh -c 'sleep 1; echo detached-out')
+like "$eid" '^e[0-9]+$' "-d prints an exec ID at once"
+for i in $(seq 100); do [ -e "$SBX_ROOT/var/lib/sbx/sessions/$id/execs/$eid/result.json" ] && break; sleep 0.1; done
+is "$(cat "$SBX_ROOT/var/lib/sbx/sessions/$id/execs/$eid/stdout")" "detached-out" "a detached exec's output is kept"
+
+sbx-exec "$id" -- sleep 60 &
+pid=$!
+sleep 1.5
+sbx-kill "$id"; ok $? "sbx-kill while an exec runs"
+wait $pid; rc=$?
+is "$rc" 137 "the running exec ends with 137 (killed)"
+is "$(root_procs | wc -l)" 0 "no process left behind"
+done_testing
