@@ -1,0 +1,45 @@
+/* libFuzzer target: everything the monitor parses from a guest or a
+ * client (frame headers, EXEC requests, EXIT reports, TLV strings). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	size_t off = 0;
+	while (size - off >= SBX_FRAME_HDR) {
+		struct sbx_frame f;
+		if (sbx_frame_hdr_get(data + off, &f, SBX_FRAME_MAX) < 0)
+			break;
+		off += SBX_FRAME_HDR;
+		size_t n = f.len < size - off ? f.len : size - off;
+		const uint8_t *p = data + off;
+		struct sbx_exec_req r;
+		const char *why;
+		if (sbx_exec_req_decode(p, n, &r, &why) == 0) {
+			struct sbx_buf b = { 0 };
+			sbx_exec_req_encode(&b, 1, &r);
+			sbx_buf_free(&b);
+			sbx_exec_req_free(&r);
+		}
+		struct sbx_exit_info e;
+		sbx_exit_decode(p, n, &e);
+		struct sbx_tlv_it it;
+		uint16_t tag;
+		const uint8_t *v;
+		uint32_t vn;
+		char s[64];
+		uint64_t u;
+		sbx_tlv_init(&it, p, n);
+		while (sbx_tlv_next(&it, &tag, &v, &vn) == 1) {
+			sbx_tlv_as_str(v, vn, s, sizeof s);
+			sbx_tlv_as_u64(v, vn, &u);
+		}
+		off += n;
+	}
+	return 0;
+}
