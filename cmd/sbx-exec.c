@@ -34,9 +34,12 @@ static void restore_tty(void)
 static long long parse_duration_ms(const char *s)
 {
 	char *end;
+	if (!strchr("0123456789.", s[0]) || strspn(s, "0123456789.") == 0)
+		return -1; /* no sign, hex, inf or nan */
 	errno = 0;
 	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
+	/* strtod also takes exponents, hex, inf and nan: allow digits and a dot */
+	if (errno || end == s || v < 0 || end != s + strspn(s, "0123456789."))
 		return -1;
 	double mul = 1000;
 	if (!strcmp(end, "ms"))

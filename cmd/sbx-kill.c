@@ -2,6 +2,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "session.h"
@@ -23,11 +24,13 @@ int main(int argc, char **argv)
 	}
 	size_t n;
 	char **ids = sbx_cli_ids(argc - optind, argv + optind, &n);
-	if (!ids || n == 0) {
+	if (!ids || (n == 0 && isatty(0))) {
 		sbx_cli_free_ids(ids);
 		fputs("usage: sbx-kill [--json] SESSION...\n", stderr);
 		return SBX_EXIT_USAGE;
 	}
+	/* IDs from a pipe that carried none: nothing to do, as with xargs -r,
+	 * so `sbx-ps -q --state=crashed | sbx-kill` works when none crashed. */
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
 	if (sbx_state_open(&st, &err) < 0) {

@@ -134,11 +134,11 @@ int main(int argc, char **argv)
 				print_text(o);
 		}
 	}
+	if (!rc && want && json_array_size(all) == 0)
+		rc = SBX_EXIT_FALSE; /* a filter that matched nothing */
 	json_decref(all);
 	for (size_t i = 0; i < n; i++)
 		free(ids[i]);
 	free(ids);
-	if (!rc && want && json_array_size(all) == 0)
-		rc = 0;
 	return rc;
 }

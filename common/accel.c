@@ -74,6 +74,7 @@ int sbx_accel_get(struct sbx_state *st, const char *kernel, const char *initrd, 
 		  struct sbx_err *err)
 {
 	_cleanup_free_ char *txt = NULL;
+	_cleanup_close_ int g = -1;
 	memset(ai, 0, sizeof *ai);
 	const char *force = getenv("SBX_ACCEL");
 	if (force && !strcmp(force, "tcg")) {
@@ -97,6 +98,25 @@ int sbx_accel_get(struct sbx_state *st, const char *kernel, const char *initrd, 
 	const char *cb = json_string_value(json_object_get(c, "boot_id"));
 	const char *ca = json_string_value(json_object_get(c, "accel"));
 	const char *cr = json_string_value(json_object_get(c, "reason"));
+	if (cb && ca && !strcmp(cb, boot)) {
+		ai->accel = strcmp(ca, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM;
+		snprintf(ai->reason, sizeof ai->reason, "%s", cr ? cr : "");
+		json_decref(c);
+		goto out;
+	}
+	json_decref(c);
+	c = NULL;
+	/* Probe under the global lock and look again: concurrent first creates
+	 * after a reboot must not each boot a probe VM. */
+	g = sbx_lock_global(st, err);
+	if (g < 0)
+		return -1;
+	free(txt);
+	txt = sbx_read_small_at(st->lib_fd, "accel.json", 65536, NULL);
+	c = txt ? json_loads(txt, 0, NULL) : NULL;
+	cb = json_string_value(json_object_get(c, "boot_id"));
+	ca = json_string_value(json_object_get(c, "accel"));
+	cr = json_string_value(json_object_get(c, "reason"));
 	if (cb && ca && !strcmp(cb, boot)) {
 		ai->accel = strcmp(ca, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM;
 		snprintf(ai->reason, sizeof ai->reason, "%s", cr ? cr : "");

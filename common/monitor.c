@@ -47,6 +47,8 @@ struct exec {
 	int started;
 	struct client *client;
 	json_t *req; /* argv, cwd, ... for result.json */
+	int done;             /* ended; kept until its lagging client caught up */
+	struct sbx_buf tail;  /* the EXIT frame owed to that client */
 };
 
 struct client {
@@ -146,7 +148,9 @@ static void client_flush(struct mon *m, struct client *c)
 
 /* A client that fell behind reads the rest from the exec's files: the
  * monitor never blocks on a slow client and never drops what it stored. */
-static void client_catch_up(struct client *c)
+static void exec_free(struct mon *m, struct exec *ex);
+
+static void client_catch_up(struct mon *m, struct client *c)
 {
 	struct exec *ex = c->ex;
 	uint8_t buf[SBX_DATA_CHUNK];
@@ -166,6 +170,11 @@ static void client_catch_up(struct client *c)
 		}
 		sbx_frame_raw(&c->out, fd == ex->out_fd ? SBX_F_STDOUT : SBX_F_STDERR, ex->n, buf, (uint32_t)r);
 		*off += (uint64_t)r;
+	}
+	if (!c->lag && ex && ex->done) {
+		/* All output is out: now the EXIT it was owed. */
+		sbx_buf_put(&c->out, ex->tail.data, ex->tail.len);
+		exec_free(m, ex);
 	}
 }
 
@@ -209,6 +218,7 @@ static void exec_free(struct mon *m, struct exec *ex)
 	close(ex->err_fd);
 	close(ex->dfd);
 	json_decref(ex->req);
+	sbx_buf_free(&ex->tail);
 	free(ex);
 }
 
@@ -245,6 +255,10 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 /* End an exec from the host side (VM lost, session destroyed). */
 static void exec_abort(struct mon *m, struct exec *ex, uint32_t reason)
 {
+	if (ex->done) {
+		exec_free(m, ex);
+		return;
+	}
 	struct sbx_exit_info e = { .status = reason == SBX_R_KILLED ? 137 : 255, .reason = reason };
 	e.wall_us = (sbx_now_ns() - ex->started_ns) / 1000u;
 	exec_result(m, ex, &e);
@@ -279,6 +293,8 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 		return client_error(m, c, f->stream, SBX_EXIT_INVALID, "one exec per connection");
 	if (m->stopping || m->vm_dead)
 		return client_error(m, c, f->stream, SBX_EXIT_NOENT, "the session is ending");
+	if (m->agent.fd < 0)
+		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, "the guest agent is gone");
 	if (sbx_exec_req_decode(f->payload, f->len, &r, &why) < 0)
 		return client_error(m, c, f->stream, SBX_EXIT_INVALID, why);
 	struct exec *ex = calloc(1, sizeof *ex);
@@ -394,9 +410,18 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 	}
 	case SBX_F_EXIT: {
 		struct sbx_exit_info e;
-		if (!ex || sbx_exit_decode(f->payload, f->len, &e) < 0)
-			break; /* a lying guest cannot end another exec or forge a shape */
+		/* A lying guest cannot end another exec, forge a shape, or claim
+		 * the session was lost: only the host knows that. */
+		if (!ex || sbx_exit_decode(f->payload, f->len, &e) < 0 || e.reason == SBX_R_SESSION_LOST)
+			break;
 		exec_result(m, ex, &e);
+		if (ex->client && ex->client->lag) {
+			/* The client still reads from the files: the EXIT waits
+			 * behind the output it has not seen yet. */
+			sbx_exit_encode(&ex->tail, ex->n, &e);
+			ex->done = 1;
+			break;
+		}
 		if (ex->client) {
 			struct sbx_buf b = { 0 };
 			sbx_exit_encode(&b, ex->n, &e);
@@ -618,7 +643,9 @@ static void client_drop(struct mon *m, struct client *c)
 		}
 	/* The exec goes on without its client: output still lands on disk and
 	 * the guest enforces its timeout. */
-	if (c->ex)
+	if (c->ex && c->ex->done)
+		exec_free(m, c->ex);
+	else if (c->ex)
 		c->ex->client = NULL;
 	epoll_ctl(m->ep, EPOLL_CTL_DEL, c->src.fd, NULL);
 	close(c->src.fd);
@@ -775,7 +802,7 @@ static int loop_once(struct mon *m, int timeout_ms)
 		case SRC_CLIENT: {
 			struct client *c = (struct client *)s;
 			if (ev[i].events & EPOLLOUT) {
-				client_catch_up(c);
+				client_catch_up(m, c);
 				client_flush(m, c);
 			}
 			if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
@@ -857,8 +884,7 @@ static int boot(struct mon *m, struct sbx_err *err)
 	ep_mod(m, &m->listen, EPOLLIN, EPOLL_CTL_ADD);
 	ep_mod(m, &m->agent_listen, EPOLLIN, EPOLL_CTL_ADD);
 	ep_mod(m, &m->vmm, EPOLLIN, EPOLL_CTL_ADD);
-	const char *e = getenv("SBX_BOOT_TIMEOUT");
-	unsigned timeout_s = e && atoi(e) > 0 ? (unsigned)atoi(e) : 60;
+	unsigned timeout_s = sbx_boot_timeout_s();
 	uint64_t deadline = t0 + (uint64_t)timeout_s * 1000000000u;
 	while (!m->ready && !m->vm_dead && !m->stopping) {
 		uint64_t now = sbx_mono_ns();

@@ -134,6 +134,13 @@ int sbx_libexec_path(const char *name, char *buf, size_t n)
 	return 0;
 }
 
+unsigned sbx_boot_timeout_s(void)
+{
+	const char *e = getenv("SBX_BOOT_TIMEOUT");
+	long v = e ? strtol(e, NULL, 10) : 0;
+	return v > 0 && v <= 3600 ? (unsigned)v : 60;
+}
+
 const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_session *s)
 {
 	int locked = sbx_session_locked(st, s->id);
@@ -145,8 +152,11 @@ const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_sessio
 static void spec_hash(const struct sbx_session *s, char out[65])
 {
 	char txt[512];
-	snprintf(txt, sizeof txt, "v1\ntemplate=%s@%s\nvcpus=%u\nmemory_mib=%u\n", s->tmpl_name, s->tmpl_version,
-		 s->vcpus, s->memory_mib);
+	/* The template as asked for ("default", not the version it resolved
+	 * to), so repeating a create after a template upgrade is still the
+	 * same request. */
+	snprintf(txt, sizeof txt, "v1\ntemplate=%s\nvcpus=%u\nmemory_mib=%u\n", s->tmpl_req, s->vcpus,
+		 s->memory_mib);
 	SHA2_CTX c;
 	uint8_t d[SHA256_DIGEST_LENGTH];
 	SHA256Init(&c);
@@ -278,6 +288,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	snprintf(s->tmpl_name, sizeof s->tmpl_name, "%s", t.name);
 	snprintf(s->tmpl_version, sizeof s->tmpl_version, "%s", t.version);
 	snprintf(s->tmpl_dir, sizeof s->tmpl_dir, "%s", t.dir);
+	snprintf(s->tmpl_req, sizeof s->tmpl_req, "%s", o->tmpl ? o->tmpl : "default");
 	s->vcpus = o->vcpus ? o->vcpus : 1;
 	s->memory_mib = o->memory_mib ? o->memory_mib : 256;
 	snprintf(s->accel, sizeof s->accel, "%s", ai.accel == SBX_ACCEL_KVM ? "kvm" : "tcg");
@@ -342,8 +353,9 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		return -1;
 	}
 	close(p[1]);
-	unsigned timeout = o->boot_timeout_s ? o->boot_timeout_s : 90;
-	int rc = await_ready(p[0], timeout + 30, err);
+	/* The monitor enforces the boot deadline; this one only guards
+	 * against a monitor that hangs, so it is longer. */
+	int rc = await_ready(p[0], sbx_boot_timeout_s() + 30, err);
 	close(p[0]);
 	if (rc < 0) {
 		/* The monitor cleans up after itself; if it died instead, its

@@ -15,6 +15,7 @@ struct sbx_session {
 	char state[16];     /* creating running crashed stopped */
 	uint64_t created_ns, ready_ns, ended_ns;
 	char tmpl_name[64], tmpl_version[64], tmpl_dir[512];
+	char tmpl_req[140]; /* as requested: NAME or NAME@VERSION (not stored) */
 	unsigned vcpus, memory_mib;
 	char accel[8], vmm[24];
 	char spec[65];      /* sha256 of the spec, for idempotent --id */
@@ -52,6 +53,8 @@ int sbx_session_list(struct sbx_state *st, char ***ids, size_t *n, struct sbx_er
 /* Where the monitor binary lives: $SBX_LIBEXEC, else ../libexec/sbx next to
  * the running executable. */
 int sbx_libexec_path(const char *name, char *buf, size_t n);
+/* Launch -> agent hello deadline: SBX_BOOT_TIMEOUT seconds, default 60. */
+unsigned sbx_boot_timeout_s(void);
 
 
 

@@ -36,6 +36,11 @@ data=$TEST_TMP/data; head -c 3000000 /dev/urandom >"$data"
 is "$(sbx-exec -i "$id" -- sha256sum <"$data" | cut -d' ' -f1)" "$(sha256sum <"$data" | cut -d' ' -f1)" \
    "3 MB of stdin arrive intact (flow control)"
 is "$(sbx-exec "$id" -- sh -c 'head -c 5000000 /dev/zero' | wc -c)" 5000000 "5 MB of stdout arrive intact"
+# A reader that stalls while 24 MB pour out: the monitor spills to the
+# session's files and the client catches up from them, losing nothing.
+is "$(sbx-exec "$id" -- sh -c 'head -c 24000000 /dev/urandom | tee /tmp/big | sha256sum >/tmp/big.sum; cat /tmp/big' |
+      (sleep 4; sha256sum | cut -d' ' -f1))" \
+   "$(sbx-exec "$id" -- cut -d' ' -f1 /tmp/big.sum)" "a stalled reader still gets every byte, in order"
 
 sbx-exec "$id" -- no-such-command 2>"$TEST_TMP/err"; rc=$?
 is "$rc" 127 "missing command exits 127"

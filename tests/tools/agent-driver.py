@@ -79,11 +79,11 @@ class Result:
 
 
 class Agent:
-    def __init__(self, binary):
+    def __init__(self, binary, env=None):
         self.sock, theirs = socket.socketpair()
         fd = theirs.fileno()
         self.proc = subprocess.Popen(
-            [binary, "--agent-fd", "3"], stdin=subprocess.DEVNULL,
+            [binary, "--agent-fd", "3"], stdin=subprocess.DEVNULL, env=env,
             # close_fds would run after preexec_fn and close fd 3 again
             preexec_fn=lambda: os.dup2(fd, 3), close_fds=False)
         theirs.close()
@@ -186,6 +186,10 @@ class Tap:
     def __init__(self):
         self.n = 0
         self.failed = 0
+
+    def skip(self, name, why):
+        self.n += 1
+        print("ok %d - %s # skip %s" % (self.n, name, why), flush=True)
 
     def ok(self, cond, name, diag=None):
         self.n += 1
@@ -423,12 +427,52 @@ def lifecycle(binary, tap):
     tap.ok(rc == 0 and pid_gone(pid), "host EOF: agent returns 0 and kills its execs")
 
 
+CGROUP_TESTS = ["cgroup: a setsid escapee dies with the exec",
+                "cgroup: timeout kills the whole cgroup", "cgroup: CPU time reported",
+                "cgroup: removed after EXIT", "cgroup: EXEC on a reused stream number"]
+
+
+def cgroups(binary, tap, root):
+    """The PID 1 code path (per-exec cgroup2, cgroup.kill, cpu.stat) on a
+    cgroup2 directory delegated by the test script."""
+    if not root:
+        for name in CGROUP_TESTS:
+            tap.skip(name, "no writable cgroup2 hierarchy")
+        return
+    a = Agent(binary, env=dict(os.environ, SBX_AGENT_CGROUP_ROOT=root))
+    a.recv(lambda f: f[0] == F_HELLO)
+    s = a.start(["sh", "-c", "setsid sleep 30 >/dev/null 2>&1 & sleep 0.1; pgrep -n -x sleep"])
+    r = a.collect(s)
+    esc = int(r.out or b"0")
+    tap.ok(st(r)[0] == 0 and esc and pid_gone(esc), CGROUP_TESTS[0], vars(r))
+    s = a.start(["sh", "-c", "setsid sleep 30 & sleep 30"], timeout_ms=200)
+    a.wait_started(s)
+    time.sleep(0.1)  # let sh fork both
+    procs = open(os.path.join(root, "sbx-exec-%d" % s, "cgroup.procs")).read().split()
+    r = a.collect(s)
+    tap.ok(st(r)[:2] == (124, R_TIMEOUT) and len(procs) == 3 and all(pid_gone(int(p)) for p in procs),
+           CGROUP_TESTS[1], (vars(r), procs))
+    r = a.run(["sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+    tap.ok(st(r)[0] == 0 and r.exit.get(T_CPU_USER_US, 0) > 1000, CGROUP_TESTS[2], r.exit)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and [d for d in os.listdir(root) if d.startswith("sbx-exec-")]:
+        time.sleep(0.02)
+    left = [d for d in os.listdir(root) if d.startswith("sbx-exec-")]
+    tap.ok(not left, CGROUP_TESTS[3], left)
+    os.mkdir(os.path.join(root, "sbx-exec-%d" % a.next_stream))  # as if rmdir still pended
+    r = a.run(["true"])
+    tap.ok(st(r)[0] == 0, CGROUP_TESTS[4], vars(r))
+    os.rmdir(os.path.join(root, "sbx-exec-%d" % (a.next_stream - 1)))
+    a.close()
+
+
 def main():
     binary = sys.argv[1]
     tap = Tap()
-    plan = 32
+    plan = 32 + len(CGROUP_TESTS)
     print("1..%d" % plan, flush=True)
     lifecycle(binary, tap)
+    cgroups(binary, tap, os.environ.get("SBX_TEST_CGROUP"))
     a = Agent(binary)
     a.recv(lambda f: f[0] == F_HELLO)
     for t in (basic, timeouts_and_signals, stdin_and_pty, stdin_1mib, credit_violation,
