@@ -57,7 +57,8 @@ $(B)/guest-init: $(wildcard guest-init/*.c guest-init/*.h) common/proto.c common
 
 $(B)/tools/sbx-mkcpio: tools/sbx-mkcpio.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $< $(LDFLAGS_ALL) $$(pkg-config --cflags --libs libarchive) -o $@
+	$(CC) -std=gnu11 $(OPT) $(SAN) $(WARN) -D_GNU_SOURCE $(CFLAGS) $< $(LDFLAGS_ALL) \
+		$$(pkg-config --cflags --libs libarchive) -o $@
 
 $(B)/tools/sbx-bench-floor: tools/sbx-bench-floor.c $(B)/libsbx.a
 	@mkdir -p $(@D)

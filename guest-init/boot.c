@@ -1,0 +1,541 @@
+/* guest-init early userspace: everything between the kernel handing PID 1
+ * the initramfs and the agent owning the virtio-serial port.
+ *
+ * Under TCG every syscall and every byte to the 8250 costs real time, so the
+ * happy path prints nothing, polls in small steps instead of fixed sleeps,
+ * and does no work the agent does not need. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/vfs.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "init.h"
+
+#ifndef PROC_SUPER_MAGIC
+#define PROC_SUPER_MAGIC 0x9fa0
+#endif
+
+#define MODULE_DIR "/lib/modules"
+#define NEWROOT "/newroot"
+#define WAIT_ROOT_MS 10000
+#define WAIT_PORT_MS 10000
+#define POLL_MS 5
+
+/* sbx.debug=1: timestamps of each boot phase on the console, for tuning
+ * (add printk.devkmsg=on, or the kernel drops all but ~10 of the lines). */
+static int boot_debug;
+
+/* ---- logging ---------------------------------------------------------- */
+
+void sbx_guest_log(const char *fmt, ...)
+{
+	static int kmsg_fd = -1;
+	char line[1024];
+	char lvl = '3';
+	va_list ap;
+	int n, off, fd;
+
+	/* Callers may lead with a kernel "<N>" level; the default is KERN_ERR
+	 * so the line survives `quiet` and reaches the serial log the host
+	 * keeps: this function is for things that went wrong. */
+	if (fmt[0] == '<' && fmt[1] >= '0' && fmt[1] <= '7' && fmt[2] == '>') {
+		lvl = fmt[1];
+		fmt += 3;
+	}
+	off = snprintf(line, sizeof(line), "<%c>sbx-init: ", lvl);
+	va_start(ap, fmt);
+	n = vsnprintf(line + off, sizeof(line) - (size_t)off - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	n += off;
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+
+	if (getpid() != 1) {
+		(void)!write(STDERR_FILENO, line + 3, (size_t)n - 3);
+		return;
+	}
+	if (kmsg_fd < 0)
+		kmsg_fd = open("/dev/kmsg", O_WRONLY | O_NOCTTY | O_CLOEXEC);
+	if (kmsg_fd >= 0 && write(kmsg_fd, line, (size_t)n) == n)
+		return;
+	/* /dev not mounted yet: the console node from the kernel's built-in
+	 * initramfs is still there. */
+	fd = open("/dev/console", O_WRONLY | O_NOCTTY | O_CLOEXEC);
+	if (fd >= 0) {
+		(void)!write(fd, line + 3, (size_t)n - 3);
+		close(fd);
+	}
+}
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/* sbx.debug=1 phase timestamps are kept in memory and logged once the port
+ * is open, so that the serial output does not distort what it measures. */
+static struct {
+	const char *what;
+	struct timespec ts;
+} phases[32];
+static unsigned nphases;
+
+static void phase(const char *what)
+{
+	if (!boot_debug || nphases >= sizeof(phases) / sizeof(phases[0]))
+		return;
+	phases[nphases].what = what;
+	clock_gettime(CLOCK_BOOTTIME, &phases[nphases++].ts);
+}
+
+static void phase_flush(void)
+{
+	for (unsigned i = 0; i < nphases; i++)
+		sbx_guest_log("%5ld.%03ld %s", (long)phases[i].ts.tv_sec,
+			      phases[i].ts.tv_nsec / 1000000L, phases[i].what);
+	nphases = 0;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- power -------------------------------------------------------------- */
+
+void sbx_guest_poweroff(void)
+{
+	sync();
+	reboot(RB_POWER_OFF);
+	/* Only reached if not PID 1 or without CAP_SYS_BOOT: nothing sane to
+	 * return to, and PID 1 exiting would panic the kernel. */
+	for (;;)
+		pause();
+}
+
+/* ---- command line ------------------------------------------------------- */
+
+static int is_proc_mounted(void)
+{
+	struct statfs sf;
+
+	return statfs("/proc", &sf) == 0 && sf.f_type == PROC_SUPER_MAGIC;
+}
+
+static int valid_hostname(const char *s, size_t n)
+{
+	if (n == 0 || n > 63)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+static int valid_root(const char *s, size_t n)
+{
+	if (n <= 5 || n >= sizeof(((struct sbx_guest_cfg *)0)->root) ||
+	    strncmp(s, "/dev/", 5) != 0)
+		return 0;
+	for (size_t i = 5; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+		      (c == '/' && s[i - 1] != '/') || (c == '.' && s[i - 1] != '.')))
+			return 0;
+	}
+	return 1;
+}
+
+void sbx_guest_cmdline(struct sbx_guest_cfg *cfg)
+{
+	char buf[4096];
+	ssize_t n;
+	int fd;
+
+	memset(cfg, 0, sizeof(*cfg));
+	strcpy(cfg->hostname, "sbx");
+	strcpy(cfg->root, "/dev/vda");
+
+	/* Our sbx.* parameters contain a dot, so the kernel treats them as
+	 * module options and hands them neither to argv nor to envp:
+	 * /proc/cmdline is the only place they exist, and main() asks for
+	 * them before sbx_guest_boot() has mounted anything. */
+	if (getpid() == 1 && !is_proc_mounted()) {
+		mkdir("/proc", 0555);
+		if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+			sbx_guest_log("mount /proc: %s", strerror(errno));
+	}
+	fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		sbx_guest_log("/proc/cmdline: %s", strerror(errno));
+		return;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+
+	for (char *p = buf; *p;) {
+		size_t len;
+		char *tok;
+
+		while (*p == ' ' || *p == '\n' || *p == '\t')
+			p++;
+		tok = p;
+		while (*p && *p != ' ' && *p != '\n' && *p != '\t')
+			p++;
+		len = (size_t)(p - tok);
+		if (len == 0)
+			break;
+
+		if (len == 11 && !strncmp(tok, "sbx.probe=1", 11)) {
+			cfg->probe = 1;
+		} else if (len == 11 && !strncmp(tok, "sbx.debug=1", 11)) {
+			boot_debug = 1;
+		} else if (len > 13 && !strncmp(tok, "sbx.hostname=", 13)) {
+			if (valid_hostname(tok + 13, len - 13)) {
+				memcpy(cfg->hostname, tok + 13, len - 13);
+				cfg->hostname[len - 13] = '\0';
+			} else {
+				sbx_guest_log("ignoring invalid sbx.hostname");
+			}
+		} else if (len > 9 && !strncmp(tok, "sbx.root=", 9)) {
+			if (valid_root(tok + 9, len - 9)) {
+				memcpy(cfg->root, tok + 9, len - 9);
+				cfg->root[len - 9] = '\0';
+			} else {
+				sbx_guest_log("ignoring invalid sbx.root");
+			}
+		}
+	}
+}
+
+/* ---- boot steps ----------------------------------------------------------- */
+
+static int do_mount(const char *src, const char *dst, const char *type,
+		    unsigned long flags, const char *data)
+{
+	if (mount(src, dst, type, flags, data) == 0)
+		return 0;
+	if (errno == ENOENT && mkdir(dst, 0755) == 0 &&
+	    mount(src, dst, type, flags, data) == 0)
+		return 0;
+	sbx_guest_log("mount %s on %s (%s): %s", src, dst, type ? type : "-", strerror(errno));
+	return -1;
+}
+
+static int write_file(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+	int e;
+
+	if (fd < 0)
+		return -1;
+	n = write(fd, s, strlen(s));
+	e = errno;
+	close(fd);
+	errno = e;
+	return n == (ssize_t)strlen(s) ? 0 : -1;
+}
+
+static void probe_and_poweroff(void)
+{
+	static const char msg[] = SBX_PROBE_MARKER "\n";
+	int fd = open("/dev/console", O_WRONLY | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0)
+		fd = open("/dev/ttyS0", O_WRONLY | O_NOCTTY | O_CLOEXEC);
+	if (fd >= 0) {
+		(void)!write(fd, msg, sizeof(msg) - 1);
+		/* The host reads the marker off the serial line; make sure it
+		 * left the UART before the machine goes away. */
+		tcdrain(fd);
+		close(fd);
+	}
+	sbx_guest_poweroff();
+}
+
+/* The kernel opened fds 0-2 on its built-in /dev/console; should that have
+ * failed, later opens would land on 0-2 and be clobbered by the agent's
+ * stdio plumbing in children. */
+static void ensure_std_fds(void)
+{
+	for (int i = 0; i < 3; i++) {
+		if (fcntl(i, F_GETFD) >= 0)
+			continue;
+		int fd = open("/dev/null", O_RDWR | O_NOCTTY);
+		if (fd >= 0 && fd != i) {
+			dup2(fd, i);
+			close(fd);
+		}
+	}
+}
+
+static void load_modules(void)
+{
+	char buf[4096];
+	ssize_t n;
+	int dfd, fd;
+
+	dfd = open(MODULE_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = dfd < 0 ? -1 : openat(dfd, "order", O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		sbx_guest_log(MODULE_DIR "/order: %s", strerror(errno));
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0)
+		n = 0;
+	buf[n] = '\0';
+
+	for (char *line = buf, *next; *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		else
+			next = line + strlen(line);
+		if (!*line || *line == '#' || strchr(line, '/'))
+			continue;
+		int mfd = openat(dfd, line, O_RDONLY | O_CLOEXEC);
+		if (mfd < 0) {
+			sbx_guest_log("module %s: %s", line, strerror(errno));
+			continue;
+		}
+		if (syscall(SYS_finit_module, mfd, "", 0) < 0 && errno != EEXIST)
+			sbx_guest_log("finit_module %s: %s", line, strerror(errno));
+		close(mfd);
+		phase(line); /* points into buf: only valid until the flush below */
+		/* The initramfs is never freed (rootfs cannot be unmounted);
+		 * dropping the loaded images gives their pages back. */
+		unlinkat(dfd, line, 0);
+	}
+	unlinkat(dfd, "order", 0);
+	close(dfd);
+	phase_flush();
+}
+
+static int wait_for_path(const char *path, int timeout_ms)
+{
+	long deadline = now_ms() + timeout_ms;
+	struct stat st;
+
+	for (;;) {
+		if (stat(path, &st) == 0)
+			return 0;
+		if (now_ms() >= deadline)
+			return -1;
+		sleep_ms(POLL_MS);
+	}
+}
+
+static int switch_root(const char *dev)
+{
+	static const char *const moves[] = { "/dev", "/proc", "/sys" };
+	char dst[64];
+
+	mkdir(NEWROOT, 0755);
+	if (mount(dev, NEWROOT, "ext4", MS_NOATIME, NULL) < 0) {
+		sbx_guest_log("mount %s on " NEWROOT ": %s", dev, strerror(errno));
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(moves) / sizeof(moves[0]); i++) {
+		snprintf(dst, sizeof(dst), NEWROOT "%s", moves[i]);
+		if (do_mount(moves[i], dst, NULL, MS_MOVE, NULL) < 0)
+			return -1;
+	}
+	/* What switch_root(8) does minus the exec: PID 1 keeps running from
+	 * the initramfs copy of itself, which stays mapped. */
+	if (chdir(NEWROOT) < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 ||
+	    chroot(".") < 0 || chdir("/") < 0) {
+		sbx_guest_log("switch root: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static void setup_newroot(void)
+{
+	const unsigned long nse = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+
+	mkdir("/dev/pts", 0755);
+	mkdir("/dev/shm", 01777);
+	do_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+		 "ptmxmode=0666,mode=0620,gid=5");
+	do_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+	do_mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+	/* Shell idioms (<(...), /dev/stdin) need these; devtmpfs lacks them. */
+	symlink("/proc/self/fd", "/dev/fd");
+	symlink("/proc/self/fd/0", "/dev/stdin");
+	symlink("/proc/self/fd/1", "/dev/stdout");
+	symlink("/proc/self/fd/2", "/dev/stderr");
+
+	if (do_mount("cgroup2", "/sys/fs/cgroup", "cgroup2", nse, "nsdelegate") == 0 &&
+	    write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +memory +pids") < 0) {
+		/* Enable what we can: per-exec limits degrade, execs still run. */
+		static const char *const ctl[] = { "+memory", "+pids", "+cpu" };
+		for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++)
+			if (write_file("/sys/fs/cgroup/cgroup.subtree_control", ctl[i]) < 0)
+				sbx_guest_log("cgroup controller %s: %s", ctl[i] + 1, strerror(errno));
+	}
+}
+
+static void setup_loopback(void)
+{
+	struct ifreq ifr;
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (s < 0) {
+		sbx_guest_log("socket: %s", strerror(errno));
+		return;
+	}
+	memset(&ifr, 0, sizeof(ifr));
+	strcpy(ifr.ifr_name, "lo");
+	if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0 ||
+	    (ifr.ifr_flags |= IFF_UP | IFF_RUNNING, ioctl(s, SIOCSIFFLAGS, &ifr) < 0))
+		sbx_guest_log("lo up: %s", strerror(errno));
+	/* The kernel gives an up loopback 127.0.0.1/8 by itself; only set it
+	 * when missing, since rewriting it tears down and re-adds routes. */
+	memset(&ifr, 0, sizeof(ifr));
+	strcpy(ifr.ifr_name, "lo");
+	if (ioctl(s, SIOCGIFADDR, &ifr) < 0 ||
+	    sin->sin_addr.s_addr != htonl(INADDR_LOOPBACK)) {
+		memset(&ifr, 0, sizeof(ifr));
+		strcpy(ifr.ifr_name, "lo");
+		sin->sin_family = AF_INET;
+		sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		if (ioctl(s, SIOCSIFADDR, &ifr) < 0)
+			sbx_guest_log("lo 127.0.0.1: %s", strerror(errno));
+		sin = (struct sockaddr_in *)&ifr.ifr_netmask;
+		sin->sin_family = AF_INET;
+		sin->sin_addr.s_addr = htonl(0xff000000u);
+		if (ioctl(s, SIOCSIFNETMASK, &ifr) < 0)
+			sbx_guest_log("lo netmask: %s", strerror(errno));
+	}
+	close(s);
+}
+
+/* The port node appears when the device probes, but its name arrives in a
+ * later control message from QEMU, so poll the name, not the node. */
+static int find_agent_port(char *dev, size_t cap)
+{
+	long deadline = now_ms() + WAIT_PORT_MS;
+
+	for (;;) {
+		DIR *d = opendir("/sys/class/virtio-ports");
+		struct dirent *de;
+
+		while (d && (de = readdir(d)) != NULL) {
+			char path[PATH_MAX], name[64];
+			ssize_t n;
+			int fd;
+
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "/sys/class/virtio-ports/%s/name", de->d_name);
+			fd = open(path, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				continue;
+			n = read(fd, name, sizeof(name) - 1);
+			close(fd);
+			if (n <= 0)
+				continue;
+			name[n] = '\0';
+			name[strcspn(name, "\n")] = '\0';
+			if (strcmp(name, SBX_AGENT_PORT_NAME) == 0) {
+				snprintf(dev, cap, "/dev/%s", de->d_name);
+				closedir(d);
+				return 0;
+			}
+		}
+		if (d)
+			closedir(d);
+		if (now_ms() >= deadline)
+			return -1;
+		sleep_ms(POLL_MS);
+	}
+}
+
+int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
+{
+	const unsigned long nse = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	char port[PATH_MAX];
+	int fd;
+
+	phase("init entered");
+	umask(022);
+	if (do_mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755") < 0)
+		return -1;
+	if (!is_proc_mounted() && do_mount("proc", "/proc", "proc", nse, NULL) < 0)
+		return -1;
+	ensure_std_fds();
+	if (cfg->probe)
+		probe_and_poweroff();
+	phase("dev proc mounted");
+	if (do_mount("sysfs", "/sys", "sysfs", nse, NULL) < 0)
+		return -1;
+
+	load_modules();
+	phase("modules loaded");
+	if (wait_for_path(cfg->root, WAIT_ROOT_MS) < 0) {
+		sbx_guest_log("root device %s did not appear", cfg->root);
+		return -1;
+	}
+	if (switch_root(cfg->root) < 0)
+		return -1;
+	phase("root switched");
+	setup_newroot();
+	if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
+		sbx_guest_log("sethostname: %s", strerror(errno));
+	setup_loopback();
+	phase("system up");
+
+	if (find_agent_port(port, sizeof(port)) < 0) {
+		sbx_guest_log("no virtio-serial port named " SBX_AGENT_PORT_NAME);
+		return -1;
+	}
+	/* The node is created by devtmpfs asynchronously to the sysfs entry. */
+	if (wait_for_path(port, 1000) < 0 ||
+	    (fd = open(port, O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)) < 0) {
+		sbx_guest_log("open %s: %s", port, strerror(errno));
+		return -1;
+	}
+	phase("agent port open");
+	phase_flush();
+	return fd;
+}
