@@ -447,6 +447,10 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 			else if (tag == SBX_T_CODE)
 				sbx_tlv_as_u32(v, n, &code);
 		}
+		/* After STARTED an ERROR is only news: the guest ends the exec
+		 * and reports EXIT.  Before it, the exec never ran. */
+		if (ex->started || ex->done)
+			break;
 		if (code != SBX_EXIT_INVALID && code != SBX_EXIT_TEMPFAIL)
 			code = SBX_EXIT_INTERNAL;
 		if (ex->client)
