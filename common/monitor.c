@@ -25,7 +25,7 @@
 #define MAX_CLIENTS 1024
 #define DEFAULT_OUTPUT_CAP (256ull << 20) /* per exec and stream, kept on disk */
 
-enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER };
+enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY };
 
 struct src {
 	enum src_kind kind;
@@ -72,7 +72,7 @@ struct mon {
 	struct sbx_session s;
 	int ep;
 	int lib_dfd, run_dfd, execs_dfd;
-	struct src listen, agent_listen, agent, vmm, sig, timer;
+	struct src listen, agent_listen, agent, vmm, sig, timer, readyp;
 	struct sbx_vm vm;
 	struct sbx_buf ain, aout;
 	size_t aout_off;
@@ -825,6 +825,13 @@ static int loop_once(struct mon *m, int timeout_ms)
 				on_vmm_exit(m);
 			break;
 		}
+		case SRC_READY:
+			/* sbx-create is gone (interrupted, killed): nobody will
+			 * learn this session's ID, so do not finish booting it. */
+			if (!m->ready)
+				m->stopping = 1;
+			epoll_ctl(m->ep, EPOLL_CTL_DEL, s->fd, NULL);
+			break;
 		case SRC_TIMER: {
 			uint64_t x;
 			if (read(s->fd, &x, sizeof x) < 0) { /* nothing */
@@ -888,6 +895,8 @@ static int boot(struct mon *m, struct sbx_err *err)
 	ep_mod(m, &m->listen, EPOLLIN, EPOLL_CTL_ADD);
 	ep_mod(m, &m->agent_listen, EPOLLIN, EPOLL_CTL_ADD);
 	ep_mod(m, &m->vmm, EPOLLIN, EPOLL_CTL_ADD);
+	if (m->readyp.fd >= 0)
+		ep_mod(m, &m->readyp, 0, EPOLL_CTL_ADD); /* EPOLLERR: the reader closed */
 	unsigned timeout_s = sbx_boot_timeout_s();
 	uint64_t deadline = t0 + (uint64_t)timeout_s * 1000000000u;
 	while (!m->ready && !m->vm_dead && !m->stopping) {
@@ -962,12 +971,18 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.vmm = (struct src){ SRC_VMM, -1 };
 	m.sig = (struct src){ SRC_SIGNAL, -1 };
 	m.timer = (struct src){ SRC_TIMER, -1 };
+	m.readyp = (struct src){ SRC_READY, a->ready_fd };
 	m.vm.pidfd = -1;
 	m.output_cap = DEFAULT_OUTPUT_CAP;
 	const char *cap = getenv("SBX_OUTPUT_CAP");
 	if (cap && strtoull(cap, NULL, 10) > 0)
 		m.output_cap = strtoull(cap, NULL, 10);
 
+	/* Inherited without O_CLOEXEC so they survive our exec; the VMM must
+	 * not hold the session lock or the readiness pipe. */
+	fcntl(a->lock_fd, F_SETFD, FD_CLOEXEC);
+	if (a->ready_fd >= 0)
+		fcntl(a->ready_fd, F_SETFD, FD_CLOEXEC);
 	if (setup(&m, a, &err) < 0 || boot(&m, &err) < 0) {
 		if (m.vm.pid)
 			sbx_vm_kill(&m.vm);
@@ -987,8 +1002,10 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		return err.code;
 	}
 	report(a->ready_fd, NULL);
-	if (a->ready_fd >= 0)
+	if (a->ready_fd >= 0) {
+		epoll_ctl(m.ep, EPOLL_CTL_DEL, a->ready_fd, NULL);
 		close(a->ready_fd);
+	}
 
 	while (!m.stopping && !m.vm_dead)
 		if (loop_once(&m, -1) < 0)

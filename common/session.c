@@ -432,9 +432,25 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
 		close(fd);
 	}
 	/* Whatever is left (a monitor killed -9, a crashed VM, a create that
-	 * died midway) is ours once the session lock is. */
-	int lock = sbx_lock_session(st, id, 0, 0, NULL);
-	if (lock >= 0 || faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+	 * died midway) is ours once the session lock is.  A monitor that holds
+	 * it but does not answer is killed: sbx-kill must always finish. */
+	int lock = -1;
+	for (int i = 0; i < 100 && (lock = sbx_lock_session(st, id, 1, 0, NULL)) == -2; i++)
+		usleep(50000);
+	if (lock == -2) {
+		struct sbx_session s;
+		if (sbx_record_load(st, id, &s, NULL) == 0 && s.monitor_pid > 0 &&
+		    sbx_proc_start_time(s.monitor_pid) == s.monitor_start) {
+			int pfd = (int)syscall(SYS_pidfd_open, s.monitor_pid, 0);
+			if (pfd >= 0) {
+				syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+				close(pfd);
+			}
+		}
+		for (int i = 0; i < 100 && (lock = sbx_lock_session(st, id, 1, 0, NULL)) == -2; i++)
+			usleep(50000);
+	}
+	if (lock >= 0 || (lock != -2 && faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0)) {
 		int rc = cleanup_dead(st, id);
 		if (lock >= 0)
 			close(lock);

@@ -65,4 +65,24 @@ sbx-exec job-42 -- true 2>/dev/null; is "$?" 4 "exec into a crashed session exit
 sbx-kill job-42; ok $? "sbx-kill of the crashed session exits 0"
 [ ! -e "$SBX_ROOT/var/lib/sbx/sessions/job-42" ]; ok $? "and removes it"
 is "$(root_procs | wc -l)" 0 "no process left behind"
+# sbx-create killed -9 while the guest boots: the monitor notices that
+# nobody waits for the ID, stops, and removes everything.
+sbx-create -q >/dev/null 2>&1 &
+cpid=$!
+sleep 0.7
+kill -9 $cpid 2>/dev/null; wait $cpid 2>/dev/null
+for i in $(seq 100); do [ -z "$(ls "$SBX_ROOT/var/lib/sbx/sessions")" ] && [ "$(root_procs | wc -l)" = 0 ] && break; sleep 0.1; done
+is "$(ls "$SBX_ROOT/var/lib/sbx/sessions" | wc -l):$(root_procs | wc -l)" "0:0" \
+   "a create killed -9 midway leaves no session and no process"
+
+# The monitor killed -9: its VMM dies with it, the session shows crashed.
+id=$(sbx-create -q)
+mon=$(jq -r .monitor.pid "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")
+vmm=$(jq -r .vmm_process.pid "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")
+kill -9 "$mon"
+for i in $(seq 50); do kill -0 "$vmm" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$vmm" 2>/dev/null; is "$?" 1 "the VMM does not outlive its monitor"
+is "$(sbx-ps --no-headers "$id" | cut -f2)" crashed "a session without its monitor shows crashed"
+sbx-kill "$id"; ok $? "sbx-kill cleans it up"
+is "$(ls "$SBX_ROOT/var/lib/sbx/sessions" | wc -l):$(root_procs | wc -l)" "0:0" "nothing left"
 done_testing
