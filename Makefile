@@ -72,9 +72,17 @@ image: $(B)/guest-init $(B)/tools/sbx-mkcpio
 check: all image
 	SBX_BUILD=$(abspath $(B)) prove -v --timer tests/
 
+# Sanitizer reports go to files (the monitor's stderr is /dev/null), and any
+# report fails the run.
+SAN_LOG = $(abspath build-asan)/san
 asan:
+	rm -rf $(SAN_LOG) && mkdir -p $(SAN_LOG)
+	ASAN_OPTIONS=log_path=$(SAN_LOG)/asan:detect_leaks=1 \
+	UBSAN_OPTIONS=log_path=$(SAN_LOG)/ubsan:print_stacktrace=1 \
 	$(MAKE) B=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" check
+	@if ls $(SAN_LOG)/* >/dev/null 2>&1; then cat $(SAN_LOG)/*; echo "asan: sanitizer reports above"; exit 1; fi
+	@echo "asan: no sanitizer reports"
 
 fuzz:
 	scripts/fuzz.sh

@@ -961,10 +961,30 @@ static int setup(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err
 	return 0;
 }
 
+/* Release everything: a clean exit lets the sanitizers see real leaks. */
+static void mon_free(struct mon *m)
+{
+	while (m->clients)
+		client_drop(m, m->clients);
+	while (m->execs)
+		exec_free(m, m->execs);
+	sbx_buf_free(&m->ain);
+	sbx_buf_free(&m->aout);
+	int fds[] = { m->listen.fd, m->agent_listen.fd, m->agent.fd, m->sig.fd, m->timer.fd, m->ep,
+		      m->lib_dfd, m->run_dfd, m->execs_dfd };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++)
+		if (fds[i] > 0)
+			close(fds[i]);
+	if (m->vm.pidfd >= 0)
+		close(m->vm.pidfd);
+	sbx_state_close(&m->st);
+}
+
 int sbx_monitor_main(const struct sbx_monitor_args *a)
 {
 	struct mon m = { 0 };
 	struct sbx_err err = { 0 };
+	int rc = 0;
 	m.listen = (struct src){ SRC_LISTEN, -1 };
 	m.agent_listen = (struct src){ SRC_AGENT_LISTEN, -1 };
 	m.agent = (struct src){ SRC_AGENT, -1 };
@@ -989,7 +1009,8 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		if (m.st.sessions_fd >= 0 && m.s.id[0])
 			destroy_files(&m);
 		report(a->ready_fd, &err);
-		return err.code ? err.code : SBX_EXIT_INTERNAL;
+		rc = err.code ? err.code : SBX_EXIT_INTERNAL;
+		goto out;
 	}
 	snprintf(m.s.state, sizeof m.s.state, "running");
 	m.s.ready_ns = sbx_now_ns();
@@ -999,7 +1020,8 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		sbx_vm_kill(&m.vm);
 		destroy_files(&m);
 		report(a->ready_fd, &err);
-		return err.code;
+		rc = err.code;
+		goto out;
 	}
 	report(a->ready_fd, NULL);
 	if (a->ready_fd >= 0) {
@@ -1023,7 +1045,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 				send(c->src.fd, b.data, b.len, MSG_NOSIGNAL);
 				sbx_buf_free(&b);
 			}
-		return 0;
+		goto out;
 	}
 	/* The VM ended on its own: keep the record and the output so the user
 	 * can see what happened; sbx-kill (or sbx-gc) reclaims the rest. */
@@ -1036,5 +1058,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	unlinkat(m.run_dfd, "monitor.sock", 0);
 	unlinkat(m.run_dfd, "agent.sock", 0);
 	unlinkat(m.run_dfd, "qmp.sock", 0);
-	return 0;
+out:
+	mon_free(&m);
+	return rc;
 }

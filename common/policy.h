@@ -1,0 +1,126 @@
+/* Session policy: a YAML file (sbx-policy(5)) compiled into plain structs.
+ * Launch code reads only struct sbx_policy, never the YAML, so what the
+ * file may say and what the host enforces meet in one place.  The loader
+ * fails closed: anything it does not understand is an error naming the
+ * file, line and column, code SBX_EXIT_INVALID. */
+#ifndef SBX_POLICY_H
+#define SBX_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "err.h"
+
+#define SBX_POLICY_FILE_MAX (1u << 20) /* bytes */
+#define SBX_POLICY_DEPTH_MAX 16        /* nested collections */
+#define SBX_POLICY_ALLOW_MAX 128
+#define SBX_POLICY_PORTS_MAX 16
+#define SBX_POLICY_REGISTRIES_MAX 16
+#define SBX_POLICY_PATHS_MAX 32
+#define SBX_POLICY_SECRETS_MAX 32
+#define SBX_POLICY_PATH_LEN 256   /* with the NUL */
+#define SBX_POLICY_DOMAIN_LEN 254 /* 253 and the NUL */
+#define SBX_POLICY_URL_LEN 512
+#define SBX_POLICY_NAME_LEN 64
+
+enum sbx_egress { SBX_EGRESS_NONE, SBX_EGRESS_ALLOWLIST };
+enum sbx_pkg_mode { SBX_PKG_OFFLINE, SBX_PKG_ALLOWLIST };
+enum sbx_registry_type { SBX_REG_PYPI, SBX_REG_NPM };
+
+struct sbx_policy_rule {
+	/* Either a domain ("pypi.org", or "*.example.com" for any name below
+	 * example.com, lowercased) or an address block (family AF_INET or
+	 * AF_INET6, host bits zero); domain[0] == 0 means the latter. */
+	char domain[SBX_POLICY_DOMAIN_LEN];
+	int family;
+	uint8_t addr[16];
+	unsigned prefix;
+	uint16_t ports[SBX_POLICY_PORTS_MAX];
+	unsigned nports;
+};
+
+struct sbx_policy_registry {
+	enum sbx_registry_type type;
+	char url[SBX_POLICY_URL_LEN];
+};
+
+struct sbx_policy_secret {
+	char name[SBX_POLICY_NAME_LEN];
+	/* Exactly one is non-empty: a host environment variable, or an
+	 * absolute host path.  The policy names sources; it never holds values. */
+	char from_env[128];
+	char from_file[SBX_POLICY_PATH_LEN];
+};
+
+struct sbx_policy_paths {
+	char path[SBX_POLICY_PATHS_MAX][SBX_POLICY_PATH_LEN];
+	unsigned n;
+};
+
+/* Sizes are bytes, durations milliseconds; 0 means "none" where
+ * sbx-policy(5) says so. */
+struct sbx_policy {
+	char source[SBX_POLICY_PATH_LEN]; /* the file loaded, "" for defaults */
+	struct {
+		unsigned vcpus;
+		uint64_t memory; /* a whole number of MiB */
+		uint64_t disk;
+		unsigned cpu_limit_milli; /* host CPUs x 1000; 0: same as vcpus */
+		unsigned pids_per_exec, pids_per_session;
+		uint64_t exec_memory;
+		uint64_t exec_timeout_default_ms, exec_timeout_max_ms;
+		uint64_t ttl_ms;
+		uint64_t output_cap;
+		bool require_kvm;
+	} resources;
+	struct {
+		enum sbx_egress egress;
+		struct sbx_policy_rule allow[SBX_POLICY_ALLOW_MAX];
+		unsigned nallow;
+		bool dns;
+		unsigned max_connections;
+		uint64_t max_bytes;
+	} network;
+	struct {
+		enum sbx_pkg_mode mode;
+		struct sbx_policy_registry registries[SBX_POLICY_REGISTRIES_MAX];
+		unsigned nregistries;
+		uint64_t max_download;
+		bool require_hashes;
+	} packages;
+	struct {
+		struct sbx_policy_paths writable, exportable;
+		uint64_t max_transfer, max_session_transfer;
+	} files;
+	struct sbx_policy_secret secrets[SBX_POLICY_SECRETS_MAX];
+	unsigned nsecrets;
+};
+
+void sbx_policy_defaults(struct sbx_policy *p);
+/* Defaults, then the file at path (symlinks followed; it must be a regular
+ * file of at most SBX_POLICY_FILE_MAX bytes). */
+int sbx_policy_load(const char *path, struct sbx_policy *p, struct sbx_err *err);
+/* Parse buf (n bytes, name used in messages) over whatever p holds; callers
+ * wanting a clean slate call sbx_policy_defaults first.  On error p is
+ * partly updated and should not be used. */
+int sbx_policy_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_policy *p, struct sbx_err *err);
+/* Set one scalar key ("resources.disk") from text, with the same syntax and
+ * range as in the file; for command-line overrides.  Errors are
+ * SBX_EXIT_USAGE and the message names only the value. */
+int sbx_policy_set(struct sbx_policy *p, const char *key, const char *value, struct sbx_err *err);
+/* Host CPUs the VMM may use, x 1000, with "same as vcpus" resolved. */
+unsigned sbx_policy_cpu_limit_milli(const struct sbx_policy *p);
+/* The effective policy as JSON (sizes in bytes, durations in ms); NULL when
+ * out of memory. */
+json_t *sbx_policy_json(const struct sbx_policy *p);
+
+/* "512M", "2GiB", "1048576": binary multiples only (K = 1024).  -1 with
+ * errno EINVAL (syntax) or ERANGE (overflow). */
+int sbx_parse_size(const char *s, uint64_t *out);
+/* "500ms", "90s", "5m", "1h", "2d"; a bare number is seconds. */
+int sbx_parse_duration_ms(const char *s, uint64_t *out);
+
+#endif
