@@ -7,43 +7,99 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "policy.h"
 #include "session.h"
 
 static void usage(FILE *f)
 {
-	fputs("usage: sbx-create [-q] [--json] [--id ID] [-t TEMPLATE[@VERSION]] [--cpus N] [--memory MiB]\n", f);
+	fputs("usage: sbx-create [-q] [--json] [--dry-run] [-p POLICY] [--id ID] [-t TEMPLATE[@VERSION]]\n"
+	      "                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION]\n",
+	      f);
+}
+
+struct overrides {
+	unsigned vcpus, memory_mib; /* 0: not given */
+	const char *disk, *ttl;
+};
+
+static int apply(const struct overrides *ov, struct sbx_policy *p, struct sbx_err *err)
+{
+	if (ov->vcpus)
+		p->resources.vcpus = ov->vcpus;
+	if (ov->memory_mib)
+		p->resources.memory = (uint64_t)ov->memory_mib << 20;
+	if (ov->disk && sbx_policy_set(p, "resources.disk", ov->disk, err) < 0)
+		return sbx_err_wrap(err, "--disk");
+	if (ov->ttl && sbx_policy_set(p, "resources.ttl", ov->ttl, err) < 0)
+		return sbx_err_wrap(err, "--ttl");
+	return 0;
+}
+
+/* Defaults, then the file, then the command line.  The overrides are tried
+ * on the defaults first so a bad one is a usage error (2) whatever the file
+ * holds. */
+static int effective_policy(const char *file, const struct overrides *ov, struct sbx_policy *p, struct sbx_err *err)
+{
+	sbx_policy_defaults(p);
+	if (apply(ov, p, err) < 0)
+		return -1;
+	if (file && (sbx_policy_load(file, p, err) < 0 || apply(ov, p, err) < 0))
+		return -1;
+	return 0;
+}
+
+static int print_policy(const struct sbx_policy *p, int json)
+{
+	json_t *j = sbx_policy_json(p);
+	if (!j)
+		return sbx_cli_fail("sbx-create", SBX_EXIT_INTERNAL, json, "cannot format the policy: out of memory");
+	json_dumpf(j, stdout, (json ? JSON_COMPACT : JSON_INDENT(2)) | JSON_REAL_PRECISION(6));
+	putchar('\n');
+	json_decref(j);
+	return fflush(stdout) == 0 ? 0 : SBX_EXIT_INTERNAL;
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "cpus", required_argument, NULL, 'c' },
+		{ "disk", required_argument, NULL, 'D' },
+		{ "dry-run", no_argument, NULL, 'n' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "id", required_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "memory", required_argument, NULL, 'm' },
+		{ "policy", required_argument, NULL, 'p' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "template", required_argument, NULL, 't' },
+		{ "ttl", required_argument, NULL, 'T' },
 		{ NULL, 0, NULL, 0 },
 	};
+	static struct sbx_policy pol; /* ~100 KiB of fixed arrays */
 	struct sbx_create_opts o = { 0 };
+	struct overrides ov = { 0 };
 	struct sbx_err err = { 0 };
-	int json = 0, quiet = 0, c;
-	while ((c = getopt_long(argc, argv, "hqt:", opts, NULL)) != -1) {
+	const char *policy = NULL;
+	int json = 0, quiet = 0, dry_run = 0, c;
+	while ((c = getopt_long(argc, argv, "hp:qt:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
-			if (sbx_cli_uint(optarg, 1, 64, &o.vcpus) < 0)
+			if (sbx_cli_uint(optarg, 1, 64, &ov.vcpus) < 0)
 				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "--cpus must be 1..64");
 			break;
+		case 'D': ov.disk = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case 'i': o.id = optarg; break;
 		case 'j': json = 1; break;
 		case 'm':
-			if (sbx_cli_uint(optarg, 64, 1 << 20, &o.memory_mib) < 0)
+			if (sbx_cli_uint(optarg, 64, 1 << 20, &ov.memory_mib) < 0)
 				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "--memory must be 64..1048576 MiB");
 			break;
+		case 'n': dry_run = 1; break;
+		case 'p': policy = optarg; break;
 		case 'q': quiet = 1; break;
 		case 't': o.tmpl = optarg; break;
+		case 'T': ov.ttl = optarg; break;
 		default: usage(stderr); return SBX_EXIT_USAGE;
 		}
 	}
@@ -51,6 +107,15 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return SBX_EXIT_USAGE;
 	}
+	if (effective_policy(policy, &ov, &pol, &err) < 0) {
+		sbx_err_print("sbx-create", &err, json);
+		return err.code;
+	}
+	if (dry_run)
+		return print_policy(&pol, json);
+	o.vcpus = pol.resources.vcpus;
+	o.memory_mib = (unsigned)(pol.resources.memory >> 20);
+	o.policy = &pol;
 	struct sbx_state st;
 	struct sbx_session s;
 	int existed;

@@ -14,12 +14,15 @@
 
 #include "cli.h"
 #include "exec_client.h"
+#include "execrec.h"
 
 #define EXEC_FAILED 125
 
 static const char usage_text[] =
 	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json]\n"
-	"                SESSION [--] COMMAND [ARG]...\n";
+	"                SESSION [--] COMMAND [ARG]...\n"
+	"       sbx-exec --wait EXEC [--timeout DURATION] [--json] SESSION\n"
+	"       sbx-exec --output EXEC SESSION\n";
 
 static struct termios saved_tio;
 static int tio_saved;
@@ -99,6 +102,35 @@ static void print_json(const char *session, const struct sbx_exec_result *r)
 	json_decref(o);
 }
 
+/* --wait and --output: about an exec that ran (or runs) detached. */
+static int wait_or_output(const char *session, const char *wait_exec, const char *output_exec, unsigned timeout_ms,
+			  int json)
+{
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	json_t *r = NULL;
+	if (sbx_state_open(&st, &err) < 0)
+		goto fail;
+	if (output_exec) {
+		if (sbx_exec_output(&st, session, output_exec, 1, 2, &err) < 0)
+			goto fail;
+		return 0;
+	}
+	if (sbx_exec_wait(&st, session, wait_exec, timeout_ms, &r, &err) < 0)
+		goto fail;
+	if (json) {
+		json_dumpf(r, stdout, JSON_COMPACT);
+		putchar('\n');
+	}
+	int status = sbx_exec_result_status(r);
+	json_decref(r);
+	return status;
+fail:
+	sbx_err_print("sbx-exec", &err, json);
+	return err.code == SBX_EXIT_USAGE || err.code == SBX_EXIT_INVALID || err.code == SBX_EXIT_NOENT ? err.code
+												   : EXEC_FAILED;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -107,14 +139,17 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "interactive", no_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "output", required_argument, NULL, 'O' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "tty", no_argument, NULL, 't' },
 		{ "user", required_argument, NULL, 'u' },
+		{ "wait", required_argument, NULL, 'W' },
 		{ "workdir", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct sbx_exec_opts o = { .in_fd = -1, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
 	int json = 0, interactive = 0, tty = 0, c;
+	const char *wait_exec = NULL, *output_exec = NULL;
 	long long ms;
 	while ((c = getopt_long(argc, argv, "+de:hijtu:w:", opts, NULL)) != -1) {
 		switch (c) {
@@ -145,8 +180,17 @@ int main(int argc, char **argv)
 						    "--user takes root, user or a numeric uid, not '%s'", optarg);
 			break;
 		case 'w': o.req.cwd = strdup(optarg); break;
+		case 'W': wait_exec = optarg; break;
+		case 'O': output_exec = optarg; break;
 		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
 		}
+	}
+	if (wait_exec || output_exec) {
+		if (argc - optind != 1 || (wait_exec && output_exec)) {
+			fputs(usage_text, stderr);
+			return SBX_EXIT_USAGE;
+		}
+		return wait_or_output(argv[optind], wait_exec, output_exec, o.req.timeout_ms, json);
 	}
 	if (argc - optind < 2) {
 		fputs(usage_text, stderr);

@@ -5,23 +5,45 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "execrec.h"
 #include "session.h"
+
+/* --exec EXEC SESSION: end one exec's whole process tree. */
+static int kill_exec(int argc, char **argv, const char *exec, int json)
+{
+	if (argc != 1) {
+		fputs("usage: sbx-kill --exec EXEC SESSION\n", stderr);
+		return SBX_EXIT_USAGE;
+	}
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	if (sbx_state_open(&st, &err) < 0 || sbx_exec_kill(&st, argv[0], exec, &err) < 0) {
+		sbx_err_print("sbx-kill", &err, json);
+		return err.code;
+	}
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "exec", required_argument, NULL, 'x' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int json = 0, c;
+	const char *exec = NULL;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
+		case 'x': exec = optarg; break;
 		case 'h': puts("usage: sbx-kill [--json] SESSION..."); return 0;
 		case 'j': json = 1; break;
 		default: fputs("usage: sbx-kill [--json] SESSION...\n", stderr); return SBX_EXIT_USAGE;
 		}
 	}
+	if (exec)
+		return kill_exec(argc - optind, argv + optind, exec, json);
 	size_t n;
 	char **ids = sbx_cli_ids(argc - optind, argv + optind, &n);
 	if (!ids || (n == 0 && isatty(0))) {

@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "execrec.h"
 #include "session.h"
 #include "util.h"
 
@@ -59,9 +60,55 @@ static void print_text(json_t *o)
 	putchar('\n');
 }
 
+static const char *const xcols[] = { "exec", "state", "status", "reason", "wall_s", "started" };
+
+/* --execs SESSION: the session's execs, oldest first. */
+static int list_execs(struct sbx_state *st, const char *session, int json, int quiet, int headers)
+{
+	json_t *arr;
+	struct sbx_err err = { 0 };
+	if (sbx_exec_list(st, session, &arr, &err) < 0) {
+		sbx_err_print("sbx-ps", &err, json);
+		return err.code;
+	}
+	if (json) {
+		json_dumpf(arr, stdout, JSON_INDENT(2));
+		putchar('\n');
+	} else {
+		if (headers && !quiet)
+			puts("EXEC\tSTATE\tSTATUS\tREASON\tWALL_S\tSTARTED\tCOMMAND");
+		size_t k;
+		json_t *o;
+		json_array_foreach(arr, k, o) {
+			if (quiet) {
+				puts(json_string_value(json_object_get(o, "exec")));
+				continue;
+			}
+			for (size_t i = 0; i < SBX_ARRAY_LEN(xcols); i++) {
+				json_t *v = json_object_get(o, xcols[i]);
+				if (json_is_integer(v))
+					printf("%lld\t", (long long)json_integer_value(v));
+				else if (json_is_real(v))
+					printf("%.3f\t", json_real_value(v));
+				else
+					printf("%s\t", json_is_string(v) ? json_string_value(v) : "-");
+			}
+			json_t *argv = json_object_get(json_object_get(o, "request"), "argv"), *a;
+			size_t j;
+			json_array_foreach(argv, j, a) printf("%s%s", j ? " " : "", json_string_value(a));
+			if (!json_array_size(argv))
+				putchar('-');
+			putchar('\n');
+		}
+	}
+	json_decref(arr);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "execs", required_argument, NULL, 'x' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-headers", no_argument, NULL, 'H' },
@@ -70,7 +117,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	int json = 0, quiet = 0, headers = 1, c;
-	const char *want = NULL;
+	const char *want = NULL, *execs_of = NULL;
 	while ((c = getopt_long(argc, argv, "Hhq", opts, NULL)) != -1) {
 		switch (c) {
 		case 'H': headers = 0; break;
@@ -78,6 +125,7 @@ int main(int argc, char **argv)
 		case 'j': json = 1; break;
 		case 'q': quiet = 1; break;
 		case 's': want = optarg; break;
+		case 'x': execs_of = optarg; break;
 		default: fputs("usage: sbx-ps [-q] [--json] [--no-headers] [--state=STATE] [SESSION...]\n", stderr); return 2;
 		}
 	}
@@ -87,6 +135,8 @@ int main(int argc, char **argv)
 		sbx_err_print("sbx-ps", &err, json);
 		return err.code;
 	}
+	if (execs_of)
+		return list_execs(&st, execs_of, json, quiet, headers);
 	char **ids;
 	size_t n;
 	int named = optind < argc;

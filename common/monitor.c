@@ -77,7 +77,7 @@ struct mon {
 	struct sbx_buf ain, aout;
 	size_t aout_off;
 	int agent_want_out;
-	int ready, stopping, vm_dead;
+	int ready, stopping, vm_dead, expired;
 	uint32_t next_exec, next_ping;
 	struct exec *execs;
 	struct client *clients;
@@ -297,6 +297,17 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, "the guest agent is gone");
 	if (sbx_exec_req_decode(f->payload, f->len, &r, &why) < 0)
 		return client_error(m, c, f->stream, SBX_EXIT_INVALID, why);
+	const struct sbx_limits *lim = &m->s.limits;
+	if (!r.timeout_ms && lim->exec_timeout_default_ms)
+		r.timeout_ms = (uint32_t)(lim->exec_timeout_default_ms > UINT32_MAX ? UINT32_MAX
+										      : lim->exec_timeout_default_ms);
+	if (lim->exec_timeout_max_ms && (!r.timeout_ms || r.timeout_ms > lim->exec_timeout_max_ms)) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "the exec timeout %s the policy's maximum of %llu ms (resources.exec_timeout.max)",
+			 r.timeout_ms ? "exceeds" : "must be set within", (unsigned long long)lim->exec_timeout_max_ms);
+		sbx_exec_req_free(&r);
+		return client_error(m, c, f->stream, SBX_EXIT_INVALID, msg);
+	}
 	struct exec *ex = calloc(1, sizeof *ex);
 	if (!ex) {
 		sbx_exec_req_free(&r);
@@ -323,6 +334,14 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 	ex->credit = SBX_STDIN_WINDOW;
 	ex->flags = r.flags;
 	ex->req = req_json(&r);
+	/* What is running, for sbx-ps --execs, before any result exists. */
+	char *rq = json_dumps(ex->req, JSON_COMPACT);
+	int rfd = rq ? openat(ex->dfd, "request.json", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+	if (rfd >= 0) {
+		sbx_write_all(rfd, rq, strlen(rq));
+		close(rfd);
+	}
+	free(rq);
 	int detach = r.flags & SBX_EXEC_DETACH;
 	r.flags &= ~(uint32_t)SBX_EXEC_DETACH;
 	if (detach)
@@ -599,6 +618,19 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 	default:
 		break;
 	}
+	if (!c->ex && f->type == SBX_F_KILL) {
+		/* sbx-kill --exec: end an exec some other client started. */
+		struct exec *ex = f->stream ? exec_find(m, f->stream) : NULL;
+		if (!ex || ex->done)
+			return client_error(m, c, f->stream, SBX_EXIT_NOENT, "no such running exec");
+		sbx_frame_raw(&m->aout, SBX_F_KILL, ex->n, NULL, 0);
+		agent_flush(m);
+		struct sbx_buf b = { 0 };
+		sbx_frame_raw(&b, SBX_F_KILL, ex->n, NULL, 0);
+		client_send(m, c, &b);
+		sbx_buf_free(&b);
+		return;
+	}
 	if (!c->ex)
 		return;
 	switch (f->type) {
@@ -834,8 +866,8 @@ static int loop_once(struct mon *m, int timeout_ms)
 			break;
 		case SRC_TIMER: {
 			uint64_t x;
-			if (read(s->fd, &x, sizeof x) < 0) { /* nothing */
-			}
+			if (read(s->fd, &x, sizeof x) == sizeof x && m->ready)
+				m->expired = 1; /* the session TTL */
 			break;
 		}
 		}
@@ -961,6 +993,22 @@ static int setup(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err
 	return 0;
 }
 
+/* The TTL counts from creation, on the wall clock, so it also holds across
+ * a suspended host. */
+static int arm_ttl(struct mon *m)
+{
+	m->timer.fd = timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (m->timer.fd < 0)
+		return -1;
+	uint64_t at = m->s.created_ns + m->s.limits.ttl_ms * 1000000u;
+	struct itimerspec its = { .it_value = { .tv_sec = (time_t)(at / 1000000000u),
+						.tv_nsec = (long)(at % 1000000000u) } };
+	if (timerfd_settime(m->timer.fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
+		return -1;
+	ep_mod(m, &m->timer, EPOLLIN, EPOLL_CTL_ADD);
+	return 0;
+}
+
 /* Release everything: a clean exit lets the sanitizers see real leaks. */
 static void mon_free(struct mon *m)
 {
@@ -994,9 +1042,6 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.readyp = (struct src){ SRC_READY, a->ready_fd };
 	m.vm.pidfd = -1;
 	m.output_cap = DEFAULT_OUTPUT_CAP;
-	const char *cap = getenv("SBX_OUTPUT_CAP");
-	if (cap && strtoull(cap, NULL, 10) > 0)
-		m.output_cap = strtoull(cap, NULL, 10);
 
 	/* Inherited without O_CLOEXEC so they survive our exec; the VMM must
 	 * not hold the session lock or the readiness pipe. */
@@ -1014,6 +1059,19 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	}
 	snprintf(m.s.state, sizeof m.s.state, "running");
 	m.s.ready_ns = sbx_now_ns();
+	if (m.s.limits.output_cap)
+		m.output_cap = m.s.limits.output_cap;
+	const char *cap = getenv("SBX_OUTPUT_CAP");
+	if (cap && strtoull(cap, NULL, 10) > 0)
+		m.output_cap = strtoull(cap, NULL, 10);
+	if (m.s.limits.ttl_ms && arm_ttl(&m) < 0) {
+		sbx_err_set(&err, SBX_EXIT_INTERNAL, errno, "cannot arm the session TTL");
+		sbx_vm_kill(&m.vm);
+		destroy_files(&m);
+		report(a->ready_fd, &err);
+		rc = err.code;
+		goto out;
+	}
 	m.s.vmm_pid = m.vm.pid;
 	m.s.vmm_start = m.vm.start_time;
 	if (sbx_record_save(&m.st, &m.s, &err) < 0) {
@@ -1029,9 +1087,26 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		close(a->ready_fd);
 	}
 
-	while (!m.stopping && !m.vm_dead)
+	while (!m.stopping && !m.vm_dead && !m.expired)
 		if (loop_once(&m, -1) < 0)
 			break;
+
+	if (m.expired && !m.stopping && !m.vm_dead) {
+		/* TTL: the VM goes, the record and the output stay so the user
+		 * sees what happened; sbx-kill (or sbx-gc) removes them. */
+		sbx_vm_kill(&m.vm);
+		while (m.execs)
+			exec_abort(&m, m.execs, SBX_R_KILLED);
+		snprintf(m.s.state, sizeof m.s.state, "expired");
+		snprintf(m.s.end_reason, sizeof m.s.end_reason, "ttl of %llu s expired",
+			 (unsigned long long)(m.s.limits.ttl_ms / 1000));
+		m.s.ended_ns = sbx_now_ns();
+		sbx_record_save(&m.st, &m.s, NULL);
+		unlinkat(m.run_dfd, "monitor.sock", 0);
+		unlinkat(m.run_dfd, "agent.sock", 0);
+		unlinkat(m.run_dfd, "qmp.sock", 0);
+		goto out;
+	}
 
 	if (m.stopping) {
 		sbx_vm_kill(&m.vm);

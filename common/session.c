@@ -77,6 +77,16 @@ int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s,
 	s->vcpus = (unsigned)get_u64(o, "vcpus");
 	s->memory_mib = (unsigned)get_u64(o, "memory_mib");
 	s->boot_ms = get_u64(o, "boot_ms");
+	json_t *lo = json_object_get(o, "limits");
+	s->limits.ttl_ms = get_u64(lo, "ttl_ms");
+	s->limits.exec_timeout_default_ms = get_u64(lo, "exec_timeout_default_ms");
+	s->limits.exec_timeout_max_ms = get_u64(lo, "exec_timeout_max_ms");
+	s->limits.output_cap = get_u64(lo, "output_cap");
+	s->limits.exec_memory = get_u64(lo, "exec_memory");
+	s->limits.disk_bytes = get_u64(lo, "disk_bytes");
+	s->limits.pids_per_exec = (unsigned)get_u64(lo, "pids_per_exec");
+	s->limits.pids_per_session = (unsigned)get_u64(lo, "pids_per_session");
+	s->limits.cpu_milli = (unsigned)get_u64(lo, "cpu_milli");
 	json_t *mo = json_object_get(o, "monitor"), *vo = json_object_get(o, "vmm_process");
 	s->monitor_pid = (int)get_u64(mo, "pid");
 	s->monitor_start = get_u64(mo, "start_time");
@@ -105,6 +115,14 @@ int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sb
 			      "end_reason", s->end_reason, "boot_ms", (json_int_t)s->boot_ms);
 	if (!o)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot encode the record of %s", s->id);
+	const struct sbx_limits *l = &s->limits;
+	json_object_set_new(o, "limits",
+			    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i}", "ttl_ms", (json_int_t)l->ttl_ms,
+				      "exec_timeout_default_ms", (json_int_t)l->exec_timeout_default_ms,
+				      "exec_timeout_max_ms", (json_int_t)l->exec_timeout_max_ms, "output_cap",
+				      (json_int_t)l->output_cap, "exec_memory", (json_int_t)l->exec_memory,
+				      "disk_bytes", (json_int_t)l->disk_bytes, "pids_per_exec", (int)l->pids_per_exec,
+				      "pids_per_session", (int)l->pids_per_session, "cpu_milli", (int)l->cpu_milli));
 	char *txt = json_dumps(o, JSON_INDENT(2));
 	json_decref(o);
 	if (!txt)

@@ -10,6 +10,8 @@
 
 #define SBX_RECORD_SCHEMA 1
 
+struct sbx_policy;
+
 struct sbx_session {
 	char id[SBX_ID_MAX + 1];
 	char state[16];     /* creating running crashed stopped */
@@ -26,6 +28,16 @@ struct sbx_session {
 	char end_reason[64]; /* why the VM ended, when it did */
 	unsigned execs;
 	uint64_t boot_ms;   /* launch -> agent hello */
+	struct sbx_limits {  /* compiled from the policy at create; the monitor enforces */
+		uint64_t ttl_ms;                 /* 0: none */
+		uint64_t exec_timeout_default_ms; /* 0: none */
+		uint64_t exec_timeout_max_ms;     /* 0: none */
+		uint64_t output_cap;             /* bytes kept per exec and stream */
+		uint64_t exec_memory;            /* memory.max per exec, 0: the VM's */
+		uint64_t disk_bytes;             /* writable space */
+		unsigned pids_per_exec, pids_per_session;
+		unsigned cpu_milli;              /* host CPU cap for the VMM, 1000 = one CPU */
+	} limits;
 };
 
 struct sbx_create_opts {
@@ -33,6 +45,7 @@ struct sbx_create_opts {
 	const char *tmpl;     /* NAME or NAME@VERSION, default "default" */
 	unsigned vcpus, memory_mib;
 	unsigned boot_timeout_s;
+	const struct sbx_policy *policy; /* effective policy (policy.h); NULL: defaults */
 };
 
 int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err);

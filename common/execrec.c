@@ -1,0 +1,221 @@
+#include "execrec.h"
+#include "proto.h"
+#include "session.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+
+int sbx_exec_id_check(const char *id, struct sbx_err *err)
+{
+	size_t n = strlen(id);
+	if (n < 2 || n > 10 || id[0] != 'e' || strspn(id + 1, "0123456789") != n - 1 || id[1] == '0')
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid exec ID '%.40s': expected e1, e2, ...", id);
+	return 0;
+}
+
+static int open_execs(struct sbx_state *st, const char *session, struct sbx_err *err)
+{
+	if (sbx_id_check(session, "session", err) < 0)
+		return -1;
+	_cleanup_close_ int dfd = openat(st->sessions_fd, session, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", session);
+	int x = openat(dfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (x < 0 && errno == ENOENT) {
+		mkdirat(dfd, "execs", 0700);
+		x = openat(dfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	}
+	if (x < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the execs of %s", session);
+	return x;
+}
+
+static int open_exec(struct sbx_state *st, const char *session, const char *exec, struct sbx_err *err)
+{
+	if (sbx_exec_id_check(exec, err) < 0)
+		return -1;
+	_cleanup_close_ int x = open_execs(st, session, err);
+	if (x < 0)
+		return -1;
+	int e = openat(x, exec, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (e < 0)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such exec: %s in session %s", exec, session);
+	return e;
+}
+
+static json_t *load_result(int efd)
+{
+	_cleanup_free_ char *txt = sbx_read_small_at(efd, "result.json", 1 << 20, NULL);
+	return txt ? json_loads(txt, 0, NULL) : NULL;
+}
+
+static int cmp_exec(const void *a, const void *b)
+{
+	return atoi(*(char *const *)a + 1) - atoi(*(char *const *)b + 1);
+}
+
+int sbx_exec_list(struct sbx_state *st, const char *session, json_t **out, struct sbx_err *err)
+{
+	_cleanup_close_ int x = open_execs(st, session, err);
+	if (x < 0)
+		return -1;
+	struct sbx_session s;
+	int live = sbx_record_load(st, session, &s, NULL) == 0 && !strcmp(sbx_session_live_state(st, &s), "running");
+	DIR *d = fdopendir(dup(x));
+	if (!d)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list execs");
+	char *names[4096];
+	size_t n = 0;
+	for (struct dirent *de; (de = readdir(d)) && n < SBX_ARRAY_LEN(names);)
+		if (sbx_exec_id_check(de->d_name, NULL) == 0)
+			names[n++] = strdup(de->d_name);
+	closedir(d);
+	qsort(names, n, sizeof *names, cmp_exec);
+	json_t *arr = json_array();
+	for (size_t i = 0; i < n; i++) {
+		int efd = openat(x, names[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		json_t *r = efd >= 0 ? load_result(efd) : NULL;
+		if (efd >= 0)
+			close(efd);
+		if (r) {
+			json_object_set_new(r, "state", json_string("ended"));
+		} else {
+			r = json_pack("{s:s, s:s}", "exec", names[i], "state", live ? "running" : "lost");
+			int e2 = openat(x, names[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			_cleanup_free_ char *rq = e2 >= 0 ? sbx_read_small_at(e2, "request.json", 1 << 20, NULL) : NULL;
+			if (e2 >= 0)
+				close(e2);
+			json_t *req = rq ? json_loads(rq, 0, NULL) : NULL;
+			if (req)
+				json_object_set_new(r, "request", req);
+		}
+		json_array_append_new(arr, r);
+		free(names[i]);
+	}
+	*out = arr;
+	return 0;
+}
+
+int sbx_exec_result_status(json_t *r)
+{
+	const char *reason = json_string_value(json_object_get(r, "reason"));
+	if (reason && !strcmp(reason, "timeout"))
+		return 124;
+	if (reason && !strcmp(reason, "session-lost"))
+		return 125;
+	return (int)json_integer_value(json_object_get(r, "status"));
+}
+
+int sbx_exec_wait(struct sbx_state *st, const char *session, const char *exec, unsigned timeout_ms, json_t **result,
+		  struct sbx_err *err)
+{
+	_cleanup_close_ int efd = open_exec(st, session, exec, err);
+	if (efd < 0)
+		return -1;
+	/* inotify on the exec's directory wakes us when result.json is
+	 * renamed in; the session's lock tells us when nobody will write it. */
+	_cleanup_close_ int in = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/fd/%d", efd);
+	if (in >= 0)
+		inotify_add_watch(in, path, IN_MOVED_TO | IN_CREATE);
+	uint64_t deadline = timeout_ms ? sbx_mono_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+	for (;;) {
+		json_t *r = load_result(efd);
+		if (r) {
+			*result = r;
+			return 0;
+		}
+		struct sbx_session s;
+		if (sbx_record_load(st, session, &s, NULL) < 0 ||
+		    strcmp(sbx_session_live_state(st, &s), "running")) {
+			if ((r = load_result(efd))) { /* written just before the end */
+				*result = r;
+				return 0;
+			}
+			*result = json_pack("{s:i, s:s, s:s, s:i, s:s}", "schema", 1, "exec", exec, "session", session,
+					    "status", 255, "reason", "session-lost");
+			return 0;
+		}
+		if (deadline && sbx_mono_ns() >= deadline)
+			return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "exec %s is still running", exec);
+		struct pollfd p = { .fd = in, .events = POLLIN };
+		poll(&p, 1, 500);
+		char buf[4096];
+		while (in >= 0 && read(in, buf, sizeof buf) > 0)
+			;
+	}
+}
+
+static int copy_file(int dfd, const char *name, int out)
+{
+	if (out < 0)
+		return 0;
+	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -1;
+	char buf[65536];
+	ssize_t r;
+	while ((r = read(fd, buf, sizeof buf)) > 0)
+		if (sbx_write_all(out, buf, (size_t)r) < 0)
+			return -1;
+	return r < 0 ? -1 : 0;
+}
+
+int sbx_exec_output(struct sbx_state *st, const char *session, const char *exec, int out_fd, int err_fd,
+		    struct sbx_err *err)
+{
+	_cleanup_close_ int efd = open_exec(st, session, exec, err);
+	if (efd < 0)
+		return -1;
+	if (copy_file(efd, "stdout", out_fd) < 0 || copy_file(efd, "stderr", err_fd) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot copy the output of %s", exec);
+	return 0;
+}
+
+int sbx_exec_kill(struct sbx_state *st, const char *session, const char *exec, struct sbx_err *err)
+{
+	if (sbx_id_check(session, "session", err) < 0 || sbx_exec_id_check(exec, err) < 0)
+		return -1;
+	_cleanup_close_ int fd = sbx_monitor_connect(st, session, err);
+	if (fd < 0)
+		return -1;
+	uint8_t h[SBX_FRAME_HDR];
+	sbx_frame_hdr_put(h, SBX_F_KILL, (uint32_t)atoi(exec + 1), 0);
+	if (sbx_write_all(fd, h, sizeof h) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot reach the monitor of %s", session);
+	/* The monitor greets with HELLO, then answers KILL (done) or ERROR. */
+	struct sbx_buf in = { 0 };
+	int rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "no answer from the monitor of %s", session);
+	for (;;) {
+		uint8_t tmp[4096];
+		ssize_t r = read(fd, tmp, sizeof tmp);
+		if (r <= 0)
+			break;
+		sbx_buf_put(&in, tmp, (size_t)r);
+		struct sbx_frame f;
+		size_t off = 0, done = 0;
+		while (!done && in.len - off >= SBX_FRAME_HDR && sbx_frame_hdr_get(in.data + off, &f, 1 << 16) == 0 &&
+		       in.len - off - SBX_FRAME_HDR >= f.len) {
+			if (f.type == SBX_F_KILL) {
+				rc = 0;
+				done = 1;
+			} else if (f.type == SBX_F_ERROR) {
+				rc = sbx_err_set(err, SBX_EXIT_NOENT, 0, "no running exec %s in session %s", exec, session);
+				done = 1;
+			}
+			off += SBX_FRAME_HDR + f.len;
+		}
+		if (done)
+			break;
+	}
+	sbx_buf_free(&in);
+	return rc;
+}

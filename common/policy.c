@@ -1,0 +1,1377 @@
+/* The policy loader.  It walks libyaml's event stream against a fixed
+ * schema instead of building a document tree, so hostile input is refused
+ * at the first event that does not fit: an alias never gets expanded, and
+ * nesting deeper than the schema is a type error before libyaml has read
+ * far.  Everything it does not understand is an error (sbx-policy(5)). */
+#include "policy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#include "util.h"
+
+#define KIB 1024ull
+#define MIB (KIB * 1024)
+#define GIB (MIB * 1024)
+#define TIB (GIB * 1024)
+#define SEC 1000ull
+#define MINUTE (60 * SEC)
+#define HOUR (60 * MINUTE)
+#define DAY (24 * HOUR)
+
+/* Longest scalar the schema can use (a URL); longer ones are refused
+ * before any copying or quoting in messages. */
+#define SCALAR_MAX 1024
+
+/* ---- Numbers ---- */
+
+/* Decimal digits only: no sign, no "0x", no "1_000", and no leading zero,
+ * which YAML 1.1 reads as octal.  Rejecting what YAML versions disagree on
+ * keeps one meaning per file. */
+static int parse_digits(const char **sp, uint64_t *out)
+{
+	const char *s = *sp;
+	uint64_t v = 0;
+	if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] >= '0' && s[1] <= '9'))
+		return errno = EINVAL, -1;
+	for (; *s >= '0' && *s <= '9'; s++) {
+		unsigned d = (unsigned)(*s - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			return errno = ERANGE, -1;
+		v = v * 10 + d;
+	}
+	*sp = s;
+	*out = v;
+	return 0;
+}
+
+static int parse_uint(const char *s, uint64_t *out)
+{
+	if (parse_digits(&s, out) < 0)
+		return -1;
+	return *s ? (errno = EINVAL, -1) : 0;
+}
+
+int sbx_parse_size(const char *s, uint64_t *out)
+{
+	uint64_t v, mult = 1;
+	if (parse_digits(&s, &v) < 0)
+		return -1;
+	/* Binary multiples whatever the spelling: "2GB" meaning 2*10^9 next to
+	 * "2G" meaning 2*2^30 would be a trap in a limits file. */
+	switch (*s) {
+	case 'K': case 'k': mult = KIB; break;
+	case 'M': case 'm': mult = MIB; break;
+	case 'G': case 'g': mult = GIB; break;
+	case 'T': case 't': mult = TIB; break;
+	}
+	if (mult > 1 && *++s == 'i')
+		s++;
+	if (*s == 'B')
+		s++;
+	if (*s)
+		return errno = EINVAL, -1;
+	if (v > UINT64_MAX / mult)
+		return errno = ERANGE, -1;
+	*out = v * mult;
+	return 0;
+}
+
+int sbx_parse_duration_ms(const char *s, uint64_t *out)
+{
+	uint64_t v, mult;
+	if (parse_digits(&s, &v) < 0)
+		return -1;
+	if (!*s || !strcmp(s, "s"))
+		mult = SEC;
+	else if (!strcmp(s, "ms"))
+		mult = 1;
+	else if (!strcmp(s, "m"))
+		mult = MINUTE;
+	else if (!strcmp(s, "h"))
+		mult = HOUR;
+	else if (!strcmp(s, "d"))
+		mult = DAY;
+	else
+		return errno = EINVAL, -1;
+	if (v > UINT64_MAX / mult)
+		return errno = ERANGE, -1;
+	*out = v * mult;
+	return 0;
+}
+
+/* "1", "0.05", "2.5": thousandths, so no float reaches the cgroup code. */
+static int parse_milli(const char *s, uint64_t *out)
+{
+	uint64_t v, frac = 0;
+	if (parse_digits(&s, &v) < 0)
+		return -1;
+	if (*s == '.') {
+		unsigned nd = 0;
+		for (s++; *s >= '0' && *s <= '9'; s++, nd++) {
+			if (nd == 3)
+				return errno = EINVAL, -1;
+			frac = frac * 10 + (unsigned)(*s - '0');
+		}
+		if (!nd)
+			return errno = EINVAL, -1;
+		for (; nd < 3; nd++)
+			frac *= 10;
+	}
+	if (*s)
+		return errno = EINVAL, -1;
+	if (v > (UINT64_MAX - frac) / 1000)
+		return errno = ERANGE, -1;
+	*out = v * 1000 + frac;
+	return 0;
+}
+
+static void fmt_size(char *b, size_t n, uint64_t v)
+{
+	static const char u[] = "KMGT";
+	int i = -1;
+	while (i < 3 && v && v % 1024 == 0) {
+		v /= 1024;
+		i++;
+	}
+	if (i < 0)
+		snprintf(b, n, "%llu", (unsigned long long)v);
+	else
+		snprintf(b, n, "%llu%c", (unsigned long long)v, u[i]);
+}
+
+static void fmt_dur(char *b, size_t n, uint64_t ms)
+{
+	static const struct { uint64_t mult; const char *sfx; } u[] = {
+		{ DAY, "d" }, { HOUR, "h" }, { MINUTE, "m" }, { SEC, "s" },
+	};
+	for (size_t i = 0; i < SBX_ARRAY_LEN(u); i++)
+		if (ms && ms % u[i].mult == 0) {
+			snprintf(b, n, "%llu%s", (unsigned long long)(ms / u[i].mult), u[i].sfx);
+			return;
+		}
+	snprintf(b, n, "%llums", (unsigned long long)ms);
+}
+
+/* ---- Text ---- */
+
+/* One UTF-8 sequence at p (at most n bytes): its length, or 0 when it is
+ * malformed, overlong, a surrogate or beyond U+10FFFF. */
+static size_t utf8_dec(const unsigned char *p, size_t n, uint32_t *cp)
+{
+	if (!n)
+		return 0;
+	if (p[0] < 0x80) {
+		*cp = p[0];
+		return 1;
+	}
+	size_t len;
+	uint32_t v, min;
+	if ((p[0] & 0xe0) == 0xc0)
+		len = 2, v = p[0] & 0x1f, min = 0x80;
+	else if ((p[0] & 0xf0) == 0xe0)
+		len = 3, v = p[0] & 0x0f, min = 0x800;
+	else if ((p[0] & 0xf8) == 0xf0)
+		len = 4, v = p[0] & 0x07, min = 0x10000;
+	else
+		return 0;
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		v = v << 6 | (p[i] & 0x3f);
+	}
+	if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+		return 0;
+	*cp = v;
+	return len;
+}
+
+/* Characters a policy never needs and that would make line numbers or
+ * messages ambiguous: controls (C0 but tab and line ends, DEL, C1, which
+ * holds YAML 1.1's NEL line break), the Unicode line and paragraph
+ * separators (also YAML 1.1 breaks) and non-characters. */
+static int bad_char(uint32_t cp, int in_scalar)
+{
+	if (cp < 0x20)
+		return in_scalar || (cp != '\t' && cp != '\n' && cp != '\r');
+	return (cp >= 0x7f && cp < 0xa0) || cp == 0x2028 || cp == 0x2029 || cp == 0xfffe || cp == 0xffff;
+}
+
+/* Untrusted text made fit for a message: valid UTF-8 (so a JSON error can
+ * carry it), anything odd shown as '?', cut after max characters. */
+static const char *show(char *out, size_t outn, const char *s, size_t max)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t o = 0, chars = 0;
+	while (*p && chars < max && o + 8 < outn) {
+		uint32_t cp;
+		size_t l = utf8_dec(p, 4, &cp);
+		if (!l || bad_char(cp, 1)) {
+			out[o++] = '?';
+			p++;
+		} else {
+			memcpy(out + o, p, l);
+			o += l;
+			p += l;
+		}
+		chars++;
+	}
+	if (*p)
+		memcpy(out + o, "...", 3), o += 3;
+	out[o] = 0;
+	return out;
+}
+
+#define SHOW(s) show((char[256]){ 0 }, 256, (s), 48)
+
+/* ---- Event stream ---- */
+
+struct ctx {
+	yaml_parser_t y;
+	yaml_event_t ev;
+	bool have_ev;
+	const char *name; /* for messages, already shown() */
+	const uint8_t *buf;
+	size_t n;
+	unsigned depth;
+	struct sbx_err *err;
+};
+
+__attribute__((format(printf, 4, 0))) static int failv(struct ctx *c, size_t line, size_t col, const char *fmt,
+							 va_list ap)
+{
+	char msg[400];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	return sbx_err_set(c->err, SBX_EXIT_INVALID, 0, "%s:%zu:%zu: %s", c->name, line, col, msg);
+}
+
+__attribute__((format(printf, 3, 4))) static int failm(struct ctx *c, yaml_mark_t m, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	failv(c, m.line + 1, m.column + 1, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+__attribute__((format(printf, 4, 5))) static int failat(struct ctx *c, size_t line, size_t col, const char *fmt,
+							 ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	failv(c, line, col, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Line and column (1-based, columns in characters as libyaml counts them)
+ * of byte offset off; the text before it is known to be valid. */
+static void pos_at(const uint8_t *b, size_t n, size_t off, size_t *line, size_t *col)
+{
+	*line = 1;
+	*col = 1;
+	for (size_t i = 0; i < off && i < n; i++) {
+		if (b[i] == '\n' || (b[i] == '\r' && (i + 1 >= n || b[i + 1] != '\n')))
+			++*line, *col = 1;
+		else if ((b[i] & 0xc0) != 0x80)
+			++*col;
+	}
+}
+
+/* libyaml checks encoding too, but refusing here first gives every class
+ * of bad byte the same message and a position. */
+static int check_text(struct ctx *c)
+{
+	for (size_t i = 0; i < c->n;) {
+		uint32_t cp = 0;
+		size_t l = utf8_dec(c->buf + i, c->n - i, &cp), line, col;
+		if (!l || bad_char(cp, 0)) {
+			pos_at(c->buf, c->n, i, &line, &col);
+			if (!l)
+				return failat(c, line, col, "invalid UTF-8");
+			if (!cp)
+				return failat(c, line, col, "NUL byte");
+			return failat(c, line, col, "character U+%04X is not allowed", (unsigned)cp);
+		}
+		i += l;
+	}
+	return 0;
+}
+
+static int syntax_error(struct ctx *c)
+{
+	yaml_parser_t *y = &c->y;
+	if (y->error == YAML_MEMORY_ERROR)
+		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse policy %s", c->name);
+	size_t line = y->problem_mark.line + 1, col = y->problem_mark.column + 1;
+	if (y->error == YAML_READER_ERROR)
+		pos_at(c->buf, c->n, y->problem_offset, &line, &col);
+	const char *problem = y->problem ? y->problem : "syntax error";
+	if (y->context)
+		return failat(c, line, col, "%s (%s at %zu:%zu)", problem, y->context, y->context_mark.line + 1,
+			      y->context_mark.column + 1);
+	return failat(c, line, col, "%s", problem);
+}
+
+/* Advance to the next event, refusing what no policy needs wherever it
+ * appears: anchors, aliases, tags, directives, deep nesting, controls. */
+static int next(struct ctx *c)
+{
+	if (c->have_ev)
+		yaml_event_delete(&c->ev);
+	c->have_ev = false;
+	if (!yaml_parser_parse(&c->y, &c->ev))
+		return syntax_error(c);
+	c->have_ev = true;
+	yaml_event_t *e = &c->ev;
+	yaml_mark_t m = e->start_mark;
+	const yaml_char_t *anchor = NULL, *tag = NULL;
+	switch (e->type) {
+	case YAML_ALIAS_EVENT:
+		return failm(c, m, "aliases are not allowed");
+	case YAML_DOCUMENT_START_EVENT:
+		if (e->data.document_start.version_directive ||
+		    e->data.document_start.tag_directives.start != e->data.document_start.tag_directives.end)
+			return failm(c, m, "directives are not allowed");
+		break;
+	case YAML_SCALAR_EVENT:
+		anchor = e->data.scalar.anchor;
+		tag = e->data.scalar.tag;
+		if (e->data.scalar.length > SCALAR_MAX)
+			return failm(c, m, "value longer than %d bytes", SCALAR_MAX);
+		/* Escapes in quoted scalars ("\0", "\e") reach past check_text. */
+		for (size_t i = 0; i < e->data.scalar.length;) {
+			uint32_t cp = 0;
+			size_t l = utf8_dec(e->data.scalar.value + i, e->data.scalar.length - i, &cp);
+			if (!l || bad_char(cp, 1))
+				return failm(c, m, "control or invalid character in a value");
+			i += l;
+		}
+		break;
+	case YAML_SEQUENCE_START_EVENT:
+	case YAML_MAPPING_START_EVENT:
+		if (e->type == YAML_SEQUENCE_START_EVENT)
+			anchor = e->data.sequence_start.anchor, tag = e->data.sequence_start.tag;
+		else
+			anchor = e->data.mapping_start.anchor, tag = e->data.mapping_start.tag;
+		if (++c->depth > SBX_POLICY_DEPTH_MAX)
+			return failm(c, m, "nested deeper than %d levels", SBX_POLICY_DEPTH_MAX);
+		break;
+	case YAML_SEQUENCE_END_EVENT:
+	case YAML_MAPPING_END_EVENT:
+		c->depth--;
+		break;
+	default:
+		break;
+	}
+	if (anchor)
+		return failm(c, m, "anchors are not allowed (&%s)", SHOW((const char *)anchor));
+	if (tag)
+		return failm(c, m, "tags are not allowed (%s)", SHOW((const char *)tag));
+	return 0;
+}
+
+static bool is_null(const yaml_event_t *e)
+{
+	if (e->type != YAML_SCALAR_EVENT || e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return false;
+	const char *s = (const char *)e->data.scalar.value;
+	return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
+}
+
+static const char *kind_of(const yaml_event_t *e)
+{
+	switch (e->type) {
+	case YAML_MAPPING_START_EVENT: return "a mapping";
+	case YAML_SEQUENCE_START_EVENT: return "a list";
+	case YAML_SCALAR_EVENT: return is_null(e) ? "null" : "a scalar";
+	default: return "nothing";
+	}
+}
+
+/* The current event must start a node of this type; null is never taken
+ * for an empty collection, so a half-deleted section is an error. */
+static int expect(struct ctx *c, yaml_event_type_t t, const char *path)
+{
+	if (c->ev.type == t && !is_null(&c->ev))
+		return 0;
+	const char *want = t == YAML_MAPPING_START_EVENT ? "a mapping" : t == YAML_SEQUENCE_START_EVENT ? "a list"
+													: "a value";
+	const char *hint = !is_null(&c->ev) ? ""
+			   : t == YAML_MAPPING_START_EVENT ? " (write {} for an empty mapping)"
+			   : t == YAML_SEQUENCE_START_EVENT ? " (write [] for an empty list)"
+							    : "";
+	return failm(c, c->ev.start_mark, "%s%sexpected %s, got %s%s", path, *path ? ": " : "", want, kind_of(&c->ev),
+		     hint);
+}
+
+static const char *scalar(struct ctx *c, const char *path)
+{
+	if (expect(c, YAML_SCALAR_EVENT, path) < 0)
+		return NULL;
+	return (const char *)c->ev.data.scalar.value;
+}
+
+/* ---- Schema ---- */
+
+enum kind { K_U32, K_SIZE, K_DUR, K_BOOL, K_CPU, K_ENUM, K_FN };
+#define F_ZERO 1u /* 0 is allowed besides min..max ("none") */
+#define F_MIB 2u  /* a whole number of MiB */
+
+struct key {
+	const char *name;
+	enum kind kind;
+	size_t off; /* into the object parse_map fills */
+	uint64_t min, max;
+	unsigned flags;
+	const char *const *enums;
+	int (*fn)(struct ctx *c, void *obj, const char *path);
+};
+
+static int whyf(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int whyf(char *why, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, n, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static void fmt_val(char *b, size_t n, enum kind k, uint64_t v)
+{
+	if (k == K_SIZE)
+		fmt_size(b, n, v);
+	else if (k == K_DUR)
+		fmt_dur(b, n, v);
+	else if (k == K_CPU)
+		snprintf(b, n, "%llu.%02llu", (unsigned long long)(v / 1000), (unsigned long long)(v % 1000 / 10));
+	else
+		snprintf(b, n, "%llu", (unsigned long long)v);
+}
+
+/* A scalar key from text: shared by the file and by sbx_policy_set, so a
+ * command-line override meets the same syntax and range. */
+static int set_scalar(const struct key *k, void *obj, const char *s, char *why, size_t n)
+{
+	char *f = (char *)obj + k->off;
+	uint64_t v = 0;
+	int r = 0;
+	switch (k->kind) {
+	case K_BOOL:
+		/* Only YAML 1.2's spelling: yes/no/on/off mean booleans to some
+		 * readers and strings to others. */
+		if (strcmp(s, "true") && strcmp(s, "false"))
+			return whyf(why, n, "'%s' is not a boolean (true or false)", SHOW(s));
+		*(bool *)f = !strcmp(s, "true");
+		return 0;
+	case K_ENUM:
+		for (int i = 0; k->enums[i]; i++)
+			if (!strcmp(s, k->enums[i])) {
+				memcpy(f, &i, sizeof i);
+				return 0;
+			}
+		return whyf(why, n, "'%s' is not one of: %s, %s", SHOW(s), k->enums[0], k->enums[1]);
+	case K_U32: r = parse_uint(s, &v); break;
+	case K_SIZE: r = sbx_parse_size(s, &v); break;
+	case K_DUR: r = sbx_parse_duration_ms(s, &v); break;
+	case K_CPU: r = parse_milli(s, &v); break;
+	case K_FN: return whyf(why, n, "not a scalar key");
+	}
+	if (r < 0 && errno == ERANGE)
+		return whyf(why, n, "'%s' is too large", SHOW(s));
+	if (r < 0) {
+		static const char *const what[] = {
+			[K_U32] = "a whole number",
+			[K_SIZE] = "a size (a number of bytes with an optional K, M, G or T suffix)",
+			[K_DUR] = "a duration (a number with an optional ms, s, m, h or d suffix)",
+			[K_CPU] = "a number of CPUs (at most 3 decimals)",
+		};
+		return whyf(why, n, "'%s' is not %s", SHOW(s), what[k->kind]);
+	}
+	if (!(v == 0 && (k->flags & F_ZERO)) && (v < k->min || v > k->max)) {
+		char lo[32], hi[32];
+		fmt_val(lo, sizeof lo, k->kind, k->min);
+		fmt_val(hi, sizeof hi, k->kind, k->max);
+		return whyf(why, n, "'%s' is out of range (%s..%s%s)", SHOW(s), lo, hi, k->flags & F_ZERO ? ", or 0" : "");
+	}
+	if ((k->flags & F_MIB) && v % MIB)
+		return whyf(why, n, "'%s' is not a whole number of MiB", SHOW(s));
+	if (k->kind == K_U32 || k->kind == K_CPU) {
+		unsigned u = (unsigned)v;
+		memcpy(f, &u, sizeof u);
+	} else {
+		memcpy(f, &v, sizeof v);
+	}
+	return 0;
+}
+
+static void join(char *out, size_t n, const char *where, const char *key)
+{
+	snprintf(out, n, "%s%s%s", where, *where ? "." : "", key);
+}
+
+/* Walk a mapping (the current event starts it) whose keys must come from
+ * keys[]; seen and marks (if non-NULL) report which keys it held and where. */
+static int parse_map(struct ctx *c, const char *where, const struct key *keys, size_t nkeys, void *obj,
+		     unsigned *seen_out, yaml_mark_t *marks)
+{
+	unsigned seen = 0;
+	if (expect(c, YAML_MAPPING_START_EVENT, where) < 0)
+		return -1;
+	for (;;) {
+		if (next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_MAPPING_END_EVENT)
+			break;
+		yaml_mark_t km = c->ev.start_mark;
+		if (c->ev.type != YAML_SCALAR_EVENT)
+			return failm(c, km, "keys must be scalars%s%s", *where ? " in " : "", where);
+		const char *name = (const char *)c->ev.data.scalar.value;
+		size_t i;
+		for (i = 0; i < nkeys && strcmp(keys[i].name, name); i++)
+			;
+		if (i == nkeys) {
+			char list[400] = "";
+			for (size_t j = 0; j < nkeys; j++)
+				snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
+					 keys[j].name);
+			return failm(c, km, "unknown key '%s' %s%s (expected one of: %s)", SHOW(name),
+				     *where ? "in " : "at the top level", where, list);
+		}
+		if (seen & (1u << i))
+			return failm(c, km, "duplicate key '%s'%s%s", keys[i].name, *where ? " in " : "", where);
+		seen |= 1u << i;
+		if (marks)
+			marks[i] = km;
+		char path[160];
+		join(path, sizeof path, where, keys[i].name);
+		if (next(c) < 0)
+			return -1;
+		if (keys[i].kind == K_FN) {
+			if (keys[i].fn(c, obj, path) < 0)
+				return -1;
+			continue;
+		}
+		const char *s = scalar(c, path);
+		char why[300];
+		if (!s)
+			return -1;
+		if (set_scalar(&keys[i], obj, s, why, sizeof why) < 0)
+			return failm(c, c->ev.start_mark, "%s: %s", path, why);
+	}
+	if (seen_out)
+		*seen_out = seen;
+	return 0;
+}
+
+typedef int (*item_fn)(struct ctx *c, void *obj, unsigned i, const char *path);
+
+/* Walk a list (the current event starts it) of at most max items. */
+static int parse_seq(struct ctx *c, const char *path, unsigned max, item_fn fn, void *obj, unsigned *count)
+{
+	if (expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
+		return -1;
+	unsigned i = 0;
+	for (;; i++) {
+		if (next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
+			break;
+		if (i == max)
+			return failm(c, c->ev.start_mark, "%s: more than %u entries", path, max);
+		char ipath[176];
+		snprintf(ipath, sizeof ipath, "%s[%u]", path, i);
+		if (fn(c, obj, i, ipath) < 0)
+			return -1;
+	}
+	*count = i;
+	return 0;
+}
+
+#define P(field) offsetof(struct sbx_policy, field)
+#define BIT(keys, name) (1u << key_index(keys, SBX_ARRAY_LEN(keys), name))
+
+static unsigned key_index(const struct key *keys, size_t n, const char *name)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (!strcmp(keys[i].name, name))
+			return i;
+	return 31;
+}
+
+/* Two related limits (a per-exec and a per-session one, a default and a
+ * maximum): one left out is lowered to fit the one given, never raised;
+ * two given that conflict are an error. */
+static bool conflict(uint64_t lo, uint64_t hi, bool zero_is_none)
+{
+	if (!zero_is_none)
+		return lo > hi;
+	if (hi == 0)
+		return false; /* no maximum */
+	return lo == 0 || lo > hi; /* "none" exceeds any maximum */
+}
+
+static int fit_pair(struct ctx *c, yaml_mark_t m, bool lo_given, bool hi_given, uint64_t *lo, uint64_t hi,
+		    bool zero_is_none, const char *what)
+{
+	if (!conflict(*lo, hi, zero_is_none))
+		return 0;
+	if (!lo_given && hi_given) {
+		*lo = hi;
+		return 0;
+	}
+	return failm(c, m, "%s", what);
+}
+
+static const struct key pids_keys[] = {
+	{ .name = "per_exec", .kind = K_U32, .off = P(resources.pids_per_exec), .min = 1, .max = 1048576 },
+	{ .name = "per_session", .kind = K_U32, .off = P(resources.pids_per_session), .min = 1, .max = 1048576 },
+};
+
+static int v_pids(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy *p = obj;
+	yaml_mark_t m = c->ev.start_mark;
+	unsigned seen;
+	if (parse_map(c, path, pids_keys, SBX_ARRAY_LEN(pids_keys), obj, &seen, NULL) < 0)
+		return -1;
+	uint64_t lo = p->resources.pids_per_exec;
+	if (fit_pair(c, m, seen & 1, seen & 2, &lo, p->resources.pids_per_session, false,
+		     "resources.pids: per_exec is larger than per_session") < 0)
+		return -1;
+	p->resources.pids_per_exec = (unsigned)lo;
+	return 0;
+}
+
+static const struct key timeout_keys[] = {
+	{ .name = "default", .kind = K_DUR, .off = P(resources.exec_timeout_default_ms), .min = 1, .max = 30 * DAY,
+	  .flags = F_ZERO },
+	{ .name = "max", .kind = K_DUR, .off = P(resources.exec_timeout_max_ms), .min = 1, .max = 30 * DAY,
+	  .flags = F_ZERO },
+};
+
+static int v_exec_timeout(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy *p = obj;
+	yaml_mark_t m = c->ev.start_mark;
+	unsigned seen;
+	if (parse_map(c, path, timeout_keys, SBX_ARRAY_LEN(timeout_keys), obj, &seen, NULL) < 0)
+		return -1;
+	return fit_pair(c, m, seen & 1, seen & 2, &p->resources.exec_timeout_default_ms,
+			p->resources.exec_timeout_max_ms, true,
+			"resources.exec_timeout: default is longer than max (0 means no limit)");
+}
+
+static const struct key resources_keys[] = {
+	{ .name = "vcpus", .kind = K_U32, .off = P(resources.vcpus), .min = 1, .max = 64 },
+	{ .name = "memory", .kind = K_SIZE, .off = P(resources.memory), .min = 64 * MIB, .max = 64 * GIB,
+	  .flags = F_MIB },
+	{ .name = "disk", .kind = K_SIZE, .off = P(resources.disk), .min = 16 * MIB, .max = TIB },
+	{ .name = "cpu_limit", .kind = K_CPU, .off = P(resources.cpu_limit_milli), .min = 50, .max = 64000 },
+	{ .name = "pids", .kind = K_FN, .fn = v_pids },
+	{ .name = "exec_memory", .kind = K_SIZE, .off = P(resources.exec_memory), .min = MIB, .max = 64 * GIB,
+	  .flags = F_ZERO },
+	{ .name = "exec_timeout", .kind = K_FN, .fn = v_exec_timeout },
+	{ .name = "ttl", .kind = K_DUR, .off = P(resources.ttl_ms), .min = 1, .max = 30 * DAY, .flags = F_ZERO },
+	{ .name = "output_cap", .kind = K_SIZE, .off = P(resources.output_cap), .min = 0, .max = 16 * GIB },
+	{ .name = "require_kvm", .kind = K_BOOL, .off = P(resources.require_kvm) },
+};
+
+static int v_resources(struct ctx *c, void *obj, const char *path)
+{
+	return parse_map(c, path, resources_keys, SBX_ARRAY_LEN(resources_keys), obj, NULL, NULL);
+}
+
+/* ---- network ---- */
+
+/* Host names as DNS has them (letters, digits, inner hyphens; labels of
+ * 1..63; 253 in all), lowercased into out, at least two labels so a search
+ * domain cannot complete them, and not all-numeric at the end so an address
+ * never passes for a name.  "*." in front when wild is allowed. */
+static int check_domain(const char *s, bool wild_ok, char *out, size_t outn, char *why, size_t n)
+{
+	size_t len = strlen(s);
+	if (len > 253 || len + 1 > outn)
+		return whyf(why, n, "domain '%s' is longer than 253 characters", SHOW(s));
+	const char *d = s;
+	if (wild_ok && !strncmp(s, "*.", 2))
+		d += 2;
+	unsigned labels = 0;
+	bool numeric = true;
+	for (const char *l = d;; l++) {
+		size_t ll = strcspn(l, ".");
+		if (ll < 1 || ll > 63)
+			return whyf(why, n, "domain '%s' has a label that is empty or longer than 63 characters", SHOW(s));
+		numeric = true;
+		for (size_t i = 0; i < ll; i++) {
+			char ch = l[i];
+			bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+			if (!alnum && ch != '-')
+				return whyf(why, n, "domain '%s' may hold only letters, digits, '-' and '.'%s", SHOW(s),
+					    wild_ok ? " (and a leading '*.')" : "");
+			if (ch == '-' && (i == 0 || i == ll - 1))
+				return whyf(why, n, "domain '%s' has a label that starts or ends with '-'", SHOW(s));
+			if (!(ch >= '0' && ch <= '9'))
+				numeric = false;
+		}
+		labels++;
+		l += ll;
+		if (!*l)
+			break;
+	}
+	if (labels < 2)
+		return whyf(why, n, "domain '%s' needs at least two labels", SHOW(s));
+	if (numeric)
+		return whyf(why, n, "domain '%s' ends in a numeric label (use cidr for addresses)", SHOW(s));
+	for (size_t i = 0; i <= len; i++)
+		out[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] - 'A' + 'a' : s[i]);
+	return 0;
+}
+
+static int check_cidr(const char *s, struct sbx_policy_rule *r, char *why, size_t n)
+{
+	char a[64];
+	const char *slash = strchr(s, '/');
+	size_t al = slash ? (size_t)(slash - s) : strlen(s);
+	if (al >= sizeof a)
+		return whyf(why, n, "'%s' is not an address block", SHOW(s));
+	memcpy(a, s, al);
+	a[al] = 0;
+	unsigned bits;
+	if (inet_pton(AF_INET, a, r->addr) == 1)
+		r->family = AF_INET, bits = 32;
+	else if (inet_pton(AF_INET6, a, r->addr) == 1)
+		r->family = AF_INET6, bits = 128;
+	else
+		return whyf(why, n, "'%s' is not an IPv4 or IPv6 address block", SHOW(s));
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	if (r->family == AF_INET6 && !memcmp(r->addr, mapped, sizeof mapped))
+		return whyf(why, n, "'%s' is an IPv4-mapped address (write the IPv4 form)", SHOW(s));
+	uint64_t pfx = bits;
+	if (slash && (parse_uint(slash + 1, &pfx) < 0 || pfx > bits))
+		return whyf(why, n, "'%s' has a bad prefix length (0..%u)", SHOW(s), bits);
+	for (unsigned i = (unsigned)pfx; i < bits; i++)
+		if (r->addr[i / 8] & (0x80 >> (i % 8)))
+			return whyf(why, n, "'%s' has bits set after the prefix", SHOW(s));
+	r->prefix = (unsigned)pfx;
+	return 0;
+}
+
+static int v_domain(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy_rule *r = obj;
+	const char *s = scalar(c, path);
+	char why[300];
+	if (!s)
+		return -1;
+	if (check_domain(s, true, r->domain, sizeof r->domain, why, sizeof why) < 0)
+		return failm(c, c->ev.start_mark, "%s: %s", path, why);
+	return 0;
+}
+
+static int v_cidr(struct ctx *c, void *obj, const char *path)
+{
+	const char *s = scalar(c, path);
+	char why[300];
+	if (!s)
+		return -1;
+	if (check_cidr(s, obj, why, sizeof why) < 0)
+		return failm(c, c->ev.start_mark, "%s: %s", path, why);
+	return 0;
+}
+
+static int port_item(struct ctx *c, void *obj, unsigned i, const char *path)
+{
+	struct sbx_policy_rule *r = obj;
+	const char *s = scalar(c, path);
+	uint64_t v;
+	if (!s)
+		return -1;
+	if (parse_uint(s, &v) < 0 || v < 1 || v > 65535)
+		return failm(c, c->ev.start_mark, "%s: '%s' is not a port (1..65535)", path, SHOW(s));
+	for (unsigned j = 0; j < i; j++)
+		if (r->ports[j] == v)
+			return failm(c, c->ev.start_mark, "%s: port %u is listed twice", path, (unsigned)v);
+	r->ports[i] = (uint16_t)v;
+	return 0;
+}
+
+static int v_ports(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy_rule *r = obj;
+	yaml_mark_t m = c->ev.start_mark;
+	if (parse_seq(c, path, SBX_POLICY_PORTS_MAX, port_item, r, &r->nports) < 0)
+		return -1;
+	return r->nports ? 0 : failm(c, m, "%s: empty (leave it out for the default, 80 and 443)", path);
+}
+
+static const struct key rule_keys[] = {
+	{ .name = "domain", .kind = K_FN, .fn = v_domain },
+	{ .name = "cidr", .kind = K_FN, .fn = v_cidr },
+	{ .name = "ports", .kind = K_FN, .fn = v_ports },
+};
+
+static int allow_item(struct ctx *c, void *obj, unsigned i, const char *path)
+{
+	struct sbx_policy_rule *r = &((struct sbx_policy *)obj)->network.allow[i];
+	yaml_mark_t m = c->ev.start_mark;
+	unsigned seen;
+	memset(r, 0, sizeof *r);
+	if (parse_map(c, path, rule_keys, SBX_ARRAY_LEN(rule_keys), r, &seen, NULL) < 0)
+		return -1;
+	if (!(seen & 1) == !(seen & 2))
+		return failm(c, m, "%s: needs exactly one of domain and cidr", path);
+	if (!(seen & 4)) {
+		r->ports[0] = 80;
+		r->ports[1] = 443;
+		r->nports = 2;
+	}
+	return 0;
+}
+
+static int v_allow(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy *p = obj;
+	return parse_seq(c, path, SBX_POLICY_ALLOW_MAX, allow_item, p, &p->network.nallow);
+}
+
+static const char *const egress_names[] = { "none", "allowlist", NULL };
+
+static const struct key network_keys[] = {
+	{ .name = "egress", .kind = K_ENUM, .off = P(network.egress), .enums = egress_names },
+	{ .name = "allow", .kind = K_FN, .fn = v_allow },
+	{ .name = "dns", .kind = K_BOOL, .off = P(network.dns) },
+	{ .name = "max_connections", .kind = K_U32, .off = P(network.max_connections), .min = 1, .max = 65536 },
+	{ .name = "max_bytes", .kind = K_SIZE, .off = P(network.max_bytes), .min = MIB, .max = TIB },
+};
+
+static int v_network(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy *p = obj;
+	yaml_mark_t marks[SBX_ARRAY_LEN(network_keys)], m = c->ev.start_mark;
+	unsigned seen;
+	if (parse_map(c, path, network_keys, SBX_ARRAY_LEN(network_keys), obj, &seen, marks) < 0)
+		return -1;
+	if (p->network.egress == SBX_EGRESS_NONE && (seen & BIT(network_keys, "allow")))
+		return failm(c, marks[1], "network.allow is set but network.egress is not allowlist");
+	if (p->network.egress == SBX_EGRESS_ALLOWLIST && !p->network.nallow)
+		return failm(c, seen & BIT(network_keys, "allow") ? marks[1] : m,
+			     "network.egress is allowlist but network.allow is empty");
+	return 0;
+}
+
+/* ---- packages ---- */
+
+/* Registry base URLs: http(s), a host name or address, an optional port and
+ * a plain path.  No user info (credentials do not belong in a policy), no
+ * query or fragment. */
+static int check_url(const char *s, char *why, size_t n)
+{
+	const char *p;
+	if (!strncmp(s, "https://", 8))
+		p = s + 8;
+	else if (!strncmp(s, "http://", 7))
+		p = s + 7;
+	else
+		return whyf(why, n, "'%s' is not an http:// or https:// URL", SHOW(s));
+	if (strlen(s) >= SBX_POLICY_URL_LEN)
+		return whyf(why, n, "URL '%s' is longer than %d bytes", SHOW(s), SBX_POLICY_URL_LEN - 1);
+	size_t auth = strcspn(p, "/");
+	if (memchr(p, '@', auth))
+		return whyf(why, n, "URL '%s' carries user info", SHOW(s));
+	char host[256], dom[256];
+	size_t hl;
+	const char *after;
+	if (*p == '[') {
+		const char *e = memchr(p, ']', auth);
+		uint8_t a6[16];
+		hl = e ? (size_t)(e - p - 1) : 0;
+		if (!e || hl >= sizeof host)
+			return whyf(why, n, "URL '%s' has a bad host", SHOW(s));
+		memcpy(host, p + 1, hl);
+		host[hl] = 0;
+		if (inet_pton(AF_INET6, host, a6) != 1)
+			return whyf(why, n, "URL '%s' has a bad IPv6 address", SHOW(s));
+		after = e + 1;
+	} else {
+		hl = strcspn(p, ":/");
+		if (!hl || hl >= sizeof host)
+			return whyf(why, n, "URL '%s' has a bad host", SHOW(s));
+		memcpy(host, p, hl);
+		host[hl] = 0;
+		uint8_t a4[4];
+		if (strspn(host, "0123456789.") == hl) {
+			if (inet_pton(AF_INET, host, a4) != 1)
+				return whyf(why, n, "URL '%s' has a bad IPv4 address", SHOW(s));
+		} else if (check_domain(host, false, dom, sizeof dom, why, n) < 0) {
+			return -1;
+		}
+		after = p + hl;
+	}
+	if (*after == ':') {
+		char port[8];
+		size_t pl = strcspn(after + 1, "/");
+		uint64_t v;
+		if (!pl || pl >= sizeof port)
+			return whyf(why, n, "URL '%s' has a bad port", SHOW(s));
+		memcpy(port, after + 1, pl);
+		port[pl] = 0;
+		if (parse_uint(port, &v) < 0 || v < 1 || v > 65535)
+			return whyf(why, n, "URL '%s' has a bad port", SHOW(s));
+		after += 1 + pl;
+	}
+	if (*after && *after != '/')
+		return whyf(why, n, "URL '%s' has a bad host", SHOW(s));
+	for (const char *q = after; *q; q++) {
+		if (*q == '%') {
+			if (!strchr("0123456789abcdefABCDEF", q[1]) || !q[1] || !strchr("0123456789abcdefABCDEF", q[2]) ||
+			    !q[2])
+				return whyf(why, n, "URL '%s' has a bad %%-escape", SHOW(s));
+		} else if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+			     strchr("-._~!$&'()*+,;=:@/", *q))) {
+			return whyf(why, n, "URL '%s' has a character not allowed in a registry path", SHOW(s));
+		}
+	}
+	return 0;
+}
+
+static int v_url(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy_registry *r = obj;
+	const char *s = scalar(c, path);
+	char why[300];
+	if (!s)
+		return -1;
+	if (check_url(s, why, sizeof why) < 0)
+		return failm(c, c->ev.start_mark, "%s: %s", path, why);
+	snprintf(r->url, sizeof r->url, "%s", s);
+	return 0;
+}
+
+static const char *const registry_names[] = { "pypi", "npm", NULL };
+
+static const struct key registry_keys[] = {
+	{ .name = "type", .kind = K_ENUM, .off = offsetof(struct sbx_policy_registry, type), .enums = registry_names },
+	{ .name = "url", .kind = K_FN, .fn = v_url },
+};
+
+static int registry_item(struct ctx *c, void *obj, unsigned i, const char *path)
+{
+	struct sbx_policy_registry *r = &((struct sbx_policy *)obj)->packages.registries[i];
+	yaml_mark_t m = c->ev.start_mark;
+	unsigned seen;
+	memset(r, 0, sizeof *r);
+	if (parse_map(c, path, registry_keys, SBX_ARRAY_LEN(registry_keys), r, &seen, NULL) < 0)
+		return -1;
+	return seen == 3 ? 0 : failm(c, m, "%s: needs both type and url", path);
+}
+
+static int v_registries(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy *p = obj;
+	return parse_seq(c, path, SBX_POLICY_REGISTRIES_MAX, registry_item, p, &p->packages.nregistries);
+}
+
+static const char *const mode_names[] = { "offline", "allowlist", NULL };
+
+static const struct key packages_keys[] = {
+	{ .name = "mode", .kind = K_ENUM, .off = P(packages.mode), .enums = mode_names },
+	{ .name = "registries", .kind = K_FN, .fn = v_registries },
+	{ .name = "max_download", .kind = K_SIZE, .off = P(packages.max_download), .min = MIB, .max = TIB },
+	{ .name = "require_hashes", .kind = K_BOOL, .off = P(packages.require_hashes) },
+};
+
+static int v_packages(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy *p = obj;
+	yaml_mark_t marks[SBX_ARRAY_LEN(packages_keys)], m = c->ev.start_mark;
+	unsigned seen;
+	if (parse_map(c, path, packages_keys, SBX_ARRAY_LEN(packages_keys), obj, &seen, marks) < 0)
+		return -1;
+	if (p->packages.mode == SBX_PKG_OFFLINE && (seen & BIT(packages_keys, "registries")))
+		return failm(c, marks[1], "packages.registries is set but packages.mode is not allowlist");
+	if (p->packages.mode == SBX_PKG_ALLOWLIST && !p->packages.nregistries)
+		return failm(c, seen & BIT(packages_keys, "registries") ? marks[1] : m,
+			     "packages.mode is allowlist but packages.registries is empty");
+	return 0;
+}
+
+/* ---- files ---- */
+
+/* Guest paths in one spelling only, so a path list cannot be matched two
+ * ways: absolute, no empty, "." or ".." components, no trailing '/'. */
+static int check_path(const char *s, char *why, size_t n)
+{
+	if (s[0] != '/')
+		return whyf(why, n, "'%s' is not an absolute path", SHOW(s));
+	if (strlen(s) >= SBX_POLICY_PATH_LEN)
+		return whyf(why, n, "'%s' is longer than %d bytes", SHOW(s), SBX_POLICY_PATH_LEN - 1);
+	if (!s[1])
+		return 0;
+	for (const char *c = s + 1;; c++) {
+		size_t l = strcspn(c, "/");
+		if (!l)
+			return whyf(why, n, "'%s' is not normalized (empty component or trailing '/')", SHOW(s));
+		if ((l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.'))
+			return whyf(why, n, "'%s' is not normalized ('.' or '..')", SHOW(s));
+		c += l;
+		if (!*c)
+			return 0;
+	}
+}
+
+static int path_item(struct ctx *c, void *obj, unsigned i, const char *path)
+{
+	struct sbx_policy_paths *ps = obj;
+	const char *s = scalar(c, path);
+	char why[300];
+	if (!s)
+		return -1;
+	if (check_path(s, why, sizeof why) < 0)
+		return failm(c, c->ev.start_mark, "%s: %s", path, why);
+	for (unsigned j = 0; j < i; j++)
+		if (!strcmp(ps->path[j], s))
+			return failm(c, c->ev.start_mark, "%s: '%s' is listed twice", path, SHOW(s));
+	snprintf(ps->path[i], sizeof ps->path[i], "%s", s);
+	return 0;
+}
+
+static int v_writable(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy_paths *ps = &((struct sbx_policy *)obj)->files.writable;
+	return parse_seq(c, path, SBX_POLICY_PATHS_MAX, path_item, ps, &ps->n);
+}
+
+static int v_exportable(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy_paths *ps = &((struct sbx_policy *)obj)->files.exportable;
+	return parse_seq(c, path, SBX_POLICY_PATHS_MAX, path_item, ps, &ps->n);
+}
+
+static const struct key files_keys[] = {
+	{ .name = "writable", .kind = K_FN, .fn = v_writable },
+	{ .name = "exportable", .kind = K_FN, .fn = v_exportable },
+	{ .name = "max_transfer", .kind = K_SIZE, .off = P(files.max_transfer), .min = 0, .max = TIB },
+	{ .name = "max_session_transfer", .kind = K_SIZE, .off = P(files.max_session_transfer), .min = 0, .max = TIB },
+};
+
+static int v_files(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy *p = obj;
+	yaml_mark_t m = c->ev.start_mark;
+	unsigned seen;
+	if (parse_map(c, path, files_keys, SBX_ARRAY_LEN(files_keys), obj, &seen, NULL) < 0)
+		return -1;
+	return fit_pair(c, m, seen & BIT(files_keys, "max_transfer"), seen & BIT(files_keys, "max_session_transfer"),
+			&p->files.max_transfer, p->files.max_session_transfer, false,
+			"files: max_transfer is larger than max_session_transfer");
+}
+
+/* ---- secrets ---- */
+
+static int check_ident(const char *s, bool upper_only, size_t max)
+{
+	size_t l = strlen(s);
+	if (!l || l > max || (s[0] >= '0' && s[0] <= '9'))
+		return -1;
+	for (size_t i = 0; i < l; i++) {
+		char ch = s[i];
+		if (!((ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+		      (!upper_only && ch >= 'a' && ch <= 'z')))
+			return -1;
+	}
+	return 0;
+}
+
+static int v_secret_name(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy_secret *sec = obj;
+	const char *s = scalar(c, path);
+	if (!s)
+		return -1;
+	if (check_ident(s, true, SBX_POLICY_NAME_LEN - 1) < 0)
+		return failm(c, c->ev.start_mark, "%s: '%s' is not a secret name ([A-Z_][A-Z0-9_]*, at most %d)", path,
+			     SHOW(s), SBX_POLICY_NAME_LEN - 1);
+	snprintf(sec->name, sizeof sec->name, "%s", s);
+	return 0;
+}
+
+static int v_from_env(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy_secret *sec = obj;
+	const char *s = scalar(c, path);
+	if (!s)
+		return -1;
+	if (check_ident(s, false, sizeof sec->from_env - 1) < 0)
+		return failm(c, c->ev.start_mark, "%s: '%s' is not an environment variable name", path, SHOW(s));
+	snprintf(sec->from_env, sizeof sec->from_env, "%s", s);
+	return 0;
+}
+
+static int v_from_file(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy_secret *sec = obj;
+	const char *s = scalar(c, path);
+	char why[300];
+	if (!s)
+		return -1;
+	if (check_path(s, why, sizeof why) < 0)
+		return failm(c, c->ev.start_mark, "%s: %s", path, why);
+	snprintf(sec->from_file, sizeof sec->from_file, "%s", s);
+	return 0;
+}
+
+static const struct key secret_keys[] = {
+	{ .name = "name", .kind = K_FN, .fn = v_secret_name },
+	{ .name = "from_env", .kind = K_FN, .fn = v_from_env },
+	{ .name = "from_file", .kind = K_FN, .fn = v_from_file },
+};
+
+static int secret_item(struct ctx *c, void *obj, unsigned i, const char *path)
+{
+	struct sbx_policy *p = obj;
+	struct sbx_policy_secret *sec = &p->secrets[i];
+	yaml_mark_t m = c->ev.start_mark;
+	unsigned seen;
+	memset(sec, 0, sizeof *sec);
+	if (parse_map(c, path, secret_keys, SBX_ARRAY_LEN(secret_keys), sec, &seen, NULL) < 0)
+		return -1;
+	if (!(seen & 1))
+		return failm(c, m, "%s: needs a name", path);
+	if (!(seen & 2) == !(seen & 4))
+		return failm(c, m, "%s: needs exactly one of from_env and from_file", path);
+	for (unsigned j = 0; j < i; j++)
+		if (!strcmp(p->secrets[j].name, sec->name))
+			return failm(c, m, "%s: secret %s is defined twice", path, sec->name);
+	return 0;
+}
+
+static int v_secrets(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy *p = obj;
+	return parse_seq(c, path, SBX_POLICY_SECRETS_MAX, secret_item, p, &p->nsecrets);
+}
+
+static const struct key root_keys[] = {
+	{ .name = "resources", .kind = K_FN, .fn = v_resources },
+	{ .name = "network", .kind = K_FN, .fn = v_network },
+	{ .name = "packages", .kind = K_FN, .fn = v_packages },
+	{ .name = "files", .kind = K_FN, .fn = v_files },
+	{ .name = "secrets", .kind = K_FN, .fn = v_secrets },
+};
+
+static int parse_stream(struct ctx *c, struct sbx_policy *p)
+{
+	if (next(c) < 0 || next(c) < 0) /* stream start, then a document or the end */
+		return -1;
+	if (c->ev.type == YAML_STREAM_END_EVENT)
+		return 0; /* empty or comments only: the defaults */
+	if (next(c) < 0)
+		return -1;
+	if (is_null(&c->ev)) {
+		/* a bare "---": the defaults */
+	} else if (c->ev.type != YAML_MAPPING_START_EVENT) {
+		return failm(c, c->ev.start_mark, "a policy is a mapping (of resources, network, ...), not %s",
+			     kind_of(&c->ev));
+	} else if (parse_map(c, "", root_keys, SBX_ARRAY_LEN(root_keys), p, NULL, NULL) < 0) {
+		return -1;
+	}
+	if (next(c) < 0 || next(c) < 0) /* document end, then the stream's */
+		return -1;
+	if (c->ev.type != YAML_STREAM_END_EVENT)
+		return failm(c, c->ev.start_mark, "only one YAML document is allowed");
+	return 0;
+}
+
+/* ---- API ---- */
+
+void sbx_policy_defaults(struct sbx_policy *p)
+{
+	memset(p, 0, sizeof *p);
+	p->resources.vcpus = 1;
+	p->resources.memory = 256 * MIB;
+	p->resources.disk = GIB;
+	p->resources.pids_per_exec = 256;
+	p->resources.pids_per_session = 1024;
+	p->resources.exec_timeout_default_ms = 10 * MINUTE;
+	p->resources.exec_timeout_max_ms = HOUR;
+	p->resources.ttl_ms = HOUR;
+	p->resources.output_cap = 64 * MIB;
+	p->network.egress = SBX_EGRESS_NONE;
+	p->network.dns = true;
+	p->network.max_connections = 64;
+	p->network.max_bytes = GIB;
+	p->packages.mode = SBX_PKG_OFFLINE;
+	p->packages.max_download = 512 * MIB;
+	static const char *const paths[] = { "/workspace", "/tmp" };
+	for (unsigned i = 0; i < SBX_ARRAY_LEN(paths); i++) {
+		snprintf(p->files.writable.path[i], SBX_POLICY_PATH_LEN, "%s", paths[i]);
+		snprintf(p->files.exportable.path[i], SBX_POLICY_PATH_LEN, "%s", paths[i]);
+	}
+	p->files.writable.n = p->files.exportable.n = SBX_ARRAY_LEN(paths);
+	p->files.max_transfer = 256 * MIB;
+	p->files.max_session_transfer = GIB;
+}
+
+int sbx_policy_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_policy *p, struct sbx_err *err)
+{
+	char shown[600];
+	struct ctx c = { .name = show(shown, sizeof shown, name, 200), .buf = buf, .n = n, .err = err };
+	if (n > SBX_POLICY_FILE_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load policy %s: larger than 1 MiB", c.name);
+	if (check_text(&c) < 0)
+		return -1;
+	if (!yaml_parser_initialize(&c.y))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse policy %s", c.name);
+	yaml_parser_set_input_string(&c.y, buf, n);
+	/* No guessing: a UTF-16 BOM must not switch decoders on us. */
+	yaml_parser_set_encoding(&c.y, YAML_UTF8_ENCODING);
+	int r = parse_stream(&c, p);
+	if (c.have_ev)
+		yaml_event_delete(&c.ev);
+	yaml_parser_delete(&c.y);
+	if (r == 0)
+		snprintf(p->source, sizeof p->source, "%s", c.name);
+	return r;
+}
+
+int sbx_policy_load(const char *path, struct sbx_policy *p, struct sbx_err *err)
+{
+	char shown[600];
+	show(shown, sizeof shown, path, 200);
+	sbx_policy_defaults(p);
+	/* Symlinks are followed: the user named this file.  O_NONBLOCK so a
+	 * FIFO is refused by the fstat below instead of hanging the open. */
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read policy %s", shown);
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read policy %s", shown);
+	if (!S_ISREG(st.st_mode))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load policy %s: not a regular file", shown);
+	if (st.st_size > SBX_POLICY_FILE_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load policy %s: larger than 1 MiB", shown);
+	/* One byte more than allowed, so a file that grew since fstat is caught. */
+	_cleanup_free_ uint8_t *buf = malloc(SBX_POLICY_FILE_MAX + 1);
+	if (!buf)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot read policy %s", shown);
+	size_t n = 0;
+	while (n < SBX_POLICY_FILE_MAX + 1) {
+		ssize_t r = read(fd, buf + n, SBX_POLICY_FILE_MAX + 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read policy %s", shown);
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	return sbx_policy_parse(path, buf, n, p, err);
+}
+
+int sbx_policy_set(struct sbx_policy *p, const char *key, const char *value, struct sbx_err *err)
+{
+	static const struct {
+		const char *section;
+		const struct key *keys;
+		size_t n;
+	} sections[] = {
+		{ "resources", resources_keys, SBX_ARRAY_LEN(resources_keys) },
+		{ "resources.pids", pids_keys, SBX_ARRAY_LEN(pids_keys) },
+		{ "resources.exec_timeout", timeout_keys, SBX_ARRAY_LEN(timeout_keys) },
+		{ "network", network_keys, SBX_ARRAY_LEN(network_keys) },
+		{ "packages", packages_keys, SBX_ARRAY_LEN(packages_keys) },
+		{ "files", files_keys, SBX_ARRAY_LEN(files_keys) },
+	};
+	const char *dot = strrchr(key, '.');
+	for (size_t i = 0; dot && i < SBX_ARRAY_LEN(sections); i++) {
+		if (strlen(sections[i].section) != (size_t)(dot - key) || strncmp(sections[i].section, key, dot - key))
+			continue;
+		for (size_t j = 0; j < sections[i].n; j++) {
+			const struct key *k = &sections[i].keys[j];
+			char why[300];
+			if (strcmp(k->name, dot + 1) || k->kind == K_FN)
+				continue;
+			if (set_scalar(k, p, value, why, sizeof why) < 0)
+				return sbx_err_set(err, SBX_EXIT_USAGE, 0, "%s", why);
+			return 0;
+		}
+	}
+	return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "no policy key %s can be set", key);
+}
+
+unsigned sbx_policy_cpu_limit_milli(const struct sbx_policy *p)
+{
+	return p->resources.cpu_limit_milli ? p->resources.cpu_limit_milli : p->resources.vcpus * 1000;
+}
+
+static json_t *paths_json(const struct sbx_policy_paths *ps)
+{
+	json_t *a = json_array();
+	for (unsigned i = 0; a && i < ps->n; i++)
+		json_array_append_new(a, json_string(ps->path[i]));
+	return a;
+}
+
+static json_t *rule_json(const struct sbx_policy_rule *r)
+{
+	json_t *ports = json_array();
+	for (unsigned i = 0; ports && i < r->nports; i++)
+		json_array_append_new(ports, json_integer(r->ports[i]));
+	if (r->domain[0])
+		return json_pack("{s:s, s:o}", "domain", r->domain, "ports", ports);
+	char a[INET6_ADDRSTRLEN], cidr[INET6_ADDRSTRLEN + 8];
+	inet_ntop(r->family, r->addr, a, sizeof a);
+	snprintf(cidr, sizeof cidr, "%s/%u", a, r->prefix);
+	return json_pack("{s:s, s:o}", "cidr", cidr, "ports", ports);
+}
+
+#define JI(v) ((json_int_t)(v))
+
+json_t *sbx_policy_json(const struct sbx_policy *p)
+{
+	const typeof(p->resources) *r = &p->resources;
+	json_t *allow = json_array(), *regs = json_array(), *secrets = json_array();
+	for (unsigned i = 0; allow && i < p->network.nallow; i++)
+		json_array_append_new(allow, rule_json(&p->network.allow[i]));
+	for (unsigned i = 0; regs && i < p->packages.nregistries; i++)
+		json_array_append_new(regs, json_pack("{s:s, s:s}", "type", registry_names[p->packages.registries[i].type],
+						      "url", p->packages.registries[i].url));
+	for (unsigned i = 0; secrets && i < p->nsecrets; i++) {
+		const struct sbx_policy_secret *s = &p->secrets[i];
+		json_array_append_new(secrets, json_pack("{s:s, s:s}", "name", s->name, s->from_env[0] ? "from_env" : "from_file",
+							 s->from_env[0] ? s->from_env : s->from_file));
+	}
+	json_t *res = json_pack("{s:i, s:I, s:I, s:f, s:{s:i, s:i}, s:I, s:{s:I, s:I}, s:I, s:I, s:b}", "vcpus",
+				(int)r->vcpus, "memory", JI(r->memory), "disk", JI(r->disk), "cpu_limit",
+				sbx_policy_cpu_limit_milli(p) / 1000.0, "pids", "per_exec", (int)r->pids_per_exec,
+				"per_session", (int)r->pids_per_session, "exec_memory", JI(r->exec_memory),
+				"exec_timeout", "default", JI(r->exec_timeout_default_ms), "max",
+				JI(r->exec_timeout_max_ms), "ttl", JI(r->ttl_ms), "output_cap", JI(r->output_cap),
+				"require_kvm", r->require_kvm);
+	json_t *net = json_pack("{s:s, s:o, s:b, s:i, s:I}", "egress", egress_names[p->network.egress], "allow", allow,
+				"dns", p->network.dns, "max_connections", (int)p->network.max_connections, "max_bytes",
+				JI(p->network.max_bytes));
+	json_t *pkg = json_pack("{s:s, s:o, s:I, s:b}", "mode", mode_names[p->packages.mode], "registries", regs,
+				"max_download", JI(p->packages.max_download), "require_hashes",
+				p->packages.require_hashes);
+	json_t *files = json_pack("{s:o, s:o, s:I, s:I}", "writable", paths_json(&p->files.writable), "exportable",
+				  paths_json(&p->files.exportable), "max_transfer", JI(p->files.max_transfer),
+				  "max_session_transfer", JI(p->files.max_session_transfer));
+	return json_pack("{s:i, s:s?, s:o, s:o, s:o, s:o, s:o}", "schema", 1, "source",
+			 p->source[0] ? p->source : NULL, "resources", res, "network", net, "packages", pkg, "files",
+			 files, "secrets", secrets);
+}

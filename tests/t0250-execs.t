@@ -1,0 +1,41 @@
+#!/bin/bash
+# Detached execs: list, wait (status passes through), captured output, kill
+# one exec; records stay readable after the exec ended.
+. "$(dirname "$0")/lib.sh"
+have_template || skip_all "no template built (make image)"
+id=$(sbx-create -q)
+
+e=$(sbx-exec -d "$id" -- sh -c 'echo to-out; echo to-err >&2; sleep 2; exit 3')
+is "$e" e1 "-d prints the exec ID"
+is "$(sbx-ps --no-headers --execs "$id" | cut -f1,2)" "e1	running" "sbx-ps --execs shows it running"
+like "$(sbx-ps --no-headers --execs "$id" | cut -f7)" "^sh -c echo to-out" "and what it runs"
+sbx-exec --wait e1 --timeout 100ms "$id" 2>/dev/null; is "$?" 125 "--wait with a short timeout gives up (75, as 125)"
+sbx-exec --wait e1 "$id"; is "$?" 3 "--wait passes the exit status through"
+is "$(sbx-exec --output e1 "$id" 2>/dev/null)" "to-out" "--output prints the captured stdout"
+is "$(sbx-exec --output e1 "$id" 2>&1 >/dev/null)" "to-err" "... and stderr on stderr"
+is "$(sbx-exec --wait e1 --json "$id" | jq -r '.reason + " " + (.status|tostring) + " " + (.stdout_bytes|tostring)')" \
+   "exited 3 7" "--wait --json prints the result record"
+
+e2=$(sbx-exec -d "$id" -- sh -c 'sleep 100 & sleep 100; echo never')
+sleep 1
+sbx-kill --exec "$e2" "$id"; ok $? "sbx-kill --exec ends one exec"
+sbx-exec --wait "$e2" "$id"; is "$?" 137 "its status is 137"
+is "$(sbx-exec --wait "$e2" --json "$id" | jq -r .reason)" killed "reason killed"
+is "$(sbx-exec -u root "$id" -- sh -c 'ps -o args | grep -c "^sleep 100"')" 0 "its whole process tree is gone"
+sbx-kill --exec e99 "$id" 2>/dev/null; is "$?" 4 "killing an unknown exec exits 4"
+sbx-exec --wait '../e1' "$id" 2>/dev/null; is "$?" 3 "a malformed exec ID exits 3"
+sbx-exec --output e42 "$id" 2>/dev/null; is "$?" 4 "output of an unknown exec exits 4"
+
+sbx-exec "$id" -- sh -c 'echo partial; exit 1' >/dev/null
+is "$(sbx-ps --no-headers --execs "$id" | wc -l)" 4 "every exec is listed"
+is "$(sbx-ps --execs "$id" --json | jq -r '[.[] | .state] | unique | join(",")')" "ended" "all ended"
+
+# After the VM is gone the records still answer.
+vmm=$(jq -r .vmm_process.pid "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")
+e5=$(sbx-exec -d "$id" -- sleep 60)
+sleep 1
+kill -9 "$vmm"
+sbx-exec --wait "$e5" "$id"; is "$?" 125 "an exec whose VM died ends as session-lost (125)"
+is "$(sbx-exec --output e1 "$id" 2>/dev/null)" "to-out" "output stays readable after a crash"
+sbx-kill "$id"
+done_testing
