@@ -1,4 +1,5 @@
 #include "monitor.h"
+#include "cgroup.h"
 #include "proto.h"
 #include "session.h"
 #include "state.h"
@@ -920,8 +921,21 @@ static int boot(struct mon *m, struct sbx_err *err)
 		.accel = strcmp(m->s.accel, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM,
 		.tsc_khz = sbx_host_tsc_khz(), .sandbox = 1,
 	};
+	/* The VMM's host cgroup: a hard CPU cap (so a spinning guest cannot
+	 * starve other sessions), guest memory plus the VMM's own overhead,
+	 * and a pids cap for its threads. */
+	struct sbx_cg_limits cl = {
+		.cpu_milli = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000,
+		.memory = ((uint64_t)m->s.memory_mib + 512) << 20,
+		.pids = 512,
+	};
+	if (sbx_cgroup_create(m->s.id, &cl, c.cg_fds, &c.cg_nfds, err) < 0)
+		return -1;
 	uint64_t t0 = sbx_mono_ns();
-	if (sbx_vm_boot(&c, &m->vm, err) < 0)
+	int brc = sbx_vm_boot(&c, &m->vm, err);
+	for (int i = 0; i < c.cg_nfds; i++)
+		close(c.cg_fds[i]);
+	if (brc < 0)
 		return -1;
 	m->vmm.fd = m->vm.pidfd;
 	ep_mod(m, &m->listen, EPOLLIN, EPOLL_CTL_ADD);
@@ -956,6 +970,7 @@ static int boot(struct mon *m, struct sbx_err *err)
 
 static void destroy_files(struct mon *m)
 {
+	sbx_cgroup_remove(m->s.id);
 	sbx_rm_rf_at(m->st.sessions_fd, m->s.id);
 	sbx_rm_rf_at(m->st.rsessions_fd, m->s.id);
 }
@@ -1102,6 +1117,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 			 (unsigned long long)(m.s.limits.ttl_ms / 1000));
 		m.s.ended_ns = sbx_now_ns();
 		sbx_record_save(&m.st, &m.s, NULL);
+		sbx_cgroup_remove(m.s.id);
 		unlinkat(m.run_dfd, "monitor.sock", 0);
 		unlinkat(m.run_dfd, "agent.sock", 0);
 		unlinkat(m.run_dfd, "qmp.sock", 0);
@@ -1130,6 +1146,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	snprintf(m.s.end_reason, sizeof m.s.end_reason, "%s", m.vm_end);
 	m.s.ended_ns = sbx_now_ns();
 	sbx_record_save(&m.st, &m.s, NULL);
+	sbx_cgroup_remove(m.s.id);
 	unlinkat(m.run_dfd, "monitor.sock", 0);
 	unlinkat(m.run_dfd, "agent.sock", 0);
 	unlinkat(m.run_dfd, "qmp.sock", 0);

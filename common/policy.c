@@ -407,7 +407,7 @@ static int expect(struct ctx *c, yaml_event_type_t t, const char *path)
 	if (c->ev.type == t && !is_null(&c->ev))
 		return 0;
 	const char *want = t == YAML_MAPPING_START_EVENT ? "a mapping" : t == YAML_SEQUENCE_START_EVENT ? "a list"
-													: "a value";
+													: "a scalar value";
 	const char *hint = !is_null(&c->ev) ? ""
 			   : t == YAML_MAPPING_START_EVENT ? " (write {} for an empty mapping)"
 			   : t == YAML_SEQUENCE_START_EVENT ? " (write [] for an empty list)"

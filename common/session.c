@@ -1,4 +1,5 @@
 #include "session.h"
+#include "cgroup.h"
 #include "proto.h"
 #include "template.h"
 #include "util.h"
@@ -281,6 +282,9 @@ static int cleanup_dead(struct sbx_state *st, const char *id)
 	int rc = sbx_rm_rf_at(st->sessions_fd, id);
 	if (sbx_rm_rf_at(st->rsessions_fd, id) < 0)
 		rc = -1;
+	/* The VMM may take a moment to leave its cgroup after SIGKILL. */
+	for (int i = 0; i < 50 && sbx_cgroup_remove(id) < 0; i++)
+		usleep(20000);
 	return rc;
 }
 

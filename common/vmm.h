@@ -22,6 +22,8 @@ struct sbx_vm_config {
 	unsigned long tsc_khz;    /* TCG only; 0: unknown */
 	int probe;                /* boot to the probe marker and power off */
 	int sandbox;              /* QEMU -sandbox (seccomp) */
+	int cg_fds[4];            /* cgroup.procs files the VMM joins before exec */
+	int cg_nfds;
 };
 
 struct sbx_vm {

@@ -96,7 +96,9 @@ static int build_argv(const struct sbx_vm_config *c, struct argv *a, struct sbx_
 	add(a, "-M");
 	add(a, "microvm,pit=off,pic=off,isa-serial=on");
 	add(a, "-accel");
-	add(a, "%s", c->accel == SBX_ACCEL_KVM ? "kvm" : "tcg");
+	/* A bounded translation cache (the default is 1 GiB) keeps TCG's
+	 * memory within the host cgroup's allowance. */
+	add(a, "%s", c->accel == SBX_ACCEL_KVM ? "kvm" : "tcg,tb-size=256");
 	add(a, "-cpu");
 	add(a, "%s", c->accel == SBX_ACCEL_KVM ? "host" : "max");
 	add(a, "-smp");
@@ -183,6 +185,12 @@ int sbx_vm_boot(const struct sbx_vm_config *c, struct sbx_vm *vm, struct sbx_err
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(127);
+		/* Join the host cgroups before running a single VMM instruction. */
+		for (int i = 0; i < c->cg_nfds; i++)
+			if (write(c->cg_fds[i], "0", 1) != 1) {
+				dprintf(2, "cannot join the host cgroup: %s\n", strerror(errno));
+				_exit(126);
+			}
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);

@@ -40,6 +40,9 @@ _cleanup() {
 		ls "$SBX_ROOT/var/lib/sbx/sessions" | sbx-kill >/dev/null 2>&1 || true
 	fi
 	for p in $(root_procs); do kill -9 "$p" 2>/dev/null || true; done
+	# the host cgroup parent of this root (see common/cgroup.c)
+	h=$(printf '%s' "$SBX_ROOT" | sha256sum | cut -c1-8)
+	for d in /sys/fs/cgroup/*/sbx-"$h" /sys/fs/cgroup/sbx-"$h"; do rmdir "$d" 2>/dev/null || true; done
 	rm -rf "$SBX_ROOT"
 }
 trap _cleanup EXIT

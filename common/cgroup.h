@@ -1,0 +1,31 @@
+/* Host cgroups for a session's VMM: a hard CPU cap, a memory limit and a
+ * pids limit, on cgroup v2 (unified /sys/fs/cgroup) or v1 (one hierarchy
+ * per controller, as on our build machines).  The group is
+ * <parent>/<session>, with parent "sbx", or "sbx-<hash of SBX_ROOT>" so test
+ * roots never collide with the host's sessions. */
+#ifndef SBX_CGROUP_H
+#define SBX_CGROUP_H
+
+#include <stdint.h>
+#include "err.h"
+
+struct sbx_cg_limits {
+	unsigned cpu_milli; /* 1000 = one host CPU; 0 = no cap */
+	uint64_t memory;    /* bytes; 0 = no limit */
+	unsigned pids;      /* 0 = no limit */
+};
+
+#define SBX_CG_MAX_FDS 4
+
+/* Create the session's groups with the limits; fds receives open
+ * cgroup.procs files that the VMM child writes "0" to before exec. */
+int sbx_cgroup_create(const char *session, const struct sbx_cg_limits *l, int fds[SBX_CG_MAX_FDS], int *nfds,
+		      struct sbx_err *err);
+/* Remove the session's groups (they must be empty); missing is success. */
+int sbx_cgroup_remove(const char *session);
+/* Host-measured usage: CPU ns used, memory peak bytes; -1 when unknown. */
+int sbx_cgroup_usage(const char *session, uint64_t *cpu_ns, uint64_t *mem_peak);
+/* "v1", "v2" or "none". */
+const char *sbx_cgroup_mode(void);
+
+#endif
