@@ -6,15 +6,82 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
 #include "cli.h"
+#include "cgroup.h"
 #include "execrec.h"
 #include "session.h"
 #include "util.h"
 
-static const char *const cols[] = { "id", "state", "accel", "vcpus", "memory_mib", "template", "execs", "age_s" };
+static const char *const cols[] = { "id", "state", "accel", "vcpus", "memory_mib", "template", "execs", "age_s",
+				    "cpu_s", "memory_peak_bytes", "disk_written_bytes", "ttl_left_s" };
+
+/* Usage, host-measured where it can be: the VMM's cgroup while the VM
+ * runs, the figures saved at its end afterwards; the overlay's allocated
+ * blocks for disk written.  Allocation (vCPU-seconds, GiB-seconds) is what a
+ * bill is made of; CPU-seconds is what was used. */
+static void add_metrics(struct sbx_state *st, const struct sbx_session *s, json_t *o, uint64_t now)
+{
+	uint64_t cpu_ns = s->cpu_ns, peak = s->mem_peak;
+	const char *state = json_string_value(json_object_get(o, "state"));
+	if (state && !strcmp(state, "running"))
+		sbx_cgroup_usage(s->id, &cpu_ns, &peak);
+	uint64_t end = s->ended_ns ? s->ended_ns : now;
+	double life = end > s->created_ns ? (double)(end - s->created_ns) / 1e9 : 0;
+	struct stat sb;
+	char ov[SBX_ID_MAX + 32];
+	snprintf(ov, sizeof ov, "%s/overlay.qcow2", s->id);
+	uint64_t disk = fstatat(st->sessions_fd, ov, &sb, AT_SYMLINK_NOFOLLOW) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
+	json_object_set_new(o, "cpu_s", json_real((double)cpu_ns / 1e9));
+	json_object_set_new(o, "memory_peak_bytes", json_integer((json_int_t)peak));
+	json_object_set_new(o, "disk_written_bytes", json_integer((json_int_t)disk));
+	json_object_set_new(o, "vcpu_seconds", json_real(life * s->vcpus));
+	json_object_set_new(o, "gib_seconds", json_real(life * s->memory_mib / 1024.0));
+	json_object_set_new(o, "cpu_seconds_used", json_real((double)cpu_ns / 1e9));
+	if (s->limits.ttl_ms) {
+		uint64_t exp = s->created_ns + s->limits.ttl_ms * 1000000u;
+		json_object_set_new(o, "ttl_left_s", json_integer(exp > now ? (json_int_t)((exp - now) / 1000000000u) : 0));
+	}
+}
+
+/* Prometheus text exposition, for node_exporter's textfile collector. */
+static void print_prometheus(json_t *all)
+{
+	static const struct {
+		const char *key, *name, *type, *help;
+	} m[] = {
+		{ "cpu_s", "sbx_session_cpu_seconds_total", "counter", "Host CPU time used by the session's VMM." },
+		{ "memory_peak_bytes", "sbx_session_memory_peak_bytes", "gauge", "Peak memory of the session's VMM." },
+		{ "disk_written_bytes", "sbx_session_disk_written_bytes", "gauge", "Bytes allocated by the session's disk overlay." },
+		{ "vcpus", "sbx_session_vcpus", "gauge", "vCPUs allocated." },
+		{ "memory_mib", "sbx_session_memory_mib", "gauge", "Guest memory allocated, MiB." },
+		{ "execs", "sbx_session_execs", "gauge", "Execs run in the session." },
+		{ "age_s", "sbx_session_age_seconds", "gauge", "Seconds since the session was created." },
+		{ "vcpu_seconds", "sbx_session_vcpu_seconds_total", "counter", "vCPU-seconds allocated." },
+		{ "gib_seconds", "sbx_session_memory_gib_seconds_total", "counter", "GiB-seconds of memory allocated." },
+		{ "ttl_left_s", "sbx_session_ttl_left_seconds", "gauge", "Seconds until the session's TTL expires." },
+	};
+	for (size_t i = 0; i < SBX_ARRAY_LEN(m); i++) {
+		printf("# HELP %s %s\n# TYPE %s %s\n", m[i].name, m[i].help, m[i].name, m[i].type);
+		size_t k;
+		json_t *o;
+		json_array_foreach(all, k, o) {
+			json_t *v = json_object_get(o, m[i].key);
+			if (!json_is_number(v))
+				continue;
+			/* IDs, states and template names are from a fixed character set:
+			 * nothing to escape in a label value. */
+			printf("%s{session=\"%s\",state=\"%s\",accel=\"%s\",template=\"%s\"} %.6g\n", m[i].name,
+			       json_string_value(json_object_get(o, "id")), json_string_value(json_object_get(o, "state")),
+			       json_string_value(json_object_get(o, "accel")) ? json_string_value(json_object_get(o, "accel")) : "",
+			       json_string_value(json_object_get(o, "template")) ? json_string_value(json_object_get(o, "template")) : "",
+			       json_number_value(v));
+		}
+	}
+}
 
 static json_t *session_json(struct sbx_state *st, const char *id)
 {
@@ -43,6 +110,8 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 			      created, "kernel", s.kernel, "boot_ms", (json_int_t)s.boot_ms);
 	if (o && s.end_reason[0])
 		json_object_set_new(o, "end_reason", json_string(s.end_reason));
+	if (o)
+		add_metrics(st, &s, o, now);
 	return o;
 }
 
@@ -54,6 +123,8 @@ static void print_text(json_t *o)
 			putchar('\t');
 		if (json_is_integer(v))
 			printf("%lld", (long long)json_integer_value(v));
+		else if (json_is_real(v))
+			printf("%.3f", json_real_value(v));
 		else
 			printf("%s", json_is_string(v) ? json_string_value(v) : "-");
 	}
@@ -112,15 +183,17 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-headers", no_argument, NULL, 'H' },
+		{ "prometheus", no_argument, NULL, 'P' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "state", required_argument, NULL, 's' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int json = 0, quiet = 0, headers = 1, c;
+	int json = 0, quiet = 0, headers = 1, prom = 0, c;
 	const char *want = NULL, *execs_of = NULL;
 	while ((c = getopt_long(argc, argv, "Hhq", opts, NULL)) != -1) {
 		switch (c) {
 		case 'H': headers = 0; break;
+		case 'P': prom = 1; break;
 		case 'h': puts("usage: sbx-ps [-q] [--json] [--no-headers] [--state=STATE] [SESSION...]"); return 0;
 		case 'j': json = 1; break;
 		case 'q': quiet = 1; break;
@@ -169,12 +242,14 @@ int main(int argc, char **argv)
 			json_array_append(all, o);
 		json_decref(o);
 	}
-	if (json) {
+	if (prom) {
+		print_prometheus(all);
+	} else if (json) {
 		json_dumpf(all, stdout, JSON_INDENT(2));
 		putchar('\n');
 	} else {
 		if (headers && !quiet)
-			puts("ID\tSTATE\tACCEL\tVCPUS\tMEM_MIB\tTEMPLATE\tEXECS\tAGE_S");
+			puts("ID\tSTATE\tACCEL\tVCPUS\tMEM_MIB\tTEMPLATE\tEXECS\tAGE_S\tCPU_S\tMEM_PEAK\tDISK_WRITTEN\tTTL_LEFT_S");
 		size_t k;
 		json_t *o;
 		json_array_foreach(all, k, o) {

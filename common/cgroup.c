@@ -176,11 +176,14 @@ int sbx_cgroup_remove(const char *session)
 
 static int read_u64(const char *dir, const char *file, const char *key, uint64_t *out)
 {
-	char p[512];
+	char p[512], s[4096];
 	snprintf(p, sizeof p, "%s/%s", dir, file);
-	_cleanup_free_ char *s = sbx_read_small_at(AT_FDCWD, p, 1 << 16, NULL);
-	if (!s)
+	/* cgroupfs reports a size of 0: read, do not trust st_size. */
+	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, s, sizeof s - 1) : -1;
+	if (n <= 0)
 		return -1;
+	s[n] = 0;
 	if (!key) {
 		*out = strtoull(s, NULL, 10);
 		return 0;

@@ -1116,6 +1116,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		snprintf(m.s.end_reason, sizeof m.s.end_reason, "ttl of %llu s expired",
 			 (unsigned long long)(m.s.limits.ttl_ms / 1000));
 		m.s.ended_ns = sbx_now_ns();
+		sbx_cgroup_usage(m.s.id, &m.s.cpu_ns, &m.s.mem_peak);
 		sbx_record_save(&m.st, &m.s, NULL);
 		sbx_cgroup_remove(m.s.id);
 		unlinkat(m.run_dfd, "monitor.sock", 0);
@@ -1145,6 +1146,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	snprintf(m.s.state, sizeof m.s.state, "%s", strcmp(m.vm_end, "guest powered off") ? "crashed" : "stopped");
 	snprintf(m.s.end_reason, sizeof m.s.end_reason, "%s", m.vm_end);
 	m.s.ended_ns = sbx_now_ns();
+	sbx_cgroup_usage(m.s.id, &m.s.cpu_ns, &m.s.mem_peak);
 	sbx_record_save(&m.st, &m.s, NULL);
 	sbx_cgroup_remove(m.s.id);
 	unlinkat(m.run_dfd, "monitor.sock", 0);

@@ -78,6 +78,8 @@ int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s,
 	s->vcpus = (unsigned)get_u64(o, "vcpus");
 	s->memory_mib = (unsigned)get_u64(o, "memory_mib");
 	s->boot_ms = get_u64(o, "boot_ms");
+	s->cpu_ns = get_u64(o, "cpu_ns");
+	s->mem_peak = get_u64(o, "mem_peak");
 	json_t *lo = json_object_get(o, "limits");
 	s->limits.ttl_ms = get_u64(lo, "ttl_ms");
 	s->limits.exec_timeout_default_ms = get_u64(lo, "exec_timeout_default_ms");
@@ -117,6 +119,10 @@ int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sb
 	if (!o)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot encode the record of %s", s->id);
 	const struct sbx_limits *l = &s->limits;
+	if (s->cpu_ns || s->mem_peak) {
+		json_object_set_new(o, "cpu_ns", json_integer((json_int_t)s->cpu_ns));
+		json_object_set_new(o, "mem_peak", json_integer((json_int_t)s->mem_peak));
+	}
 	json_object_set_new(o, "limits",
 			    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i}", "ttl_ms", (json_int_t)l->ttl_ms,
 				      "exec_timeout_default_ms", (json_int_t)l->exec_timeout_default_ms,

@@ -28,6 +28,7 @@ struct sbx_session {
 	char end_reason[64]; /* why the VM ended, when it did */
 	unsigned execs;
 	uint64_t boot_ms;   /* launch -> agent hello */
+	uint64_t cpu_ns, mem_peak; /* host-measured VMM usage, saved when the VM ended */
 	struct sbx_limits {  /* compiled from the policy at create; the monitor enforces */
 		uint64_t ttl_ms;                 /* 0: none */
 		uint64_t exec_timeout_default_ms; /* 0: none */
