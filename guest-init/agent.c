@@ -45,6 +45,8 @@
 #define CHILD_STACK (256u << 10)
 #define CG_ROOT "/sys/fs/cgroup"
 #define CG_NAME_MAX 40
+#define CG_POOL 3        /* cgroups made ahead of time, see cg_idle() */
+#define CG_RM_BACKLOG 16 /* past this, removal stops waiting for idle time */
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #ifndef CGROUP2_SUPER_MAGIC
 #define CGROUP2_SUPER_MAGIC 0x63677270
@@ -55,6 +57,16 @@ enum { ERR_INVALID = 3, ERR_NOEXEC = 4, ERR_CONFLICT = 5, ERR_INTERNAL = 70, ERR
 enum { IO_IN, IO_OUT, IO_ERR, IO_N };
 enum { K_HOST = 1, K_SIG, K_IO };
 
+enum { CGF_DIR, CGF_KILL, CGF_CPU, CGF_PEAK, CGF_EVENTS, CGF_N };
+
+/* A cgroup with every file the agent uses already open: under TCG each
+ * open of a cgroup file costs ~0.1 ms, so they are opened ahead of time. */
+struct cg {
+	char name[CG_NAME_MAX]; /* under the cgroup root, "" without one */
+	uint32_t stream;        /* the stream a pooled cgroup is named for */
+	int fd[CGF_N];
+};
+
 struct exec {
 	int used;
 	uint32_t stream, gen;
@@ -62,7 +74,7 @@ struct exec {
 	int pty, reaped, wstatus;
 	int fd[IO_N];            /* parent ends; for a pty OUT is the master, IN a dup of it */
 	int polled[IO_N];
-	char cg[CG_NAME_MAX];    /* cgroup under CG_ROOT, "" without one */
+	struct cg cg;
 	struct sbx_buf in;       /* stdin received, not yet written */
 	size_t in_off;
 	uint32_t credit_used;    /* stdin bytes received and not yet given back by WINDOW */
@@ -93,6 +105,11 @@ struct agent {
 	struct cg_rm rm[MAX_EXECS];
 	unsigned nrm;
 	uint64_t rm_next;
+	struct cg pool[CG_POOL];
+	unsigned npool;
+	uint32_t pool_next;      /* the stream the next pooled cgroup is named for */
+	int started;             /* an exec started in this loop round */
+	uint64_t pool_retry;
 	char *stack;
 	int ign[64], nign;       /* signals we inherited as ignored: reset in children */
 };
@@ -277,26 +294,19 @@ static void set_paused(struct agent *a, int paused)
 
 /* ---- cgroups ------------------------------------------------------------ */
 
-static int cg_write(struct agent *a, const char *cg, const char *file, const char *s)
+static void cg_close(struct cg *cg)
 {
-	char path[CG_NAME_MAX + 32];
-	_cleanup_close_ int fd = -1;
-	size_t n = strlen(s);
-
-	snprintf(path, sizeof(path), "%s/%s", cg, file);
-	fd = openat(a->cgroot, path, O_WRONLY | O_CLOEXEC);
-	return fd >= 0 && write(fd, s, n) == (ssize_t)n ? 0 : -1;
+	for (int i = 0; i < CGF_N; i++) {
+		closep(&cg->fd[i]);
+		cg->fd[i] = -1;
+	}
 }
 
-static int cg_read(struct agent *a, const char *cg, const char *file, char *buf, size_t cap)
+static int cg_read(int fd, char *buf, size_t cap)
 {
-	char path[CG_NAME_MAX + 32];
-	_cleanup_close_ int fd = -1;
 	ssize_t n;
 
-	snprintf(path, sizeof(path), "%s/%s", cg, file);
-	fd = openat(a->cgroot, path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || (n = read(fd, buf, cap - 1)) < 0)
+	if (fd < 0 || (n = pread(fd, buf, cap - 1, 0)) < 0)
 		return -1;
 	buf[n] = 0;
 	return 0;
@@ -312,55 +322,154 @@ static uint64_t kv_get(const char *buf, const char *key)
 	return 0;
 }
 
+/* mkdir cg->name and open its files; a missing file (a controller that
+ * could not be enabled) only costs what it would have reported. */
+static int cg_make(struct agent *a, struct cg *cg)
+{
+	static const char *const files[CGF_N] = {
+		[CGF_KILL] = "cgroup.kill", [CGF_CPU] = "cpu.stat",
+		[CGF_PEAK] = "memory.peak", [CGF_EVENTS] = "memory.events",
+	};
+
+	for (int i = 0; i < CGF_N; i++)
+		cg->fd[i] = -1;
+	if (mkdirat(a->cgroot, cg->name, 0755) < 0)
+		return -1;
+	cg->fd[CGF_DIR] = openat(a->cgroot, cg->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cg->fd[CGF_DIR] < 0) {
+		int err = errno;
+		unlinkat(a->cgroot, cg->name, AT_REMOVEDIR);
+		errno = err;
+		return -1;
+	}
+	for (int i = CGF_DIR + 1; i < CGF_N; i++)
+		cg->fd[i] = openat(cg->fd[CGF_DIR], files[i],
+				   (i == CGF_KILL ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
+	return 0;
+}
+
+/* Try to remove the oldest cgroup awaiting removal.  A busy one goes to
+ * the back of the line and backs off: its processes are not reaped yet. */
+static void cg_rmdir_one(struct agent *a)
+{
+	struct cg_rm r = a->rm[0];
+	int busy = 0;
+
+	memmove(a->rm, a->rm + 1, --a->nrm * sizeof(a->rm[0]));
+	if (unlinkat(a->cgroot, r.name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+		;
+	else if (errno != EBUSY || ++r.tries >= RMDIR_TRIES)
+		sbx_guest_log("agent: rmdir cgroup %s: %s", r.name, strerror(errno));
+	else
+		a->rm[a->nrm++] = r, busy = 1;
+	a->rm_next = !a->nrm ? 0 : busy ? now_ns() + RMDIR_RETRY_NS : now_ns();
+}
+
+/* Removal waits for idle time (cg_idle): an rmdir costs about a
+ * millisecond under TCG, and is retried while it fails with EBUSY, which
+ * it does until the killed processes are reaped. */
+static void cg_remove(struct agent *a, struct cg *cg)
+{
+	if (!cg->name[0])
+		return;
+	cg_close(cg);
+	if (a->nrm >= MAX_EXECS) {
+		sbx_guest_log("agent: too many cgroups awaiting removal, leaving %s", cg->name);
+	} else {
+		memcpy(a->rm[a->nrm].name, cg->name, sizeof(cg->name));
+		a->rm[a->nrm++].tries = 0;
+		if (!a->rm_next)
+			a->rm_next = now_ns();
+	}
+	cg->name[0] = 0;
+}
+
+/* A fresh cgroup for the exec.  As PID 1, idle time keeps a few made
+ * ahead for the streams the host will most likely use next (the monitor
+ * numbers them in order), so mkdir and the opens stay off the exec's
+ * path.  A miss (say, a new host after a restore numbering from 1) drops
+ * the pool and predicts again from there.  Every exec still gets a
+ * cgroup nothing ran in before: memory.peak cannot be reset on 6.1. */
 static int cg_create(struct agent *a, struct exec *e)
 {
+	unsigned hit = CG_POOL;
+
+	for (unsigned i = 0; i < a->npool; i++)
+		if (a->pool[i].stream == e->stream)
+			hit = i;
+	if (hit < CG_POOL) {
+		e->cg = a->pool[hit];
+		/* Streams the host skipped will not come back. */
+		for (unsigned i = 0; i < hit; i++)
+			cg_remove(a, &a->pool[i]);
+		memmove(a->pool, a->pool + hit + 1, (a->npool - hit - 1) * sizeof(a->pool[0]));
+		a->npool -= hit + 1;
+	} else {
+		for (unsigned i = 0; i < a->npool; i++)
+			cg_remove(a, &a->pool[i]);
+		a->npool = 0;
+	}
+	if (e->stream >= a->pool_next)
+		a->pool_next = e->stream + 1;
+	if (hit < CG_POOL)
+		return 0;
+
+	e->cg.stream = e->stream;
 	for (int i = 0; i < 4; i++) {
 		if (i == 0)
-			snprintf(e->cg, sizeof(e->cg), "sbx-exec-%u", e->stream);
+			snprintf(e->cg.name, sizeof(e->cg.name), "sbx-exec-%u", e->stream);
 		else /* an earlier exec's cgroup is still waiting to be removed */
-			snprintf(e->cg, sizeof(e->cg), "sbx-exec-%u.%u", e->stream, ++a->cg_seq);
-		if (mkdirat(a->cgroot, e->cg, 0755) == 0)
+			snprintf(e->cg.name, sizeof(e->cg.name), "sbx-exec-%u.%u", e->stream, ++a->cg_seq);
+		if (cg_make(a, &e->cg) == 0)
 			return 0;
 		if (errno != EEXIST)
 			break;
 	}
-	sbx_guest_log("agent: cgroup %s: %s", e->cg, strerror(errno));
-	e->cg[0] = 0;
+	sbx_guest_log("agent: cgroup %s: %s", e->cg.name, strerror(errno));
+	e->cg.name[0] = 0;
 	return -1;
 }
 
-static void cg_rmdir_retry(struct agent *a)
+static int cg_pool_wanted(const struct agent *a)
 {
-	unsigned j = 0;
-
-	for (unsigned i = 0; i < a->nrm; i++) {
-		struct cg_rm *r = &a->rm[i];
-		if (unlinkat(a->cgroot, r->name, AT_REMOVEDIR) == 0 || errno == ENOENT)
-			continue;
-		if (errno != EBUSY || ++r->tries >= RMDIR_TRIES) {
-			sbx_guest_log("agent: rmdir cgroup %s: %s", r->name, strerror(errno));
-			continue;
-		}
-		a->rm[j++] = *r;
-	}
-	a->nrm = j;
-	a->rm_next = j ? now_ns() + RMDIR_RETRY_NS : 0;
+	return a->is_pid1 && a->cgroot >= 0 && !a->host_down && a->npool < CG_POOL &&
+	       now_ns() >= a->pool_retry;
 }
 
-/* Removal waits until the EXIT frame has been written (an rmdir costs
- * milliseconds under TCG) and is retried while it fails with EBUSY, which
- * it does until the killed processes are reaped. */
-static void cg_remove(struct agent *a, struct exec *e)
+/* Whether cg_idle has work. */
+static int cg_idle_work(const struct agent *a)
 {
-	if (!e->cg[0])
-		return;
-	if (a->nrm >= MAX_EXECS) {
-		sbx_guest_log("agent: too many cgroups awaiting removal, leaving %s", e->cg);
+	return cg_pool_wanted(a) || (a->nrm && now_ns() >= a->rm_next);
+}
+
+/* One unit of deferred cgroup work, run only when the loop found nothing
+ * else to do, so that an EXEC arriving meanwhile waits for at most one
+ * mkdir or rmdir.  Refilling the pool comes first: the next exec needs
+ * that mkdir anyway, removal can wait.  Only as PID 1: in host mode the
+ * tests expect no sbx-exec-* directories but the live ones. */
+static void cg_idle(struct agent *a)
+{
+	if (cg_pool_wanted(a)) {
+		struct cg *cg = &a->pool[a->npool];
+
+		/* Bounded: a name taken by a cgroup awaiting removal (a
+		 * reused stream number) is skipped, not waited for. */
+		for (int i = 0; i < 4; i++) {
+			cg->stream = a->pool_next++;
+			snprintf(cg->name, sizeof(cg->name), "sbx-exec-%u", cg->stream);
+			if (cg_make(a, cg) == 0) {
+				a->npool++;
+				return;
+			}
+			if (errno != EEXIST)
+				break;
+		}
+		sbx_guest_log("agent: cgroup %s: %s", cg->name, strerror(errno));
+		a->pool_retry = now_ns() + 1000 * NS_PER_MS; /* no busy loop on ENOSPC & co */
 		return;
 	}
-	memcpy(a->rm[a->nrm].name, e->cg, sizeof(e->cg));
-	a->rm[a->nrm++].tries = 0;
-	a->rm_next = now_ns();
+	if (a->nrm && now_ns() >= a->rm_next)
+		cg_rmdir_one(a);
 }
 
 /* Kill the exec's whole tree.  Without a cgroup (host mode, cgroup v1, or
@@ -370,7 +479,7 @@ static void cg_remove(struct agent *a, struct exec *e)
  * before the main process is reaped, or right after reaping it. */
 static void kill_tree(struct agent *a, struct exec *e)
 {
-	if (e->cg[0] && cg_write(a, e->cg, "cgroup.kill", "1") == 0)
+	if (e->cg.fd[CGF_KILL] >= 0 && write(e->cg.fd[CGF_KILL], "1", 1) == 1)
 		return;
 	if (e->pid > 0)
 		kill(-e->pid, SIGKILL);
@@ -380,7 +489,7 @@ static void exec_stats(struct agent *a, struct exec *e, struct sbx_exit_info *x,
 {
 	char buf[1024];
 
-	if (!e->cg[0]) {
+	if (!e->cg.name[0]) {
 		/* Only the main process's own usage: the rest of the tree
 		 * was never waited for by us. */
 		x->cpu_user_us = (uint64_t)e->ru.ru_utime.tv_sec * 1000000u +
@@ -390,13 +499,13 @@ static void exec_stats(struct agent *a, struct exec *e, struct sbx_exit_info *x,
 		x->mem_peak = (uint64_t)e->ru.ru_maxrss * 1024u;
 		return;
 	}
-	if (cg_read(a, e->cg, "cpu.stat", buf, sizeof(buf)) == 0) {
+	if (cg_read(e->cg.fd[CGF_CPU], buf, sizeof(buf)) == 0) {
 		x->cpu_user_us = kv_get(buf, "user_usec");
 		x->cpu_sys_us = kv_get(buf, "system_usec");
 	}
-	if (cg_read(a, e->cg, "memory.peak", buf, sizeof(buf)) == 0)
+	if (cg_read(e->cg.fd[CGF_PEAK], buf, sizeof(buf)) == 0)
 		x->mem_peak = strtoull(buf, NULL, 10);
-	if (cg_read(a, e->cg, "memory.events", buf, sizeof(buf)) == 0)
+	if (cg_read(e->cg.fd[CGF_EVENTS], buf, sizeof(buf)) == 0)
 		*oom = kv_get(buf, "oom_kill") > 0;
 }
 
@@ -422,6 +531,8 @@ static struct exec *exec_alloc(struct agent *a, uint32_t stream)
 		e->gen = ++a->gen;
 		for (int io = 0; io < IO_N; io++)
 			e->fd[io] = -1;
+		for (int j = 0; j < CGF_N; j++)
+			e->cg.fd[j] = -1;
 		a->nlive++;
 		return e;
 	}
@@ -433,6 +544,7 @@ static void exec_release(struct agent *a, struct exec *e)
 	for (int io = 0; io < IO_N; io++)
 		io_close(a, e, io);
 	sbx_buf_free(&e->in);
+	cg_close(&e->cg);
 	e->used = 0;
 	a->nlive--;
 }
@@ -461,7 +573,7 @@ static void exec_finish(struct agent *a, struct exec *e)
 		x.reason = SBX_R_OOM;
 	}
 	sbx_exit_encode(&a->out, e->stream, &x);
-	cg_remove(a, e);
+	cg_remove(a, &e->cg);
 	exec_release(a, e);
 }
 
@@ -495,7 +607,7 @@ static void exec_kill(struct agent *a, struct exec *e, uint32_t reason)
 		return;
 	e->forced = reason;
 	kill_tree(a, e);
-	if (e->cg[0] && e->pid > 0)
+	if (e->cg.name[0] && e->pid > 0)
 		kill(-e->pid, SIGKILL); /* in case cgroup.kill is missing (< 5.14) */
 }
 
@@ -572,7 +684,13 @@ static void __attribute__((noreturn)) exec_path(const struct child_args *c)
 			if (dl) /* an empty element is the current directory */
 				buf[dl++] = '/';
 			memcpy(buf + dl, file, fl + 1);
-			try_exec(c, buf);
+			/* A failed execve still builds a whole new mm and copies
+			 * argv and envp into it before it looks the file up:
+			 * under TCG each miss costs about a millisecond, a
+			 * lookup tens of microseconds.  Only a name that is
+			 * missing skips execve, so errors stay execve's own. */
+			if (faccessat(AT_FDCWD, buf, F_OK, 0) == 0)
+				try_exec(c, buf);
 			if (errno == EACCES)
 				eacces = 1;
 			else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE &&
@@ -776,8 +894,8 @@ static pid_t spawn_child(struct agent *a, struct exec *e, struct child_args *c)
 	char path[CG_NAME_MAX + 16];
 	pid_t pid = -1;
 
-	if (e->cg[0]) {
-		_cleanup_close_ int dir = openat(a->cgroot, e->cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (e->cg.name[0]) {
+		int dir = e->cg.fd[CGF_DIR];
 		struct clone3_args ca = { .flags = CLONE_VM | CLONE_VFORK | SBX_CLONE_INTO_CGROUP,
 					  .exit_signal = SIGCHLD,
 					  .stack = (uintptr_t)a->stack, .stack_size = CHILD_STACK,
@@ -787,7 +905,7 @@ static pid_t spawn_child(struct agent *a, struct exec *e, struct child_args *c)
 			return pid;
 		/* Older kernel: the child moves itself in before it can
 		 * create anything, so nothing escapes the cgroup either. */
-		snprintf(path, sizeof(path), "%s/cgroup.procs", e->cg);
+		snprintf(path, sizeof(path), "%s/cgroup.procs", e->cg.name);
 		c->procs = openat(a->cgroot, path, O_WRONLY | O_CLOEXEC);
 	}
 	/* vfork semantics either way: no page-table copy, which dominates
@@ -869,11 +987,12 @@ static void exec_start(struct agent *a, uint32_t stream, const uint8_t *p, uint3
 		char msg[128];
 		snprintf(msg, sizeof(msg), "cannot start the command: %s", strerror(err));
 		send_error(a, stream, err == EAGAIN || err == ENOMEM ? ERR_TEMP : ERR_INTERNAL, msg);
-		cg_remove(a, e);
+		cg_remove(a, &e->cg);
 		exec_release(a, e);
 		return;
 	}
 	send_u32(a, SBX_F_STARTED, stream, SBX_T_PID, (uint32_t)e->pid);
+	a->started = 1;
 	for (int io = 0; io < IO_N; io++)
 		io_watch(a, e, io);
 }
@@ -1199,16 +1318,16 @@ static int next_timeout_ms(const struct agent *a)
 	return next > INT_MAX ? INT_MAX : (int)next;
 }
 
-static void loop_once(struct agent *a)
+static int handle_events(struct agent *a, int timeout_ms)
 {
 	struct epoll_event ev[64];
-	int n = epoll_wait(a->ep, ev, 64, next_timeout_ms(a));
+	int n = epoll_wait(a->ep, ev, 64, timeout_ms);
 
 	if (n < 0 && errno != EINTR) {
 		sbx_guest_log("agent: epoll_wait: %s", strerror(errno));
 		a->done = !a->is_pid1;
 		a->rc = -1;
-		return;
+		return -1;
 	}
 	for (int i = 0; i < n && !a->done; i++) {
 		uint64_t tag = ev[i].data.u64;
@@ -1227,11 +1346,33 @@ static void loop_once(struct agent *a)
 			break;
 		}
 	}
+	return n;
+}
+
+static void loop_once(struct agent *a)
+{
+	int idle = cg_idle_work(a), n;
+
+	/* With deferred cgroup work, look for events without sleeping and
+	 * do one unit of that work only when there are none. */
+	n = handle_events(a, idle ? 0 : next_timeout_ms(a));
+	if (n < 0)
+		return;
+	/* An exec started in this round has usually finished by the time
+	 * clone returns (the vfork child runs first on our one vCPU): one
+	 * more look lets STARTED and EXIT leave in one write, i.e. one VM
+	 * exit, instead of two. */
+	if (a->started && !a->done) {
+		a->started = 0;
+		handle_events(a, 0);
+	}
 	if (!a->done)
 		run_deadlines(a);
 	host_flush(a);
-	if (a->rm_next && now_ns() >= a->rm_next)
-		cg_rmdir_retry(a);
+	if (n == 0 && idle && !a->done)
+		cg_idle(a);
+	else if (a->nrm > CG_RM_BACKLOG && now_ns() >= a->rm_next)
+		cg_rmdir_one(a); /* a host that never lets us idle */
 	if (!a->paused && outq_pending(a) > OUTQ_CAP)
 		set_paused(a, 1);
 	else if (a->paused && outq_pending(a) <= OUTQ_CAP / 2)
@@ -1296,6 +1437,8 @@ static void agent_free(struct agent *a)
 	closep(&a->ep);
 	closep(&a->sig);
 	closep(&a->devnull);
+	for (unsigned i = 0; i < a->npool; i++)
+		cg_close(&a->pool[i]);
 	closep(&a->cgroot);
 	if (a->stack)
 		munmap(a->stack, CHILD_STACK);
