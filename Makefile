@@ -7,7 +7,7 @@ MANDIR = $(PREFIX)/share/man
 B ?= build
 
 CC ?= cc
-PKGS = jansson libbsd-overlay libmd
+PKGS = jansson libbsd-overlay libmd yaml-0.1
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \

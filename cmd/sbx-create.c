@@ -59,6 +59,20 @@ static int print_policy(const struct sbx_policy *p, int json)
 	return fflush(stdout) == 0 ? 0 : SBX_EXIT_INTERNAL;
 }
 
+static void print_session(const struct sbx_session *s, int existed, int json)
+{
+	if (!json) {
+		printf("%s\n", s->id);
+		return;
+	}
+	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:s, s:b, s:I}", "schema", 1, "id", s->id, "state", s->state,
+			      "accel", s->accel, "kernel", s->kernel, "existed", existed, "boot_ms",
+			      (json_int_t)s->boot_ms);
+	json_dumpf(j, stdout, JSON_COMPACT);
+	putchar('\n');
+	json_decref(j);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -126,15 +140,6 @@ int main(int argc, char **argv)
 	if (!strcmp(s.accel, "tcg") && !quiet && !existed)
 		fprintf(stderr, "sbx-create: notice: running under TCG emulation, not KVM (slower, and not a "
 				"hardware isolation boundary)\n");
-	if (json) {
-		json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:s, s:b, s:I}", "schema", 1, "id", s.id, "state", s.state,
-				      "accel", s.accel, "kernel", s.kernel, "existed", existed, "boot_ms",
-				      (json_int_t)s.boot_ms);
-		json_dumpf(j, stdout, JSON_COMPACT);
-		putchar('\n');
-		json_decref(j);
-	} else {
-		printf("%s\n", s.id);
-	}
+	print_session(&s, existed, json);
 	return 0;
 }

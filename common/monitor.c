@@ -299,6 +299,10 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 	if (sbx_exec_req_decode(f->payload, f->len, &r, &why) < 0)
 		return client_error(m, c, f->stream, SBX_EXIT_INVALID, why);
 	const struct sbx_limits *lim = &m->s.limits;
+	/* Limits come from the session's policy, never from the client. */
+	r.pids_max = lim->pids_per_exec;
+	r.session_pids = lim->pids_per_session;
+	r.memory_max = lim->exec_memory;
 	if (!r.timeout_ms && lim->exec_timeout_default_ms)
 		r.timeout_ms = (uint32_t)(lim->exec_timeout_default_ms > UINT32_MAX ? UINT32_MAX
 										      : lim->exec_timeout_default_ms);

@@ -233,6 +233,20 @@ static const char *show(char *out, size_t outn, const char *s, size_t max)
 	return out;
 }
 
+/* A message cut to fit its buffer may end inside a UTF-8 sequence, which a
+ * JSON error could not carry: drop the partial sequence. */
+static void utf8_trim(char *s)
+{
+	size_t n = strlen(s), i = n, back = 0;
+	while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xc0) == 0x80)
+		i--, back++;
+	if (i == 0 || (unsigned char)s[i - 1] < 0x80)
+		return;
+	uint32_t cp;
+	if (!utf8_dec((const unsigned char *)s + i - 1, n - i + 1, &cp))
+		s[i - 1] = 0;
+}
+
 #define SHOW(s) show((char[256]){ 0 }, 256, (s), 48)
 
 /* ---- Event stream ---- */
@@ -253,7 +267,10 @@ __attribute__((format(printf, 4, 0))) static int failv(struct ctx *c, size_t lin
 {
 	char msg[400];
 	vsnprintf(msg, sizeof msg, fmt, ap);
-	return sbx_err_set(c->err, SBX_EXIT_INVALID, 0, "%s:%zu:%zu: %s", c->name, line, col, msg);
+	sbx_err_set(c->err, SBX_EXIT_INVALID, 0, "%s:%zu:%zu: %s", c->name, line, col, msg);
+	if (c->err)
+		utf8_trim(c->err->msg);
+	return -1;
 }
 
 __attribute__((format(printf, 3, 4))) static int failm(struct ctx *c, yaml_mark_t m, const char *fmt, ...)
@@ -406,14 +423,13 @@ static int expect(struct ctx *c, yaml_event_type_t t, const char *path)
 {
 	if (c->ev.type == t && !is_null(&c->ev))
 		return 0;
-	const char *want = t == YAML_MAPPING_START_EVENT ? "a mapping" : t == YAML_SEQUENCE_START_EVENT ? "a list"
-													: "a scalar value";
-	const char *hint = !is_null(&c->ev) ? ""
-			   : t == YAML_MAPPING_START_EVENT ? " (write {} for an empty mapping)"
-			   : t == YAML_SEQUENCE_START_EVENT ? " (write [] for an empty list)"
-							    : "";
+	const char *want = "a scalar value", *hint = "";
+	if (t == YAML_MAPPING_START_EVENT)
+		want = "a mapping", hint = " (write {} for an empty mapping)";
+	else if (t == YAML_SEQUENCE_START_EVENT)
+		want = "a list", hint = " (write [] for an empty list)";
 	return failm(c, c->ev.start_mark, "%s%sexpected %s, got %s%s", path, *path ? ": " : "", want, kind_of(&c->ev),
-		     hint);
+		     is_null(&c->ev) ? hint : "");
 }
 
 static const char *scalar(struct ctx *c, const char *path)
@@ -1227,7 +1243,7 @@ void sbx_policy_defaults(struct sbx_policy *p)
 
 int sbx_policy_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_policy *p, struct sbx_err *err)
 {
-	char shown[600];
+	char shown[256];
 	struct ctx c = { .name = show(shown, sizeof shown, name, 200), .buf = buf, .n = n, .err = err };
 	if (n > SBX_POLICY_FILE_MAX)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load policy %s: larger than 1 MiB", c.name);
@@ -1249,7 +1265,7 @@ int sbx_policy_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_
 
 int sbx_policy_load(const char *path, struct sbx_policy *p, struct sbx_err *err)
 {
-	char shown[600];
+	char shown[256];
 	show(shown, sizeof shown, path, 200);
 	sbx_policy_defaults(p);
 	/* Symlinks are followed: the user named this file.  O_NONBLOCK so a

@@ -279,6 +279,14 @@ int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, cons
 		case SBX_T_COLS: u = &r->cols; break;
 		case SBX_T_UID: u = &r->uid; r->have_uid = 1; break;
 		case SBX_T_GID: u = &r->gid; r->have_gid = 1; break;
+		case SBX_T_PIDS_MAX: u = &r->pids_max; break;
+		case SBX_T_SESSION_PIDS: u = &r->session_pids; break;
+		case SBX_T_MEMORY_MAX:
+			if (sbx_tlv_as_u64(val, vn, &r->memory_max)) {
+				*why = "numeric field has the wrong size";
+				goto bad;
+			}
+			break;
 		default:
 			*why = "unknown field in exec request";
 			goto bad;
@@ -329,6 +337,12 @@ int sbx_exec_req_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exe
 		sbx_tlv_u32(b, SBX_T_UID, r->uid);
 	if (r->have_gid)
 		sbx_tlv_u32(b, SBX_T_GID, r->gid);
+	if (r->pids_max)
+		sbx_tlv_u32(b, SBX_T_PIDS_MAX, r->pids_max);
+	if (r->session_pids)
+		sbx_tlv_u32(b, SBX_T_SESSION_PIDS, r->session_pids);
+	if (r->memory_max)
+		sbx_tlv_u64(b, SBX_T_MEMORY_MAX, r->memory_max);
 	return sbx_frame_end(b, off);
 }
 

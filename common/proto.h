@@ -75,7 +75,10 @@ enum sbx_tag {
 	SBX_T_MSG = 24,      /* str */
 	SBX_T_STATE = 25,    /* str */
 	SBX_T_ACCEL = 26,    /* str */
-	SBX_T_MAX = 26
+	SBX_T_PIDS_MAX = 27, /* u32: pids.max of the exec's cgroup */
+	SBX_T_MEMORY_MAX = 28, /* u64: memory.max of the exec's cgroup */
+	SBX_T_SESSION_PIDS = 29, /* u32: pids.max over every exec together */
+	SBX_T_MAX = 29
 };
 
 enum sbx_exec_flags {
@@ -153,6 +156,8 @@ struct sbx_exec_req {
 	char *cwd;
 	uint32_t timeout_ms, flags, rows, cols, uid, gid;
 	int have_uid, have_gid;
+	uint32_t pids_max, session_pids; /* 0: no limit */
+	uint64_t memory_max;             /* 0: no limit */
 };
 /* Returns 0, or -1 with a static message in *why: empty argv, too many
  * args, embedded NUL, unknown tag, truncated TLV, ENV entry without '='. */

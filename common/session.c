@@ -1,4 +1,5 @@
 #include "session.h"
+#include "policy.h"
 #include "cgroup.h"
 #include "proto.h"
 #include "template.h"
@@ -174,7 +175,41 @@ const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_sessio
 	return s->state;
 }
 
-static void spec_hash(const struct sbx_session *s, char out[65])
+/* What this build cannot enforce yet is refused, never ignored: a policy
+ * that asks for egress, package registries or secrets must not get a
+ * session that silently lacks them (fail closed). */
+static int policy_supported(const struct sbx_policy *p, const struct sbx_accel_info *ai, struct sbx_err *err)
+{
+	if (p->resources.require_kvm && ai->accel != SBX_ACCEL_KVM)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
+				   "the policy requires KVM (resources.require_kvm) but this host runs guests under TCG: %s",
+				   ai->reason);
+	if (p->network.egress != SBX_EGRESS_NONE)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
+				   "network.egress: allowlist is not supported by this version of sbx; "
+				   "sessions have no network (use egress: none)");
+	if (p->packages.mode != SBX_PKG_OFFLINE)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
+				   "packages.mode: allowlist is not supported by this version of sbx (use mode: offline)");
+	if (p->nsecrets)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "secrets are not supported by this version of sbx");
+	return 0;
+}
+
+static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
+{
+	l->ttl_ms = p->resources.ttl_ms;
+	l->exec_timeout_default_ms = p->resources.exec_timeout_default_ms;
+	l->exec_timeout_max_ms = p->resources.exec_timeout_max_ms;
+	l->output_cap = p->resources.output_cap;
+	l->exec_memory = p->resources.exec_memory;
+	l->disk_bytes = p->resources.disk;
+	l->pids_per_exec = p->resources.pids_per_exec;
+	l->pids_per_session = p->resources.pids_per_session;
+	l->cpu_milli = sbx_policy_cpu_limit_milli(p);
+}
+
+static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, char out[65])
 {
 	char txt[512];
 	/* The template as asked for ("default", not the version it resolved
@@ -186,6 +221,16 @@ static void spec_hash(const struct sbx_session *s, char out[65])
 	uint8_t d[SHA256_DIGEST_LENGTH];
 	SHA256Init(&c);
 	SHA256Update(&c, (const uint8_t *)txt, strlen(txt));
+	/* The policy's content, not its file name: the same rules from another
+	 * path are the same request. */
+	json_t *pj = sbx_policy_json(p);
+	if (pj)
+		json_object_del(pj, "source");
+	char *ptxt = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	if (ptxt)
+		SHA256Update(&c, (const uint8_t *)ptxt, strlen(ptxt));
+	free(ptxt);
+	json_decref(pj);
 	SHA256Final(d, &c);
 	for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
 		snprintf(out + 2 * i, 3, "%02x", d[i]);
@@ -310,6 +355,14 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		return -1;
 	if (sbx_accel_get(st, t.kernel, t.initrd, &ai, err) < 0)
 		return -1;
+	struct sbx_policy defaults;
+	const struct sbx_policy *pol = o->policy;
+	if (!pol) {
+		sbx_policy_defaults(&defaults);
+		pol = &defaults;
+	}
+	if (policy_supported(pol, &ai, err) < 0)
+		return -1;
 
 	memset(s, 0, sizeof *s);
 	snprintf(s->state, sizeof s->state, "creating");
@@ -323,7 +376,8 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	snprintf(s->vmm, sizeof s->vmm, "%s", sbx_vmm_name());
 	sbx_boot_id(s->boot_id, sizeof s->boot_id);
 	s->created_ns = sbx_now_ns();
-	spec_hash(s, s->spec);
+	limits_from_policy(pol, &s->limits);
+	spec_hash(s, pol, s->spec);
 
 	_cleanup_close_ int g = sbx_lock_global(st, err);
 	if (g < 0)

@@ -91,6 +91,7 @@ struct cg_rm {
 
 struct agent {
 	int ep, host, sig, devnull, cgroot, is_pid1;
+	uint32_t session_pids; /* pids.max last written on the execs' parent */
 	int done, rc;
 	int host_down, hello_seen; /* hello_seen: the host has had bytes since our last HELLO */
 	int host_out;              /* EPOLLOUT currently requested on the host fd */
@@ -914,6 +915,40 @@ static pid_t spawn_child(struct agent *a, struct exec *e, struct child_args *c)
 }
 
 /* Returns 0, or an errno with the exec's fds left for exec_release. */
+static int write_at(int dfd, const char *file, const char *val)
+{
+	int fd = openat(dfd, file, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t w = write(fd, val, strlen(val));
+	close(fd);
+	return w == (ssize_t)strlen(val) ? 0 : -1;
+}
+
+/* The host's limits for this exec (it takes them from the session's
+ * policy): processes and memory of the exec's own cgroup, and processes of
+ * all execs together on their common parent. */
+static void cg_limit(struct agent *a, struct exec *e, const struct sbx_exec_req *r)
+{
+	char v[32];
+	if (r->pids_max) {
+		snprintf(v, sizeof v, "%u", r->pids_max);
+		if (write_at(e->cg.fd[CGF_DIR], "pids.max", v) < 0)
+			sbx_guest_log("agent: pids.max: %s", strerror(errno));
+	}
+	if (r->memory_max) {
+		snprintf(v, sizeof v, "%llu", (unsigned long long)r->memory_max);
+		if (write_at(e->cg.fd[CGF_DIR], "memory.max", v) < 0)
+			sbx_guest_log("agent: memory.max: %s", strerror(errno));
+		write_at(e->cg.fd[CGF_DIR], "memory.swap.max", "0");
+	}
+	if (r->session_pids && r->session_pids != a->session_pids && a->is_pid1) {
+		snprintf(v, sizeof v, "%u", r->session_pids);
+		if (write_at(a->cgroot, "pids.max", v) == 0)
+			a->session_pids = r->session_pids;
+	}
+}
+
 static int spawn(struct agent *a, struct exec *e, const struct sbx_exec_req *r)
 {
 	struct child_args c = { .fd = { -1, -1, -1 }, .procs = -1, .ign = a->ign, .nign = a->nign };
@@ -936,8 +971,8 @@ static int spawn(struct agent *a, struct exec *e, const struct sbx_exec_req *r)
 	}
 	/* Without a cgroup the exec still runs: kill_tree falls back to its
 	 * process group. */
-	if (a->cgroot >= 0)
-		cg_create(a, e);
+	if (a->cgroot >= 0 && cg_create(a, e) == 0)
+		cg_limit(a, e, r);
 	e->t0 = now_ns();
 	e->pid = spawn_child(a, e, &c);
 	if (e->pid < 0) {
@@ -1421,7 +1456,17 @@ static int agent_init(struct agent *a, int fd, int is_pid1)
 	/* Per-exec cgroups at the root as PID 1 of the guest.  In --agent-fd
 	 * mode we would be carving up the host's hierarchy, so only under a
 	 * cgroup2 directory the tests delegate to us explicitly. */
-	cgroot = is_pid1 ? CG_ROOT : getenv("SBX_AGENT_CGROUP_ROOT");
+	/* As PID 1 every exec's cgroup lives under one parent, "execs", whose
+	 * pids.max caps the session's processes as a whole. */
+	if (is_pid1 && (mkdir(CG_ROOT "/execs", 0755) == 0 || errno == EEXIST)) {
+		int sfd = open(CG_ROOT "/execs/cgroup.subtree_control", O_WRONLY | O_CLOEXEC);
+		if (sfd >= 0) {
+			if (write(sfd, "+cpu +memory +pids", 18) != 18)
+				sbx_guest_log("agent: execs subtree_control: %s", strerror(errno));
+			close(sfd);
+		}
+	}
+	cgroot = is_pid1 ? CG_ROOT "/execs" : getenv("SBX_AGENT_CGROUP_ROOT");
 	if (cgroot && statfs(cgroot, &sf) == 0 && sf.f_type == CGROUP2_SUPER_MAGIC)
 		a->cgroot = open(cgroot, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (cgroot && a->cgroot < 0)

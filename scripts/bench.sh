@@ -19,27 +19,19 @@ mkdir -p "$raw"
 echo "bench: floor: $RUNS direct boots, 200 pings, $EXECS raw execs" >&2
 "$B/tools/sbx-bench-floor" "$tmpl" "$RUNS" 200 "$EXECS" >"$raw/floor.json"
 
+T=$(dirname "$0")/bench-time.py
 echo "bench: sbx-create x $RUNS" >&2
 : >"$raw/create.txt"
 for i in $(seq "$RUNS"); do
-	t0=$(date +%s%N)
-	id=$(sbx-create -q)
-	t1=$(date +%s%N)
-	echo "scale=2; ($t1 - $t0) / 1000000" | bc >>"$raw/create.txt" 2>/dev/null ||
-		python3 -c "print(($t1 - $t0) / 1e6)" >>"$raw/create.txt"
-	sbx-kill "$id"
+	"$T" 1 sbx-create -q --id "bench-$i" >>"$raw/create.txt"
+	sbx-kill "bench-$i"
 done
 
 echo "bench: sbx-exec true x $EXECS" >&2
 id=$(sbx-create -q)
 sbx-exec "$id" -- true
-: >"$raw/exec.txt"
-for i in $(seq "$EXECS"); do
-	t0=$(date +%s%N)
-	sbx-exec "$id" -- true
-	t1=$(date +%s%N)
-	python3 -c "print(($t1 - $t0) / 1e6)" >>"$raw/exec.txt"
-done
+"$T" "$EXECS" sbx-exec "$id" -- true >"$raw/exec.txt"
+"$T" "$EXECS" /bin/true >"$raw/spawn.txt"
 sbx-kill "$id"
 
 python3 - "$raw" "$B/bench.json" <<'PY'
@@ -48,6 +40,7 @@ raw, out = sys.argv[1], sys.argv[2]
 floor = json.load(open(f"{raw}/floor.json"))
 create = [float(x) for x in open(f"{raw}/create.txt") if x.strip()]
 execs = [float(x) for x in open(f"{raw}/exec.txt") if x.strip()]
+spawn = [float(x) for x in open(f"{raw}/spawn.txt") if x.strip()]
 def pct(v, p):
     v = sorted(v); k = (len(v) - 1) * p / 100; f = int(k); c = min(f + 1, len(v) - 1)
     return v[f] + (v[c] - v[f]) * (k - f)
@@ -59,10 +52,12 @@ rows = [row("create-to-ready (sbx-create)", create, "ms"),
         row("floor: qemu launch -> agent HELLO", floor["boot_ms"], "ms"),
         row("sbx-exec true (end to end)", execs, "ms"),
         row("floor: raw EXEC true on agent channel", floor["exec_true_ms"], "ms"),
-        row("floor: raw PING round trip", floor["ping_us"], "us")]
+        row("floor: raw PING round trip", floor["ping_us"], "us"),
+        row("host: spawn /bin/true (harness floor)", spawn, "ms")]
 ratios = {"create_vs_floor_p50": round(rows[0]["p50"] / rows[1]["p50"], 3),
           "create_vs_floor_p95": round(rows[0]["p95"] / rows[1]["p95"], 3),
-          "exec_vs_raw_exec_p50": round(rows[2]["p50"] / rows[3]["p50"], 3)}
+          "exec_vs_raw_exec_p50": round(rows[2]["p50"] / rows[3]["p50"], 3),
+          "exec_host_overhead_p50_ms": round(rows[2]["p50"] - rows[3]["p50"] - rows[5]["p50"], 2)}
 res = {"schema": 1, "host": platform.node(), "kernel": platform.release(), "accel": accel,
        "results": rows, "ratios": ratios}
 json.dump(res, open(out, "w"), indent=2)

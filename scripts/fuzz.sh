@@ -1,6 +1,7 @@
 #!/bin/bash
 # make fuzz: build every libFuzzer target in tests/fuzz with ASan+UBSan and
-# run each for FUZZ_SECONDS (default 60), corpus seeded from tests/fuzz/corpus.
+# run each for FUZZ_SECONDS (default 60), corpus seeded from tests/fuzz/corpus
+# (and a dictionary from tests/fuzz/NAME.dict when there is one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=build-fuzz
@@ -8,11 +9,26 @@ SECS=${FUZZ_SECONDS:-60}
 mkdir -p "$B"
 for src in tests/fuzz/fuzz-*.c; do
 	name=$(basename "$src" .c)
+	case $name in
+	fuzz-policy)
+		deps=(common/policy.c common/err.c common/util.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
+	*)
+		deps=(common/proto.c)
+		libs=() ;;
+	esac
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Icommon -fsanitize=fuzzer,address,undefined \
-		"$src" common/proto.c -o "$B/$name"
+		-fno-sanitize-recover=undefined "$src" "${deps[@]}" "${libs[@]}" -o "$B/$name"
 	corpus=$B/corpus-$name
 	mkdir -p "$corpus"
 	[ -d "tests/fuzz/corpus/$name" ] && cp -n tests/fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null || true
+	dict=()
+	[ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
 	echo "fuzz: $name for ${SECS}s" >&2
-	"$B/$name" -max_total_time="$SECS" -max_len=70000 "$corpus" 2>&1 | tail -3
+	"$B/$name" "${dict[@]}" -max_total_time="$SECS" -max_len=70000 "$corpus" 2>&1 | tail -3
+	# A crash leaves crash-*/leak-*/timeout-* files behind: fail the run.
+	if ls crash-* leak-* timeout-* oom-* >/dev/null 2>&1; then
+		echo "fuzz: $name found a failure" >&2
+		exit 1
+	fi
 done

@@ -1,0 +1,14 @@
+#!/usr/bin/env python3
+"""Run a command N times and print each wall time in ms, one per line.
+Timed around the child alone (monotonic clock), so the shell's own forks
+(e.g. $(date)) do not land in the figure.  stdout of the command is
+discarded unless --keep-first, which prints the first run's stdout to fd 3."""
+import os, subprocess, sys, time
+n = int(sys.argv[1]); cmd = sys.argv[2:]
+for i in range(n):
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    t1 = time.perf_counter()
+    if r.returncode != 0:
+        sys.exit(f"bench-time: {' '.join(cmd)} exited {r.returncode}")
+    print(f"{(t1 - t0) * 1000:.3f}", flush=True)
