@@ -238,6 +238,8 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 			      "memory_peak", "bytes", (json_int_t)e->mem_peak, "guest_reported", 1,
 			      "stdout_bytes", (json_int_t)ex->out_total, "stderr_bytes", (json_int_t)ex->err_total,
 			      "truncated", ex->out_total > ex->out_size || ex->err_total > ex->err_size);
+	if (o)
+		json_object_set_new(o, "pids_limit_hit", json_integer((json_int_t)e->pids_hit));
 	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 	/* No fsync: an exec record is as durable as the session it belongs to. */
 	if (s) {

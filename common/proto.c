@@ -366,6 +366,7 @@ int sbx_exit_decode(const uint8_t *p, size_t n, struct sbx_exit_info *e)
 		case SBX_T_CPU_USER_US: bad = sbx_tlv_as_u64(val, vn, &e->cpu_user_us); break;
 		case SBX_T_CPU_SYS_US: bad = sbx_tlv_as_u64(val, vn, &e->cpu_sys_us); break;
 		case SBX_T_MEM_PEAK: bad = sbx_tlv_as_u64(val, vn, &e->mem_peak); break;
+		case SBX_T_PIDS_HIT: bad = sbx_tlv_as_u64(val, vn, &e->pids_hit); break;
 		default: break; /* newer guests may report more; ignore */
 		}
 		if (bad)
@@ -387,5 +388,7 @@ int sbx_exit_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exit_in
 	sbx_tlv_u64(b, SBX_T_CPU_USER_US, e->cpu_user_us);
 	sbx_tlv_u64(b, SBX_T_CPU_SYS_US, e->cpu_sys_us);
 	sbx_tlv_u64(b, SBX_T_MEM_PEAK, e->mem_peak);
+	if (e->pids_hit)
+		sbx_tlv_u64(b, SBX_T_PIDS_HIT, e->pids_hit);
 	return sbx_frame_end(b, off);
 }

@@ -78,7 +78,8 @@ enum sbx_tag {
 	SBX_T_PIDS_MAX = 27, /* u32: pids.max of the exec's cgroup */
 	SBX_T_MEMORY_MAX = 28, /* u64: memory.max of the exec's cgroup */
 	SBX_T_SESSION_PIDS = 29, /* u32: pids.max over every exec together */
-	SBX_T_MAX = 29
+	SBX_T_PIDS_HIT = 30, /* u64: forks refused by the exec's pids.max */
+	SBX_T_MAX = 30
 };
 
 enum sbx_exec_flags {
@@ -169,6 +170,7 @@ void sbx_exec_req_free(struct sbx_exec_req *r);
 struct sbx_exit_info {
 	uint32_t status, signo, reason;
 	uint64_t wall_us, cpu_user_us, cpu_sys_us, mem_peak;
+	uint64_t pids_hit;
 };
 int sbx_exit_decode(const uint8_t *p, size_t n, struct sbx_exit_info *e);
 int sbx_exit_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exit_info *e);

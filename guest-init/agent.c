@@ -508,6 +508,13 @@ static void exec_stats(struct agent *a, struct exec *e, struct sbx_exit_info *x,
 		x->mem_peak = strtoull(buf, NULL, 10);
 	if (cg_read(e->cg.fd[CGF_EVENTS], buf, sizeof(buf)) == 0)
 		*oom = kv_get(buf, "oom_kill") > 0;
+	/* A contained fork bomb shows here: forks refused by pids.max. */
+	int pfd = openat(e->cg.fd[CGF_DIR], "pids.events", O_RDONLY | O_CLOEXEC);
+	if (pfd >= 0) {
+		if (cg_read(pfd, buf, sizeof(buf)) == 0)
+			x->pids_hit = kv_get(buf, "max");
+		close(pfd);
+	}
 }
 
 /* ---- exec table --------------------------------------------------------- */
