@@ -13,7 +13,7 @@
 static void usage(FILE *f)
 {
 	fputs("usage: sbx-create [-q] [--json] [--dry-run] [-p POLICY] [--id ID] [-t TEMPLATE[@VERSION]]\n"
-	      "                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION]\n",
+	      "                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION] [-v HOSTDIR:GUESTPATH:ro]...\n",
 	      f);
 }
 
@@ -87,6 +87,7 @@ int main(int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "template", required_argument, NULL, 't' },
 		{ "ttl", required_argument, NULL, 'T' },
+		{ "volume", required_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct sbx_policy pol; /* ~100 KiB of fixed arrays */
@@ -95,7 +96,7 @@ int main(int argc, char **argv)
 	struct sbx_err err = { 0 };
 	const char *policy = NULL;
 	int json = 0, quiet = 0, dry_run = 0, c;
-	while ((c = getopt_long(argc, argv, "hp:qt:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hp:qt:v:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			if (sbx_cli_uint(optarg, 1, 64, &ov.vcpus) < 0)
@@ -114,6 +115,11 @@ int main(int argc, char **argv)
 		case 'q': quiet = 1; break;
 		case 't': o.tmpl = optarg; break;
 		case 'T': ov.ttl = optarg; break;
+		case 'v':
+			if (o.nvols >= 8)
+				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "at most 8 -v volumes");
+			o.vols[o.nvols++] = optarg;
+			break;
 		default: usage(stderr); return SBX_EXIT_USAGE;
 		}
 	}

@@ -33,7 +33,7 @@ static void add_metrics(struct sbx_state *st, const struct sbx_session *s, json_
 	double life = end > s->created_ns ? (double)(end - s->created_ns) / 1e9 : 0;
 	struct stat sb;
 	char ov[SBX_ID_MAX + 32];
-	snprintf(ov, sizeof ov, "%s/overlay.qcow2", s->id);
+	snprintf(ov, sizeof ov, "%s/scratch.img", s->id);
 	uint64_t disk = fstatat(st->sessions_fd, ov, &sb, AT_SYMLINK_NOFOLLOW) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
 	json_object_set_new(o, "cpu_s", json_real((double)cpu_ns / 1e9));
 	json_object_set_new(o, "memory_peak_bytes", json_integer((json_int_t)peak));

@@ -1,5 +1,6 @@
 #include "monitor.h"
 #include "cgroup.h"
+#include "disk.h"
 #include "proto.h"
 #include "session.h"
 #include "state.h"
@@ -747,29 +748,6 @@ static int listen_unix(const char *name, struct sbx_err *err)
 	return fd;
 }
 
-static int make_overlay(struct mon *m, const char *backing, struct sbx_err *err)
-{
-	char path[1200], opt[1400];
-	snprintf(path, sizeof path, "%s/sessions/%s/overlay.qcow2", m->st.lib, m->s.id);
-	snprintf(opt, sizeof opt, "backing_file=%s,backing_fmt=raw", backing);
-	if (strchr(backing, ','))
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "template path may not contain ',': %s", backing);
-	pid_t pid = fork();
-	if (pid < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork qemu-img");
-	if (pid == 0) {
-		execlp("qemu-img", "qemu-img", "create", "-q", "-f", "qcow2", "-o", opt, path, (char *)NULL);
-		_exit(127);
-	}
-	int status;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (!WIFEXITED(status) || WEXITSTATUS(status))
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "cannot create the disk overlay (qemu-img %s)",
-				   WIFEXITED(status) && WEXITSTATUS(status) == 127 ? "not installed" : "failed");
-	return 0;
-}
-
 /* The last lines of a log, for error messages that say what happened. */
 static void log_tail(int dfd, const char *name, char *out, size_t n)
 {
@@ -913,15 +891,22 @@ static int boot(struct mon *m, struct sbx_err *err)
 		if (sbx_template_find(&m->st, spec, &t, err) < 0)
 			return -1;
 	}
-	if (make_overlay(m, t.rootfs, err) < 0)
+	/* The session's writable disk is exactly its quota: ENOSPC in the
+	 * guest when full, never more on the host. */
+	char scratch[1200], vols[8][1200];
+	snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
+	if (sbx_disk_scratch(scratch, m->s.limits.disk_bytes ? m->s.limits.disk_bytes : 1ull << 30, err) < 0)
 		return -1;
+	for (unsigned i = 0; i < m->s.nvols; i++) {
+		snprintf(vols[i], sizeof vols[i], "%s/sessions/%s/vol%u.img", m->st.lib, m->s.id, i);
+		if (sbx_disk_from_dir(vols[i], m->s.vols[i].host, err) < 0)
+			return -1;
+	}
 	if ((m->listen.fd = listen_unix("monitor.sock", err)) < 0 ||
 	    (m->agent_listen.fd = listen_unix("agent.sock", err)) < 0)
 		return -1;
-	char disk[1200];
-	snprintf(disk, sizeof disk, "%s/sessions/%s/overlay.qcow2", m->st.lib, m->s.id);
 	struct sbx_vm_config c = {
-		.kernel = t.kernel, .initrd = t.initrd, .disk = disk, .agent_sock = "agent.sock",
+		.kernel = t.kernel, .initrd = t.initrd, .rootfs = t.rootfs, .scratch = scratch, .agent_sock = "agent.sock",
 		.qmp_sock = "qmp.sock", .console_path = "console.log", .log_path = "vmm.log",
 		.hostname = m->s.id, .vcpus = m->s.vcpus, .memory_mib = m->s.memory_mib,
 		.accel = strcmp(m->s.accel, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM,
@@ -937,6 +922,11 @@ static int boot(struct mon *m, struct sbx_err *err)
 	};
 	if (sbx_cgroup_create(m->s.id, &cl, c.cg_fds, &c.cg_nfds, err) < 0)
 		return -1;
+	for (unsigned i = 0; i < m->s.nvols; i++) {
+		c.vol_path[i] = vols[i];
+		c.vol_guest[i] = m->s.vols[i].guest;
+	}
+	c.nvols = m->s.nvols;
 	uint64_t t0 = sbx_mono_ns();
 	int brc = sbx_vm_boot(&c, &m->vm, err);
 	for (int i = 0; i < c.cg_nfds; i++)

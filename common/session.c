@@ -36,6 +36,45 @@ static uint64_t get_u64(json_t *o, const char *k)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
+/* limits.files; absent (a record from before sbx-cp): the policy defaults. */
+static void get_files(json_t *f, struct sbx_limits *l)
+{
+	static const char *const defaults[] = { "/workspace", "/tmp" };
+	struct sbx_limit_paths *lists[] = { &l->writable, &l->exportable };
+	const char *keys[] = { "writable", "exportable" };
+	for (int k = 0; k < 2; k++) {
+		json_t *a = json_object_get(f, keys[k]), *v;
+		size_t i;
+		lists[k]->n = 0;
+		if (!json_is_array(a)) {
+			for (i = 0; i < SBX_ARRAY_LEN(defaults); i++)
+				snprintf(lists[k]->path[lists[k]->n++], SBX_LIMIT_PATH_LEN, "%s", defaults[i]);
+			continue;
+		}
+		json_array_foreach(a, i, v) {
+			/* Longer lists or paths than ours never come from our own
+			 * writer; drop nothing silently into a wider grant. */
+			if (lists[k]->n < SBX_LIMIT_PATHS_MAX && json_is_string(v) &&
+			    strlen(json_string_value(v)) < SBX_LIMIT_PATH_LEN)
+				snprintf(lists[k]->path[lists[k]->n++], SBX_LIMIT_PATH_LEN, "%s", json_string_value(v));
+		}
+	}
+	json_t *mt = json_object_get(f, "max_transfer"), *ms = json_object_get(f, "max_session_transfer");
+	l->max_transfer = json_is_integer(mt) ? get_u64(f, "max_transfer") : 256ull << 20;
+	l->max_session_transfer = json_is_integer(ms) ? get_u64(f, "max_session_transfer") : 1ull << 30;
+}
+
+static json_t *files_json(const struct sbx_limits *l)
+{
+	json_t *w = json_array(), *e = json_array();
+	for (unsigned i = 0; i < l->writable.n; i++)
+		json_array_append_new(w, json_string(l->writable.path[i]));
+	for (unsigned i = 0; i < l->exportable.n; i++)
+		json_array_append_new(e, json_string(l->exportable.path[i]));
+	return json_pack("{s:o, s:o, s:I, s:I}", "writable", w, "exportable", e, "max_transfer",
+			 (json_int_t)l->max_transfer, "max_session_transfer", (json_int_t)l->max_session_transfer);
+}
+
 int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err)
 {
 	memset(s, 0, sizeof *s);
@@ -91,6 +130,16 @@ int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s,
 	s->limits.pids_per_exec = (unsigned)get_u64(lo, "pids_per_exec");
 	s->limits.pids_per_session = (unsigned)get_u64(lo, "pids_per_session");
 	s->limits.cpu_milli = (unsigned)get_u64(lo, "cpu_milli");
+	get_files(json_object_get(lo, "files"), &s->limits);
+	json_t *vs = json_object_get(o, "volumes"), *v;
+	size_t vi;
+	json_array_foreach(vs, vi, v) {
+		if (s->nvols >= 8)
+			break;
+		get_str(v, "host", s->vols[s->nvols].host, sizeof s->vols[0].host);
+		get_str(v, "guest", s->vols[s->nvols].guest, sizeof s->vols[0].guest);
+		s->nvols++;
+	}
 	json_t *mo = json_object_get(o, "monitor"), *vo = json_object_get(o, "vmm_process");
 	s->monitor_pid = (int)get_u64(mo, "pid");
 	s->monitor_start = get_u64(mo, "start_time");
@@ -120,6 +169,11 @@ int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sb
 	if (!o)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot encode the record of %s", s->id);
 	const struct sbx_limits *l = &s->limits;
+	json_t *vols = json_array();
+	for (unsigned i = 0; i < s->nvols; i++)
+		json_array_append_new(vols, json_pack("{s:s, s:s, s:b}", "host", s->vols[i].host, "guest",
+						      s->vols[i].guest, "ro", 1));
+	json_object_set_new(o, "volumes", vols);
 	if (s->cpu_ns || s->mem_peak) {
 		json_object_set_new(o, "cpu_ns", json_integer((json_int_t)s->cpu_ns));
 		json_object_set_new(o, "mem_peak", json_integer((json_int_t)s->mem_peak));
@@ -131,6 +185,7 @@ int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sb
 				      (json_int_t)l->output_cap, "exec_memory", (json_int_t)l->exec_memory,
 				      "disk_bytes", (json_int_t)l->disk_bytes, "pids_per_exec", (int)l->pids_per_exec,
 				      "pids_per_session", (int)l->pids_per_session, "cpu_milli", (int)l->cpu_milli));
+	json_object_set_new(json_object_get(o, "limits"), "files", files_json(l));
 	char *txt = json_dumps(o, JSON_INDENT(2));
 	json_decref(o);
 	if (!txt)
@@ -207,6 +262,54 @@ static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 	l->pids_per_exec = p->resources.pids_per_exec;
 	l->pids_per_session = p->resources.pids_per_session;
 	l->cpu_milli = sbx_policy_cpu_limit_milli(p);
+	const struct sbx_policy_paths *from[] = { &p->files.writable, &p->files.exportable };
+	struct sbx_limit_paths *to[] = { &l->writable, &l->exportable };
+	for (int k = 0; k < 2; k++) {
+		to[k]->n = 0;
+		for (unsigned i = 0; i < from[k]->n && i < SBX_LIMIT_PATHS_MAX; i++)
+			snprintf(to[k]->path[to[k]->n++], SBX_LIMIT_PATH_LEN, "%s", from[k]->path[i]);
+	}
+	l->max_transfer = p->files.max_transfer;
+	l->max_session_transfer = p->files.max_session_transfer;
+}
+
+/* -v HOSTDIR:GUESTPATH[:ro]: only read-only volumes exist (a session never
+ * writes to the host).  The guest path goes on the kernel command line, so
+ * it is held to a plain character set. */
+static int parse_volume(const char *spec, struct sbx_volume *v, struct sbx_err *err)
+{
+	char buf[700];
+	snprintf(buf, sizeof buf, "%s", spec);
+	char *host = buf, *guest = strchr(buf, ':'), *mode = NULL;
+	if (!guest)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "-v %s: expected HOSTDIR:GUESTPATH[:ro]", spec);
+	*guest++ = 0;
+	if ((mode = strchr(guest, ':')))
+		*mode++ = 0;
+	if (mode && strcmp(mode, "ro"))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "-v %s: only read-only (:ro) volumes are supported", spec);
+	char real[PATH_MAX];
+	struct stat st;
+	if (!realpath(host, real) || stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno ? errno : ENOTDIR, "-v %s: %s is not a directory", spec,
+				   host);
+	size_t gl = strlen(guest);
+	if (guest[0] != '/' || gl < 2 || gl >= sizeof v->guest || strspn(guest, "abcdefghijklmnopqrstuvwxyz"
+						  "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/") != gl ||
+	    strstr(guest, "//") || strstr(guest, "/./") || strstr(guest, "/..") || guest[gl - 1] == '/')
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "-v %s: the guest path must be absolute, normalized, of [A-Za-z0-9._-/]", spec);
+	static const char *const reserved[] = { "/proc", "/sys", "/dev", "/run", "/tmp", "/workspace" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(reserved); i++) {
+		size_t rl = strlen(reserved[i]);
+		if (!strncmp(guest, reserved[i], rl) && (guest[rl] == 0 || guest[rl] == '/'))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "-v %s: cannot mount over %s", spec, reserved[i]);
+	}
+	if (strlen(real) >= sizeof v->host || strchr(real, ','))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "-v %s: unsupported host path", spec);
+	snprintf(v->host, sizeof v->host, "%s", real);
+	snprintf(v->guest, sizeof v->guest, "%s", guest);
+	return 0;
 }
 
 static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, char out[65])
@@ -221,6 +324,10 @@ static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, c
 	uint8_t d[SHA256_DIGEST_LENGTH];
 	SHA256Init(&c);
 	SHA256Update(&c, (const uint8_t *)txt, strlen(txt));
+	for (unsigned i = 0; i < s->nvols; i++) {
+		SHA256Update(&c, (const uint8_t *)s->vols[i].host, strlen(s->vols[i].host) + 1);
+		SHA256Update(&c, (const uint8_t *)s->vols[i].guest, strlen(s->vols[i].guest) + 1);
+	}
 	/* The policy's content, not its file name: the same rules from another
 	 * path are the same request. */
 	json_t *pj = sbx_policy_json(p);
@@ -376,6 +483,11 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	snprintf(s->vmm, sizeof s->vmm, "%s", sbx_vmm_name());
 	sbx_boot_id(s->boot_id, sizeof s->boot_id);
 	s->created_ns = sbx_now_ns();
+	if (o->nvols > 8)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "at most 8 volumes");
+	for (unsigned i = 0; i < o->nvols; i++)
+		if (parse_volume(o->vols[i], &s->vols[s->nvols++], err) < 0)
+			return -1;
 	limits_from_policy(pol, &s->limits);
 	spec_hash(s, pol, s->spec);
 

@@ -9,6 +9,8 @@
 #include "state.h"
 
 #define SBX_RECORD_SCHEMA 1
+#define SBX_LIMIT_PATHS_MAX 32  /* = SBX_POLICY_PATHS_MAX */
+#define SBX_LIMIT_PATH_LEN 256   /* = SBX_POLICY_PATH_LEN */
 
 struct sbx_policy;
 
@@ -29,6 +31,10 @@ struct sbx_session {
 	unsigned execs;
 	uint64_t boot_ms;   /* launch -> agent hello */
 	uint64_t cpu_ns, mem_peak; /* host-measured VMM usage, saved when the VM ended */
+	struct sbx_volume {  /* -v HOST:GUEST:ro, copied into an image at boot */
+		char host[512], guest[128];
+	} vols[8];
+	unsigned nvols;
 	struct sbx_limits {  /* compiled from the policy at create; the monitor enforces */
 		uint64_t ttl_ms;                 /* 0: none */
 		uint64_t exec_timeout_default_ms; /* 0: none */
@@ -38,6 +44,13 @@ struct sbx_session {
 		uint64_t disk_bytes;             /* writable space */
 		unsigned pids_per_exec, pids_per_session;
 		unsigned cpu_milli;              /* host CPU cap for the VMM, 1000 = one CPU */
+		/* files: (sbx-cp); a record without them gets sbx-policy(5)'s
+		 * defaults, so older sessions are neither closed nor opened up. */
+		struct sbx_limit_paths {
+			char path[SBX_LIMIT_PATHS_MAX][SBX_LIMIT_PATH_LEN];
+			unsigned n;
+		} writable, exportable;
+		uint64_t max_transfer, max_session_transfer; /* bytes */
 	} limits;
 };
 
@@ -47,6 +60,8 @@ struct sbx_create_opts {
 	unsigned vcpus, memory_mib;
 	unsigned boot_timeout_s;
 	const struct sbx_policy *policy; /* effective policy (policy.h); NULL: defaults */
+	const char *vols[8];  /* "HOSTDIR:GUESTPATH[:ro]" */
+	unsigned nvols;
 };
 
 int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err);

@@ -10,7 +10,11 @@ enum sbx_accel { SBX_ACCEL_TCG = 0, SBX_ACCEL_KVM = 1 };
 
 struct sbx_vm_config {
 	const char *kernel, *initrd;
-	const char *disk;         /* qcow2 overlay, NULL for none (probe) */
+	const char *rootfs;       /* template root disk, attached read-only; NULL: none (probe) */
+	const char *scratch;      /* the session's writable disk (raw, quota-sized) */
+	const char *vol_path[8];  /* read-only volumes: image ... */
+	const char *vol_guest[8]; /* ... and where the guest mounts it */
+	unsigned nvols;
 	const char *agent_sock;   /* unix socket the monitor listens on; NULL: none */
 	const char *qmp_sock;     /* NULL: none */
 	const char *console_path; /* serial console to this file; NULL: stdout */

@@ -132,15 +132,46 @@ static int build_argv(const struct sbx_vm_config *c, struct argv *a, struct sbx_
 			 c->hostname ? c->hostname : "sbx", c->probe ? " sbx.probe=1" : "");
 	if (c->accel == SBX_ACCEL_TCG && c->tsc_khz)
 		snprintf(cmdline + w, sizeof cmdline - (size_t)w, " tsc_early_khz=%lu", c->tsc_khz);
+	size_t cl = strlen(cmdline);
+	if (c->scratch)
+		cl += (size_t)snprintf(cmdline + cl, sizeof cmdline - cl, " sbx.scratch=1");
+	for (unsigned i = 0; i < c->nvols && i < 8; i++)
+		cl += (size_t)snprintf(cmdline + cl, sizeof cmdline - cl, " sbx.vol%u=%s", i, c->vol_guest[i]);
+	/* A debugging aid: extra kernel parameters (sbx.debug=1 logs boot phases). */
+	const char *extra = getenv("SBX_GUEST_CMDLINE");
+	if (extra && *extra && !c->probe)
+		cl += (size_t)snprintf(cmdline + cl, sizeof cmdline - cl, " %s", extra);
+	if (cl >= sizeof cmdline - 1)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "kernel command line too long");
 	add(a, "-append");
 	add(a, "%s", cmdline);
-	if (c->disk) {
+	/* QEMU's option syntax would need ',' doubled; refuse instead. */
+	const char *paths[10] = { c->rootfs, c->scratch };
+	for (unsigned i = 0; i < c->nvols && i < 8; i++)
+		paths[2 + i] = c->vol_path[i];
+	for (size_t i = 0; i < SBX_ARRAY_LEN(paths); i++)
+		if (paths[i] && strchr(paths[i], ','))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "disk path may not contain ',': %s", paths[i]);
+	/* Disks carry serials; the guest finds them by serial, not by order. */
+	if (c->rootfs) {
 		add(a, "-drive");
-		/* cache=unsafe: a session's disk is scratch that dies with it;
-		 * honouring guest flushes would only slow every write. */
-		add(a, "file=%s,format=qcow2,if=none,id=root0,cache=unsafe,discard=unmap", c->disk);
+		add(a, "file=%s,format=raw,if=none,id=root0,readonly=on", c->rootfs);
 		add(a, "-device");
-		add(a, "virtio-blk-device,drive=root0");
+		add(a, "virtio-blk-device,drive=root0,serial=sbx-root");
+	}
+	if (c->scratch) {
+		add(a, "-drive");
+		/* cache=unsafe: scratch dies with the session; honouring guest
+		 * flushes would only slow every write. */
+		add(a, "file=%s,format=raw,if=none,id=scratch0,cache=unsafe,discard=unmap", c->scratch);
+		add(a, "-device");
+		add(a, "virtio-blk-device,drive=scratch0,serial=sbx-scratch");
+	}
+	for (unsigned i = 0; i < c->nvols && i < 8; i++) {
+		add(a, "-drive");
+		add(a, "file=%s,format=raw,if=none,id=vol%u,readonly=on", c->vol_path[i], i);
+		add(a, "-device");
+		add(a, "virtio-blk-device,drive=vol%u,serial=sbx-vol%u", i, i);
 	}
 	add(a, "-device");
 	add(a, "virtio-rng-device");

@@ -230,6 +230,20 @@ void sbx_guest_cmdline(struct sbx_guest_cfg *cfg)
 			} else {
 				sbx_guest_log("ignoring invalid sbx.hostname");
 			}
+		} else if (len == 13 && !strncmp(tok, "sbx.scratch=1", 13)) {
+			cfg->scratch = 1;
+		} else if (len > 9 && !strncmp(tok, "sbx.vol", 7) && tok[7] >= '0' && tok[7] <= '7' &&
+			   tok[8] == '=') {
+			/* The host validated the path; still refuse what could
+			 * escape: relative paths and "..". */
+			size_t pl = len - 9;
+			char *dst = cfg->vols[tok[7] - '0'];
+			if (pl < sizeof(cfg->vols[0]) && tok[9] == '/' && !memmem(tok + 9, pl, "..", 2)) {
+				memcpy(dst, tok + 9, pl);
+				dst[pl] = '\0';
+			} else {
+				sbx_guest_log("ignoring invalid sbx.vol");
+			}
 		} else if (len > 9 && !strncmp(tok, "sbx.root=", 9)) {
 			if (valid_root(tok + 9, len - 9)) {
 				memcpy(cfg->root, tok + 9, len - 9);
@@ -363,13 +377,79 @@ static int wait_for_path(const char *path, int timeout_ms)
 	}
 }
 
+/* A virtio disk by its serial (the host names them: sbx-root, sbx-scratch,
+ * sbx-volN), so nothing depends on the order devices are probed in. */
+static int find_disk(const char *serial, char *dev, size_t cap, int timeout_ms)
+{
+	long deadline = now_ms() + timeout_ms;
+	for (;;) {
+		DIR *d = opendir("/sys/block");
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			char p[300], s[64];
+			if (strncmp(de->d_name, "vd", 2))
+				continue;
+			snprintf(p, sizeof(p), "/sys/block/%s/serial", de->d_name);
+			int fd = open(p, O_RDONLY | O_CLOEXEC);
+			ssize_t n = fd >= 0 ? read(fd, s, sizeof(s) - 1) : -1;
+			if (fd >= 0)
+				close(fd);
+			if (n <= 0)
+				continue;
+			s[n] = '\0';
+			s[strcspn(s, "\n")] = '\0';
+			if (!strcmp(s, serial)) {
+				snprintf(dev, cap, "/dev/%s", de->d_name);
+				closedir(d);
+				return wait_for_path(dev, 1000);
+			}
+		}
+		if (d)
+			closedir(d);
+		if (now_ms() >= deadline)
+			return -1;
+		sleep_ms(POLL_MS);
+	}
+}
+
+/* The session's root: the template disk, read-only and shared by every
+ * session, under an overlay whose writable layer is the session's scratch
+ * disk.  Every write lands on scratch, whose size is the disk quota. */
+static int mount_overlay_root(void)
+{
+	char root[64], scratch[64];
+	if (find_disk("sbx-root", root, sizeof(root), WAIT_ROOT_MS) < 0 ||
+	    find_disk("sbx-scratch", scratch, sizeof(scratch), WAIT_ROOT_MS) < 0) {
+		sbx_guest_log("root or scratch disk did not appear");
+		return -1;
+	}
+	mkdir("/lower", 0755);
+	mkdir("/upper", 0755);
+	if (mount(root, "/lower", "ext4", MS_RDONLY | MS_NOATIME, "noload") < 0 ||
+	    mount(scratch, "/upper", "ext4", MS_NOATIME, "noinit_itable") < 0) {
+		sbx_guest_log("mount root/scratch: %s", strerror(errno));
+		return -1;
+	}
+	mkdir("/upper/root", 0755);
+	mkdir("/upper/work", 0755);
+	if (mount("overlay", NEWROOT, "overlay", MS_NOATIME,
+		  "lowerdir=/lower,upperdir=/upper/root,workdir=/upper/work") < 0) {
+		sbx_guest_log("mount overlay: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 static int switch_root(const char *dev)
 {
 	static const char *const moves[] = { "/dev", "/proc", "/sys" };
 	char dst[64];
 
 	mkdir(NEWROOT, 0755);
-	if (mount(dev, NEWROOT, "ext4", MS_NOATIME, NULL) < 0) {
+	if (!dev) {
+		if (mount_overlay_root() < 0)
+			return -1;
+	} else if (mount(dev, NEWROOT, "ext4", MS_NOATIME, NULL) < 0) {
 		sbx_guest_log("mount %s on " NEWROOT ": %s", dev, strerror(errno));
 		return -1;
 	}
@@ -500,6 +580,40 @@ static int find_agent_port(char *dev, size_t cap)
 	}
 }
 
+/* mkdir -p inside the new root. */
+static void mkdirs(const char *path)
+{
+	char p[128];
+	snprintf(p, sizeof(p), "%s", path);
+	for (char *s = p + 1; *s; s++)
+		if (*s == '/') {
+			*s = '\0';
+			mkdir(p, 0755);
+			*s = '/';
+		}
+	mkdir(p, 0755);
+}
+
+/* Host directories the session reads (-v HOST:GUEST:ro), each an ext4
+ * image the host built without a loop mount; read-only, no devices, no
+ * setuid. */
+static void mount_volumes(const struct sbx_guest_cfg *cfg)
+{
+	for (int i = 0; i < 8; i++) {
+		char serial[16], dev[64];
+		if (!cfg->vols[i][0])
+			continue;
+		snprintf(serial, sizeof(serial), "sbx-vol%d", i);
+		if (find_disk(serial, dev, sizeof(dev), WAIT_ROOT_MS) < 0) {
+			sbx_guest_log("volume disk %s did not appear", serial);
+			continue;
+		}
+		mkdirs(cfg->vols[i]);
+		if (mount(dev, cfg->vols[i], "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME, "noload") < 0)
+			sbx_guest_log("mount %s on %s: %s", dev, cfg->vols[i], strerror(errno));
+	}
+}
+
 int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
 {
 	const unsigned long nse = MS_NOSUID | MS_NODEV | MS_NOEXEC;
@@ -521,14 +635,15 @@ int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
 
 	load_modules();
 	phase("modules loaded");
-	if (wait_for_path(cfg->root, WAIT_ROOT_MS) < 0) {
+	if (!cfg->scratch && wait_for_path(cfg->root, WAIT_ROOT_MS) < 0) {
 		sbx_guest_log("root device %s did not appear", cfg->root);
 		return -1;
 	}
-	if (switch_root(cfg->root) < 0)
+	if (switch_root(cfg->scratch ? NULL : cfg->root) < 0)
 		return -1;
 	phase("root switched");
 	setup_newroot();
+	mount_volumes(cfg);
 	if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
 		sbx_guest_log("sethostname: %s", strerror(errno));
 	setup_loopback();

@@ -14,6 +14,10 @@ struct sbx_guest_cfg {
 	int probe;          /* sbx.probe=1: print SBX_PROBE_MARKER on the console, power off */
 	char hostname[65];  /* sbx.hostname= */
 	char root[64];      /* sbx.root=, default /dev/vda */
+	int scratch;        /* sbx.scratch=1: root is the read-only template disk
+			     * (serial sbx-root) under an overlay whose upper
+			     * layer is the session's scratch disk (sbx-scratch) */
+	char vols[8][128];  /* sbx.volN=/guest/path: disk sbx-volN, mounted read-only */
 };
 
 #define SBX_PROBE_MARKER "SBX-PROBE-OK"

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "disk.h"
 #include "proto.h"
 #include "template.h"
 #include "util.h"
@@ -49,12 +50,14 @@ static void consume(struct sbx_buf *in, size_t n)
 
 static int boot_once(const struct sbx_template *t, const char *dir, struct sbx_vm *vm, int *agent, double *ms)
 {
-	char ov[700], cmd[2000];
-	snprintf(ov, sizeof ov, "%s/ov.qcow2", dir);
+	char ov[700];
+	struct sbx_err derr = { 0 };
+	snprintf(ov, sizeof ov, "%s/scratch.img", dir);
 	unlink(ov);
-	snprintf(cmd, sizeof cmd, "qemu-img create -q -f qcow2 -b '%s' -F raw '%s'", t->rootfs, ov);
-	if (system(cmd) != 0)
+	if (sbx_disk_scratch(ov, 1ull << 30, &derr) < 0) {
+		fprintf(stderr, "floor: %s\n", derr.msg);
 		return -1;
+	}
 	if (chdir(dir) < 0)
 		return -1;
 	unlink("agent.sock");
@@ -62,7 +65,8 @@ static int boot_once(const struct sbx_template *t, const char *dir, struct sbx_v
 	struct sockaddr_un a = { .sun_family = AF_UNIX, .sun_path = "agent.sock" };
 	if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 1) < 0)
 		return -1;
-	struct sbx_vm_config c = { .kernel = t->kernel, .initrd = t->initrd, .disk = ov, .agent_sock = "agent.sock",
+	struct sbx_vm_config c = { .kernel = t->kernel, .initrd = t->initrd, .rootfs = t->rootfs, .scratch = ov,
+				   .agent_sock = "agent.sock",
 				   .console_path = "console.log", .log_path = "vmm.log", .hostname = "floor",
 				   .vcpus = 1, .memory_mib = 256, .accel = SBX_ACCEL_TCG,
 				   .tsc_khz = sbx_host_tsc_khz(), .sandbox = 1 };

@@ -1,0 +1,107 @@
+#include "disk.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+/* Run argv with no stdin and its output kept for the error message. */
+static int run(char *const argv[], char *out, size_t n)
+{
+	int p[2];
+	out[0] = 0;
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(p[0]);
+		close(p[1]);
+		return -1;
+	}
+	if (pid == 0) {
+		int dn = open("/dev/null", O_RDONLY);
+		if (dn >= 0)
+			dup2(dn, 0);
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		execvp(argv[0], argv);
+		dprintf(2, "cannot run %s: %s", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(p[1]);
+	size_t got = 0;
+	ssize_t r;
+	while ((r = read(p[0], out + got, n - 1 - got)) > 0 && got + (size_t)r < n - 1)
+		got += (size_t)r;
+	if (r > 0)
+		got += (size_t)r;
+	out[got < n ? got : n - 1] = 0;
+	close(p[0]);
+	int status;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	for (char *c = out; *c; c++)
+		if (*c == '\n')
+			*c = ' ';
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static int make_file(const char *path, uint64_t bytes, struct sbx_err *err)
+{
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create %s", path);
+	if (ftruncate(fd, (off_t)bytes) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot size %s", path);
+	return 0;
+}
+
+int sbx_disk_scratch(const char *path, uint64_t bytes, struct sbx_err *err)
+{
+	if (make_file(path, bytes, err) < 0)
+		return -1;
+	/* No journal (scratch dies with the session), no reserved blocks (the
+	 * quota is the user's), inode tables left for nobody to zero (the guest
+	 * mounts with noinit_itable). */
+	char *argv[] = { "mkfs.ext4", "-q", "-F", "-L", "sbxscratch", "-m", "0", "-O", "^has_journal",
+			 "-E", "lazy_itable_init=1,nodiscard,root_owner=0:0", (char *)path, NULL };
+	char out[512];
+	if (run(argv, out, sizeof out) < 0) {
+		unlink(path);
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "cannot make the scratch disk: %s", out);
+	}
+	return 0;
+}
+
+static uint64_t tree_bytes;
+static int tree_add(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)p;
+	(void)flag;
+	(void)f;
+	tree_bytes += (uint64_t)st->st_blocks * 512 + 4096;
+	return 0;
+}
+
+int sbx_disk_from_dir(const char *path, const char *dir, struct sbx_err *err)
+{
+	tree_bytes = 0;
+	if (nftw(dir, tree_add, 64, FTW_PHYS) < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read %s", dir);
+	uint64_t size = tree_bytes + tree_bytes / 4 + (16u << 20);
+	if (size > (64ull << 30))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s is too large for a volume (over 64 GiB)", dir);
+	if (make_file(path, size, err) < 0)
+		return -1;
+	char *argv[] = { "mkfs.ext4", "-q", "-F", "-L", "sbxvol", "-m", "0", "-O", "^has_journal",
+			 "-E", "nodiscard", "-d", (char *)dir, (char *)path, NULL };
+	char out[512];
+	if (run(argv, out, sizeof out) < 0) {
+		unlink(path);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot copy %s into a volume: %s", dir, out);
+	}
+	return 0;
+}
