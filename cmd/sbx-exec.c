@@ -89,8 +89,18 @@ static int exit_status(const struct sbx_exit_info *e)
 	}
 }
 
-static void print_json(const char *session, const struct sbx_exec_result *r)
+/* The exec's record as the monitor wrote it (it is on disk before the EXIT
+ * reaches us); the bare exit report if it cannot be read. */
+static void print_json(struct sbx_state *st, const char *session, const struct sbx_exec_result *r)
 {
+	json_t *rec = NULL;
+	if (sbx_exec_wait(st, session, r->exec_id, 2000, &rec, NULL) == 0 && rec) {
+		json_object_set_new(rec, "status", json_integer(exit_status(&r->exit)));
+		json_dumpf(rec, stdout, JSON_COMPACT);
+		putchar('\n');
+		json_decref(rec);
+		return;
+	}
 	json_t *o = json_pack("{s:i, s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:f, s:{s:I, s:b}}", "schema", 1, "exec",
 			      r->exec_id, "session", session, "status", exit_status(&r->exit), "reason",
 			      sbx_reason_name(r->exit.reason), "signal", (int)r->exit.signo, "wall_s",
@@ -266,7 +276,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (json)
-		print_json(session, &r);
+		print_json(&st, session, &r);
 	else if (r.exit.reason == SBX_R_SESSION_LOST)
 		fprintf(stderr, "sbx-exec: error: session %s was lost while the command ran\n", session);
 	return exit_status(&r.exit);

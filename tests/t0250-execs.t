@@ -26,8 +26,12 @@ sbx-kill --exec e99 "$id" 2>/dev/null; is "$?" 4 "killing an unknown exec exits 
 sbx-exec --wait '../e1' "$id" 2>/dev/null; is "$?" 3 "a malformed exec ID exits 3"
 sbx-exec --output e42 "$id" 2>/dev/null; is "$?" 4 "output of an unknown exec exits 4"
 
+j=$(sbx-exec --json "$id" -- sh -c 'echo four; exit 4'); rc=$?
+is "$rc" 4 "--json still exits with the command's status"
+is "$(jq -r '[.status, .reason, .stdout_bytes, .truncated, (.started|length > 0), (.ended|length > 0)] | map(tostring) | join(" ")' <<<"$j")" \
+   "4 exited 5 false true true" "--json prints the exec's record (status, reason, bytes, truncation, times)"
 sbx-exec "$id" -- sh -c 'echo partial; exit 1' >/dev/null
-is "$(sbx-ps --no-headers --execs "$id" | wc -l)" 4 "every exec is listed"
+is "$(sbx-ps --no-headers --execs "$id" | wc -l)" 5 "every exec is listed"
 is "$(sbx-ps --execs "$id" --json | jq -r '[.[] | .state] | unique | join(",")')" "ended" "all ended"
 
 # After the VM is gone the records still answer.
