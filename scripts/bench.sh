@@ -34,6 +34,24 @@ sbx-exec "$id" -- true
 "$T" "$EXECS" /bin/true >"$raw/spawn.txt"
 sbx-kill "$id"
 
+# Noisy neighbour: exec latency in session B while session A spins both
+# of its vCPUs, with A's VMM uncapped (cpu_limit 2 on a 2-core host) and
+# capped (cpu_limit 0.5) by its host cgroup.
+echo "bench: noisy neighbour" >&2
+printf 'resources:\n  vcpus: 2\n  cpu_limit: 2\n' >"$raw/uncapped.yaml"
+printf 'resources:\n  vcpus: 2\n  cpu_limit: 0.5\n' >"$raw/capped.yaml"
+b=$(sbx-create -q)
+sbx-exec "$b" -- true
+"$T" "$EXECS" sbx-exec "$b" -- true >"$raw/nb-idle.txt"
+for mode in uncapped capped; do
+	a=$(sbx-create -q -p "$raw/$mode.yaml")
+	sbx-exec -d "$a" -- sh -c 'while :; do :; done & while :; do :; done' >/dev/null
+	sleep 2
+	"$T" "$EXECS" sbx-exec "$b" -- true >"$raw/nb-$mode.txt"
+	sbx-kill "$a"
+done
+sbx-kill "$b"
+
 python3 - "$raw" "$B/bench.json" <<'PY'
 import json, sys, statistics, platform, os
 raw, out = sys.argv[1], sys.argv[2]
@@ -54,10 +72,16 @@ rows = [row("create-to-ready (sbx-create)", create, "ms"),
         row("floor: raw EXEC true on agent channel", floor["exec_true_ms"], "ms"),
         row("floor: raw PING round trip", floor["ping_us"], "us"),
         row("host: spawn /bin/true (harness floor)", spawn, "ms")]
+nb = {m: [float(x) for x in open(f"{raw}/nb-{m}.txt") if x.strip()] for m in ("idle", "uncapped", "capped")}
+rows += [row("B exec true, neighbour idle", nb["idle"], "ms"),
+         row("B exec true, neighbour spins, uncapped", nb["uncapped"], "ms"),
+         row("B exec true, neighbour spins, capped 0.5", nb["capped"], "ms")]
 ratios = {"create_vs_floor_p50": round(rows[0]["p50"] / rows[1]["p50"], 3),
           "create_vs_floor_p95": round(rows[0]["p95"] / rows[1]["p95"], 3),
           "exec_vs_raw_exec_p50": round(rows[2]["p50"] / rows[3]["p50"], 3),
-          "exec_host_overhead_p50_ms": round(rows[2]["p50"] - rows[3]["p50"] - rows[5]["p50"], 2)}
+          "exec_host_overhead_p50_ms": round(rows[2]["p50"] - rows[3]["p50"] - rows[5]["p50"], 2),
+          "neighbour_uncapped_vs_idle_p50": round(rows[7]["p50"] / rows[6]["p50"], 3),
+          "neighbour_capped_vs_idle_p50": round(rows[8]["p50"] / rows[6]["p50"], 3)}
 res = {"schema": 1, "host": platform.node(), "kernel": platform.release(), "accel": accel,
        "results": rows, "ratios": ratios}
 json.dump(res, open(out, "w"), indent=2)
