@@ -20,7 +20,7 @@ LDFLAGS_ALL = $(SAN) $(LDFLAGS)
 
 LIB_SRC = $(wildcard common/*.c)
 LIB_OBJ = $(LIB_SRC:common/%.c=$(B)/obj/%.o)
-CMDS = sbx-create sbx-exec sbx-ps sbx-kill
+CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc
 LIBEXEC = sbx-monitor
 BINS = $(CMDS:%=$(B)/bin/%) $(LIBEXEC:%=$(B)/libexec/sbx/%)
 UNIT_SRC = $(wildcard tests/unit/*.c)

@@ -1,7 +1,9 @@
 #include "cgroup.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -152,6 +154,53 @@ int sbx_cgroup_create(const char *session, const struct sbx_cg_limits *l, int fd
 		if (open_procs(dir, fds, nfds) < 0)
 			return fail(fds, nfds, session, err, "cgroup.procs");
 	}
+	return 0;
+}
+
+void sbx_cgroup_kill(const char *session)
+{
+	char dir[512];
+	if (is_v2()) {
+		group_dir(NULL, session, dir, sizeof dir, 0);
+		write_at(dir, "cgroup.kill", "1");
+		return;
+	}
+	/* v1 has no cgroup.kill: signal each member. */
+	group_dir("pids", session, dir, sizeof dir, 0);
+	char p[600];
+	snprintf(p, sizeof p, "%s/cgroup.procs", dir);
+	FILE *f = fopen(p, "re");
+	int pid;
+	while (f && fscanf(f, "%d", &pid) == 1)
+		if (pid > 1)
+			kill(pid, SIGKILL);
+	if (f)
+		fclose(f);
+}
+
+int sbx_cgroup_list(char ***ids, size_t *n)
+{
+	char dir[512];
+	*ids = NULL;
+	*n = 0;
+	group_dir(is_v2() ? NULL : "pids", "", dir, sizeof dir, 1);
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	size_t cap = 0;
+	for (struct dirent *de; (de = readdir(d));) {
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 16;
+			char **nv = realloc(*ids, cap * sizeof **ids);
+			if (!nv)
+				break;
+			*ids = nv;
+		}
+		(*ids)[(*n)++] = strdup(de->d_name);
+	}
+	closedir(d);
 	return 0;
 }
 

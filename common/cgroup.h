@@ -6,6 +6,7 @@
 #ifndef SBX_CGROUP_H
 #define SBX_CGROUP_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "err.h"
 
@@ -21,6 +22,11 @@ struct sbx_cg_limits {
  * cgroup.procs files that the VMM child writes "0" to before exec. */
 int sbx_cgroup_create(const char *session, const struct sbx_cg_limits *l, int fds[SBX_CG_MAX_FDS], int *nfds,
 		      struct sbx_err *err);
+/* SIGKILL every process in the session's groups. */
+void sbx_cgroup_kill(const char *session);
+/* Sessions that have a group under this root's parent (for sbx-gc's orphan
+ * search); free each and the array. */
+int sbx_cgroup_list(char ***ids, size_t *n);
 /* Remove the session's groups (they must be empty); missing is success. */
 int sbx_cgroup_remove(const char *session);
 /* Host-measured usage: CPU ns used, memory peak bytes; -1 when unknown. */

@@ -425,7 +425,7 @@ static int await_ready(int fd, unsigned timeout_s, struct sbx_err *err)
 	return ok ? 0 : -1;
 }
 
-static int cleanup_dead(struct sbx_state *st, const char *id)
+int sbx_session_reclaim(struct sbx_state *st, const char *id)
 {
 	struct sbx_session s;
 	if (sbx_record_load(st, id, &s, NULL) == 0 && s.vmm_pid > 0) {
@@ -437,6 +437,9 @@ static int cleanup_dead(struct sbx_state *st, const char *id)
 			close(pfd);
 		}
 	}
+	/* Whatever is still in the session's cgroups (a VMM whose record is
+	 * gone or corrupt) is ours too. */
+	sbx_cgroup_kill(id);
 	int rc = sbx_rm_rf_at(st->sessions_fd, id);
 	if (sbx_rm_rf_at(st->rsessions_fd, id) < 0)
 		rc = -1;
@@ -529,7 +532,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	}
 	_cleanup_close_ int lock = sbx_lock_session(st, id, 1, 1, err);
 	if (lock < 0) {
-		cleanup_dead(st, id);
+		sbx_session_reclaim(st, id);
 		return lock == -2 ? sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is locked", id) : -1;
 	}
 	close(g);
@@ -537,13 +540,13 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0) {
-		cleanup_dead(st, id);
+		sbx_session_reclaim(st, id);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe");
 	}
 	if (spawn_monitor(id, lock, p[1], err) < 0) {
 		close(p[0]);
 		close(p[1]);
-		cleanup_dead(st, id);
+		sbx_session_reclaim(st, id);
 		return -1;
 	}
 	close(p[1]);
@@ -557,7 +560,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		close(lock);
 		lock = sbx_lock_session(st, id, 0, 0, NULL);
 		if (lock >= 0)
-			cleanup_dead(st, id);
+			sbx_session_reclaim(st, id);
 		return -1;
 	}
 	return sbx_record_load(st, id, s, err);
@@ -645,7 +648,7 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
 			usleep(50000);
 	}
 	if (lock >= 0 || (lock != -2 && faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0)) {
-		int rc = cleanup_dead(st, id);
+		int rc = sbx_session_reclaim(st, id);
 		if (lock >= 0)
 			close(lock);
 		if (rc < 0)

@@ -74,6 +74,10 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 /* Destroy a session and everything it held.  A missing session is success
  * (*gone = 1), so kill is idempotent. */
 int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct sbx_err *err);
+/* Remove everything of a session whose monitor is gone: its VMM (pid checked
+ * against the recorded start time), anything left in its cgroups, its
+ * directories.  The caller holds the session lock. */
+int sbx_session_reclaim(struct sbx_state *st, const char *id);
 /* Live state: "running" only while the monitor holds the lock. */
 const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_session *s);
 /* IDs of every session directory, sorted; free each and the array. */

@@ -1,0 +1,63 @@
+/* sbx-gc: reclaim crashed, expired and orphaned sessions; for cron. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "gc.h"
+#include "policy.h"
+
+static void print_action(const struct sbx_gc_action *a, void *ctx)
+{
+	json_t *arr = ctx;
+	if (arr)
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "action", a->action, "session", a->session,
+						     "detail", a->detail));
+	else
+		printf("%s\t%s\t%s\n", a->action, a->session, a->detail);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "dry-run", no_argument, NULL, 'n' },
+		{ "grace", required_argument, NULL, 'g' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct sbx_gc_opts o = { .grace_ms = 10 * 60 * 1000 };
+	int json = 0, c;
+	while ((c = getopt_long(argc, argv, "hn", opts, NULL)) != -1) {
+		switch (c) {
+		case 'g':
+			if (sbx_parse_duration_ms(optarg, &o.grace_ms) < 0)
+				return sbx_cli_fail("sbx-gc", SBX_EXIT_USAGE, json, "bad --grace '%s'", optarg);
+			break;
+		case 'h': puts("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--json]"); return 0;
+		case 'j': json = 1; break;
+		case 'n': o.dry_run = 1; break;
+		default: fputs("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--json]\n", stderr); return 2;
+		}
+	}
+	if (optind != argc) {
+		fputs("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--json]\n", stderr);
+		return SBX_EXIT_USAGE;
+	}
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	json_t *arr = json ? json_array() : NULL;
+	if (sbx_state_open(&st, &err) < 0 || sbx_gc_run(&st, &o, print_action, arr, &err) < 0) {
+		sbx_err_print("sbx-gc", &err, json);
+		json_decref(arr);
+		return err.code;
+	}
+	if (arr) {
+		json_dumpf(arr, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(arr);
+	}
+	return 0;
+}

@@ -1,0 +1,26 @@
+/* sbx-gc: reclaim what no live monitor owns.  Safe at any moment, also
+ * next to creates and kills: a session whose lock is held (its monitor is
+ * alive, or sbx-create is still setting it up) is never touched. */
+#ifndef SBX_GC_H
+#define SBX_GC_H
+
+#include <stdint.h>
+#include "err.h"
+#include "state.h"
+
+struct sbx_gc_opts {
+	uint64_t grace_ms; /* keep ended sessions this long for inspection */
+	int dry_run;
+};
+
+struct sbx_gc_action {
+	const char *action;  /* mark-crashed, reclaim, reclaim-orphan-run, ... */
+	const char *session;
+	char detail[256];
+};
+
+typedef void (*sbx_gc_cb)(const struct sbx_gc_action *a, void *ctx);
+
+int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb, void *ctx, struct sbx_err *err);
+
+#endif
