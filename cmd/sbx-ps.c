@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "capacity.h"
 #include "cgroup.h"
 #include "execrec.h"
 #include "session.h"
@@ -176,9 +177,33 @@ static int list_execs(struct sbx_state *st, const char *session, int json, int q
 	return 0;
 }
 
+/* --capacity: what this host takes and has in use, for a scheduler. */
+static int print_capacity(struct sbx_state *st, int json)
+{
+	struct sbx_capacity c;
+	struct sbx_err err = { 0 };
+	if (sbx_capacity_get(st, &c, &err) < 0) {
+		sbx_err_print("sbx-ps", &err, json);
+		return err.code;
+	}
+	json_t *o = json_pack("{s:i, s:{s:i, s:i}, s:{s:I, s:I}, s:{s:i, s:i}}", "schema", 1, "sessions", "used",
+			      (int)c.sessions, "max", (int)c.max_sessions, "memory_mib", "used", (json_int_t)c.memory_mib,
+			      "max", (json_int_t)c.max_memory_mib, "vcpus", "used", (int)c.vcpus, "max", (int)c.max_vcpus);
+	if (json) {
+		json_dumpf(o, stdout, JSON_COMPACT);
+		putchar('\n');
+	} else {
+		printf("sessions\t%u\t%u\nmemory_mib\t%llu\t%llu\nvcpus\t%u\t%u\n", c.sessions, c.max_sessions,
+		       (unsigned long long)c.memory_mib, (unsigned long long)c.max_memory_mib, c.vcpus, c.max_vcpus);
+	}
+	json_decref(o);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "capacity", no_argument, NULL, 'C' },
 		{ "execs", required_argument, NULL, 'x' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
@@ -188,12 +213,13 @@ int main(int argc, char **argv)
 		{ "state", required_argument, NULL, 's' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int json = 0, quiet = 0, headers = 1, prom = 0, c;
+	int json = 0, quiet = 0, headers = 1, prom = 0, capacity = 0, c;
 	const char *want = NULL, *execs_of = NULL;
 	while ((c = getopt_long(argc, argv, "Hhq", opts, NULL)) != -1) {
 		switch (c) {
 		case 'H': headers = 0; break;
 		case 'P': prom = 1; break;
+		case 'C': capacity = 1; break;
 		case 'h': puts("usage: sbx-ps [-q] [--json] [--no-headers] [--state=STATE] [SESSION...]"); return 0;
 		case 'j': json = 1; break;
 		case 'q': quiet = 1; break;
@@ -210,6 +236,8 @@ int main(int argc, char **argv)
 	}
 	if (execs_of)
 		return list_execs(&st, execs_of, json, quiet, headers);
+	if (capacity)
+		return print_capacity(&st, json);
 	char **ids;
 	size_t n;
 	int named = optind < argc;

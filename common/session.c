@@ -1,4 +1,5 @@
 #include "session.h"
+#include "capacity.h"
 #include "policy.h"
 #include "cgroup.h"
 #include "proto.h"
@@ -521,6 +522,11 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		*s = old;
 		*existed = 1;
 		return 0;
+	}
+	if (sbx_capacity_admit(st, s->vcpus, s->memory_mib, err) < 0) {
+		if (!o->id && err)
+			err->session[0] = 0; /* the generated ID never existed */
+		return -1;
 	}
 	/* Record intent first: every resource is named by the ID, so a create
 	 * killed at any point leaves only what sbx-kill/sbx-gc can reclaim. */

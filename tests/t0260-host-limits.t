@@ -34,6 +34,13 @@ like "$p" "# TYPE sbx_session_cpu_seconds_total counter" "--prometheus has TYPE 
 like "$p" "sbx_session_vcpus\\{session=\"$id\",state=\"running\",accel=\"[a-z]+\",template=\"default@[0-9a-f]+\"\\} 2" \
      "--prometheus has labelled samples"
 sbx-ps --state=crashed >/dev/null; is "$?" 1 "--state matching nothing exits 1"
+is "$(sbx-ps --capacity --json | jq -c '[.sessions.used, .vcpus.used, .memory_mib.used]')" "[1,2,$((384 + 512))]" \
+   "--capacity reports what live sessions use"
+SBX_MAX_SESSIONS=1 sbx-create -q --json 2>"$TEST_TMP/cap" >/dev/null; is "$?" 75 "a create beyond capacity exits 75"
+is "$(jq -r '[.error, .retry_after_ms > 0] | map(tostring) | join(" ")' "$TEST_TMP/cap")" "temporary true" \
+   "with retry_after_ms in the JSON error"
+SBX_MAX_MEMORY=1G sbx-create -q 2>/dev/null >/dev/null; is "$?" 75 "guest memory beyond capacity exits 75"
+is "$(ls "$SBX_ROOT/var/lib/sbx/sessions" | wc -l)" 1 "refused creates leave nothing"
 
 kill -9 "$vmm"
 for i in $(seq 50); do [ "$(sbx-ps --no-headers "$id" | cut -f2)" = crashed ] && break; sleep 0.1; done

@@ -1,0 +1,70 @@
+#include "capacity.h"
+#include "policy.h"
+#include "session.h"
+#include "util.h"
+
+#include <string.h>
+#include <sys/sysinfo.h>
+
+static unsigned env_uint(const char *name, unsigned def)
+{
+	const char *e = getenv(name);
+	char *end;
+	unsigned long v = e ? strtoul(e, &end, 10) : 0;
+	return e && *e && !*end && v > 0 && v < 1000000 ? (unsigned)v : def;
+}
+
+int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_err *err)
+{
+	memset(c, 0, sizeof *c);
+	struct sysinfo si;
+	uint64_t host_mib = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit >> 20 : 4096;
+	c->max_memory_mib = host_mib > 2048 ? host_mib - 1024 : host_mib / 2;
+	const char *m = getenv("SBX_MAX_MEMORY");
+	uint64_t bytes;
+	if (m && *m && sbx_parse_size(m, &bytes) == 0 && bytes >= (1u << 20))
+		c->max_memory_mib = bytes >> 20;
+	c->max_sessions = env_uint("SBX_MAX_SESSIONS", 256);
+	c->max_vcpus = env_uint("SBX_MAX_VCPUS", 4u * (unsigned)get_nprocs());
+	char **ids;
+	size_t n;
+	if (sbx_session_list(st, &ids, &n, err) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		struct sbx_session s;
+		if (sbx_record_load(st, ids[i], &s, NULL) == 0) {
+			const char *live = sbx_session_live_state(st, &s);
+			if (!strcmp(live, "running") || !strcmp(live, "creating")) {
+				c->sessions++;
+				c->memory_mib += s.memory_mib + SBX_VMM_OVERHEAD_MIB;
+				c->vcpus += s.vcpus;
+			}
+		}
+		free(ids[i]);
+	}
+	free(ids);
+	return 0;
+}
+
+int sbx_capacity_admit(struct sbx_state *st, unsigned vcpus, unsigned memory_mib, struct sbx_err *err)
+{
+	struct sbx_capacity c;
+	if (sbx_capacity_get(st, &c, err) < 0)
+		return -1;
+	const char *what = NULL;
+	if (c.sessions + 1 > c.max_sessions)
+		what = "sessions";
+	else if (c.memory_mib + memory_mib + SBX_VMM_OVERHEAD_MIB > c.max_memory_mib)
+		what = "memory";
+	else if (c.vcpus + vcpus > c.max_vcpus)
+		what = "vCPUs";
+	if (!what)
+		return 0;
+	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
+		    "host capacity reached (%s): %u sessions, %llu/%llu MiB, %u/%u vCPUs in use; try again later or on "
+		    "another host",
+		    what, c.sessions, (unsigned long long)c.memory_mib, (unsigned long long)c.max_memory_mib, c.vcpus,
+		    c.max_vcpus);
+	err->retry_after_ms = 5000;
+	return -1;
+}

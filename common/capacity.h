@@ -1,0 +1,27 @@
+/* Host capacity: how many sessions, guest memory and vCPUs this host
+ * takes.  A create that would exceed it fails with 75 (try again, or try
+ * another node) instead of overcommitting the host. */
+#ifndef SBX_CAPACITY_H
+#define SBX_CAPACITY_H
+
+#include <stdint.h>
+#include "err.h"
+#include "state.h"
+
+struct sbx_capacity {
+	unsigned sessions, max_sessions;
+	uint64_t memory_mib, max_memory_mib; /* guest memory plus the VMM's allowance */
+	unsigned vcpus, max_vcpus;
+};
+
+/* What live sessions use now, and the limits: SBX_MAX_SESSIONS,
+ * SBX_MAX_MEMORY (a size, e.g. 16G), SBX_MAX_VCPUS; defaults from the host
+ * (its memory less 1 GiB, 4 vCPUs per host CPU under KVM's overcommit). */
+int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_err *err);
+/* 75 with retry_after_ms when a session of this size does not fit.
+ * Call with the global lock held so two creates cannot both fit. */
+int sbx_capacity_admit(struct sbx_state *st, unsigned vcpus, unsigned memory_mib, struct sbx_err *err);
+
+#define SBX_VMM_OVERHEAD_MIB 512u
+
+#endif
