@@ -9,12 +9,18 @@
 #include "gc.h"
 #include "policy.h"
 
+struct out {
+	json_t *arr;
+	unsigned reclaimed;
+};
+
 static void print_action(const struct sbx_gc_action *a, void *ctx)
 {
-	json_t *arr = ctx;
-	if (arr)
-		json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "action", a->action, "session", a->session,
-						     "detail", a->detail));
+	struct out *o = ctx;
+	o->reclaimed += (unsigned)sbx_gc_action_reclaims(a->action);
+	if (o->arr)
+		json_array_append_new(o->arr, json_pack("{s:s, s:s, s:s}", "action", a->action, "session", a->session,
+							"detail", a->detail));
 	else
 		printf("%s\t%s\t%s\n", a->action, a->session, a->detail);
 }
@@ -48,16 +54,21 @@ int main(int argc, char **argv)
 	}
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
-	json_t *arr = json ? json_array() : NULL;
-	if (sbx_state_open(&st, &err) < 0 || sbx_gc_run(&st, &o, print_action, arr, &err) < 0) {
+	struct out out = { .arr = json ? json_array() : NULL };
+	if (sbx_state_open(&st, &err) < 0 || sbx_gc_run(&st, &o, print_action, &out, &err) < 0) {
 		sbx_err_print("sbx-gc", &err, json);
-		json_decref(arr);
+		json_decref(out.arr);
 		return err.code;
 	}
-	if (arr) {
-		json_dumpf(arr, stdout, JSON_INDENT(2));
+	if (out.arr) {
+		json_t *j = json_pack("{s:i, s:b, s:i, s:o}", "schema", 1, "dry_run", o.dry_run, "reclaimed",
+				      (int)out.reclaimed, "actions", out.arr);
+		json_dumpf(j, stdout, JSON_INDENT(2));
 		putchar('\n');
-		json_decref(arr);
+		json_decref(j);
+	} else if (out.reclaimed) {
+		fprintf(stderr, "sbx-gc: %s %u item%s\n", o.dry_run ? "would reclaim" : "reclaimed", out.reclaimed,
+			out.reclaimed == 1 ? "" : "s");
 	}
 	return 0;
 }

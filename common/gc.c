@@ -26,6 +26,12 @@ static void report(sbx_gc_cb cb, void *ctx, const char *action, const char *id, 
 		cb(&a, ctx);
 }
 
+/* Whether an action removed something (for the count). */
+int sbx_gc_action_reclaims(const char *action)
+{
+	return !strncmp(action, "reclaim", 7);
+}
+
 static int ended(const char *state)
 {
 	return !strcmp(state, "crashed") || !strcmp(state, "stopped") || !strcmp(state, "expired");
@@ -48,14 +54,19 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 			sbx_session_reclaim(st, id);
 		return;
 	}
+	char boot[40] = "";
+	sbx_boot_id(boot, sizeof boot);
+	int rebooted = s.boot_id[0] && boot[0] && strcmp(s.boot_id, boot);
 	if (!strcmp(s.state, "running") || !strcmp(s.state, "creating")) {
-		/* Unlocked yet "running": the monitor died (killed, host crash).
-		 * Its VMM died with it (PDEATHSIG); make sure, and say so. */
-		report(cb, ctx, "mark-crashed", id, "state %s but no monitor", s.state);
+		/* Unlocked yet "running": the monitor died (killed), or the host
+		 * rebooted under it (another boot ID: nothing of it can live). */
+		report(cb, ctx, rebooted ? "mark-stopped" : "mark-crashed", id, "state %s but %s", s.state,
+		       rebooted ? "the host rebooted since" : "no monitor");
 		if (o->dry_run)
 			return;
-		snprintf(s.state, sizeof s.state, "crashed");
-		snprintf(s.end_reason, sizeof s.end_reason, "monitor gone (found by sbx-gc)");
+		snprintf(s.state, sizeof s.state, rebooted ? "stopped" : "crashed");
+		snprintf(s.end_reason, sizeof s.end_reason, "%s",
+			 rebooted ? "host rebooted (found by sbx-gc)" : "monitor gone (found by sbx-gc)");
 		s.ended_ns = now;
 		sbx_cgroup_usage(s.id, &s.cpu_ns, &s.mem_peak);
 		sbx_cgroup_kill(id);

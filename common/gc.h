@@ -21,6 +21,7 @@ struct sbx_gc_action {
 
 typedef void (*sbx_gc_cb)(const struct sbx_gc_action *a, void *ctx);
 
+int sbx_gc_action_reclaims(const char *action);
 int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb, void *ctx, struct sbx_err *err);
 
 #endif

@@ -42,7 +42,16 @@ like "$out" "reclaim	corrupt1	record unreadable" "a corrupt record is reclaimed"
 like "$out" "reclaim-orphan-run	ghost1" "an orphan runtime directory is reclaimed"
 like "$out" "reclaim-orphan-cgroup	ghost2" "an orphan host cgroup is reclaimed"
 [ ! -e "$S/corrupt1" ] && [ ! -e "$R/ghost1" ] && [ ! -e "$cg" ]; ok $? "all gone"
-is "$(sbx-gc --grace 0 --json | jq length)" 0 "--json: an empty array when nothing is left"
+is "$(sbx-gc --grace 0 --json | jq -c '[.reclaimed, (.actions|length)]')" "[0,0]" "--json: nothing left, a count of 0"
+
+# A host reboot: a record from another boot ID can have nothing alive.
+rb=$(sbx-create -q); sbx-kill "$rb"
+mkdir -p "$S/reboot1"
+jq -n '{schema:1, id:"reboot1", state:"running", boot_id:"00000000-0000-0000-0000-000000000000", created_ns:1}' \
+	>"$S/reboot1/session.json"
+like "$(sbx-gc 2>/dev/null)" "^mark-stopped	reboot1	" "a session from before a host reboot is marked stopped"
+is "$(jq -r .state "$S/reboot1/session.json")" stopped "and recorded so"
+is "$(sbx-gc --grace 0 --json | jq -r '.reclaimed')" 1 "then reclaimed, and counted"
 
 # gc in a loop next to creates, execs and kills: nothing live is harmed.
 ( for i in $(seq 40); do sbx-gc --grace 0 >/dev/null 2>&1; sleep 0.1; done ) &
