@@ -7,7 +7,7 @@ MANDIR = $(PREFIX)/share/man
 B ?= build
 
 CC ?= cc
-PKGS = jansson libbsd-overlay libmd yaml-0.1
+PKGS = jansson libarchive libbsd-overlay libmd libseccomp yaml-0.1
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
@@ -20,14 +20,14 @@ LDFLAGS_ALL = $(SAN) $(LDFLAGS)
 
 LIB_SRC = $(wildcard common/*.c)
 LIB_OBJ = $(LIB_SRC:common/%.c=$(B)/obj/%.o)
-CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc
+CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit
 LIBEXEC = sbx-monitor
 BINS = $(CMDS:%=$(B)/bin/%) $(LIBEXEC:%=$(B)/libexec/sbx/%)
 UNIT_SRC = $(wildcard tests/unit/*.c)
 UNITS = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 MANS = $(wildcard man/*.[1-8])
 
-all: $(BINS) $(B)/guest-init $(B)/tools/sbx-mkcpio $(B)/tools/sbx-bench-floor $(UNITS)
+all: $(BINS) $(B)/guest-init $(B)/tools/sbx-mkcpio $(B)/tools/sbx-bench-floor $(B)/tools/sbx-audit-append $(UNITS)
 
 $(B)/obj/%.o: common/%.c $(wildcard common/*.h)
 	@mkdir -p $(@D)
@@ -61,6 +61,11 @@ $(B)/tools/sbx-mkcpio: tools/sbx-mkcpio.c
 		$$(pkg-config --cflags --libs libarchive) -o $@
 
 $(B)/tools/sbx-bench-floor: tools/sbx-bench-floor.c $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+
+# Appends events for tests (t0500); not installed.
+$(B)/tools/sbx-audit-append: tools/sbx-audit-append.c $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 

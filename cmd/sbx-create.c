@@ -108,7 +108,7 @@ int main(int argc, char **argv)
 		case 'j': json = 1; break;
 		case 'm':
 			if (sbx_cli_uint(optarg, 64, 1 << 20, &ov.memory_mib) < 0)
-				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "--memory must be 64..1048576 MiB");
+				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "--memory must be 64..65536 MiB");
 			break;
 		case 'n': dry_run = 1; break;
 		case 'p': policy = optarg; break;

@@ -37,9 +37,9 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'x': exec = optarg; break;
-		case 'h': puts("usage: sbx-kill [--json] SESSION..."); return 0;
+		case 'h': puts("usage: sbx-kill [--json] SESSION...\n       sbx-kill --exec EXEC [--json] SESSION"); return 0;
 		case 'j': json = 1; break;
-		default: fputs("usage: sbx-kill [--json] SESSION...\n", stderr); return SBX_EXIT_USAGE;
+		default: fputs("usage: sbx-kill [--json] SESSION...\n       sbx-kill --exec EXEC [--json] SESSION\n", stderr); return SBX_EXIT_USAGE;
 		}
 	}
 	if (exec)
@@ -48,7 +48,7 @@ int main(int argc, char **argv)
 	char **ids = sbx_cli_ids(argc - optind, argv + optind, &n);
 	if (!ids || (n == 0 && isatty(0))) {
 		sbx_cli_free_ids(ids);
-		fputs("usage: sbx-kill [--json] SESSION...\n", stderr);
+		fputs("usage: sbx-kill [--json] SESSION...\n       sbx-kill --exec EXEC [--json] SESSION\n", stderr);
 		return SBX_EXIT_USAGE;
 	}
 	/* IDs from a pipe that carried none: nothing to do, as with xargs -r,

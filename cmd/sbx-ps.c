@@ -42,7 +42,7 @@ static void add_metrics(struct sbx_state *st, const struct sbx_session *s, json_
 	json_object_set_new(o, "vcpu_seconds", json_real(life * s->vcpus));
 	json_object_set_new(o, "gib_seconds", json_real(life * s->memory_mib / 1024.0));
 	json_object_set_new(o, "cpu_seconds_used", json_real((double)cpu_ns / 1e9));
-	if (s->limits.ttl_ms) {
+	if (s->limits.ttl_ms && state && !strcmp(state, "running")) {
 		uint64_t exp = s->created_ns + s->limits.ttl_ms * 1000000u;
 		json_object_set_new(o, "ttl_left_s", json_integer(exp > now ? (json_int_t)((exp - now) / 1000000000u) : 0));
 	}
@@ -220,12 +220,12 @@ int main(int argc, char **argv)
 		case 'H': headers = 0; break;
 		case 'P': prom = 1; break;
 		case 'C': capacity = 1; break;
-		case 'h': puts("usage: sbx-ps [-q] [--json] [--no-headers] [--state=STATE] [SESSION...]"); return 0;
+		case 'h': puts("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--state=STATE] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --capacity [--json]"); return 0;
 		case 'j': json = 1; break;
 		case 'q': quiet = 1; break;
 		case 's': want = optarg; break;
 		case 'x': execs_of = optarg; break;
-		default: fputs("usage: sbx-ps [-q] [--json] [--no-headers] [--state=STATE] [SESSION...]\n", stderr); return 2;
+		default: fputs("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--state=STATE] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --capacity [--json]\n", stderr); return 2;
 		}
 	}
 	struct sbx_state st;

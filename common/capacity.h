@@ -16,7 +16,8 @@ struct sbx_capacity {
 
 /* What live sessions use now, and the limits: SBX_MAX_SESSIONS,
  * SBX_MAX_MEMORY (a size, e.g. 16G), SBX_MAX_VCPUS; defaults from the host
- * (its memory less 1 GiB, 4 vCPUs per host CPU under KVM's overcommit). */
+ * (its memory less 1 GiB; 4 vCPUs per host CPU, an overcommit that suits
+ * mostly idle agent sessions). */
 int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_err *err);
 /* 75 with retry_after_ms when a session of this size does not fit.
  * Call with the global lock held so two creates cannot both fit. */

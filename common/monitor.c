@@ -25,7 +25,6 @@
 #define CLIENT_BUF_MAX (8u << 20)   /* queued for one client before it lags */
 #define CLIENT_BUF_LOW (256u << 10) /* refill from the files below this */
 #define MAX_CLIENTS 1024
-#define DEFAULT_OUTPUT_CAP (256ull << 20) /* per exec and stream, kept on disk */
 
 enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY };
 
@@ -283,8 +282,8 @@ static json_t *req_json(const struct sbx_exec_req *r)
 	json_t *env = json_array(); /* names only: values may be secrets */
 	for (size_t i = 0; i < r->envc; i++)
 		json_array_append_new(env, json_stringn(r->env[i], strcspn(r->env[i], "=")));
-	json_t *o = json_pack("{s:o, s:o, s:s?, s:i, s:b, s:b, s:i}", "argv", argv, "env", env, "cwd", r->cwd,
-			      "timeout_ms", (int)r->timeout_ms, "tty", !!(r->flags & SBX_EXEC_PTY), "stdin",
+	json_t *o = json_pack("{s:o, s:o, s:s?, s:I, s:b, s:b, s:i}", "argv", argv, "env", env, "cwd", r->cwd,
+			      "timeout_ms", (json_int_t)r->timeout_ms, "tty", !!(r->flags & SBX_EXEC_PTY), "stdin",
 			      !!(r->flags & SBX_EXEC_STDIN), "uid", r->have_uid ? (int)r->uid : 1000);
 	return o;
 }
@@ -1052,7 +1051,6 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.timer = (struct src){ SRC_TIMER, -1 };
 	m.readyp = (struct src){ SRC_READY, a->ready_fd };
 	m.vm.pidfd = -1;
-	m.output_cap = DEFAULT_OUTPUT_CAP;
 
 	/* Inherited without O_CLOEXEC so they survive our exec; the VMM must
 	 * not hold the session lock or the readiness pipe. */
@@ -1070,11 +1068,8 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	}
 	snprintf(m.s.state, sizeof m.s.state, "running");
 	m.s.ready_ns = sbx_now_ns();
-	if (m.s.limits.output_cap)
-		m.output_cap = m.s.limits.output_cap;
-	const char *cap = getenv("SBX_OUTPUT_CAP");
-	if (cap && strtoull(cap, NULL, 10) > 0)
-		m.output_cap = strtoull(cap, NULL, 10);
+	/* The policy's cap as it is, 0 included (keep no output). */
+	m.output_cap = m.s.limits.output_cap;
 	if (m.s.limits.ttl_ms && arm_ttl(&m) < 0) {
 		sbx_err_set(&err, SBX_EXIT_INTERNAL, errno, "cannot arm the session TTL");
 		sbx_vm_kill(&m.vm);

@@ -291,6 +291,7 @@ static int parse_volume(const char *spec, struct sbx_volume *v, struct sbx_err *
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "-v %s: only read-only (:ro) volumes are supported", spec);
 	char real[PATH_MAX];
 	struct stat st;
+	errno = 0;
 	if (!realpath(host, real) || stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno ? errno : ENOTDIR, "-v %s: %s is not a directory", spec,
 				   host);

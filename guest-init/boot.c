@@ -597,21 +597,26 @@ static void mkdirs(const char *path)
 /* Host directories the session reads (-v HOST:GUEST:ro), each an ext4
  * image the host built without a loop mount; read-only, no devices, no
  * setuid. */
-static void mount_volumes(const struct sbx_guest_cfg *cfg)
+static int mount_volumes(const struct sbx_guest_cfg *cfg)
 {
 	for (int i = 0; i < 8; i++) {
 		char serial[16], dev[64];
 		if (!cfg->vols[i][0])
 			continue;
 		snprintf(serial, sizeof(serial), "sbx-vol%d", i);
+		/* A session the user asked a volume for does not come up
+		 * without it: the host's create fails with this message. */
 		if (find_disk(serial, dev, sizeof(dev), WAIT_ROOT_MS) < 0) {
 			sbx_guest_log("volume disk %s did not appear", serial);
-			continue;
+			return -1;
 		}
 		mkdirs(cfg->vols[i]);
-		if (mount(dev, cfg->vols[i], "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME, "noload") < 0)
+		if (mount(dev, cfg->vols[i], "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME, "noload") < 0) {
 			sbx_guest_log("mount %s on %s: %s", dev, cfg->vols[i], strerror(errno));
+			return -1;
+		}
 	}
+	return 0;
 }
 
 int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
@@ -643,7 +648,8 @@ int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
 		return -1;
 	phase("root switched");
 	setup_newroot();
-	mount_volumes(cfg);
+	if (mount_volumes(cfg) < 0)
+		return -1;
 	if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
 		sbx_guest_log("sethostname: %s", strerror(errno));
 	setup_loopback();

@@ -13,6 +13,14 @@ for src in tests/fuzz/fuzz-*.c; do
 	fuzz-policy)
 		deps=(common/policy.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
+	fuzz-tar)
+		# transfer.c carries sbx-cp's whole library: link all of common/
+		# with every library the Makefile links.
+		deps=(common/*.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs $(sed -n 's/^PKGS = //p' Makefile))" ;;
+	fuzz-audit)
+		deps=(common/audit.c common/state.c common/util.c common/err.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay libmd)" ;;
 	*)
 		deps=(common/proto.c)
 		libs=() ;;

@@ -30,8 +30,14 @@ like() { # like GOT REGEX DESCRIPTION
 }
 diag() { echo "# $*"; }
 
-# Everything under our root, host-wide: processes whose command line names it.
-root_procs() { pgrep -f -- "$SBX_ROOT" | grep -v "^$$\$" || true; }
+# Everything under our root, host-wide: processes whose command line names
+# it, and jailed VMMs, whose argv has only in-jail paths but whose mounts
+# come from under the root.
+root_procs() {
+	{ pgrep -f -- "$SBX_ROOT"
+	  grep -lF -- "$SBX_ROOT/" /proc/[0-9]*/mountinfo 2>/dev/null | cut -d/ -f3
+	} | sort -u | grep -v "^$$\$" || true
+}
 
 have_template() { ls -d "$SBX_TEMPLATES"/default@* >/dev/null 2>&1; }
 

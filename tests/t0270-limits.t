@@ -47,10 +47,11 @@ sbx-create -q --id pol-1 >/dev/null 2>&1; is "$?" 5 "the same --id under another
 sbx-kill pol-1 "$id"
 
 # TTL: the monitor destroys the VM at expiry and records it.
-id=$(sbx-create -q --ttl 4s)
+# (10 s: long enough that a boot on a loaded host does not eat it all)
+id=$(sbx-create -q --ttl 10s)
 e=$(sbx-exec -d "$id" -- sleep 60)
-is "$(sbx-ps --json "$id" | jq '.[0].ttl_left_s <= 4')" true "sbx-ps shows the TTL left"
-for i in $(seq 100); do [ "$(sbx-ps --no-headers "$id" | cut -f2)" = expired ] && break; sleep 0.2; done
+is "$(sbx-ps --json "$id" | jq '.[0].ttl_left_s <= 10')" true "sbx-ps shows the TTL left"
+for i in $(seq 150); do [ "$(sbx-ps --no-headers "$id" | cut -f2)" = expired ] && break; sleep 0.2; done
 is "$(sbx-ps --no-headers "$id" | cut -f2)" expired "the session is recorded as expired at its TTL"
 like "$(sbx-ps --json "$id" | jq -r '.[0].end_reason')" "ttl" "with the reason"
 sbx-exec --wait "$e" "$id"; is "$?" 137 "its running exec ended as killed"

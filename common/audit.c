@@ -1,0 +1,820 @@
+#include "audit.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <sha2.h>
+
+#define HASH_LEN SHA256_DIGEST_LENGTH
+
+static void hash_bytes(const char *p, size_t n, uint8_t out[HASH_LEN])
+{
+	SHA2_CTX c;
+	SHA256Init(&c);
+	SHA256Update(&c, (const uint8_t *)p, n);
+	SHA256Final(out, &c);
+}
+
+static void hex_of(const uint8_t h[HASH_LEN], char out[2 * HASH_LEN + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+	for (int i = 0; i < HASH_LEN; i++) {
+		out[2 * i] = digits[h[i] >> 4];
+		out[2 * i + 1] = digits[h[i] & 15];
+	}
+	out[2 * HASH_LEN] = 0;
+}
+
+/* Lowercase only: the writer never produces anything else, so an
+ * uppercase digest is an edit. */
+static int unhex(const char *s, size_t n, uint8_t out[HASH_LEN])
+{
+	if (n != 2 * HASH_LEN)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		int v = s[i] >= '0' && s[i] <= '9' ? s[i] - '0' : s[i] >= 'a' && s[i] <= 'f' ? s[i] - 'a' + 10 : -1;
+		if (v < 0)
+			return -1;
+		if (i % 2 == 0)
+			out[i / 2] = (uint8_t)(v << 4);
+		else
+			out[i / 2] |= (uint8_t)v;
+	}
+	return 0;
+}
+
+const char *sbx_audit_problem_name(enum sbx_audit_problem p)
+{
+	switch (p) {
+	case SBX_AUDIT_INTACT: return "intact";
+	case SBX_AUDIT_EDITED: return "edited";
+	case SBX_AUDIT_DELETED: return "deleted";
+	case SBX_AUDIT_REORDERED: return "reordered";
+	case SBX_AUDIT_TRUNCATED: return "truncated";
+	case SBX_AUDIT_MALFORMED: return "malformed";
+	}
+	return "malformed";
+}
+
+/* ---- times ---- */
+
+static int all_digits(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return 0;
+	return 1;
+}
+
+static int num(const char *s, size_t n)
+{
+	int v = 0;
+	for (size_t i = 0; i < n; i++)
+		v = v * 10 + (s[i] - '0');
+	return v;
+}
+
+static int parse_rfc3339(const char *s, uint64_t *out)
+{
+	size_t n = strlen(s);
+	if (n < 10 || !all_digits(s, 4) || s[4] != '-' || !all_digits(s + 5, 2) || s[7] != '-' ||
+	    !all_digits(s + 8, 2))
+		return -1;
+	struct tm tm = { .tm_year = num(s, 4) - 1900, .tm_mon = num(s + 5, 2) - 1, .tm_mday = num(s + 8, 2) };
+	static const int mdays[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+	if (tm.tm_mon < 0 || tm.tm_mon > 11 || tm.tm_mday < 1 || tm.tm_mday > mdays[tm.tm_mon])
+		return -1;
+	long off_s = 0;
+	uint64_t frac_ns = 0;
+	const char *p = s + 10;
+	if (*p) {
+		if ((*p != 'T' && *p != 't' && *p != ' ') || strlen(p) < 9 || !all_digits(p + 1, 2) || p[3] != ':' ||
+		    !all_digits(p + 4, 2) || p[6] != ':' || !all_digits(p + 7, 2))
+			return -1;
+		tm.tm_hour = num(p + 1, 2);
+		tm.tm_min = num(p + 4, 2);
+		tm.tm_sec = num(p + 7, 2);
+		if (tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
+			return -1;
+		if (tm.tm_sec == 60) /* a leap second: keep it in its own day */
+			tm.tm_sec = 59;
+		p += 9;
+		if (*p == '.') {
+			size_t k = 0;
+			uint64_t scale = 100000000;
+			for (p++; *p >= '0' && *p <= '9'; p++, k++) {
+				frac_ns += (uint64_t)(*p - '0') * scale;
+				scale /= 10;
+			}
+			if (k == 0)
+				return -1;
+		}
+		if (*p == 'Z' || *p == 'z') {
+			p++;
+		} else if ((*p == '+' || *p == '-') && all_digits(p + 1, 2) && p[3] == ':' && all_digits(p + 4, 2)) {
+			int h = num(p + 1, 2), m = num(p + 4, 2);
+			if (h > 23 || m > 59)
+				return -1;
+			off_s = (*p == '-' ? -1 : 1) * (long)(h * 3600 + m * 60);
+			p += 6;
+		} else {
+			return -1;
+		}
+		if (*p)
+			return -1;
+	}
+	time_t t = timegm(&tm);
+	/* timegm normalises 02-30 into March: a day that moved is not a date. */
+	if (t == (time_t)-1 || tm.tm_mday != num(s + 8, 2))
+		return -1;
+	long long secs = (long long)t - off_s;
+	if (secs < 0)
+		return -1;
+	*out = (uint64_t)secs * 1000000000u + frac_ns;
+	return 0;
+}
+
+int sbx_audit_parse_time(const char *s, uint64_t now_ns, uint64_t *out_ns, struct sbx_err *err)
+{
+	size_t n = strlen(s);
+	if (n >= 2 && n <= 12 && all_digits(s, n - 1) && strchr("smhdw", s[n - 1])) {
+		static const uint64_t unit[] = { ['s' - 'a'] = 1, ['m' - 'a'] = 60, ['h' - 'a'] = 3600,
+						 ['d' - 'a'] = 86400, ['w' - 'a'] = 604800 };
+		/* 11 digits of weeks still fit in 64 bits as seconds, not as ns. */
+		uint64_t secs = strtoull(s, NULL, 10) * unit[s[n - 1] - 'a'];
+		/* Before the epoch clamps to just after it, not to 0: 0 means
+		 * "unbounded", which would turn --until 60000w into "always". */
+		*out_ns = secs < now_ns / 1000000000u ? now_ns - secs * 1000000000u : 1;
+		return 0;
+	}
+	if (parse_rfc3339(s, out_ns) < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "invalid time '%.80s': want RFC 3339 (2024-05-01T12:00:00Z) or an age (90s, 15m, 1h, 2d, 1w)",
+				   s);
+	return 0;
+}
+
+/* ---- reading lines ---- */
+
+enum { LR_EOF, LR_LINE, LR_TORN, LR_LONG };
+
+/* Lines from memory or from an fd (at most `left` bytes of it: the size
+ * seen under the lock, so a record being appended is not half-read).  A
+ * line longer than SBX_AUDIT_RECORD_MAX is returned as LR_LONG without its
+ * bytes, so a hostile log cannot make us buffer gigabytes. */
+struct src {
+	const char *mem;
+	size_t mem_n, mem_off;
+	int fd;
+	uint64_t left;
+	char *buf;
+	size_t start, end;
+	int skipping;
+};
+
+#define SRC_CAP (SBX_AUDIT_RECORD_MAX + 1)
+
+static int src_next_mem(struct src *s, const char **p, size_t *n)
+{
+	if (s->mem_off >= s->mem_n)
+		return LR_EOF;
+	const char *b = s->mem + s->mem_off, *nl = memchr(b, '\n', s->mem_n - s->mem_off);
+	size_t len = nl ? (size_t)(nl - b) : s->mem_n - s->mem_off;
+	s->mem_off += len + (nl != NULL);
+	*p = b;
+	*n = len;
+	if (len > SBX_AUDIT_RECORD_MAX)
+		return LR_LONG;
+	return nl ? LR_LINE : LR_TORN;
+}
+
+static int src_next(struct src *s, const char **p, size_t *n)
+{
+	if (s->mem)
+		return src_next_mem(s, p, n);
+	for (;;) {
+		char *nl = memchr(s->buf + s->start, '\n', s->end - s->start);
+		if (nl) {
+			*p = s->buf + s->start;
+			*n = (size_t)(nl - *p);
+			s->start += *n + 1;
+			if (s->skipping) {
+				s->skipping = 0;
+				return LR_LONG;
+			}
+			return LR_LINE;
+		}
+		if (s->skipping)
+			s->start = s->end = 0;
+		if (s->start) {
+			memmove(s->buf, s->buf + s->start, s->end - s->start);
+			s->end -= s->start;
+			s->start = 0;
+		}
+		if (s->end == SRC_CAP) {
+			s->skipping = 1;
+			s->end = 0;
+			continue;
+		}
+		size_t want = SRC_CAP - s->end;
+		if (want > s->left)
+			want = (size_t)s->left;
+		ssize_t r = want ? read(s->fd, s->buf + s->end, want) : 0;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0) {
+			int torn = s->end > s->start, skipped = s->skipping;
+			*p = s->buf + s->start;
+			*n = s->end - s->start;
+			s->start = s->end = 0;
+			s->skipping = 0;
+			return skipped ? LR_LONG : torn ? LR_TORN : LR_EOF;
+		}
+		s->end += (size_t)r;
+		s->left -= (uint64_t)r;
+	}
+}
+
+/* ---- records ---- */
+
+/* The fields the chain depends on.  The line must be one JSON object with
+ * no duplicate keys: a second "seq" would let a reader and the verifier
+ * disagree about the record. */
+static json_t *parse_rec(const char *p, size_t n, uint64_t *seq, uint8_t prev[HASH_LEN], const char **why)
+{
+	json_error_t je;
+	json_t *o = json_loadb(p, n, JSON_REJECT_DUPLICATES, &je);
+	if (!json_is_object(o)) {
+		*why = o ? "not a JSON object" : "not valid JSON";
+		json_decref(o);
+		return NULL;
+	}
+	json_t *s = json_object_get(o, "seq"), *pv = json_object_get(o, "prev");
+	if (!json_is_integer(s) || json_integer_value(s) < 1)
+		*why = "no positive integer \"seq\"";
+	else if (!json_is_string(pv) || unhex(json_string_value(pv), json_string_length(pv), prev) < 0)
+		*why = "no SHA-256 \"prev\"";
+	else if (!json_is_string(json_object_get(o, "type")) || !json_is_string(json_object_get(o, "time")))
+		*why = "no \"type\" or \"time\"";
+	else {
+		*seq = (uint64_t)json_integer_value(s);
+		return o;
+	}
+	json_decref(o);
+	return NULL;
+}
+
+static int parse_head(const char *h, size_t n, uint64_t *seq, uint8_t hash[HASH_LEN])
+{
+	char *end;
+	if (n < 2 || h[0] < '0' || h[0] > '9')
+		return -1;
+	errno = 0;
+	unsigned long long v = strtoull(h, &end, 10);
+	if (errno || *end != ' ' || (size_t)(end + 1 - h) + 2 * HASH_LEN + 1 != n || h[n - 1] != '\n')
+		return -1;
+	if (unhex(end + 1, 2 * HASH_LEN, hash) < 0)
+		return -1;
+	*seq = v;
+	return 0;
+}
+
+/* ---- verifying ---- */
+
+struct walk {
+	struct sbx_audit_report *r;
+	uint64_t line, expect;
+	uint8_t prev[HASH_LEN];
+	int done;
+	int gap; /* seq jumped: look ahead for the missing ones (reordered) */
+	uint64_t gap_line, gap_lo, gap_hi;
+	int have_head;
+	uint64_t head_seq;
+	uint8_t head_hash[HASH_LEN];
+};
+
+__attribute__((format(printf, 4, 5))) static void problem(struct walk *w, uint64_t line, enum sbx_audit_problem k,
+							  const char *fmt, ...)
+{
+	struct sbx_audit_report *r = w->r;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->detail, sizeof r->detail, fmt, ap);
+	va_end(ap);
+	r->ok = 0;
+	r->line = line;
+	r->problem = k;
+	r->records = line ? line - 1 : 0;
+	w->done = 1;
+}
+
+static void walk_init(struct walk *w, struct sbx_audit_report *r, const char *head, size_t head_n)
+{
+	memset(w, 0, sizeof *w);
+	memset(r, 0, sizeof *r);
+	w->r = r;
+	w->expect = 1;
+	r->ok = 1;
+	hex_of(w->prev, r->last_hash);
+	w->have_head = head && parse_head(head, head_n, &w->head_seq, w->head_hash) == 0;
+}
+
+static void walk_lookahead(struct walk *w, const char *p, size_t n)
+{
+	uint64_t seq;
+	uint8_t prev[HASH_LEN];
+	const char *why;
+	json_t *o = parse_rec(p, n, &seq, prev, &why);
+	if (o && seq >= w->gap_lo && seq < w->gap_hi)
+		problem(w, w->gap_line, SBX_AUDIT_REORDERED, "seq %llu where %llu was expected; seq %llu comes later",
+			(unsigned long long)w->gap_hi, (unsigned long long)w->gap_lo, (unsigned long long)seq);
+	json_decref(o);
+}
+
+/* The first problem decides the report.  A record's prev names the line
+ * before it, so an edited line shows at the next record; a seq that jumps
+ * with a broken prev means lines went missing, unless a later line carries
+ * a missing seq (then they were moved). */
+static void walk_line(struct walk *w, const char *p, size_t n, int kind)
+{
+	if (w->done)
+		return;
+	if (w->gap) {
+		if (kind == LR_LINE)
+			walk_lookahead(w, p, n);
+		return;
+	}
+	uint64_t line = ++w->line;
+	if (kind == LR_LONG) {
+		problem(w, line, SBX_AUDIT_MALFORMED, "line longer than %d bytes", SBX_AUDIT_RECORD_MAX);
+		return;
+	}
+	uint64_t seq;
+	uint8_t prev[HASH_LEN], h[HASH_LEN];
+	const char *why = "empty line";
+	json_t *o = n ? parse_rec(p, n, &seq, prev, &why) : NULL;
+	if (!o) {
+		problem(w, line, SBX_AUDIT_MALFORMED, "%s", why);
+		return;
+	}
+	json_decref(o);
+	int chained = !memcmp(prev, w->prev, HASH_LEN);
+	unsigned long long s = seq, e = w->expect;
+	if (seq == w->expect && !chained) {
+		if (line == 1)
+			problem(w, 1, SBX_AUDIT_EDITED, "the first record's prev is not all zeros");
+		else
+			problem(w, line - 1, SBX_AUDIT_EDITED, "its SHA-256 is not the prev of line %llu",
+				(unsigned long long)line);
+		return;
+	}
+	if (seq != w->expect && chained) {
+		problem(w, line, SBX_AUDIT_EDITED, "seq %llu where %llu was expected, with the chain intact", s, e);
+		return;
+	}
+	if (seq < w->expect) {
+		problem(w, line, SBX_AUDIT_REORDERED, "seq %llu after %llu", s, e - 1);
+		return;
+	}
+	if (seq > w->expect) {
+		w->gap = 1;
+		w->gap_line = line;
+		w->gap_lo = w->expect;
+		w->gap_hi = seq;
+		return;
+	}
+	hash_bytes(p, n, h);
+	if (w->have_head && seq == w->head_seq && memcmp(h, w->head_hash, HASH_LEN)) {
+		problem(w, line, SBX_AUDIT_EDITED, "its SHA-256 differs from the one in audit.head");
+		return;
+	}
+	memcpy(w->prev, h, HASH_LEN);
+	w->expect++;
+	w->r->records++;
+	w->r->last_seq = seq;
+	hex_of(h, w->r->last_hash);
+}
+
+static void walk_end(struct walk *w, int torn)
+{
+	if (w->done)
+		return;
+	if (w->gap) {
+		unsigned long long k = w->gap_hi - w->gap_lo;
+		problem(w, w->gap_line, SBX_AUDIT_DELETED, "seq %llu where %llu was expected: %llu record%s missing",
+			(unsigned long long)w->gap_hi, (unsigned long long)w->gap_lo, k, k == 1 ? "" : "s");
+	} else if (torn) {
+		problem(w, w->line + 1, SBX_AUDIT_TRUNCATED, "the last line has no newline (a torn append)");
+	} else if (w->have_head && w->head_seq > w->expect - 1) {
+		problem(w, w->line + 1, SBX_AUDIT_DELETED, "the log ends at seq %llu but audit.head records seq %llu",
+			(unsigned long long)(w->expect - 1), (unsigned long long)w->head_seq);
+	}
+}
+
+static int walk_src(struct walk *w, struct src *s)
+{
+	for (;;) {
+		const char *p;
+		size_t n;
+		int k = src_next(s, &p, &n);
+		if (k < 0)
+			return -1;
+		if (k == LR_EOF) {
+			walk_end(w, 0);
+			return 0;
+		}
+		if (k == LR_TORN) {
+			walk_end(w, 1);
+			return 0;
+		}
+		walk_line(w, p, n, k);
+	}
+}
+
+void sbx_audit_verify_buf(const char *log, size_t n, const char *head, size_t head_n, struct sbx_audit_report *r)
+{
+	struct walk w;
+	struct src s = { .mem = log ? log : "", .mem_n = log ? n : 0, .fd = -1 };
+	walk_init(&w, r, head, head_n);
+	walk_src(&w, &s);
+}
+
+/* Under a shared lock: the log's size and the head that goes with it, so a
+ * concurrent append is neither half-read nor anchored before it is seen. */
+static int snapshot(struct sbx_state *st, int *log_fd, uint64_t *size, char **head, size_t *head_n,
+		    struct sbx_err *err)
+{
+	_cleanup_close_ int lk = openat(st->lib_fd, "audit.lock", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (lk < 0 && errno != ENOENT)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the audit lock");
+	while (lk >= 0 && flock(lk, LOCK_SH) < 0)
+		if (errno != EINTR)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot lock the audit log");
+	*size = 0;
+	*log_fd = openat(st->lib_fd, "audit.log", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (*log_fd < 0 && errno != ENOENT)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the audit log");
+	struct stat sb;
+	if (*log_fd >= 0) {
+		if (fstat(*log_fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+			close(*log_fd);
+			*log_fd = -1;
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "the audit log is not a regular file");
+		}
+		*size = (uint64_t)sb.st_size;
+	}
+	if (head)
+		*head = sbx_read_small_at(st->lib_fd, "audit.head", 256, head_n);
+	return 0;
+}
+
+int sbx_audit_verify(struct sbx_state *st, struct sbx_audit_report *r, struct sbx_err *err)
+{
+	_cleanup_close_ int fd = -1;
+	_cleanup_free_ char *head = NULL, *buf = NULL;
+	size_t head_n = 0;
+	uint64_t size;
+	if (snapshot(st, &fd, &size, &head, &head_n, err) < 0)
+		return -1;
+	struct walk w;
+	walk_init(&w, r, head, head_n);
+	if (!(buf = malloc(SRC_CAP)))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot verify the audit log");
+	if (fd < 0) { /* no log yet, which audit.head may contradict */
+		walk_end(&w, 0);
+		return 0;
+	}
+	struct src s = { .fd = fd, .left = size, .buf = buf };
+	if (walk_src(&w, &s) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the audit log");
+	return 0;
+}
+
+/* ---- filtering ---- */
+
+static int str_is(json_t *o, const char *key, const char *want)
+{
+	const char *v = json_string_value(json_object_get(o, key));
+	return v && !strcmp(v, want);
+}
+
+static int type_matches(const char *type, const char *want)
+{
+	size_t n = strlen(want);
+	if (n && want[n - 1] == '*')
+		n--;
+	if (n && want[n - 1] == '.')
+		return !strncmp(type, want, n);
+	return n == strlen(type) && !strncmp(type, want, n);
+}
+
+static int passes(json_t *o, const struct sbx_audit_filter *f)
+{
+	if (!f)
+		return 1;
+	if ((f->session && !str_is(o, "session", f->session)) || (f->tenant && !str_is(o, "tenant", f->tenant)))
+		return 0;
+	if (f->type && !type_matches(json_string_value(json_object_get(o, "type")), f->type))
+		return 0;
+	if (f->since_ns || f->until_ns) {
+		uint64_t t;
+		if (parse_rfc3339(json_string_value(json_object_get(o, "time")), &t) < 0)
+			return 0;
+		if ((f->since_ns && t < f->since_ns) || (f->until_ns && t >= f->until_ns))
+			return 0;
+	}
+	return 1;
+}
+
+int sbx_audit_read(struct sbx_state *st, const struct sbx_audit_filter *f, int (*cb)(json_t *rec, void *ctx),
+		   void *ctx, struct sbx_err *err)
+{
+	_cleanup_close_ int fd = -1;
+	_cleanup_free_ char *buf = NULL;
+	uint64_t size;
+	if (snapshot(st, &fd, &size, NULL, NULL, err) < 0)
+		return -1;
+	if (fd < 0)
+		return 0;
+	if (!(buf = malloc(SRC_CAP)))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the audit log");
+	struct src s = { .fd = fd, .left = size, .buf = buf };
+	for (;;) {
+		const char *p;
+		size_t n;
+		int k = src_next(&s, &p, &n);
+		if (k < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the audit log");
+		if (k == LR_EOF || k == LR_TORN)
+			return 0;
+		if (k != LR_LINE)
+			continue;
+		uint64_t seq;
+		uint8_t prev[HASH_LEN];
+		const char *why;
+		json_t *o = parse_rec(p, n, &seq, prev, &why);
+		int rc = o && passes(o, f) ? cb(o, ctx) : 0;
+		json_decref(o);
+		if (rc)
+			return rc;
+	}
+}
+
+/* ---- appending ---- */
+
+static int type_ok(const char *t)
+{
+	size_t n = strlen(t);
+	if (n == 0 || n > 63)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((t[i] >= 'a' && t[i] <= 'z') || (t[i] >= '0' && t[i] <= '9') || t[i] == '_' || t[i] == '.'))
+			return 0;
+	return 1;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The line for one record: seq, time and type first so a human reading
+ * the log sees them, the caller's fields in key order, prev last.  jansson
+ * keeps insertion order, so reading and re-serialising gives the same
+ * bytes back. */
+static char *format_rec(uint64_t seq, const char *type, json_t *fields, const uint8_t prev[HASH_LEN], size_t *len)
+{
+	char ts[40], hex[2 * HASH_LEN + 1];
+	sbx_fmt_time(sbx_now_ns(), ts, sizeof ts);
+	hex_of(prev, hex);
+	json_t *o = json_pack("{s:I, s:s, s:s}", "seq", (json_int_t)seq, "time", ts, "type", type);
+	size_t nk = fields ? json_object_size(fields) : 0, i = 0;
+	_cleanup_free_ const char **keys = calloc(nk + 1, sizeof *keys);
+	if (!o || !keys) {
+		json_decref(o);
+		return NULL;
+	}
+	const char *k;
+	json_t *v;
+	if (fields) {
+		json_object_foreach(fields, k, v) keys[i++] = k;
+	}
+	qsort(keys, nk, sizeof *keys, cmp_str);
+	for (i = 0; i < nk; i++)
+		json_object_set(o, keys[i], json_object_get(fields, keys[i]));
+	json_object_set_new(o, "prev", json_string(hex));
+	char *s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (s)
+		*len = strlen(s);
+	return s;
+}
+
+/* One record, one write(): O_APPEND makes it land at the end, the lock
+ * makes it the only writer, and a short write (disk full) is cut back so
+ * the log never keeps half a record we know about. */
+static int write_rec(int fd, uint64_t *size, uint64_t *seq, uint8_t prev[HASH_LEN], const char *type, json_t *fields,
+		     struct sbx_err *err)
+{
+	size_t n;
+	_cleanup_free_ char *s = format_rec(*seq + 1, type, fields, prev, &n);
+	if (!s)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot format an audit record");
+	if (n > SBX_AUDIT_RECORD_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "audit record of type %s is too large (%zu bytes, at most %d)",
+				   type, n, SBX_AUDIT_RECORD_MAX);
+	char *line = realloc(s, n + 1);
+	if (!line)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot format an audit record");
+	s = line;
+	line[n] = '\n';
+	ssize_t w;
+	while ((w = write(fd, line, n + 1)) < 0 && errno == EINTR)
+		;
+	if (w != (ssize_t)(n + 1)) {
+		int e = w < 0 ? errno : ENOSPC;
+		if (ftruncate(fd, (off_t)*size) < 0) {
+			/* verify will call it truncated; nothing more we can do */
+		}
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot append to the audit log");
+	}
+	hash_bytes(line, n, prev);
+	*size += n + 1;
+	++*seq;
+	return 0;
+}
+
+/* The last complete record's seq and hash, from a bounded read of the
+ * tail: a torn fragment (a crash mid-append) is at most one record, and so
+ * is the line before it.  *torn is the offset where a fragment starts, or
+ * the size when there is none. */
+static int read_tail(int fd, uint64_t size, uint64_t *seq, uint8_t hash[HASH_LEN], uint64_t *torn, char **frag,
+		     size_t *frag_n, struct sbx_err *err)
+{
+	*seq = 0;
+	memset(hash, 0, HASH_LEN);
+	*torn = size;
+	*frag = NULL;
+	*frag_n = 0;
+	if (size == 0)
+		return 0;
+	size_t win = size < 2 * SRC_CAP ? (size_t)size : 2 * SRC_CAP;
+	uint64_t base = size - win;
+	_cleanup_free_ char *b = malloc(win);
+	if (!b)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot read the audit log");
+	for (size_t got = 0; got < win;) {
+		ssize_t r = pread(fd, b + got, win - got, (off_t)(base + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, r < 0 ? errno : EIO, "cannot read the audit log");
+		got += (size_t)r;
+	}
+	size_t end = win; /* just past the last newline */
+	if (b[win - 1] != '\n') {
+		char *nl = memrchr(b, '\n', win);
+		if (!nl && base)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+					   "the audit log ends in a line too long to be a record; run sbx-audit verify");
+		end = nl ? (size_t)(nl - b) + 1 : 0;
+		*torn = base + end;
+		*frag_n = win - end;
+		if (!(*frag = malloc(*frag_n)))
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot read the audit log");
+		memcpy(*frag, b + end, *frag_n);
+	}
+	if (end == 0 && base == 0)
+		return 0;
+	char *nl = end >= 2 ? memrchr(b, '\n', end - 1) : NULL;
+	if (!nl && base)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+				   "the audit log's last record is too long; run sbx-audit verify");
+	size_t start = nl ? (size_t)(nl - b) + 1 : 0;
+	uint8_t prev[HASH_LEN];
+	const char *why;
+	json_t *o = parse_rec(b + start, end - 1 - start, seq, prev, &why);
+	if (!o)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+				   "cannot continue the audit log: its last record is corrupt (%s); run sbx-audit verify", why);
+	json_decref(o);
+	hash_bytes(b + start, end - 1 - start, hash);
+	return 0;
+}
+
+/* A crash tore the last append; its caller never saw success.  Cut it
+ * off so the chain can go on, and say so in the chain itself. */
+static int repair_torn(int fd, uint64_t *size, uint64_t torn, const char *frag, size_t frag_n, uint64_t *seq,
+		       uint8_t prev[HASH_LEN], struct sbx_err *err)
+{
+	if (torn >= *size)
+		return 0;
+	if (ftruncate(fd, (off_t)torn) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot repair the audit log's torn tail");
+	*size = torn;
+	uint8_t fh[HASH_LEN];
+	char hex[2 * HASH_LEN + 1];
+	hash_bytes(frag, frag_n, fh);
+	hex_of(fh, hex);
+	json_t *rf = json_pack("{s:s, s:I, s:s}", "reason", "torn", "discarded_bytes", (json_int_t)frag_n,
+			       "discarded_sha256", hex);
+	if (!rf)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot repair the audit log");
+	int rc = write_rec(fd, size, seq, prev, "audit.repair", rf, err);
+	json_decref(rf);
+	return rc;
+}
+
+/* audit.head is written only after the log is durable, so it is never
+ * ahead of the log's tail nor different from it at the same seq, unless
+ * records were removed or rewritten (or an old copy restored).  Continuing
+ * silently would bury that; record it in the chain instead of refusing,
+ * so auditing does not stop the sandboxes. */
+static int repair_head(struct sbx_state *st, int fd, uint64_t *size, uint64_t tail_seq,
+		       const uint8_t tail_hash[HASH_LEN], uint64_t *seq, uint8_t prev[HASH_LEN], struct sbx_err *err)
+{
+	size_t hn;
+	_cleanup_free_ char *h = sbx_read_small_at(st->lib_fd, "audit.head", 256, &hn);
+	uint64_t hseq;
+	uint8_t hh[HASH_LEN];
+	if (!h || parse_head(h, hn, &hseq, hh) < 0)
+		return 0;
+	if (hseq < tail_seq || (hseq == tail_seq && !memcmp(hh, tail_hash, HASH_LEN)))
+		return 0;
+	char hex[2 * HASH_LEN + 1];
+	hex_of(hh, hex);
+	json_t *rf = json_pack("{s:s, s:I, s:s, s:I}", "reason", "head-mismatch", "head_seq", (json_int_t)hseq,
+			       "head_sha256", hex, "log_seq", (json_int_t)tail_seq);
+	if (!rf)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot repair the audit log");
+	int rc = write_rec(fd, size, seq, prev, "audit.repair", rf, err);
+	json_decref(rf);
+	return rc;
+}
+
+static int check_fields(const char *type, json_t *fields, struct sbx_err *err)
+{
+	if (!type_ok(type))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid audit event type '%.80s'", type);
+	if (fields && !json_is_object(fields))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "audit fields of %s are not a JSON object", type);
+	static const char *const reserved[] = { "seq", "time", "type", "prev" };
+	for (size_t i = 0; fields && i < SBX_ARRAY_LEN(reserved); i++)
+		if (json_object_get(fields, reserved[i]))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "audit fields of %s must not set \"%s\"", type,
+					   reserved[i]);
+	return 0;
+}
+
+int sbx_audit_append(struct sbx_state *st, const char *type, json_t *fields, struct sbx_err *err)
+{
+	if (check_fields(type, fields, err) < 0)
+		return -1;
+	_cleanup_close_ int lk = openat(st->lib_fd, "audit.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (lk < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the audit lock");
+	while (flock(lk, LOCK_EX) < 0)
+		if (errno != EINTR)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot lock the audit log");
+	_cleanup_close_ int fd =
+		openat(st->lib_fd, "audit.log", O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the audit log");
+	if (!S_ISREG(sb.st_mode))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the audit log is not a regular file");
+	uint64_t size = (uint64_t)sb.st_size, seq, torn;
+	uint8_t prev[HASH_LEN];
+	_cleanup_free_ char *frag = NULL;
+	size_t frag_n;
+	if (read_tail(fd, size, &seq, prev, &torn, &frag, &frag_n, err) < 0)
+		return -1;
+	uint64_t tail_seq = seq;
+	uint8_t tail_hash[HASH_LEN];
+	memcpy(tail_hash, prev, HASH_LEN);
+	if (repair_torn(fd, &size, torn, frag, frag_n, &seq, prev, err) < 0 ||
+	    repair_head(st, fd, &size, tail_seq, tail_hash, &seq, prev, err) < 0)
+		return -1;
+	if (write_rec(fd, &size, &seq, prev, type, fields, err) < 0)
+		return -1;
+	if (fsync(fd) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot sync the audit log");
+	/* The head anchors the end of the chain for verify.  It is written
+	 * after the log is durable, so it is never ahead of it; if writing it
+	 * fails it is merely behind, which verify accepts. */
+	char head[100], hex[2 * HASH_LEN + 1];
+	hex_of(prev, hex);
+	int hn = snprintf(head, sizeof head, "%llu %s\n", (unsigned long long)seq, hex);
+	sbx_atomic_write_at(st->lib_fd, "audit.head", head, (size_t)hn, 0600, NULL);
+	return 0;
+}
