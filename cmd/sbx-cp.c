@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "audit.h"
 #include "transfer.h"
 
 static const char usage_text[] = "usage: sbx-cp [--json] SRC... SESSION:DEST\n"
@@ -89,6 +90,8 @@ int main(int argc, char **argv)
 	int rc = sbx_state_open(&st, &err);
 	if (rc == 0)
 		rc = upload ? sbx_cp_upload(&st, &o, &result, &err) : sbx_cp_download(&st, &o, &result, &err);
+	if (rc == 0)
+		sbx_audit_append(&st, upload ? "files.upload" : "files.download", result, NULL);
 	show_guest_msg(guest_msg);
 	free(guest_msg);
 	if (rc < 0) {

@@ -1,4 +1,5 @@
 #include "gc.h"
+#include "audit.h"
 #include "cgroup.h"
 #include "session.h"
 #include "util.h"
@@ -127,8 +128,32 @@ static void gc_orphans(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc
 	}
 }
 
-int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb, void *ctx, struct sbx_err *err)
+struct audited {
+	struct sbx_state *st;
+	const struct sbx_gc_opts *o;
+	sbx_gc_cb cb;
+	void *ctx;
+};
+
+/* Every action a real run takes is in the audit trail. */
+static void audit_cb(const struct sbx_gc_action *a, void *ctx)
 {
+	struct audited *x = ctx;
+	if (!x->o->dry_run) {
+		json_t *f = json_pack("{s:s, s:s, s:s}", "session", a->session, "what", a->action, "detail", a->detail);
+		sbx_audit_append(x->st, "gc.reclaim", f, NULL);
+		json_decref(f);
+	}
+	if (x->cb)
+		x->cb(a, x->ctx);
+}
+
+int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb_user, void *ctx_user,
+	       struct sbx_err *err)
+{
+	struct audited x = { st, o, cb_user, ctx_user };
+	sbx_gc_cb cb = audit_cb;
+	void *ctx = &x;
 	/* One collector at a time; a second one waits its turn. */
 	_cleanup_close_ int gl = openat(st->run_fd, "gc.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (gl < 0 || flock(gl, LOCK_EX) < 0)

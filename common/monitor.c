@@ -1,4 +1,5 @@
 #include "monitor.h"
+#include "audit.h"
 #include "cgroup.h"
 #include "disk.h"
 #include "proto.h"
@@ -255,6 +256,19 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 	json_decref(o);
 }
 
+/* exec.end in the audit trail: what ran, how it ended; never its output. */
+static void audit_exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
+{
+	json_t *f = json_pack("{s:s, s:s, s:O, s:i, s:s, s:i, s:f, s:f, s:I, s:I, s:I}", "session", m->s.id, "exec",
+			      ex->id, "argv", json_object_get(ex->req, "argv"), "status", (int)e->status, "reason",
+			      sbx_reason_name(e->reason), "signal", (int)e->signo, "wall_s", (double)e->wall_us / 1e6,
+			      "cpu_s", (double)(e->cpu_user_us + e->cpu_sys_us) / 1e6, "memory_peak_bytes",
+			      (json_int_t)e->mem_peak, "stdout_bytes", (json_int_t)ex->out_total, "stderr_bytes",
+			      (json_int_t)ex->err_total);
+	sbx_audit_append(&m->st, "exec.end", f, NULL);
+	json_decref(f);
+}
+
 /* End an exec from the host side (VM lost, session destroyed). */
 static void exec_abort(struct mon *m, struct exec *ex, uint32_t reason)
 {
@@ -265,6 +279,7 @@ static void exec_abort(struct mon *m, struct exec *ex, uint32_t reason)
 	struct sbx_exit_info e = { .status = reason == SBX_R_KILLED ? 137 : 255, .reason = reason };
 	e.wall_us = (sbx_now_ns() - ex->started_ns) / 1000u;
 	exec_result(m, ex, &e);
+	audit_exec_end(m, ex, &e);
 	if (ex->client) {
 		struct sbx_buf b = { 0 };
 		sbx_exit_encode(&b, ex->n, &e);
@@ -356,8 +371,23 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 	ex->next = m->execs;
 	m->execs = ex;
 	sbx_exec_req_encode(&m->aout, ex->n, &r);
-	sbx_exec_req_free(&r);
 	agent_flush(m);
+	/* Recorded while the guest already starts it (off the critical path);
+	 * an exec that cannot be recorded does not run: fail closed. */
+	json_t *af = json_pack("{s:s, s:s, s:O, s:s?, s:i}", "session", m->s.id, "exec", ex->id, "argv",
+			       json_object_get(ex->req, "argv"), "cwd", r.cwd, "user",
+			       r.have_uid ? (int)r.uid : 1000);
+	struct sbx_err aerr = { 0 };
+	int arc = sbx_audit_append(&m->st, "exec.start", af, &aerr);
+	json_decref(af);
+	sbx_exec_req_free(&r);
+	if (arc < 0) {
+		sbx_frame_raw(&m->aout, SBX_F_KILL, ex->n, NULL, 0);
+		agent_flush(m);
+		char msg[600];
+		snprintf(msg, sizeof msg, "cannot write the audit trail, the command was stopped: %s", aerr.msg);
+		return client_error(m, c, ex->n, SBX_EXIT_INTERNAL, msg);
+	}
 	if (!detach) {
 		ex->client = c;
 		c->ex = ex;
@@ -441,6 +471,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		if (!ex || sbx_exit_decode(f->payload, f->len, &e) < 0 || e.reason == SBX_R_SESSION_LOST)
 			break;
 		exec_result(m, ex, &e);
+		audit_exec_end(m, ex, &e);
 		if (ex->client && ex->client->lag) {
 			/* The client still reads from the files: the EXIT waits
 			 * behind the output it has not seen yet. */
@@ -1060,6 +1091,12 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	if (setup(&m, a, &err) < 0 || boot(&m, &err) < 0) {
 		if (m.vm.pid)
 			sbx_vm_kill(&m.vm);
+		if (m.st.lib_fd >= 0 && m.s.id[0]) {
+			json_t *ff = json_pack("{s:s, s:b, s:i, s:s}", "session", m.s.id, "ok", 0, "code", err.code,
+					       "error", err.msg);
+			sbx_audit_append(&m.st, "session.create", ff, NULL);
+			json_decref(ff);
+		}
 		if (m.st.sessions_fd >= 0 && m.s.id[0])
 			destroy_files(&m);
 		report(a->ready_fd, &err);
@@ -1087,6 +1124,25 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		rc = err.code;
 		goto out;
 	}
+	char tmpl[140];
+	snprintf(tmpl, sizeof tmpl, "%s@%s", m.s.tmpl_name, m.s.tmpl_version);
+	json_t *cf = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I}", "session", m.s.id, "template",
+			       tmpl, "vcpus", (int)m.s.vcpus, "memory_mib", (int)m.s.memory_mib, "accel", m.s.accel,
+			       "vmm", m.s.vmm, "boot_ms", (json_int_t)m.s.boot_ms, "ttl_s",
+			       (json_int_t)(m.s.limits.ttl_ms / 1000), "disk_bytes", (json_int_t)m.s.limits.disk_bytes,
+			       "volumes", (json_int_t)m.s.nvols);
+	int crc = sbx_audit_append(&m.st, "session.create", cf, &err);
+	json_decref(cf);
+	if (crc < 0) {
+		/* A session that cannot be audited is not handed out. */
+		sbx_err_wrap(&err, "cannot write the audit trail");
+		err.code = SBX_EXIT_INTERNAL;
+		sbx_vm_kill(&m.vm);
+		destroy_files(&m);
+		report(a->ready_fd, &err);
+		rc = err.code;
+		goto out;
+	}
 	report(a->ready_fd, NULL);
 	if (a->ready_fd >= 0) {
 		epoll_ctl(m.ep, EPOLL_CTL_DEL, a->ready_fd, NULL);
@@ -1107,6 +1163,9 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		snprintf(m.s.end_reason, sizeof m.s.end_reason, "ttl of %llu s expired",
 			 (unsigned long long)(m.s.limits.ttl_ms / 1000));
 		m.s.ended_ns = sbx_now_ns();
+		json_t *ef = json_pack("{s:s, s:I}", "session", m.s.id, "ttl_s", (json_int_t)(m.s.limits.ttl_ms / 1000));
+		sbx_audit_append(&m.st, "session.expire", ef, NULL);
+		json_decref(ef);
 		sbx_cgroup_usage(m.s.id, &m.s.cpu_ns, &m.s.mem_peak);
 		sbx_record_save(&m.st, &m.s, NULL);
 		sbx_cgroup_remove(m.s.id);
@@ -1120,7 +1179,16 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		sbx_vm_kill(&m.vm);
 		while (m.execs)
 			exec_abort(&m, m.execs, SBX_R_KILLED);
+		uint64_t cpu = 0, peak = 0;
+		sbx_cgroup_usage(m.s.id, &cpu, &peak);
 		destroy_files(&m);
+		int left = faccessat(m.st.sessions_fd, m.s.id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
+			   faccessat(m.st.rsessions_fd, m.s.id, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+		json_t *df = json_pack("{s:s, s:s, s:f, s:f, s:s}", "session", m.s.id, "reason", "sbx-kill", "duration_s",
+				       (double)(sbx_now_ns() - m.s.created_ns) / 1e9, "cpu_s", (double)cpu / 1e9, "cleanup",
+				       left ? "incomplete" : "complete");
+		sbx_audit_append(&m.st, "session.destroy", df, NULL);
+		json_decref(df);
 		for (struct client *c = m.clients; c; c = c->next)
 			if (c->shutdown_ack) {
 				struct sbx_buf b = { 0 };
@@ -1137,6 +1205,9 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	snprintf(m.s.state, sizeof m.s.state, "%s", strcmp(m.vm_end, "guest powered off") ? "crashed" : "stopped");
 	snprintf(m.s.end_reason, sizeof m.s.end_reason, "%s", m.vm_end);
 	m.s.ended_ns = sbx_now_ns();
+	json_t *xf = json_pack("{s:s, s:s}", "session", m.s.id, "reason", m.vm_end);
+	sbx_audit_append(&m.st, strcmp(m.s.state, "crashed") ? "session.stop" : "session.crash", xf, NULL);
+	json_decref(xf);
 	sbx_cgroup_usage(m.s.id, &m.s.cpu_ns, &m.s.mem_peak);
 	sbx_record_save(&m.st, &m.s, NULL);
 	sbx_cgroup_remove(m.s.id);

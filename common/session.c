@@ -1,4 +1,5 @@
 #include "session.h"
+#include "audit.h"
 #include "capacity.h"
 #include "policy.h"
 #include "cgroup.h"
@@ -234,7 +235,21 @@ const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_sessio
 /* What this build cannot enforce yet is refused, never ignored: a policy
  * that asks for egress, package registries or secrets must not get a
  * session that silently lacks them (fail closed). */
-static int policy_supported(const struct sbx_policy *p, const struct sbx_accel_info *ai, struct sbx_err *err)
+static int policy_check(const struct sbx_policy *p, const struct sbx_accel_info *ai, struct sbx_err *err);
+
+static int policy_supported(struct sbx_state *st, const struct sbx_policy *p, const struct sbx_accel_info *ai,
+			    struct sbx_err *err)
+{
+	int rc = policy_check(p, ai, err);
+	if (rc < 0) {
+		json_t *f = json_pack("{s:s, s:s}", "policy", p->source[0] ? p->source : "(defaults)", "reason", err ? err->msg : "");
+		sbx_audit_append(st, "policy.refused", f, NULL);
+		json_decref(f);
+	}
+	return rc;
+}
+
+static int policy_check(const struct sbx_policy *p, const struct sbx_accel_info *ai, struct sbx_err *err)
 {
 	if (p->resources.require_kvm && ai->accel != SBX_ACCEL_KVM)
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
@@ -473,7 +488,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		sbx_policy_defaults(&defaults);
 		pol = &defaults;
 	}
-	if (policy_supported(pol, &ai, err) < 0)
+	if (policy_supported(st, pol, &ai, err) < 0)
 		return -1;
 
 	memset(s, 0, sizeof *s);
@@ -655,7 +670,18 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
 			usleep(50000);
 	}
 	if (lock >= 0 || (lock != -2 && faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0)) {
+		struct sbx_session old;
+		int had = faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+			  sbx_record_load(st, id, &old, NULL) == 0;
 		int rc = sbx_session_reclaim(st, id);
+		if (had && fd < 0) {
+			/* The monitor records its own destroys; this is one it could
+			 * not do (it was gone). */
+			json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "session", id, "reason", "sbx-kill", "state",
+					      old.state, "cleanup", rc < 0 ? "incomplete" : "complete");
+			sbx_audit_append(st, "session.destroy", f, NULL);
+			json_decref(f);
+		}
 		if (lock >= 0)
 			close(lock);
 		if (rc < 0)
