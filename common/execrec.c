@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 int sbx_exec_id_check(const char *id, struct sbx_err *err)
@@ -189,7 +190,7 @@ int sbx_exec_kill(struct sbx_state *st, const char *session, const char *exec, s
 		return -1;
 	uint8_t h[SBX_FRAME_HDR];
 	sbx_frame_hdr_put(h, SBX_F_KILL, (uint32_t)atoi(exec + 1), 0);
-	if (sbx_write_all(fd, h, sizeof h) < 0)
+	if (send(fd, h, sizeof h, MSG_NOSIGNAL) != (ssize_t)sizeof h)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot reach the monitor of %s", session);
 	/* The monitor greets with HELLO, then answers KILL (done) or ERROR. */
 	struct sbx_buf in = { 0 };

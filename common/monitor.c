@@ -80,6 +80,7 @@ struct mon {
 	size_t aout_off;
 	int agent_want_out;
 	int ready, stopping, vm_dead, expired;
+	int killed_in_boot; /* a SHUTDOWN arrived before the agent answered */
 	uint32_t next_exec, next_ping;
 	struct exec *execs;
 	struct client *clients;
@@ -652,6 +653,8 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 	case SBX_F_SHUTDOWN:
 		c->shutdown_ack = 1;
 		m->stopping = 1;
+		if (!m->ready)
+			m->killed_in_boot = 1;
 		return;
 	default:
 		break;
@@ -801,6 +804,23 @@ static void log_tail(int dfd, const char *name, char *out, size_t n)
 	snprintf(out, n, "%s", p);
 }
 
+/* Did the guest kernel panic?  The panic line comes before its stack
+ * trace, so look further back than the tail shown in messages. */
+static int console_says_panic(int dfd)
+{
+	_cleanup_close_ int fd = openat(dfd, "console.log", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	static char buf[65536];
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t start = end > (off_t)sizeof buf - 1 ? end - (off_t)sizeof buf + 1 : 0;
+	ssize_t r = pread(fd, buf, sizeof buf - 1, start);
+	if (r <= 0)
+		return 0;
+	buf[r] = 0;
+	return memmem(buf, (size_t)r, "Kernel panic", 12) != NULL;
+}
+
 static void on_vmm_exit(struct mon *m)
 {
 	int status = 0;
@@ -810,7 +830,7 @@ static void on_vmm_exit(struct mon *m)
 	m->vm_dead = 1;
 	char tail[400];
 	log_tail(m->run_dfd, "console.log", tail, sizeof tail);
-	if (strstr(tail, "Kernel panic"))
+	if (strstr(tail, "Kernel panic") || console_says_panic(m->run_dfd))
 		snprintf(m->vm_end, sizeof m->vm_end, "guest panic");
 	else if (WIFSIGNALED(status))
 		snprintf(m->vm_end, sizeof m->vm_end, "VMM killed by signal %d", WTERMSIG(status));
@@ -866,8 +886,11 @@ static int loop_once(struct mon *m, int timeout_ms)
 		case SRC_SIGNAL: {
 			struct signalfd_siginfo si;
 			while (read(s->fd, &si, sizeof si) == sizeof si)
-				if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP)
+				if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP) {
 					m->stopping = 1;
+					if (!m->ready)
+						m->killed_in_boot = 1; /* sbx-kill before we listened */
+				}
 			if (m->vm.pid)
 				on_vmm_exit(m);
 			break;
@@ -988,6 +1011,9 @@ static int boot(struct mon *m, struct sbx_err *err)
 	if (m->vm_dead)
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VM ended during boot (%s)%s%s", m->vm_end,
 				   tail[0] ? ": " : "", tail);
+	if (m->stopping && m->killed_in_boot)
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s was destroyed (sbx-kill) while it was being created",
+				   m->s.id);
 	if (m->stopping)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "interrupted during boot");
 	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest agent did not answer within %u s%s%s", timeout_s,
@@ -996,9 +1022,15 @@ static int boot(struct mon *m, struct sbx_err *err)
 
 static void destroy_files(struct mon *m)
 {
+	/* Under the global lock, so a create of the same ID never sees half a
+	 * session.  No deadlock although we hold the session lock: whoever
+	 * holds the global lock takes session locks without waiting. */
+	int g = sbx_lock_global(&m->st, NULL);
 	sbx_cgroup_remove(m->s.id);
 	sbx_rm_rf_at(m->st.sessions_fd, m->s.id);
 	sbx_rm_rf_at(m->st.rsessions_fd, m->s.id);
+	if (g >= 0)
+		close(g);
 }
 
 static int setup(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err *err)
@@ -1031,7 +1063,8 @@ static int setup(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err
 	ep_mod(m, &m->sig, EPOLLIN, EPOLL_CTL_ADD);
 	m->s.monitor_pid = getpid();
 	m->s.monitor_start = sbx_proc_start_time(getpid());
-	return 0;
+	/* Known from the start, so sbx-kill can end a monitor stuck in boot. */
+	return sbx_record_save(&m->st, &m->s, err);
 }
 
 /* The TTL counts from creation, on the wall clock, so it also holds across
@@ -1048,6 +1081,17 @@ static int arm_ttl(struct mon *m)
 		return -1;
 	ep_mod(m, &m->timer, EPOLLIN, EPOLL_CTL_ADD);
 	return 0;
+}
+
+/* Tell every sbx-kill waiting on us that the session is gone. */
+static void ack_shutdowns(struct mon *m)
+{
+	for (struct client *c = m->clients; c; c = c->next)
+		if (c->shutdown_ack) {
+			uint8_t h[SBX_FRAME_HDR];
+			sbx_frame_hdr_put(h, SBX_F_SHUTDOWN, 0, 0);
+			send(c->src.fd, h, sizeof h, MSG_NOSIGNAL);
+		}
 }
 
 /* Release everything: a clean exit lets the sanitizers see real leaks. */
@@ -1100,6 +1144,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		if (m.st.sessions_fd >= 0 && m.s.id[0])
 			destroy_files(&m);
 		report(a->ready_fd, &err);
+		ack_shutdowns(&m);
 		rc = err.code ? err.code : SBX_EXIT_INTERNAL;
 		goto out;
 	}
@@ -1189,13 +1234,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 				       left ? "incomplete" : "complete");
 		sbx_audit_append(&m.st, "session.destroy", df, NULL);
 		json_decref(df);
-		for (struct client *c = m.clients; c; c = c->next)
-			if (c->shutdown_ack) {
-				struct sbx_buf b = { 0 };
-				sbx_frame_raw(&b, SBX_F_SHUTDOWN, 0, NULL, 0);
-				send(c->src.fd, b.data, b.len, MSG_NOSIGNAL);
-				sbx_buf_free(&b);
-			}
+		ack_shutdowns(&m); /* after the record: sbx-kill returns on this */
 		goto out;
 	}
 	/* The VM ended on its own: keep the record and the output so the user

@@ -525,8 +525,11 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	snprintf(err ? err->session : (char[1]){ 0 }, err ? sizeof err->session : 1, "%s", id);
 	if (faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
 		struct sbx_session old;
-		if (sbx_record_load(st, id, &old, err) < 0)
+		if (sbx_record_load(st, id, &old, err) < 0) {
+			if (err && err->code == SBX_EXIT_NOENT)
+				return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is being destroyed", id);
 			return -1;
+		}
 		const char *live = sbx_session_live_state(st, &old);
 		if (strcmp(old.spec, s->spec))
 			return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s exists with another spec", id);
@@ -622,6 +625,32 @@ int sbx_monitor_connect(struct sbx_state *st, const char *id, struct sbx_err *er
 			   s.end_reason[0] ? ": " : "", s.end_reason);
 }
 
+/* Kill a monitor that holds its session's lock but does not answer: pid
+ * checked against its recorded start time, signalled through a pidfd. */
+static void kill_monitor(struct sbx_state *st, const char *id, int sig)
+{
+	struct sbx_session s;
+	if (sbx_record_load(st, id, &s, NULL) < 0 || s.monitor_pid <= 0 ||
+	    sbx_proc_start_time(s.monitor_pid) != s.monitor_start)
+		return;
+	int pfd = (int)syscall(SYS_pidfd_open, s.monitor_pid, 0);
+	if (pfd >= 0) {
+		syscall(SYS_pidfd_send_signal, pfd, sig, NULL, 0);
+		close(pfd);
+	}
+}
+
+/* Wait (bounded) until nobody holds the session's lock. */
+static int wait_unlocked(struct sbx_state *st, const char *id, int seconds)
+{
+	int lock = -2;
+	for (int i = 0; i < seconds * 20 && (lock = sbx_lock_session(st, id, 1, 0, NULL)) == -2; i++)
+		usleep(50000);
+	if (lock >= 0)
+		close(lock);
+	return lock == -2 ? -1 : 0;
+}
+
 int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct sbx_err *err)
 {
 	*gone = 0;
@@ -632,63 +661,68 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
 		*gone = 1;
 		return 0;
 	}
-	int fd = monitor_connect(st, id);
+	int fd = monitor_connect(st, id), asked = 0;
 	if (fd >= 0) {
 		/* Ask the monitor: it kills the VM, ends the execs and removes
-		 * the session, then acknowledges. */
+		 * the session, then acknowledges (or just goes). */
 		uint8_t h[SBX_FRAME_HDR], ack[64];
 		sbx_frame_hdr_put(h, SBX_F_SHUTDOWN, 0, 0);
-		sbx_write_all(fd, h, sizeof h);
+		asked = send(fd, h, sizeof h, MSG_NOSIGNAL) == (ssize_t)sizeof h;
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		uint64_t deadline = sbx_mono_ns() + 30ull * 1000000000u;
-		while (sbx_mono_ns() < deadline) {
+		while (asked && sbx_mono_ns() < deadline) {
 			if (poll(&p, 1, 1000) <= 0)
 				continue;
-			ssize_t r = read(fd, ack, sizeof ack);
-			if (r <= 0)
+			if (read(fd, ack, sizeof ack) <= 0)
 				break;
 		}
 		close(fd);
 	}
-	/* Whatever is left (a monitor killed -9, a crashed VM, a create that
-	 * died midway) is ours once the session lock is.  A monitor that holds
-	 * it but does not answer is killed: sbx-kill must always finish. */
-	int lock = -1;
-	for (int i = 0; i < 100 && (lock = sbx_lock_session(st, id, 1, 0, NULL)) == -2; i++)
-		usleep(50000);
+	/* A monitor not listening yet (still setting up) is asked with
+	 * SIGTERM, which it handles like a kill request; one that holds the
+	 * lock and ignores even that is killed: sbx-kill must always finish. */
+	if (!asked && wait_unlocked(st, id, 1) < 0) {
+		kill_monitor(st, id, SIGTERM);
+		asked = 1;
+	}
+	if (wait_unlocked(st, id, 30) < 0) {
+		kill_monitor(st, id, SIGKILL);
+		wait_unlocked(st, id, 5);
+	}
+	/* The last look, and whatever is left (a monitor killed -9, a crashed
+	 * VM, a create that died midway), under the global lock then the
+	 * session's, as sbx-create takes them: a create of the same ID that
+	 * started meanwhile is never mistaken for a leftover. */
+	_cleanup_close_ int g = sbx_lock_global(st, err);
+	if (g < 0)
+		return -1;
+	int lock = sbx_lock_session(st, id, 1, 0, NULL);
 	if (lock == -2) {
-		struct sbx_session s;
-		if (sbx_record_load(st, id, &s, NULL) == 0 && s.monitor_pid > 0 &&
-		    sbx_proc_start_time(s.monitor_pid) == s.monitor_start) {
-			int pfd = (int)syscall(SYS_pidfd_open, s.monitor_pid, 0);
-			if (pfd >= 0) {
-				syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
-				close(pfd);
-			}
-		}
-		for (int i = 0; i < 100 && (lock = sbx_lock_session(st, id, 1, 0, NULL)) == -2; i++)
-			usleep(50000);
+		/* Held again: a new session under this ID was created after the
+		 * one we asked to go.  Ours is gone; that one is not ours. */
+		if (asked)
+			return 0;
+		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is busy", id);
 	}
-	if (lock >= 0 || (lock != -2 && faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0)) {
-		struct sbx_session old;
-		int had = faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
-			  sbx_record_load(st, id, &old, NULL) == 0;
-		int rc = sbx_session_reclaim(st, id);
-		if (had && fd < 0) {
-			/* The monitor records its own destroys; this is one it could
-			 * not do (it was gone). */
-			json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "session", id, "reason", "sbx-kill", "state",
-					      old.state, "cleanup", rc < 0 ? "incomplete" : "complete");
-			sbx_audit_append(st, "session.destroy", f, NULL);
-			json_decref(f);
-		}
-		if (lock >= 0)
-			close(lock);
-		if (rc < 0)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot remove all of session %s", id);
-		return 0;
+	if (lock < 0 && faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot lock session %s", id);
+	struct sbx_session old;
+	int had = faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+		  sbx_record_load(st, id, &old, NULL) == 0;
+	int rc = sbx_session_reclaim(st, id);
+	if (had && !asked) {
+		/* The monitor records its own destroys; this is one it could not
+		 * do (it was gone). */
+		json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "session", id, "reason", "sbx-kill", "state", old.state,
+				      "cleanup", rc < 0 ? "incomplete" : "complete");
+		sbx_audit_append(st, "session.destroy", f, NULL);
+		json_decref(f);
 	}
-	return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is busy", id);
+	if (lock >= 0)
+		close(lock);
+	if (rc < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot remove all of session %s", id);
+	return 0;
 }
 
 static int cmpstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

@@ -16,7 +16,7 @@ struct sbx_vm_config {
 	const char *vol_guest[8]; /* ... and where the guest mounts it */
 	unsigned nvols;
 	const char *agent_sock;   /* unix socket the monitor listens on; NULL: none */
-	const char *qmp_sock;     /* NULL: none */
+	const char *qmp_sock;     /* created by sbx_vm_boot, passed as an fd; NULL: none */
 	const char *console_path; /* serial console to this file; NULL: stdout */
 	const char *log_path;     /* VMM stdout/stderr; NULL: inherit */
 	int stdout_fd;            /* >0: the VMM's stdout (serial when console_path is NULL) */
@@ -33,13 +33,15 @@ struct sbx_vm_config {
 struct sbx_vm {
 	int pid, pidfd;
 	uint64_t start_time;
+	unsigned uid; /* the jailed VMM's uid (jail.h); 0: not jailed */
 };
 
 const char *sbx_vmm_name(void);
 /* Is the backend's binary installed?  69 when not. */
 int sbx_vmm_available(struct sbx_err *err);
 /* Launch the VMM as a child of the caller (it dies with the caller:
- * PR_SET_PDEATHSIG). */
+ * PR_SET_PDEATHSIG), jailed (jail.h) unless SBX_JAIL=off.  Relative paths
+ * are relative to the caller's cwd. */
 int sbx_vm_boot(const struct sbx_vm_config *cfg, struct sbx_vm *vm, struct sbx_err *err);
 /* Kill the VMM (SIGKILL through its pidfd) and reap it. */
 void sbx_vm_kill(struct sbx_vm *vm);

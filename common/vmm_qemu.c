@@ -1,6 +1,7 @@
 /* QEMU microvm backend: virtio-mmio devices, virtio-serial agent port,
  * QMP for control. */
 #include "vmm.h"
+#include "jail.h"
 #include "util.h"
 
 #include <errno.h>
@@ -9,7 +10,10 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
 #include "state.h"
@@ -87,7 +91,20 @@ static void add(struct argv *a, const char *fmt, ...)
 	a->used += (size_t)w + 1;
 }
 
-static int build_argv(const struct sbx_vm_config *c, struct argv *a, struct sbx_err *err)
+/* QEMU's option syntax would need ',' doubled; refuse instead.  Checked on
+ * the host paths, which the jail's fixed paths hide from the argv. */
+static int check_paths(const struct sbx_vm_config *c, struct sbx_err *err)
+{
+	const char *paths[10] = { c->rootfs, c->scratch };
+	for (unsigned i = 0; i < c->nvols && i < 8; i++)
+		paths[2 + i] = c->vol_path[i];
+	for (size_t i = 0; i < SBX_ARRAY_LEN(paths); i++)
+		if (paths[i] && strchr(paths[i], ','))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "disk path may not contain ',': %s", paths[i]);
+	return 0;
+}
+
+static int build_argv(const struct sbx_vm_config *c, int qmp_fd, struct argv *a, struct sbx_err *err)
 {
 	memset(a, 0, sizeof *a);
 	add(a, "%s", qemu_bin());
@@ -145,13 +162,6 @@ static int build_argv(const struct sbx_vm_config *c, struct argv *a, struct sbx_
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "kernel command line too long");
 	add(a, "-append");
 	add(a, "%s", cmdline);
-	/* QEMU's option syntax would need ',' doubled; refuse instead. */
-	const char *paths[10] = { c->rootfs, c->scratch };
-	for (unsigned i = 0; i < c->nvols && i < 8; i++)
-		paths[2 + i] = c->vol_path[i];
-	for (size_t i = 0; i < SBX_ARRAY_LEN(paths); i++)
-		if (paths[i] && strchr(paths[i], ','))
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "disk path may not contain ',': %s", paths[i]);
 	/* Disks carry serials; the guest finds them by serial, not by order. */
 	if (c->rootfs) {
 		add(a, "-drive");
@@ -183,21 +193,103 @@ static int build_argv(const struct sbx_vm_config *c, struct argv *a, struct sbx_
 		add(a, "-device");
 		add(a, "virtserialport,chardev=ag,name=sbx.agent");
 	}
-	if (c->qmp_sock) {
-		add(a, "-qmp");
-		add(a, "unix:%s,server=on,wait=off", c->qmp_sock);
+	if (qmp_fd >= 0) {
+		add(a, "-chardev");
+		add(a, "socket,id=qmp,fd=%d,server=on,wait=off", qmp_fd);
+		add(a, "-mon");
+		add(a, "chardev=qmp,mode=control");
 	}
 	if (a->n + 1 >= SBX_ARRAY_LEN(a->v) || a->used >= sizeof a->store - 1)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "VMM command line too long");
 	return 0;
 }
 
+/* The QMP socket is made here, by the caller, and handed to QEMU as a
+ * listening fd (as libvirt does): a jailed VMM cannot create files in the
+ * session's runtime directory, and must not be able to. */
+static int listen_qmp(const char *path, struct sbx_err *err)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof a.sun_path)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "QMP socket path too long: %s", path);
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+	unlink(path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(path, 0600) < 0 || listen(fd, 4) < 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot listen on %s", path);
+	}
+	return fd;
+}
+
+/* In the forked child: become the VMM.  Returns only on failure, with the
+ * exit status; messages go to stderr, which is the VMM log by then. */
+static int child(const struct sbx_vm_config *c, char **argv, int parent, int logfd, int qmp_fd, int jail)
+{
+	/* The VMM must not outlive its monitor: no orphan VMs. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		return 127;
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	int devnull = open("/dev/null", O_RDWR);
+	if (devnull >= 0)
+		dup2(devnull, 0);
+	if (logfd >= 0) {
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+	}
+	if (c->stdout_fd > 0)
+		dup2(c->stdout_fd, 1);
+	/* Join the host cgroups before running a single VMM instruction, and
+	 * while still root: cgroup.procs is root's. */
+	for (int i = 0; i < c->cg_nfds; i++)
+		if (write(c->cg_fds[i], "0", 1) != 1) {
+			dprintf(2, "cannot join the host cgroup: %s\n", strerror(errno));
+			return 126;
+		}
+	if (jail) {
+		struct sbx_err e = { 0 };
+		if (sbx_jail_enter(c, parent, &e) < 0) {
+			dprintf(2, "cannot jail the VMM: %s\n", e.msg);
+			return 126;
+		}
+	}
+	/* Exactly stdio and the QMP socket cross the exec: an inherited
+	 * directory fd would be a way out of the jail. */
+	if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) < 0) {
+		dprintf(2, "cannot mark fds close-on-exec: %s\n", strerror(errno));
+		return 126;
+	}
+	if (qmp_fd >= 0 && fcntl(qmp_fd, F_SETFD, 0) < 0)
+		return 126;
+	/* A clean environment: the caller's may hold secrets (policy
+	 * secrets come from_env), and QEMU needs none of it. */
+	char *env[] = { "PATH=/usr/local/bin:/usr/bin:/bin", NULL };
+	execvpe(argv[0], argv, env);
+	dprintf(2, "cannot execute %s: %s\n", argv[0], strerror(errno));
+	return 127;
+}
+
 int sbx_vm_boot(const struct sbx_vm_config *c, struct sbx_vm *vm, struct sbx_err *err)
 {
 	struct argv a;
-	if (build_argv(c, &a, err) < 0)
+	struct sbx_vm_config view;
+	int jail = sbx_jail_enabled(err);
+	if (jail < 0 || check_paths(c, err) < 0)
 		return -1;
-	int logfd = -1;
+	/* The argv names what QEMU sees: in-jail paths when jailed. */
+	if (jail)
+		sbx_jail_view(c, &view);
+	_cleanup_close_ int qmp_fd = c->qmp_sock ? listen_qmp(c->qmp_sock, err) : -1;
+	if (c->qmp_sock && qmp_fd < 0)
+		return -1;
+	if (build_argv(jail ? &view : c, qmp_fd, &a, err) < 0)
+		return -1;
+	_cleanup_close_ int logfd = -1;
 	if (c->log_path) {
 		logfd = open(c->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 		if (logfd < 0)
@@ -205,44 +297,14 @@ int sbx_vm_boot(const struct sbx_vm_config *c, struct sbx_vm *vm, struct sbx_err
 	}
 	int parent = getpid();
 	pid_t pid = fork();
-	if (pid < 0) {
-		int e = errno;
-		if (logfd >= 0)
-			close(logfd);
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot fork the VMM");
-	}
-	if (pid == 0) {
-		/* The VMM must not outlive its monitor: no orphan VMs. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		/* Join the host cgroups before running a single VMM instruction. */
-		for (int i = 0; i < c->cg_nfds; i++)
-			if (write(c->cg_fds[i], "0", 1) != 1) {
-				dprintf(2, "cannot join the host cgroup: %s\n", strerror(errno));
-				_exit(126);
-			}
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		int devnull = open("/dev/null", O_RDWR);
-		if (devnull >= 0)
-			dup2(devnull, 0);
-		if (logfd >= 0) {
-			dup2(logfd, 1);
-			dup2(logfd, 2);
-		}
-		if (c->stdout_fd > 0)
-			dup2(c->stdout_fd, 1);
-		execvp(a.v[0], a.v);
-		dprintf(2, "cannot execute %s: %s\n", a.v[0], strerror(errno));
-		_exit(127);
-	}
-	if (logfd >= 0)
-		close(logfd);
+	if (pid < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the VMM");
+	if (pid == 0)
+		_exit(child(c, a.v, parent, logfd, qmp_fd, jail));
 	vm->pid = pid;
 	vm->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	vm->start_time = sbx_proc_start_time(pid);
+	vm->uid = jail ? SBX_JAIL_UID_BASE + (unsigned)pid : 0;
 	return 0;
 }
 

@@ -1,0 +1,35 @@
+/* The VMM's jail: QEMU parses guest-controlled device state all day, so
+ * it runs as if already compromised.  In the VMM child, just before exec:
+ * a private mount namespace whose root is an empty read-only tmpfs holding
+ * only what QEMU needs, a per-VMM unprivileged uid/gid, no capabilities,
+ * no_new_privs, and a seccomp filter under QEMU's own -sandbox. */
+#ifndef SBX_JAIL_H
+#define SBX_JAIL_H
+
+#include "err.h"
+#include "vmm.h"
+
+/* Jail uids are SBX_JAIL_UID_BASE + the VMM's pid: unique among live VMMs
+ * by construction, far above login and subuid ranges. */
+#define SBX_JAIL_UID_BASE 0x5b000000u
+
+/* Fixed paths inside the jail. */
+#define SBX_JAIL_DIR "/sbx"
+#define SBX_JAIL_RUN "/sbx/run" /* the VMM's cwd: agent.sock, console.log */
+
+/* Is the jail on?  SBX_JAIL=off turns it off (a debugging aid); any value
+ * but "on" or "off" is an error, so a typo cannot silently disable it. */
+int sbx_jail_enabled(struct sbx_err *err);
+
+/* The configuration as the VMM sees it from inside the jail: disks at
+ * fixed paths under SBX_JAIL_DIR, sockets and console by name in its cwd.
+ * Pointers in *in point to static strings or into *host. */
+void sbx_jail_view(const struct sbx_vm_config *host, struct sbx_vm_config *in);
+
+/* Enter the jail for the VMM described by c (host paths), in the forked
+ * child, as root.  On return the process is unprivileged and filtered;
+ * parent_pid re-arms PR_SET_PDEATHSIG, which a uid change clears.  Any
+ * failure returns -1: the caller must not exec. */
+int sbx_jail_enter(const struct sbx_vm_config *c, int parent_pid, struct sbx_err *err);
+
+#endif
