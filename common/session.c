@@ -92,15 +92,25 @@ int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s,
 			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s (no record)", id);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the record of %s", id);
 	}
-	json_t *o = json_loads(txt, JSON_REJECT_DUPLICATES, NULL);
-	if (!o || json_integer_value(json_object_get(o, "schema")) != SBX_RECORD_SCHEMA ||
-	    !json_is_string(json_object_get(o, "id")) || strcmp(json_string_value(json_object_get(o, "id")), id)) {
-		json_decref(o);
+	if (sbx_record_parse(txt, id, s) < 0) {
 		/* Quarantine, never crash: keep the bytes for a post-mortem. */
 		char q[64];
 		snprintf(q, sizeof q, RECORD ".corrupt-%llu", (unsigned long long)(sbx_now_ns() / 1000000u));
 		renameat(dfd, RECORD, dfd, q);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the record of session %s is corrupt (kept as %s)", id, q);
+	}
+	return 0;
+}
+
+int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
+{
+	memset(s, 0, sizeof *s);
+	json_t *o = json_loads(txt, JSON_REJECT_DUPLICATES, NULL);
+	if (!o || json_integer_value(json_object_get(o, "schema")) != SBX_RECORD_SCHEMA ||
+	    !json_is_string(json_object_get(o, "id")) || strcmp(json_string_value(json_object_get(o, "id")), id) ||
+	    sbx_id_check(id, "session", NULL) < 0) {
+		json_decref(o);
+		return -1;
 	}
 	snprintf(s->id, sizeof s->id, "%s", id);
 	get_str(o, "state", s->state, sizeof s->state);

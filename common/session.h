@@ -65,6 +65,8 @@ struct sbx_create_opts {
 };
 
 int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err);
+/* The record's text, already read: -1 when it is not a record of id. */
+int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s);
 int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sbx_err *err);
 
 /* Create a session; on success s is its record and *existed says whether an

@@ -13,6 +13,9 @@ for src in tests/fuzz/fuzz-*.c; do
 	fuzz-policy)
 		deps=(common/policy.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
+	fuzz-record)
+		deps=(common/*.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs $(sed -n 's/^PKGS = //p' Makefile))" ;;
 	fuzz-tar)
 		# transfer.c carries sbx-cp's whole library: link all of common/
 		# with every library the Makefile links.

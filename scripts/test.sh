@@ -10,6 +10,9 @@ make -j"$(nproc)" all
 make image
 make lint-man
 make check
+# The fuzz targets over their corpora plus a short run each: hostile inputs
+# to every parser (frames, policies, tar streams, audit log, records).
+FUZZ_SECONDS=${FUZZ_SECONDS:-10} scripts/fuzz.sh
 if [ "${SBX_SKIP_ASAN:-0}" != 1 ]; then
 	make asan
 fi
