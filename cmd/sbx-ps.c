@@ -186,15 +186,17 @@ static int print_capacity(struct sbx_state *st, int json)
 		sbx_err_print("sbx-ps", &err, json);
 		return err.code;
 	}
-	json_t *o = json_pack("{s:i, s:{s:i, s:i}, s:{s:I, s:I}, s:{s:i, s:i}}", "schema", 1, "sessions", "used",
-			      (int)c.sessions, "max", (int)c.max_sessions, "memory_mib", "used", (json_int_t)c.memory_mib,
-			      "max", (json_int_t)c.max_memory_mib, "vcpus", "used", (int)c.vcpus, "max", (int)c.max_vcpus);
+	json_t *o = json_pack("{s:i, s:{s:i, s:i}, s:{s:I, s:I}, s:{s:i, s:i}, s:{s:i, s:i}}", "schema", 1, "sessions",
+			      "used", (int)c.sessions, "max", (int)c.max_sessions, "memory_mib", "used",
+			      (json_int_t)c.memory_mib, "max", (json_int_t)c.max_memory_mib, "vcpus", "used", (int)c.vcpus,
+			      "max", (int)c.max_vcpus, "starting", "used", (int)c.starting, "max", (int)c.max_starting);
 	if (json) {
 		json_dumpf(o, stdout, JSON_COMPACT);
 		putchar('\n');
 	} else {
-		printf("sessions\t%u\t%u\nmemory_mib\t%llu\t%llu\nvcpus\t%u\t%u\n", c.sessions, c.max_sessions,
-		       (unsigned long long)c.memory_mib, (unsigned long long)c.max_memory_mib, c.vcpus, c.max_vcpus);
+		printf("sessions\t%u\t%u\nmemory_mib\t%llu\t%llu\nvcpus\t%u\t%u\nstarting\t%u\t%u\n", c.sessions,
+		       c.max_sessions, (unsigned long long)c.memory_mib, (unsigned long long)c.max_memory_mib, c.vcpus,
+		       c.max_vcpus, c.starting, c.max_starting);
 	}
 	json_decref(o);
 	return 0;

@@ -26,6 +26,7 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
 		c->max_memory_mib = bytes >> 20;
 	c->max_sessions = env_uint("SBX_MAX_SESSIONS", 256);
 	c->max_vcpus = env_uint("SBX_MAX_VCPUS", 4u * (unsigned)get_nprocs());
+	c->max_starting = env_uint("SBX_MAX_STARTING", 8u * (unsigned)get_nprocs());
 	char **ids;
 	size_t n;
 	if (sbx_session_list(st, &ids, &n, err) < 0)
@@ -36,6 +37,7 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
 			const char *live = sbx_session_live_state(st, &s);
 			if (!strcmp(live, "running") || !strcmp(live, "creating")) {
 				c->sessions++;
+				c->starting += !strcmp(live, "creating");
 				c->memory_mib += s.memory_mib + SBX_VMM_OVERHEAD_MIB;
 				c->vcpus += s.vcpus;
 			}
@@ -58,13 +60,17 @@ int sbx_capacity_admit(struct sbx_state *st, unsigned vcpus, unsigned memory_mib
 		what = "memory";
 	else if (c.vcpus + vcpus > c.max_vcpus)
 		what = "vCPUs";
+	else if (c.starting + 1 > c.max_starting)
+		what = "concurrent starts";
 	if (!what)
 		return 0;
 	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
-		    "host capacity reached (%s): %u sessions, %llu/%llu MiB, %u/%u vCPUs in use; try again later or on "
-		    "another host",
-		    what, c.sessions, (unsigned long long)c.memory_mib, (unsigned long long)c.max_memory_mib, c.vcpus,
-		    c.max_vcpus);
-	err->retry_after_ms = 5000;
+		    "host capacity reached (%s): %u sessions (%u starting), %llu/%llu MiB, %u/%u vCPUs in use; try again "
+		    "later or on another host",
+		    what, c.sessions, c.starting, (unsigned long long)c.memory_mib, (unsigned long long)c.max_memory_mib,
+		    c.vcpus, c.max_vcpus);
+	/* A start frees its slot within seconds; memory and vCPUs only when a
+	 * session ends. */
+	err->retry_after_ms = !strcmp(what, "concurrent starts") ? 1000 : 5000;
 	return -1;
 }

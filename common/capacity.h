@@ -12,9 +12,11 @@ struct sbx_capacity {
 	unsigned sessions, max_sessions;
 	uint64_t memory_mib, max_memory_mib; /* guest memory plus the VMM's allowance */
 	unsigned vcpus, max_vcpus;
+	unsigned starting, max_starting; /* sessions still booting */
 };
 
-/* What live sessions use now, and the limits: SBX_MAX_SESSIONS,
+/* What live sessions use now, and the limits: SBX_MAX_STARTING (boots at
+ * once; each costs a burst of CPU, under TCG seconds of it), SBX_MAX_SESSIONS,
  * SBX_MAX_MEMORY (a size, e.g. 16G), SBX_MAX_VCPUS; defaults from the host
  * (its memory less 1 GiB; 4 vCPUs per host CPU, an overcommit that suits
  * mostly idle agent sessions). */

@@ -40,7 +40,15 @@ SBX_MAX_SESSIONS=1 sbx-create -q --json 2>"$TEST_TMP/cap" >/dev/null; is "$?" 75
 is "$(jq -r '[.error, .retry_after_ms > 0] | map(tostring) | join(" ")' "$TEST_TMP/cap")" "temporary true" \
    "with retry_after_ms in the JSON error"
 SBX_MAX_MEMORY=1G sbx-create -q 2>/dev/null >/dev/null; is "$?" 75 "guest memory beyond capacity exits 75"
+sbx-create -q --id booting >/dev/null 2>&1 &
+bp=$!
+for i in $(seq 50); do [ -e "$SBX_ROOT/var/lib/sbx/sessions/booting" ] && break; sleep 0.05; done
+SBX_MAX_STARTING=1 sbx-create -q --json 2>"$TEST_TMP/cap2" >/dev/null; is "$?" 75 "a start beyond the concurrent-start limit exits 75"
+like "$(jq -r .message "$TEST_TMP/cap2")" "concurrent starts" "naming the limit"
+wait $bp
+sbx-kill booting
 is "$(ls "$SBX_ROOT/var/lib/sbx/sessions" | wc -l)" 1 "refused creates leave nothing"
+is "$(sbx-ps --capacity --json | jq -c '.starting')" '{"used":0,"max":'$((8 * $(nproc)))'}' "--capacity reports concurrent starts"
 
 kill -9 "$vmm"
 for i in $(seq 50); do [ "$(sbx-ps --no-headers "$id" | cut -f2)" = crashed ] && break; sleep 0.1; done
