@@ -8,18 +8,22 @@
 
 #include "cli.h"
 #include "policy.h"
+#include "secrets.h"
 #include "session.h"
 
 static void usage(FILE *f)
 {
 	fputs("usage: sbx-create [-q] [--json] [--dry-run] [-p POLICY] [--id ID] [-t TEMPLATE[@VERSION]]\n"
-	      "                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION] [-v HOSTDIR:GUESTPATH:ro]...\n",
+	      "                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION] [-v HOSTDIR:GUESTPATH:ro]...\n"
+	      "                  [--secret NAME=@FILE]...\n",
 	      f);
 }
 
 struct overrides {
 	unsigned vcpus, memory_mib; /* 0: not given */
 	const char *disk, *ttl;
+	const char *secrets[SBX_POLICY_SECRETS_MAX]; /* NAME=@FILE */
+	unsigned nsecrets;
 };
 
 static int apply(const struct overrides *ov, struct sbx_policy *p, struct sbx_err *err)
@@ -32,7 +36,8 @@ static int apply(const struct overrides *ov, struct sbx_policy *p, struct sbx_er
 		return sbx_err_wrap(err, "--disk");
 	if (ov->ttl && sbx_policy_set(p, "resources.ttl", ov->ttl, err) < 0)
 		return sbx_err_wrap(err, "--ttl");
-	return 0;
+	/* Only names and sources: the values are read at create time. */
+	return sbx_secrets_args(p, ov->secrets, ov->nsecrets, err);
 }
 
 /* Defaults, then the file, then the command line.  The overrides are tried
@@ -85,6 +90,7 @@ int main(int argc, char **argv)
 		{ "memory", required_argument, NULL, 'm' },
 		{ "policy", required_argument, NULL, 'p' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "secret", required_argument, NULL, 'S' },
 		{ "template", required_argument, NULL, 't' },
 		{ "ttl", required_argument, NULL, 'T' },
 		{ "volume", required_argument, NULL, 'v' },
@@ -107,12 +113,18 @@ int main(int argc, char **argv)
 		case 'i': o.id = optarg; break;
 		case 'j': json = 1; break;
 		case 'm':
-			if (sbx_cli_uint(optarg, 64, 1 << 20, &ov.memory_mib) < 0)
+			if (sbx_cli_uint(optarg, 64, 65536, &ov.memory_mib) < 0)
 				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "--memory must be 64..65536 MiB");
 			break;
 		case 'n': dry_run = 1; break;
 		case 'p': policy = optarg; break;
 		case 'q': quiet = 1; break;
+		case 'S':
+			if (ov.nsecrets >= SBX_POLICY_SECRETS_MAX)
+				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "at most %d --secret",
+						    SBX_POLICY_SECRETS_MAX);
+			ov.secrets[ov.nsecrets++] = optarg;
+			break;
 		case 't': o.tmpl = optarg; break;
 		case 'T': ov.ttl = optarg; break;
 		case 'v':

@@ -11,15 +11,17 @@ int main(int argc, char **argv)
 		{ "id", required_argument, NULL, 'i' },
 		{ "lock-fd", required_argument, NULL, 'l' },
 		{ "ready-fd", required_argument, NULL, 'r' },
+		{ "secrets-fd", required_argument, NULL, 's' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct sbx_monitor_args a = { .ready_fd = -1, .lock_fd = -1 };
+	struct sbx_monitor_args a = { .ready_fd = -1, .lock_fd = -1, .secrets_fd = -1 };
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'i': a.id = optarg; break;
 		case 'l': a.lock_fd = atoi(optarg); break;
 		case 'r': a.ready_fd = atoi(optarg); break;
+		case 's': a.secrets_fd = atoi(optarg); break;
 		default: return 2;
 		}
 	}

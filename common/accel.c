@@ -70,10 +70,26 @@ static int probe_kvm(const char *kernel, const char *initrd, char *why, size_t n
 	return ok;
 }
 
+/* The cached verdict for this boot, if there is one: 1 and ai filled. */
+static int read_cache(struct sbx_state *st, const char *boot, struct sbx_accel_info *ai)
+{
+	_cleanup_free_ char *txt = sbx_read_small_at(st->lib_fd, "accel.json", 65536, NULL);
+	json_t *c = txt ? json_loads(txt, 0, NULL) : NULL;
+	const char *cb = json_string_value(json_object_get(c, "boot_id"));
+	const char *ca = json_string_value(json_object_get(c, "accel"));
+	const char *cr = json_string_value(json_object_get(c, "reason"));
+	int hit = cb && ca && !strcmp(cb, boot);
+	if (hit) {
+		ai->accel = strcmp(ca, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM;
+		snprintf(ai->reason, sizeof ai->reason, "%s", cr ? cr : "");
+	}
+	json_decref(c);
+	return hit;
+}
+
 int sbx_accel_get(struct sbx_state *st, const char *kernel, const char *initrd, struct sbx_accel_info *ai,
 		  struct sbx_err *err)
 {
-	_cleanup_free_ char *txt = NULL;
 	_cleanup_close_ int g = -1;
 	memset(ai, 0, sizeof *ai);
 	const char *force = getenv("SBX_ACCEL");
@@ -93,37 +109,15 @@ int sbx_accel_get(struct sbx_state *st, const char *kernel, const char *initrd, 
 	close(kfd);
 	char boot[40] = "";
 	sbx_boot_id(boot, sizeof boot);
-	txt = sbx_read_small_at(st->lib_fd, "accel.json", 65536, NULL);
-	json_t *c = txt ? json_loads(txt, 0, NULL) : NULL;
-	const char *cb = json_string_value(json_object_get(c, "boot_id"));
-	const char *ca = json_string_value(json_object_get(c, "accel"));
-	const char *cr = json_string_value(json_object_get(c, "reason"));
-	if (cb && ca && !strcmp(cb, boot)) {
-		ai->accel = strcmp(ca, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM;
-		snprintf(ai->reason, sizeof ai->reason, "%s", cr ? cr : "");
-		json_decref(c);
+	if (read_cache(st, boot, ai))
 		goto out;
-	}
-	json_decref(c);
-	c = NULL;
 	/* Probe under the global lock and look again: concurrent first creates
 	 * after a reboot must not each boot a probe VM. */
 	g = sbx_lock_global(st, err);
 	if (g < 0)
 		return -1;
-	free(txt);
-	txt = sbx_read_small_at(st->lib_fd, "accel.json", 65536, NULL);
-	c = txt ? json_loads(txt, 0, NULL) : NULL;
-	cb = json_string_value(json_object_get(c, "boot_id"));
-	ca = json_string_value(json_object_get(c, "accel"));
-	cr = json_string_value(json_object_get(c, "reason"));
-	if (cb && ca && !strcmp(cb, boot)) {
-		ai->accel = strcmp(ca, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM;
-		snprintf(ai->reason, sizeof ai->reason, "%s", cr ? cr : "");
-		json_decref(c);
+	if (read_cache(st, boot, ai))
 		goto out;
-	}
-	json_decref(c);
 	ai->fresh = 1;
 	if (probe_kvm(kernel, initrd, ai->reason, sizeof ai->reason)) {
 		ai->accel = SBX_ACCEL_KVM;

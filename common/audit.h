@@ -6,7 +6,7 @@
  * attacker with root on this host cannot rewrite.
  *
  * Event types (see sbx-audit(1) for their fields): session.create,
- * session.destroy, session.expire, session.crash, exec.start, exec.end,
+ * session.destroy, session.expire, session.crash, session.stop, exec.start, exec.end,
  * files.upload, files.download, gc.reclaim, policy.refused, and
  * audit.repair (written by the library itself when it discards a record
  * torn by a crash). */

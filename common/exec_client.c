@@ -61,17 +61,7 @@ static int frame_error(const struct sbx_frame *f, struct sbx_err *err)
 {
 	char msg[300] = "the session refused the command";
 	uint32_t code = SBX_EXIT_INTERNAL;
-	struct sbx_tlv_it it;
-	uint16_t tag;
-	const uint8_t *v;
-	uint32_t n;
-	sbx_tlv_init(&it, f->payload, f->len);
-	while (sbx_tlv_next(&it, &tag, &v, &n) == 1) {
-		if (tag == SBX_T_MSG)
-			sbx_tlv_as_str(v, n, msg, sizeof msg);
-		else if (tag == SBX_T_CODE)
-			sbx_tlv_as_u32(v, n, &code);
-	}
+	sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
 	return sbx_err_set(err, (int)code, 0, "%s", msg);
 }
 

@@ -3,6 +3,7 @@
 #include "cgroup.h"
 #include "disk.h"
 #include "proto.h"
+#include "secrets.h"
 #include "session.h"
 #include "state.h"
 #include "template.h"
@@ -22,6 +23,7 @@
 #include <sys/wait.h>
 
 #include <jansson.h>
+#include <sha2.h>
 
 #define CLIENT_BUF_MAX (8u << 20)   /* queued for one client before it lags */
 #define CLIENT_BUF_LOW (256u << 10) /* refill from the files below this */
@@ -43,6 +45,8 @@ struct exec {
 	int dfd, out_fd, err_fd;
 	uint64_t out_size, err_size; /* bytes kept in the files */
 	uint64_t out_total, err_total; /* bytes the guest sent */
+	uint64_t out_emitted, err_emitted; /* the same, secrets scrubbed */
+	struct sbx_scrub sc_out, sc_err;
 	uint64_t started_ns;
 	uint32_t credit; /* stdin bytes the guest will accept */
 	uint32_t flags;
@@ -87,6 +91,9 @@ struct mon {
 	unsigned nclients;
 	uint64_t output_cap;
 	char vm_end[128];
+	struct sbx_secrets sec; /* only to scrub stored output; see boot() */
+	int secrets_sent;
+	char secrets_err[256];  /* the guest refused them */
 };
 
 static void ep_mod(struct mon *m, struct src *s, uint32_t ev, int op)
@@ -220,6 +227,8 @@ static void exec_free(struct mon *m, struct exec *ex)
 	close(ex->out_fd);
 	close(ex->err_fd);
 	close(ex->dfd);
+	sbx_scrub_end(&ex->sc_out, NULL);
+	sbx_scrub_end(&ex->sc_err, NULL);
 	json_decref(ex->req);
 	sbx_buf_free(&ex->tail);
 	free(ex);
@@ -239,7 +248,7 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 			      (double)e->cpu_user_us / 1e6, "cpu_sys_s", (double)e->cpu_sys_us / 1e6,
 			      "memory_peak", "bytes", (json_int_t)e->mem_peak, "guest_reported", 1,
 			      "stdout_bytes", (json_int_t)ex->out_total, "stderr_bytes", (json_int_t)ex->err_total,
-			      "truncated", ex->out_total > ex->out_size || ex->err_total > ex->err_size);
+			      "truncated", ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size);
 	if (o)
 		json_object_set_new(o, "pids_limit_hit", json_integer((json_int_t)e->pids_hit));
 	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
@@ -257,17 +266,79 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 	json_decref(o);
 }
 
+/* argv as the audit trail keeps it: bounded (an audit record is at most
+ * 64 KiB, a command line up to 1 MiB), with the SHA-256 of the whole
+ * argv so the record still names exactly what ran. */
+static void audit_argv(json_t *f, json_t *argv)
+{
+	SHA2_CTX c;
+	uint8_t d[SHA256_DIGEST_LENGTH];
+	char hex[2 * SHA256_DIGEST_LENGTH + 1];
+	json_t *out = json_array(), *a;
+	size_t i, total = 0;
+	int cut = 0;
+	SHA256Init(&c);
+	json_array_foreach(argv, i, a) {
+		const char *s = json_string_value(a);
+		size_t n = s ? strlen(s) : 0;
+		SHA256Update(&c, (const uint8_t *)(s ? s : ""), n + 1);
+		if (i >= 64 || total > 16384) {
+			cut = 1;
+			continue;
+		}
+		cut |= n > 512;
+		json_array_append_new(out, json_stringn(s ? s : "", n > 512 ? 512 : n));
+		total += n > 512 ? 512 : n;
+	}
+	SHA256Final(d, &c);
+	for (int k = 0; k < SHA256_DIGEST_LENGTH; k++)
+		snprintf(hex + 2 * k, 3, "%02x", d[k]);
+	json_object_set_new(f, "argv", out);
+	json_object_set_new(f, "argv_sha256", json_string(hex));
+	if (cut)
+		json_object_set_new(f, "argv_truncated", json_true());
+}
+
 /* exec.end in the audit trail: what ran, how it ended; never its output. */
 static void audit_exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
 {
-	json_t *f = json_pack("{s:s, s:s, s:O, s:i, s:s, s:i, s:f, s:f, s:I, s:I, s:I}", "session", m->s.id, "exec",
-			      ex->id, "argv", json_object_get(ex->req, "argv"), "status", (int)e->status, "reason",
+	json_t *f = json_pack("{s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:I, s:I, s:I}", "session", m->s.id, "exec",
+			      ex->id, "status", (int)e->status, "reason",
 			      sbx_reason_name(e->reason), "signal", (int)e->signo, "wall_s", (double)e->wall_us / 1e6,
 			      "cpu_s", (double)(e->cpu_user_us + e->cpu_sys_us) / 1e6, "memory_peak_bytes",
 			      (json_int_t)e->mem_peak, "stdout_bytes", (json_int_t)ex->out_total, "stderr_bytes",
 			      (json_int_t)ex->err_total);
+	if (f)
+		audit_argv(f, json_object_get(ex->req, "argv"));
 	sbx_audit_append(&m->st, "exec.end", f, NULL);
 	json_decref(f);
+}
+
+/* The exit report to the exec's attached client, if any. */
+static void send_exit(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
+{
+	if (!ex->client)
+		return;
+	struct sbx_buf b = { 0 };
+	sbx_exit_encode(&b, ex->n, e);
+	client_send(m, ex->client, &b);
+	sbx_buf_free(&b);
+}
+
+static void emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n);
+
+/* The bytes held back in case they began a secret are none: out they go. */
+static void scrub_flush(struct mon *m, struct exec *ex)
+{
+	struct sbx_buf b = { 0 };
+	sbx_scrub_end(&ex->sc_out, &b);
+	if (b.len && !b.oom)
+		emit_output(m, ex, SBX_F_STDOUT, b.data, (uint32_t)b.len);
+	sbx_buf_reset(&b);
+	sbx_scrub_end(&ex->sc_err, &b);
+	if (b.len && !b.oom)
+		emit_output(m, ex, SBX_F_STDERR, b.data, (uint32_t)b.len);
+	sbx_buf_free(&b);
 }
 
 /* End an exec from the host side (VM lost, session destroyed). */
@@ -279,26 +350,28 @@ static void exec_abort(struct mon *m, struct exec *ex, uint32_t reason)
 	}
 	struct sbx_exit_info e = { .status = reason == SBX_R_KILLED ? 137 : 255, .reason = reason };
 	e.wall_us = (sbx_now_ns() - ex->started_ns) / 1000u;
+	scrub_flush(m, ex);
 	exec_result(m, ex, &e);
 	audit_exec_end(m, ex, &e);
-	if (ex->client) {
-		struct sbx_buf b = { 0 };
-		sbx_exit_encode(&b, ex->n, &e);
-		client_send(m, ex->client, &b);
-		sbx_buf_free(&b);
-	}
+	send_exit(m, ex, &e);
 	exec_free(m, ex);
 }
 
-static json_t *req_json(const struct sbx_exec_req *r)
+/* What is recorded of a request (request.json, result.json, the audit
+ * trail): argv and cwd with the session's secrets scrubbed, env names only. */
+static json_t *req_json(struct mon *m, const struct sbx_exec_req *r)
 {
 	json_t *argv = json_array();
-	for (size_t i = 0; i < r->argc; i++)
-		json_array_append_new(argv, json_string(r->argv[i]));
+	for (size_t i = 0; i < r->argc; i++) {
+		char *a = sbx_scrub_str(&m->sec, r->argv[i]);
+		json_array_append_new(argv, json_string(a ? a : "[unrecorded]"));
+		free(a);
+	}
 	json_t *env = json_array(); /* names only: values may be secrets */
 	for (size_t i = 0; i < r->envc; i++)
 		json_array_append_new(env, json_stringn(r->env[i], strcspn(r->env[i], "=")));
-	json_t *o = json_pack("{s:o, s:o, s:s?, s:I, s:b, s:b, s:i}", "argv", argv, "env", env, "cwd", r->cwd,
+	_cleanup_free_ char *cwd = r->cwd ? sbx_scrub_str(&m->sec, r->cwd) : NULL;
+	json_t *o = json_pack("{s:o, s:o, s:s?, s:I, s:b, s:b, s:i}", "argv", argv, "env", env, "cwd", cwd,
 			      "timeout_ms", (json_int_t)r->timeout_ms, "tty", !!(r->flags & SBX_EXEC_PTY), "stdin",
 			      !!(r->flags & SBX_EXEC_STDIN), "uid", r->have_uid ? (int)r->uid : 1000);
 	return o;
@@ -356,7 +429,7 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 	ex->started_ns = sbx_now_ns();
 	ex->credit = SBX_STDIN_WINDOW;
 	ex->flags = r.flags;
-	ex->req = req_json(&r);
+	ex->req = req_json(m, &r);
 	/* What is running, for sbx-ps --execs, before any result exists. */
 	char *rq = json_dumps(ex->req, JSON_COMPACT);
 	int rfd = rq ? openat(ex->dfd, "request.json", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
@@ -375,9 +448,10 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 	agent_flush(m);
 	/* Recorded while the guest already starts it (off the critical path);
 	 * an exec that cannot be recorded does not run: fail closed. */
-	json_t *af = json_pack("{s:s, s:s, s:O, s:s?, s:i}", "session", m->s.id, "exec", ex->id, "argv",
-			       json_object_get(ex->req, "argv"), "cwd", r.cwd, "user",
-			       r.have_uid ? (int)r.uid : 1000);
+	json_t *af = json_pack("{s:s, s:s, s:s?, s:i}", "session", m->s.id, "exec", ex->id, "cwd",
+			       json_string_value(json_object_get(ex->req, "cwd")), "user", r.have_uid ? (int)r.uid : 1000);
+	if (af)
+		audit_argv(af, json_object_get(ex->req, "argv"));
 	struct sbx_err aerr = { 0 };
 	int arc = sbx_audit_append(&m->st, "exec.start", af, &aerr);
 	json_decref(af);
@@ -403,12 +477,15 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 
 /* --- frames from the guest --------------------------------------------- */
 
-static void store_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n)
+/* Output as stored and as streamed: the two are the same bytes (secrets
+ * already scrubbed), so a client that lags and reads on from the files
+ * resumes exactly where its stream stopped. */
+static void emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n)
 {
 	int out = type == SBX_F_STDOUT;
 	uint64_t *size = out ? &ex->out_size : &ex->err_size;
 	uint64_t before_out = ex->out_size, before_err = ex->err_size;
-	*(out ? &ex->out_total : &ex->err_total) += n;
+	*(out ? &ex->out_emitted : &ex->err_emitted) += n;
 	uint32_t keep = *size >= m->output_cap ? 0 : (m->output_cap - *size < n ? (uint32_t)(m->output_cap - *size) : n);
 	if (keep && pwrite(out ? ex->out_fd : ex->err_fd, p, keep, (off_t)*size) == (ssize_t)keep)
 		*size += keep;
@@ -424,6 +501,19 @@ static void store_output(struct mon *m, struct exec *ex, uint8_t type, const uin
 		c->lag_err = before_err;
 		client_flush(m, c);
 	}
+}
+
+static void store_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n)
+{
+	int out = type == SBX_F_STDOUT;
+	*(out ? &ex->out_total : &ex->err_total) += n;
+	if (!m->sec.patmax)
+		return emit_output(m, ex, type, p, n);
+	struct sbx_buf b = { 0 };
+	/* Out of memory loses this chunk rather than store it unscrubbed. */
+	if (sbx_scrub(&m->sec, out ? &ex->sc_out : &ex->sc_err, p, n, &b) == 0 && b.len)
+		emit_output(m, ex, type, b.data, (uint32_t)(b.len < UINT32_MAX ? b.len : UINT32_MAX));
+	sbx_buf_free(&b);
 }
 
 static void client_resume(struct mon *m, struct client *c);
@@ -444,9 +534,31 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
 			if (tag == SBX_T_KERNEL)
 				sbx_tlv_as_str(v, n, m->s.kernel, sizeof m->s.kernel);
-		m->ready = 1;
+		if (m->ready || m->secrets_sent)
+			break; /* a guest saying hello again (reconnect) gets nothing more */
+		if (!m->sec.n) {
+			m->ready = 1;
+			break;
+		}
+		/* Secrets first, ready only once the guest has them in place:
+		 * no exec can ever run before its secrets exist.  Written into
+		 * reserved room so no stale copy is left behind a realloc. */
+		if (sbx_buf_reserve(&m->aout, m->sec.frame_len) == 0)
+			sbx_buf_put(&m->aout, m->sec.frame, m->sec.frame_len);
+		else
+			snprintf(m->secrets_err, sizeof m->secrets_err, "out of memory");
+		m->secrets_sent = 1;
+		agent_flush(m);
 		break;
 	}
+	case SBX_F_SECRETS:
+		if (!m->secrets_sent || m->ready || f->len)
+			break;
+		/* The guest read the whole frame: wipe what is left of it here. */
+		if (m->aout.data)
+			explicit_bzero(m->aout.data + m->aout.len, m->aout.cap - m->aout.len);
+		m->ready = 1;
+		break;
 	case SBX_F_STARTED:
 		if (ex)
 			ex->started = 1;
@@ -471,6 +583,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		 * the session was lost: only the host knows that. */
 		if (!ex || sbx_exit_decode(f->payload, f->len, &e) < 0 || e.reason == SBX_R_SESSION_LOST)
 			break;
+		scrub_flush(m, ex);
 		exec_result(m, ex, &e);
 		audit_exec_end(m, ex, &e);
 		if (ex->client && ex->client->lag) {
@@ -480,31 +593,29 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 			ex->done = 1;
 			break;
 		}
-		if (ex->client) {
-			struct sbx_buf b = { 0 };
-			sbx_exit_encode(&b, ex->n, &e);
-			client_send(m, ex->client, &b);
-			sbx_buf_free(&b);
-		}
+		send_exit(m, ex, &e);
 		exec_free(m, ex);
 		break;
 	}
 	case SBX_F_ERROR: {
+		if (!f->stream && m->secrets_sent && !m->ready) {
+			char msg[200] = "refused";
+			struct sbx_tlv_it it;
+			uint16_t tag;
+			const uint8_t *v;
+			uint32_t n;
+			sbx_tlv_init(&it, f->payload, f->len);
+			while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
+				if (tag == SBX_T_MSG)
+					sbx_tlv_as_str(v, n, msg, sizeof msg);
+			snprintf(m->secrets_err, sizeof m->secrets_err, "%s", msg);
+			break;
+		}
 		if (!ex)
 			break;
 		char msg[256] = "the guest refused the command";
 		uint32_t code = SBX_EXIT_INTERNAL;
-		struct sbx_tlv_it it;
-		uint16_t tag;
-		const uint8_t *v;
-		uint32_t n;
-		sbx_tlv_init(&it, f->payload, f->len);
-		while (sbx_tlv_next(&it, &tag, &v, &n) == 1) {
-			if (tag == SBX_T_MSG)
-				sbx_tlv_as_str(v, n, msg, sizeof msg);
-			else if (tag == SBX_T_CODE)
-				sbx_tlv_as_u32(v, n, &code);
-		}
+		sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
 		/* After STARTED an ERROR is only news: the guest ends the exec
 		 * and reports EXIT.  Before it, the exec never ran. */
 		if (ex->started || ex->done)
@@ -994,7 +1105,7 @@ static int boot(struct mon *m, struct sbx_err *err)
 		ep_mod(m, &m->readyp, 0, EPOLL_CTL_ADD); /* EPOLLERR: the reader closed */
 	unsigned timeout_s = sbx_boot_timeout_s();
 	uint64_t deadline = t0 + (uint64_t)timeout_s * 1000000000u;
-	while (!m->ready && !m->vm_dead && !m->stopping) {
+	while (!m->ready && !m->vm_dead && !m->stopping && !m->secrets_err[0]) {
 		uint64_t now = sbx_mono_ns();
 		if (now >= deadline)
 			break;
@@ -1008,6 +1119,10 @@ static int boot(struct mon *m, struct sbx_err *err)
 	log_tail(m->run_dfd, m->vm_dead ? "vmm.log" : "console.log", tail, sizeof tail);
 	if (!tail[0])
 		log_tail(m->run_dfd, "console.log", tail, sizeof tail);
+	if (m->secrets_err[0])
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest did not take the secrets: %s", m->secrets_err);
+	if (m->secrets_sent && !m->vm_dead && !m->stopping)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest did not confirm the secrets within %u s", timeout_s);
 	if (m->vm_dead)
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VM ended during boot (%s)%s%s", m->vm_end,
 				   tail[0] ? ": " : "", tail);
@@ -1035,6 +1150,13 @@ static void destroy_files(struct mon *m)
 
 static int setup(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err *err)
 {
+	/* First: sbx-create waits to hand them over.  Kept in memory only. */
+	if (a->secrets_fd >= 0) {
+		int rc = sbx_secrets_read_fd(a->secrets_fd, &m->sec, err);
+		close(a->secrets_fd);
+		if (rc < 0)
+			return -1;
+	}
 	if (sbx_state_open(&m->st, err) < 0)
 		return -1;
 	if (sbx_record_load(&m->st, a->id, &m->s, err) < 0)
@@ -1083,6 +1205,24 @@ static int arm_ttl(struct mon *m)
 	return 0;
 }
 
+/* The VM is gone and the session ends without sbx-kill (TTL, crash,
+ * power-off): record it, keep the record and output for the user, release
+ * the host resources.  The audit fields are consumed. */
+static void end_session(struct mon *m, const char *state, const char *why, const char *event, json_t *fields)
+{
+	snprintf(m->s.state, sizeof m->s.state, "%s", state);
+	snprintf(m->s.end_reason, sizeof m->s.end_reason, "%s", why);
+	m->s.ended_ns = sbx_now_ns();
+	sbx_audit_append(&m->st, event, fields, NULL);
+	json_decref(fields);
+	sbx_cgroup_usage(m->s.id, &m->s.cpu_ns, &m->s.mem_peak);
+	sbx_record_save(&m->st, &m->s, NULL);
+	sbx_cgroup_remove(m->s.id);
+	unlinkat(m->run_dfd, "monitor.sock", 0);
+	unlinkat(m->run_dfd, "agent.sock", 0);
+	unlinkat(m->run_dfd, "qmp.sock", 0);
+}
+
 /* Tell every sbx-kill waiting on us that the session is gone. */
 static void ack_shutdowns(struct mon *m)
 {
@@ -1102,7 +1242,10 @@ static void mon_free(struct mon *m)
 	while (m->execs)
 		exec_free(m, m->execs);
 	sbx_buf_free(&m->ain);
+	if (m->aout.data)
+		explicit_bzero(m->aout.data, m->aout.cap);
 	sbx_buf_free(&m->aout);
+	sbx_secrets_free(&m->sec);
 	int fds[] = { m->listen.fd, m->agent_listen.fd, m->agent.fd, m->sig.fd, m->timer.fd, m->ep,
 		      m->lib_dfd, m->run_dfd, m->execs_dfd };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++)
@@ -1132,6 +1275,8 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	fcntl(a->lock_fd, F_SETFD, FD_CLOEXEC);
 	if (a->ready_fd >= 0)
 		fcntl(a->ready_fd, F_SETFD, FD_CLOEXEC);
+	if (a->secrets_fd >= 0)
+		fcntl(a->secrets_fd, F_SETFD, FD_CLOEXEC);
 	if (setup(&m, a, &err) < 0 || boot(&m, &err) < 0) {
 		if (m.vm.pid)
 			sbx_vm_kill(&m.vm);
@@ -1176,6 +1321,12 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 			       "vmm", m.s.vmm, "boot_ms", (json_int_t)m.s.boot_ms, "ttl_s",
 			       (json_int_t)(m.s.limits.ttl_ms / 1000), "disk_bytes", (json_int_t)m.s.limits.disk_bytes,
 			       "volumes", (json_int_t)m.s.nvols);
+	if (cf && m.sec.n) {
+		json_t *names = json_array(); /* names only, never values */
+		for (unsigned i = 0; i < m.sec.n; i++)
+			json_array_append_new(names, json_string(m.sec.s[i].name));
+		json_object_set_new(cf, "secrets", names);
+	}
 	int crc = sbx_audit_append(&m.st, "session.create", cf, &err);
 	json_decref(cf);
 	if (crc < 0) {
@@ -1204,19 +1355,10 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		sbx_vm_kill(&m.vm);
 		while (m.execs)
 			exec_abort(&m, m.execs, SBX_R_KILLED);
-		snprintf(m.s.state, sizeof m.s.state, "expired");
-		snprintf(m.s.end_reason, sizeof m.s.end_reason, "ttl of %llu s expired",
-			 (unsigned long long)(m.s.limits.ttl_ms / 1000));
-		m.s.ended_ns = sbx_now_ns();
+		char why[64];
+		snprintf(why, sizeof why, "ttl of %llu s expired", (unsigned long long)(m.s.limits.ttl_ms / 1000));
 		json_t *ef = json_pack("{s:s, s:I}", "session", m.s.id, "ttl_s", (json_int_t)(m.s.limits.ttl_ms / 1000));
-		sbx_audit_append(&m.st, "session.expire", ef, NULL);
-		json_decref(ef);
-		sbx_cgroup_usage(m.s.id, &m.s.cpu_ns, &m.s.mem_peak);
-		sbx_record_save(&m.st, &m.s, NULL);
-		sbx_cgroup_remove(m.s.id);
-		unlinkat(m.run_dfd, "monitor.sock", 0);
-		unlinkat(m.run_dfd, "agent.sock", 0);
-		unlinkat(m.run_dfd, "qmp.sock", 0);
+		end_session(&m, "expired", why, "session.expire", ef);
 		goto out;
 	}
 
@@ -1241,18 +1383,9 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	 * can see what happened; sbx-kill (or sbx-gc) reclaims the rest. */
 	while (m.execs)
 		exec_abort(&m, m.execs, SBX_R_SESSION_LOST);
-	snprintf(m.s.state, sizeof m.s.state, "%s", strcmp(m.vm_end, "guest powered off") ? "crashed" : "stopped");
-	snprintf(m.s.end_reason, sizeof m.s.end_reason, "%s", m.vm_end);
-	m.s.ended_ns = sbx_now_ns();
+	int crashed = strcmp(m.vm_end, "guest powered off") != 0;
 	json_t *xf = json_pack("{s:s, s:s}", "session", m.s.id, "reason", m.vm_end);
-	sbx_audit_append(&m.st, strcmp(m.s.state, "crashed") ? "session.stop" : "session.crash", xf, NULL);
-	json_decref(xf);
-	sbx_cgroup_usage(m.s.id, &m.s.cpu_ns, &m.s.mem_peak);
-	sbx_record_save(&m.st, &m.s, NULL);
-	sbx_cgroup_remove(m.s.id);
-	unlinkat(m.run_dfd, "monitor.sock", 0);
-	unlinkat(m.run_dfd, "agent.sock", 0);
-	unlinkat(m.run_dfd, "qmp.sock", 0);
+	end_session(&m, crashed ? "crashed" : "stopped", m.vm_end, crashed ? "session.crash" : "session.stop", xf);
 out:
 	mon_free(&m);
 	return rc;

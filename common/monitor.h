@@ -11,6 +11,7 @@ struct sbx_monitor_args {
 	const char *id;
 	int ready_fd; /* one JSON line: {"ok":true} or the error, then closed */
 	int lock_fd;  /* the session lock, already held (inherited from sbx-create) */
+	int secrets_fd; /* one SBX_F_SECRETS frame, then EOF; -1: no secrets */
 };
 
 /* Runs the session until it is destroyed or its VM ends; returns the

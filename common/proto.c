@@ -83,7 +83,7 @@ int sbx_buf_put(struct sbx_buf *b, const void *p, size_t n)
 		b->data = d;
 		b->cap = cap;
 	}
-	if (n)
+	if (n && p) /* p == NULL: sbx_buf_reserve */
 		memcpy(b->data + b->len, p, n);
 	b->len += n;
 	return 0;
@@ -346,6 +346,21 @@ int sbx_exec_req_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exe
 	return sbx_frame_end(b, off);
 }
 
+void sbx_error_decode(const uint8_t *p, size_t n, uint32_t *code, char *msg, size_t cap)
+{
+	struct sbx_tlv_it it;
+	uint16_t tag;
+	const uint8_t *v;
+	uint32_t vn;
+	sbx_tlv_init(&it, p, n);
+	while (sbx_tlv_next(&it, &tag, &v, &vn) == 1) {
+		if (tag == SBX_T_MSG)
+			sbx_tlv_as_str(v, vn, msg, cap);
+		else if (tag == SBX_T_CODE)
+			sbx_tlv_as_u32(v, vn, code);
+	}
+}
+
 int sbx_exit_decode(const uint8_t *p, size_t n, struct sbx_exit_info *e)
 {
 	struct sbx_tlv_it it;
@@ -391,4 +406,83 @@ int sbx_exit_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exit_in
 	if (e->pids_hit)
 		sbx_tlv_u64(b, SBX_T_PIDS_HIT, e->pids_hit);
 	return sbx_frame_end(b, off);
+}
+
+int sbx_buf_reserve(struct sbx_buf *b, size_t n)
+{
+	size_t len = b->len;
+	if (sbx_buf_put(b, NULL, n) < 0)
+		return -1;
+	b->len = len;
+	return 0;
+}
+
+int sbx_secret_name_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > SBX_SECRET_NAME_MAX || (s[0] >= '0' && s[0] <= '9'))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+			return 0;
+	return 1;
+}
+
+int sbx_secrets_decode(const uint8_t *p, size_t n, struct sbx_secret_ref *out, const char **why)
+{
+	struct sbx_tlv_it it;
+	uint16_t tag;
+	const uint8_t *val;
+	uint32_t vn;
+	int rc, count = 0, named = 0;
+
+	sbx_tlv_init(&it, p, n);
+	while ((rc = sbx_tlv_next(&it, &tag, &val, &vn)) == 1) {
+		if (tag == SBX_T_NAME) {
+			if (named) {
+				*why = "secret name without a value";
+				return -1;
+			}
+			if (count >= SBX_SECRETS_MAX) {
+				*why = "too many secrets";
+				return -1;
+			}
+			if (!sbx_secret_name_ok((const char *)val, vn)) {
+				*why = "bad secret name";
+				return -1;
+			}
+			memcpy(out[count].name, val, vn);
+			out[count].name[vn] = 0;
+			for (int i = 0; i < count; i++)
+				if (!strcmp(out[i].name, out[count].name)) {
+					*why = "secret given twice";
+					return -1;
+				}
+			named = 1;
+		} else if (tag == SBX_T_VALUE) {
+			if (!named) {
+				*why = "secret value without a name";
+				return -1;
+			}
+			if (vn > SBX_SECRET_VALUE_MAX) {
+				*why = "secret value too long";
+				return -1;
+			}
+			out[count].value = val;
+			out[count].len = vn;
+			count++;
+			named = 0;
+		} else {
+			*why = "unknown field in secrets";
+			return -1;
+		}
+	}
+	if (rc < 0) {
+		*why = "truncated field in secrets";
+		return -1;
+	}
+	if (named) {
+		*why = "secret name without a value";
+		return -1;
+	}
+	return count;
 }

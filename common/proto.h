@@ -45,7 +45,9 @@ enum sbx_frame_type {
 	SBX_F_PONG = 15,
 	SBX_F_SHUTDOWN = 16, /* host->guest: sync, power off; client->monitor: destroy session */
 	SBX_F_INFO = 17,    /* client->monitor: ask; monitor->client: reply with SESSION, STATE */
-	SBX_F_TYPE_MAX = 17
+	SBX_F_SECRETS = 18, /* host->guest: (NAME VALUE)*, once, before any exec; guest->host:
+			     * empty, the secrets are in place (or ERROR on stream 0) */
+	SBX_F_TYPE_MAX = 18
 };
 
 enum sbx_tag {
@@ -79,7 +81,9 @@ enum sbx_tag {
 	SBX_T_MEMORY_MAX = 28, /* u64: memory.max of the exec's cgroup */
 	SBX_T_SESSION_PIDS = 29, /* u32: pids.max over every exec together */
 	SBX_T_PIDS_HIT = 30, /* u64: forks refused by the exec's pids.max */
-	SBX_T_MAX = 30
+	SBX_T_NAME = 31,     /* str: a secret's name, [A-Z_][A-Z0-9_]* */
+	SBX_T_VALUE = 32,    /* bytes: the secret named by the NAME before it */
+	SBX_T_MAX = 32
 };
 
 enum sbx_exec_flags {
@@ -174,6 +178,30 @@ struct sbx_exit_info {
 };
 int sbx_exit_decode(const uint8_t *p, size_t n, struct sbx_exit_info *e);
 int sbx_exit_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exit_info *e);
+
+/* Secrets (SBX_F_SECRETS): NAME then VALUE, pairs in order.  The values
+ * are bytes (NULs allowed); the whole payload fits one frame. */
+#define SBX_SECRETS_MAX 32
+#define SBX_SECRET_NAME_MAX 63            /* as a policy's secret name */
+#define SBX_SECRET_VALUE_MAX (64u << 10)
+struct sbx_secret_ref {
+	char name[SBX_SECRET_NAME_MAX + 1];
+	const uint8_t *value; /* points into the decoded payload */
+	uint32_t len;
+};
+/* 1 when s[0..n) is a secret name. */
+int sbx_secret_name_ok(const char *s, size_t n);
+/* Returns the number of secrets (0..SBX_SECRETS_MAX) decoded into
+ * out[SBX_SECRETS_MAX], or -1 with a static message in *why: unknown tag,
+ * a VALUE without its NAME, a bad or repeated name, too many or too long. */
+int sbx_secrets_decode(const uint8_t *p, size_t n, struct sbx_secret_ref *out, const char **why);
+/* Grow b so n more bytes fit without moving it again: a frame holding
+ * secrets is written into place, leaving no stale copy behind a realloc. */
+int sbx_buf_reserve(struct sbx_buf *b, size_t n);
+
+/* An ERROR frame's CODE and MSG (either may be absent: code and msg keep
+ * what the caller put there). */
+void sbx_error_decode(const uint8_t *p, size_t n, uint32_t *code, char *msg, size_t cap);
 
 /* Copy a TLV string value out as a NUL-terminated string; -1 when it holds a
  * NUL byte or exceeds cap-1 bytes. */

@@ -4,6 +4,7 @@
 #include "policy.h"
 #include "cgroup.h"
 #include "proto.h"
+#include "secrets.h"
 #include "template.h"
 #include "util.h"
 #include "vmm.h"
@@ -243,8 +244,8 @@ const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_sessio
 }
 
 /* What this build cannot enforce yet is refused, never ignored: a policy
- * that asks for egress, package registries or secrets must not get a
- * session that silently lacks them (fail closed). */
+ * that asks for egress or package registries must not get a session that
+ * silently lacks them (fail closed). */
 static int policy_check(const struct sbx_policy *p, const struct sbx_accel_info *ai, struct sbx_err *err);
 
 static int policy_supported(struct sbx_state *st, const struct sbx_policy *p, const struct sbx_accel_info *ai,
@@ -272,8 +273,6 @@ static int policy_check(const struct sbx_policy *p, const struct sbx_accel_info 
 	if (p->packages.mode != SBX_PKG_OFFLINE)
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
 				   "packages.mode: allowlist is not supported by this version of sbx (use mode: offline)");
-	if (p->nsecrets)
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "secrets are not supported by this version of sbx");
 	return 0;
 }
 
@@ -371,8 +370,10 @@ static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, c
 }
 
 /* Start sbx-monitor detached (setsid, double fork) with the held session
- * lock and the write end of the readiness pipe. */
-static int spawn_monitor(const char *id, int lock_fd, int ready_w, struct sbx_err *err)
+ * lock, the write end of the readiness pipe and, with secrets, the read end
+ * of the socket they come through (never argv, environment or a file). */
+static int spawn_monitor(const char *id, int lock_fd, int ready_w, int secrets_r, const struct sbx_policy *pol,
+			 struct sbx_err *err)
 {
 	char path[PATH_MAX];
 	if (sbx_libexec_path("sbx-monitor", path, sizeof path) < 0 || access(path, X_OK) < 0)
@@ -392,16 +393,29 @@ static int spawn_monitor(const char *id, int lock_fd, int ready_w, struct sbx_er
 		fcntl(lock_fd, F_SETFD, fl & ~FD_CLOEXEC);
 		fl = fcntl(ready_w, F_GETFD);
 		fcntl(ready_w, F_SETFD, fl & ~FD_CLOEXEC);
+		char sfd[16];
+		snprintf(sfd, sizeof sfd, "%d", secrets_r);
+		if (secrets_r >= 0)
+			fcntl(secrets_r, F_SETFD, fcntl(secrets_r, F_GETFD) & ~FD_CLOEXEC);
 		int devnull = open("/dev/null", O_RDWR);
 		if (devnull >= 0) {
 			dup2(devnull, 0);
 			dup2(devnull, 1);
 			dup2(devnull, 2);
 		}
+		/* The values came over the socket; the variables they were read
+		 * from do not follow into the monitor's (or its VMM's) environ. */
+		for (unsigned i = 0; i < pol->nsecrets; i++)
+			if (pol->secrets[i].from_env[0])
+				unsetenv(pol->secrets[i].from_env);
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		execl(path, "sbx-monitor", "--id", id, "--lock-fd", lfd, "--ready-fd", rfd, (char *)NULL);
+		if (secrets_r >= 0)
+			execl(path, "sbx-monitor", "--id", id, "--lock-fd", lfd, "--ready-fd", rfd, "--secrets-fd", sfd,
+			      (char *)NULL);
+		else
+			execl(path, "sbx-monitor", "--id", id, "--lock-fd", lfd, "--ready-fd", rfd, (char *)NULL);
 		_exit(127);
 	}
 	int status;
@@ -410,6 +424,23 @@ static int spawn_monitor(const char *id, int lock_fd, int ready_w, struct sbx_er
 	if (!WIFEXITED(status) || WEXITSTATUS(status))
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start sbx-monitor");
 	return 0;
+}
+
+/* The secrets frame to the monitor, which reads it before anything else.
+ * A monitor that died first is no error here: await_ready reports why. */
+static void send_secrets(int fd, const struct sbx_secrets *sec)
+{
+	struct timeval tv = { .tv_sec = 30 };
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	size_t off = 0;
+	while (off < sec->frame_len) {
+		ssize_t w = send(fd, sec->frame + off, sec->frame_len - off, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
 }
 
 /* Read the monitor's one-line verdict.  EOF without one means it died. */
@@ -500,6 +531,11 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	}
 	if (policy_supported(st, pol, &ai, err) < 0)
 		return -1;
+	/* Read before anything exists: a secret that cannot be read fails the
+	 * create with nothing to clean up. */
+	_cleanup_secrets_ struct sbx_secrets sec = { 0 };
+	if (sbx_secrets_load(pol, &sec, err) < 0)
+		return -1;
 
 	memset(s, 0, sizeof *s);
 	snprintf(s->state, sizeof s->state, "creating");
@@ -573,18 +609,33 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	close(g);
 	g = -1;
 
-	int p[2];
+	int p[2], sp[2] = { -1, -1 };
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		sbx_session_reclaim(st, id);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe");
 	}
-	if (spawn_monitor(id, lock, p[1], err) < 0) {
+	if (sec.n && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0) {
 		close(p[0]);
 		close(p[1]);
+		sbx_session_reclaim(st, id);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a socket pair");
+	}
+	if (spawn_monitor(id, lock, p[1], sp[1], pol, err) < 0) {
+		close(p[0]);
+		close(p[1]);
+		if (sec.n) {
+			close(sp[0]);
+			close(sp[1]);
+		}
 		sbx_session_reclaim(st, id);
 		return -1;
 	}
 	close(p[1]);
+	if (sec.n) {
+		close(sp[1]);
+		send_secrets(sp[0], &sec);
+		close(sp[0]);
+	}
 	/* The monitor enforces the boot deadline; this one only guards
 	 * against a monitor that hangs, so it is longer. */
 	int rc = await_ready(p[0], sbx_boot_timeout_s() + 30, err);

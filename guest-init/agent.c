@@ -1168,6 +1168,82 @@ static void on_exec_frame(struct agent *a, const struct sbx_frame *f)
 	}
 }
 
+/* ---- secrets ------------------------------------------------------------ */
+
+/* /run/secrets/NAME on the /run tmpfs (never on disk): files 0400, the
+ * directory 0500, both the unprivileged user's; root reads them anyway.
+ * Delivered once per boot, before the host reports the session ready. */
+static int secrets_write(struct agent *a, const struct sbx_secret_ref *s, int n, const char **why)
+{
+	const char *dir = a->is_pid1 ? "/run/secrets" : getenv("SBX_AGENT_SECRETS_DIR");
+	int dfd, fd;
+
+	if (!dir || !*dir) {
+		*why = "no secrets directory (SBX_AGENT_SECRETS_DIR)";
+		return -1;
+	}
+	if (mkdir(dir, 0700) < 0) {
+		*why = errno == EEXIST ? "secrets were already delivered" : "cannot create the secrets directory";
+		return -1;
+	}
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0) {
+		*why = "cannot open the secrets directory";
+		return -1;
+	}
+	for (int i = 0; i < n; i++) {
+		size_t off = 0;
+		fd = openat(dfd, s[i].name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
+		if (fd < 0) {
+			*why = "cannot create a secret file";
+			goto fail;
+		}
+		while (off < s[i].len) {
+			ssize_t w = write(fd, s[i].value + off, s[i].len - off);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				close(fd);
+				*why = "cannot write a secret file";
+				goto fail;
+			}
+			off += (size_t)w;
+		}
+		if (fchmod(fd, 0400) < 0 ||
+		    (a->is_pid1 && fchown(fd, SBX_GUEST_USER_UID, SBX_GUEST_USER_GID) < 0)) {
+			close(fd);
+			*why = "cannot set a secret file's owner";
+			goto fail;
+		}
+		close(fd);
+	}
+	if ((a->is_pid1 && fchown(dfd, SBX_GUEST_USER_UID, SBX_GUEST_USER_GID) < 0) || fchmod(dfd, 0500) < 0) {
+		*why = "cannot set the secrets directory's owner";
+		goto fail;
+	}
+	close(dfd);
+	return 0;
+fail:
+	close(dfd);
+	return -1;
+}
+
+static void on_secrets(struct agent *a, const struct sbx_frame *f)
+{
+	struct sbx_secret_ref s[SBX_SECRETS_MAX];
+	const char *why = "bad secrets frame";
+	int n = f->stream ? -1 : sbx_secrets_decode(f->payload, f->len, s, &why);
+
+	if (n < 0 || secrets_write(a, s, n, &why) < 0) {
+		sbx_guest_log("agent: secrets: %s", why);
+		send_error(a, 0, ERR_INTERNAL, why);
+	} else {
+		sbx_frame_raw(&a->out, SBX_F_SECRETS, 0, NULL, 0);
+	}
+	/* The tmpfs files are now the only copy in the guest. */
+	explicit_bzero((void *)f->payload, f->len);
+}
+
 static void shutdown_all(struct agent *a)
 {
 	for (unsigned i = 0; i < MAX_EXECS; i++)
@@ -1193,6 +1269,9 @@ static void dispatch(struct agent *a, const struct sbx_frame *f)
 			send_error(a, 0, ERR_INVALID, "exec operation on stream 0");
 		else
 			on_exec_frame(a, f);
+		break;
+	case SBX_F_SECRETS:
+		on_secrets(a, f);
 		break;
 	case SBX_F_SHUTDOWN:
 		shutdown_all(a);

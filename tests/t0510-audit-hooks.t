@@ -22,6 +22,14 @@ is "$(sbx-audit --session "$id" --type exec.end --json | jq -r '[.[].reason] | j
 grep -q CANARY-OUTPUT-4711 "$A"; is "$?" 1 "command output is never in the trail"
 sbx-audit verify >/dev/null; ok $? "the trail verifies"
 
+# A command line of most of a megabyte runs; its record stays bounded.
+id=$(sbx-create -q)
+a=$(head -c 110000 /dev/zero | tr '\0' c)
+is "$(sbx-exec "$id" -- sh -c 'echo $#' _ $a $a $a $a $a $a $a $a)" 8 "an 880 KB command line runs"
+is "$(sbx-audit --type exec.start --session "$id" --json | jq -c '.[-1] | [.argv_truncated, (.argv_sha256|length)]')" \
+   "[true,64]" "its audit record is truncated, with the SHA-256 of the whole argv"
+sbx-kill "$id"
+
 # A crashed session and gc's reclaim are recorded too.
 id=$(sbx-create -q)
 kill -9 "$(jq -r .vmm_process.pid "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")"

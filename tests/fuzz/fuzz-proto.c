@@ -1,5 +1,5 @@
 /* libFuzzer target: everything the monitor parses from a guest or a
- * client (frame headers, EXEC requests, EXIT reports, TLV strings). */
+ * client (frame headers, EXEC requests, EXIT reports, SECRETS, TLV strings). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +28,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		struct sbx_exit_info e;
 		sbx_exit_decode(p, n, &e);
+		struct sbx_secret_ref sec[SBX_SECRETS_MAX];
+		int ns = sbx_secrets_decode(p, n, sec, &why);
+		for (int i = 0; i < ns; i++)
+			if (sec[i].len && (sec[i].value < p || sec[i].value + sec[i].len > p + n))
+				abort(); /* a value must lie inside the payload */
 		struct sbx_tlv_it it;
 		uint16_t tag;
 		const uint8_t *v;

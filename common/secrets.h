@@ -1,0 +1,54 @@
+/* Session secrets on the host (sbx-create(1) --secret, sbx-policy(5)
+ * secrets:).  sbx-create reads the values and hands them to the monitor as
+ * one SBX_F_SECRETS frame over an inherited socket; the monitor forwards the
+ * same frame to the guest and keeps the values, in locked memory, only to
+ * scrub them out of the exec output it stores.  Values never go to argv,
+ * the environment, a host file or the audit trail. */
+#ifndef SBX_SECRETS_H
+#define SBX_SECRETS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "proto.h"
+
+struct sbx_policy;
+
+struct sbx_secrets {
+	struct sbx_secret_ref s[SBX_SECRETS_MAX]; /* values point into frame */
+	unsigned n;
+	size_t pat[SBX_SECRETS_MAX]; /* bytes scrubbed: the value less a trailing newline */
+	size_t patmax;
+	uint8_t first[256];          /* bytes a pattern starts with */
+	uint8_t *frame;              /* the SBX_F_SECRETS frame, mlocked, zeroed on free */
+	size_t frame_len, map_len;
+};
+
+/* Add --secret NAME=@FILE (NAME=@- for stdin) to p, replacing a policy
+ * secret of the same name.  Errors are SBX_EXIT_USAGE. */
+int sbx_secrets_args(struct sbx_policy *p, const char *const *specs, unsigned n, struct sbx_err *err);
+/* Read every secret p names (from_env, from_file; "-" is stdin).  A secret
+ * that cannot be read is SBX_EXIT_INVALID naming it. */
+int sbx_secrets_load(const struct sbx_policy *p, struct sbx_secrets *s, struct sbx_err *err);
+/* The monitor's side: one frame from fd (blocking, bounded). */
+int sbx_secrets_read_fd(int fd, struct sbx_secrets *s, struct sbx_err *err);
+void sbx_secrets_free(struct sbx_secrets *s);
+static inline void sbx_secrets_freep(struct sbx_secrets *s) { sbx_secrets_free(s); }
+#define _cleanup_secrets_ __attribute__((cleanup(sbx_secrets_freep)))
+
+/* Streaming scrub: every occurrence of a secret's value becomes
+ * "[secret:NAME]", also across calls.  Bytes that may begin a value are held
+ * back (at most the longest value less one) until the next call decides
+ * them, or sbx_scrub_end releases them. */
+struct sbx_scrub {
+	uint8_t *carry;
+	size_t n;
+};
+int sbx_scrub(const struct sbx_secrets *s, struct sbx_scrub *st, const uint8_t *p, size_t n, struct sbx_buf *out);
+void sbx_scrub_end(struct sbx_scrub *st, struct sbx_buf *out);
+/* A NUL-terminated copy of str with the values replaced; NULL when out of
+ * memory.  Without secrets, a plain copy. */
+char *sbx_scrub_str(const struct sbx_secrets *s, const char *str);
+
+#endif
