@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "audit.h"
+#include "session.h"
 #include "transfer.h"
 
 static const char usage_text[] = "usage: sbx-cp [--json] SRC... SESSION:DEST\n"
@@ -90,8 +91,13 @@ int main(int argc, char **argv)
 	int rc = sbx_state_open(&st, &err);
 	if (rc == 0)
 		rc = upload ? sbx_cp_upload(&st, &o, &result, &err) : sbx_cp_download(&st, &o, &result, &err);
-	if (rc == 0)
+	if (rc == 0) {
+		struct sbx_session s;
+		if (sbx_record_load(&st, o.session, &s, NULL) == 0 && s.tenant[0])
+			json_object_set_new(result, "tenant", json_string(s.tenant));
 		sbx_audit_append(&st, upload ? "files.upload" : "files.download", result, NULL);
+		json_object_del(result, "tenant");
+	}
 	show_guest_msg(guest_msg);
 	free(guest_msg);
 	if (rc < 0) {

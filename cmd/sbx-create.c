@@ -14,7 +14,8 @@
 static void usage(FILE *f)
 {
 	fputs("usage: sbx-create [-q] [--json] [--dry-run] [-p POLICY] [--id ID] [-t TEMPLATE[@VERSION]]\n"
-	      "                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION] [-v HOSTDIR:GUESTPATH:ro]...\n"
+	      "                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION] [--tenant TENANT]\n"
+	      "                  [-v HOSTDIR:GUESTPATH:ro]...\n"
 	      "                  [--secret NAME=@FILE]...\n",
 	      f);
 }
@@ -92,6 +93,7 @@ int main(int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "secret", required_argument, NULL, 'S' },
 		{ "template", required_argument, NULL, 't' },
+		{ "tenant", required_argument, NULL, 'U' },
 		{ "ttl", required_argument, NULL, 'T' },
 		{ "volume", required_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 },
@@ -127,6 +129,7 @@ int main(int argc, char **argv)
 			break;
 		case 't': o.tmpl = optarg; break;
 		case 'T': ov.ttl = optarg; break;
+		case 'U': o.tenant = optarg; break;
 		case 'v':
 			if (o.nvols >= 8)
 				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "at most 8 -v volumes");

@@ -18,7 +18,7 @@
 #include "util.h"
 
 static const char *const cols[] = { "id", "state", "accel", "vcpus", "memory_mib", "template", "execs", "age_s",
-				    "cpu_s", "memory_peak_bytes", "disk_written_bytes", "ttl_left_s" };
+				    "cpu_s", "memory_peak_bytes", "disk_written_bytes", "ttl_left_s", "tenant" };
 
 /* Usage, host-measured where it can be: the VMM's cgroup while the VM
  * runs, the figures saved at its end afterwards; the overlay's allocated
@@ -111,6 +111,8 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 			      created, "kernel", s.kernel, "boot_ms", (json_int_t)s.boot_ms);
 	if (o && s.end_reason[0])
 		json_object_set_new(o, "end_reason", json_string(s.end_reason));
+	if (o)
+		json_object_set_new(o, "tenant", json_string(s.tenant));
 	if (o)
 		add_metrics(st, &s, o, now);
 	return o;
@@ -213,21 +215,23 @@ int main(int argc, char **argv)
 		{ "prometheus", no_argument, NULL, 'P' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "state", required_argument, NULL, 's' },
+		{ "tenant", required_argument, NULL, 'T' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int json = 0, quiet = 0, headers = 1, prom = 0, capacity = 0, c;
-	const char *want = NULL, *execs_of = NULL;
+	const char *want = NULL, *execs_of = NULL, *tenant = NULL;
 	while ((c = getopt_long(argc, argv, "Hhq", opts, NULL)) != -1) {
 		switch (c) {
 		case 'H': headers = 0; break;
 		case 'P': prom = 1; break;
 		case 'C': capacity = 1; break;
-		case 'h': puts("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--state=STATE] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --capacity [--json]"); return 0;
+		case 'h': puts("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --capacity [--json]"); return 0;
 		case 'j': json = 1; break;
 		case 'q': quiet = 1; break;
 		case 's': want = optarg; break;
+		case 'T': tenant = optarg; break;
 		case 'x': execs_of = optarg; break;
-		default: fputs("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--state=STATE] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --capacity [--json]\n", stderr); return 2;
+		default: fputs("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --capacity [--json]\n", stderr); return 2;
 		}
 	}
 	struct sbx_state st;
@@ -268,7 +272,8 @@ int main(int argc, char **argv)
 			continue;
 		}
 		json_t *o = session_json(&st, ids[i]);
-		if (o && (!want || !strcmp(want, json_string_value(json_object_get(o, "state")))))
+		if (o && (!want || !strcmp(want, json_string_value(json_object_get(o, "state")))) &&
+		    (!tenant || !strcmp(tenant, json_string_value(json_object_get(o, "tenant")) ?: "")))
 			json_array_append(all, o);
 		json_decref(o);
 	}
@@ -279,7 +284,7 @@ int main(int argc, char **argv)
 		putchar('\n');
 	} else {
 		if (headers && !quiet)
-			puts("ID\tSTATE\tACCEL\tVCPUS\tMEM_MIB\tTEMPLATE\tEXECS\tAGE_S\tCPU_S\tMEM_PEAK\tDISK_WRITTEN\tTTL_LEFT_S");
+			puts("ID\tSTATE\tACCEL\tVCPUS\tMEM_MIB\tTEMPLATE\tEXECS\tAGE_S\tCPU_S\tMEM_PEAK\tDISK_WRITTEN\tTTL_LEFT_S\tTENANT");
 		size_t k;
 		json_t *o;
 		json_array_foreach(all, k, o) {
@@ -289,7 +294,7 @@ int main(int argc, char **argv)
 				print_text(o);
 		}
 	}
-	if (!rc && want && json_array_size(all) == 0)
+	if (!rc && (want || tenant) && json_array_size(all) == 0)
 		rc = SBX_EXIT_FALSE; /* a filter that matched nothing */
 	json_decref(all);
 	for (size_t i = 0; i < n; i++)

@@ -27,6 +27,7 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
 	c->max_sessions = env_uint("SBX_MAX_SESSIONS", 256);
 	c->max_vcpus = env_uint("SBX_MAX_VCPUS", 4u * (unsigned)get_nprocs());
 	c->max_starting = env_uint("SBX_MAX_STARTING", 8u * (unsigned)get_nprocs());
+	c->max_per_tenant = env_uint("SBX_MAX_SESSIONS_PER_TENANT", c->max_sessions);
 	char **ids;
 	size_t n;
 	if (sbx_session_list(st, &ids, &n, err) < 0)
@@ -48,13 +49,36 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
 	return 0;
 }
 
-int sbx_capacity_admit(struct sbx_state *st, unsigned vcpus, unsigned memory_mib, struct sbx_err *err)
+/* Live sessions of one tenant. */
+static unsigned tenant_sessions(struct sbx_state *st, const char *tenant)
+{
+	char **ids;
+	size_t n;
+	unsigned count = 0;
+	if (sbx_session_list(st, &ids, &n, NULL) < 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		struct sbx_session s;
+		if (sbx_record_load(st, ids[i], &s, NULL) == 0 && !strcmp(s.tenant, tenant)) {
+			const char *live = sbx_session_live_state(st, &s);
+			count += !strcmp(live, "running") || !strcmp(live, "creating");
+		}
+		free(ids[i]);
+	}
+	free(ids);
+	return count;
+}
+
+int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
+		       struct sbx_err *err)
 {
 	struct sbx_capacity c;
 	if (sbx_capacity_get(st, &c, err) < 0)
 		return -1;
 	const char *what = NULL;
-	if (c.sessions + 1 > c.max_sessions)
+	if (tenant && tenant[0] && tenant_sessions(st, tenant) + 1 > c.max_per_tenant)
+		what = "sessions of this tenant";
+	else if (c.sessions + 1 > c.max_sessions)
 		what = "sessions";
 	else if (c.memory_mib + memory_mib + SBX_VMM_OVERHEAD_MIB > c.max_memory_mib)
 		what = "memory";

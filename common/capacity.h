@@ -13,6 +13,7 @@ struct sbx_capacity {
 	uint64_t memory_mib, max_memory_mib; /* guest memory plus the VMM's allowance */
 	unsigned vcpus, max_vcpus;
 	unsigned starting, max_starting; /* sessions still booting */
+	unsigned max_per_tenant;         /* sessions of one tenant */
 };
 
 /* What live sessions use now, and the limits: SBX_MAX_STARTING (boots at
@@ -23,7 +24,8 @@ struct sbx_capacity {
 int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_err *err);
 /* 75 with retry_after_ms when a session of this size does not fit.
  * Call with the global lock held so two creates cannot both fit. */
-int sbx_capacity_admit(struct sbx_state *st, unsigned vcpus, unsigned memory_mib, struct sbx_err *err);
+int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
+		       struct sbx_err *err);
 
 #define SBX_VMM_OVERHEAD_MIB 512u
 

@@ -96,6 +96,15 @@ struct mon {
 	char secrets_err[256];  /* the guest refused them */
 };
 
+/* An audit event of this session, with its tenant: a tenant-scoped view
+ * of the trail shows everything of that tenant. */
+static int mon_audit(struct mon *m, const char *type, json_t *f, struct sbx_err *err)
+{
+	if (f && m->s.tenant[0])
+		json_object_set_new(f, "tenant", json_string(m->s.tenant));
+	return sbx_audit_append(&m->st, type, f, err);
+}
+
 static void ep_mod(struct mon *m, struct src *s, uint32_t ev, int op)
 {
 	struct epoll_event e = { .events = ev, .data.ptr = s };
@@ -310,7 +319,7 @@ static void audit_exec_end(struct mon *m, struct exec *ex, const struct sbx_exit
 			      (json_int_t)ex->err_total);
 	if (f)
 		audit_argv(f, json_object_get(ex->req, "argv"));
-	sbx_audit_append(&m->st, "exec.end", f, NULL);
+	mon_audit(m, "exec.end", f, NULL);
 	json_decref(f);
 }
 
@@ -453,7 +462,7 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 	if (af)
 		audit_argv(af, json_object_get(ex->req, "argv"));
 	struct sbx_err aerr = { 0 };
-	int arc = sbx_audit_append(&m->st, "exec.start", af, &aerr);
+	int arc = mon_audit(m, "exec.start", af, &aerr);
 	json_decref(af);
 	sbx_exec_req_free(&r);
 	if (arc < 0) {
@@ -1213,7 +1222,7 @@ static void end_session(struct mon *m, const char *state, const char *why, const
 	snprintf(m->s.state, sizeof m->s.state, "%s", state);
 	snprintf(m->s.end_reason, sizeof m->s.end_reason, "%s", why);
 	m->s.ended_ns = sbx_now_ns();
-	sbx_audit_append(&m->st, event, fields, NULL);
+	mon_audit(m, event, fields, NULL);
 	json_decref(fields);
 	sbx_cgroup_usage(m->s.id, &m->s.cpu_ns, &m->s.mem_peak);
 	sbx_record_save(&m->st, &m->s, NULL);
@@ -1283,7 +1292,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		if (m.st.lib_fd >= 0 && m.s.id[0]) {
 			json_t *ff = json_pack("{s:s, s:b, s:i, s:s}", "session", m.s.id, "ok", 0, "code", err.code,
 					       "error", err.msg);
-			sbx_audit_append(&m.st, "session.create", ff, NULL);
+			mon_audit(&m, "session.create", ff, NULL);
 			json_decref(ff);
 		}
 		if (m.st.sessions_fd >= 0 && m.s.id[0])
@@ -1327,7 +1336,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 			json_array_append_new(names, json_string(m.sec.s[i].name));
 		json_object_set_new(cf, "secrets", names);
 	}
-	int crc = sbx_audit_append(&m.st, "session.create", cf, &err);
+	int crc = mon_audit(&m, "session.create", cf, &err);
 	json_decref(cf);
 	if (crc < 0) {
 		/* A session that cannot be audited is not handed out. */
@@ -1374,7 +1383,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		json_t *df = json_pack("{s:s, s:s, s:f, s:f, s:s}", "session", m.s.id, "reason", "sbx-kill", "duration_s",
 				       (double)(sbx_now_ns() - m.s.created_ns) / 1e9, "cpu_s", (double)cpu / 1e9, "cleanup",
 				       left ? "incomplete" : "complete");
-		sbx_audit_append(&m.st, "session.destroy", df, NULL);
+		mon_audit(&m, "session.destroy", df, NULL);
 		json_decref(df);
 		ack_shutdowns(&m); /* after the record: sbx-kill returns on this */
 		goto out;

@@ -115,6 +115,7 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	}
 	snprintf(s->id, sizeof s->id, "%s", id);
 	get_str(o, "state", s->state, sizeof s->state);
+	get_str(o, "tenant", s->tenant, sizeof s->tenant);
 	json_t *t = json_object_get(o, "template");
 	get_str(t, "name", s->tmpl_name, sizeof s->tmpl_name);
 	get_str(t, "version", s->tmpl_version, sizeof s->tmpl_version);
@@ -187,6 +188,8 @@ int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sb
 		json_array_append_new(vols, json_pack("{s:s, s:s, s:b}", "host", s->vols[i].host, "guest",
 						      s->vols[i].guest, "ro", 1));
 	json_object_set_new(o, "volumes", vols);
+	if (s->tenant[0])
+		json_object_set_new(o, "tenant", json_string(s->tenant));
 	if (s->cpu_ns || s->mem_peak) {
 		json_object_set_new(o, "cpu_ns", json_integer((json_int_t)s->cpu_ns));
 		json_object_set_new(o, "mem_peak", json_integer((json_int_t)s->mem_peak));
@@ -344,8 +347,8 @@ static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, c
 	/* The template as asked for ("default", not the version it resolved
 	 * to), so repeating a create after a template upgrade is still the
 	 * same request. */
-	snprintf(txt, sizeof txt, "v1\ntemplate=%s\nvcpus=%u\nmemory_mib=%u\n", s->tmpl_req, s->vcpus,
-		 s->memory_mib);
+	snprintf(txt, sizeof txt, "v1\ntemplate=%s\nvcpus=%u\nmemory_mib=%u\ntenant=%s\n", s->tmpl_req, s->vcpus,
+		 s->memory_mib, s->tenant);
 	SHA2_CTX c;
 	uint8_t d[SHA256_DIGEST_LENGTH];
 	SHA256Init(&c);
@@ -517,6 +520,8 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	*existed = 0;
 	if (o->id && sbx_id_check(o->id, "session", err) < 0)
 		return -1;
+	if (o->tenant && sbx_id_check(o->tenant, "tenant", err) < 0)
+		return -1;
 	if (sbx_template_find(st, o->tmpl ? o->tmpl : "default", &t, err) < 0)
 		return -1;
 	if (sbx_vmm_available(err) < 0)
@@ -543,6 +548,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	snprintf(s->tmpl_version, sizeof s->tmpl_version, "%s", t.version);
 	snprintf(s->tmpl_dir, sizeof s->tmpl_dir, "%s", t.dir);
 	snprintf(s->tmpl_req, sizeof s->tmpl_req, "%s", o->tmpl ? o->tmpl : "default");
+	snprintf(s->tenant, sizeof s->tenant, "%s", o->tenant ? o->tenant : "");
 	s->vcpus = o->vcpus ? o->vcpus : 1;
 	s->memory_mib = o->memory_mib ? o->memory_mib : 256;
 	snprintf(s->accel, sizeof s->accel, "%s", ai.accel == SBX_ACCEL_KVM ? "kvm" : "tcg");
@@ -588,7 +594,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		*existed = 1;
 		return 0;
 	}
-	if (sbx_capacity_admit(st, s->vcpus, s->memory_mib, err) < 0) {
+	if (sbx_capacity_admit(st, s->tenant, s->vcpus, s->memory_mib, err) < 0) {
 		if (!o->id && err)
 			err->session[0] = 0; /* the generated ID never existed */
 		return -1;

@@ -20,6 +20,7 @@ struct sbx_session {
 	uint64_t created_ns, ready_ns, ended_ns;
 	char tmpl_name[64], tmpl_version[64], tmpl_dir[512];
 	char tmpl_req[140]; /* as requested: NAME or NAME@VERSION (not stored) */
+	char tenant[SBX_ID_MAX + 1]; /* who the session is for; "" for none */
 	unsigned vcpus, memory_mib;
 	char accel[8], vmm[24];
 	char spec[65];      /* sha256 of the spec, for idempotent --id */
@@ -60,6 +61,7 @@ struct sbx_create_opts {
 	unsigned vcpus, memory_mib;
 	unsigned boot_timeout_s;
 	const struct sbx_policy *policy; /* effective policy (policy.h); NULL: defaults */
+	const char *tenant;   /* NULL: none */
 	const char *vols[8];  /* "HOSTDIR:GUESTPATH[:ro]" */
 	unsigned nvols;
 };

@@ -50,6 +50,19 @@ sbx-kill booting
 is "$(ls "$SBX_ROOT/var/lib/sbx/sessions" | wc -l)" 1 "refused creates leave nothing"
 is "$(sbx-ps --capacity --json | jq -c '.starting')" '{"used":0,"max":'$((8 * $(nproc)))'}' "--capacity reports concurrent starts"
 
+# Tenants: a per-tenant session limit, filters, a tenant-scoped audit view.
+t1=$(sbx-create -q --tenant acme)
+SBX_MAX_SESSIONS_PER_TENANT=1 sbx-create -q --tenant acme 2>"$TEST_TMP/ten" >/dev/null
+is "$?" 75 "a tenant at its session limit gets 75"
+like "$(cat "$TEST_TMP/ten")" "sessions of this tenant" "naming the limit"
+t2=$(SBX_MAX_SESSIONS_PER_TENANT=1 sbx-create -q --tenant globex); ok $? "another tenant is not held back"
+is "$(sbx-ps -q --tenant acme)" "$t1" "sbx-ps --tenant lists one tenant's sessions"
+sbx-exec "$t1" -- true
+is "$(sbx-audit --tenant acme --json | jq -r '[.[].type] | unique | join(" ")')" "exec.end exec.start session.create" \
+   "the audit trail has a tenant-scoped view of everything the tenant did"
+sbx-create -q --tenant '../x' 2>/dev/null; is "$?" 3 "a malformed tenant exits 3"
+sbx-kill "$t1" "$t2"
+
 kill -9 "$vmm"
 for i in $(seq 50); do [ "$(sbx-ps --no-headers "$id" | cut -f2)" = crashed ] && break; sleep 0.1; done
 awk "BEGIN{exit !($(sbx-ps --json "$id" | jq '.[0].cpu_s') > 0)}"; ok $? "usage is kept after the VM ended"
