@@ -14,7 +14,9 @@ static unsigned env_uint(const char *name, unsigned def)
 	return e && *e && !*end && v > 0 && v < 1000000 ? (unsigned)v : def;
 }
 
-int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_err *err)
+/* One pass over the records: what is live, and how much of it is tenant's. */
+static int measure(struct sbx_state *st, const char *tenant, struct sbx_capacity *c, unsigned *of_tenant,
+		   struct sbx_err *err)
 {
 	memset(c, 0, sizeof *c);
 	struct sysinfo si;
@@ -39,6 +41,7 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
 			if (!strcmp(live, "running") || !strcmp(live, "creating")) {
 				c->sessions++;
 				c->starting += !strcmp(live, "creating");
+				*of_tenant += tenant && tenant[0] && !strcmp(s.tenant, tenant);
 				c->memory_mib += s.memory_mib + SBX_VMM_OVERHEAD_MIB;
 				c->vcpus += s.vcpus;
 			}
@@ -49,34 +52,21 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
 	return 0;
 }
 
-/* Live sessions of one tenant. */
-static unsigned tenant_sessions(struct sbx_state *st, const char *tenant)
+int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_err *err)
 {
-	char **ids;
-	size_t n;
-	unsigned count = 0;
-	if (sbx_session_list(st, &ids, &n, NULL) < 0)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		struct sbx_session s;
-		if (sbx_record_load(st, ids[i], &s, NULL) == 0 && !strcmp(s.tenant, tenant)) {
-			const char *live = sbx_session_live_state(st, &s);
-			count += !strcmp(live, "running") || !strcmp(live, "creating");
-		}
-		free(ids[i]);
-	}
-	free(ids);
-	return count;
+	unsigned unused = 0;
+	return measure(st, NULL, c, &unused, err);
 }
 
 int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
 		       struct sbx_err *err)
 {
 	struct sbx_capacity c;
-	if (sbx_capacity_get(st, &c, err) < 0)
+	unsigned of_tenant = 0;
+	if (measure(st, tenant, &c, &of_tenant, err) < 0)
 		return -1;
 	const char *what = NULL;
-	if (tenant && tenant[0] && tenant_sessions(st, tenant) + 1 > c.max_per_tenant)
+	if (tenant && tenant[0] && of_tenant + 1 > c.max_per_tenant)
 		what = "sessions of this tenant";
 	else if (c.sessions + 1 > c.max_sessions)
 		what = "sessions";

@@ -1,4 +1,5 @@
 #include "cgroup.h"
+#include "state.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -185,23 +186,7 @@ int sbx_cgroup_list(char ***ids, size_t *n)
 	*n = 0;
 	group_dir(is_v2() ? NULL : "pids", "", dir, sizeof dir, 1);
 	DIR *d = opendir(dir);
-	if (!d)
-		return 0;
-	size_t cap = 0;
-	for (struct dirent *de; (de = readdir(d));) {
-		if (de->d_type != DT_DIR || de->d_name[0] == '.')
-			continue;
-		if (*n == cap) {
-			cap = cap ? cap * 2 : 16;
-			char **nv = realloc(*ids, cap * sizeof **ids);
-			if (!nv)
-				break;
-			*ids = nv;
-		}
-		(*ids)[(*n)++] = strdup(de->d_name);
-	}
-	closedir(d);
-	return 0;
+	return d ? sbx_dir_ids(d, 1, ids, n) : 0;
 }
 
 int sbx_cgroup_remove(const char *session)

@@ -82,8 +82,6 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 	}
 }
 
-static int cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 /* Runtime directories and cgroups whose session record is gone. */
 static void gc_orphans(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb, void *ctx)
 {
@@ -162,8 +160,6 @@ int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb_u
 	size_t n;
 	if (sbx_session_list(st, &ids, &n, err) < 0)
 		return -1;
-	if (n) /* qsort of a NULL array is undefined even with n == 0 */
-		qsort(ids, n, sizeof *ids, cmp);
 	for (size_t i = 0; i < n; i++) {
 		/* Global, then session: the order sbx-create takes them in. */
 		int g = sbx_lock_global(st, NULL);

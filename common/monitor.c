@@ -361,8 +361,8 @@ static void exec_abort(struct mon *m, struct exec *ex, uint32_t reason)
 	e.wall_us = (sbx_now_ns() - ex->started_ns) / 1000u;
 	scrub_flush(m, ex);
 	exec_result(m, ex, &e);
-	audit_exec_end(m, ex, &e);
 	send_exit(m, ex, &e);
+	audit_exec_end(m, ex, &e);
 	exec_free(m, ex);
 }
 
@@ -594,29 +594,26 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 			break;
 		scrub_flush(m, ex);
 		exec_result(m, ex, &e);
-		audit_exec_end(m, ex, &e);
 		if (ex->client && ex->client->lag) {
 			/* The client still reads from the files: the EXIT waits
 			 * behind the output it has not seen yet. */
 			sbx_exit_encode(&ex->tail, ex->n, &e);
 			ex->done = 1;
-			break;
+		} else {
+			send_exit(m, ex, &e);
 		}
-		send_exit(m, ex, &e);
-		exec_free(m, ex);
+		/* After the reply: the fsynced append is not the client's wait.
+		 * It still lands before this monitor handles anything else. */
+		audit_exec_end(m, ex, &e);
+		if (!ex->done)
+			exec_free(m, ex);
 		break;
 	}
 	case SBX_F_ERROR: {
 		if (!f->stream && m->secrets_sent && !m->ready) {
 			char msg[200] = "refused";
-			struct sbx_tlv_it it;
-			uint16_t tag;
-			const uint8_t *v;
-			uint32_t n;
-			sbx_tlv_init(&it, f->payload, f->len);
-			while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
-				if (tag == SBX_T_MSG)
-					sbx_tlv_as_str(v, n, msg, sizeof msg);
+			uint32_t code = 0;
+			sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
 			snprintf(m->secrets_err, sizeof m->secrets_err, "%s", msg);
 			break;
 		}
@@ -758,18 +755,6 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 		sbx_frame_raw(&m->aout, SBX_F_PING, c->ping_token, f->payload, f->len);
 		agent_flush(m);
 		return;
-	case SBX_F_INFO: {
-		struct sbx_buf b = { 0 };
-		size_t off = sbx_frame_begin(&b, SBX_F_INFO, 0);
-		sbx_tlv_str(&b, SBX_T_SESSION, m->s.id);
-		sbx_tlv_str(&b, SBX_T_STATE, m->s.state);
-		sbx_tlv_str(&b, SBX_T_ACCEL, m->s.accel);
-		sbx_tlv_str(&b, SBX_T_KERNEL, m->s.kernel);
-		sbx_frame_end(&b, off);
-		client_send(m, c, &b);
-		sbx_buf_free(&b);
-		return;
-	}
 	case SBX_F_SHUTDOWN:
 		c->shutdown_ack = 1;
 		m->stopping = 1;

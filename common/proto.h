@@ -44,7 +44,7 @@ enum sbx_frame_type {
 	SBX_F_PING = 14,    /* echoed as PONG with the same payload */
 	SBX_F_PONG = 15,
 	SBX_F_SHUTDOWN = 16, /* host->guest: sync, power off; client->monitor: destroy session */
-	SBX_F_INFO = 17,    /* client->monitor: ask; monitor->client: reply with SESSION, STATE */
+	SBX_F_INFO = 17,    /* reserved: nothing sends it (sbx-ps reads the records) */
 	SBX_F_SECRETS = 18, /* host->guest: (NAME VALUE)*, once, before any exec; guest->host:
 			     * empty, the secrets are in place (or ERROR on stream 0) */
 	SBX_F_TYPE_MAX = 18

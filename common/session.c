@@ -792,32 +792,16 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
 	return 0;
 }
 
-static int cmpstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int sbx_session_list(struct sbx_state *st, char ***ids, size_t *n, struct sbx_err *err)
 {
+	DIR *d = fdopendir(dup(st->sessions_fd));
 	*ids = NULL;
 	*n = 0;
-	DIR *d = fdopendir(dup(st->sessions_fd));
 	if (!d)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list sessions");
 	rewinddir(d);
-	struct dirent *de;
-	size_t cap = 0;
-	while ((de = readdir(d))) {
-		if (sbx_id_check(de->d_name, "session", NULL) < 0)
-			continue;
-		if (*n == cap) {
-			cap = cap ? cap * 2 : 16;
-			char **nv = realloc(*ids, cap * sizeof **ids);
-			if (!nv)
-				break;
-			*ids = nv;
-		}
-		(*ids)[(*n)++] = strdup(de->d_name);
-	}
-	closedir(d);
-	if (*n)
-		qsort(*ids, *n, sizeof **ids, cmpstr);
+	if (sbx_dir_ids(d, 0, ids, n) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list sessions");
 	return 0;
 }

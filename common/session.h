@@ -29,7 +29,6 @@ struct sbx_session {
 	char boot_id[40];
 	char kernel[80];    /* guest kernel release from HELLO */
 	char end_reason[64]; /* why the VM ended, when it did */
-	unsigned execs;
 	uint64_t boot_ms;   /* launch -> agent hello */
 	uint64_t cpu_ns, mem_peak; /* host-measured VMM usage, saved when the VM ended */
 	struct sbx_volume {  /* -v HOST:GUEST:ro, copied into an image at boot */
@@ -59,7 +58,6 @@ struct sbx_create_opts {
 	const char *id;       /* NULL: generate */
 	const char *tmpl;     /* NAME or NAME@VERSION, default "default" */
 	unsigned vcpus, memory_mib;
-	unsigned boot_timeout_s;
 	const struct sbx_policy *policy; /* effective policy (policy.h); NULL: defaults */
 	const char *tenant;   /* NULL: none */
 	const char *vols[8];  /* "HOSTDIR:GUESTPATH[:ro]" */

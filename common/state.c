@@ -172,6 +172,44 @@ int sbx_session_locked(struct sbx_state *st, const char *id)
 	return 0;
 }
 
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int sbx_dir_ids(DIR *d, int dirs_only, char ***ids, size_t *n)
+{
+	size_t cap = 0;
+	*ids = NULL;
+	*n = 0;
+	for (struct dirent *de; (de = readdir(d));) {
+		if (sbx_id_check(de->d_name, "ID", NULL) < 0 || (dirs_only && de->d_type != DT_DIR))
+			continue;
+		char *name = strdup(de->d_name);
+		if (name && *n == cap) {
+			cap = cap ? cap * 2 : 16;
+			char **nv = realloc(*ids, cap * sizeof **ids);
+			if (!nv) {
+				free(name);
+				name = NULL;
+			} else {
+				*ids = nv;
+			}
+		}
+		if (!name) {
+			while (*n)
+				free((*ids)[--*n]);
+			free(*ids);
+			*ids = NULL;
+			closedir(d);
+			errno = ENOMEM;
+			return -1;
+		}
+		(*ids)[(*n)++] = name;
+	}
+	closedir(d);
+	if (*n)
+		qsort(*ids, *n, sizeof **ids, cmp_name);
+	return 0;
+}
+
 int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode,
 			struct sbx_err *err)
 {

@@ -5,6 +5,7 @@
 #ifndef SBX_STATE_H
 #define SBX_STATE_H
 
+#include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "err.h"
@@ -37,6 +38,10 @@ int sbx_lock_session(struct sbx_state *st, const char *id, int nonblock, int cre
 		     struct sbx_err *err);
 /* Is the session's lock held by someone (its monitor is alive)? */
 int sbx_session_locked(struct sbx_state *st, const char *id);
+
+/* The entries of d (closed here) that are valid IDs, directories only if
+ * asked, sorted; free each and the array.  -1 (ENOMEM) with nothing kept. */
+int sbx_dir_ids(DIR *d, int dirs_only, char ***ids, size_t *n);
 
 /* Write data to dirfd/name atomically: tmp + fsync + renameat + fsync(dir). */
 int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode,

@@ -58,10 +58,10 @@ like "$(cat "$TEST_TMP/ten")" "sessions of this tenant" "naming the limit"
 t2=$(SBX_MAX_SESSIONS_PER_TENANT=1 sbx-create -q --tenant globex); ok $? "another tenant is not held back"
 is "$(sbx-ps -q --tenant acme)" "$t1" "sbx-ps --tenant lists one tenant's sessions"
 sbx-exec "$t1" -- true
-is "$(sbx-audit --tenant acme --json | jq -r '[.[].type] | unique | join(" ")')" "exec.end exec.start session.create" \
+sbx-kill "$t1" "$t2"   # the monitors have recorded everything once they are gone
+is "$(sbx-audit --tenant acme --json | jq -r '[.[].type] | unique | join(" ")')" "exec.end exec.start session.create session.destroy" \
    "the audit trail has a tenant-scoped view of everything the tenant did"
 sbx-create -q --tenant '../x' 2>/dev/null; is "$?" 3 "a malformed tenant exits 3"
-sbx-kill "$t1" "$t2"
 
 kill -9 "$vmm"
 for i in $(seq 50); do [ "$(sbx-ps --no-headers "$id" | cut -f2)" = crashed ] && break; sleep 0.1; done
