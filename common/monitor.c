@@ -1063,8 +1063,11 @@ static int boot(struct mon *m, struct sbx_err *err)
 	if ((m->listen.fd = listen_unix("monitor.sock", err)) < 0 ||
 	    (m->agent_listen.fd = listen_unix("agent.sock", err)) < 0)
 		return -1;
+	const struct sbx_vmm_ops *ops = sbx_vmm_lookup(m->s.vmm[0] ? m->s.vmm : "qemu");
+	if (!ops)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the record names an unknown VMM '%s'", m->s.vmm);
 	struct sbx_vm_config c = {
-		.kernel = t.kernel, .initrd = t.initrd, .rootfs = t.rootfs, .scratch = scratch, .agent_sock = "agent.sock",
+		.ops = ops, .kernel = t.kernel, .initrd = t.initrd, .rootfs = t.rootfs, .scratch = scratch, .agent_sock = "agent.sock",
 		.qmp_sock = "qmp.sock", .console_path = "console.log", .log_path = "vmm.log",
 		.hostname = m->s.id, .vcpus = m->s.vcpus, .memory_mib = m->s.memory_mib,
 		.accel = strcmp(m->s.accel, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM,

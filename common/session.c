@@ -524,9 +524,10 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		return -1;
 	if (sbx_template_find(st, o->tmpl ? o->tmpl : "default", &t, err) < 0)
 		return -1;
-	if (sbx_vmm_available(err) < 0)
-		return -1;
 	if (sbx_accel_get(st, t.kernel, t.initrd, &ai, err) < 0)
+		return -1;
+	const struct sbx_vmm_ops *vmm;
+	if (sbx_vmm_choose(ai.accel, &vmm, err) < 0)
 		return -1;
 	struct sbx_policy defaults;
 	const struct sbx_policy *pol = o->policy;
@@ -552,7 +553,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	s->vcpus = o->vcpus ? o->vcpus : 1;
 	s->memory_mib = o->memory_mib ? o->memory_mib : 256;
 	snprintf(s->accel, sizeof s->accel, "%s", ai.accel == SBX_ACCEL_KVM ? "kvm" : "tcg");
-	snprintf(s->vmm, sizeof s->vmm, "%s", sbx_vmm_name());
+	snprintf(s->vmm, sizeof s->vmm, "%s", vmm->name);
 	sbx_boot_id(s->boot_id, sizeof s->boot_id);
 	s->created_ns = sbx_now_ns();
 	if (o->nvols > 8)

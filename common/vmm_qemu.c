@@ -26,46 +26,11 @@ static const char *qemu_bin(void)
 	return e && *e ? e : QEMU_BIN;
 }
 
-const char *sbx_vmm_name(void) { return "qemu"; }
-
-static int in_path(const char *bin)
+static int qemu_available(struct sbx_err *err)
 {
-	if (strchr(bin, '/'))
-		return access(bin, X_OK) == 0;
-	const char *path = getenv("PATH");
-	char buf[4096];
-	snprintf(buf, sizeof buf, "%s", path ? path : "/usr/bin:/bin");
-	for (char *save, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-		char p[4200];
-		snprintf(p, sizeof p, "%s/%s", d, bin);
-		if (access(p, X_OK) == 0)
-			return 1;
-	}
-	return 0;
-}
-
-int sbx_vmm_available(struct sbx_err *err)
-{
-	if (!in_path(qemu_bin()))
+	if (!sbx_in_path(qemu_bin()))
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
 				   "no VMM: %s is not installed (apt-get install qemu-system-x86)", qemu_bin());
-	return 0;
-}
-
-unsigned long sbx_host_tsc_khz(void)
-{
-	/* Under TCG the guest must be told the TSC rate (tsc_early_khz) or about
-	 * one boot in three hangs calibrating it (host-facts.md). */
-	_cleanup_free_ char *s = sbx_read_small_at(AT_FDCWD, "/sys/devices/system/cpu/cpu0/tsc_freq_khz", 64, NULL);
-	if (s && strtoul(s, NULL, 10) > 0)
-		return strtoul(s, NULL, 10);
-	_cleanup_fclose_ FILE *f = fopen("/proc/cpuinfo", "re");
-	char line[512];
-	while (f && fgets(line, sizeof line, f)) {
-		double mhz;
-		if (sscanf(line, "cpu MHz : %lf", &mhz) == 1 && mhz > 0)
-			return (unsigned long)(mhz * 1000.0 + 0.5);
-	}
 	return 0;
 }
 
@@ -274,7 +239,7 @@ static int child(const struct sbx_vm_config *c, char **argv, int parent, int log
 	return 127;
 }
 
-int sbx_vm_boot(const struct sbx_vm_config *c, struct sbx_vm *vm, struct sbx_err *err)
+static int qemu_boot(const struct sbx_vm_config *c, struct sbx_vm *vm, struct sbx_err *err)
 {
 	struct argv a;
 	struct sbx_vm_config view;
@@ -305,11 +270,18 @@ int sbx_vm_boot(const struct sbx_vm_config *c, struct sbx_vm *vm, struct sbx_err
 	vm->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	vm->start_time = sbx_proc_start_time(pid);
 	vm->uid = jail ? SBX_JAIL_UID_BASE + (unsigned)pid : 0;
+	vm->ops = &sbx_vmm_qemu;
+	vm->ctl_fd = -1;
+	snprintf(vm->ctl_path, sizeof vm->ctl_path, "%s", c->qmp_sock ? c->qmp_sock : "");
 	return 0;
 }
 
-void sbx_vm_kill(struct sbx_vm *vm)
+static void qemu_kill(struct sbx_vm *vm)
 {
+	if (vm->ctl_fd > 0) {
+		close(vm->ctl_fd);
+		vm->ctl_fd = -1;
+	}
 	if (vm->pid <= 0)
 		return;
 	if (vm->pidfd >= 0)
@@ -323,3 +295,11 @@ void sbx_vm_kill(struct sbx_vm *vm)
 	vm->pid = 0;
 	vm->pidfd = -1;
 }
+
+const struct sbx_vmm_ops sbx_vmm_qemu = {
+	.name = "qemu",
+	.agent_mode = SBX_AGENT_ACCEPT,
+	.available = qemu_available,
+	.boot = qemu_boot,
+	.kill = qemu_kill,
+};
