@@ -1,0 +1,199 @@
+/* sbx-snapshot: pause and resume sessions; save them as snapshots (or
+ * templates), list and remove snapshots. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "proto.h"
+#include "snapshot.h"
+#include "util.h"
+
+#define PROG "sbx-snapshot"
+
+static const char usage_text[] =
+	"usage: sbx-snapshot pause [--tenant TENANT] [--json] SESSION\n"
+	"       sbx-snapshot resume [--tenant TENANT] [--json] SESSION\n"
+	"       sbx-snapshot save [--tenant TENANT] [--template] [--json] SESSION NAME[@VERSION]\n"
+	"       sbx-snapshot list [--tenant TENANT] [-q] [--json] [--no-headers] [NAME[@VERSION]]\n"
+	"       sbx-snapshot rm [--tenant TENANT] [--force] [--json] NAME[@VERSION]...\n";
+
+struct opts {
+	const char *tenant;
+	int json, quiet, headers, force, to_template;
+};
+
+static void print_json(json_t *o)
+{
+	json_dumpf(o, stdout, JSON_COMPACT);
+	putchar('\n');
+}
+
+static int pause_resume(struct sbx_state *st, const struct opts *o, unsigned op, char **args, int n,
+			struct sbx_err *err)
+{
+	if (n != 1)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "%s takes one SESSION",
+				    op == SBX_VMCTL_PAUSE ? "pause" : "resume");
+	char state[16] = "";
+	if (sbx_session_vmctl(st, args[0], o->tenant, op, NULL, state, sizeof state, err) < 0)
+		return -1;
+	if (o->json) {
+		json_t *j = json_pack("{s:i, s:s, s:s}", "schema", 1, "session", args[0], "state", state);
+		print_json(j);
+		json_decref(j);
+	}
+	return 0;
+}
+
+static int save(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	if (n != 2)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "save takes SESSION NAME[@VERSION]");
+	struct sbx_snapshot_save_opts so = { .session = args[0], .tenant = o->tenant, .spec = args[1],
+					     .to_template = o->to_template, .progress_fd = 2 };
+	struct sbx_snapshot s;
+	if (sbx_snapshot_save(st, &so, &s, err) < 0)
+		return -1;
+	if (o->json) {
+		json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:s, s:b, s:I, s:s, s:s}", "schema", 1, "snapshot", s.ref,
+				      "name", s.name, "version", s.version, "tenant", s.tenant, "template", s.is_template,
+				      "size_bytes", (json_int_t)s.size, "content_sha256", s.content_sha256, "session",
+				      s.source);
+		print_json(j);
+		json_decref(j);
+	} else {
+		printf("%s@%s\n", s.name, s.version); /* what -s and -t take */
+	}
+	return 0;
+}
+
+static const char *const cols[] = { "name", "version", "created", "size_bytes", "template", "session", "vcpus",
+				    "memory_mib", "in_use", "tenant" };
+
+static int list(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	json_t *all;
+	if (n > 1)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "list takes at most one NAME");
+	if (sbx_snapshot_list(st, o->tenant, n ? args[0] : NULL, &all, err) < 0)
+		return -1;
+	if (o->json) {
+		json_dumpf(all, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(all);
+		return 0;
+	}
+	if (o->headers && !o->quiet)
+		puts("NAME\tVERSION\tCREATED\tSIZE\tTEMPLATE\tSESSION\tVCPUS\tMEM_MIB\tIN_USE\tTENANT");
+	size_t k;
+	json_t *s;
+	json_array_foreach(all, k, s) {
+		if (o->quiet) {
+			printf("%s@%s\n", json_string_value(json_object_get(s, "name")),
+			       json_string_value(json_object_get(s, "version")));
+			continue;
+		}
+		for (size_t i = 0; i < SBX_ARRAY_LEN(cols); i++) {
+			json_t *v = json_object_get(s, cols[i]);
+			const char *str = json_string_value(v);
+			if (json_is_integer(v))
+				printf("%s%lld", i ? "\t" : "", (long long)json_integer_value(v));
+			else
+				printf("%s%s", i ? "\t" : "", str && *str ? str : "-");
+		}
+		putchar('\n');
+	}
+	json_decref(all);
+	return 0;
+}
+
+static int rm(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	if (n < 1)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "rm takes NAME[@VERSION]...");
+	json_t *all = json_array();
+	int rc = 0;
+	for (int i = 0; i < n; i++) {
+		json_t *removed = NULL;
+		if (sbx_snapshot_rm(st, o->tenant, args[i], o->force, &removed, err) < 0) {
+			rc = -1;
+			break;
+		}
+		json_array_extend(all, removed);
+		json_decref(removed);
+	}
+	if (o->json && rc == 0) {
+		json_t *j = json_pack("{s:i, s:O}", "schema", 1, "removed", all);
+		print_json(j);
+		json_decref(j);
+	}
+	json_decref(all);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "force", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "no-headers", no_argument, NULL, 'H' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "template", no_argument, NULL, 'T' },
+		{ "tenant", required_argument, NULL, 't' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct opts o = { .headers = 1 };
+	int c;
+	if (argc < 2 || argv[1][0] == '-') {
+		int help = argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
+		fputs(usage_text, help ? stdout : stderr);
+		return help ? 0 : SBX_EXIT_USAGE;
+	}
+	const char *verb = argv[1];
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "fhq", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'f': o.force = 1; break;
+		case 'h': fputs(usage_text, stdout); return 0;
+		case 'H': o.headers = 0; break;
+		case 'j': o.json = 1; break;
+		case 'q': o.quiet = 1; break;
+		case 'T': o.to_template = 1; break;
+		case 't': o.tenant = optarg; break;
+		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
+		}
+	}
+	char **args = argv + optind;
+	int n = argc - optind, rc;
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	if (sbx_state_open(&st, &err) < 0) {
+		sbx_err_print(PROG, &err, o.json);
+		return err.code;
+	}
+	if (!strcmp(verb, "pause"))
+		rc = pause_resume(&st, &o, SBX_VMCTL_PAUSE, args, n, &err);
+	else if (!strcmp(verb, "resume"))
+		rc = pause_resume(&st, &o, SBX_VMCTL_RESUME, args, n, &err);
+	else if (!strcmp(verb, "save"))
+		rc = save(&st, &o, args, n, &err);
+	else if (!strcmp(verb, "list") || !strcmp(verb, "ls"))
+		rc = list(&st, &o, args, n, &err);
+	else if (!strcmp(verb, "rm"))
+		rc = rm(&st, &o, args, n, &err);
+	else
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o.json, "unknown command '%s' (pause, resume, save, list, rm)",
+				    verb);
+	if (rc > 0)
+		return rc; /* a usage error, already reported */
+	if (rc < 0) {
+		sbx_err_print(PROG, &err, o.json);
+		return err.code ? err.code : SBX_EXIT_INTERNAL;
+	}
+	return 0;
+}

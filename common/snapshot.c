@@ -1,0 +1,1070 @@
+#include "snapshot.h"
+#include "audit.h"
+#include "gc.h"
+#include "policy.h"
+#include "progress.h"
+#include "proto.h"
+#include "session.h"
+#include "template.h"
+#include "util.h"
+#include "zstream.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <sha2.h>
+
+#define MANIFEST "manifest.json"
+#define SAVE_TIMEOUT_MS (30u * 60 * 1000) /* the monitor bounds each step itself */
+#define VMCTL_TIMEOUT_MS 60000u
+
+static const char *const data_files[] = { "memory.zst", "scratch.zst" };
+
+/* --- names and places ----------------------------------------------------- */
+
+int sbx_snapshot_spec(const char *spec, char name[64], char version[64], struct sbx_err *err)
+{
+	const char *at = strchr(spec, '@');
+	size_t nl = at ? (size_t)(at - spec) : strlen(spec);
+	name[0] = version[0] = 0;
+	if (nl == 0 || nl > SBX_ID_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid snapshot name '%.80s': must be 1 to %d characters",
+				   spec, SBX_ID_MAX);
+	memcpy(name, spec, nl);
+	name[nl] = 0;
+	if (sbx_id_check(name, "snapshot name", err) < 0)
+		return -1;
+	if (at) {
+		if (strlen(at + 1) > SBX_ID_MAX)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "invalid snapshot version '%.80s': must be 1 to %d characters", at + 1, SBX_ID_MAX);
+		if (sbx_id_check(at + 1, "snapshot version", err) < 0)
+			return -1;
+		snprintf(version, 64, "%s", at + 1);
+	}
+	return 0;
+}
+
+/* "_" names the snapshots without a tenant, so no tenant may be called
+ * that: its snapshots would be everybody's. */
+static int tenant_check(const char *tenant, struct sbx_err *err)
+{
+	if (!tenant || !*tenant)
+		return 0;
+	if (sbx_id_check(tenant, "tenant", err) < 0)
+		return -1;
+	if (!strcmp(tenant, SBX_SNAPSHOT_NO_TENANT))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid tenant '_': the name is reserved for snapshots "
+							     "without a tenant");
+	return 0;
+}
+
+static const char *tenant_dir_name(const char *tenant)
+{
+	return tenant && *tenant ? tenant : SBX_SNAPSHOT_NO_TENANT;
+}
+
+/* LIB/snapshots/TENANT, made (0700) when create; -2 (no error) when it
+ * does not exist and create is off. */
+static int tenant_dir(struct sbx_state *st, const char *tenant, int create, struct sbx_err *err)
+{
+	if (create && mkdirat(st->lib_fd, "snapshots", 0700) < 0 && errno != EEXIST)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create the snapshot directory");
+	_cleanup_close_ int top = openat(st->lib_fd, "snapshots", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (top < 0)
+		return errno == ENOENT ? -2 : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshots");
+	const char *t = tenant_dir_name(tenant);
+	if (create && mkdirat(top, t, 0700) < 0 && errno != EEXIST)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create the snapshot directory");
+	int fd = openat(top, t, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return errno == ENOENT ? -2 : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshots");
+	return fd;
+}
+
+static void hex(const uint8_t *d, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+static int sha256_file(int dfd, const char *name, char out[65], uint64_t *size, struct sbx_err *err)
+{
+	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_free_ uint8_t *buf = malloc(1u << 20);
+	if (fd < 0 || !buf)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, fd < 0 ? errno : ENOMEM, "cannot read %s", name);
+	SHA2_CTX c;
+	uint8_t d[SHA256_DIGEST_LENGTH];
+	SHA256Init(&c);
+	*size = 0;
+	for (;;) {
+		ssize_t r = read(fd, buf, 1u << 20);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read %s", name);
+		if (r == 0)
+			break;
+		SHA256Update(&c, buf, (size_t)r);
+		*size += (uint64_t)r;
+	}
+	SHA256Final(d, &c);
+	hex(d, sizeof d, out);
+	return 0;
+}
+
+/* --- manifests ------------------------------------------------------------ */
+
+static void get_str(json_t *o, const char *k, char *out, size_t n)
+{
+	const char *v = json_string_value(json_object_get(o, k));
+	snprintf(out, n, "%s", v ? v : "");
+}
+
+static uint64_t get_u64(json_t *o, const char *k)
+{
+	json_int_t v = json_integer_value(json_object_get(o, k));
+	return v > 0 ? (uint64_t)v : 0;
+}
+
+static int parse_manifest(json_t *m, struct sbx_snapshot *s)
+{
+	const char *kind = json_string_value(json_object_get(m, "kind"));
+	if (json_integer_value(json_object_get(m, "schema")) != SBX_SNAPSHOT_SCHEMA || !kind || strcmp(kind, "snapshot"))
+		return -1;
+	get_str(m, "name", s->name, sizeof s->name);
+	get_str(m, "version", s->version, sizeof s->version);
+	get_str(m, "tenant", s->tenant, sizeof s->tenant);
+	get_str(m, "created", s->created, sizeof s->created);
+	s->created_ns = get_u64(m, "created_ns");
+	json_t *src = json_object_get(m, "source"), *t = json_object_get(src, "template");
+	get_str(src, "session", s->source, sizeof s->source);
+	get_str(t, "name", s->tmpl_name, sizeof s->tmpl_name);
+	get_str(t, "version", s->tmpl_version, sizeof s->tmpl_version);
+	get_str(t, "content_sha256", s->tmpl_sha256, sizeof s->tmpl_sha256);
+	get_str(m, "kernel", s->kernel, sizeof s->kernel);
+	get_str(m, "vmm", s->vmm, sizeof s->vmm);
+	get_str(m, "accel", s->accel, sizeof s->accel);
+	s->vcpus = (unsigned)get_u64(m, "vcpus");
+	s->memory_mib = (unsigned)get_u64(m, "memory_mib");
+	s->disk_bytes = get_u64(json_object_get(m, "devices"), "scratch_bytes");
+	s->size = get_u64(m, "size");
+	get_str(m, "content_sha256", s->content_sha256, sizeof s->content_sha256);
+	if (sbx_id_check(s->name, "snapshot", NULL) < 0 || sbx_id_check(s->version, "snapshot", NULL) < 0 ||
+	    !s->vcpus || !s->memory_mib || !s->disk_bytes || !s->vmm[0] || !s->tmpl_name[0] || !s->tmpl_version[0])
+		return -1;
+	return 0;
+}
+
+/* The snapshot in dirfd/entry, whose name must be its NAME@VERSION. */
+static int load_entry(int dirfd, const char *entry, struct sbx_snapshot *s)
+{
+	memset(s, 0, sizeof *s);
+	_cleanup_close_ int fd = openat(dirfd, entry, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_free_ char *txt = fd >= 0 ? sbx_read_small_at(fd, MANIFEST, 1 << 20, NULL) : NULL;
+	json_t *m = txt ? json_loads(txt, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	int rc = m ? parse_manifest(m, s) : -1;
+	json_decref(m);
+	char want[140];
+	snprintf(want, sizeof want, "%s@%s", s->name, s->version);
+	return rc == 0 && !strcmp(want, entry) ? 0 : -1;
+}
+
+static int newer(const struct sbx_snapshot *a, const struct sbx_snapshot *b)
+{
+	if (a->created_ns != b->created_ns)
+		return a->created_ns > b->created_ns;
+	return strcmp(a->version, b->version) > 0;
+}
+
+static void set_place(struct sbx_state *st, const char *tenant, struct sbx_snapshot *s)
+{
+	snprintf(s->ref, sizeof s->ref, "%s/%s@%s", tenant_dir_name(tenant), s->name, s->version);
+	snprintf(s->dir, sizeof s->dir, "%s/snapshots/%s", st->lib, s->ref);
+}
+
+int sbx_snapshot_find(struct sbx_state *st, const char *tenant, const char *spec, struct sbx_snapshot *s,
+		      struct sbx_err *err)
+{
+	char name[64], version[64];
+	if (tenant_check(tenant, err) < 0 || sbx_snapshot_spec(spec, name, version, err) < 0)
+		return -1;
+	/* Another tenant's snapshots are not "forbidden": they do not exist. */
+	const char *whose = tenant && *tenant ? " of this tenant" : "";
+	int dfd = tenant_dir(st, tenant, 0, err);
+	if (dfd == -1)
+		return -1;
+	if (dfd == -2)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", spec, whose);
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list the snapshots");
+	}
+	struct sbx_snapshot cur;
+	int found = 0;
+	size_t nl = strlen(name);
+	for (struct dirent *de; (de = readdir(d));) {
+		if (de->d_name[0] == '.' || strncmp(de->d_name, name, nl) || de->d_name[nl] != '@')
+			continue;
+		if (version[0] && strcmp(de->d_name + nl + 1, version))
+			continue;
+		if (load_entry(dirfd(d), de->d_name, &cur) < 0)
+			continue; /* not a snapshot (half-removed, foreign) */
+		if (!found || newer(&cur, s)) {
+			*s = cur;
+			found = 1;
+		}
+	}
+	closedir(d);
+	if (!found)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", spec, whose);
+	set_place(st, tenant, s);
+	return 0;
+}
+
+int sbx_snapshot_of_template(const struct sbx_template *t, struct sbx_snapshot *s, struct sbx_err *err)
+{
+	memset(s, 0, sizeof *s);
+	_cleanup_close_ int fd = open(t->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_free_ char *txt = fd >= 0 ? sbx_read_small_at(fd, MANIFEST, 1 << 20, NULL) : NULL;
+	json_t *m = txt ? json_loads(txt, 0, NULL) : NULL;
+	int rc = m ? parse_manifest(json_object_get(m, "snapshot"), s) : -1;
+	json_decref(m);
+	if (rc < 0)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "template %s@%s holds a snapshot whose manifest is unusable",
+				   t->name, t->version);
+	s->is_template = 1;
+	snprintf(s->name, sizeof s->name, "%s", t->name);
+	snprintf(s->version, sizeof s->version, "%s", t->version);
+	snprintf(s->ref, sizeof s->ref, "template:%s@%s", t->name, t->version);
+	snprintf(s->dir, sizeof s->dir, "%s", t->dir);
+	return 0;
+}
+
+static int template_sha(const char *dir, char out[65])
+{
+	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_free_ char *txt = fd >= 0 ? sbx_read_small_at(fd, MANIFEST, 1 << 20, NULL) : NULL;
+	json_t *m = txt ? json_loads(txt, 0, NULL) : NULL;
+	get_str(m, "content_sha256", out, 65);
+	json_decref(m);
+	return m ? 0 : -1;
+}
+
+int sbx_snapshot_template(struct sbx_state *st, const struct sbx_snapshot *s, struct sbx_template *t,
+			  struct sbx_err *err)
+{
+	char spec[140];
+	if (s->is_template)
+		snprintf(spec, sizeof spec, "%s@%s", s->name, s->version);
+	else
+		snprintf(spec, sizeof spec, "%s@%s", s->tmpl_name, s->tmpl_version);
+	struct sbx_err e = { 0 };
+	if (sbx_template_find(st, spec, t, &e) < 0) {
+		if (e.code != SBX_EXIT_NOENT) {
+			*err = e;
+			return -1;
+		}
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s: its template %s is gone", s->ref, spec);
+	}
+	/* The guest in the image has the template's root disk cached: it
+	 * must be the very same bytes. */
+	char sha[65] = "";
+	if (!s->is_template && s->tmpl_sha256[0] && (template_sha(t->dir, sha) < 0 || strcmp(sha, s->tmpl_sha256)))
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+				   "snapshot %s: template %s changed since the snapshot was taken (content %.12s, was %.12s)",
+				   s->ref, spec, sha, s->tmpl_sha256);
+	return 0;
+}
+
+/* --- restoring (sbx-create) ---------------------------------------------- */
+
+int sbx_snapshot_apply(const struct sbx_snapshot *snap, const struct sbx_create_opts *o, const struct sbx_policy *p,
+		       struct sbx_session *s, struct sbx_err *err)
+{
+	if (strcmp(snap->vmm, s->vmm))
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "snapshot %s was saved by the %s VMM; this host would run %s",
+				   snap->ref, snap->vmm, s->vmm);
+	if (strcmp(snap->accel, s->accel))
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "snapshot %s was saved under %s; this host runs guests under %s",
+				   snap->ref, snap->accel, s->accel);
+	/* The VM comes back as it was saved: its vCPUs, memory and disk are
+	 * in the image.  Asking for others is an error, not a silent change. */
+	if ((o->shape_set & SBX_SHAPE_VCPUS) && s->vcpus != snap->vcpus)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "snapshot %s has %u vCPUs and a restored VM keeps them; %u were asked for", snap->ref,
+				   snap->vcpus, s->vcpus);
+	if ((o->shape_set & SBX_SHAPE_MEMORY) && s->memory_mib != snap->memory_mib)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "snapshot %s has %u MiB of memory and a restored VM keeps it; %u MiB were asked for",
+				   snap->ref, snap->memory_mib, s->memory_mib);
+	if ((o->shape_set & SBX_SHAPE_DISK) && s->limits.disk_bytes != snap->disk_bytes)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "snapshot %s has a %llu MiB disk and a restored VM keeps it; %llu MiB were asked for",
+				   snap->ref, (unsigned long long)(snap->disk_bytes >> 20),
+				   (unsigned long long)(s->limits.disk_bytes >> 20));
+	if (o->nvols || (o->workspace && *o->workspace))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "a session from snapshot %s has the snapshot's devices: -v and --workspace would add "
+				   "disks it was not saved with",
+				   snap->ref);
+	if (p->network.egress != SBX_EGRESS_NONE || p->packages.mode != SBX_PKG_OFFLINE)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "snapshot %s was saved without a network device, which network.egress: allowlist and "
+				   "packages.mode: allowlist need",
+				   snap->ref);
+	s->vcpus = snap->vcpus;
+	s->memory_mib = snap->memory_mib;
+	s->limits.disk_bytes = snap->disk_bytes;
+	s->mac[0] = 0;
+	snprintf(s->snapshot, sizeof s->snapshot, "%s", snap->ref);
+	snprintf(s->snapshot_dir, sizeof s->snapshot_dir, "%s", snap->dir);
+	snprintf(s->kernel, sizeof s->kernel, "%s", snap->kernel);
+	/* The spec (idempotent --id) is of the snapshot, not the template. */
+	snprintf(s->tmpl_req, sizeof s->tmpl_req, "snapshot:%.130s", snap->ref);
+	return 0;
+}
+
+int sbx_snapshot_present(const struct sbx_snapshot *snap, struct sbx_err *err)
+{
+	char path[800];
+	snprintf(path, sizeof path, "%s/" MANIFEST, snap->dir);
+	if (access(path, R_OK) < 0)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s was removed", snap->ref);
+	return 0;
+}
+
+/* --- talking to a session's monitor --------------------------------------- */
+
+struct vmctl_progress {
+	struct sbx_progress p;
+	int fd, on;
+	char what[64];
+};
+
+static void show_progress(struct vmctl_progress *vp, const struct sbx_frame *f)
+{
+	struct sbx_tlv_it it;
+	uint16_t tag;
+	const uint8_t *v;
+	uint32_t n;
+	char what[64] = "";
+	uint64_t done = 0, total = 0;
+	sbx_tlv_init(&it, f->payload, f->len);
+	while (sbx_tlv_next(&it, &tag, &v, &n) == 1) {
+		if (tag == SBX_T_MSG)
+			sbx_tlv_as_str(v, n, what, sizeof what);
+		else if (tag == SBX_T_DONE)
+			sbx_tlv_as_u64(v, n, &done);
+		else if (tag == SBX_T_TOTAL)
+			sbx_tlv_as_u64(v, n, &total);
+	}
+	if (vp->fd < 0)
+		return;
+	if (!vp->on || strcmp(what, vp->what)) {
+		if (vp->on)
+			sbx_progress_end(&vp->p, 1);
+		snprintf(vp->what, sizeof vp->what, "%s", what);
+		sbx_progress_begin(&vp->p, vp->fd, what, total);
+		vp->on = 1;
+	}
+	vp->p.total = total;
+	sbx_progress_update(&vp->p, done);
+}
+
+static int vmctl_run(struct sbx_state *st, const char *id, unsigned op, const char *path, const char *hostname,
+		     int progress_fd, unsigned timeout_ms, char *state, size_t n, struct sbx_err *err)
+{
+	_cleanup_close_ int fd = sbx_monitor_connect(st, id, err);
+	if (fd < 0)
+		return -1;
+	struct sbx_buf out = { 0 }, in = { 0 };
+	struct vmctl_progress vp = { .fd = progress_fd };
+	int rc = -1;
+	size_t off = sbx_frame_begin(&out, SBX_F_VMCTL, 0);
+	sbx_tlv_u32(&out, SBX_T_OP, op);
+	if (path)
+		sbx_tlv_str(&out, SBX_T_PATH, path);
+	if (hostname)
+		sbx_tlv_str(&out, SBX_T_HOSTNAME, hostname);
+	sbx_frame_end(&out, off);
+	if (out.oom || send(fd, out.data, out.len, MSG_NOSIGNAL) != (ssize_t)out.len) {
+		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot talk to the monitor of session %s", id);
+		goto done;
+	}
+	uint64_t deadline = sbx_mono_ns() + (uint64_t)timeout_ms * 1000000u;
+	for (;;) {
+		struct sbx_frame f;
+		while (in.len >= SBX_FRAME_HDR) {
+			if (sbx_frame_hdr_get(in.data, &f, SBX_FRAME_MAX) < 0) {
+				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the monitor of session %s sent garbage", id);
+				goto done;
+			}
+			if (in.len - SBX_FRAME_HDR < f.len)
+				break;
+			f.payload = in.data + SBX_FRAME_HDR;
+			if (f.type == SBX_F_ERROR) {
+				char msg[400] = "the session refused";
+				uint32_t code = SBX_EXIT_INTERNAL;
+				sbx_error_decode(f.payload, f.len, &code, msg, sizeof msg);
+				sbx_err_set(err, (int)code, 0, "%s", msg);
+				goto done;
+			}
+			if (f.type == SBX_F_VMCTL) {
+				struct sbx_tlv_it it;
+				uint16_t tag;
+				const uint8_t *v;
+				uint32_t vn;
+				sbx_tlv_init(&it, f.payload, f.len);
+				while (sbx_tlv_next(&it, &tag, &v, &vn) == 1)
+					if (tag == SBX_T_STATE && state)
+						sbx_tlv_as_str(v, vn, state, n);
+				rc = 0;
+				goto done;
+			}
+			if (f.type == SBX_F_PROGRESS)
+				show_progress(&vp, &f);
+			size_t used = SBX_FRAME_HDR + f.len;
+			memmove(in.data, in.data + used, in.len - used);
+			in.len -= used;
+		}
+		uint64_t now = sbx_mono_ns();
+		if (now >= deadline) {
+			sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s did not answer in time", id);
+			goto done;
+		}
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int r = poll(&p, 1, (int)((deadline - now) / 1000000u) + 1);
+		if (r < 0 && errno != EINTR) {
+			sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot wait for session %s", id);
+			goto done;
+		}
+		if (r <= 0)
+			continue;
+		uint8_t tmp[16384];
+		ssize_t got = read(fd, tmp, sizeof tmp);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0) {
+			sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the monitor of session %s went away", id);
+			goto done;
+		}
+		sbx_buf_put(&in, tmp, (size_t)got);
+	}
+done:
+	if (vp.on)
+		sbx_progress_end(&vp.p, rc == 0);
+	sbx_buf_free(&out);
+	sbx_buf_free(&in);
+	return rc;
+}
+
+/* The session, and whether it is tenant's (when one is given). */
+static int session_of(struct sbx_state *st, const char *id, const char *tenant, struct sbx_session *s,
+		      struct sbx_err *err)
+{
+	if (sbx_id_check(id, "session", err) < 0 || tenant_check(tenant, err) < 0)
+		return -1;
+	if (sbx_record_load(st, id, s, err) < 0)
+		return -1;
+	if (tenant && strcmp(tenant, s->tenant))
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
+	return 0;
+}
+
+int sbx_session_vmctl(struct sbx_state *st, const char *id, const char *tenant, unsigned op, const char *hostname,
+		      char *state, size_t n, struct sbx_err *err)
+{
+	struct sbx_session s;
+	if (session_of(st, id, tenant, &s, err) < 0)
+		return -1;
+	if (hostname && sbx_id_check(hostname, "hostname", err) < 0)
+		return -1;
+	return vmctl_run(st, id, op, NULL, hostname, -1, VMCTL_TIMEOUT_MS, state, n, err);
+}
+
+/* --- saving --------------------------------------------------------------- */
+
+/* A default version: the time, UTC to the millisecond, which sorts as it
+ * was taken ("20250101T120000.123Z"). */
+static void version_now(char *buf, size_t n)
+{
+	uint64_t ns = sbx_now_ns();
+	time_t t = (time_t)(ns / 1000000000u);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	char base[32];
+	strftime(base, sizeof base, "%Y%m%dT%H%M%S", &tm);
+	snprintf(buf, n, "%s.%03uZ", base, (unsigned)(ns / 1000000u % 1000u));
+}
+
+/* A copy that keeps holes (a template's root disk is mostly one). */
+static int copy_file(int sdir, const char *sname, int ddir, const char *dname, mode_t mode, struct sbx_err *err)
+{
+	_cleanup_close_ int in = openat(sdir, sname, O_RDONLY | O_CLOEXEC);
+	_cleanup_close_ int out = openat(ddir, dname, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+	struct stat sb;
+	if (in < 0 || out < 0 || fstat(in, &sb) < 0 || ftruncate(out, sb.st_size) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot copy %s", sname);
+	for (off_t pos = 0; pos < sb.st_size;) {
+		off_t data = lseek(in, pos, SEEK_DATA);
+		if (data < 0 && errno == ENXIO)
+			break;
+		off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
+		if (data < 0 || hole < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot copy %s", sname);
+		for (pos = data; pos < hole;) {
+			loff_t o_in = pos, o_out = pos;
+			ssize_t w = copy_file_range(in, &o_in, out, &o_out, (size_t)(hole - pos), 0);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, w < 0 ? errno : EIO, "cannot copy %s", sname);
+			pos += w;
+		}
+	}
+	if (fsync(out) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot copy %s", sname);
+	return 0;
+}
+
+/* The manifest: everything a restore checks, and what a review wants to
+ * know (where it came from, what limits its source ran under). */
+static json_t *manifest_json(const struct sbx_session *src, const struct sbx_snapshot *s, json_t *files,
+			     uint64_t save_ms)
+{
+	json_t *limits = NULL;
+	_cleanup_free_ char *rec = sbx_record_text(src);
+	json_t *r = rec ? json_loads(rec, 0, NULL) : NULL;
+	if (r)
+		limits = json_incref(json_object_get(r, "limits"));
+	json_decref(r);
+	json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:I, s:{s:s, s:{s:s, s:s, s:s}}, s:s, s:s, s:s, s:i, s:i,"
+			      " s:{s:s, s:I, s:i, s:b, s:b, s:b, s:s}, s:o, s:o, s:I, s:s, s:I}",
+			      "schema", SBX_SNAPSHOT_SCHEMA, "kind", "snapshot", "name", s->name, "version", s->version,
+			      "tenant", s->tenant, "created", s->created, "created_ns", (json_int_t)s->created_ns,
+			      "source", "session", s->source, "template", "name", s->tmpl_name, "version",
+			      s->tmpl_version, "content_sha256", s->tmpl_sha256, "kernel", s->kernel, "vmm", s->vmm,
+			      "accel", s->accel, "vcpus", (int)s->vcpus, "memory_mib", (int)s->memory_mib, "devices",
+			      "root", "template", "scratch_bytes", (json_int_t)s->disk_bytes, "volumes", 0, "workspace", 0,
+			      "network", 0, "rng", 1, "agent", "virtio-serial", "limits", limits ? limits : json_object(),
+			      "files", files, "size", (json_int_t)s->size, "content_sha256", s->content_sha256, "save_ms",
+			      (json_int_t)save_ms);
+	return m;
+}
+
+/* Publish a saved snapshot (in sdir, the work directory under LIB) as the
+ * template NAME@VERSION: the base template's files linked (copied across
+ * file systems), ours moved, a template manifest, renamed into place. */
+static int publish(struct sbx_state *st, const struct sbx_session *src, int sdir, json_t *snapm,
+		   const struct sbx_snapshot *s, struct sbx_err *err)
+{
+	char base[600], tmp[100], final[140];
+	sbx_templates_dir(st, base, sizeof base);
+	if (mkdir(base, 0755) < 0 && errno != EEXIST)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create %s", base);
+	_cleanup_close_ int tdir = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int bdir = open(src->tmpl_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (tdir < 0 || bdir < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s", tdir < 0 ? base : src->tmpl_dir);
+	uint32_t rnd = arc4random();
+	snprintf(tmp, sizeof tmp, ".tmp-snap-%08x", rnd);
+	snprintf(final, sizeof final, "%s@%s", s->name, s->version);
+	if (mkdirat(tdir, tmp, 0700) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create a template directory");
+	_cleanup_close_ int wd = openat(tdir, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	int rc = wd < 0 || flock(wd, LOCK_EX) < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot lock it") : 0;
+	/* The base template's files: immutable, so shared (their mode stays
+	 * 0644, which the jailed VMM needs). */
+	static const char *const base_files[] = { "vmlinux", "initrd.cpio", "rootfs.ext4" };
+	for (size_t i = 0; rc == 0 && i < SBX_ARRAY_LEN(base_files); i++)
+		if (linkat(bdir, base_files[i], wd, base_files[i], 0) < 0)
+			rc = copy_file(bdir, base_files[i], wd, base_files[i], 0644, err);
+	for (size_t i = 0; rc == 0 && i < SBX_ARRAY_LEN(data_files); i++)
+		if (renameat(sdir, data_files[i], wd, data_files[i]) < 0)
+			rc = copy_file(sdir, data_files[i], wd, data_files[i], 0600, err);
+	/* A template manifest (template.h) around the snapshot's. */
+	_cleanup_free_ char *btxt = rc == 0 ? sbx_read_small_at(bdir, MANIFEST, 1 << 20, NULL) : NULL;
+	json_t *bm = btxt ? json_loads(btxt, 0, NULL) : NULL;
+	if (rc == 0 && !bm)
+		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the manifest of template %s@%s", src->tmpl_name,
+				 src->tmpl_version);
+	if (rc == 0) {
+		char created[40];
+		time_t t = (time_t)(s->created_ns / 1000000000u);
+		struct tm tm;
+		gmtime_r(&t, &tm);
+		strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+		json_t *files = json_deep_copy(json_object_get(bm, "files"));
+		if (!json_is_object(files)) {
+			json_decref(files);
+			files = json_object();
+		}
+		json_object_update(files, json_object_get(snapm, "files"));
+		json_t *kernel = json_deep_copy(json_object_get(bm, "kernel"));
+		json_t *pkgs = json_deep_copy(json_object_get(bm, "packages"));
+		json_t *tm_ = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:O}", "schema", 1, "name", s->name,
+					"version", s->version, "created", created, "kernel", kernel ? kernel : json_null(),
+					"packages", pkgs ? pkgs : json_array(), "files", files, "content_sha256",
+					s->content_sha256, "snapshot", snapm);
+		if (tm_)
+			json_object_set_new(tm_, "base", json_sprintf("%s@%s", src->tmpl_name, src->tmpl_version));
+		char *txt = tm_ ? json_dumps(tm_, JSON_INDENT(2)) : NULL;
+		rc = txt ? sbx_atomic_write_at(wd, MANIFEST, txt, strlen(txt), 0644, err)
+			 : sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot write the manifest");
+		free(txt);
+		json_decref(tm_);
+	}
+	json_decref(bm);
+	if (rc == 0 && renameat2(tdir, tmp, tdir, final, RENAME_NOREPLACE) < 0)
+		rc = errno == EEXIST || errno == ENOTEMPTY
+			     ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "template %s already exists", final)
+			     : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot publish template %s", final);
+	if (rc == 0)
+		fsync(tdir);
+	else
+		sbx_rm_rf_at(tdir, tmp);
+	return rc;
+}
+
+/* Where the monitor writes: LIB/snapshots/TENANT/.tmp-NAME@VERSION-RANDOM,
+ * locked while we work so sbx-gc leaves it alone. */
+static int work_dir(int tdir, const struct sbx_snapshot *s, char *name, size_t n, int *fd, struct sbx_err *err)
+{
+	snprintf(name, n, ".tmp-%s@%s-%08x", s->name, s->version, arc4random());
+	if (mkdirat(tdir, name, 0700) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create the snapshot directory");
+	*fd = openat(tdir, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (*fd < 0 || flock(*fd, LOCK_EX | LOCK_NB) < 0) {
+		sbx_rm_rf_at(tdir, name);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot lock the snapshot directory");
+	}
+	return 0;
+}
+
+static int exists_at(int dfd, const char *name)
+{
+	return faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+static int save_audit(struct sbx_state *st, const struct sbx_snapshot *s, int to_template, uint64_t save_ms,
+		      struct sbx_err *err)
+{
+	json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:b, s:I, s:s, s:I}", "session", s->source, "snapshot", s->ref,
+			      "name", s->name, "version", s->version, "template", to_template, "size",
+			      (json_int_t)s->size, "content_sha256", s->content_sha256, "save_ms", (json_int_t)save_ms);
+	if (f && s->tenant[0])
+		json_object_set_new(f, "tenant", json_string(s->tenant));
+	int rc = sbx_audit_append(st, "snapshot.save", f, err);
+	json_decref(f);
+	return rc;
+}
+
+int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts *o, struct sbx_snapshot *out,
+		      struct sbx_err *err)
+{
+	struct sbx_snapshot s = { 0 };
+	struct sbx_session src;
+	char version[64];
+	if (sbx_snapshot_spec(o->spec, s.name, version, err) < 0)
+		return -1;
+	if (session_of(st, o->session, o->tenant, &src, err) < 0)
+		return -1;
+	const char *live = sbx_session_live_state(st, &src);
+	if (!sbx_state_up(live))
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s)", src.id, live);
+	/* The snapshot is the session's tenant's: its memory never changes
+	 * hands, whoever asks. */
+	snprintf(s.tenant, sizeof s.tenant, "%s", src.tenant);
+	if (tenant_check(s.tenant, err) < 0)
+		return -1;
+	int auto_version = !version[0];
+	if (auto_version)
+		version_now(version, sizeof version);
+	snprintf(s.version, sizeof s.version, "%s", version);
+	_cleanup_close_ int tdir = tenant_dir(st, s.tenant, 1, err);
+	if (tdir < 0)
+		return -1;
+	char tbase[600], final[140];
+	sbx_templates_dir(st, tbase, sizeof tbase);
+	_cleanup_close_ int tpl = o->to_template ? open(tbase, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	/* Taken names are refused before any work (and again at the rename). */
+	for (int i = 1;; i++) {
+		snprintf(final, sizeof final, "%s@%s", s.name, s.version);
+		int taken = o->to_template ? tpl >= 0 && exists_at(tpl, final) : exists_at(tdir, final);
+		if (!taken)
+			break;
+		if (!auto_version || i > 9)
+			return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "%s %s already exists",
+					   o->to_template ? "template" : "snapshot", final);
+		snprintf(s.version, sizeof s.version, "%s-%d", version, i);
+	}
+	char wname[160];
+	_cleanup_close_ int wd = -1;
+	if (work_dir(tdir, &s, wname, sizeof wname, &wd, err) < 0)
+		return -1;
+	char rel[300];
+	snprintf(rel, sizeof rel, "snapshots/%s/%s", tenant_dir_name(s.tenant), wname);
+	uint64_t t0 = sbx_mono_ns();
+	s.created_ns = sbx_now_ns();
+	sbx_fmt_time(s.created_ns, s.created, sizeof s.created);
+	if (vmctl_run(st, src.id, SBX_VMCTL_SAVE, rel, NULL, o->progress_fd, SAVE_TIMEOUT_MS, NULL, 0, err) < 0)
+		goto fail;
+	uint64_t save_ms = (sbx_mono_ns() - t0) / 1000000u;
+	/* What the source was: recorded so a restore can check it gets the
+	 * same (template content, VMM, acceleration, shape). */
+	snprintf(s.source, sizeof s.source, "%s", src.id);
+	snprintf(s.tmpl_name, sizeof s.tmpl_name, "%s", src.tmpl_name);
+	snprintf(s.tmpl_version, sizeof s.tmpl_version, "%s", src.tmpl_version);
+	template_sha(src.tmpl_dir, s.tmpl_sha256);
+	snprintf(s.kernel, sizeof s.kernel, "%s", src.kernel);
+	snprintf(s.vmm, sizeof s.vmm, "%s", src.vmm);
+	snprintf(s.accel, sizeof s.accel, "%s", src.accel);
+	s.vcpus = src.vcpus;
+	s.memory_mib = src.memory_mib;
+	if (sbx_zdisk_size(wd, "scratch.zst", &s.disk_bytes, err) < 0)
+		goto fail;
+	json_t *files = json_object();
+	SHA2_CTX c;
+	uint8_t d[SHA256_DIGEST_LENGTH];
+	SHA256Init(&c);
+	for (size_t i = 0; i < SBX_ARRAY_LEN(data_files); i++) {
+		char sha[65];
+		uint64_t size = 0;
+		if (sha256_file(wd, data_files[i], sha, &size, err) < 0) {
+			json_decref(files);
+			goto fail;
+		}
+		json_object_set_new(files, data_files[i], json_pack("{s:I, s:s}", "size", (json_int_t)size, "sha256", sha));
+		char line[200];
+		snprintf(line, sizeof line, "%s %s\n", sha, data_files[i]);
+		SHA256Update(&c, (const uint8_t *)line, strlen(line));
+		s.size += size;
+	}
+	SHA256Final(d, &c);
+	hex(d, sizeof d, s.content_sha256);
+	json_t *m = manifest_json(&src, &s, files, save_ms);
+	char *txt = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
+	if (!txt) {
+		json_decref(m);
+		sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot write the manifest");
+		goto fail;
+	}
+	int rc = sbx_atomic_write_at(wd, MANIFEST, txt, strlen(txt), 0600, err);
+	free(txt);
+	if (rc == 0 && o->to_template) {
+		rc = publish(st, &src, wd, m, &s, err);
+		if (rc == 0) {
+			sbx_rm_rf_at(tdir, wname);
+			s.is_template = 1;
+			snprintf(s.ref, sizeof s.ref, "template:%s@%s", s.name, s.version);
+			snprintf(s.dir, sizeof s.dir, "%s/%s", tbase, final);
+		}
+	} else if (rc == 0) {
+		/* The commit point: the name appears with everything in it. */
+		if (renameat2(tdir, wname, tdir, final, RENAME_NOREPLACE) < 0)
+			rc = errno == EEXIST || errno == ENOTEMPTY
+				     ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "snapshot %s already exists", final)
+				     : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot store snapshot %s", final);
+		else
+			fsync(tdir);
+		set_place(st, s.tenant, &s);
+	}
+	json_decref(m);
+	if (rc < 0)
+		goto fail;
+	/* Audited once it exists; one that cannot be audited does not stay. */
+	if (save_audit(st, &s, o->to_template, save_ms, err) < 0) {
+		sbx_err_wrap(err, "cannot write the audit trail, the snapshot was removed");
+		if (err)
+			err->code = SBX_EXIT_INTERNAL;
+		char gone[160];
+		if (s.is_template)
+			snprintf(gone, sizeof gone, ".tmp-snap-rm-%08x", arc4random());
+		else
+			snprintf(gone, sizeof gone, ".rm-%s-%08x", final, arc4random());
+		int at = s.is_template ? tpl : tdir;
+		if (at >= 0 && renameat(at, final, at, gone) == 0)
+			sbx_rm_rf_at(at, gone);
+		return -1;
+	}
+	if (out)
+		*out = s;
+	return 0;
+fail:
+	sbx_rm_rf_at(tdir, wname);
+	return -1;
+}
+
+/* --- in use, listing, removal --------------------------------------------- */
+
+/* Live sessions restored from ref (warm-pool members included). */
+static json_t *users_of(struct sbx_state *st, const char *ref)
+{
+	json_t *a = json_array();
+	char **ids;
+	size_t n;
+	if (sbx_session_list(st, &ids, &n, NULL) < 0)
+		return a;
+	for (size_t i = 0; i < n; i++) {
+		struct sbx_session s;
+		if (sbx_record_load(st, ids[i], &s, NULL) == 0 && !strcmp(s.snapshot, ref)) {
+			const char *live = sbx_session_live_state(st, &s);
+			if (sbx_state_up(live) || !strcmp(live, "creating") || !strcmp(live, "pooled"))
+				json_array_append_new(a, json_string(s.id));
+		}
+		free(ids[i]);
+	}
+	free(ids);
+	return a;
+}
+
+static json_t *snapshot_json(struct sbx_state *st, const struct sbx_snapshot *s)
+{
+	json_t *users = users_of(st, s->ref);
+	char tmpl[140];
+	snprintf(tmpl, sizeof tmpl, "%s@%s", s->tmpl_name, s->tmpl_version);
+	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:i, s:i, s:I, s:s, s:s, s:s, s:i, s:o}",
+			 "schema", 1, "snapshot", s->ref, "name", s->name, "version", s->version, "tenant", s->tenant,
+			 "created", s->created, "template", tmpl, "size_bytes", (json_int_t)s->size, "session", s->source,
+			 "kernel", s->kernel, "vcpus", (int)s->vcpus, "memory_mib", (int)s->memory_mib, "disk_bytes",
+			 (json_int_t)s->disk_bytes, "vmm", s->vmm, "accel", s->accel, "content_sha256",
+			 s->content_sha256, "in_use", (int)json_array_size(users), "used_by", users);
+}
+
+static int cmp_snap(const void *a, const void *b)
+{
+	const struct sbx_snapshot *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+	if (c)
+		return c;
+	return newer(x, y) ? 1 : newer(y, x) ? -1 : 0;
+}
+
+/* Every snapshot of tenant, matching name (NULL: all), sorted. */
+static int collect(struct sbx_state *st, const char *tenant, const char *name, const char *version,
+		   struct sbx_snapshot **out, size_t *n, struct sbx_err *err)
+{
+	*out = NULL;
+	*n = 0;
+	int dfd = tenant_dir(st, tenant, 0, err);
+	if (dfd == -1)
+		return -1;
+	if (dfd == -2)
+		return 0;
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list the snapshots");
+	}
+	size_t cap = 0;
+	for (struct dirent *de; (de = readdir(d));) {
+		struct sbx_snapshot s;
+		if (de->d_name[0] == '.' || load_entry(dirfd(d), de->d_name, &s) < 0)
+			continue;
+		if ((name && strcmp(s.name, name)) || (version && version[0] && strcmp(s.version, version)))
+			continue;
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 16;
+			struct sbx_snapshot *nv = realloc(*out, cap * sizeof **out);
+			if (!nv) {
+				closedir(d);
+				free(*out);
+				*out = NULL;
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot list the snapshots");
+			}
+			*out = nv;
+		}
+		set_place(st, tenant, &s);
+		(*out)[(*n)++] = s;
+	}
+	closedir(d);
+	if (*n)
+		qsort(*out, *n, sizeof **out, cmp_snap);
+	return 0;
+}
+
+int sbx_snapshot_list(struct sbx_state *st, const char *tenant, const char *name, json_t **out, struct sbx_err *err)
+{
+	char nm[64] = "", ver[64] = "";
+	*out = NULL;
+	if (tenant_check(tenant, err) < 0 || (name && sbx_snapshot_spec(name, nm, ver, err) < 0))
+		return -1;
+	struct sbx_snapshot *v;
+	size_t n;
+	if (collect(st, tenant, name ? nm : NULL, ver, &v, &n, err) < 0)
+		return -1;
+	if (name && !n)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", name, tenant && *tenant ? " of this tenant" : "");
+	json_t *a = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, snapshot_json(st, &v[i]));
+	free(v);
+	*out = a;
+	return 0;
+}
+
+int sbx_snapshot_rm(struct sbx_state *st, const char *tenant, const char *spec, int force, json_t **removed,
+		    struct sbx_err *err)
+{
+	char name[64], version[64];
+	*removed = NULL;
+	if (tenant_check(tenant, err) < 0 || sbx_snapshot_spec(spec, name, version, err) < 0)
+		return -1;
+	/* Under the global lock, which sbx-create holds from its last look at
+	 * the snapshot to the record that names it: a restore either sees
+	 * the snapshot gone or is seen using it. */
+	_cleanup_close_ int g = sbx_lock_global(st, err);
+	if (g < 0)
+		return -1;
+	struct sbx_snapshot *v;
+	size_t n;
+	if (collect(st, tenant, name, version, &v, &n, err) < 0)
+		return -1;
+	if (!n)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", spec, tenant && *tenant ? " of this tenant" : "");
+	json_t **users = calloc(n, sizeof *users);
+	if (!users) {
+		free(v);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot remove %s", spec);
+	}
+	int rc = 0;
+	for (size_t i = 0; i < n; i++) {
+		users[i] = users_of(st, v[i].ref);
+		if (!force && json_array_size(users[i]) && rc == 0) {
+			size_t k = json_array_size(users[i]);
+			rc = sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+					 "snapshot %s is in use by session %s%s (%zu in all); end them with sbx-kill, or "
+					 "use --force",
+					 v[i].ref, json_string_value(json_array_get(users[i], 0)), k > 1 ? " and others" : "",
+					 k);
+		}
+	}
+	_cleanup_close_ int tdir = rc == 0 ? tenant_dir(st, tenant, 0, err) : -1;
+	if (rc == 0 && tdir < 0)
+		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshots");
+	char (*gone)[160] = rc == 0 ? calloc(n, sizeof *gone) : NULL;
+	if (rc == 0 && !gone)
+		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot remove %s", spec);
+	/* Out of sight at once (renamed), removed after the lock is dropped. */
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		char entry[140];
+		snprintf(entry, sizeof entry, "%s@%s", v[i].name, v[i].version);
+		snprintf(gone[i], sizeof gone[i], ".rm-%s-%08x", entry, arc4random());
+		if (renameat(tdir, entry, tdir, gone[i]) < 0) {
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot remove snapshot %s", v[i].ref);
+			gone[i][0] = 0;
+		}
+	}
+	close(g);
+	g = -1;
+	json_t *done = json_array();
+	for (size_t i = 0; gone && i < n; i++) {
+		if (!gone[i][0])
+			continue;
+		sbx_rm_rf_at(tdir, gone[i]);
+		json_array_append_new(done, json_string(v[i].ref));
+		json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:O}", "snapshot", v[i].ref, "name", v[i].name, "version",
+				      v[i].version, "forced", force && json_array_size(users[i]) > 0, "in_use_by", users[i]);
+		if (f && v[i].tenant[0])
+			json_object_set_new(f, "tenant", json_string(v[i].tenant));
+		sbx_audit_append(st, "snapshot.rm", f, NULL);
+		json_decref(f);
+	}
+	for (size_t i = 0; i < n; i++)
+		json_decref(users[i]);
+	free(users);
+	free(gone);
+	free(v);
+	if (rc < 0) {
+		json_decref(done);
+		return -1;
+	}
+	*removed = done;
+	return 0;
+}
+
+/* --- sbx-gc ---------------------------------------------------------------- */
+
+/* A leftover in dfd (.tmp-*, .rm-*) that nobody holds locked and that is
+ * older than the grace period. */
+static void gc_dir(int dfd, const char *where, const char *const *prefixes, uint64_t grace_ms, int dry_run,
+		   void (*cb)(const struct sbx_gc_action *a, void *ctx), void *ctx)
+{
+	DIR *d = fdopendir(dup(dfd));
+	if (!d)
+		return;
+	rewinddir(d);
+	uint64_t now = sbx_now_ns();
+	for (struct dirent *de; (de = readdir(d));) {
+		const char *nm = de->d_name;
+		int ours = 0;
+		for (const char *const *p = prefixes; *p; p++)
+			ours |= !strncmp(nm, *p, strlen(*p));
+		if (!ours)
+			continue;
+		int fd = openat(dfd, nm, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		struct stat sb;
+		if (fd < 0 || fstat(fd, &sb) < 0) {
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
+		uint64_t mt = (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec;
+		/* A save at work holds its directory locked. */
+		int busy = flock(fd, LOCK_EX | LOCK_NB) < 0;
+		close(fd);
+		if (busy || mt + grace_ms * 1000000u > now)
+			continue;
+		struct sbx_gc_action a = { .action = "reclaim-snapshot-tmp", .session = "-" };
+		snprintf(a.detail, sizeof a.detail, "%s/%s: left by an interrupted save or removal", where, nm);
+		if (cb)
+			cb(&a, ctx);
+		if (!dry_run)
+			sbx_rm_rf_at(dfd, nm);
+	}
+	closedir(d);
+}
+
+int sbx_snapshot_gc(struct sbx_state *st, uint64_t grace_ms, int dry_run,
+		    void (*cb)(const struct sbx_gc_action *a, void *ctx), void *ctx)
+{
+	_cleanup_close_ int top = openat(st->lib_fd, "snapshots", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (top >= 0) {
+		DIR *d = fdopendir(dup(top));
+		if (d) {
+			rewinddir(d);
+			for (struct dirent *de; (de = readdir(d));) {
+				if (de->d_name[0] == '.')
+					continue;
+				int t = openat(top, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+				if (t < 0)
+					continue;
+				char where[100];
+				snprintf(where, sizeof where, "snapshots/%s", de->d_name);
+				static const char *const ours[] = { ".tmp-", ".rm-", NULL };
+				gc_dir(t, where, ours, grace_ms, dry_run, cb, ctx);
+				close(t);
+			}
+			closedir(d);
+		}
+	}
+	char base[600];
+	sbx_templates_dir(st, base, sizeof base);
+	_cleanup_close_ int tdir = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* Only our own leftovers there: other tools build templates too. */
+	static const char *const ours[] = { ".tmp-snap-", NULL };
+	if (tdir >= 0)
+		gc_dir(tdir, "templates", ours, grace_ms, dry_run, cb, ctx);
+	return 0;
+}

@@ -1,0 +1,51 @@
+/* zstd streams for snapshots (libzstd, in process): a compressing sink
+ * that writes a file, a pump that decompresses a file into a pipe with a
+ * deadline, and a sparse disk image packed as one compressed stream.
+ *
+ * The disk format (scratch.zst): a zstd stream of "SBXDISK1", the image
+ * size (u64 LE), then records of offset and length (u64 LE each) followed
+ * by that many bytes, ending with the record UINT64_MAX, 0.  Holes and
+ * all-zero blocks are left out, so an unpacked image is as sparse as the
+ * original.  Unpacking checks every record against the size. */
+#ifndef SBX_ZSTREAM_H
+#define SBX_ZSTREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+/* Called with bytes done of total (0: unknown) while work goes on. */
+typedef void (*sbx_zprogress)(void *ctx, const char *what, uint64_t done, uint64_t total);
+
+struct sbx_zsink {
+	void *z;          /* ZSTD_CCtx */
+	int fd;           /* the file, owned by the caller */
+	uint8_t *buf;     /* compressed output staging */
+	size_t cap;
+	uint64_t in, out; /* bytes taken, bytes written */
+};
+
+/* Compress into fd (level 1..19); fd stays the caller's. */
+int sbx_zsink_open(struct sbx_zsink *s, int fd, int level, struct sbx_err *err);
+int sbx_zsink_write(struct sbx_zsink *s, const void *p, size_t n, struct sbx_err *err);
+/* End the stream and fsync the file. */
+int sbx_zsink_finish(struct sbx_zsink *s, struct sbx_err *err);
+void sbx_zsink_free(struct sbx_zsink *s);
+
+/* Decompress the file in_fd into out_fd (a pipe, nonblocking or not),
+ * giving up at deadline_ns (CLOCK_MONOTONIC) or when alive_fd (a pidfd;
+ * -1: none) says the reader is gone. */
+int sbx_zpump(int in_fd, int out_fd, int alive_fd, uint64_t deadline_ns, sbx_zprogress cb, void *ctx,
+	      struct sbx_err *err);
+
+/* Pack the disk image at src (read while nothing writes it) into dirfd/name,
+ * created 0600 and fsynced. */
+int sbx_zdisk_pack(const char *src, int dirfd, const char *name, sbx_zprogress cb, void *ctx, struct sbx_err *err);
+/* Unpack dirfd/name into dst (must not exist; created 0600, sparse).
+ * *size gets the image size. */
+int sbx_zdisk_unpack(int dirfd, const char *name, const char *dst, uint64_t *size, struct sbx_err *err);
+/* The image size recorded in a packed disk, without unpacking it. */
+int sbx_zdisk_size(int dirfd, const char *name, uint64_t *size, struct sbx_err *err);
+
+#endif
