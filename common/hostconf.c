@@ -1,0 +1,374 @@
+/* The host configuration loader (sbx.yaml(5)).  Like the policy loader it
+ * walks libyaml's event stream against a fixed schema, so an alias is never
+ * expanded and a document deeper than the schema is refused at its first
+ * extra level.  Anchors, aliases, tags, directives, several documents,
+ * unknown or duplicate keys, wrong types and out-of-range numbers are all
+ * errors with file:line:col. */
+#include "hostconf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#include "policy.h" /* sbx_parse_size */
+#include "util.h"
+
+#define MIB (1ull << 20)
+#define SCALAR_MAX 256
+#define DEPTH_MAX 8
+
+struct ctx {
+	yaml_parser_t y;
+	yaml_event_t ev;
+	bool have_ev;
+	const char *name;
+	const uint8_t *buf;
+	size_t n;
+	unsigned depth;
+	struct sbx_err *err;
+};
+
+/* Untrusted text for a message: printable ASCII only, cut at 48. */
+static const char *show(char out[64], const char *s)
+{
+	size_t i = 0;
+	for (; s[i] && i < 48; i++)
+		out[i] = s[i] > 0x20 && s[i] < 0x7f ? s[i] : '?';
+	if (s[i])
+		memcpy(out + i, "...", 3), i += 3;
+	out[i] = 0;
+	return out;
+}
+#define SHOW(s) show((char[64]){ 0 }, (s))
+
+__attribute__((format(printf, 3, 4))) static int fail(struct ctx *c, yaml_mark_t m, const char *fmt, ...)
+{
+	char msg[300];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	return sbx_err_set(c->err, SBX_EXIT_INVALID, 0, "%s:%zu:%zu: %s", c->name, m.line + 1, m.column + 1, msg);
+}
+
+static int syntax_error(struct ctx *c)
+{
+	if (c->y.error == YAML_MEMORY_ERROR)
+		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse %s", c->name);
+	yaml_mark_t m = c->y.problem_mark;
+	if (c->y.error == YAML_READER_ERROR) {
+		/* The reader reports a byte offset, not a mark. */
+		m.line = m.column = 0;
+		for (size_t i = 0; i < c->y.problem_offset && i < c->n; i++) {
+			if (c->buf[i] == '\n')
+				m.line++, m.column = 0;
+			else if ((c->buf[i] & 0xc0) != 0x80)
+				m.column++;
+		}
+	}
+	return fail(c, m, "%s", c->y.problem ? c->y.problem : "syntax error");
+}
+
+/* The next event, refusing what no configuration needs wherever it is. */
+static int next(struct ctx *c)
+{
+	if (c->have_ev)
+		yaml_event_delete(&c->ev);
+	c->have_ev = false;
+	if (!yaml_parser_parse(&c->y, &c->ev))
+		return syntax_error(c);
+	c->have_ev = true;
+	yaml_event_t *e = &c->ev;
+	const yaml_char_t *anchor = NULL, *tag = NULL;
+	switch (e->type) {
+	case YAML_ALIAS_EVENT:
+		return fail(c, e->start_mark, "aliases are not allowed");
+	case YAML_DOCUMENT_START_EVENT:
+		if (e->data.document_start.version_directive ||
+		    e->data.document_start.tag_directives.start != e->data.document_start.tag_directives.end)
+			return fail(c, e->start_mark, "directives are not allowed");
+		break;
+	case YAML_SCALAR_EVENT:
+		anchor = e->data.scalar.anchor, tag = e->data.scalar.tag;
+		if (e->data.scalar.length > SCALAR_MAX)
+			return fail(c, e->start_mark, "value longer than %d bytes", SCALAR_MAX);
+		if (memchr(e->data.scalar.value, 0, e->data.scalar.length))
+			return fail(c, e->start_mark, "NUL byte in a value");
+		break;
+	case YAML_SEQUENCE_START_EVENT:
+	case YAML_MAPPING_START_EVENT:
+		if (e->type == YAML_SEQUENCE_START_EVENT)
+			anchor = e->data.sequence_start.anchor, tag = e->data.sequence_start.tag;
+		else
+			anchor = e->data.mapping_start.anchor, tag = e->data.mapping_start.tag;
+		if (++c->depth > DEPTH_MAX)
+			return fail(c, e->start_mark, "nested deeper than %d levels", DEPTH_MAX);
+		break;
+	case YAML_SEQUENCE_END_EVENT:
+	case YAML_MAPPING_END_EVENT:
+		c->depth--;
+		break;
+	default:
+		break;
+	}
+	if (anchor)
+		return fail(c, e->start_mark, "anchors are not allowed");
+	if (tag)
+		return fail(c, e->start_mark, "tags are not allowed");
+	return 0;
+}
+
+static bool is_null(const yaml_event_t *e)
+{
+	if (e->type != YAML_SCALAR_EVENT || e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return false;
+	const char *s = (const char *)e->data.scalar.value;
+	return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
+}
+
+static int expect_map(struct ctx *c, const char *path)
+{
+	if (c->ev.type == YAML_MAPPING_START_EVENT)
+		return 0;
+	return fail(c, c->ev.start_mark, "%s: expected a mapping%s", path,
+		    is_null(&c->ev) ? " (write {} for an empty mapping)" : "");
+}
+
+static const char *scalar(struct ctx *c, const char *path)
+{
+	if (c->ev.type == YAML_SCALAR_EVENT && !is_null(&c->ev))
+		return (const char *)c->ev.data.scalar.value;
+	fail(c, c->ev.start_mark, "%s: expected a scalar value", path);
+	return NULL;
+}
+
+/* Walk a mapping whose keys are any of keys[] (NULL: any name, checked by
+ * fn); fn is called with the value's first event current. */
+typedef int (*val_fn)(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path);
+static int walk_map(struct ctx *c, const char *path, const char *const *keys, val_fn fn, void *obj)
+{
+	if (expect_map(c, path) < 0)
+		return -1;
+	char seen[SBX_POOL_TEMPLATES_MAX + 8][SCALAR_MAX + 1];
+	unsigned nseen = 0;
+	for (;;) {
+		if (next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_MAPPING_END_EVENT)
+			return 0;
+		yaml_mark_t km = c->ev.start_mark;
+		if (c->ev.type != YAML_SCALAR_EVENT)
+			return fail(c, km, "%s: keys must be scalars", path);
+		char key[SCALAR_MAX + 1];
+		snprintf(key, sizeof key, "%s", (const char *)c->ev.data.scalar.value);
+		if (keys) {
+			size_t i = 0;
+			while (keys[i] && strcmp(keys[i], key))
+				i++;
+			if (!keys[i]) {
+				char list[200] = "";
+				for (size_t j = 0; keys[j]; j++)
+					snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
+						 keys[j]);
+				return fail(c, km, "unknown key '%s' in %s (expected one of: %s)", SHOW(key), path, list);
+			}
+		}
+		for (unsigned i = 0; i < nseen; i++)
+			if (!strcmp(seen[i], key))
+				return fail(c, km, "duplicate key '%s' in %s", SHOW(key), path);
+		if (nseen == SBX_ARRAY_LEN(seen))
+			return fail(c, km, "%s: too many keys", path);
+		memcpy(seen[nseen++], key, sizeof key);
+		if (next(c) < 0)
+			return -1;
+		char sub[200];
+		snprintf(sub, sizeof sub, "%s.%s", path, key);
+		if (fn(c, key, km, obj, sub) < 0)
+			return -1;
+	}
+}
+
+/* Decimal digits only: no sign, no leading zero (octal in YAML 1.1). */
+static int parse_uint(const char *s, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+	if (!*s || (s[0] == '0' && s[1]))
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		v = v * 10 + (uint64_t)(*s - '0');
+		if (v > max)
+			return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int pool_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_pool_conf *p = obj;
+	const char *s = scalar(c, path);
+	uint64_t v;
+	if (!s)
+		return -1;
+	yaml_mark_t m = c->ev.start_mark;
+	if (!strcmp(key, "size")) {
+		if (parse_uint(s, SBX_POOL_SIZE_MAX, &v) < 0)
+			return fail(c, m, "%s: '%s' is not a whole number in 0..%d", path, SHOW(s), SBX_POOL_SIZE_MAX);
+		p->size = (unsigned)v;
+	} else if (!strcmp(key, "vcpus")) {
+		if (parse_uint(s, 64, &v) < 0 || v < 1)
+			return fail(c, m, "%s: '%s' is not a whole number in 1..64", path, SHOW(s));
+		p->vcpus = (unsigned)v;
+	} else if (!strcmp(key, "memory")) {
+		if (sbx_parse_size(s, &v) < 0 || v < 64 * MIB || v > (64ull << 30) || v % MIB)
+			return fail(c, m, "%s: '%s' is not a size of whole MiB in 64M..64G", path, SHOW(s));
+		p->memory_mib = (unsigned)(v / MIB);
+	} else {
+		if (sbx_parse_size(s, &v) < 0 || v < 16 * MIB || v > (1ull << 40))
+			return fail(c, m, "%s: '%s' is not a size in 16M..1T", path, SHOW(s));
+		p->disk = v;
+	}
+	(void)km;
+	return 0;
+}
+
+/* NAME or NAME@VERSION, each as an ID: 1..63 of [A-Za-z0-9_.-], not
+ * starting with '.' or '-' (what sbx_template_find accepts). */
+static bool name_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > 63 || s[0] == '.' || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+		      s[i] == '_' || s[i] == '-' || s[i] == '.'))
+			return false;
+	return true;
+}
+
+static int template_entry(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf *hc = obj;
+	const char *at = strchr(key, '@');
+	size_t nl = at ? (size_t)(at - key) : strlen(key);
+	if (!name_ok(key, nl) || (at && !name_ok(at + 1, strlen(at + 1))) || strlen(key) >= sizeof hc->pool[0].tmpl)
+		return fail(c, km, "'%s' is not a template name (NAME or NAME@VERSION)", SHOW(key));
+	if (hc->npool == SBX_POOL_TEMPLATES_MAX)
+		return fail(c, km, "pool.templates: more than %d templates", SBX_POOL_TEMPLATES_MAX);
+	struct sbx_pool_conf *p = &hc->pool[hc->npool];
+	memset(p, 0, sizeof *p);
+	snprintf(p->tmpl, sizeof p->tmpl, "%s", key);
+	p->vcpus = 1;
+	p->memory_mib = 256;
+	p->disk = 1ull << 30;
+	p->size = UINT32_MAX; /* required */
+	static const char *const keys[] = { "disk", "memory", "size", "vcpus", NULL };
+	yaml_mark_t m = c->ev.start_mark;
+	if (walk_map(c, path, keys, pool_value, p) < 0)
+		return -1;
+	if (p->size == UINT32_MAX)
+		return fail(c, m, "%s: size is required", path);
+	hc->npool++;
+	return 0;
+}
+
+static int pool_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	return walk_map(c, path, NULL, template_entry, obj);
+}
+
+static int top_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	static const char *const keys[] = { "templates", NULL };
+	return walk_map(c, "pool", keys, pool_key, obj);
+}
+
+int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_hostconf *hc,
+		       struct sbx_err *err)
+{
+	memset(hc, 0, sizeof *hc);
+	snprintf(hc->source, sizeof hc->source, "%s", name);
+	struct ctx c = { .name = name, .buf = buf, .n = n, .err = err };
+	if (!yaml_parser_initialize(&c.y))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse %s", name);
+	yaml_parser_set_input_string(&c.y, buf, n);
+	yaml_parser_set_encoding(&c.y, YAML_UTF8_ENCODING);
+	int rc = -1;
+	static const char *const keys[] = { "pool", NULL };
+	if (next(&c) < 0 || next(&c) < 0)
+		goto out;
+	if (c.ev.type == YAML_STREAM_END_EVENT) {
+		rc = 0; /* nothing but comments: an empty configuration */
+		goto out;
+	}
+	if (next(&c) < 0) /* after DOCUMENT-START, the top node */
+		goto out;
+	if (c.ev.type != YAML_MAPPING_START_EVENT) {
+		fail(&c, c.ev.start_mark, "the top level must be a mapping");
+		goto out;
+	}
+	if (walk_map(&c, "the top level", keys, top_key, hc) < 0 || next(&c) < 0)
+		goto out;
+	if (c.ev.type != YAML_DOCUMENT_END_EVENT || next(&c) < 0)
+		goto out;
+	if (c.ev.type != YAML_STREAM_END_EVENT) {
+		fail(&c, c.ev.start_mark, "only one document is allowed");
+		goto out;
+	}
+	rc = 0;
+out:
+	if (c.have_ev)
+		yaml_event_delete(&c.ev);
+	yaml_parser_delete(&c.y);
+	if (rc < 0)
+		hc->npool = 0;
+	return rc;
+}
+
+const char *sbx_hostconf_path(char *buf, size_t n)
+{
+	const char *root = getenv("SBX_ROOT");
+	snprintf(buf, n, "%s/etc/sbx/sbx.yaml", root && *root ? root : "");
+	return buf;
+}
+
+int sbx_hostconf_load(struct sbx_hostconf *hc, struct sbx_err *err)
+{
+	char path[600];
+	memset(hc, 0, sizeof *hc);
+	sbx_hostconf_path(path, sizeof path);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0 && errno == ENOENT)
+		return 0;
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read %s", path);
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read %s", path);
+	if (!S_ISREG(st.st_mode) || st.st_size > SBX_HOSTCONF_FILE_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: not a regular file of at most %u bytes", path,
+				   SBX_HOSTCONF_FILE_MAX);
+	_cleanup_free_ uint8_t *buf = malloc((size_t)st.st_size + 1);
+	if (!buf)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot read %s", path);
+	size_t got = 0;
+	while (got < (size_t)st.st_size) {
+		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read %s", path);
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return sbx_hostconf_parse(path, buf, got, hc, err);
+}

@@ -1,0 +1,63 @@
+/* The warm pool: per template, sessions booted ahead (state "pooled", ID
+ * pool-<hex>, paused where the VMM can pause) that sbx-create claims
+ * instead of booting when the request fits one.  Sizes come from the host
+ * configuration (hostconf.h); sbx-gc keeps the pool at them, and every
+ * claim starts a background refill.
+ *
+ * A claim (client side here, monitor side in monitor.c): under the global
+ * lock sbx-create picks a fitting member and sends its monitor CLAIM with
+ * the new ID, record and policy (then the secrets, when the monitor asks);
+ * the monitor renames its directories and host cgroups to the new ID,
+ * saves the record and acknowledges (the commit point).  sbx-create
+ * releases the global lock, and the monitor resumes the VM, gives the
+ * guest its new identity and the secrets, arms the TTL and answers CLAIMED
+ * once the guest has answered.
+ * Before the commit a failure leaves the member as it was; after it the
+ * session is completed even if sbx-create is gone, or, when it cannot be,
+ * destroyed, and sbx-create boots the session cold. */
+#ifndef SBX_POOL_H
+#define SBX_POOL_H
+
+#include "err.h"
+#include "gc.h"
+#include "state.h"
+
+#define SBX_POOL_PREFIX "pool-"
+/* Monitor side: resume, identity and secrets must be done by then. */
+#define SBX_CLAIM_TIMEOUT_MS 15000u
+
+struct sbx_session;
+struct sbx_create_opts;
+struct sbx_policy;
+struct sbx_secrets;
+
+/* IDs of pool members: "pool-" + 12 hex digits; users cannot take them. */
+int sbx_pool_member_id(const char *id);
+void sbx_pool_id_new(char *buf, size_t n);
+
+/* Could a member serve this request at all?  Not with volumes, a
+ * workspace, network egress or the package cache: a member has none. */
+int sbx_pool_request_fits(const struct sbx_create_opts *o, const struct sbx_policy *p);
+/* Does member m fit the session s is to be (template name@version, vCPUs,
+ * memory, disk quota, accel and VMM)? */
+int sbx_pool_member_fits(const struct sbx_session *m, const struct sbx_session *s);
+
+/* sbx-create: claim a member for s (its record, ID chosen and free, p its
+ * effective policy), with
+ * the global lock held in *g.  1: claimed, s is the session's record, *g
+ * released.  0: no member was claimed; *g held and the ID still free, boot
+ * cold.  -1: err set.  *used: a member was taken out of the pool (claimed,
+ * or destroyed by a claim that failed), so it wants a refill. */
+int sbx_pool_claim(struct sbx_state *st, int *g, struct sbx_session *s, const struct sbx_policy *p,
+		   const struct sbx_secrets *sec, int *used, struct sbx_err *err);
+/* Start `sbx-gc --pool-only` detached (posix_spawn, own session, stdio
+ * on /dev/null), so a claim's member is replaced without delaying the
+ * create.  p's from_env secrets stay behind. */
+void sbx_pool_refill(const struct sbx_policy *p);
+
+/* sbx-gc: replace dead members, trim to the configured sizes, then boot
+ * the missing ones (one at a time, under RUN/pool.lock).  Actions go to cb
+ * as gc actions: reclaim, pool-trim, pool-add, pool-error. */
+int sbx_pool_maintain(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx, struct sbx_err *err);
+
+#endif

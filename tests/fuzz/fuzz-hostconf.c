@@ -1,0 +1,25 @@
+/* libFuzzer target: the host configuration loader (sbx.yaml(5)). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostconf.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static struct sbx_hostconf hc;
+	struct sbx_err err = { 0 };
+	if (sbx_hostconf_parse("fuzz.yaml", data, size, &hc, &err) == 0) {
+		if (hc.npool > SBX_POOL_TEMPLATES_MAX)
+			abort();
+		for (unsigned i = 0; i < hc.npool; i++)
+			if (!hc.pool[i].tmpl[0] || hc.pool[i].size > SBX_POOL_SIZE_MAX || !hc.pool[i].vcpus ||
+			    hc.pool[i].memory_mib < 64 || !hc.pool[i].disk)
+				abort(); /* an accepted file holds only values in range */
+	} else if ((err.code != SBX_EXIT_INVALID && err.code != SBX_EXIT_INTERNAL) || !err.msg[0] || hc.npool) {
+		abort(); /* every refusal says why and leaves nothing behind */
+	}
+	return 0;
+}

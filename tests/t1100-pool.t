@@ -1,0 +1,186 @@
+#!/bin/bash
+# The warm pool: sbx-gc fills it from the host configuration, sbx-create
+# claims a member (renamed, re-identified, given its tenant, TTL and
+# secrets) and a refill follows; a request that does not fit boots cold;
+# sbx-gc replaces a dead member and trims to size; a claim that fails
+# boots cold; sbx-create killed -9 around the commit leaves exactly one of
+# the member or the session.
+. "$(dirname "$0")/lib.sh"
+require_vm
+h=$(printf '%s' "$SBX_ROOT" | sha256sum | cut -c1-8)
+S=$SBX_ROOT/var/lib/sbx/sessions
+R=$SBX_ROOT/run/sbx/sessions
+CONF=$SBX_ROOT/etc/sbx/sbx.yaml
+mkdir -p "$SBX_ROOT/etc/sbx"
+pool_size() { printf 'pool:\n  templates:\n    default: {size: %s, vcpus: 1, memory: 256M}\n' "$1" >"$CONF"; }
+members() { sbx-ps --pool -q --state=pooled 2>/dev/null; }
+rec() { jq -r "$2" "$S/$1/session.json" 2>/dev/null; }
+# Wait (up to $2 s) for the pool to hold $1 pooled members.
+wait_members() {
+	for _ in $(seq $(($2 * 5))); do [ "$(members | wc -l)" = "$1" ] && return 0; sleep 0.2; done
+	return 1
+}
+# Host CPU the member's VMM used over 2 s (its cgroup, ns).
+cpu_over_2s() {
+	local a b; a=$(cat /sys/fs/cgroup/cpuacct/sbx-"$h"/"$1"/cpuacct.usage 2>/dev/null) || return 1
+	sleep 2; b=$(cat /sys/fs/cgroup/cpuacct/sbx-"$h"/"$1"/cpuacct.usage) && echo $((b - a))
+}
+
+# --- the configuration fails closed -------------------------------------
+printf 'pool:\n  templates:\n    default: {size: 1, colour: red}\n' >"$CONF"
+out=$(sbx-gc 2>&1); rc=$?
+is "$rc" 3 "an unknown key in sbx.yaml: sbx-gc exits 3"
+like "$out" "sbx.yaml:3:24: unknown key 'colour'" "naming the file, line and column"
+is "$(ls "$S" | wc -l)" 0 "and boots nothing"
+
+# --- sbx-gc fills the pool ----------------------------------------------
+pool_size 1
+out=$(sbx-gc); rc=$?
+is "$rc" 0 "sbx-gc with a pool of 1 succeeds"
+like "$out" "^pool-add	pool-[0-9a-f]{12}	default@" "and says it added a member"
+m1=$(members)
+like "$m1" "^pool-[0-9a-f]{12}$" "one member, pooled, with a pool- ID"
+is "$(sbx-ps -q)" "" "sbx-ps hides pool members"
+is "$(sbx-ps --all -q)" "$m1" "sbx-ps --all shows them"
+is "$(sbx-ps --json "$m1" | jq -r '.[0].pool')" true "a member named on the command line is shown, marked pool"
+is "$(sbx-ps --capacity --json | jq -c '[.sessions.used, .pooled]')" "[1,1]" "capacity counts the member"
+is "$(sbx-gc)" "" "a second sbx-gc has nothing to do"
+if [ -d /sys/fs/cgroup/cpuacct ] && [ ! -e /sys/fs/cgroup/cgroup.controllers ]; then
+	used=$(cpu_over_2s "$m1")
+	[ -n "$used" ] && [ "$used" -lt 100000000 ]; ok $? "a member waits paused: its VMM used ${used:-?} ns of CPU in 2 s"
+fi
+sbx-exec "$m1" -- true 2>"$TEST_TMP/err"; rc=$?
+is "$rc" 4 "a member runs no exec (4)"
+like "$(cat "$TEST_TMP/err")" "warm-pool member" "and says why"
+sbx-create --id pool-mine 2>"$TEST_TMP/err"; rc=$?
+is "$rc" 3 "--id pool-... is refused with 3: that namespace is the pool's"
+
+# --- a claim -------------------------------------------------------------
+printf 'hunter2\n' >"$TEST_TMP/token"
+t0=$(date +%s%N)
+j=$(sbx-create --json --id job1 --tenant acme --ttl 10m --secret TOKEN=@"$TEST_TMP/token"); rc=$?
+t1=$(date +%s%N)
+is "$rc" 0 "sbx-create claims the member"
+diag "claim: $(( (t1 - t0) / 1000000 )) ms end to end, $(jq -r .claim_ms <<<"$j") ms in the monitor"
+is "$(jq -r '[.id, .existed, .from_pool, .state] | join(" ")' <<<"$j")" "job1 false true running" \
+   "the session has the requested ID, from the pool, running"
+[ ! -e "$S/$m1" ] && [ ! -e "$R/$m1" ]; ok $? "the member's directories became the session's"
+is "$(rec job1 '[.tenant, .limits.ttl_ms, .from_pool, (.pool // false), .state] | join(" ")')" \
+   "acme 600000 true false running" "its record: tenant, TTL and limits of the request"
+is "$(jq -r .resources.ttl "$S/job1/policy.json")" 600000 "and its policy.json is the request's"
+is "$(sbx-exec job1 -- hostname)" job1 "inside, the hostname is the new ID"
+is "$(sbx-exec job1 -- cat /run/secrets/TOKEN)" "[secret:TOKEN]" "the secret was delivered (and is scrubbed from output)"
+h0=$(date +%s); g=$(sbx-exec job1 -- date +%s); h1=$(date +%s)
+[ "$g" -ge $((h0 - 1)) ] && [ "$g" -le $((h1 + 1)) ]
+ok $? "the guest's clock is the host's ($g in $h0..$h1) although it waited paused"
+is "$(sbx-ps --json job1 | jq -r ".[0].tenant")" acme "sbx-ps shows its tenant"
+is "$(sbx-audit --session job1 --type session.create --json | jq -r '.[-1] | [.from_pool, .tenant, .member] | join(" ")')" \
+   "true acme $m1" "session.create is audited with from_pool and the tenant"
+if [ -d /sys/fs/cgroup/pids/sbx-"$h" ]; then
+	[ -d /sys/fs/cgroup/pids/sbx-"$h"/job1 ] && [ ! -e /sys/fs/cgroup/pids/sbx-"$h"/"$m1" ]
+	ok $? "the host cgroups were renamed to the ID (cgroup v1)"
+fi
+j2=$(sbx-create --json --id job1 --tenant acme --ttl 10m --secret TOKEN=@"$TEST_TMP/token"); rc=$?
+is "$rc:$(jq -r .existed <<<"$j2")" "0:true" "the same create again is the idempotent hit"
+wait_members 1 90; ok $? "a refill puts a new member in the pool"
+m2=$(members)
+[ "$m2" != "$m1" ]; ok $? "a new one ($m2)"
+
+# --- a request the pool cannot serve boots cold ---------------------------
+j=$(sbx-create --json --memory 320); rc=$?
+is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:false" "another memory size boots cold"
+is "$(members)" "$m2" "and leaves the member alone"
+sbx-kill "$(jq -r .id <<<"$j")"
+
+# --- sbx-gc replaces a dead member ----------------------------------------
+kill -9 "$(rec "$m2" .vmm_process.pid)"
+for _ in $(seq 50); do [ "$(sbx-ps --no-headers "$m2" | cut -f2)" = crashed ] && break; sleep 0.1; done
+is "$(sbx-ps --no-headers "$m2" | cut -f2)" crashed "a member whose VMM was killed is crashed"
+out=$(sbx-gc)
+like "$out" "reclaim	$m2	pool member crashed" "sbx-gc reclaims it at once"
+like "$out" "pool-add	pool-" "and boots a replacement"
+[ ! -e "$S/$m2" ]; ok $? "nothing of the dead member is left"
+m3=$(members)
+like "$m3" "^pool-[0-9a-f]{12}$" "one member again"
+
+# --- kill -9 of sbx-create before the commit: the member stays -----------
+mon=$(rec "$m3" .monitor.pid)
+kill -STOP "$mon"
+sbx-create -q --id k1 >/dev/null 2>&1 &
+cp=$!
+sleep 1
+kill -9 $cp; wait $cp 2>/dev/null
+kill -CONT "$mon"
+sleep 1
+is "$(members):$(ls "$S" | grep -c '^k1$')" "$m3:0" "sbx-create killed before its claim: the member is still pooled, no k1"
+
+# --- kill -9 of sbx-create after the commit: the session is completed ----
+vmm=$(rec "$m3" .vmm_process.pid)
+kill -STOP "$vmm" # the claim's resume now waits for it
+sbx-create -q --id k2 >/dev/null 2>&1 &
+cp=$!
+for _ in $(seq 200); do [ -e "$S/k2" ] && break; sleep 0.05; done
+[ -e "$S/k2" ]; ok $? "the claim committed: the member was renamed to k2"
+kill -9 $cp; wait $cp 2>/dev/null
+kill -CONT "$vmm"
+for _ in $(seq 100); do [ "$(rec k2 .state)" = running ] && break; sleep 0.1; done
+is "$(rec k2 '[.state, .from_pool] | join(" ")'):$(members | wc -l)" "running true:0" \
+   "sbx-create killed after the commit: the claim completes, the member is gone"
+is "$(sbx-exec k2 -- hostname)" k2 "and the session works"
+is "$(sbx-ps -q | sort | tr '\n' ' ')" "job1 k2 " "sessions: job1 and k2, nothing half-made"
+
+# --- a claim that fails boots cold ---------------------------------------
+sbx-gc --pool-only >/dev/null
+m4=$(members)
+like "$m4" "^pool-" "sbx-gc --pool-only refills the pool"
+vmm=$(rec "$m4" .vmm_process.pid)
+kill -STOP "$vmm" # never resumed: the claim times out
+j=$(sbx-create --json --id k3); rc=$?
+is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:false" "a claim that fails falls back to a cold boot"
+[ ! -e "$S/$m4" ] && ! kill -0 "$vmm" 2>/dev/null; ok $? "the member it tried was destroyed, VMM and all"
+is "$(sbx-exec k3 -- hostname)" k3 "the cold session works"
+sbx-kill k2 k3
+
+# --- sizes: raised, lowered ------------------------------------------------
+wait_members 1 90 # the refill after the failed claim
+pool_size 2
+out=$(sbx-gc)
+like "$out" "pool-add" "a pool raised to 2 gets a member"
+is "$(members | wc -l)" 2 "two members"
+pool_size 1
+out=$(sbx-gc)
+is "$(grep -c '^pool-trim' <<<"$out")" 1 "lowered to 1, one member is trimmed"
+is "$(members | wc -l)" 1 "one member left"
+rm "$CONF"
+like "$(sbx-gc)" "^pool-trim	pool-.*no pool is configured" "without a configuration, the pool is emptied"
+is "$(sbx-ps --all -q)" "job1" "only job1 is left"
+
+# --- a template that holds a snapshot: its members are restored ---------
+# (into a copy of the templates: sbx-snapshot save --template writes there)
+mkdir -p "$TEST_TMP/templates"
+cp -al "$SBX_TEMPLATES"/default@* "$TEST_TMP/templates"/ 2>/dev/null ||
+	cp -a --sparse=always "$SBX_TEMPLATES"/default@* "$TEST_TMP/templates"/
+export SBX_TEMPLATES=$TEST_TMP/templates
+src=$(sbx-create -q)
+sbx-exec "$src" -- sh -c 'echo baked >/workspace/marker'
+sbx-snapshot save --template "$src" warm@1 >/dev/null; ok $? "a session saved as the template warm@1"
+sbx-kill "$src"
+printf 'pool:\n  templates:\n    warm: {size: 1}\n' >"$CONF"
+sbx-gc --pool-only >/dev/null
+m5=$(members)
+is "$(rec "$m5" .snapshot.ref)" "template:warm@1" "its member is restored from the snapshot"
+j=$(sbx-create --json -t warm --id w1); rc=$?
+is "$rc:$(jq -r .from_pool <<<"$j")" "0:true" "and claimed"
+is "$(sbx-exec w1 -- sh -c 'hostname; cat /workspace/marker' | tr '\n' ' ')" "w1 baked " \
+   "with the snapshot's files and the session's hostname"
+rm "$CONF"
+sbx-gc --pool-only >/dev/null # waits for the refill, then trims it
+sbx-kill w1
+is "$(sbx-ps --all -q)" "job1" "only job1 is left"
+
+sbx-kill job1
+sbx-gc --grace 0 >/dev/null
+is "$(find "$S" "$R" -mindepth 1 -maxdepth 1 | wc -l):$(root_procs | wc -l):$(ls -d /sys/fs/cgroup/*/sbx-$h/*/ 2>/dev/null | wc -l)" "0:0:0" \
+   "nothing left: directories, processes, cgroups"
+sbx-audit verify >/dev/null; ok $? "the audit trail verifies"
+done_testing
