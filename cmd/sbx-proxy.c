@@ -1,0 +1,42 @@
+/* sbx-proxy: a session's egress proxy and resolver, started by its
+ * sbx-monitor with listening sockets made in the session's network
+ * namespace; never by hand.  See egress.h. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "egress.h"
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "dns-tcp-fd", required_argument, NULL, 'd' },
+		{ "dns-udp-fd", required_argument, NULL, 'u' },
+		{ "id", required_argument, NULL, 'i' },
+		{ "pkg-fd", required_argument, NULL, 'p' },
+		{ "tcp-fd", required_argument, NULL, 't' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct sbx_proxy_args a = { .tcp_fd = -1, .dns_udp_fd = -1, .dns_tcp_fd = -1, .pkg_fd = -1 };
+	int c;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': a.dns_tcp_fd = atoi(optarg); break;
+		case 'i': a.id = optarg; break;
+		case 'p': a.pkg_fd = atoi(optarg); break;
+		case 't': a.tcp_fd = atoi(optarg); break;
+		case 'u': a.dns_udp_fd = atoi(optarg); break;
+		default: return 2;
+		}
+	}
+	if (!a.id || a.tcp_fd < 0) {
+		fprintf(stderr, "sbx-proxy: internal helper of sbx-monitor; not for direct use\n");
+		return 2;
+	}
+	struct sbx_err err = { 0 };
+	if (sbx_proxy_run(&a, &err) < 0) {
+		sbx_err_print("sbx-proxy", &err, 0);
+		return err.code ? err.code : 70;
+	}
+	return 0;
+}

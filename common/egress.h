@@ -1,0 +1,115 @@
+/* Network egress of a session (policy network.egress: allowlist): what the
+ * session's proxy (libexec/sbx/sbx-proxy) does, in two halves.
+ *
+ * egress.c, pure functions over hostile bytes (bounded, no I/O, fuzzed by
+ * tests/fuzz/fuzz-egress.c): the host name a connection asks for (TLS SNI
+ * or HTTP Host), DNS queries and answers, the allowlist and the fixed deny
+ * list.
+ *
+ * proxy.c, the process: a transparent TCP listener (10.0.2.2:3128 in the
+ * session's namespace, netns.h) that admits a connection by its name or,
+ * for a raw address, by a cidr rule, resolves names itself, checks every
+ * address against the deny list when it connects, then copies bytes both
+ * ways under the session's connection and byte caps; a resolver
+ * (10.0.2.2:53, UDP and TCP) answering only allowlisted names; the package
+ * cache's listener (10.0.2.2:3141, pkgcache.h).  Every attempt goes to
+ * LIB/sessions/ID/net.log (JSON lines) and to the audit trail. */
+#ifndef SBX_EGRESS_H
+#define SBX_EGRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <jansson.h>
+
+#include "err.h"
+#include "policy.h"
+#include "state.h"
+
+/* ---- the name a connection asks for ---- */
+
+/* The most the proxy reads before it decides: one TLS record. */
+#define SBX_SNIFF_MAX (5 + 16384)
+#define SBX_HOST_LEN 254 /* 253 and the NUL */
+
+enum sbx_sniff {
+	SBX_SNIFF_MORE = 0, /* could still name a host: read more */
+	SBX_SNIFF_TLS,      /* a TLS ClientHello; host its SNI, "" without one */
+	SBX_SNIFF_HTTP,     /* an HTTP/1.x request; host its Host header, no port */
+	SBX_SNIFF_OTHER,    /* neither TLS nor HTTP: no name */
+	SBX_SNIFF_BAD,      /* TLS or HTTP, but malformed (or a name that is not one) */
+};
+
+/* Look at the first n bytes the guest sent.  host (hn >= SBX_HOST_LEN) is
+ * lowercased, without a trailing dot or port, and holds only letters,
+ * digits, '-', '.', or is an IP literal (IPv6 without brackets). */
+enum sbx_sniff sbx_sniff_host(const uint8_t *buf, size_t n, char *host, size_t hn);
+const char *sbx_sniff_name(enum sbx_sniff k);
+
+/* ---- DNS ---- */
+
+#define SBX_DNS_MAX 512 /* UDP answers (no EDNS) */
+
+enum { SBX_DNS_NOERROR = 0, SBX_DNS_FORMERR = 1, SBX_DNS_SERVFAIL = 2, SBX_DNS_NXDOMAIN = 3,
+       SBX_DNS_NOTIMP = 4, SBX_DNS_REFUSED = 5 };
+enum { SBX_DNS_A = 1, SBX_DNS_AAAA = 28 };
+
+struct sbx_dns_query {
+	uint16_t id, flags, qtype, qclass;
+	char name[SBX_HOST_LEN]; /* lowercased, no trailing dot */
+	size_t qlen;             /* bytes of the question, after the header */
+};
+
+/* Parse one query.  0: a well-formed standard query of one question;
+ * -1: nothing to answer (too short, a response); otherwise the rcode to
+ * answer with (FORMERR, NOTIMP), q->id and q->flags filled. */
+int sbx_dns_parse(const uint8_t *p, size_t n, struct sbx_dns_query *q);
+/* Write the answer to the query req (as parsed into q) into out: rcode,
+ * and for NOERROR the addresses (4 bytes each for A, 16 for AAAA) as
+ * records with a 60 s TTL, as many as fit in cap.  Returns its length. */
+size_t sbx_dns_answer(const uint8_t *req, const struct sbx_dns_query *q, int rcode, const uint8_t *addrs,
+		      unsigned naddrs, uint8_t *out, size_t cap);
+
+/* ---- policy ---- */
+
+/* The first allow rule for name on port (0: any port), or -1.  name as
+ * sbx_sniff_host gives it; an IP literal matches no domain rule. */
+int sbx_egress_match_name(const struct sbx_policy *p, const char *name, unsigned port);
+/* The first cidr rule holding the address on port, or -1. */
+int sbx_egress_match_addr(const struct sbx_policy *p, const struct sockaddr *sa, unsigned port);
+/* The fixed deny list, which beats any allowlist: NULL when the address
+ * may be reached, else why not ("loopback", "private (RFC 1918)", ...).
+ * The host's own addresses are the proxy's check (they change). */
+const char *sbx_egress_denied(const struct sockaddr *sa);
+
+/* ---- the proxy process ---- */
+
+struct sbx_proxy_args {
+	const char *id;
+	int tcp_fd, dns_udp_fd, dns_tcp_fd, pkg_fd; /* from netns.h; -1: none */
+};
+
+/* Runs until SIGTERM, SIGINT or SIGHUP (0), or fails to start (-1, err).
+ * $SBX_HOSTS_FILE: a hosts(5) file consulted before the system resolver
+ * (tests, operators). */
+int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err);
+
+/* The package cache (pkgcache.h) serves connections to 10.0.2.2:3141 in
+ * threads of the proxy (built in when common/pkgcache.c exists: the
+ * Makefile's SBX_WITH_PKGCACHE); without it they are closed at once. */
+struct sbx_proxy;
+/* Resolve name (hosts file, then the system) into at most max addresses
+ * that pass the deny list and are not the host's own; port set in each.
+ * Returns the count; 0 with *why set when none is left. */
+unsigned sbx_proxy_resolve(struct sbx_proxy *px, const char *name, unsigned port, struct sockaddr_storage *out,
+			   unsigned max, const char **why);
+/* Append one JSON object (borrowed) as a line of net.log. */
+void sbx_proxy_log(struct sbx_proxy *px, json_t *rec);
+
+/* The session's connection log (LIB/sessions/ID/net.log) as a JSON array
+ * of its records, oldest first; empty for a session without network.  4
+ * when the session does not exist. */
+int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct sbx_err *err);
+
+#endif

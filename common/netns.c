@@ -1,0 +1,375 @@
+/* A session's network namespace: see netns.h. */
+#include "netns.h"
+#include "session.h"
+#include "state.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if_tun.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include <netlink/netlink.h>
+#include <netlink/route/addr.h>
+#include <netlink/route/link.h>
+#include <nftables/libnftables.h>
+
+/* Input from the guest reaches only the proxy, the package cache and the
+ * resolver; every other TCP connection is redirected to the proxy, which
+ * learns where it was going from conntrack (SO_ORIGINAL_DST).  No ICMP,
+ * no UDP but DNS, no IPv6, no forwarding.  An "accept" in the nat chain
+ * only means "not redirected". */
+static const char ruleset[] =
+	"table inet sbx {\n"
+	/* DNS over UDP bypasses conntrack: a stub resolver sends A and AAAA
+	 * at once from one socket, and the second datagram of a new flow can
+	 * lose the conntrack insertion race and be dropped (a 5 s stall). */
+	"  chain raw_pre {\n"
+	"    type filter hook prerouting priority raw; policy accept;\n"
+	"    iifname \"" SBX_NET_TAP "\" ip daddr " SBX_NET_GW " udp dport 53 notrack\n"
+	"  }\n"
+	"  chain raw_out {\n"
+	"    type filter hook output priority raw; policy accept;\n"
+	"    oifname \"" SBX_NET_TAP "\" ip saddr " SBX_NET_GW " udp sport 53 notrack\n"
+	"  }\n"
+	"  chain pre {\n"
+	"    type nat hook prerouting priority dstnat; policy accept;\n"
+	"    iifname \"" SBX_NET_TAP "\" ip daddr " SBX_NET_GW " tcp dport { 53, 3141 } accept\n"
+	"    iifname \"" SBX_NET_TAP "\" meta nfproto ipv4 meta l4proto tcp dnat ip to " SBX_NET_GW ":3128\n"
+	"  }\n"
+	"  chain input {\n"
+	"    type filter hook input priority filter; policy drop;\n"
+	"    iif \"lo\" accept\n"
+	"    iifname \"" SBX_NET_TAP "\" ip daddr " SBX_NET_GW " tcp dport { 53, 3128, 3141 } accept\n"
+	"    iifname \"" SBX_NET_TAP "\" ip daddr " SBX_NET_GW " udp dport 53 accept\n"
+	"  }\n"
+	"  chain forward {\n"
+	"    type filter hook forward priority filter; policy drop;\n"
+	"  }\n"
+	"}\n";
+
+const char *sbx_netns_ruleset(void)
+{
+	return ruleset;
+}
+
+void sbx_netns_close(struct sbx_netns *n)
+{
+	int *fds[] = { &n->netns_fd, &n->tap_fd, &n->tcp_fd, &n->dns_udp_fd, &n->dns_tcp_fd, &n->pkg_fd };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++) {
+		if (*fds[i] >= 0)
+			close(*fds[i]);
+		*fds[i] = -1;
+	}
+}
+
+/* ---- in the child, inside the new namespace ---- */
+
+static int fail(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *why, size_t n, const char *fmt, ...)
+{
+	int e = errno;
+	va_list ap;
+	va_start(ap, fmt);
+	int w = vsnprintf(why, n, fmt, ap);
+	va_end(ap);
+	if (e && w > 0 && (size_t)w < n)
+		snprintf(why + w, n - (size_t)w, ": %s", strerror(e));
+	return -1;
+}
+
+static int link_up(struct nl_sock *sk, const char *name, int *ifindex, char *why, size_t n)
+{
+	struct rtnl_link *l = NULL, *ch = rtnl_link_alloc();
+	int rc = rtnl_link_get_kernel(sk, 0, name, &l);
+	if (rc >= 0 && ch) {
+		rtnl_link_set_flags(ch, IFF_UP);
+		rc = rtnl_link_change(sk, l, ch, 0);
+		if (ifindex)
+			*ifindex = rtnl_link_get_ifindex(l);
+	}
+	if (l)
+		rtnl_link_put(l);
+	if (ch)
+		rtnl_link_put(ch);
+	if (rc < 0 || !ch) {
+		errno = 0;
+		return fail(why, n, "cannot bring %s up: %s", name, ch ? nl_geterror(rc) : "out of memory");
+	}
+	return 0;
+}
+
+static int add_addr(struct nl_sock *sk, int ifindex, char *why, size_t n)
+{
+	struct rtnl_addr *a = rtnl_addr_alloc();
+	struct nl_addr *local = NULL;
+	int rc = a ? nl_addr_parse(SBX_NET_GW, AF_INET, &local) : -NLE_NOMEM;
+	if (rc >= 0) {
+		rtnl_addr_set_ifindex(a, ifindex);
+		rtnl_addr_set_local(a, local);
+		rtnl_addr_set_prefixlen(a, SBX_NET_PREFIX);
+		rc = rtnl_addr_add(sk, a, 0);
+	}
+	if (local)
+		nl_addr_put(local);
+	if (a)
+		rtnl_addr_put(a);
+	if (rc < 0) {
+		errno = 0;
+		return fail(why, n, "cannot give %s its address: %s", SBX_NET_TAP, nl_geterror(rc));
+	}
+	return 0;
+}
+
+static int make_tap(char *why, size_t n)
+{
+	int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return fail(why, n, "cannot open /dev/net/tun");
+	struct ifreq ifr = { .ifr_flags = IFF_TAP | IFF_NO_PI };
+	snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", SBX_NET_TAP);
+	if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
+		fail(why, n, "cannot create the TAP device %s", SBX_NET_TAP);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int load_ruleset(char *why, size_t n)
+{
+	struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
+	if (!nft) {
+		errno = 0;
+		return fail(why, n, "cannot start libnftables");
+	}
+	nft_ctx_buffer_output(nft);
+	nft_ctx_buffer_error(nft);
+	int rc = nft_run_cmd_from_buffer(nft, ruleset);
+	if (rc) {
+		const char *e = nft_ctx_get_error_buffer(nft);
+		errno = 0;
+		fail(why, n, "cannot load the session's nftables ruleset (does the host kernel have nf_tables "
+			     "and nf_nat?): %.300s", e ? e : "");
+	}
+	nft_ctx_free(nft);
+	return rc ? -1 : 0;
+}
+
+static int listener(int type, uint16_t port, char *why, size_t n)
+{
+	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+	inet_pton(AF_INET, SBX_NET_GW, &a.sin_addr);
+	int one = 1;
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+	    bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || (type == SOCK_STREAM && listen(fd, 128) < 0)) {
+		fail(why, n, "cannot listen on %s:%u in the session's namespace", SBX_NET_GW, port);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void write_sysctl(const char *path, const char *v)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (write(fd, v, strlen(v)) < 0) {
+			/* best effort: nftables drops IPv6 anyway */
+		}
+		close(fd);
+	}
+}
+
+/* Everything of the namespace, in order; fds[] gets what netns.h lists. */
+static int child_setup(int fds[6], char *why, size_t n)
+{
+	if (unshare(CLONE_NEWNET) < 0)
+		return fail(why, n, "cannot create a network namespace");
+	fds[0] = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (fds[0] < 0)
+		return fail(why, n, "cannot open the network namespace");
+	/* The guest gets IPv4 only: no IPv6 link-local chatter on sbx0. */
+	write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1");
+	write_sysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1");
+	if ((fds[1] = make_tap(why, n)) < 0)
+		return -1;
+	struct nl_sock *sk = nl_socket_alloc();
+	if (!sk || nl_connect(sk, NETLINK_ROUTE) < 0) {
+		errno = 0;
+		return fail(why, n, "cannot open a netlink socket");
+	}
+	int ifindex = 0;
+	int rc = link_up(sk, "lo", NULL, why, n);
+	if (rc == 0)
+		rc = add_addr(sk, (ifindex = (int)if_nametoindex(SBX_NET_TAP)), why, n);
+	if (rc == 0)
+		rc = link_up(sk, SBX_NET_TAP, NULL, why, n);
+	nl_socket_free(sk);
+	if (rc < 0 || load_ruleset(why, n) < 0)
+		return -1;
+	if ((fds[2] = listener(SOCK_STREAM, SBX_NET_PROXY_PORT, why, n)) < 0 ||
+	    (fds[3] = listener(SOCK_DGRAM, SBX_NET_DNS_PORT, why, n)) < 0 ||
+	    (fds[4] = listener(SOCK_STREAM, SBX_NET_DNS_PORT, why, n)) < 0 ||
+	    (fds[5] = listener(SOCK_STREAM, SBX_NET_PKG_PORT, why, n)) < 0)
+		return -1;
+	return 0;
+}
+
+static void child(int sock, int parent)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(1);
+	int fds[6] = { -1, -1, -1, -1, -1, -1 };
+	char why[512] = "";
+	if (child_setup(fds, why, sizeof why) < 0) {
+		sbx_write_all(sock, why, strlen(why));
+		_exit(1);
+	}
+	char c = 'k';
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	union {
+		char buf[CMSG_SPACE(sizeof fds)];
+		struct cmsghdr align;
+	} u;
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof fds);
+	memcpy(CMSG_DATA(cm), fds, sizeof fds);
+	_exit(sendmsg(sock, &m, 0) == 1 ? 0 : 1);
+}
+
+int sbx_netns_create(struct sbx_netns *n, struct sbx_err *err)
+{
+	*n = (struct sbx_netns){ -1, -1, -1, -1, -1, -1 };
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a socket pair");
+	int parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(sp[0]);
+		close(sp[1]);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork");
+	}
+	if (pid == 0) {
+		close(sp[0]);
+		child(sp[1], parent);
+	}
+	close(sp[1]);
+	char msg[512];
+	struct iovec iov = { .iov_base = msg, .iov_len = sizeof msg - 1 };
+	union {
+		char buf[CMSG_SPACE(6 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+	ssize_t r;
+	while ((r = recvmsg(sp[0], &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	close(sp[0]);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&m) : NULL;
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+	    cm->cmsg_len == CMSG_LEN(6 * sizeof(int))) {
+		int fds[6];
+		memcpy(fds, CMSG_DATA(cm), sizeof fds);
+		*n = (struct sbx_netns){ fds[0], fds[1], fds[2], fds[3], fds[4], fds[5] };
+		if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+			sbx_netns_close(n);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the network set-up helper failed");
+		}
+		return 0;
+	}
+	msg[r > 0 ? r : 0] = 0;
+	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "cannot give the session a network: %s",
+			   msg[0] ? msg : "the set-up helper died");
+}
+
+int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd,
+			  uint64_t *start, struct sbx_err *err)
+{
+	/* Beside the running monitor (libexec/sbx), else where the commands
+	 * look for helpers. */
+	char path[PATH_MAX] = "";
+	ssize_t r = readlink("/proc/self/exe", path, sizeof path - 16);
+	char *slash = r > 0 ? (path[r] = 0, strrchr(path, '/')) : NULL;
+	if (slash)
+		strcpy(slash + 1, "sbx-proxy");
+	if ((!slash || access(path, X_OK) < 0) &&
+	    (sbx_libexec_path("sbx-proxy", path, sizeof path) < 0 || access(path, X_OK) < 0))
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, errno, "cannot find sbx-proxy (looked at %s)", path);
+	int parent = getpid();
+	pid_t p = fork();
+	if (p < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the proxy");
+	if (p == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		/* Exactly these cross the exec, at fixed numbers (3..6). */
+		int from[4] = { n->tcp_fd, n->dns_udp_fd, n->dns_tcp_fd, n->pkg_fd }, hi[4];
+		for (int i = 0; i < 4; i++)
+			if ((hi[i] = fcntl(from[i], F_DUPFD_CLOEXEC, 64)) < 0)
+				_exit(126);
+		int devnull = open("/dev/null", O_RDONLY);
+		if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
+			_exit(126);
+		for (int i = 0; i < 4; i++)
+			if (dup2(hi[i], 3 + i) < 0)
+				_exit(126);
+		close_range(7, ~0u, 0);
+		execl(path, "sbx-proxy", "--id", id, "--tcp-fd", "3", "--dns-udp-fd", "4", "--dns-tcp-fd", "5", "--pkg-fd",
+		      "6", (char *)NULL);
+		dprintf(2, "cannot execute %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	*pid = p;
+	*pidfd = (int)syscall(SYS_pidfd_open, p, 0);
+	*start = sbx_proc_start_time(p);
+	return 0;
+}
+
+void sbx_netns_stop_proxy(int *pid, int *pidfd)
+{
+	if (*pid <= 0)
+		return;
+	if (*pidfd >= 0) {
+		syscall(SYS_pidfd_send_signal, *pidfd, SIGTERM, NULL, 0);
+		struct pollfd pf = { .fd = *pidfd, .events = POLLIN };
+		if (poll(&pf, 1, 1000) == 0)
+			syscall(SYS_pidfd_send_signal, *pidfd, SIGKILL, NULL, 0);
+	} else {
+		kill(*pid, SIGKILL);
+	}
+	while (waitpid(*pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	if (*pidfd >= 0)
+		close(*pidfd);
+	*pid = 0;
+	*pidfd = -1;
+}

@@ -1,0 +1,59 @@
+/* A session's network namespace (policy network.egress: allowlist).
+ *
+ * Fixed layout, the same in every session: a TAP device sbx0 with
+ * 10.0.2.2/24 (the gateway the guest sees), the guest at 10.0.2.15/24,
+ * the resolver at 10.0.2.2:53.  There is no route and no veth out of the
+ * namespace: the only way out is the session's proxy (sbx-proxy), which
+ * runs in the host's namespace and holds listening sockets made inside
+ * this one.  nftables in the namespace DNATs every TCP connection from
+ * the guest to the proxy's transparent listener and drops everything
+ * else (sbx_netns_ruleset).
+ *
+ * The namespace is held by file descriptors only (no /run/netns name): it
+ * goes when the VMM (TAP fd) and the proxy (listening sockets) are gone. */
+#ifndef SBX_NETNS_H
+#define SBX_NETNS_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+#define SBX_NET_TAP "sbx0"
+#define SBX_NET_GW "10.0.2.2"
+#define SBX_NET_GUEST "10.0.2.15"
+#define SBX_NET_PREFIX 24
+#define SBX_NET_PROXY_PORT 3128 /* transparent TCP */
+#define SBX_NET_DNS_PORT 53     /* UDP and TCP */
+#define SBX_NET_PKG_PORT 3141   /* the package cache (pkgcache.h) */
+
+struct sbx_netns {
+	int netns_fd;   /* the namespace (/proc/PID/ns/net of its maker) */
+	int tap_fd;     /* sbx0, IFF_TAP | IFF_NO_PI: the VMM's end */
+	int tcp_fd;     /* listening on 10.0.2.2:3128 */
+	int dns_udp_fd; /* bound to 10.0.2.2:53 */
+	int dns_tcp_fd; /* listening on 10.0.2.2:53 */
+	int pkg_fd;     /* listening on 10.0.2.2:3141 */
+};
+
+/* Make and configure a new namespace (in a short-lived child, so the
+ * caller never leaves its own): loopback, sbx0 (netlink), the nftables
+ * ruleset (libnftables), the listening sockets.  Every fd is O_CLOEXEC.
+ * Failures are 69 (the host cannot give sessions a network) or 70. */
+int sbx_netns_create(struct sbx_netns *n, struct sbx_err *err);
+/* Close whatever n still holds (fds < 0 are skipped) and set them to -1. */
+void sbx_netns_close(struct sbx_netns *n);
+/* The session's proxy (libexec/sbx/sbx-proxy, egress.h), started with the
+ * listening sockets of n and nothing else across exec, stdout and stderr
+ * on log_fd; it dies with the caller (PR_SET_PDEATHSIG).  Fills pid, a
+ * pidfd and the start time. */
+int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd,
+			  uint64_t *start, struct sbx_err *err);
+/* End it: SIGTERM (it flushes its DNS audit batch), SIGKILL after 1 s,
+ * reaped.  Sets *pid to 0 and closes *pidfd. */
+void sbx_netns_stop_proxy(int *pid, int *pidfd);
+
+/* sbx_netns_mac_new: util.h (no netlink needed for it). */
+/* The nftables ruleset every session namespace gets. */
+const char *sbx_netns_ruleset(void);
+
+#endif

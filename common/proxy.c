@@ -1,0 +1,826 @@
+/* The session's proxy process (egress.h): listeners made in the session's
+ * namespace by the monitor (netns.h), connections out from the host's.
+ * One thread per connection; the main thread accepts, and flushes DNS
+ * audit batches once a second. */
+#include "egress.h"
+#include "audit.h"
+#include "session.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <linux/capability.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+
+/* The package cache (pkgcache.h) is linked in once its module exists:
+ * the Makefile defines SBX_WITH_PKGCACHE when common/pkgcache.c does. */
+#ifdef SBX_WITH_PKGCACHE
+#include "pkgcache.h"
+#define HAVE_PKGCACHE 1
+#endif
+
+#ifndef SO_ORIGINAL_DST
+#define SO_ORIGINAL_DST 80 /* linux/netfilter_ipv4.h */
+#endif
+
+#define SNIFF_TIMEOUT_MS 5000   /* for the guest's first bytes */
+#define CONNECT_TIMEOUT_MS 10000
+#define DNS_TCP_IDLE_MS 10000
+#define SIDE_THREADS_MAX 64     /* DNS over TCP and package cache connections */
+#define DNS_BATCH_MAX 32        /* queries per dns.query audit event */
+#define RESOLVE_MAX 16
+#define COPY_BUF 65536
+#define HALF_CLOSED_IDLE_MS 30000
+
+struct sbx_proxy {
+	struct sbx_state st;
+	struct sbx_session s;
+	struct sbx_policy pol;
+	int log_fd;
+	pthread_mutex_t mu; /* everything below, and net.log */
+	pthread_mutex_t audit_mu; /* the audit trail: an append fsyncs, which may be slow,
+				   * and must hold up neither answers nor the log */
+	unsigned active;    /* proxied TCP connections open */
+	unsigned side;      /* DNS/TCP and package cache connections open */
+	uint64_t bytes;     /* moved so far, both ways */
+	json_t *dns_batch;  /* queries not yet in the audit trail */
+};
+
+/* ---- records ---- */
+
+static json_t *rec_new(struct sbx_proxy *px, const char *proto)
+{
+	char t[40];
+	sbx_fmt_time(sbx_now_ns(), t, sizeof t);
+	return json_pack("{s:s, s:s, s:s}", "time", t, "session", px->s.id, "proto", proto);
+}
+
+void sbx_proxy_log(struct sbx_proxy *px, json_t *rec)
+{
+	char *line = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+	if (!line)
+		return;
+	size_t n = strlen(line);
+	line[n] = '\n'; /* one write per record: lines never interleave (O_APPEND) */
+	pthread_mutex_lock(&px->mu);
+	sbx_write_all(px->log_fd, line, n + 1);
+	pthread_mutex_unlock(&px->mu);
+	free(line);
+}
+
+/* The audit trail, with the session's tenant. */
+static void audit(struct sbx_proxy *px, const char *type, json_t *f)
+{
+	if (px->s.tenant[0])
+		json_object_set_new(f, "tenant", json_string(px->s.tenant));
+	pthread_mutex_lock(&px->audit_mu);
+	sbx_audit_append(&px->st, type, f, NULL);
+	pthread_mutex_unlock(&px->audit_mu);
+}
+
+/* The queries so far as one dns.query event, taken out under px->mu and
+ * appended outside it. */
+static void dns_flush(struct sbx_proxy *px)
+{
+	pthread_mutex_lock(&px->mu);
+	json_t *batch = json_array_size(px->dns_batch) ? px->dns_batch : NULL;
+	if (batch)
+		px->dns_batch = json_array();
+	pthread_mutex_unlock(&px->mu);
+	if (!batch)
+		return;
+	json_t *f = json_pack("{s:s, s:o}", "session", px->s.id, "queries", batch);
+	if (f)
+		audit(px, "dns.query", f);
+	json_decref(f);
+}
+
+static void addr_str(const struct sockaddr *sa, char *out, size_t n)
+{
+	const void *a = sa->sa_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+						  : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+	if (!inet_ntop(sa->sa_family, a, out, (socklen_t)n))
+		snprintf(out, n, "?");
+}
+
+static void set_port(struct sockaddr_storage *ss, unsigned port)
+{
+	if (ss->ss_family == AF_INET6)
+		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+	else
+		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+}
+
+/* ---- resolving ---- */
+
+static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return 0;
+	if (a->sa_family == AF_INET)
+		return !memcmp(&((const struct sockaddr_in *)a)->sin_addr, &((const struct sockaddr_in *)b)->sin_addr, 4);
+	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+}
+
+/* The deny list, then the host's own addresses (read each time: they
+ * change).  Other sessions have no address outside their namespaces. */
+static const char *denied(const struct sockaddr *sa)
+{
+	const char *why = sbx_egress_denied(sa);
+	if (why)
+		return why;
+	struct ifaddrs *ifa = NULL;
+	if (getifaddrs(&ifa) < 0)
+		return "cannot list the host's addresses";
+	for (struct ifaddrs *i = ifa; i && !why; i = i->ifa_next)
+		if (i->ifa_addr && (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6) &&
+		    same_addr(i->ifa_addr, sa))
+			why = "an address of the host";
+	freeifaddrs(ifa);
+	return why;
+}
+
+/* A hosts(5) file: every address listed for name. */
+static unsigned hosts_lookup(const char *path, const char *name, struct sockaddr_storage *out, unsigned max)
+{
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	char line[1024];
+	unsigned n = 0;
+	while (f && n < max && fgets(line, sizeof line, f)) {
+		line[strcspn(line, "#\n")] = 0;
+		char *save = NULL, *addr = strtok_r(line, " \t", &save), *h;
+		if (!addr)
+			continue;
+		struct sockaddr_storage ss = { 0 };
+		struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+		struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+		if (inet_pton(AF_INET, addr, &v4->sin_addr) == 1)
+			ss.ss_family = AF_INET;
+		else if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1)
+			ss.ss_family = AF_INET6;
+		else
+			continue;
+		while ((h = strtok_r(NULL, " \t", &save)))
+			if (!strcasecmp(h, name)) {
+				out[n++] = ss;
+				break;
+			}
+	}
+	return n;
+}
+
+unsigned sbx_proxy_resolve(struct sbx_proxy *px, const char *name, unsigned port, struct sockaddr_storage *out,
+			   unsigned max, const char **why)
+{
+	struct sockaddr_storage all[RESOLVE_MAX];
+	unsigned n = 0, kept = 0;
+	const char *hf = getenv("SBX_HOSTS_FILE");
+	(void)px;
+	if (hf && *hf)
+		n = hosts_lookup(hf, name, all, RESOLVE_MAX);
+	if (!n) {
+		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL, *r;
+		if (getaddrinfo(name, NULL, &hints, &res) == 0)
+			for (r = res; r && n < RESOLVE_MAX; r = r->ai_next)
+				if (r->ai_addrlen <= sizeof all[0]) {
+					memset(&all[n], 0, sizeof all[n]);
+					memcpy(&all[n++], r->ai_addr, r->ai_addrlen);
+				}
+		if (res)
+			freeaddrinfo(res);
+	}
+	*why = n ? NULL : "the name does not resolve";
+	for (unsigned i = 0; i < n && kept < max; i++) {
+		const char *d = denied((struct sockaddr *)&all[i]);
+		if (d) {
+			*why = d; /* the last reason, if none is left */
+			continue;
+		}
+		out[kept] = all[i];
+		set_port(&out[kept++], port);
+	}
+	if (kept)
+		*why = NULL;
+	return kept;
+}
+
+/* ---- DNS ---- */
+
+static const char *qtype_name(unsigned t, char *buf, size_t n)
+{
+	switch (t) {
+	case SBX_DNS_A: return "A";
+	case SBX_DNS_AAAA: return "AAAA";
+	default: snprintf(buf, n, "TYPE%u", t); return buf;
+	}
+}
+
+static const char *rcode_name(int rc)
+{
+	static const char *const names[] = { "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED" };
+	return rc >= 0 && rc < 6 ? names[rc] : "?";
+}
+
+/* Answer one query; returns the answer's length (0: none) and in *rec
+ * what to log once it is sent (dns_record). */
+static size_t dns_handle(struct sbx_proxy *px, const uint8_t *req, size_t n, uint8_t *out, size_t cap, json_t **rec)
+{
+	*rec = NULL;
+	struct sbx_dns_query q;
+	int rc = sbx_dns_parse(req, n, &q);
+	if (rc < 0)
+		return 0;
+	const char *why = NULL;
+	uint8_t addrs[RESOLVE_MAX * 4];
+	unsigned na = 0;
+	json_t *answers = json_array();
+	if (rc > 0)
+		why = rc == SBX_DNS_NOTIMP ? "not a standard query" : "malformed query";
+	else if (!px->pol.network.dns)
+		rc = SBX_DNS_REFUSED, why = "network.dns is false";
+	else if (q.qclass != 1)
+		rc = SBX_DNS_REFUSED, why = "not class IN";
+	else if (sbx_egress_match_name(&px->pol, q.name, 0) < 0)
+		rc = SBX_DNS_REFUSED, why = "not in the allowlist";
+	else {
+		struct sockaddr_storage ss[RESOLVE_MAX];
+		const char *w = NULL;
+		unsigned k = sbx_proxy_resolve(px, q.name, 0, ss, RESOLVE_MAX, &w);
+		if (!k) {
+			rc = w && !strcmp(w, "the name does not resolve") ? SBX_DNS_NXDOMAIN : SBX_DNS_REFUSED;
+			why = w;
+		}
+		/* The guest has IPv4 only: AAAA gets an empty answer, so clients
+		 * move on to A at once. */
+		for (unsigned i = 0; i < k && q.qtype == SBX_DNS_A; i++)
+			if (ss[i].ss_family == AF_INET) {
+				char a[INET6_ADDRSTRLEN];
+				memcpy(addrs + 4 * na++, &((struct sockaddr_in *)&ss[i])->sin_addr, 4);
+				addr_str((struct sockaddr *)&ss[i], a, sizeof a);
+				json_array_append_new(answers, json_string(a));
+			}
+	}
+	size_t len = sbx_dns_answer(req, &q, rc, addrs, na, out, cap);
+	char tb[16];
+	const char *verdict = rc == SBX_DNS_NOERROR ? "allow" : "deny";
+	json_t *r = rec_new(px, "dns");
+	json_object_set_new(r, "domain", q.name[0] || !rc ? json_string(q.name) : json_null());
+	json_object_set_new(r, "qtype", json_string(qtype_name(q.qtype, tb, sizeof tb)));
+	json_object_set_new(r, "id", json_integer(q.id)); /* the query's, to match retransmissions */
+	json_object_set_new(r, "verdict", json_string(verdict));
+	json_object_set_new(r, "rcode", json_string(rcode_name(rc)));
+	json_object_set_new(r, "reason", why ? json_string(why) : json_null());
+	json_object_set_new(r, "answers", answers);
+	*rec = r;
+	return len;
+}
+
+/* net.log, and the next dns.query batch. */
+static void dns_record(struct sbx_proxy *px, json_t *r)
+{
+	if (!r)
+		return;
+	sbx_proxy_log(px, r);
+	json_t *e = json_pack("{s:O, s:O, s:O, s:O}", "domain", json_object_get(r, "domain"), "qtype",
+			      json_object_get(r, "qtype"), "verdict", json_object_get(r, "verdict"), "rcode",
+			      json_object_get(r, "rcode"));
+	json_decref(r);
+	pthread_mutex_lock(&px->mu);
+	json_array_append_new(px->dns_batch, e);
+	int full = json_array_size(px->dns_batch) >= DNS_BATCH_MAX;
+	pthread_mutex_unlock(&px->mu);
+	if (full)
+		dns_flush(px);
+}
+
+static void *dns_udp_thread(void *arg)
+{
+	struct sbx_proxy *px = ((void **)arg)[0];
+	int fd = (int)(intptr_t)((void **)arg)[1];
+	uint8_t req[1500], out[SBX_DNS_MAX];
+	for (;;) {
+		struct sockaddr_storage from;
+		socklen_t fl = sizeof from;
+		ssize_t r = recvfrom(fd, req, sizeof req, 0, (struct sockaddr *)&from, &fl);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return NULL;
+		}
+		json_t *rec;
+		size_t n = dns_handle(px, req, (size_t)r, out, sizeof out, &rec);
+		if (n)
+			sendto(fd, out, n, MSG_NOSIGNAL, (struct sockaddr *)&from, fl);
+		dns_record(px, rec);
+	}
+}
+
+/* Read exactly n bytes within ms; 0 or -1. */
+static int read_full(int fd, uint8_t *p, size_t n, int ms)
+{
+	size_t got = 0;
+	while (got < n) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		int r = poll(&pf, 1, ms);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		ssize_t k = read(fd, p + got, n - got);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		got += (size_t)k;
+	}
+	return 0;
+}
+
+struct conn {
+	struct sbx_proxy *px;
+	int fd;
+};
+
+static void side_done(struct sbx_proxy *px)
+{
+	pthread_mutex_lock(&px->mu);
+	px->side--;
+	pthread_mutex_unlock(&px->mu);
+}
+
+static void *dns_tcp_thread(void *arg)
+{
+	struct conn c = *(struct conn *)arg;
+	free(arg);
+	uint8_t len[2], req[65535], out[2 + 4096];
+	while (read_full(c.fd, len, 2, DNS_TCP_IDLE_MS) == 0) {
+		size_t n = (size_t)len[0] << 8 | len[1];
+		if (!n || read_full(c.fd, req, n, DNS_TCP_IDLE_MS) < 0)
+			break;
+		json_t *rec;
+		size_t k = dns_handle(c.px, req, n, out + 2, sizeof out - 2, &rec);
+		out[0] = (uint8_t)(k >> 8);
+		out[1] = (uint8_t)k;
+		int sent = k && sbx_write_all(c.fd, out, k + 2) == 0;
+		dns_record(c.px, rec);
+		if (!sent)
+			break;
+	}
+	close(c.fd);
+	side_done(c.px);
+	return NULL;
+}
+
+#ifdef HAVE_PKGCACHE
+static void *pkg_thread(void *arg)
+{
+	struct conn c = *(struct conn *)arg;
+	free(arg);
+	struct sbx_pkgcache_cfg cfg = { .st = &c.px->st, .session = c.px->s.id, .tenant = c.px->s.tenant,
+					.pkg = &c.px->s.limits.packages, .log_fd = 2 };
+	sbx_pkgcache_serve(&cfg, c.fd);
+	close(c.fd);
+	side_done(c.px);
+	return NULL;
+}
+#endif
+
+/* ---- TCP ---- */
+
+/* Connect to the first address that answers within the timeout. */
+static int connect_out(struct sockaddr_storage *to, unsigned n, unsigned *used, char *why, size_t wn)
+{
+	snprintf(why, wn, "no address");
+	for (unsigned i = 0; i < n; i++) {
+		int fd = socket(to[i].ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0) {
+			snprintf(why, wn, "socket: %s", strerror(errno));
+			continue;
+		}
+		socklen_t sl = to[i].ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+		int r = connect(fd, (struct sockaddr *)&to[i], sl);
+		if (r < 0 && errno == EINPROGRESS) {
+			struct pollfd pf = { .fd = fd, .events = POLLOUT };
+			int e = 0;
+			socklen_t el = sizeof e;
+			r = poll(&pf, 1, CONNECT_TIMEOUT_MS);
+			if (r == 0)
+				errno = ETIMEDOUT, r = -1;
+			else if (r > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) == 0 && e)
+				errno = e, r = -1;
+			else if (r > 0)
+				r = 0;
+		}
+		if (r == 0) {
+			*used = i;
+			int fl = fcntl(fd, F_GETFL);
+			fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+			return fd;
+		}
+		snprintf(why, wn, "connect: %s", strerror(errno));
+		close(fd);
+	}
+	return -1;
+}
+
+/* Count n bytes against the session's cap; 0 when over it. */
+static int charge(struct sbx_proxy *px, size_t n)
+{
+	pthread_mutex_lock(&px->mu);
+	px->bytes += n;
+	int ok = px->bytes <= px->pol.network.max_bytes;
+	pthread_mutex_unlock(&px->mu);
+	return ok;
+}
+
+/* Copy both ways until both are done.  Returns the reason it stopped
+ * early, or NULL. */
+static const char *splice_both(struct sbx_proxy *px, int g, int u, uint64_t *in, uint64_t *out)
+{
+	static __thread uint8_t buf[COPY_BUF];
+	int gopen = 1, uopen = 1; /* guest -> upstream, upstream -> guest */
+	while (gopen || uopen) {
+		struct pollfd pf[2] = { { .fd = gopen ? g : -1, .events = POLLIN },
+					{ .fd = uopen ? u : -1, .events = POLLIN } };
+		/* Half-closed, a connection may idle only so long: a peer that
+		 * never closes must not hold a connection slot for ever. */
+		int r0 = poll(pf, 2, gopen && uopen ? -1 : HALF_CLOSED_IDLE_MS);
+		if (r0 < 0) {
+			if (errno == EINTR)
+				continue;
+			return "poll failed";
+		}
+		if (r0 == 0)
+			return "idle after one side closed";
+		for (int k = 0; k < 2; k++) {
+			if (!pf[k].revents)
+				continue;
+			int from = k ? u : g, to = k ? g : u;
+			ssize_t r = read(from, buf, sizeof buf);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0) {
+				shutdown(to, SHUT_WR);
+				if (k)
+					uopen = 0;
+				else
+					gopen = 0;
+				if (r < 0)
+					return NULL; /* a reset: the end either way */
+				continue;
+			}
+			*(k ? in : out) += (uint64_t)r;
+			if (!charge(px, (size_t)r))
+				return "network.max_bytes reached";
+			if (sbx_write_all(to, buf, (size_t)r) < 0)
+				return NULL;
+		}
+	}
+	return NULL;
+}
+
+struct attempt {
+	char domain[SBX_HOST_LEN];
+	char address[INET6_ADDRSTRLEN];
+	unsigned port;
+	int rule;
+	enum sbx_sniff sniff;
+	const char *verdict, *reason;
+	char why[160];
+};
+
+static void attempt_log(struct sbx_proxy *px, const struct attempt *a, uint64_t in, uint64_t out, uint64_t t0,
+			int closing)
+{
+	json_t *r = rec_new(px, "tcp");
+	json_object_set_new(r, "domain", a->domain[0] ? json_string(a->domain) : json_null());
+	json_object_set_new(r, "address", json_string(a->address));
+	json_object_set_new(r, "port", json_integer(a->port));
+	json_object_set_new(r, "verdict", json_string(a->verdict));
+	json_object_set_new(r, "reason", a->reason ? json_string(a->reason) : json_null());
+	json_object_set_new(r, "sniff", json_string(sbx_sniff_name(a->sniff)));
+	if (a->rule >= 0)
+		json_object_set_new(r, "rule", json_integer(a->rule));
+	json_object_set_new(r, "bytes_in", json_integer((json_int_t)in));
+	json_object_set_new(r, "bytes_out", json_integer((json_int_t)out));
+	json_object_set_new(r, "duration_ms", json_integer((json_int_t)((sbx_mono_ns() - t0) / 1000000u)));
+	if (closing) {
+		sbx_proxy_log(px, r);
+		json_object_del(r, "time");
+		json_object_del(r, "proto");
+		if (!strcmp(a->verdict, "allow")) /* a refusal is in the trail already */
+			audit(px, "net.close", r);
+	} else {
+		/* The verdict is in the trail before a byte moves. */
+		json_object_del(r, "time");
+		json_object_del(r, "proto");
+		json_object_del(r, "bytes_in");
+		json_object_del(r, "bytes_out");
+		json_object_del(r, "duration_ms");
+		audit(px, "net.connect", r);
+	}
+	json_decref(r);
+}
+
+/* Read what the guest sends first, until it names a host (or cannot). */
+static enum sbx_sniff sniff(int fd, uint8_t *buf, size_t *n, char *host)
+{
+	uint64_t deadline = sbx_mono_ns() + SNIFF_TIMEOUT_MS * 1000000ull;
+	enum sbx_sniff k = SBX_SNIFF_MORE;
+	*n = 0;
+	while (k == SBX_SNIFF_MORE && *n < SBX_SNIFF_MAX) {
+		uint64_t now = sbx_mono_ns();
+		if (now >= deadline)
+			break;
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		int r = poll(&pf, 1, (int)((deadline - now) / 1000000u) + 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		ssize_t got = read(fd, buf + *n, SBX_SNIFF_MAX - *n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		*n += (size_t)got;
+		k = sbx_sniff_host(buf, *n, host, SBX_HOST_LEN);
+	}
+	return k == SBX_SNIFF_MORE ? SBX_SNIFF_OTHER : k;
+}
+
+/* Decide; on allow, *ufd is the connection out. */
+static void decide(struct sbx_proxy *px, int g, const struct sockaddr_in *dst, struct attempt *a, uint8_t *buf,
+		   size_t *n, int *ufd)
+{
+	unsigned port = ntohs(dst->sin_port);
+	a->port = port;
+	a->rule = -1;
+	a->verdict = "deny";
+	addr_str((const struct sockaddr *)dst, a->address, sizeof a->address);
+	*n = 0;
+	*ufd = -1;
+	pthread_mutex_lock(&px->mu);
+	int over_conn = px->active > px->pol.network.max_connections;
+	int over_bytes = px->bytes >= px->pol.network.max_bytes;
+	pthread_mutex_unlock(&px->mu);
+	if (over_conn) {
+		a->reason = "network.max_connections reached";
+		return;
+	}
+	if (over_bytes) {
+		a->reason = "network.max_bytes reached";
+		return;
+	}
+	struct sockaddr_storage to[RESOLVE_MAX];
+	unsigned nto = 0;
+	/* A raw address: only a cidr rule admits it, and then without a look
+	 * at what the guest sends (the server may speak first). */
+	int rule = sbx_egress_match_addr(&px->pol, (const struct sockaddr *)dst, port);
+	if (rule >= 0) {
+		a->rule = rule;
+		if ((a->reason = denied((const struct sockaddr *)dst)))
+			return;
+		memcpy(&to[0], dst, sizeof *dst);
+		nto = 1;
+	} else {
+		a->sniff = sniff(g, buf, n, a->domain);
+		if (a->sniff == SBX_SNIFF_BAD) {
+			a->domain[0] = 0;
+			a->reason = "malformed TLS or HTTP";
+			return;
+		}
+		struct in6_addr lit;
+		if (!a->domain[0] || inet_pton(AF_INET, a->domain, &lit) == 1 || inet_pton(AF_INET6, a->domain, &lit) == 1) {
+			a->domain[0] = 0; /* an address is not a name */
+			const char *d = sbx_egress_denied((const struct sockaddr *)dst);
+			snprintf(a->why, sizeof a->why, "%s%s%s", "raw address not in any cidr rule",
+				 d ? "; and denied: " : "", d ? d : "");
+			a->reason = a->why;
+			return;
+		}
+		if ((a->rule = sbx_egress_match_name(&px->pol, a->domain, port)) < 0) {
+			a->reason = "not in the allowlist";
+			return;
+		}
+		const char *why = NULL;
+		nto = sbx_proxy_resolve(px, a->domain, port, to, RESOLVE_MAX, &why);
+		if (!nto) {
+			snprintf(a->why, sizeof a->why, "%s", why ? why : "no address");
+			a->reason = a->why;
+			return;
+		}
+	}
+	unsigned used = 0;
+	*ufd = connect_out(to, nto, &used, a->why, sizeof a->why);
+	addr_str((struct sockaddr *)&to[*ufd >= 0 ? used : 0], a->address, sizeof a->address);
+	if (*ufd < 0) {
+		a->verdict = "error";
+		a->reason = a->why;
+		return;
+	}
+	a->verdict = "allow";
+	a->reason = NULL;
+}
+
+static void *tcp_thread(void *arg)
+{
+	struct conn c = *(struct conn *)arg;
+	free(arg);
+	struct sbx_proxy *px = c.px;
+	uint64_t t0 = sbx_mono_ns(), in = 0, out = 0;
+	struct attempt a = { 0 };
+	struct sockaddr_in dst = { 0 };
+	socklen_t dl = sizeof dst;
+	uint8_t *buf = malloc(SBX_SNIFF_MAX);
+	size_t n = 0;
+	int u = -1;
+	if (!buf || getsockopt(c.fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl) < 0) {
+		a.verdict = "error";
+		a.reason = "no original destination";
+		snprintf(a.address, sizeof a.address, "?");
+	} else {
+		decide(px, c.fd, &dst, &a, buf, &n, &u);
+	}
+	attempt_log(px, &a, 0, 0, t0, 0);
+	if (u >= 0) {
+		const char *stop = NULL;
+		if (n) {
+			if (!charge(px, n))
+				stop = "network.max_bytes reached";
+			else if (sbx_write_all(u, buf, n) == 0)
+				out += n;
+		}
+		if (!stop)
+			stop = splice_both(px, c.fd, u, &in, &out);
+		if (stop)
+			a.reason = stop;
+		close(u);
+	}
+	free(buf);
+	close(c.fd);
+	attempt_log(px, &a, in, out, t0, 1);
+	pthread_mutex_lock(&px->mu);
+	px->active--;
+	pthread_mutex_unlock(&px->mu);
+	return NULL;
+}
+
+static int spawn(void *(*fn)(void *), void *arg)
+{
+	pthread_t t;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 256 << 10);
+	int rc = pthread_create(&t, &at, fn, arg);
+	pthread_attr_destroy(&at);
+	return rc;
+}
+
+static void accept_one(struct sbx_proxy *px, int lfd, int kind)
+{
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return;
+	struct conn *c = malloc(sizeof *c);
+	if (!c) {
+		close(fd);
+		return;
+	}
+	*c = (struct conn){ px, fd };
+	pthread_mutex_lock(&px->mu);
+	int ok = kind == 0 ? 1 : px->side < SIDE_THREADS_MAX;
+	if (ok) {
+		if (kind == 0)
+			px->active++; /* over the cap: refused and logged by the thread */
+		else
+			px->side++;
+	}
+	pthread_mutex_unlock(&px->mu);
+	void *(*fn)(void *) = kind == 0 ? tcp_thread : kind == 1 ? dns_tcp_thread : NULL;
+#ifdef HAVE_PKGCACHE
+	if (kind == 2)
+		fn = pkg_thread;
+#endif
+	if (ok && fn && spawn(fn, c) == 0)
+		return;
+	if (ok) {
+		pthread_mutex_lock(&px->mu);
+		if (kind == 0)
+			px->active--;
+		else
+			px->side--;
+		pthread_mutex_unlock(&px->mu);
+	}
+	close(fd);
+	free(c);
+}
+
+/* ---- the process ---- */
+
+/* Nothing the proxy does needs a capability once its files are open: no
+ * privilege for a process that parses the guest's bytes all day. */
+static int drop_caps(void)
+{
+	for (int cap = 0; cap <= 63; cap++)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+			return -1;
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2] = { { 0 } };
+	if (syscall(SYS_capset, &h, d) < 0)
+		return -1;
+	return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+}
+
+static int load(struct sbx_proxy *px, const char *id, struct sbx_err *err)
+{
+	if (sbx_state_open(&px->st, err) < 0 || sbx_record_load(&px->st, id, &px->s, err) < 0)
+		return -1;
+	_cleanup_close_ int dfd = openat(px->st.sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the session directory");
+	_cleanup_free_ char *txt = sbx_read_small_at(dfd, "policy.json", 1 << 20, NULL);
+	json_t *o = txt ? json_loads(txt, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	sbx_policy_defaults(&px->pol);
+	int rc = o ? sbx_policy_network_from_json(o, &px->pol, err)
+		   : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the session's policy.json");
+	json_decref(o);
+	if (rc < 0)
+		return -1;
+	px->log_fd = openat(dfd, "net.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (px->log_fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open net.log");
+	return 0;
+}
+
+int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
+{
+	static struct sbx_proxy px; /* large (the policy); threads share it */
+	pthread_mutex_init(&px.mu, NULL);
+	pthread_mutex_init(&px.audit_mu, NULL);
+	px.log_fd = -1;
+	px.dns_batch = json_array();
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigprocmask(SIG_BLOCK, &set, NULL); /* before any thread: all inherit it */
+	signal(SIGPIPE, SIG_IGN);
+	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+	if (sfd < 0 || !px.dns_batch)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set up");
+	if (load(&px, a->id, err) < 0)
+		return -1;
+	/* Dropping capabilities clears PR_SET_PDEATHSIG: arm it again, so the
+	 * proxy still dies with its monitor, and check the monitor is still
+	 * there to have armed it for. */
+	pid_t parent = getppid();
+	if (drop_caps() < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot drop capabilities");
+	if (getppid() != parent)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the monitor is gone");
+#ifdef HAVE_PKGCACHE
+	if (a->pkg_fd >= 0 && sbx_pkgcache_init(err) < 0)
+		return -1;
+#endif
+	static void *udp_arg[2];
+	udp_arg[0] = &px;
+	udp_arg[1] = (void *)(intptr_t)a->dns_udp_fd;
+	if (a->dns_udp_fd >= 0 && spawn(dns_udp_thread, udp_arg) != 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start the resolver");
+	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
+				{ .fd = a->tcp_fd, .events = POLLIN },
+				{ .fd = a->dns_tcp_fd, .events = POLLIN },
+				{ .fd = a->pkg_fd, .events = POLLIN } };
+	for (;;) {
+		int r = poll(pf, 4, 1000);
+		if (r < 0 && errno != EINTR)
+			break;
+		if (r <= 0) {
+			dns_flush(&px);
+			continue;
+		}
+		if (pf[0].revents)
+			break;
+		for (int k = 1; k < 4; k++)
+			if (pf[k].revents & POLLIN)
+				accept_one(&px, pf[k].fd, k - 1);
+	}
+	dns_flush(&px);
+	return 0;
+}

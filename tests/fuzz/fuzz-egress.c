@@ -1,0 +1,53 @@
+/* libFuzzer target for what a guest sends its proxy (egress.c): the first
+ * bytes of a TCP connection (TLS ClientHello / HTTP request head) and a DNS
+ * query, then the answer built from it.  The first byte picks the parser. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "egress.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size < 1)
+		return 0;
+	const uint8_t *p = data + 1;
+	size_t n = size - 1;
+	if (data[0] & 1) {
+		struct sbx_dns_query q;
+		uint8_t out[SBX_DNS_MAX], addrs[8 * 16];
+		memset(addrs, 0x5a, sizeof addrs);
+		int rc = sbx_dns_parse(p, n, &q);
+		if (rc >= 0) {
+			size_t len = sbx_dns_answer(p, &q, rc ? rc : (data[0] >> 1) % 6, addrs, 8, out, sizeof out);
+			if (len > sizeof out)
+				__builtin_trap();
+			if (!rc && strlen(q.name) >= sizeof q.name)
+				__builtin_trap();
+		}
+		return 0;
+	}
+	char host[SBX_HOST_LEN];
+	enum sbx_sniff k = sbx_sniff_host(p, n, host, sizeof host);
+	if (k == SBX_SNIFF_TLS || k == SBX_SNIFF_HTTP) {
+		size_t hl = strlen(host);
+		if (hl >= sizeof host)
+			__builtin_trap();
+		for (size_t i = 0; i < hl; i++)
+			if (host[i] >= 'A' && host[i] <= 'Z')
+				__builtin_trap(); /* always lowercased */
+	}
+	/* The deny list over whatever 16 bytes came in, as v4 and v6. */
+	if (n >= 16) {
+		struct sockaddr_in6 s6 = { .sin6_family = AF_INET6 };
+		struct sockaddr_in s4 = { .sin_family = AF_INET };
+		memcpy(&s6.sin6_addr, p, 16);
+		memcpy(&s4.sin_addr, p, 4);
+		(void)sbx_egress_denied((struct sockaddr *)&s6);
+		(void)sbx_egress_denied((struct sockaddr *)&s4);
+	}
+	return 0;
+}
