@@ -1,0 +1,116 @@
+/* The pull-through package cache: a module of the per-session proxy
+ * (libexec/sbx/sbx-proxy), serving HTTP/1.1 to the guest on 10.0.2.2:3141
+ * for sessions whose policy has packages.mode: allowlist (sbx-policy(5)).
+ *
+ * The guest names a registry by its type and its position among the
+ * policy's registries of that type, and a package (and file) by name:
+ *
+ *   GET /pypi/N/simple/PROJECT/            PEP 503 index, links rewritten
+ *   GET /pypi/N/files/PROJECT/FILENAME     one file named by that index
+ *   GET /npm/N/PACKAGE                     npm metadata, tarballs rewritten
+ *   GET /npm/N/tarball/PACKAGE/VERSION     that version's tarball
+ *
+ * Upstream URLs come only from the policy's registry URLs and from what
+ * those registries' own index pages name, never from the request, so the
+ * cache is no general proxy.  Files are verified against the registry's
+ * hash (PyPI #sha256=, npm dist.integrity / dist.shasum), stored
+ * content-addressed under LIB/pkgcache/, logged to
+ * LIB/sessions/ID/packages.log and the audit trail (package.fetch), and
+ * counted against packages.max_download.
+ *
+ * For the proxy ("network"):
+ *  - A session whose record has limits.packages.mode == SBX_PKG_ALLOWLIST
+ *    needs a NIC and the proxy even when network.egress is none; the
+ *    guest may then reach only 10.0.2.2:3141 (TCP).  With mode offline
+ *    there is no listener and no NIC is needed for packages: the guest
+ *    answers installs itself (guest-init, sbx.pkg=offline).
+ *  - Call sbx_pkgcache_init once per process, before the first thread.
+ *  - For each connection accepted on 10.0.2.2:3141, one thread calls
+ *    sbx_pkgcache_serve(cfg, fd) and then closes fd.  Blocking I/O; the
+ *    call applies its own read/write timeouts to fd.
+ *  - The thread must run in the host's network namespace: upstream
+ *    fetches (libcurl) go out through the host network.  Every address
+ *    they connect to is checked against the fixed deny list at connect
+ *    time (sbx_pkgcache_addr_denied), registry URLs included.
+ */
+#ifndef SBX_PKGCACHE_H
+#define SBX_PKGCACHE_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "err.h"
+#include "session.h"
+#include "state.h"
+
+#define SBX_PKGCACHE_ADDR "10.0.2.2"
+#define SBX_PKGCACHE_PORT 3141
+#define SBX_PKGCACHE_BASE "http://10.0.2.2:3141"
+
+struct sbx_pkgcache_cfg {
+	struct sbx_state *st;                 /* LIB (st->lib_fd): LIB/pkgcache, the session's
+	                                       * directory, the audit trail */
+	const char *session;                  /* session ID */
+	const char *tenant;                   /* "" or NULL: none; cached files are shared
+	                                       * only among sessions of the same tenant */
+	const struct sbx_limit_packages *pkg; /* the record's limits.packages */
+	const char *base_url;                 /* how the guest reaches the cache, for the links
+	                                       * the cache writes; NULL: SBX_PKGCACHE_BASE */
+	int log_fd;                           /* the proxy's diagnostics: one line per internal
+	                                       * problem; -1: none */
+};
+
+/* Once per process, before any thread serves (libcurl, libxml2). */
+int sbx_pkgcache_init(struct sbx_err *err);
+
+/* Serve one connection: one request, one response, then return (the
+ * response says Connection: close).  Does not close conn_fd.  Returns 0
+ * when a response was sent, -1 when the connection failed or timed out;
+ * either way everything worth knowing is already in packages.log and
+ * log_fd. */
+int sbx_pkgcache_serve(const struct sbx_pkgcache_cfg *cfg, int conn_fd);
+
+/* The guest's side, as kernel parameters for guest-init (at most n bytes):
+ *   sbx.pkg=offline | sbx.pkg=SBX_PKGCACHE_BASE   where installs go
+ *   sbx.pkgpolicy=NAME                            named in refusals
+ *   sbx.pkgreg=P,N                                registries per type
+ * guest-init writes /etc/pip.conf and npmrc from them, and answers
+ * installs it must refuse itself on 127.0.0.1:3141. */
+void sbx_pkgcache_guest_params(const struct sbx_limit_packages *k, char *buf, size_t n);
+
+/* Why an upstream connection to sa may not be made (NULL: it may): the
+ * fixed deny list (sbx_egress_denied: loopback, RFC 1918, 100.64/10,
+ * link-local and cloud metadata, fc00::/7, fe80::/10, ...) and the
+ * host's own addresses.  Applied to every address libcurl connects to,
+ * registry URLs from the policy included. */
+const char *sbx_pkgcache_addr_denied(const struct sockaddr *sa, socklen_t len);
+
+/* ---- exposed for tests and fuzzing ---- */
+
+#define SBX_HTTP_HEAD_MAX    8192 /* request line and headers */
+#define SBX_HTTP_HEADERS_MAX 64
+
+struct sbx_http_req {
+	char method[8];
+	char target[2048]; /* origin-form: starts with '/', no '#' */
+	unsigned minor;    /* HTTP/1.x */
+	int has_body;      /* Content-Length other than 0, or Transfer-Encoding */
+	int pip;           /* User-Agent: pip/... */
+};
+
+/* Parse a request head (request line and headers up to the empty line;
+ * CRLF or bare LF).  Returns the bytes consumed (> 0), 0 when buf holds
+ * no complete head yet, -1 when it is malformed or over the bounds
+ * (*status gets 400, 414, 431 or 501). */
+int sbx_http_parse_head(const char *buf, size_t n, struct sbx_http_req *r, int *status);
+
+/* PEP 503 name normalization: lower case, runs of "-", "_", "." as one
+ * "-".  -1 when name is not a valid project name. */
+int sbx_pep503_normalize(const char *name, char *out, size_t n);
+
+/* Parse a PEP 503 page (links resolved against base) and count the
+ * package files it offers: what the cache would rewrite.  -1 when it does
+ * not parse. */
+int sbx_pkgcache_index_links(const char *html, size_t n, const char *base, size_t *count);
+
+#endif

@@ -1,0 +1,246 @@
+/* Package installs in the guest (sbx-policy(5), packages; pkgcache.h on the
+ * host).  The host says where installs go on the kernel command line:
+ *
+ *   sbx.pkg=offline | sbx.pkg=http://10.0.2.2:3141   (the session's cache)
+ *   sbx.pkgpolicy=NAME    the policy named in refusals
+ *   sbx.pkgreg=P,N        how many pypi and npm registries it allows
+ *
+ * At boot we write /etc/pip.conf and the global npmrc into the overlay
+ * root, so every pip and npm, whoever runs it and with whatever
+ * environment, looks there first.  What the policy forbids is answered
+ * here, at once, by a tiny responder on 127.0.0.1:3141 running as nobody:
+ * a refusal naming the policy and its key, instead of a connection error
+ * after pip's retries.  A session without a network device could not get
+ * further anyway; the responder only makes the refusal fast and clear. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "init.h"
+
+#define LOCAL  "http://127.0.0.1:3141"
+#define NOBODY 65534u
+
+static int plain(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+		      strchr("._-", s[i])))
+			return 0;
+	return n > 0;
+}
+
+int sbx_guest_pkg_param(struct sbx_guest_cfg *cfg, const char *tok, size_t len)
+{
+	if (len > 8 && !strncmp(tok, "sbx.pkg=", 8)) {
+		const char *v = tok + 8;
+		size_t vl = len - 8;
+		/* The host only ever sends these two. */
+		if ((vl == 7 && !strncmp(v, "offline", 7)) || (vl == 20 && !strncmp(v, "http://10.0.2.2:3141", 20))) {
+			memcpy(cfg->pkg, v, vl);
+			cfg->pkg[vl] = 0;
+		} else {
+			sbx_guest_log("ignoring invalid sbx.pkg");
+		}
+		return 1;
+	}
+	if (len > 14 && !strncmp(tok, "sbx.pkgpolicy=", 14)) {
+		if (len - 14 < sizeof(cfg->pkg_policy) && plain(tok + 14, len - 14)) {
+			memcpy(cfg->pkg_policy, tok + 14, len - 14);
+			cfg->pkg_policy[len - 14] = 0;
+		} else {
+			sbx_guest_log("ignoring invalid sbx.pkgpolicy");
+		}
+		return 1;
+	}
+	if (len > 11 && !strncmp(tok, "sbx.pkgreg=", 11)) {
+		unsigned v[2] = {0, 0}, k = 0;
+		size_t i = 11;
+		for (; i < len && k < 2; i++) {
+			if (tok[i] == ',' && k == 0)
+				k++;
+			else if (tok[i] >= '0' && tok[i] <= '9' && v[k] < 100)
+				v[k] = v[k] * 10 + (unsigned)(tok[i] - '0');
+			else
+				break;
+		}
+		if (i == len && k == 1) {
+			cfg->pkg_pypi = v[0];
+			cfg->pkg_npm = v[1];
+		} else {
+			sbx_guest_log("ignoring invalid sbx.pkgreg");
+		}
+		return 1;
+	}
+	return 0;
+}
+
+/* Replace path with text (root's, 0644), creating the file. */
+static void put_file(const char *path, const char *text)
+{
+	char tmp[128];
+	snprintf(tmp, sizeof(tmp), "%s.sbx-new", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	size_t n = strlen(text);
+	if (fd < 0 || write(fd, text, n) != (ssize_t)n || fchmod(fd, 0644) < 0 || close(fd) < 0 ||
+	    rename(tmp, path) < 0) {
+		sbx_guest_log("cannot write %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			unlink(tmp);
+	}
+}
+
+/* What the responder says for a registry type it must refuse. */
+static void refusal(const struct sbx_guest_cfg *cfg, const char *type, char *out, size_t n)
+{
+	const char *pol = cfg->pkg_policy[0] ? cfg->pkg_policy : "defaults";
+	if (!strcmp(cfg->pkg, "offline"))
+		snprintf(out, n, "package installs are refused: packages.mode: offline in policy %s", pol);
+	else
+		snprintf(out, n, "package installs are refused: policy %s has no %s registry in packages.registries",
+		         pol, type);
+}
+
+/* One request, one refusal.  pip shows an index page's HTTP error only in
+ * its debug log ("from versions: none" is all a user sees); what it does
+ * print is the Content-Type of a page that is not an index.  So pip's
+ * index requests get a 200 whose Content-Type carries the refusal; every
+ * other client an honest 403 whose reason phrase (curl, wget, pip's
+ * downloads) and JSON "error" (npm) carry it. */
+static void answer(const struct sbx_guest_cfg *cfg, int fd)
+{
+	char req[4096], msg[256], out[1024];
+	size_t n = 0;
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	while (n < sizeof(req) - 1) {
+		ssize_t r = read(fd, req + n, sizeof(req) - 1 - n);
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+		req[n] = 0;
+		if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
+			break;
+	}
+	req[n] = 0;
+	const char *path = strchr(req, ' ');
+	path = path ? path + 1 : "";
+	int npm = !strncmp(path, "/npm/", 5);
+	refusal(cfg, npm ? "npm" : "pypi", msg, sizeof(msg));
+	const char *ua = strcasestr(req, "\nUser-Agent:");
+	int pip = 0;
+	if (ua) {
+		ua += 12;
+		while (*ua == ' ' || *ua == '\t')
+			ua++;
+		pip = !strncmp(ua, "pip/", 4);
+	}
+	const char *eol = strpbrk(path, " \r\n");
+	size_t pl = eol ? (size_t)(eol - path) : strlen(path);
+	int index = !npm && memmem(path, pl, "/simple/", 8);
+	char body[400];
+	int bl;
+	int w;
+	if (pip && index) {
+		bl = snprintf(body, sizeof(body), "sbx: %s\n", msg);
+		w = snprintf(out, sizeof(out),
+		             "HTTP/1.1 200 Refused\r\nContent-Type: text/plain; sbx-refused=\"%s\"\r\n"
+		             "Content-Length: %d\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n%s",
+		             msg, bl, body);
+	} else {
+		bl = npm ? snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg)
+		         : snprintf(body, sizeof(body), "sbx: %s\n", msg);
+		w = snprintf(out, sizeof(out),
+		             "HTTP/1.1 403 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+		             "Cache-Control: no-store\r\nConnection: close\r\n\r\n%s",
+		             msg, npm ? "application/json" : "text/plain", bl, body);
+	}
+	if (w > 0 && (size_t)w < sizeof(out))
+		(void)!send(fd, out, (size_t)w, MSG_NOSIGNAL);
+	shutdown(fd, SHUT_WR);
+}
+
+static void __attribute__((noreturn)) responder(const struct sbx_guest_cfg *cfg)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	prctl(PR_SET_NAME, "sbx-pkg-refuse");
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	struct sockaddr_in a = {
+	    .sin_family = AF_INET, .sin_port = htons(3141), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 64) < 0) {
+		sbx_guest_log("package responder: cannot listen on 127.0.0.1:3141: %s", strerror(errno));
+		_exit(1);
+	}
+	/* Nothing left to do as root: it answers strangers. */
+	if (setgroups(0, NULL) < 0 || setresgid(NOBODY, NOBODY, NOBODY) < 0 || setresuid(NOBODY, NOBODY, NOBODY) < 0) {
+		sbx_guest_log("package responder: cannot drop privileges: %s", strerror(errno));
+		_exit(1);
+	}
+	for (;;) {
+		int c = accept4(s, NULL, NULL, SOCK_CLOEXEC);
+		if (c < 0)
+			continue;
+		answer(cfg, c);
+		close(c);
+	}
+}
+
+void sbx_guest_packages(const struct sbx_guest_cfg *cfg)
+{
+	if (!cfg->pkg[0])
+		return; /* an older host: leave pip and npm as the template has them */
+	int offline = !strcmp(cfg->pkg, "offline");
+	const char *pol = cfg->pkg_policy[0] ? cfg->pkg_policy : "defaults";
+	char text[2048];
+	size_t w = 0;
+	unsigned np = offline ? 0 : cfg->pkg_pypi, nn = offline ? 0 : cfg->pkg_npm;
+
+	/* pip: the cache's indexes in policy order, or the responder. */
+	w += (size_t)snprintf(text + w, sizeof(text) - w,
+	                      "# Written by sbx at boot: pip follows policy %s (sbx-policy(5), packages).\n"
+	                      "[global]\nindex-url = %s/pypi/0/simple\n",
+	                      pol, np ? cfg->pkg : LOCAL);
+	for (unsigned i = 1; i < np && i < 16 && w < sizeof(text); i++)
+		w += (size_t)snprintf(text + w, sizeof(text) - w, "%s %s/pypi/%u/simple\n",
+		                      i == 1 ? "extra-index-url =" : "   ", cfg->pkg, i);
+	if (w < sizeof(text))
+		snprintf(text + w, sizeof(text) - w, "trusted-host = %s\ndisable-pip-version-check = true\n",
+		         np ? "10.0.2.2" : "127.0.0.1");
+	put_file("/etc/pip.conf", text);
+
+	/* npm: one default registry; npm's audit and update checks would ask
+	 * for endpoints no cache serves. */
+	snprintf(text, sizeof(text),
+	         "# Written by sbx at boot: npm follows policy %s (sbx-policy(5), packages).\n"
+	         "registry=%s/npm/0/\naudit=false\nfund=false\nupdate-notifier=false\n",
+	         pol, nn ? cfg->pkg : LOCAL);
+	put_file("/etc/npmrc", text);
+	/* npm installed under /usr by its own installer reads PREFIX/etc/npmrc. */
+	struct stat st;
+	if (stat("/usr/lib/node_modules/npm", &st) == 0) {
+		mkdir("/usr/etc", 0755);
+		put_file("/usr/etc/npmrc", text);
+	}
+
+	if (np && nn)
+		return; /* nothing to refuse locally */
+	pid_t pid = fork();
+	if (pid < 0)
+		sbx_guest_log("package responder: fork: %s", strerror(errno));
+	else if (pid == 0)
+		responder(cfg);
+}
