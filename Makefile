@@ -4,10 +4,12 @@ DESTDIR ?=
 BINDIR = $(PREFIX)/bin
 LIBEXECDIR = $(PREFIX)/libexec/sbx
 MANDIR = $(PREFIX)/share/man
+# Where bash-completion looks for a command's completion on first use.
+BASHCOMPDIR ?= $(or $(shell pkg-config --variable=completionsdir bash-completion 2>/dev/null),/usr/share/bash-completion/completions)
 B ?= build
 
 CC ?= cc
-PKGS = jansson libarchive libbsd-overlay libmd libseccomp yaml-0.1
+PKGS = jansson libarchive libbsd-overlay libcurl libmd libnftables libnl-route-3.0 libseccomp libxml-2.0 libzstd yaml-0.1
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
@@ -15,13 +17,17 @@ WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=
        -Werror=shadow -Werror=strict-prototypes -Werror=missing-prototypes
 OPT ?= -O2 -g
 SAN ?=
-CFLAGS_ALL = -std=gnu11 $(OPT) $(SAN) $(WARN) -D_GNU_SOURCE -Icommon $(PKG_CFLAGS) $(CFLAGS)
-LDFLAGS_ALL = $(SAN) $(LDFLAGS)
+# The proxy serves the package cache once its module is in the tree.
+WITH_PKGCACHE = $(if $(wildcard common/pkgcache.c),-DSBX_WITH_PKGCACHE)
+CFLAGS_ALL = -std=gnu11 $(OPT) $(SAN) $(WARN) -D_GNU_SOURCE -Icommon $(WITH_PKGCACHE) $(PKG_CFLAGS) $(CFLAGS)
+# --as-needed: each program records only the libraries it calls (sbx-exec
+# does not load libnftables or libxml2 at every start).
+LDFLAGS_ALL = $(SAN) -Wl,--as-needed $(LDFLAGS)
 
 LIB_SRC = $(wildcard common/*.c)
 LIB_OBJ = $(LIB_SRC:common/%.c=$(B)/obj/%.o)
-CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit
-LIBEXEC = sbx-monitor
+CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit sbx-snapshot
+LIBEXEC = sbx-monitor sbx-proxy
 BINS = $(CMDS:%=$(B)/bin/%) $(LIBEXEC:%=$(B)/libexec/sbx/%)
 UNIT_SRC = $(wildcard tests/unit/*.c)
 UNITS = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
@@ -74,8 +80,16 @@ image: $(B)/guest-init $(B)/tools/sbx-mkcpio
 	scripts/build-image.sh --out $(B)/templates --guest-init $(B)/guest-init \
 		--mkcpio $(B)/tools/sbx-mkcpio
 
-check: all image
-	SBX_BUILD=$(abspath $(B)) prove -v --timer tests/
+# The python template: the same kernel and initramfs, a debootstrap root
+# with python3 and pip (cached under SBX_CACHE; root only).
+python-image: $(B)/guest-init $(B)/tools/sbx-mkcpio
+	scripts/build-python-template.sh --out $(B)/templates --guest-init $(B)/guest-init \
+		--mkcpio $(B)/tools/sbx-mkcpio
+
+# Everything with QEMU, then the VM tests with Cloud Hypervisor (each a
+# skip with the reason where it cannot run).
+check: all image python-image
+	SBX_BUILD=$(abspath $(B)) scripts/check.sh -v --timer
 
 # Sanitizer reports go to files (the monitor's stderr is /dev/null), and any
 # report fails the run.
@@ -104,9 +118,12 @@ install: $(BINS)
 	install -m 0755 $(CMDS:%=$(B)/bin/%) $(DESTDIR)$(BINDIR)
 	install -m 0755 $(LIBEXEC:%=$(B)/libexec/sbx/%) $(DESTDIR)$(LIBEXECDIR)
 	for m in $(MANS); do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s; done
+	install -d $(DESTDIR)$(BASHCOMPDIR)
+	install -m 0644 completions/sbx.bash $(DESTDIR)$(BASHCOMPDIR)/sbx
+	for c in $(sort $(CMDS) sbx-snapshot); do ln -sf sbx $(DESTDIR)$(BASHCOMPDIR)/$$c; done
 
 clean:
 	rm -rf $(B) build-asan build-fuzz
 
-.PHONY: all image check asan fuzz bench install clean lint-man
+.PHONY: all image python-image check asan fuzz bench install clean lint-man
 .DELETE_ON_ERROR:

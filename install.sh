@@ -1,7 +1,9 @@
 #!/bin/bash
-# Install sbx on a Debian 12 host: packages, build, commands under PREFIX
-# (default /usr/local), the default template, then one real session end to
-# end.  Idempotent; honours SBX_ROOT (state and templates go under it).
+# Install sbx on a Debian 12 host: packages (Cloud Hypervisor too where the
+# archive has it), build, commands under PREFIX
+# (default /usr/local), the default and python templates, then one real
+# session end to end.  Idempotent; honours SBX_ROOT (state and templates go
+# under it).
 #   ./install.sh [--no-smoke]
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -16,11 +18,29 @@ done
 [ "$(id -u)" = 0 ] || { echo "install.sh: run as root (it installs packages)" >&2; exit 1; }
 
 scripts/deps.sh
+# Cloud Hypervisor, the VMM sessions use where the KVM probe passes, from
+# the host's own archive where it has it (Debian 13 does); QEMU otherwise.
+if apt-cache policy cloud-hypervisor 2>/dev/null | grep -q 'Candidate: [^(]'; then
+	dpkg-query -W -f='${Status}' cloud-hypervisor 2>/dev/null | grep -q 'install ok installed' ||
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends cloud-hypervisor >&2
+	echo "install.sh: cloud-hypervisor $(dpkg-query -W -f='${Version}' cloud-hypervisor) installed:" \
+		"sessions use it where KVM works, QEMU elsewhere" >&2
+else
+	echo "install.sh: no cloud-hypervisor package in this host's archive (Debian 12 has none):" \
+		"sessions run on QEMU" >&2
+fi
 make -j"$(nproc)" all
 make install PREFIX="$PREFIX"
+# make install puts the bash completion (completions/sbx.bash) where
+# bash-completion loads it from in new shells.
+echo "install.sh: commands in $PREFIX/bin, bash completion for them in new shells" >&2
 templates="${SBX_ROOT:-}/var/lib/sbx/templates"
 mkdir -p "$templates"
 tmpl=$(scripts/build-image.sh --out "$templates" --guest-init build/guest-init --mkcpio build/tools/sbx-mkcpio)
+echo "install.sh: template $tmpl" >&2
+# debootstrap: a few minutes the first time, seconds once cached.
+tmpl=$(scripts/build-python-template.sh --out "$templates" --guest-init build/guest-init \
+	--mkcpio build/tools/sbx-mkcpio)
 echo "install.sh: template $tmpl" >&2
 
 if [ "$smoke" = 1 ]; then

@@ -137,11 +137,12 @@ static int verify(struct sbx_state *st, int json, int quiet)
 		return err.code;
 	}
 	if (json) {
-		json_t *o = r.ok ? json_pack("{s:b, s:I, s:I, s:s}", "ok", 1, "records", (json_int_t)r.records,
-					     "last_seq", (json_int_t)r.last_seq, "last_hash", r.last_hash)
-				 : json_pack("{s:b, s:I, s:I, s:s, s:s}", "ok", 0, "records", (json_int_t)r.records,
-					     "line", (json_int_t)r.line, "problem", sbx_audit_problem_name(r.problem),
-					     "detail", r.detail);
+		json_t *o = r.ok ? json_pack("{s:i, s:b, s:I, s:I, s:s}", "schema", 1, "ok", 1, "records",
+					     (json_int_t)r.records, "last_seq", (json_int_t)r.last_seq, "last_hash",
+					     r.last_hash)
+				 : json_pack("{s:i, s:b, s:I, s:I, s:s, s:s}", "schema", 1, "ok", 0, "records",
+					     (json_int_t)r.records, "line", (json_int_t)r.line, "problem",
+					     sbx_audit_problem_name(r.problem), "detail", r.detail);
 		json_dumpf(o, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(o);

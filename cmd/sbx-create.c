@@ -1,4 +1,5 @@
 /* sbx-create: boot a session and print its ID once the guest agent answers. */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,12 +11,14 @@
 #include "policy.h"
 #include "secrets.h"
 #include "session.h"
+#include "util.h"
 
 static void usage(FILE *f)
 {
-	fputs("usage: sbx-create [-q] [--json] [--dry-run] [-p POLICY] [--id ID] [-t TEMPLATE[@VERSION]]\n"
+	fputs("usage: sbx-create [-q] [--json] [--dry-run] [-p POLICY] [--id ID]\n"
+	      "                  [-t TEMPLATE[@VERSION] | -s SNAPSHOT[@VERSION]]\n"
 	      "                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION] [--tenant TENANT]\n"
-	      "                  [-v HOSTDIR:GUESTPATH:ro]...\n"
+	      "                  [--workspace NAME] [-v HOSTDIR:GUESTPATH:ro]...\n"
 	      "                  [--secret NAME=@FILE]...\n",
 	      f);
 }
@@ -54,6 +57,25 @@ static int effective_policy(const char *file, const struct overrides *ov, struct
 	return 0;
 }
 
+/* Which of vCPUs, memory and disk the user chose (a restored VM keeps the
+ * snapshot's and refuses others): the overrides, and the keys the policy
+ * file sets, found by parsing it over zeroes. */
+static unsigned shape_set(const char *file, const struct overrides *ov)
+{
+	static struct sbx_policy probe;
+	unsigned set = (ov->vcpus ? SBX_SHAPE_VCPUS : 0) | (ov->memory_mib ? SBX_SHAPE_MEMORY : 0) |
+		       (ov->disk ? SBX_SHAPE_DISK : 0);
+	size_t n = 0;
+	_cleanup_free_ char *buf = file ? sbx_read_small_at(AT_FDCWD, file, SBX_POLICY_FILE_MAX, &n) : NULL;
+	sbx_policy_defaults(&probe);
+	probe.resources.vcpus = 0;
+	probe.resources.memory = probe.resources.disk = 0;
+	if (buf && sbx_policy_parse(file, (const uint8_t *)buf, n, &probe, NULL) == 0)
+		set |= (probe.resources.vcpus ? SBX_SHAPE_VCPUS : 0) | (probe.resources.memory ? SBX_SHAPE_MEMORY : 0) |
+		       (probe.resources.disk ? SBX_SHAPE_DISK : 0);
+	return set;
+}
+
 static int print_policy(const struct sbx_policy *p, int json)
 {
 	json_t *j = sbx_policy_json(p);
@@ -71,9 +93,16 @@ static void print_session(const struct sbx_session *s, int existed, int json)
 		printf("%s\n", s->id);
 		return;
 	}
-	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:s, s:b, s:I}", "schema", 1, "id", s->id, "state", s->state,
-			      "accel", s->accel, "kernel", s->kernel, "existed", existed, "boot_ms",
+	/* "session" as in every other output; "id" kept for existing callers. */
+	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:b, s:I}", "schema", 1, "id", s->id, "session", s->id,
+			      "state", s->state, "accel", s->accel, "kernel", s->kernel, "existed", existed, "boot_ms",
 			      (json_int_t)s->boot_ms);
+	if (j && s->workspace[0])
+		json_object_set_new(j, "workspace", json_string(s->workspace));
+	if (j && s->from_pool) { /* served by a warm-pool member (sbx-gc(1)) */
+		json_object_set_new(j, "from_pool", json_true());
+		json_object_set_new(j, "claim_ms", json_integer((json_int_t)s->claim_ms));
+	}
 	json_dumpf(j, stdout, JSON_COMPACT);
 	putchar('\n');
 	json_decref(j);
@@ -92,10 +121,12 @@ int main(int argc, char **argv)
 		{ "policy", required_argument, NULL, 'p' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "secret", required_argument, NULL, 'S' },
+		{ "snapshot", required_argument, NULL, 's' },
 		{ "template", required_argument, NULL, 't' },
 		{ "tenant", required_argument, NULL, 'U' },
 		{ "ttl", required_argument, NULL, 'T' },
 		{ "volume", required_argument, NULL, 'v' },
+		{ "workspace", required_argument, NULL, 'W' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct sbx_policy pol; /* ~100 KiB of fixed arrays */
@@ -104,7 +135,7 @@ int main(int argc, char **argv)
 	struct sbx_err err = { 0 };
 	const char *policy = NULL;
 	int json = 0, quiet = 0, dry_run = 0, c;
-	while ((c = getopt_long(argc, argv, "hp:qt:v:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hp:qs:t:v:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			if (sbx_cli_uint(optarg, 1, 64, &ov.vcpus) < 0)
@@ -127,9 +158,11 @@ int main(int argc, char **argv)
 						    SBX_POLICY_SECRETS_MAX);
 			ov.secrets[ov.nsecrets++] = optarg;
 			break;
+		case 's': o.snapshot = optarg; break;
 		case 't': o.tmpl = optarg; break;
 		case 'T': ov.ttl = optarg; break;
 		case 'U': o.tenant = optarg; break;
+		case 'W': o.workspace = optarg; break;
 		case 'v':
 			if (o.nvols >= 8)
 				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "at most 8 -v volumes");
@@ -148,9 +181,13 @@ int main(int argc, char **argv)
 	}
 	if (dry_run)
 		return print_policy(&pol, json);
+	if (o.snapshot && o.tmpl)
+		return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "-s and -t cannot be used together");
 	o.vcpus = pol.resources.vcpus;
 	o.memory_mib = (unsigned)(pol.resources.memory >> 20);
 	o.policy = &pol;
+	o.shape_set = shape_set(policy, &ov);
+	o.progress_fd = quiet ? -1 : 2; /* a restore's, on a terminal */
 	struct sbx_state st;
 	struct sbx_session s;
 	int existed;

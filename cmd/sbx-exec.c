@@ -15,11 +15,12 @@
 #include "cli.h"
 #include "exec_client.h"
 #include "execrec.h"
+#include "snapshot.h"
 
 #define EXEC_FAILED 125
 
 static const char usage_text[] =
-	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json]\n"
+	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json] [--resume]\n"
 	"                SESSION [--] COMMAND [ARG]...\n"
 	"       sbx-exec --wait EXEC [--timeout DURATION] [--json] SESSION\n"
 	"       sbx-exec --output EXEC SESSION\n";
@@ -150,6 +151,7 @@ int main(int argc, char **argv)
 		{ "interactive", no_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "output", required_argument, NULL, 'O' },
+		{ "resume", no_argument, NULL, 'R' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "tty", no_argument, NULL, 't' },
 		{ "user", required_argument, NULL, 'u' },
@@ -158,7 +160,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct sbx_exec_opts o = { .in_fd = -1, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
-	int json = 0, interactive = 0, tty = 0, c;
+	int json = 0, interactive = 0, tty = 0, resume = 0, c;
 	const char *wait_exec = NULL, *output_exec = NULL;
 	long long ms;
 	while ((c = getopt_long(argc, argv, "+de:hijtu:w:", opts, NULL)) != -1) {
@@ -192,6 +194,7 @@ int main(int argc, char **argv)
 		case 'w': o.req.cwd = strdup(optarg); break;
 		case 'W': wait_exec = optarg; break;
 		case 'O': output_exec = optarg; break;
+		case 'R': resume = 1; break;
 		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
 		}
 	}
@@ -251,7 +254,12 @@ int main(int argc, char **argv)
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
 	struct sbx_exec_result r;
-	int rc = sbx_state_open(&st, &err) < 0 ? -1 : sbx_exec_run(&st, session, &o, &r, &err);
+	/* --resume: a paused session (sbx-snapshot pause) runs again first. */
+	int rc = sbx_state_open(&st, &err) < 0 ? -1 : 0;
+	if (rc == 0 && resume)
+		rc = sbx_session_vmctl(&st, session, NULL, SBX_VMCTL_RESUME, NULL, NULL, 0, &err);
+	if (rc == 0)
+		rc = sbx_exec_run(&st, session, &o, &r, &err);
 	restore_tty();
 	tio_saved = 0;
 	char **env = o.req.env;

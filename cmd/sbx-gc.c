@@ -1,4 +1,5 @@
-/* sbx-gc: reclaim crashed, expired and orphaned sessions; for cron. */
+/* sbx-gc: reclaim crashed, expired and orphaned sessions and keep the warm
+ * pool at its size; for cron. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +19,22 @@ static void print_action(const struct sbx_gc_action *a, void *ctx)
 {
 	struct out *o = ctx;
 	o->reclaimed += (unsigned)sbx_gc_action_reclaims(a->action);
-	if (o->arr)
+	if (a->workspace) {
+		/* The object column names the workspace: NAME, or TENANT/NAME. */
+		int t = a->tenant && a->tenant[0];
+		if (o->arr)
+			json_array_append_new(o->arr, json_pack("{s:s, s:s, s:s?, s:s?, s:s}", "action", a->action,
+								"workspace", a->workspace, "tenant", t ? a->tenant : NULL,
+								"session", a->session[0] ? a->session : NULL, "detail",
+								a->detail));
+		else
+			printf("%s\t%s%s%s\t%s\n", a->action, t ? a->tenant : "", t ? "/" : "", a->workspace, a->detail);
+	} else if (o->arr) {
 		json_array_append_new(o->arr, json_pack("{s:s, s:s, s:s}", "action", a->action, "session", a->session,
 							"detail", a->detail));
-	else
+	} else {
 		printf("%s\t%s\t%s\n", a->action, a->session, a->detail);
+	}
 }
 
 int main(int argc, char **argv)
@@ -32,6 +44,7 @@ int main(int argc, char **argv)
 		{ "grace", required_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "pool-only", no_argument, NULL, 'P' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct sbx_gc_opts o = { .grace_ms = 10 * 60 * 1000 };
@@ -42,14 +55,15 @@ int main(int argc, char **argv)
 			if (sbx_parse_duration_ms(optarg, &o.grace_ms) < 0)
 				return sbx_cli_fail("sbx-gc", SBX_EXIT_USAGE, json, "bad --grace '%s'", optarg);
 			break;
-		case 'h': puts("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--json]"); return 0;
+		case 'h': puts("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--pool-only] [--json]"); return 0;
 		case 'j': json = 1; break;
 		case 'n': o.dry_run = 1; break;
-		default: fputs("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--json]\n", stderr); return 2;
+		case 'P': o.pool_only = 1; break;
+		default: fputs("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--pool-only] [--json]\n", stderr); return 2;
 		}
 	}
 	if (optind != argc) {
-		fputs("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--json]\n", stderr);
+		fputs("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--pool-only] [--json]\n", stderr);
 		return SBX_EXIT_USAGE;
 	}
 	struct sbx_state st;

@@ -13,9 +13,11 @@
 #include "cli.h"
 #include "capacity.h"
 #include "cgroup.h"
+#include "egress.h"
 #include "execrec.h"
 #include "session.h"
 #include "util.h"
+#include "workspace.h"
 
 static const char *const cols[] = { "id", "state", "accel", "vcpus", "memory_mib", "template", "execs", "age_s",
 				    "cpu_s", "memory_peak_bytes", "disk_written_bytes", "ttl_left_s", "tenant" };
@@ -28,8 +30,8 @@ static void add_metrics(struct sbx_state *st, const struct sbx_session *s, json_
 {
 	uint64_t cpu_ns = s->cpu_ns, peak = s->mem_peak;
 	const char *state = json_string_value(json_object_get(o, "state"));
-	if (state && !strcmp(state, "running"))
-		sbx_cgroup_usage(s->id, &cpu_ns, &peak);
+	if (state && (sbx_state_up(state) || !strcmp(state, "pooled")))
+		sbx_cgroup_usage(sbx_session_cgroup(s), &cpu_ns, &peak);
 	uint64_t end = s->ended_ns ? s->ended_ns : now;
 	double life = end > s->created_ns ? (double)(end - s->created_ns) / 1e9 : 0;
 	struct stat sb;
@@ -42,7 +44,8 @@ static void add_metrics(struct sbx_state *st, const struct sbx_session *s, json_
 	json_object_set_new(o, "vcpu_seconds", json_real(life * s->vcpus));
 	json_object_set_new(o, "gib_seconds", json_real(life * s->memory_mib / 1024.0));
 	json_object_set_new(o, "cpu_seconds_used", json_real((double)cpu_ns / 1e9));
-	if (s->limits.ttl_ms && state && !strcmp(state, "running")) {
+	/* The TTL runs on while a session is paused. */
+	if (s->limits.ttl_ms && state && sbx_state_up(state)) {
 		uint64_t exp = s->created_ns + s->limits.ttl_ms * 1000000u;
 		json_object_set_new(o, "ttl_left_s", json_integer(exp > now ? (json_int_t)((exp - now) / 1000000000u) : 0));
 	}
@@ -88,8 +91,11 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 {
 	struct sbx_session s;
 	struct sbx_err e = { 0 };
+	/* "schema" versions the object (docs/json.md); "session" is the name
+	 * every other output uses for a session ID, "id" the older one here. */
 	if (sbx_record_load(st, id, &s, &e) < 0)
-		return json_pack("{s:s, s:s, s:s}", "id", id, "state", "corrupt", "error", e.msg);
+		return json_pack("{s:i, s:s, s:s, s:s, s:s}", "schema", 1, "id", id, "session", id, "state", "corrupt",
+				 "error", e.msg);
 	unsigned execs = 0;
 	int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	int xfd = dfd >= 0 ? openat(dfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
@@ -104,24 +110,34 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 	snprintf(tmpl, sizeof tmpl, "%s@%s", s.tmpl_name, s.tmpl_version);
 	sbx_fmt_time(s.created_ns, created, sizeof created);
 	uint64_t now = sbx_now_ns();
-	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:i, s:I, s:s, s:s, s:I}", "id", s.id, "state",
-			      sbx_session_live_state(st, &s), "accel", s.accel, "vmm", s.vmm, "vcpus", (int)s.vcpus,
-			      "memory_mib", (int)s.memory_mib, "template", tmpl, "execs", (int)execs, "age_s",
+	json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:i, s:I, s:s, s:s, s:I}", "schema", 1,
+			      "id", s.id, "session", s.id, "state", sbx_session_live_state(st, &s), "accel", s.accel,
+			      "vmm", s.vmm, "vcpus", (int)s.vcpus, "memory_mib", (int)s.memory_mib, "template", tmpl,
+			      "execs", (int)execs, "age_s",
 			      (json_int_t)(now > s.created_ns ? (now - s.created_ns) / 1000000000u : 0), "created",
 			      created, "kernel", s.kernel, "boot_ms", (json_int_t)s.boot_ms);
 	if (o && s.end_reason[0])
 		json_object_set_new(o, "end_reason", json_string(s.end_reason));
+	if (o && s.snapshot[0])
+		json_object_set_new(o, "snapshot", json_string(s.snapshot));
 	if (o)
 		json_object_set_new(o, "tenant", json_string(s.tenant));
+	if (o && s.pool)
+		json_object_set_new(o, "pool", json_true()); /* a warm-pool member */
+	if (o && s.from_pool) {
+		json_object_set_new(o, "from_pool", json_true());
+		json_object_set_new(o, "claim_ms", json_integer((json_int_t)s.claim_ms));
+	}
 	if (o)
 		add_metrics(st, &s, o, now);
 	return o;
 }
 
-static void print_text(json_t *o)
+/* One tab-separated line of o's values for keys (absent: "-"). */
+static void print_row(json_t *o, const char *const *keys, size_t nkeys)
 {
-	for (size_t i = 0; i < SBX_ARRAY_LEN(cols); i++) {
-		json_t *v = json_object_get(o, cols[i]);
+	for (size_t i = 0; i < nkeys; i++) {
+		json_t *v = json_object_get(o, keys[i]);
 		if (i)
 			putchar('\t');
 		if (json_is_integer(v))
@@ -132,6 +148,11 @@ static void print_text(json_t *o)
 			printf("%s", json_is_string(v) ? json_string_value(v) : "-");
 	}
 	putchar('\n');
+}
+
+static void print_text(json_t *o)
+{
+	print_row(o, cols, SBX_ARRAY_LEN(cols));
 }
 
 static const char *const xcols[] = { "exec", "state", "status", "reason", "wall_s", "started" };
@@ -179,6 +200,37 @@ static int list_execs(struct sbx_state *st, const char *session, int json, int q
 	return 0;
 }
 
+static const char *const ncols[] = { "time", "proto", "verdict", "domain", "address", "port", "bytes_in",
+				     "bytes_out", "reason" };
+
+/* --net SESSION: every connection attempt and DNS query, oldest first. */
+static int list_net(struct sbx_state *st, const char *session, int json, int headers)
+{
+	json_t *arr, *o;
+	struct sbx_err err = { 0 };
+	size_t k;
+	if (sbx_netlog_read(st, session, &arr, &err) < 0) {
+		sbx_err_print("sbx-ps", &err, json);
+		return err.code;
+	}
+	if (json) {
+		json_dumpf(arr, stdout, JSON_INDENT(2));
+		putchar('\n');
+	} else {
+		if (headers)
+			puts("TIME\tPROTO\tVERDICT\tDOMAIN\tADDRESS\tPORT\tBYTES_IN\tBYTES_OUT\tREASON");
+		json_array_foreach(arr, k, o) {
+			/* A query's address column: its first answer. */
+			json_t *ans = json_object_get(o, "answers");
+			if (json_array_size(ans) && !json_object_get(o, "address"))
+				json_object_set(o, "address", json_array_get(ans, 0));
+			print_row(o, ncols, SBX_ARRAY_LEN(ncols));
+		}
+	}
+	json_decref(arr);
+	return 0;
+}
+
 /* --capacity: what this host takes and has in use, for a scheduler. */
 static int print_capacity(struct sbx_state *st, int json)
 {
@@ -192,6 +244,8 @@ static int print_capacity(struct sbx_state *st, int json)
 			      "used", (int)c.sessions, "max", (int)c.max_sessions, "memory_mib", "used",
 			      (json_int_t)c.memory_mib, "max", (json_int_t)c.max_memory_mib, "vcpus", "used", (int)c.vcpus,
 			      "max", (int)c.max_vcpus, "starting", "used", (int)c.starting, "max", (int)c.max_starting);
+	/* Of the sessions, warm-pool members: capacity a claim reuses. */
+	json_object_set_new(o, "pooled", json_integer((json_int_t)c.pooled));
 	if (json) {
 		json_dumpf(o, stdout, JSON_COMPACT);
 		putchar('\n');
@@ -199,39 +253,107 @@ static int print_capacity(struct sbx_state *st, int json)
 		printf("sessions\t%u\t%u\nmemory_mib\t%llu\t%llu\nvcpus\t%u\t%u\nstarting\t%u\t%u\n", c.sessions,
 		       c.max_sessions, (unsigned long long)c.memory_mib, (unsigned long long)c.max_memory_mib, c.vcpus,
 		       c.max_vcpus, c.starting, c.max_starting);
+		printf("pooled\t%u\t-\n", c.pooled);
 	}
 	json_decref(o);
 	return 0;
 }
 
+static const char *const wcols[] = { "workspace", "tenant", "state", "session", "size_bytes", "used_bytes",
+				     "last_used", "idle_s", "retention_s" };
+
+/* --workspaces: every workspace (of one tenant), attached or idle, with
+ * what sbx-gc goes by: when it was last used and its retention. */
+static int list_workspaces(struct sbx_state *st, const char *tenant, const char *want, int json, int quiet,
+			   int headers)
+{
+	struct sbx_workspace_info *ws;
+	size_t n;
+	struct sbx_err err = { 0 };
+	if (sbx_workspace_list(st, tenant, &ws, &n, &err) < 0) {
+		sbx_err_print("sbx-ps", &err, json);
+		return err.code;
+	}
+	json_t *all = json_array();
+	uint64_t now = sbx_now_ns();
+	for (size_t i = 0; i < n; i++) {
+		const struct sbx_workspace_info *w = &ws[i];
+		const char *state = w->in_use ? "attached" : "idle";
+		if (want && strcmp(want, state))
+			continue;
+		char created[40], used[40];
+		sbx_fmt_time(w->created_ns, created, sizeof created);
+		sbx_fmt_time(w->last_used_ns, used, sizeof used);
+		uint64_t idle = !w->in_use && now > w->last_used_ns ? (now - w->last_used_ns) / 1000000000u : 0;
+		json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s?, s:I, s:I, s:s?, s:s, s:I, s:I}", "schema", 1, "workspace",
+				      w->name, "tenant", w->tenant, "state", state, "session", w->session[0] ? w->session : NULL,
+				      "size_bytes", (json_int_t)w->size, "used_bytes", (json_int_t)w->used, "created",
+				      w->created_ns ? created : NULL, "last_used", used, "idle_s", (json_int_t)idle,
+				      "retention_s", (json_int_t)(w->retention_ms / 1000));
+		if (o && !w->in_use) {
+			uint64_t left = w->retention_ms / 1000 > idle ? w->retention_ms / 1000 - idle : 0;
+			json_object_set_new(o, "expires_in_s", json_integer((json_int_t)left));
+		}
+		json_array_append_new(all, o);
+	}
+	free(ws);
+	if (json) {
+		json_dumpf(all, stdout, JSON_INDENT(2));
+		putchar('\n');
+	} else {
+		if (headers && !quiet)
+			puts("WORKSPACE\tTENANT\tSTATE\tSESSION\tSIZE\tUSED\tLAST_USED\tIDLE_S\tRETENTION_S");
+		size_t k;
+		json_t *o;
+		json_array_foreach(all, k, o) {
+			if (quiet)
+				puts(json_string_value(json_object_get(o, "workspace")));
+			else
+				print_row(o, wcols, SBX_ARRAY_LEN(wcols));
+		}
+	}
+	int rc = (want || tenant) && json_array_size(all) == 0 ? SBX_EXIT_FALSE : 0;
+	json_decref(all);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "all", no_argument, NULL, 'a' },
 		{ "capacity", no_argument, NULL, 'C' },
 		{ "execs", required_argument, NULL, 'x' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "net", required_argument, NULL, 'N' },
 		{ "no-headers", no_argument, NULL, 'H' },
+		{ "pool", no_argument, NULL, 'o' },
 		{ "prometheus", no_argument, NULL, 'P' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "state", required_argument, NULL, 's' },
 		{ "tenant", required_argument, NULL, 'T' },
+		{ "workspaces", no_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int json = 0, quiet = 0, headers = 1, prom = 0, capacity = 0, c;
-	const char *want = NULL, *execs_of = NULL, *tenant = NULL;
+	int json = 0, quiet = 0, headers = 1, prom = 0, capacity = 0, workspaces = 0, c;
+	int with_pool = 0, pool = 0; /* warm-pool members: hidden, shown too, shown alone */
+	const char *want = NULL, *execs_of = NULL, *tenant = NULL, *net_of = NULL;
 	while ((c = getopt_long(argc, argv, "Hhq", opts, NULL)) != -1) {
 		switch (c) {
+		case 'a': with_pool = 1; break;
+		case 'o': pool = 1; break;
 		case 'H': headers = 0; break;
 		case 'P': prom = 1; break;
 		case 'C': capacity = 1; break;
-		case 'h': puts("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --capacity [--json]"); return 0;
+		case 'h': puts("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT]"); return 0;
 		case 'j': json = 1; break;
+		case 'N': net_of = optarg; break;
 		case 'q': quiet = 1; break;
 		case 's': want = optarg; break;
 		case 'T': tenant = optarg; break;
+		case 'w': workspaces = 1; break;
 		case 'x': execs_of = optarg; break;
-		default: fputs("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --capacity [--json]\n", stderr); return 2;
+		default: fputs("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT]\n", stderr); return 2;
 		}
 	}
 	struct sbx_state st;
@@ -242,8 +364,15 @@ int main(int argc, char **argv)
 	}
 	if (execs_of)
 		return list_execs(&st, execs_of, json, quiet, headers);
+	if (net_of)
+		return list_net(&st, net_of, json, headers);
 	if (capacity)
 		return print_capacity(&st, json);
+	if (workspaces) {
+		if (optind < argc)
+			return sbx_cli_fail("sbx-ps", SBX_EXIT_USAGE, json, "--workspaces takes no operands");
+		return list_workspaces(&st, tenant, want, json, quiet, headers);
+	}
 	char **ids;
 	size_t n;
 	int named = optind < argc;
@@ -267,12 +396,17 @@ int main(int argc, char **argv)
 		if (named && faccessat(st.sessions_fd, ids[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
 			struct sbx_err e = { .code = SBX_EXIT_NOENT };
 			snprintf(e.msg, sizeof e.msg, "no such session: %s", ids[i]);
+			snprintf(e.session, sizeof e.session, "%s", ids[i]);
 			sbx_err_print("sbx-ps", &e, json);
 			rc = SBX_EXIT_NOENT;
 			continue;
 		}
 		json_t *o = session_json(&st, ids[i]);
-		if (o && (!want || !strcmp(want, json_string_value(json_object_get(o, "state")))) &&
+		/* Pool members are the host's, not anyone's sessions: shown when
+		 * named, or asked for. */
+		int member = o && json_is_true(json_object_get(o, "pool"));
+		if (o && (named || (pool ? member : with_pool || !member)) &&
+		    (!want || !strcmp(want, json_string_value(json_object_get(o, "state")))) &&
 		    (!tenant || !strcmp(tenant, json_string_value(json_object_get(o, "tenant")) ?: "")))
 			json_array_append(all, o);
 		json_decref(o);

@@ -16,14 +16,14 @@
 #define PROBE_MARKER "SBX-PROBE-OK"
 #define PROBE_TIMEOUT_MS 20000
 
-static int probe_kvm(const char *kernel, const char *initrd, char *why, size_t n)
+static int probe_kvm(const struct sbx_vmm_ops *ops, const char *kernel, const char *initrd, char *why, size_t n)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		snprintf(why, n, "cannot make a pipe: %s", strerror(errno));
 		return 0;
 	}
-	struct sbx_vm_config c = { .kernel = kernel, .initrd = initrd, .hostname = "probe",
+	struct sbx_vm_config c = { .ops = ops, .kernel = kernel, .initrd = initrd, .hostname = "probe",
 				   .vcpus = 1, .memory_mib = 128, .accel = SBX_ACCEL_KVM, .probe = 1,
 				   .stdout_fd = p[1] };
 	struct sbx_vm vm = { 0 };
@@ -70,15 +70,17 @@ static int probe_kvm(const char *kernel, const char *initrd, char *why, size_t n
 	return ok;
 }
 
-/* The cached verdict for this boot, if there is one: 1 and ai filled. */
-static int read_cache(struct sbx_state *st, const char *boot, struct sbx_accel_info *ai)
+/* The cached verdict for this boot and probing VMM, if there is one: 1
+ * and ai filled.  A verdict without "vmm" was QEMU's. */
+static int read_cache(struct sbx_state *st, const char *boot, const char *vmm, struct sbx_accel_info *ai)
 {
 	_cleanup_free_ char *txt = sbx_read_small_at(st->lib_fd, "accel.json", 65536, NULL);
 	json_t *c = txt ? json_loads(txt, 0, NULL) : NULL;
 	const char *cb = json_string_value(json_object_get(c, "boot_id"));
 	const char *ca = json_string_value(json_object_get(c, "accel"));
 	const char *cr = json_string_value(json_object_get(c, "reason"));
-	int hit = cb && ca && !strcmp(cb, boot);
+	const char *cv = json_string_value(json_object_get(c, "vmm"));
+	int hit = cb && ca && !strcmp(cb, boot) && !strcmp(cv ? cv : "qemu", vmm);
 	if (hit) {
 		ai->accel = strcmp(ca, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM;
 		snprintf(ai->reason, sizeof ai->reason, "%s", cr ? cr : "");
@@ -92,6 +94,13 @@ int sbx_accel_get(struct sbx_state *st, const char *kernel, const char *initrd, 
 {
 	_cleanup_close_ int g = -1;
 	memset(ai, 0, sizeof *ai);
+	/* Probed with the VMM that will run the guests: KVM that boots a
+	 * guest under one VMM need not under another.  A misspelt SBX_VMM is
+	 * refused before a probe is spent on it. */
+	const struct sbx_vmm_ops *ops = sbx_vmm_for_probe();
+	if (!ops)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "SBX_VMM=%.40s: no such VMM backend (qemu, cloud-hypervisor)",
+				   getenv("SBX_VMM"));
 	const char *force = getenv("SBX_ACCEL");
 	if (force && !strcmp(force, "tcg")) {
 		ai->accel = SBX_ACCEL_TCG;
@@ -109,26 +118,29 @@ int sbx_accel_get(struct sbx_state *st, const char *kernel, const char *initrd, 
 	close(kfd);
 	char boot[40] = "";
 	sbx_boot_id(boot, sizeof boot);
-	if (read_cache(st, boot, ai))
+	if (read_cache(st, boot, ops->name, ai))
 		goto out;
 	/* Probe under the global lock and look again: concurrent first creates
 	 * after a reboot must not each boot a probe VM. */
 	g = sbx_lock_global(st, err);
 	if (g < 0)
 		return -1;
-	if (read_cache(st, boot, ai))
+	if (read_cache(st, boot, ops->name, ai))
 		goto out;
 	ai->fresh = 1;
-	if (probe_kvm(kernel, initrd, ai->reason, sizeof ai->reason)) {
+	char why[160] = "";
+	if (probe_kvm(ops, kernel, initrd, why, sizeof why)) {
 		ai->accel = SBX_ACCEL_KVM;
-		snprintf(ai->reason, sizeof ai->reason, "KVM probe booted a guest");
+		snprintf(ai->reason, sizeof ai->reason, "KVM probe booted a guest (%s)", ops->name);
 	} else {
 		ai->accel = SBX_ACCEL_TCG;
+		snprintf(ai->reason, sizeof ai->reason, "%s (KVM probe with %s)", why, ops->name);
 	}
 	char when[40];
 	sbx_fmt_time(sbx_now_ns(), when, sizeof when);
-	json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s}", "schema", 1, "boot_id", boot, "accel",
-			      ai->accel == SBX_ACCEL_KVM ? "kvm" : "tcg", "reason", ai->reason, "probed", when);
+	json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s}", "schema", 1, "boot_id", boot, "accel",
+			      ai->accel == SBX_ACCEL_KVM ? "kvm" : "tcg", "reason", ai->reason, "probed", when, "vmm",
+			      ops->name);
 	char *s = o ? json_dumps(o, JSON_INDENT(1)) : NULL;
 	if (s)
 		sbx_atomic_write_at(st->lib_fd, "accel.json", s, strlen(s), 0644, NULL);

@@ -38,8 +38,12 @@ static int measure(struct sbx_state *st, const char *tenant, struct sbx_capacity
 		struct sbx_session s;
 		if (sbx_record_load(st, ids[i], &s, NULL) == 0) {
 			const char *live = sbx_session_live_state(st, &s);
-			if (!strcmp(live, "running") || !strcmp(live, "creating")) {
+			/* A pool member holds its VM's memory and vCPUs like any
+			 * session, paused or not. */
+			if (!strcmp(live, "running") || !strcmp(live, "creating") || !strcmp(live, "pooled") ||
+			    !strcmp(live, "paused")) {
 				c->sessions++;
+				c->pooled += s.pool;
 				c->starting += !strcmp(live, "creating");
 				*of_tenant += tenant && tenant[0] && !strcmp(s.tenant, tenant);
 				c->memory_mib += s.memory_mib + SBX_VMM_OVERHEAD_MIB;
@@ -86,5 +90,22 @@ int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus,
 	/* A start frees its slot within seconds; memory and vCPUs only when a
 	 * session ends. */
 	err->retry_after_ms = !strcmp(what, "concurrent starts") ? 1000 : 5000;
+	return -1;
+}
+
+int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, struct sbx_err *err)
+{
+	struct sbx_capacity c;
+	unsigned of_tenant = 0;
+	if (!tenant || !tenant[0])
+		return 0;
+	if (measure(st, tenant, &c, &of_tenant, err) < 0)
+		return -1;
+	if (of_tenant + 1 <= c.max_per_tenant)
+		return 0;
+	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
+		    "host capacity reached (sessions of this tenant): %u of %u; try again later or on another host",
+		    of_tenant, c.max_per_tenant);
+	err->retry_after_ms = 5000;
 	return -1;
 }

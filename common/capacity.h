@@ -14,6 +14,7 @@ struct sbx_capacity {
 	unsigned vcpus, max_vcpus;
 	unsigned starting, max_starting; /* sessions still booting */
 	unsigned max_per_tenant;         /* sessions of one tenant */
+	unsigned pooled;                 /* of sessions: warm-pool members (pool.h) */
 };
 
 /* What live sessions use now, and the limits: SBX_MAX_STARTING (boots at
@@ -26,6 +27,9 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
  * Call with the global lock held so two creates cannot both fit. */
 int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
 		       struct sbx_err *err);
+/* The same for a claim of a warm-pool member, which is counted already:
+ * only the tenant's limit can refuse it. */
+int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, struct sbx_err *err);
 
 #define SBX_VMM_OVERHEAD_MIB 512u
 

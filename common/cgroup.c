@@ -208,6 +208,62 @@ int sbx_cgroup_remove(const char *session)
 	return rc;
 }
 
+int sbx_cgroup_rename(const char *from, const char *to)
+{
+	char a[512], b[512];
+	const char *mode = sbx_cgroup_mode();
+	if (!strcmp(mode, "none"))
+		return 0;
+	if (!strcmp(mode, "v2")) {
+		group_dir(NULL, from, a, sizeof a, 0);
+		group_dir(NULL, to, b, sizeof b, 0);
+		return rename(a, b);
+	}
+	static const char *const ctrls[] = { "cpu", "cpuacct", "memory", "pids" };
+	int renamed[SBX_ARRAY_LEN(ctrls)] = { 0 };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(ctrls); i++) {
+		group_dir(ctrls[i], from, a, sizeof a, 0);
+		group_dir(ctrls[i], to, b, sizeof b, 0);
+		if (rename(a, b) == 0) {
+			renamed[i] = 1;
+			continue;
+		}
+		/* Co-mounted controllers (cpu,cpuacct): already renamed under
+		 * the other name. */
+		if (errno == ENOENT && access(b, F_OK) == 0)
+			continue;
+		int e = errno;
+		for (size_t j = 0; j < i; j++)
+			if (renamed[j]) {
+				group_dir(ctrls[j], from, a, sizeof a, 0);
+				group_dir(ctrls[j], to, b, sizeof b, 0);
+				rename(b, a);
+			}
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
+int sbx_cgroup_set_cpu(const char *session, unsigned cpu_milli)
+{
+	char dir[512], val[64];
+	const char *mode = sbx_cgroup_mode();
+	if (!strcmp(mode, "none"))
+		return 0;
+	if (!strcmp(mode, "v2")) {
+		group_dir(NULL, session, dir, sizeof dir, 0);
+		if (cpu_milli)
+			snprintf(val, sizeof val, "%u 100000", cpu_milli * 100);
+		else
+			snprintf(val, sizeof val, "max 100000");
+		return write_at(dir, "cpu.max", val);
+	}
+	group_dir("cpu", session, dir, sizeof dir, 0);
+	snprintf(val, sizeof val, "%d", cpu_milli ? (int)(cpu_milli * 100) : -1);
+	return write_at(dir, "cpu.cfs_quota_us", val);
+}
+
 static int read_u64(const char *dir, const char *file, const char *key, uint64_t *out)
 {
 	char p[512], s[4096];

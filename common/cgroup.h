@@ -27,6 +27,13 @@ void sbx_cgroup_kill(const char *session);
 /* Sessions that have a group under this root's parent (for sbx-gc's orphan
  * search); free each and the array. */
 int sbx_cgroup_list(char ***ids, size_t *n);
+/* Rename the session's groups (a claimed pool member takes its session's
+ * ID).  cgroup v1 allows it within a parent, v2 does not: -1 with errno
+ * (EPERM on v2), nothing renamed (a partial rename is undone), and the
+ * caller keeps the old name. */
+int sbx_cgroup_rename(const char *from, const char *to);
+/* Set the CPU cap of the session's groups (1000 = one CPU, 0 = none). */
+int sbx_cgroup_set_cpu(const char *session, unsigned cpu_milli);
 /* Remove the session's groups (they must be empty); missing is success. */
 int sbx_cgroup_remove(const char *session);
 /* Host-measured usage: CPU ns used, memory peak bytes; -1 when unknown. */

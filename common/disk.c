@@ -8,8 +8,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-/* Run argv with no stdin and its output kept for the error message. */
-static int run(char *const argv[], char *out, size_t n)
+/* Run argv with no stdin and its output kept for the error message; its
+ * exit status, or -1. */
+static int run_status(char *const argv[], char *out, size_t n)
 {
 	int p[2];
 	out[0] = 0;
@@ -46,7 +47,12 @@ static int run(char *const argv[], char *out, size_t n)
 	for (char *c = out; *c; c++)
 		if (*c == '\n')
 			*c = ' ';
-	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run(char *const argv[], char *out, size_t n)
+{
+	return run_status(argv, out, n) == 0 ? 0 : -1;
 }
 
 static int make_file(const char *path, uint64_t bytes, struct sbx_err *err)
@@ -103,5 +109,45 @@ int sbx_disk_from_dir(const char *path, const char *dir, struct sbx_err *err)
 		unlink(path);
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot copy %s into a volume: %s", dir, out);
 	}
+	return 0;
+}
+
+int sbx_disk_workspace(const char *path, uint64_t bytes, unsigned uid, unsigned gid, struct sbx_err *err)
+{
+	if (make_file(path, bytes, err) < 0)
+		return -1;
+	/* A journal, unlike scratch: a workspace outlives its VM, which may be
+	 * killed mid-write.  Inode tables and journal are left as holes that
+	 * mke2fs marks initialised (the file is fresh and sparse, so they read
+	 * as zeros): no ext4lazyinit in the guest, about 1 MiB on the host.
+	 * The root belongs to the user execs run as. */
+	char opts[128];
+	snprintf(opts, sizeof opts, "lazy_itable_init=0,lazy_journal_init=1,root_owner=%u:%u", uid, gid);
+	char *argv[] = { "mkfs.ext4", "-q", "-F", "-L", "sbxwork", "-b", "4096", "-m", "0", "-E", opts, (char *)path,
+			 NULL };
+	char out[512];
+	if (run(argv, out, sizeof out) < 0) {
+		unlink(path);
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "cannot make the workspace disk: %s", out);
+	}
+	return 0;
+}
+
+int sbx_disk_grow(const char *path, uint64_t bytes, struct sbx_err *err)
+{
+	/* resize2fs wants a freshly checked file system; -p repairs only what
+	 * is safe without asking (a journal left by a killed VM is replayed).
+	 * e2fsck exits 1 when it fixed something, which is fine. */
+	char *fsck[] = { "e2fsck", "-f", "-p", (char *)path, NULL };
+	char out[512];
+	int st = run_status(fsck, out, sizeof out);
+	if (st != 0 && st != 1)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot check the workspace disk before growing it: %s", out);
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot grow %s", path);
+	char *resize[] = { "resize2fs", (char *)path, NULL };
+	if (run(resize, out, sizeof out) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot grow the workspace file system: %s", out);
 	return 0;
 }

@@ -68,7 +68,7 @@ int sbx_exec_list(struct sbx_state *st, const char *session, json_t **out, struc
 	if (x < 0)
 		return -1;
 	struct sbx_session s;
-	int live = sbx_record_load(st, session, &s, NULL) == 0 && !strcmp(sbx_session_live_state(st, &s), "running");
+	int live = sbx_record_load(st, session, &s, NULL) == 0 && sbx_state_up(sbx_session_live_state(st, &s));
 	DIR *d = fdopendir(dup(x));
 	if (!d)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list execs");
@@ -88,7 +88,8 @@ int sbx_exec_list(struct sbx_state *st, const char *session, json_t **out, struc
 		if (r) {
 			json_object_set_new(r, "state", json_string("ended"));
 		} else {
-			r = json_pack("{s:s, s:s}", "exec", names[i], "state", live ? "running" : "lost");
+			r = json_pack("{s:i, s:s, s:s, s:s}", "schema", 1, "exec", names[i], "session", session, "state",
+				      live ? "running" : "lost");
 			int e2 = openat(x, names[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 			_cleanup_free_ char *rq = e2 >= 0 ? sbx_read_small_at(e2, "request.json", 1 << 20, NULL) : NULL;
 			if (e2 >= 0)
@@ -135,8 +136,7 @@ int sbx_exec_wait(struct sbx_state *st, const char *session, const char *exec, u
 			return 0;
 		}
 		struct sbx_session s;
-		if (sbx_record_load(st, session, &s, NULL) < 0 ||
-		    strcmp(sbx_session_live_state(st, &s), "running")) {
+		if (sbx_record_load(st, session, &s, NULL) < 0 || !sbx_state_up(sbx_session_live_state(st, &s))) {
 			if ((r = load_result(efd))) { /* written just before the end */
 				*result = r;
 				return 0;

@@ -1,8 +1,11 @@
 #include "gc.h"
 #include "audit.h"
 #include "cgroup.h"
+#include "pool.h"
 #include "session.h"
+#include "snapshot.h"
 #include "util.h"
+#include "workspace.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -55,10 +58,12 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 			sbx_session_reclaim(st, id);
 		return;
 	}
+	if (s.pool)
+		return; /* a warm-pool member: the pool's upkeep replaces it at once */
 	char boot[40] = "";
 	sbx_boot_id(boot, sizeof boot);
 	int rebooted = s.boot_id[0] && boot[0] && strcmp(s.boot_id, boot);
-	if (!strcmp(s.state, "running") || !strcmp(s.state, "creating")) {
+	if (!strcmp(s.state, "running") || !strcmp(s.state, "creating") || !strcmp(s.state, "paused")) {
 		/* Unlocked yet "running": the monitor died (killed), or the host
 		 * rebooted under it (another boot ID: nothing of it can live). */
 		report(cb, ctx, rebooted ? "mark-stopped" : "mark-crashed", id, "state %s but %s", s.state,
@@ -69,17 +74,32 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 		snprintf(s.end_reason, sizeof s.end_reason, "%s",
 			 rebooted ? "host rebooted (found by sbx-gc)" : "monitor gone (found by sbx-gc)");
 		s.ended_ns = now;
-		sbx_cgroup_usage(s.id, &s.cpu_ns, &s.mem_peak);
-		sbx_cgroup_kill(id);
+		sbx_cgroup_usage(sbx_session_cgroup(&s), &s.cpu_ns, &s.mem_peak);
+		sbx_cgroup_kill(sbx_session_cgroup(&s));
 		sbx_record_save(st, &s, NULL);
 		sbx_rm_rf_at(st->rsessions_fd, id);
-		sbx_cgroup_remove(id);
+		sbx_cgroup_remove(sbx_session_cgroup(&s));
 	}
 	if (ended(s.state) && s.ended_ns + grace <= now) {
 		report(cb, ctx, "reclaim", id, "%s: %s", s.state, s.end_reason[0] ? s.end_reason : "-");
 		if (!o->dry_run)
 			sbx_session_reclaim(st, id);
 	}
+}
+
+/* Is a host cgroup of this name a session's?  Its ID, or the name a
+ * claimed pool member kept (its record's "cgroup"). */
+static int cgroup_owned(struct sbx_state *st, const char *name, char **ids, size_t n)
+{
+	if (faccessat(st->sessions_fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
+	    faccessat(st->rsessions_fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		return 1;
+	for (size_t i = 0; i < n; i++) {
+		struct sbx_session s;
+		if (sbx_record_load(st, ids[i], &s, NULL) == 0 && !strcmp(s.cgroup, name))
+			return 1;
+	}
+	return 0;
 }
 
 /* Runtime directories and cgroups whose session record is gone. */
@@ -106,13 +126,13 @@ static void gc_orphans(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc
 		}
 		closedir(d);
 	}
-	char **ids;
-	size_t n;
+	char **ids, **sids = NULL;
+	size_t n, ns = 0;
+	if (sbx_session_list(st, &sids, &ns, NULL) < 0)
+		sids = NULL, ns = 0;
 	if (sbx_cgroup_list(&ids, &n) == 0) {
 		for (size_t i = 0; i < n; i++) {
-			if (sbx_id_check(ids[i], "session", NULL) == 0 &&
-			    faccessat(st->sessions_fd, ids[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0 &&
-			    faccessat(st->rsessions_fd, ids[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (sbx_id_check(ids[i], "session", NULL) == 0 && !cgroup_owned(st, ids[i], sids, ns)) {
 				report(cb, ctx, "reclaim-orphan-cgroup", ids[i], "host cgroup without a session");
 				if (!o->dry_run) {
 					sbx_cgroup_kill(ids[i]);
@@ -124,6 +144,36 @@ static void gc_orphans(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc
 		}
 		free(ids);
 	}
+	for (size_t i = 0; i < ns; i++)
+		free(sids[i]);
+	free(sids);
+}
+
+/* Workspaces idle past their retention (the policy's, as of their last
+ * attach); never one a live session holds. */
+static void gc_workspaces(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb, void *ctx)
+{
+	struct sbx_workspace_info *ws;
+	size_t n;
+	if (sbx_workspace_list(st, NULL, &ws, &n, NULL) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct sbx_workspace_info w;
+		uint64_t now = sbx_now_ns();
+		if (sbx_workspace_reap(st, ws[i].tenant, ws[i].name, now, o->dry_run, &w) != 1)
+			continue;
+		struct sbx_gc_action a = { .action = "reclaim-workspace", .session = w.session, .workspace = w.name,
+					   .tenant = w.tenant };
+		snprintf(a.detail, sizeof a.detail, "idle %llu s, retention %llu s%s%s",
+			 (unsigned long long)((now - w.last_used_ns) / 1000000000u),
+			 (unsigned long long)(w.retention_ms / 1000), w.unreadable ? " (record unreadable)" : "",
+			 w.session[0] ? ", last used by " : "");
+		if (w.session[0])
+			snprintf(a.detail + strlen(a.detail), sizeof a.detail - strlen(a.detail), "%s", w.session);
+		if (cb)
+			cb(&a, ctx);
+	}
+	free(ws);
 }
 
 struct audited {
@@ -137,7 +187,14 @@ struct audited {
 static void audit_cb(const struct sbx_gc_action *a, void *ctx)
 {
 	struct audited *x = ctx;
-	if (!x->o->dry_run) {
+	if (!x->o->dry_run && a->workspace) {
+		json_t *f = json_pack("{s:s, s:s, s:s}", "workspace", a->workspace, "reason", "retention passed (sbx-gc)",
+				      "detail", a->detail);
+		if (f && a->tenant && a->tenant[0])
+			json_object_set_new(f, "tenant", json_string(a->tenant));
+		sbx_audit_append(x->st, "workspace.remove", f, NULL);
+		json_decref(f);
+	} else if (!x->o->dry_run) {
 		json_t *f = json_pack("{s:s, s:s, s:s}", "session", a->session, "what", a->action, "detail", a->detail);
 		sbx_audit_append(x->st, "gc.reclaim", f, NULL);
 		json_decref(f);
@@ -152,6 +209,8 @@ int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb_u
 	struct audited x = { st, o, cb_user, ctx_user };
 	sbx_gc_cb cb = audit_cb;
 	void *ctx = &x;
+	if (o->pool_only)
+		return sbx_pool_maintain(st, o->dry_run, cb, ctx, err);
 	/* One collector at a time; a second one waits its turn. */
 	_cleanup_close_ int gl = openat(st->run_fd, "gc.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (gl < 0 || flock(gl, LOCK_EX) < 0)
@@ -179,5 +238,11 @@ int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb_u
 	}
 	free(ids);
 	gc_orphans(st, o, cb, ctx);
-	return 0;
+	gc_workspaces(st, o, cb, ctx);
+	/* Leftovers of snapshot saves and removals that were interrupted. */
+	sbx_snapshot_gc(st, o->grace_ms, o->dry_run, cb, ctx);
+	/* Last, and under its own lock, since it may boot VMs for a while. */
+	close(gl);
+	gl = -1;
+	return sbx_pool_maintain(st, o->dry_run, cb, ctx, err);
 }

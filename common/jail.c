@@ -7,6 +7,7 @@
 #include "jail.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -112,14 +113,63 @@ static int add(struct plan *p, const char *src, const char *dst, mode_t want, in
 	return 0;
 }
 
-/* The files QEMU opens for writing (scratch, console) and the agent socket
- * it connects to belong to the jail uid; read-only volumes too, since they
- * are created 0600 and QEMU must read them.  Nothing else changes hands. */
+/* The files QEMU opens for writing (scratch, console, a workspace image)
+ * and the agent socket it connects to belong to the jail uid; read-only
+ * volumes too, since they are created 0600 and QEMU must read them (the
+ * monitor hands a workspace image back to root when the session ends).
+ * Nothing else changes hands. */
 static int give(struct plan *p, unsigned i, uid_t id, struct sbx_err *err)
 {
 	if (fchownat(p->b[i].fd, "", id, id, AT_EMPTY_PATH) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hand %s to the VMM's uid", p->b[i].dst);
 	return 0;
+}
+
+/* What a VMM that makes its own files needs (Cloud Hypervisor): the
+ * directory its vsock socket goes in, given as DIR/NAME under the run
+ * directory and bound at the same place under SBX_JAIL_RUN, and the state
+ * directory it writes snapshots into and restores from, with what the
+ * backend staged there for a restore.  Both are the session's own and
+ * handed to the jail uid, like the scratch disk. */
+static int plan_vmm_dirs(struct plan *p, const struct sbx_vm_config *c, uid_t id, struct sbx_err *err)
+{
+	if (c->vsock_sock) {
+		const char *slash = strchr(c->vsock_sock, '/');
+		size_t dl = slash ? (size_t)(slash - c->vsock_sock) : 0;
+		char dir[32], dst[64];
+		if (!dl || dl >= sizeof dir || strchr(slash + 1, '/') || !slash[1] || c->vsock_sock[0] == '.')
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the vsock socket must be DIR/NAME, not %s",
+					   c->vsock_sock);
+		memcpy(dir, c->vsock_sock, dl);
+		dir[dl] = 0;
+		snprintf(dst, sizeof dst, SBX_JAIL_RUN "/%s", dir);
+		if (add(p, dir, dst, S_IFDIR, RW | OWN, err) < 0 || give(p, p->n - 1, id, err) < 0)
+			return -1;
+	}
+	if (!c->state_dir)
+		return 0;
+	if (add(p, c->state_dir, SBX_JAIL_DIR "/state", S_IFDIR, RW | OWN, err) < 0 || give(p, p->n - 1, id, err) < 0)
+		return -1;
+	int dfd = open(c->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list %s", c->state_dir);
+	}
+	struct dirent *de;
+	int rc = 0;
+	while (rc == 0 && (de = readdir(d))) {
+		struct stat st;
+		int fd = openat(dfd, de->d_name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+		    fchownat(fd, "", id, id, AT_EMPTY_PATH) < 0)
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hand %s to the VMM's uid", de->d_name);
+		if (fd >= 0)
+			close(fd);
+	}
+	closedir(d);
+	return rc;
 }
 
 static int plan_host(struct plan *p, const struct sbx_vm_config *c, uid_t id, struct sbx_err *err)
@@ -164,7 +214,8 @@ static int plan_host(struct plan *p, const struct sbx_vm_config *c, uid_t id, st
 			   give(p, p->n - 1, id, err) < 0))
 		return -1;
 	for (unsigned i = 0; i < c->nvols && i < 8; i++)
-		if (add(p, c->vol_path[i], vol_names[i], S_IFREG, OWN, err) < 0 || give(p, p->n - 1, id, err) < 0)
+		if (add(p, c->vol_path[i], vol_names[i], S_IFREG, OWN | (c->vol_rw_mask & (1u << i) ? RW : 0), err) < 0 ||
+		    give(p, p->n - 1, id, err) < 0)
 			return -1;
 	/* Only the agent socket and the console log of the session's runtime
 	 * directory: that directory also holds monitor.sock, which clients
@@ -183,7 +234,7 @@ static int plan_host(struct plan *p, const struct sbx_vm_config *c, uid_t id, st
 		    give(p, p->n - 1, id, err) < 0)
 			return -1;
 	}
-	return 0;
+	return plan_vmm_dirs(p, c, id, err);
 }
 
 /* Create the mount point for b (and its parents) under STAGE. */
@@ -253,7 +304,7 @@ static int build_root(struct plan *p, struct sbx_err *err)
 			return -1;
 	plan_free(p);
 	/* Nothing in the jail's own tree is writable: QEMU writes only the
-	 * scratch disk and the console, bound read-write above. */
+	 * scratch disk, a workspace and the console, bound read-write above. */
 	if (mount(NULL, STAGE, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the jail's root read-only");
 	/* pivot_root(".", ".") stacks the old root on the new one; detaching

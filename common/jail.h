@@ -1,8 +1,9 @@
-/* The VMM's jail: QEMU parses guest-controlled device state all day, so
+/* The VMM's jail: a VMM parses guest-controlled device state all day, so
  * it runs as if already compromised.  In the VMM child, just before exec:
  * a private mount namespace whose root is an empty read-only tmpfs holding
- * only what QEMU needs, a per-VMM unprivileged uid/gid, no capabilities,
- * no_new_privs, and a seccomp filter under QEMU's own -sandbox. */
+ * only what the VMM needs, a per-VMM unprivileged uid/gid, no
+ * capabilities, no_new_privs, and a seccomp filter under the VMM's own
+ * (QEMU's -sandbox, Cloud Hypervisor's per-thread filters). */
 #ifndef SBX_JAIL_H
 #define SBX_JAIL_H
 

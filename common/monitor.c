@@ -1,7 +1,10 @@
 #include "monitor.h"
+#include "netns.h"
 #include "audit.h"
 #include "cgroup.h"
 #include "disk.h"
+#include "pkgcache.h"
+#include "pool.h"
 #include "proto.h"
 #include "secrets.h"
 #include "session.h"
@@ -9,12 +12,17 @@
 #include "template.h"
 #include "util.h"
 #include "vmm.h"
+#include "workspace.h"
+#include "zstream.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -29,7 +37,8 @@
 #define CLIENT_BUF_LOW (256u << 10) /* refill from the files below this */
 #define MAX_CLIENTS 1024
 
-enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY };
+enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY, SRC_PROXY,
+		SRC_VMEV };
 
 struct src {
 	enum src_kind kind;
@@ -71,6 +80,7 @@ struct client {
 	uint32_t ping_token;
 	int shutdown_ack;    /* answer once the session is gone */
 	int dead;
+	int pool_era;        /* connected while the session was a pool member */
 };
 
 struct mon {
@@ -80,6 +90,8 @@ struct mon {
 	int lib_dfd, run_dfd, execs_dfd;
 	struct src listen, agent_listen, agent, vmm, sig, timer, readyp;
 	struct sbx_vm vm;
+	struct src vmev;  /* the VMM's event stream (vm.event_fd); fd -1: none */
+	int vm_shutdown;  /* it said the VM stopped (guest power-off) */
 	struct sbx_buf ain, aout;
 	size_t aout_off;
 	int agent_want_out;
@@ -92,8 +104,33 @@ struct mon {
 	uint64_t output_cap;
 	char vm_end[128];
 	struct sbx_secrets sec; /* only to scrub stored output; see boot() */
+	struct sbx_workspace ws; /* --workspace: held for the session's life */
+	struct src proxy;        /* the egress proxy's pidfd (netns.h); fd -1: none */
+	int proxy_pid;
 	int secrets_sent;
 	char secrets_err[256];  /* the guest refused them */
+	int pool_paused;        /* a pool member's vCPUs, stopped while it waits */
+	struct {                /* a warm-pool claim (pool.h), see claim_begin */
+		int stage;      /* CLAIM_* */
+		struct client *c; /* the claimer, while connected */
+		uint64_t t0, deadline;
+		uint32_t ping;  /* the PING whose PONG says the guest took it all */
+		int secrets_ok, code;
+		char from[SBX_ID_MAX + 1], err[256];
+	} claim;
+	struct {                /* snapshots (snapshot.h), see vmctl */
+		int paused;     /* the VM is stopped (sbx-snapshot pause) */
+		int saving;     /* QUIESCE sent for a save, awaiting the guest */
+		uint64_t deadline; /* ... until then */
+		int identity;   /* IDENTITY sent, awaiting the guest */
+		struct client *c; /* the client waiting for op, while connected */
+		unsigned op;
+		char dir[PATH_MAX]; /* where a save writes */
+		int restoring;  /* booted from a snapshot: ready after IDENTITY */
+		int told;       /* ... which was sent */
+		char err[256];  /* the restored guest refused its identity */
+		uint64_t progress_ns;
+	} snap;
 };
 
 /* An audit event of this session, with its tenant: a tenant-scoped view
@@ -140,6 +177,21 @@ static void agent_flush(struct mon *m)
 /* --- output to clients ------------------------------------------------- */
 
 static void client_drop(struct mon *m, struct client *c);
+
+/* Warm pool: the member's side of a claim (further down). */
+enum { CLAIM_NONE, CLAIM_GUEST, CLAIM_DONE, CLAIM_FAILED };
+static void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f);
+static void vmctl(struct mon *m, struct client *c, const struct sbx_frame *f);
+static int snap_identity_queue(struct mon *m, const char *hostname);
+static void snap_identity_reply(struct mon *m, const struct sbx_frame *f);
+static int snap_guest_error(struct mon *m, const struct sbx_frame *f);
+static void snap_save_run(struct mon *m);
+static void snap_check_deadline(struct mon *m);
+static int snap_restored(struct mon *m, struct sbx_err *err);
+static int snap_restore_disk(struct mon *m, const char *scratch, struct sbx_err *err);
+static void snap_boot_progress(void *ctx, const char *what, uint64_t done, uint64_t total);
+static void claim_guest_answered(struct mon *m);
+static void claim_fail(struct mon *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static void client_flush(struct mon *m, struct client *c)
 {
@@ -396,6 +448,15 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 		return client_error(m, c, f->stream, SBX_EXIT_NOENT, "the session is ending");
 	if (m->agent.fd < 0)
 		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, "the guest agent is gone");
+	snap_check_deadline(m);
+	if (m->snap.paused) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "session %s is paused: resume it (sbx-snapshot resume %s, or sbx-exec --resume)",
+			 m->s.id, m->s.id);
+		return client_error(m, c, f->stream, SBX_EXIT_NOENT, msg);
+	}
+	if (m->snap.saving)
+		return client_error(m, c, f->stream, SBX_EXIT_TEMPFAIL, "a snapshot of the session is being saved");
 	if (sbx_exec_req_decode(f->payload, f->len, &r, &why) < 0)
 		return client_error(m, c, f->stream, SBX_EXIT_INVALID, why);
 	const struct sbx_limits *lim = &m->s.limits;
@@ -543,7 +604,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
 			if (tag == SBX_T_KERNEL)
 				sbx_tlv_as_str(v, n, m->s.kernel, sizeof m->s.kernel);
-		if (m->ready || m->secrets_sent)
+		if (m->ready || m->secrets_sent || m->snap.restoring)
 			break; /* a guest saying hello again (reconnect) gets nothing more */
 		if (!m->sec.n) {
 			m->ready = 1;
@@ -561,6 +622,12 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		break;
 	}
 	case SBX_F_SECRETS:
+		if (m->claim.stage == CLAIM_GUEST && m->secrets_sent && !f->len) {
+			if (m->aout.data) /* as below */
+				explicit_bzero(m->aout.data + m->aout.len, m->aout.cap - m->aout.len);
+			m->claim.secrets_ok = 1;
+			break;
+		}
 		if (!m->secrets_sent || m->ready || f->len)
 			break;
 		/* The guest read the whole frame: wipe what is left of it here. */
@@ -609,7 +676,23 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 			exec_free(m, ex);
 		break;
 	}
+	case SBX_F_QUIESCE:
+		if (m->snap.saving && !f->stream && !f->len)
+			snap_save_run(m);
+		break;
+	case SBX_F_IDENTITY:
+		snap_identity_reply(m, f);
+		break;
 	case SBX_F_ERROR: {
+		if (!f->stream && m->claim.stage == CLAIM_GUEST) {
+			char msg[200] = "refused";
+			uint32_t code = 0;
+			sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+			claim_fail(m, SBX_EXIT_UNAVAIL, "the guest refused the claim: %s", msg);
+			break;
+		}
+		if (snap_guest_error(m, f))
+			break;
 		if (!f->stream && m->secrets_sent && !m->ready) {
 			char msg[200] = "refused";
 			uint32_t code = 0;
@@ -634,6 +717,8 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		break;
 	}
 	case SBX_F_PONG: {
+		if (m->claim.stage == CLAIM_GUEST && f->stream == m->claim.ping)
+			claim_guest_answered(m);
 		for (struct client *c = m->clients; c; c = c->next)
 			if (c->ping_token && c->ping_token == f->stream) {
 				struct sbx_buf b = { 0 };
@@ -744,6 +829,19 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 	struct client *c = ctx;
 	if (c->dead)
 		return;
+	/* A pool member serves only its claim (and sbx-kill); whoever spoke
+	 * to the member has nothing to say to the session it became. */
+	if (f->type == SBX_F_CLAIM)
+		return claim_begin(m, c, f);
+	if (c->pool_era && !m->s.pool) {
+		/* ... and is hung up on, so an sbx-kill of the member returns. */
+		client_error(m, c, f->stream, SBX_EXIT_NOENT, "the pool member was claimed in the meantime");
+		c->dead = 1;
+		return;
+	}
+	if ((m->s.pool || m->claim.stage == CLAIM_GUEST) && f->type != SBX_F_SHUTDOWN && f->type != SBX_F_PING)
+		return client_error(m, c, f->stream, m->s.pool ? SBX_EXIT_NOENT : SBX_EXIT_TEMPFAIL,
+				    m->s.pool ? "a warm-pool member is not a session in use" : "the session is still being created");
 	switch (f->type) {
 	case SBX_F_EXEC:
 		client_exec(m, c, f);
@@ -760,6 +858,9 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 		m->stopping = 1;
 		if (!m->ready)
 			m->killed_in_boot = 1;
+		return;
+	case SBX_F_VMCTL:
+		vmctl(m, c, f);
 		return;
 	default:
 		break;
@@ -829,6 +930,10 @@ static void client_drop(struct mon *m, struct client *c)
 		exec_free(m, c->ex);
 	else if (c->ex)
 		c->ex->client = NULL;
+	if (m->claim.c == c)
+		m->claim.c = NULL;
+	if (m->snap.c == c)
+		m->snap.c = NULL; /* a save goes on: its directory is sbx-gc's */
 	epoll_ctl(m->ep, EPOLL_CTL_DEL, c->src.fd, NULL);
 	close(c->src.fd);
 	sbx_buf_free(&c->in);
@@ -855,6 +960,7 @@ static void accept_clients(struct mon *m)
 		}
 		c->src.kind = SRC_CLIENT;
 		c->src.fd = fd;
+		c->pool_era = m->s.pool;
 		c->next = m->clients;
 		m->clients = c;
 		m->nclients++;
@@ -886,29 +992,6 @@ static int listen_unix(const char *name, struct sbx_err *err)
 	return fd;
 }
 
-/* The last lines of a log, for error messages that say what happened. */
-static void log_tail(int dfd, const char *name, char *out, size_t n)
-{
-	out[0] = 0;
-	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	char buf[400];
-	off_t end = lseek(fd, 0, SEEK_END);
-	off_t start = end > (off_t)sizeof buf - 1 ? end - (off_t)sizeof buf + 1 : 0;
-	ssize_t r = pread(fd, buf, sizeof buf - 1, start);
-	if (r <= 0)
-		return;
-	buf[r] = 0;
-	for (char *p = buf; *p; p++)
-		if (*p == '\n' || *p == '\r' || (unsigned char)*p < 0x20)
-			*p = ' ';
-	char *p = buf;
-	while (*p == ' ')
-		p++;
-	snprintf(out, n, "%s", p);
-}
-
 /* Did the guest kernel panic?  The panic line comes before its stack
  * trace, so look further back than the tail shown in messages. */
 static int console_says_panic(int dfd)
@@ -934,15 +1017,92 @@ static void on_vmm_exit(struct mon *m)
 	m->vm.pid = 0;
 	m->vm_dead = 1;
 	char tail[400];
-	log_tail(m->run_dfd, "console.log", tail, sizeof tail);
+	sbx_log_tail(m->run_dfd, "console.log", tail, sizeof tail);
 	if (strstr(tail, "Kernel panic") || console_says_panic(m->run_dfd))
 		snprintf(m->vm_end, sizeof m->vm_end, "guest panic");
 	else if (WIFSIGNALED(status))
 		snprintf(m->vm_end, sizeof m->vm_end, "VMM killed by signal %d", WTERMSIG(status));
-	else if (WEXITSTATUS(status))
+	else if (WEXITSTATUS(status) && !m->vm_shutdown)
 		snprintf(m->vm_end, sizeof m->vm_end, "VMM exited with status %d", WEXITSTATUS(status));
 	else
 		snprintf(m->vm_end, sizeof m->vm_end, "guest powered off");
+}
+
+/* The VMM's own account (Cloud Hypervisor's event monitor).  A panic or a
+ * reset ends the session here, since that VMM would boot the guest again
+ * (it has no -no-reboot); a power-off is noted, and the exit follows. */
+static void on_vm_event(struct mon *m)
+{
+	int ev = m->vm.ops && m->vm.ops->events ? m->vm.ops->events(&m->vm) : SBX_VM_EV_EOF;
+	if (ev == SBX_VM_EV_EOF) {
+		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->vmev.fd, NULL);
+		return;
+	}
+	if (ev == SBX_VM_EV_SHUTDOWN)
+		m->vm_shutdown = 1;
+	if ((ev != SBX_VM_EV_PANIC && ev != SBX_VM_EV_REBOOT) || !m->vm.pid)
+		return;
+	epoll_ctl(m->ep, EPOLL_CTL_DEL, m->vmev.fd, NULL);
+	sbx_vm_kill(&m->vm); /* closes the pidfd: it leaves the epoll set */
+	m->vmm.fd = -1;
+	m->vm_dead = 1;
+	snprintf(m->vm_end, sizeof m->vm_end, "%s",
+		 ev == SBX_VM_EV_PANIC || console_says_panic(m->run_dfd) ? "guest panic" : "guest rebooted");
+}
+
+/* The proxy is the session's only way out: without it the guest's
+ * connections are refused in its namespace.  The session runs on, without
+ * network, and says so (net.lost in the record and the audit trail). */
+static void on_proxy_exit(struct mon *m)
+{
+	int status = 0;
+	if (m->proxy_pid <= 0 || waitpid(m->proxy_pid, &status, WNOHANG) <= 0)
+		return;
+	epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxy.fd, NULL);
+	close(m->proxy.fd);
+	m->proxy.fd = -1;
+	m->proxy_pid = 0;
+	if (WIFSIGNALED(status))
+		snprintf(m->s.net_lost, sizeof m->s.net_lost, "proxy killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(m->s.net_lost, sizeof m->s.net_lost, "proxy exited with status %d", WEXITSTATUS(status));
+	sbx_record_save(&m->st, &m->s, NULL);
+	json_t *f = json_pack("{s:s, s:s}", "session", m->s.id, "reason", m->s.net_lost);
+	mon_audit(m, "net.lost", f, NULL);
+	json_decref(f);
+}
+
+static void stop_proxy(struct mon *m)
+{
+	if (m->proxy.fd >= 0)
+		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxy.fd, NULL);
+	sbx_netns_stop_proxy(&m->proxy_pid, &m->proxy.fd);
+}
+
+/* A session with a NIC (its record has a MAC): its namespace, then its
+ * proxy, before the VMM; the VMM gets the TAP and the namespace.  The
+ * proxy's pid and start time go into the record at once, so sbx-kill and
+ * sbx-gc can end a proxy whose monitor died. */
+static int start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err)
+{
+	if (sbx_netns_create(n, err) < 0)
+		return -1;
+	_cleanup_close_ int log = openat(m->lib_dfd, "proxy.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (log < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open proxy.log");
+	uint64_t start = 0;
+	if (sbx_netns_spawn_proxy(m->s.id, n, log, &m->proxy_pid, &m->proxy.fd, &start, err) < 0)
+		return -1;
+	ep_mod(m, &m->proxy, EPOLLIN, EPOLL_CTL_ADD);
+	m->s.proxy_pid = m->proxy_pid;
+	m->s.proxy_start = start;
+	if (sbx_record_save(&m->st, &m->s, err) < 0)
+		return -1;
+	c->netns_fd = n->netns_fd;
+	c->tap_fd = n->tap_fd;
+	c->tap_name = SBX_NET_TAP;
+	c->mac = m->s.mac;
+	return 0;
 }
 
 static int loop_once(struct mon *m, int timeout_ms)
@@ -987,6 +1147,12 @@ static int loop_once(struct mon *m, int timeout_ms)
 		}
 		case SRC_VMM:
 			on_vmm_exit(m);
+			break;
+		case SRC_PROXY:
+			on_proxy_exit(m);
+			break;
+		case SRC_VMEV:
+			on_vm_event(m);
 			break;
 		case SRC_SIGNAL: {
 			struct signalfd_siginfo si;
@@ -1038,6 +1204,89 @@ static void report(int fd, const struct sbx_err *err)
 	json_decref(o);
 }
 
+/* --workspace: take it for the session's life (5 when another session
+ * got there first), made on first use; audited. */
+static int attach_workspace(struct mon *m, struct sbx_err *err)
+{
+	const struct sbx_limits *l = &m->s.limits;
+	uint64_t size = l->workspace_size ? l->workspace_size : 1ull << 30;
+	uint64_t keep = l->workspace_retention_ms ? l->workspace_retention_ms : 7ull * 24 * 3600 * 1000;
+	if (sbx_workspace_attach(&m->st, m->s.tenant, m->s.workspace, size, keep, m->s.id, &m->ws, err) < 0)
+		return -1;
+	const struct sbx_workspace_info *i = &m->ws.info;
+	if (m->ws.created) {
+		json_t *f = json_pack("{s:s, s:s, s:I, s:I}", "session", m->s.id, "workspace", i->name, "size",
+				      (json_int_t)i->size, "retention_ms", (json_int_t)i->retention_ms);
+		mon_audit(m, "workspace.create", f, NULL);
+		json_decref(f);
+	}
+	json_t *f = json_pack("{s:s, s:s, s:I}", "session", m->s.id, "workspace", i->name, "size", (json_int_t)i->size);
+	if (f && m->ws.grown_from)
+		json_object_set_new(f, "grown_from", json_integer((json_int_t)m->ws.grown_from));
+	mon_audit(m, "workspace.attach", f, NULL);
+	json_decref(f);
+	return 0;
+}
+
+/* Give the workspace back: last_used recorded, lock dropped, so whoever
+ * learns that this session ended (sbx-kill's acknowledgement, sbx-create's
+ * failure) can attach it at once.  A workspace made for a session that
+ * never came up goes with it. */
+static void drop_workspace(struct mon *m, int failed)
+{
+	if (m->ws.lock_fd < 0)
+		return;
+	int removed = failed && m->ws.created;
+	sbx_workspace_release(&m->st, &m->ws, failed);
+	if (removed) {
+		json_t *f = json_pack("{s:s, s:s, s:s}", "session", m->s.id, "workspace", m->ws.info.name, "reason",
+				      "the session that created it did not come up");
+		mon_audit(m, "workspace.remove", f, NULL);
+		json_decref(f);
+	}
+}
+
+/* A workspace outlives the VM: before the VM goes, the guest kills its
+ * execs, syncs and powers off (SHUTDOWN), so what they wrote reaches the
+ * image.  Bounded: a guest that does not comply is killed like any other
+ * (the journal keeps the file system consistent; recent writes may be
+ * lost).  The execs end as killed first, as they would without it. */
+static void guest_poweroff(struct mon *m)
+{
+	while (m->execs)
+		exec_abort(m, m->execs, SBX_R_KILLED);
+	if (m->vm_dead || !m->vm.pid || m->agent.fd < 0)
+		return;
+	/* A paused guest cannot sync: it runs again only to power off. */
+	struct sbx_err ignored = { 0 };
+	if (m->snap.paused && sbx_vm_resume(&m->vm, &ignored) == 0)
+		m->snap.paused = 0;
+	sbx_frame_raw(&m->aout, SBX_F_SHUTDOWN, 0, NULL, 0);
+	agent_flush(m);
+	uint64_t deadline = sbx_mono_ns() + 10ull * 1000000000u;
+	for (uint64_t now; !m->vm_dead && (now = sbx_mono_ns()) < deadline;)
+		if (loop_once(m, (int)((deadline - now) / 1000000u) + 1) < 0)
+			break;
+}
+
+/* One try at the agent channel of a VMM the monitor connects to:
+ * -1 with err on a failure that is final, 0 otherwise (connected, or the
+ * guest is not listening yet). */
+static int agent_connect(struct mon *m, const struct sbx_vm_config *c, struct sbx_err *err)
+{
+	struct sbx_err e = { 0 };
+	int fd = m->vm.ops->agent_connect(&m->vm, c, &e);
+	if (fd < 0 && e.code) {
+		*err = e;
+		return -1;
+	}
+	if (fd >= 0) {
+		m->agent.fd = fd;
+		ep_mod(m, &m->agent, EPOLLIN, EPOLL_CTL_ADD);
+	}
+	return 0;
+}
+
 static int boot(struct mon *m, struct sbx_err *err)
 {
 	struct sbx_template t;
@@ -1053,31 +1302,53 @@ static int boot(struct mon *m, struct sbx_err *err)
 	 * guest when full, never more on the host. */
 	char scratch[1200], vols[8][1200];
 	snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
-	if (sbx_disk_scratch(scratch, m->s.limits.disk_bytes ? m->s.limits.disk_bytes : 1ull << 30, err) < 0)
+	/* From a snapshot: its disk as it was saved. */
+	if (m->s.snapshot_dir[0] ? snap_restore_disk(m, scratch, err) < 0
+				 : sbx_disk_scratch(scratch, m->s.limits.disk_bytes ? m->s.limits.disk_bytes : 1ull << 30,
+						    err) < 0)
 		return -1;
 	for (unsigned i = 0; i < m->s.nvols; i++) {
 		snprintf(vols[i], sizeof vols[i], "%s/sessions/%s/vol%u.img", m->st.lib, m->s.id, i);
 		if (sbx_disk_from_dir(vols[i], m->s.vols[i].host, err) < 0)
 			return -1;
 	}
-	if ((m->listen.fd = listen_unix("monitor.sock", err)) < 0 ||
-	    (m->agent_listen.fd = listen_unix("agent.sock", err)) < 0)
+	if (m->s.workspace[0] && attach_workspace(m, err) < 0)
 		return -1;
 	const struct sbx_vmm_ops *ops = sbx_vmm_lookup(m->s.vmm[0] ? m->s.vmm : "qemu");
 	if (!ops)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the record names an unknown VMM '%s'", m->s.vmm);
+	/* The agent channel: the VMM connects to agent.sock (QEMU), or we
+	 * connect to the VM's vsock socket once the guest listens. */
+	int accept_agent = ops->agent_mode == SBX_AGENT_ACCEPT;
+	if ((m->listen.fd = listen_unix("monitor.sock", err)) < 0 ||
+	    (accept_agent && (m->agent_listen.fd = listen_unix("agent.sock", err)) < 0))
+		return -1;
 	struct sbx_vm_config c = {
-		.ops = ops, .kernel = t.kernel, .initrd = t.initrd, .rootfs = t.rootfs, .scratch = scratch, .agent_sock = "agent.sock",
+		.ops = ops, .kernel = t.kernel, .initrd = t.initrd, .rootfs = t.rootfs, .scratch = scratch,
+		.agent_sock = accept_agent ? "agent.sock" : NULL, .vsock_sock = accept_agent ? NULL : "vsock/agent.sock",
 		.qmp_sock = "qmp.sock", .console_path = "console.log", .log_path = "vmm.log",
 		.hostname = m->s.id, .vcpus = m->s.vcpus, .memory_mib = m->s.memory_mib,
 		.accel = strcmp(m->s.accel, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM,
 		.tsc_khz = sbx_host_tsc_khz(), .sandbox = 1,
 	};
+	/* Where the guest's pip and npm go (pkgcache.h). */
+	char pkg_params[160];
+	sbx_pkgcache_guest_params(&m->s.limits.packages, pkg_params, sizeof pkg_params);
+	c.guest_params = pkg_params;
+	c.restore_dir = m->s.snapshot_dir[0] ? m->s.snapshot_dir : NULL;
+	if (c.restore_dir) {
+		m->vm.progress = snap_boot_progress;
+		m->vm.progress_ctx = m;
+	}
 	/* The VMM's host cgroup: a hard CPU cap (so a spinning guest cannot
 	 * starve other sessions), guest memory plus the VMM's own overhead,
 	 * and a pids cap for its threads. */
+	/* A restore loads the VM's memory before any guest code runs: the
+	 * cap comes once it is loaded (snap_restored), so the load is not
+	 * throttled (a 1-CPU cap made it 60 ms slower). */
 	struct sbx_cg_limits cl = {
-		.cpu_milli = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000,
+		.cpu_milli = m->s.snapshot_dir[0] ? 0
+			     : m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000,
 		.memory = ((uint64_t)m->s.memory_mib + 512) << 20,
 		.pids = 512,
 	};
@@ -1088,36 +1359,72 @@ static int boot(struct mon *m, struct sbx_err *err)
 		c.vol_guest[i] = m->s.vols[i].guest;
 	}
 	c.nvols = m->s.nvols;
+	if (m->ws.lock_fd >= 0 && c.nvols < 8) {
+		c.vol_path[c.nvols] = m->ws.disk;
+		c.vol_guest[c.nvols] = SBX_WORKSPACE_GUEST;
+		c.vol_rw_mask |= 1u << c.nvols;
+		c.nvols++;
+	}
+	/* The proxy's listeners and the TAP are theirs once they run: the
+	 * monitor keeps none of the namespace. */
+	struct sbx_netns net = { -1, -1, -1, -1, -1, -1 };
+	if (m->s.mac[0] && start_network(m, &net, &c, err) < 0) {
+		sbx_netns_close(&net);
+		for (int i = 0; i < c.cg_nfds; i++)
+			close(c.cg_fds[i]);
+		return -1;
+	}
 	uint64_t t0 = sbx_mono_ns();
 	int brc = sbx_vm_boot(&c, &m->vm, err);
+	sbx_netns_close(&net);
 	for (int i = 0; i < c.cg_nfds; i++)
 		close(c.cg_fds[i]);
-	if (brc < 0)
+	m->vm.progress = NULL;
+	if (brc < 0 || (c.restore_dir && snap_restored(m, err) < 0))
 		return -1;
 	m->vmm.fd = m->vm.pidfd;
 	ep_mod(m, &m->listen, EPOLLIN, EPOLL_CTL_ADD);
-	ep_mod(m, &m->agent_listen, EPOLLIN, EPOLL_CTL_ADD);
+	if (accept_agent)
+		ep_mod(m, &m->agent_listen, EPOLLIN, EPOLL_CTL_ADD);
 	ep_mod(m, &m->vmm, EPOLLIN, EPOLL_CTL_ADD);
+	if ((m->vmev.fd = m->vm.event_fd) > 0)
+		ep_mod(m, &m->vmev, EPOLLIN, EPOLL_CTL_ADD);
 	if (m->readyp.fd >= 0)
 		ep_mod(m, &m->readyp, 0, EPOLL_CTL_ADD); /* EPOLLERR: the reader closed */
 	unsigned timeout_s = sbx_boot_timeout_s();
-	uint64_t deadline = t0 + (uint64_t)timeout_s * 1000000000u;
-	while (!m->ready && !m->vm_dead && !m->stopping && !m->secrets_err[0]) {
-		uint64_t now = sbx_mono_ns();
+	uint64_t deadline = t0 + (uint64_t)timeout_s * 1000000000u, next_connect = 0;
+	while (!m->ready && !m->vm_dead && !m->stopping && !m->secrets_err[0] && !m->snap.err[0]) {
+		uint64_t now = sbx_mono_ns(), until = deadline;
 		if (now >= deadline)
 			break;
-		loop_once(m, (int)((deadline - now) / 1000000u) + 1);
+		/* A restored guest says no HELLO: it is told who it is now. */
+		if (m->snap.restoring && !m->snap.told && m->agent.fd >= 0) {
+			if (snap_identity_queue(m, NULL) < 0)
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send the guest its identity");
+			m->snap.told = 1;
+		}
+		if (!accept_agent && m->agent.fd < 0 && now >= next_connect) {
+			/* Until the guest listens, every ~15 ms. */
+			if (agent_connect(m, &c, err) < 0)
+				return -1;
+			next_connect = now + 15000000u;
+		}
+		if (!accept_agent && m->agent.fd < 0 && next_connect < until)
+			until = next_connect;
+		loop_once(m, (int)((until - now) / 1000000u) + 1);
 	}
 	if (m->ready) {
 		m->s.boot_ms = (sbx_mono_ns() - t0) / 1000000u;
 		return 0;
 	}
 	char tail[400];
-	log_tail(m->run_dfd, m->vm_dead ? "vmm.log" : "console.log", tail, sizeof tail);
+	sbx_log_tail(m->run_dfd, m->vm_dead ? "vmm.log" : "console.log", tail, sizeof tail);
 	if (!tail[0])
-		log_tail(m->run_dfd, "console.log", tail, sizeof tail);
+		sbx_log_tail(m->run_dfd, "console.log", tail, sizeof tail);
 	if (m->secrets_err[0])
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest did not take the secrets: %s", m->secrets_err);
+	if (m->snap.err[0])
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest refused its new identity: %s", m->snap.err);
 	if (m->secrets_sent && !m->vm_dead && !m->stopping)
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest did not confirm the secrets within %u s", timeout_s);
 	if (m->vm_dead)
@@ -1128,17 +1435,21 @@ static int boot(struct mon *m, struct sbx_err *err)
 				   m->s.id);
 	if (m->stopping)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "interrupted during boot");
+	if (m->snap.restoring)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest did not answer within %u s%s%s", timeout_s,
+				   tail[0] ? "; console: " : "", tail);
 	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest agent did not answer within %u s%s%s", timeout_s,
 			   tail[0] ? "; console: " : "", tail);
 }
 
 static void destroy_files(struct mon *m)
 {
+	stop_proxy(m);
 	/* Under the global lock, so a create of the same ID never sees half a
 	 * session.  No deadlock although we hold the session lock: whoever
 	 * holds the global lock takes session locks without waiting. */
 	int g = sbx_lock_global(&m->st, NULL);
-	sbx_cgroup_remove(m->s.id);
+	sbx_cgroup_remove(sbx_session_cgroup(&m->s));
 	sbx_rm_rf_at(m->st.sessions_fd, m->s.id);
 	sbx_rm_rf_at(m->st.rsessions_fd, m->s.id);
 	if (g >= 0)
@@ -1207,14 +1518,15 @@ static int arm_ttl(struct mon *m)
  * the host resources.  The audit fields are consumed. */
 static void end_session(struct mon *m, const char *state, const char *why, const char *event, json_t *fields)
 {
+	stop_proxy(m); /* its last lines in net.log before the record says "ended" */
 	snprintf(m->s.state, sizeof m->s.state, "%s", state);
 	snprintf(m->s.end_reason, sizeof m->s.end_reason, "%s", why);
 	m->s.ended_ns = sbx_now_ns();
 	mon_audit(m, event, fields, NULL);
 	json_decref(fields);
-	sbx_cgroup_usage(m->s.id, &m->s.cpu_ns, &m->s.mem_peak);
+	sbx_cgroup_usage(sbx_session_cgroup(&m->s), &m->s.cpu_ns, &m->s.mem_peak);
 	sbx_record_save(&m->st, &m->s, NULL);
-	sbx_cgroup_remove(m->s.id);
+	sbx_cgroup_remove(sbx_session_cgroup(&m->s));
 	unlinkat(m->run_dfd, "monitor.sock", 0);
 	unlinkat(m->run_dfd, "agent.sock", 0);
 	unlinkat(m->run_dfd, "qmp.sock", 0);
@@ -1234,6 +1546,7 @@ static void ack_shutdowns(struct mon *m)
 /* Release everything: a clean exit lets the sanitizers see real leaks. */
 static void mon_free(struct mon *m)
 {
+	stop_proxy(m);
 	while (m->clients)
 		client_drop(m, m->clients);
 	while (m->execs)
@@ -1250,7 +1563,680 @@ static void mon_free(struct mon *m)
 			close(fds[i]);
 	if (m->vm.pidfd >= 0)
 		close(m->vm.pidfd);
+	m->vm.pidfd = -1;
+	if (m->vm.ops)
+		sbx_vm_kill(&m->vm); /* what the backend still holds (the VMM is gone) */
 	sbx_state_close(&m->st);
+}
+
+/* --- warm pool (pool.h): the member's side of a claim ------------------ */
+
+/* Ready and pooled: stop the vCPUs, so a member waiting costs no CPU.  A
+ * backend that cannot pause leaves it running. */
+static void pool_park(struct mon *m)
+{
+	struct sbx_err e = { 0 };
+	if (sbx_vm_pause(&m->vm, &e) == 0)
+		m->pool_paused = 1;
+}
+
+/* A file of the claim, written aside in the member's directory and renamed
+ * into place at the commit.  Not synced: it is rewritten (synced) once the
+ * claim completes, and a host that crashes before then has lost the
+ * session anyway; the commit runs under the global lock, and is short. */
+static int claim_write_aside(struct mon *m, const char *name, const char *txt)
+{
+	_cleanup_close_ int fd = openat(m->lib_dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	return fd < 0 || !txt ? -1 : sbx_write_all(fd, txt, strlen(txt));
+}
+
+static int claim_wait_ms(const struct mon *m)
+{
+	if (m->claim.stage != CLAIM_GUEST)
+		return -1;
+	uint64_t now = sbx_mono_ns();
+	return now >= m->claim.deadline ? 0 : (int)((m->claim.deadline - now) / 1000000u) + 1;
+}
+
+static void claim_fail(struct mon *m, int code, const char *fmt, ...)
+{
+	if (m->claim.stage != CLAIM_GUEST)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(m->claim.err, sizeof m->claim.err, fmt, ap);
+	va_end(ap);
+	m->claim.code = code;
+	m->claim.stage = CLAIM_FAILED;
+	m->stopping = 1; /* destroyed, then sbx-create boots the session cold */
+}
+
+/* A claim that did not complete: the session is gone by now (destroyed
+ * under its new ID); say so in the trail and to sbx-create. */
+static void claim_abandoned(struct mon *m)
+{
+	if (m->claim.stage == CLAIM_GUEST) { /* stopped by sbx-kill or a signal */
+		snprintf(m->claim.err, sizeof m->claim.err, "session %s was destroyed while it was being created", m->s.id);
+		m->claim.code = SBX_EXIT_CONFLICT;
+	}
+	/* Half renamed (the runtime directory's rename failed and could not
+	 * be undone): the member's old name goes too. */
+	sbx_rm_rf_at(m->st.rsessions_fd, m->claim.from);
+	json_t *f = json_pack("{s:s, s:b, s:i, s:s, s:b, s:s}", "session", m->s.id, "ok", 0, "code", m->claim.code,
+			      "error", m->claim.err, "from_pool", 1, "member", m->claim.from);
+	mon_audit(m, "session.create", f, NULL);
+	json_decref(f);
+	if (m->claim.c) {
+		client_error(m, m->claim.c, 0, m->claim.code, m->claim.err);
+		m->claim.c = NULL;
+	}
+}
+
+static void claim_check_deadline(struct mon *m)
+{
+	if (m->claim.stage == CLAIM_GUEST && sbx_mono_ns() >= m->claim.deadline)
+		claim_fail(m, SBX_EXIT_UNAVAIL, "the guest did not answer within %u ms of the claim", SBX_CLAIM_TIMEOUT_MS);
+}
+
+/* Everything the guest was sent has been acted on (its PONG follows the
+ * answers to the identity and the secrets): the session is ready. */
+static void claim_guest_answered(struct mon *m)
+{
+	struct sbx_err err = { 0 };
+	if (m->snap.identity) /* answered in order: IDENTITY before the PONG */
+		return claim_fail(m, SBX_EXIT_UNAVAIL, "the guest did not take its new identity");
+	if (m->sec.n && !m->claim.secrets_ok)
+		return claim_fail(m, SBX_EXIT_INTERNAL, "the guest did not take the secrets");
+	snprintf(m->s.state, sizeof m->s.state, "running");
+	m->s.ready_ns = sbx_now_ns();
+	m->s.claim_ms = (sbx_mono_ns() - m->claim.t0) / 1000000u;
+	m->output_cap = m->s.limits.output_cap;
+	if (m->s.limits.ttl_ms && arm_ttl(m) < 0)
+		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot arm the session TTL");
+	if (sbx_record_save(&m->st, &m->s, &err) < 0)
+		return claim_fail(m, SBX_EXIT_INTERNAL, "%s", err.msg);
+	char tmpl[140];
+	snprintf(tmpl, sizeof tmpl, "%s@%s", m->s.tmpl_name, m->s.tmpl_version);
+	json_t *cf = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:s, s:I}", "session", m->s.id,
+			       "template", tmpl, "vcpus", (int)m->s.vcpus, "memory_mib", (int)m->s.memory_mib, "accel",
+			       m->s.accel, "vmm", m->s.vmm, "boot_ms", (json_int_t)m->s.boot_ms, "ttl_s",
+			       (json_int_t)(m->s.limits.ttl_ms / 1000), "disk_bytes", (json_int_t)m->s.limits.disk_bytes,
+			       "volumes", (json_int_t)0, "from_pool", 1, "member", m->claim.from, "claim_ms",
+			       (json_int_t)m->s.claim_ms);
+	if (cf && m->sec.n) {
+		json_t *names = json_array(); /* names only, never values */
+		for (unsigned i = 0; i < m->sec.n; i++)
+			json_array_append_new(names, json_string(m->sec.s[i].name));
+		json_object_set_new(cf, "secrets", names);
+	}
+	/* Fail closed, as for a cold boot: a session that cannot be audited is
+	 * not handed out. */
+	int rc = mon_audit(m, "session.create", cf, &err);
+	json_decref(cf);
+	if (rc < 0)
+		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot write the audit trail: %s", err.msg);
+	m->claim.stage = CLAIM_DONE;
+	if (m->claim.c) {
+		struct sbx_buf b = { 0 };
+		sbx_frame_raw(&b, SBX_F_CLAIMED, 0, NULL, 0);
+		client_send(m, m->claim.c, &b);
+		sbx_buf_free(&b);
+		m->claim.c = NULL;
+	}
+}
+
+/* After the commit: the host side first (the CPU cap of the new policy),
+ * then the guest (running again, a new identity, the secrets), then a PING
+ * whose PONG says it has taken all of it. */
+static void claim_guest(struct mon *m, unsigned member_cpu)
+{
+	struct sbx_err e = { 0 };
+	unsigned cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
+	if (cpu != member_cpu && sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), cpu) < 0)
+		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot set the CPU cap of the host cgroup: %s", strerror(errno));
+	if (m->pool_paused) {
+		if (sbx_vm_resume(&m->vm, &e) < 0)
+			return claim_fail(m, SBX_EXIT_UNAVAIL, "cannot resume the VM: %s", e.msg);
+		m->pool_paused = 0;
+	}
+	if (m->agent.fd < 0)
+		return claim_fail(m, SBX_EXIT_UNAVAIL, "the guest agent is gone");
+	/* Its own hostname (the session ID), the host's clock (the guest's
+	 * stood still while paused) and fresh randomness. */
+	if (snap_identity_queue(m, NULL) < 0)
+		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot send the guest its identity");
+	if (m->sec.n) {
+		if (sbx_buf_reserve(&m->aout, m->sec.frame_len) < 0)
+			return claim_fail(m, SBX_EXIT_INTERNAL, "out of memory");
+		sbx_buf_put(&m->aout, m->sec.frame, m->sec.frame_len);
+		m->secrets_sent = 1;
+	}
+	m->claim.ping = 0x80000000u | (++m->next_ping & 0x7fffffffu);
+	sbx_frame_raw(&m->aout, SBX_F_PING, m->claim.ping, "claim", 5);
+	agent_flush(m);
+}
+
+/* CLAIM from sbx-create, which holds the global lock and has checked that
+ * the new ID is free.  The commit is the directories' rename: a failure
+ * before it leaves the member as it was; after it the session is finished
+ * or destroyed, whether or not sbx-create is still there. */
+static void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
+{
+	uint64_t t0 = sbx_mono_ns();
+	if (!m->s.pool || !m->ready || m->claim.stage || m->stopping || m->vm_dead)
+		return client_error(m, c, 0, SBX_EXIT_TEMPFAIL, "not a pool member waiting to be claimed");
+	char id[SBX_ID_MAX + 1] = "";
+	_cleanup_free_ char *rec = NULL, *pol = NULL;
+	uint32_t flags = 0;
+	struct sbx_tlv_it it;
+	uint16_t tag;
+	const uint8_t *v;
+	uint32_t n;
+	int r;
+	sbx_tlv_init(&it, f->payload, f->len);
+	while ((r = sbx_tlv_next(&it, &tag, &v, &n)) == 1) {
+		if (tag == SBX_T_SESSION && sbx_tlv_as_str(v, n, id, sizeof id) == 0)
+			continue;
+		if (tag == SBX_T_RECORD && !rec && (rec = malloc((size_t)n + 1)) && sbx_tlv_as_str(v, n, rec, (size_t)n + 1) == 0)
+			continue;
+		if (tag == SBX_T_CLAIM_FLAGS && sbx_tlv_as_u32(v, n, &flags) == 0)
+			continue;
+		if (tag == SBX_T_POLICY && !pol && (pol = malloc((size_t)n + 1)) && sbx_tlv_as_str(v, n, pol, (size_t)n + 1) == 0)
+			continue;
+		r = -1;
+		break;
+	}
+	struct sbx_session ns;
+	if (r < 0 || !rec || !pol || sbx_id_check(id, "session", NULL) < 0 || sbx_pool_member_id(id) ||
+	    sbx_record_parse(rec, id, &ns) < 0)
+		return client_error(m, c, 0, SBX_EXIT_INVALID, "malformed claim");
+	if (!sbx_pool_member_fits(&m->s, &ns))
+		return client_error(m, c, 0, SBX_EXIT_INVALID, "the session does not fit this pool member");
+	/* Everything the session needs from sbx-create is here before the
+	 * commit, so the commit never waits for it: the secrets, asked for and
+	 * read straight into locked memory, bounded. */
+	struct sbx_err e = { 0 };
+	if (flags & SBX_CLAIM_SECRETS) {
+		struct sbx_buf b = { 0 };
+		size_t off = sbx_frame_begin(&b, SBX_F_CLAIM, 0);
+		sbx_tlv_u32(&b, SBX_T_CLAIM_FLAGS, SBX_CLAIM_SECRETS);
+		sbx_frame_end(&b, off);
+		client_send(m, c, &b);
+		sbx_buf_free(&b);
+		if (sbx_secrets_read_fd(c->src.fd, &m->sec, &e) < 0) {
+			sbx_secrets_free(&m->sec);
+			c->dead = 1; /* out of step */
+			return client_error(m, c, 0, SBX_EXIT_INTERNAL, e.msg);
+		}
+	}
+	unsigned member_cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
+	/* The request's record; what only this monitor knows, from its own.
+	 * The host cgroups follow the ID where the kernel lets them (v1);
+	 * where it does not (v2), the record keeps their name. */
+	snprintf(m->claim.from, sizeof m->claim.from, "%s", m->s.id);
+	const char *from = m->claim.from;
+	char cg[SBX_ID_MAX + 1];
+	snprintf(cg, sizeof cg, "%s", sbx_session_cgroup(&m->s));
+	int cg_renamed = sbx_cgroup_rename(cg, id) == 0;
+	snprintf(ns.cgroup, sizeof ns.cgroup, "%s", cg_renamed ? "" : cg);
+	snprintf(ns.state, sizeof ns.state, "creating");
+	ns.pool = 0;
+	ns.from_pool = 1;
+	ns.monitor_pid = m->s.monitor_pid;
+	ns.monitor_start = m->s.monitor_start;
+	ns.vmm_pid = m->s.vmm_pid;
+	ns.vmm_start = m->s.vmm_start;
+	ns.boot_ms = m->s.boot_ms;
+	ns.ready_ns = ns.ended_ns = ns.cpu_ns = ns.mem_peak = 0;
+	snprintf(ns.boot_id, sizeof ns.boot_id, "%s", m->s.boot_id);
+	snprintf(ns.kernel, sizeof ns.kernel, "%s", m->s.kernel);
+	snprintf(ns.tmpl_dir, sizeof ns.tmpl_dir, "%s", m->s.tmpl_dir);
+	/* The commit, in an order that never shows a record of one ID under
+	 * the other's name: the new record and policy written aside, both
+	 * directories renamed (RENAME_NOREPLACE: an ID that exists after all
+	 * is refused, not overwritten), the two files moved into place. */
+	_cleanup_free_ char *txt = sbx_record_text(&ns);
+	int code = SBX_EXIT_INTERNAL;
+	int rc = claim_write_aside(m, ".claim.json", txt);
+	if (rc == 0)
+		rc = claim_write_aside(m, ".claim-policy.json", pol);
+	if (rc == 0 && renameat2(m->st.sessions_fd, from, m->st.sessions_fd, id, RENAME_NOREPLACE) < 0) {
+		code = errno == EEXIST ? SBX_EXIT_CONFLICT : SBX_EXIT_INTERNAL;
+		rc = -1;
+	} else if (rc == 0 && renameat2(m->st.rsessions_fd, from, m->st.rsessions_fd, id, RENAME_NOREPLACE) < 0) {
+		code = errno == EEXIST ? SBX_EXIT_CONFLICT : SBX_EXIT_INTERNAL;
+		rc = -1;
+		if (renameat2(m->st.sessions_fd, id, m->st.sessions_fd, from, RENAME_NOREPLACE) < 0) {
+			m->s = ns; /* half renamed: only destroying is left */
+			m->claim.stage = CLAIM_GUEST;
+			return claim_fail(m, SBX_EXIT_INTERNAL, "cannot rename the runtime directory");
+		}
+	}
+	if (rc < 0) {
+		/* Not committed: the member is as it was, holding no secret. */
+		sbx_secrets_free(&m->sec);
+		unlinkat(m->lib_dfd, ".claim.json", 0);
+		unlinkat(m->lib_dfd, ".claim-policy.json", 0);
+		if (cg_renamed)
+			sbx_cgroup_rename(id, cg);
+		return client_error(m, c, 0, code, "cannot take the session's ID");
+	}
+	int unmoved = renameat(m->lib_dfd, ".claim.json", m->lib_dfd, "session.json") == 0 ? 0 : errno;
+	if (!unmoved && renameat(m->lib_dfd, ".claim-policy.json", m->lib_dfd, "policy.json") < 0)
+		unmoved = errno;
+	m->s = ns;
+	m->claim.stage = CLAIM_GUEST;
+	m->claim.t0 = t0;
+	m->claim.deadline = t0 + (uint64_t)SBX_CLAIM_TIMEOUT_MS * 1000000u;
+	if (unmoved)
+		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot write the session record: %s", strerror(unmoved));
+	m->claim.c = c;
+	struct sbx_buf b = { 0 };
+	sbx_frame_raw(&b, SBX_F_CLAIM, 0, NULL, 0);
+	client_send(m, c, &b);
+	sbx_buf_free(&b);
+	claim_guest(m, member_cpu);
+}
+
+/* --- snapshots: pause, resume, save, a fresh identity (snapshot.h) -------- */
+
+#define SNAP_QUIESCE_NS (30ull * 1000000000u)
+#define SNAP_RINSE_FRAMES 5 /* of SBX_FRAME_MAX bytes: see snap_save_begin */
+
+static void snap_reply(struct mon *m, struct client *c, unsigned op)
+{
+	struct sbx_buf b = { 0 };
+	size_t off = sbx_frame_begin(&b, SBX_F_VMCTL, 0);
+	sbx_tlv_u32(&b, SBX_T_OP, op);
+	sbx_tlv_str(&b, SBX_T_STATE, m->snap.paused ? "paused" : "running");
+	sbx_frame_end(&b, off);
+	client_send(m, c, &b);
+	sbx_buf_free(&b);
+}
+
+/* The record's state follows the VM's (sbx-ps shows it); a change that
+ * cannot be audited is undone. */
+static int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
+{
+	if (m->snap.paused == paused)
+		return 0;
+	if ((paused ? sbx_vm_pause(&m->vm, err) : sbx_vm_resume(&m->vm, err)) < 0)
+		return -1;
+	json_t *f = json_pack("{s:s}", "session", m->s.id);
+	int rc = mon_audit(m, paused ? "session.pause" : "session.resume", f, err);
+	json_decref(f);
+	if (rc < 0) {
+		struct sbx_err ignored = { 0 };
+		if (paused)
+			sbx_vm_resume(&m->vm, &ignored);
+		else
+			sbx_vm_pause(&m->vm, &ignored);
+		sbx_err_wrap(err, "cannot write the audit trail");
+		err->code = SBX_EXIT_INTERNAL;
+		return -1;
+	}
+	m->snap.paused = paused;
+	snprintf(m->s.state, sizeof m->s.state, "%s", paused ? "paused" : "running");
+	sbx_record_save(&m->st, &m->s, NULL);
+	return 0;
+}
+
+/* A fresh identity for the guest: the hostname (default the session ID),
+ * the host's wall clock, and randomness to mix in and reseed from.  For a
+ * restored VM, VMCTL IDENTITY and a warm-pool claim.  Queued and flushed;
+ * the guest answers with IDENTITY (snap_identity_reply), or an ERROR on
+ * stream 0 (snap_guest_error). */
+static int snap_identity_queue(struct mon *m, const char *hostname)
+{
+	uint8_t seed[64];
+	if (getrandom(seed, sizeof seed, 0) != (ssize_t)sizeof seed)
+		return -1;
+	size_t off = sbx_frame_begin(&m->aout, SBX_F_IDENTITY, 0);
+	sbx_tlv_str(&m->aout, SBX_T_HOSTNAME, hostname && *hostname ? hostname : m->s.id);
+	sbx_tlv_put(&m->aout, SBX_T_SEED, seed, sizeof seed);
+	sbx_tlv_u64(&m->aout, SBX_T_TIME_NS, sbx_now_ns());
+	sbx_frame_end(&m->aout, off);
+	explicit_bzero(seed, sizeof seed);
+	if (m->aout.oom)
+		return -1;
+	m->snap.identity = 1;
+	agent_flush(m);
+	return 0;
+}
+
+static void snap_identity_reply(struct mon *m, const struct sbx_frame *f)
+{
+	if (!m->snap.identity || f->stream)
+		return;
+	m->snap.identity = 0;
+	struct sbx_tlv_it it;
+	uint16_t tag;
+	const uint8_t *v;
+	uint32_t n;
+	sbx_tlv_init(&it, f->payload, f->len);
+	while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
+		if (tag == SBX_T_KERNEL)
+			sbx_tlv_as_str(v, n, m->s.kernel, sizeof m->s.kernel);
+	if (m->snap.c && m->snap.op == SBX_VMCTL_IDENTITY) {
+		snap_reply(m, m->snap.c, SBX_VMCTL_IDENTITY);
+		m->snap.c = NULL;
+		m->snap.op = 0;
+	}
+	/* A restore: like a boot's HELLO, ready now, or once the secrets
+	 * (this session's own; the snapshot has none) are in place. */
+	if (m->snap.restoring && !m->ready && !m->secrets_sent) {
+		if (!m->sec.n) {
+			m->ready = 1;
+			return;
+		}
+		if (sbx_buf_reserve(&m->aout, m->sec.frame_len) == 0)
+			sbx_buf_put(&m->aout, m->sec.frame, m->sec.frame_len);
+		else
+			snprintf(m->secrets_err, sizeof m->secrets_err, "out of memory");
+		m->secrets_sent = 1;
+		agent_flush(m);
+	}
+}
+
+/* A paused session runs while its guest prepares for a save (only the
+ * agent can: no exec is running); when the save does not happen after
+ * all, it is stopped again. */
+static void snap_repause(struct mon *m)
+{
+	struct sbx_err ignored = { 0 };
+	if (m->snap.paused)
+		sbx_vm_pause(&m->vm, &ignored);
+}
+
+/* The secrets again after a save wiped them from the guest. */
+static void snap_secrets_back(struct mon *m)
+{
+	if (!m->sec.n || m->agent.fd < 0 || sbx_buf_reserve(&m->aout, m->sec.frame_len) < 0)
+		return;
+	sbx_buf_put(&m->aout, m->sec.frame, m->sec.frame_len);
+	agent_flush(m);
+}
+
+/* An ERROR on stream 0 answering our QUIESCE or IDENTITY: 1 when it was. */
+static int snap_guest_error(struct mon *m, const struct sbx_frame *f)
+{
+	if (f->stream || (!m->snap.saving && !m->snap.identity))
+		return 0;
+	char msg[200] = "refused";
+	uint32_t code = 0;
+	sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+	char why[300];
+	if (m->snap.saving) {
+		m->snap.saving = 0;
+		snap_repause(m);
+		snap_secrets_back(m); /* some may be gone already */
+		snprintf(why, sizeof why, "cannot save session %s: the guest refused (%s)", m->s.id, msg);
+		code = code == SBX_EXIT_CONFLICT ? SBX_EXIT_CONFLICT : SBX_EXIT_INTERNAL;
+	} else {
+		m->snap.identity = 0;
+		if (m->snap.restoring && !m->ready)
+			snprintf(m->snap.err, sizeof m->snap.err, "%s", msg);
+		snprintf(why, sizeof why, "the guest refused its new identity: %s", msg);
+		code = SBX_EXIT_INTERNAL;
+	}
+	if (m->snap.c)
+		client_error(m, m->snap.c, 0, (int)code, why);
+	m->snap.c = NULL;
+	m->snap.op = 0;
+	return 1;
+}
+
+static void snap_progress(void *ctx, const char *what, uint64_t done, uint64_t total)
+{
+	struct mon *m = ctx;
+	uint64_t now = sbx_mono_ns();
+	if (!m->snap.c || (now - m->snap.progress_ns < 100000000u && done != total))
+		return;
+	m->snap.progress_ns = now;
+	struct sbx_buf b = { 0 };
+	size_t off = sbx_frame_begin(&b, SBX_F_PROGRESS, 0);
+	sbx_tlv_str(&b, SBX_T_MSG, what);
+	sbx_tlv_u64(&b, SBX_T_DONE, done);
+	sbx_tlv_u64(&b, SBX_T_TOTAL, total);
+	sbx_frame_end(&b, off);
+	client_send(m, m->snap.c, &b);
+	sbx_buf_free(&b);
+}
+
+/* The guest is quiet (no exec, no secret): stop the VM, write its state
+ * and its disk (the VMM flushed it when it stopped), and let it go on as
+ * it was, running or paused.  Synchronous: nothing else can happen to a stopped VM,
+ * and new execs are refused meanwhile. */
+static void snap_save_run(struct mon *m)
+{
+	struct client *c = m->snap.c;
+	struct sbx_err err = { 0 };
+	int was_paused = m->snap.paused; /* then resumed only for the quiesce */
+	m->vm.progress = snap_progress;
+	m->vm.progress_ctx = m;
+	int rc = sbx_vm_pause(&m->vm, &err);
+	if (rc == 0)
+		rc = sbx_vm_save(&m->vm, m->snap.dir, &err);
+	if (rc == 0) {
+		char scratch[1200];
+		snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
+		_cleanup_close_ int dfd = open(m->snap.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		rc = dfd < 0 ? sbx_err_set(&err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshot directory")
+			     : sbx_zdisk_pack(scratch, dfd, "scratch.zst", snap_progress, m, &err);
+	}
+	m->vm.progress = NULL;
+	struct sbx_err rerr = { 0 };
+	if (!was_paused && sbx_vm_resume(&m->vm, &rerr) < 0) {
+		/* Still stopped: say so rather than pretend. */
+		m->snap.paused = 1;
+		snprintf(m->s.state, sizeof m->s.state, "paused");
+		sbx_record_save(&m->st, &m->s, NULL);
+		if (rc == 0) {
+			err = rerr;
+			rc = -1;
+		}
+	}
+	snap_secrets_back(m);
+	m->snap.saving = 0;
+	m->snap.c = NULL;
+	m->snap.op = 0;
+	if (!c)
+		return; /* sbx-snapshot went away: its directory is sbx-gc's */
+	if (rc == 0)
+		snap_reply(m, c, SBX_VMCTL_SAVE);
+	else
+		client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
+}
+
+/* Where a save writes: LIB/snapshots/TENANT/.tmp-*, given relative to
+ * LIB, of this session's tenant, every component checked and opened
+ * without following links. */
+static int snap_dir_ok(struct mon *m, const char *rel)
+{
+	char buf[512], *part[4], *save = NULL;
+	int n = 0;
+	snprintf(buf, sizeof buf, "%s", rel);
+	for (char *p = strtok_r(buf, "/", &save); p; p = strtok_r(NULL, "/", &save))
+		if (n < 4)
+			part[n++] = p;
+		else
+			return -1;
+	const char *tenant = m->s.tenant[0] ? m->s.tenant : "_";
+	if (n != 3 || strcmp(part[0], "snapshots") || strcmp(part[1], tenant) || strncmp(part[2], ".tmp-", 5) ||
+	    strstr(part[2], "..") || strspn(part[2], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@-") !=
+					     strlen(part[2]))
+		return -1;
+	int fd = m->st.lib_fd;
+	for (int i = 0; i < 3; i++) {
+		int next = openat(fd, part[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd != m->st.lib_fd)
+			close(fd);
+		if (next < 0)
+			return -1;
+		fd = next;
+	}
+	close(fd);
+	snprintf(m->snap.dir, sizeof m->snap.dir, "%s/%s", m->st.lib, rel);
+	return 0;
+}
+
+static void snap_save_begin(struct mon *m, struct client *c, const char *rel)
+{
+	if (m->s.nvols || m->s.workspace[0] || m->s.mac[0])
+		return client_error(m, c, 0, SBX_EXIT_CONFLICT,
+				    "a session with volumes, a workspace or a network device cannot be saved: those are "
+				    "not part of a snapshot");
+	if (m->agent.fd < 0)
+		return client_error(m, c, 0, SBX_EXIT_INTERNAL, "the guest agent is gone");
+	unsigned running = 0;
+	char first[16] = "";
+	for (struct exec *ex = m->execs; ex; ex = ex->next)
+		if (!ex->done && running++ == 0)
+			snprintf(first, sizeof first, "%s", ex->id);
+	if (running) {
+		char msg[200];
+		snprintf(msg, sizeof msg,
+			 "%u exec%s still running (%s%s): wait for them or end them (sbx-kill --exec), then save", running,
+			 running > 1 ? "s are" : " is", first, running > 1 ? ", ..." : "");
+		return client_error(m, c, 0, SBX_EXIT_CONFLICT, msg);
+	}
+	if (snap_dir_ok(m, rel) < 0)
+		return client_error(m, c, 0, SBX_EXIT_INVALID, "not a snapshot directory of this session's tenant");
+	struct sbx_err err = { 0 };
+	if (m->snap.paused && sbx_vm_resume(&m->vm, &err) < 0)
+		return client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
+	/* The guest first: it refuses while anything runs there, and wipes
+	 * its secrets.  Its answer (snap_save_run) is the last thing it says
+	 * before the VM stops, so the channel is between two frames.
+	 *
+	 * Before it, with secrets, zeros: the guest kernel keeps what came in
+	 * over the port in a ring of page buffers (1024 of them: virtio-mmio
+	 * offers the largest ring), so the secrets frame would stay in one of
+	 * them, in the image.  5 MiB passing through the ring overwrites every
+	 * buffer; they go as PONG frames, which the guest reads and ignores. */
+	m->snap.saving = 1;
+	m->snap.deadline = sbx_mono_ns() + SNAP_QUIESCE_NS;
+	m->snap.c = c;
+	m->snap.op = SBX_VMCTL_SAVE;
+	for (int i = 0; m->sec.n && i < SNAP_RINSE_FRAMES; i++) {
+		size_t off = sbx_frame_begin(&m->aout, SBX_F_PONG, 0);
+		if (sbx_buf_reserve(&m->aout, SBX_FRAME_MAX) == 0) {
+			memset(m->aout.data + m->aout.len, 0, SBX_FRAME_MAX);
+			m->aout.len += SBX_FRAME_MAX;
+		}
+		sbx_frame_end(&m->aout, off);
+	}
+	sbx_frame_raw(&m->aout, SBX_F_QUIESCE, 0, NULL, 0);
+	agent_flush(m);
+}
+
+/* A guest that never answered a QUIESCE does not keep the session busy. */
+static void snap_check_deadline(struct mon *m)
+{
+	if (!m->snap.saving || sbx_mono_ns() < m->snap.deadline)
+		return;
+	m->snap.saving = 0;
+	snap_repause(m);
+	snap_secrets_back(m);
+	if (m->snap.c)
+		client_error(m, m->snap.c, 0, SBX_EXIT_UNAVAIL, "the guest did not get ready for the save in time");
+	m->snap.c = NULL;
+	m->snap.op = 0;
+}
+
+/* VMCTL from a client (sbx-snapshot, sbx-exec --resume). */
+static void vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
+{
+	struct sbx_tlv_it it;
+	uint16_t tag;
+	const uint8_t *v;
+	uint32_t n, op = 0;
+	char path[400] = "", host[SBX_ID_MAX + 1] = "";
+	struct sbx_err err = { 0 };
+	sbx_tlv_init(&it, f->payload, f->len);
+	int rc;
+	while ((rc = sbx_tlv_next(&it, &tag, &v, &n)) == 1) {
+		if ((tag == SBX_T_OP && sbx_tlv_as_u32(v, n, &op) == 0) ||
+		    (tag == SBX_T_PATH && sbx_tlv_as_str(v, n, path, sizeof path) == 0) ||
+		    (tag == SBX_T_HOSTNAME && sbx_tlv_as_str(v, n, host, sizeof host) == 0 &&
+		     (!host[0] || sbx_id_check(host, "hostname", NULL) == 0)))
+			continue;
+		rc = -1;
+		break;
+	}
+	if (rc < 0 || !op || op > SBX_VMCTL_MAX)
+		return client_error(m, c, 0, SBX_EXIT_INVALID, "malformed request");
+	snap_check_deadline(m);
+	if (!m->ready || m->stopping || m->vm_dead)
+		return client_error(m, c, 0, SBX_EXIT_NOENT, "the session is not running");
+	if (m->snap.c || m->snap.saving || m->snap.identity)
+		return client_error(m, c, 0, SBX_EXIT_TEMPFAIL, "another snapshot operation is in progress; try again");
+	switch (op) {
+	case SBX_VMCTL_PAUSE:
+	case SBX_VMCTL_RESUME:
+		if (snap_set_paused(m, op == SBX_VMCTL_PAUSE, &err) < 0)
+			return client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
+		return snap_reply(m, c, op);
+	case SBX_VMCTL_SAVE:
+		return snap_save_begin(m, c, path);
+	case SBX_VMCTL_IDENTITY:
+		if (m->snap.paused)
+			return client_error(m, c, 0, SBX_EXIT_CONFLICT, "the session is paused: resume it first");
+		/* The guest drops all exec state with a new identity. */
+		for (struct exec *ex = m->execs; ex; ex = ex->next)
+			if (!ex->done)
+				return client_error(m, c, 0, SBX_EXIT_CONFLICT, "execs are running: a new identity would end them");
+		if (m->agent.fd < 0 || snap_identity_queue(m, host) < 0)
+			return client_error(m, c, 0, SBX_EXIT_INTERNAL, "cannot send the guest its identity");
+		m->snap.c = c;
+		m->snap.op = op;
+		return;
+	}
+}
+
+/* A restore's progress, for sbx-create to draw: lines on the readiness
+ * pipe before the verdict, at most 10 a second. */
+static void snap_boot_progress(void *ctx, const char *what, uint64_t done, uint64_t total)
+{
+	struct mon *m = ctx;
+	uint64_t now = sbx_mono_ns();
+	if (m->readyp.fd < 0 || (now - m->snap.progress_ns < 100000000u && done != total))
+		return;
+	m->snap.progress_ns = now;
+	char line[160];
+	int n = snprintf(line, sizeof line, "{\"progress\":{\"what\":\"%s\",\"done\":%llu,\"total\":%llu}}\n", what,
+			 (unsigned long long)done, (unsigned long long)total);
+	if (n > 0 && (size_t)n < sizeof line)
+		sbx_write_all(m->readyp.fd, line, (size_t)n);
+}
+
+/* A restored VM: the VMM loaded it paused; run it.  It is ready once the
+ * guest has taken its new identity (queued when the agent channel is up). */
+static int snap_restored(struct mon *m, struct sbx_err *err)
+{
+	/* The CPU cap, held back while the VMM loaded the memory (boot). */
+	unsigned cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
+	if (sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), cpu) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set the CPU cap of the host cgroup");
+	if (sbx_vm_resume(&m->vm, err) < 0)
+		return -1;
+	m->snap.restoring = 1;
+	return 0;
+}
+
+/* The session's disk as it was saved. */
+static int snap_restore_disk(struct mon *m, const char *scratch, struct sbx_err *err)
+{
+	_cleanup_close_ int dfd = open(m->s.snapshot_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	uint64_t size;
+	if (dfd < 0)
+		return sbx_err_set(err, SBX_EXIT_NOENT, errno, "snapshot %s is gone", m->s.snapshot);
+	if (sbx_zdisk_unpack(dfd, "scratch.zst", scratch, &size, err) < 0)
+		return -1;
+	if (size != m->s.limits.disk_bytes)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "snapshot %s: its disk is not the size its manifest says",
+				   m->s.snapshot);
+	return 0;
 }
 
 int sbx_monitor_main(const struct sbx_monitor_args *a)
@@ -1265,7 +2251,10 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.sig = (struct src){ SRC_SIGNAL, -1 };
 	m.timer = (struct src){ SRC_TIMER, -1 };
 	m.readyp = (struct src){ SRC_READY, a->ready_fd };
+	m.proxy = (struct src){ SRC_PROXY, -1 };
+	m.vmev = (struct src){ SRC_VMEV, -1 };
 	m.vm.pidfd = -1;
+	m.ws.lock_fd = m.ws.dir_fd = -1;
 
 	/* Inherited without O_CLOEXEC so they survive our exec; the VMM must
 	 * not hold the session lock or the readiness pipe. */
@@ -1277,6 +2266,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	if (setup(&m, a, &err) < 0 || boot(&m, &err) < 0) {
 		if (m.vm.pid)
 			sbx_vm_kill(&m.vm);
+		drop_workspace(&m, 1);
 		if (m.st.lib_fd >= 0 && m.s.id[0]) {
 			json_t *ff = json_pack("{s:s, s:b, s:i, s:s}", "session", m.s.id, "ok", 0, "code", err.code,
 					       "error", err.msg);
@@ -1290,13 +2280,15 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		rc = err.code ? err.code : SBX_EXIT_INTERNAL;
 		goto out;
 	}
-	snprintf(m.s.state, sizeof m.s.state, "running");
+	/* A warm-pool member waits for a claim, paused (pool.h). */
+	snprintf(m.s.state, sizeof m.s.state, m.s.pool ? "pooled" : "running");
 	m.s.ready_ns = sbx_now_ns();
 	/* The policy's cap as it is, 0 included (keep no output). */
 	m.output_cap = m.s.limits.output_cap;
 	if (m.s.limits.ttl_ms && arm_ttl(&m) < 0) {
 		sbx_err_set(&err, SBX_EXIT_INTERNAL, errno, "cannot arm the session TTL");
 		sbx_vm_kill(&m.vm);
+		drop_workspace(&m, 1);
 		destroy_files(&m);
 		report(a->ready_fd, &err);
 		rc = err.code;
@@ -1306,10 +2298,17 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.s.vmm_start = m.vm.start_time;
 	if (sbx_record_save(&m.st, &m.s, &err) < 0) {
 		sbx_vm_kill(&m.vm);
+		drop_workspace(&m, 1);
 		destroy_files(&m);
 		report(a->ready_fd, &err);
 		rc = err.code;
 		goto out;
+	}
+	if (m.s.pool) {
+		/* No session.create for a member: it is nobody's session until
+		 * a claim makes it one. */
+		pool_park(&m);
+		goto ready;
 	}
 	char tmpl[140];
 	snprintf(tmpl, sizeof tmpl, "%s@%s", m.s.tmpl_name, m.s.tmpl_version);
@@ -1318,6 +2317,8 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 			       "vmm", m.s.vmm, "boot_ms", (json_int_t)m.s.boot_ms, "ttl_s",
 			       (json_int_t)(m.s.limits.ttl_ms / 1000), "disk_bytes", (json_int_t)m.s.limits.disk_bytes,
 			       "volumes", (json_int_t)m.s.nvols);
+	if (cf && m.s.snapshot[0])
+		json_object_set_new(cf, "from_snapshot", json_string(m.s.snapshot));
 	if (cf && m.sec.n) {
 		json_t *names = json_array(); /* names only, never values */
 		for (unsigned i = 0; i < m.sec.n; i++)
@@ -1331,25 +2332,32 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		sbx_err_wrap(&err, "cannot write the audit trail");
 		err.code = SBX_EXIT_INTERNAL;
 		sbx_vm_kill(&m.vm);
+		drop_workspace(&m, 1);
 		destroy_files(&m);
 		report(a->ready_fd, &err);
 		rc = err.code;
 		goto out;
 	}
+ready:
 	report(a->ready_fd, NULL);
 	if (a->ready_fd >= 0) {
 		epoll_ctl(m.ep, EPOLL_CTL_DEL, a->ready_fd, NULL);
 		close(a->ready_fd);
 	}
 
-	while (!m.stopping && !m.vm_dead && !m.expired)
-		if (loop_once(&m, -1) < 0)
+	while (!m.stopping && !m.vm_dead && !m.expired) {
+		if (loop_once(&m, claim_wait_ms(&m)) < 0)
 			break;
+		claim_check_deadline(&m);
+	}
 
 	if (m.expired && !m.stopping && !m.vm_dead) {
 		/* TTL: the VM goes, the record and the output stay so the user
 		 * sees what happened; sbx-kill (or sbx-gc) removes them. */
+		if (m.ws.lock_fd >= 0)
+			guest_poweroff(&m);
 		sbx_vm_kill(&m.vm);
+		drop_workspace(&m, 0);
 		while (m.execs)
 			exec_abort(&m, m.execs, SBX_R_KILLED);
 		char why[64];
@@ -1360,12 +2368,22 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	}
 
 	if (m.stopping) {
+		if (m.ws.lock_fd >= 0)
+			guest_poweroff(&m);
 		sbx_vm_kill(&m.vm);
+		drop_workspace(&m, 0);
 		while (m.execs)
 			exec_abort(&m, m.execs, SBX_R_KILLED);
 		uint64_t cpu = 0, peak = 0;
-		sbx_cgroup_usage(m.s.id, &cpu, &peak);
+		sbx_cgroup_usage(sbx_session_cgroup(&m.s), &cpu, &peak);
 		destroy_files(&m);
+		if (m.claim.stage == CLAIM_FAILED) {
+			claim_abandoned(&m); /* its session.create ok:false is the record */
+			ack_shutdowns(&m);
+			goto out;
+		}
+		if (m.claim.stage == CLAIM_GUEST)
+			claim_abandoned(&m); /* sbx-kill came first: sbx-create exits 5 */
 		int left = faccessat(m.st.sessions_fd, m.s.id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
 			   faccessat(m.st.rsessions_fd, m.s.id, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 		json_t *df = json_pack("{s:s, s:s, s:f, s:f, s:s}", "session", m.s.id, "reason", "sbx-kill", "duration_s",
@@ -1376,14 +2394,23 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		ack_shutdowns(&m); /* after the record: sbx-kill returns on this */
 		goto out;
 	}
+	if (m.claim.stage == CLAIM_GUEST) {
+		/* Never half a claimed session: it goes, sbx-create boots cold. */
+		claim_fail(&m, SBX_EXIT_UNAVAIL, "the VM ended during the claim (%s)", m.vm_end);
+		destroy_files(&m);
+		claim_abandoned(&m);
+		goto out;
+	}
 	/* The VM ended on its own: keep the record and the output so the user
 	 * can see what happened; sbx-kill (or sbx-gc) reclaims the rest. */
 	while (m.execs)
 		exec_abort(&m, m.execs, SBX_R_SESSION_LOST);
+	drop_workspace(&m, 0);
 	int crashed = strcmp(m.vm_end, "guest powered off") != 0;
 	json_t *xf = json_pack("{s:s, s:s}", "session", m.s.id, "reason", m.vm_end);
 	end_session(&m, crashed ? "crashed" : "stopped", m.vm_end, crashed ? "session.crash" : "session.stop", xf);
 out:
+	drop_workspace(&m, rc != 0);
 	mon_free(&m);
 	return rc;
 }

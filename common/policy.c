@@ -1180,12 +1180,25 @@ static int v_secrets(struct ctx *c, void *obj, const char *path)
 	return parse_seq(c, path, SBX_POLICY_SECRETS_MAX, secret_item, p, &p->nsecrets);
 }
 
+/* ---- workspace ---- */
+
+static const struct key workspace_keys[] = {
+	{ .name = "size", .kind = K_SIZE, .off = P(workspace.size), .min = 16 * MIB, .max = TIB },
+	{ .name = "retention", .kind = K_DUR, .off = P(workspace.retention_ms), .min = SEC, .max = 365 * DAY },
+};
+
+static int v_workspace(struct ctx *c, void *obj, const char *path)
+{
+	return parse_map(c, path, workspace_keys, SBX_ARRAY_LEN(workspace_keys), obj, NULL, NULL);
+}
+
 static const struct key root_keys[] = {
 	{ .name = "resources", .kind = K_FN, .fn = v_resources },
 	{ .name = "network", .kind = K_FN, .fn = v_network },
 	{ .name = "packages", .kind = K_FN, .fn = v_packages },
 	{ .name = "files", .kind = K_FN, .fn = v_files },
 	{ .name = "secrets", .kind = K_FN, .fn = v_secrets },
+	{ .name = "workspace", .kind = K_FN, .fn = v_workspace },
 };
 
 static int parse_stream(struct ctx *c, struct sbx_policy *p)
@@ -1239,6 +1252,8 @@ void sbx_policy_defaults(struct sbx_policy *p)
 	p->files.writable.n = p->files.exportable.n = SBX_ARRAY_LEN(paths);
 	p->files.max_transfer = 256 * MIB;
 	p->files.max_session_transfer = GIB;
+	p->workspace.size = GIB;
+	p->workspace.retention_ms = 7 * DAY;
 }
 
 int sbx_policy_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_policy *p, struct sbx_err *err)
@@ -1355,6 +1370,55 @@ static json_t *rule_json(const struct sbx_policy_rule *r)
 	return json_pack("{s:s, s:o}", "cidr", cidr, "ports", ports);
 }
 
+/* The network section of an effective policy as sbx_policy_json wrote it
+ * (LIB/sessions/ID/policy.json, read by the session's proxy), checked as
+ * strictly as the YAML: anything unexpected is an error, never a wider
+ * grant. */
+int sbx_policy_network_from_json(json_t *o, struct sbx_policy *p, struct sbx_err *err)
+{
+	json_t *n = json_object_get(o, "network"), *allow = json_object_get(n, "allow"), *r;
+	const char *eg = json_string_value(json_object_get(n, "egress"));
+	json_t *mc = json_object_get(n, "max_connections"), *mb = json_object_get(n, "max_bytes");
+	char why[300];
+	size_t i;
+	if (!json_is_object(n) || !eg || !json_is_array(allow) || json_array_size(allow) > SBX_POLICY_ALLOW_MAX ||
+	    !json_is_boolean(json_object_get(n, "dns")) || !json_is_integer(mc) || json_integer_value(mc) < 1 ||
+	    json_integer_value(mc) > 65536 || !json_is_integer(mb) || json_integer_value(mb) < 1)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the policy's network section is malformed");
+	if (!strcmp(eg, "none"))
+		p->network.egress = SBX_EGRESS_NONE;
+	else if (!strcmp(eg, "allowlist"))
+		p->network.egress = SBX_EGRESS_ALLOWLIST;
+	else
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the policy's network.egress is unknown");
+	p->network.dns = json_is_true(json_object_get(n, "dns"));
+	p->network.max_connections = (unsigned)json_integer_value(mc);
+	p->network.max_bytes = (uint64_t)json_integer_value(mb);
+	p->network.nallow = 0;
+	json_array_foreach(allow, i, r) {
+		struct sbx_policy_rule *rule = &p->network.allow[p->network.nallow];
+		const char *d = json_string_value(json_object_get(r, "domain"));
+		const char *c = json_string_value(json_object_get(r, "cidr"));
+		json_t *ports = json_object_get(r, "ports"), *pv;
+		size_t j;
+		memset(rule, 0, sizeof *rule);
+		if (!d == !c || !json_is_array(ports) || !json_array_size(ports) ||
+		    json_array_size(ports) > SBX_POLICY_PORTS_MAX)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "network.allow[%zu] is malformed", i);
+		if ((d && check_domain(d, true, rule->domain, sizeof rule->domain, why, sizeof why) < 0) ||
+		    (c && check_cidr(c, rule, why, sizeof why) < 0))
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "network.allow[%zu]: %s", i, why);
+		json_array_foreach(ports, j, pv) {
+			json_int_t v = json_integer_value(pv);
+			if (!json_is_integer(pv) || v < 1 || v > 65535)
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "network.allow[%zu] has a bad port", i);
+			rule->ports[rule->nports++] = (uint16_t)v;
+		}
+		p->network.nallow++;
+	}
+	return 0;
+}
+
 #define JI(v) ((json_int_t)(v))
 
 json_t *sbx_policy_json(const struct sbx_policy *p)
@@ -1387,7 +1451,8 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 	json_t *files = json_pack("{s:o, s:o, s:I, s:I}", "writable", paths_json(&p->files.writable), "exportable",
 				  paths_json(&p->files.exportable), "max_transfer", JI(p->files.max_transfer),
 				  "max_session_transfer", JI(p->files.max_session_transfer));
-	return json_pack("{s:i, s:s?, s:o, s:o, s:o, s:o, s:o}", "schema", 1, "source",
+	json_t *ws = json_pack("{s:I, s:I}", "size", JI(p->workspace.size), "retention", JI(p->workspace.retention_ms));
+	return json_pack("{s:i, s:s?, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", 1, "source",
 			 p->source[0] ? p->source : NULL, "resources", res, "network", net, "packages", pkg, "files",
-			 files, "secrets", secrets);
+			 files, "secrets", secrets, "workspace", ws);
 }

@@ -97,6 +97,10 @@ struct sbx_policy {
 	} files;
 	struct sbx_policy_secret secrets[SBX_POLICY_SECRETS_MAX];
 	unsigned nsecrets;
+	struct {
+		uint64_t size;         /* a new workspace's disk, bytes */
+		uint64_t retention_ms; /* idle this long, sbx-gc removes it */
+	} workspace;
 };
 
 void sbx_policy_defaults(struct sbx_policy *p);
@@ -116,6 +120,11 @@ unsigned sbx_policy_cpu_limit_milli(const struct sbx_policy *p);
 /* The effective policy as JSON (sizes in bytes, durations in ms); NULL when
  * out of memory. */
 json_t *sbx_policy_json(const struct sbx_policy *p);
+
+/* Read back the network section of sbx_policy_json's output into p (the
+ * rest of p is left alone).  Errors are SBX_EXIT_INTERNAL: the file is
+ * ours, so a bad one is corrupt, and nothing of it is used. */
+int sbx_policy_network_from_json(json_t *o, struct sbx_policy *p, struct sbx_err *err);
 
 /* "512M", "2GiB", "1048576": binary multiples only (K = 1024).  -1 with
  * errno EINVAL (syntax) or ERANGE (overflow). */

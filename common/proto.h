@@ -26,6 +26,10 @@
 #define SBX_STDIN_WINDOW (256u << 10) /* initial stdin credit per exec */
 #define SBX_MAX_ARGS 8192u
 #define SBX_MAX_ENV 8192u
+/* The guest agent's AF_VSOCK port, on VMMs that offer vsock instead of a
+ * virtio-serial port (Cloud Hypervisor: the host opens it by writing
+ * "CONNECT 1024\n" to the VM's hybrid vsock socket). */
+#define SBX_AGENT_VSOCK_PORT 1024u
 
 enum sbx_frame_type {
 	SBX_F_HELLO = 1,    /* guest->host: VERSION KERNEL HOSTNAME; monitor->client: VERSION SESSION */
@@ -47,7 +51,22 @@ enum sbx_frame_type {
 	SBX_F_INFO = 17,    /* reserved: nothing sends it (sbx-ps reads the records) */
 	SBX_F_SECRETS = 18, /* host->guest: (NAME VALUE)*, once, before any exec; guest->host:
 			     * empty, the secrets are in place (or ERROR on stream 0) */
-	SBX_F_TYPE_MAX = 18
+	/* Snapshots (19-22) */
+	SBX_F_IDENTITY = 19, /* host->guest: HOSTNAME SEED TIME_NS after a restore (or a pool
+			      * claim): set the hostname and the clock, reseed the RNG, drop
+			      * exec state; guest->host: KERNEL HOSTNAME once applied */
+	SBX_F_QUIESCE = 20, /* host->guest: about to be saved: no exec may live (ERROR 5 on
+			     * stream 0 otherwise), /run/secrets wiped; guest->host: empty, done */
+	SBX_F_VMCTL = 21,   /* client->monitor: OP [PATH] [HOSTNAME]; monitor->client: OP STATE
+			     * when done (or ERROR) */
+	SBX_F_PROGRESS = 22, /* monitor->client: MSG DONE TOTAL, during a long VMCTL */
+	/* Warm pool (23-25) */
+	SBX_F_CLAIM = 23,   /* client->pool member's monitor: SESSION RECORD POLICY CLAIM_FLAGS,
+			     * sent under the global lock; monitor->client: CLAIM_FLAGS
+			     * SECRETS: send the SECRETS frame now; empty: committed, the
+			     * member is renamed to SESSION, its record rewritten (or ERROR) */
+	SBX_F_CLAIMED = 24, /* monitor->client: the claimed session is running (or ERROR) */
+	SBX_F_TYPE_MAX = 24
 };
 
 enum sbx_tag {
@@ -83,7 +102,28 @@ enum sbx_tag {
 	SBX_T_PIDS_HIT = 30, /* u64: forks refused by the exec's pids.max */
 	SBX_T_NAME = 31,     /* str: a secret's name, [A-Z_][A-Z0-9_]* */
 	SBX_T_VALUE = 32,    /* bytes: the secret named by the NAME before it */
-	SBX_T_MAX = 32
+	SBX_T_SEED = 33,     /* bytes: host randomness the guest mixes in and reseeds from */
+	SBX_T_TIME_NS = 34,  /* u64: the host's CLOCK_REALTIME, ns */
+	SBX_T_OP = 35,       /* u32 enum sbx_vmctl_op */
+	SBX_T_PATH = 36,     /* str: a directory under LIB, relative to it */
+	SBX_T_DONE = 37,     /* u64 bytes */
+	SBX_T_TOTAL = 38,    /* u64 bytes, 0: unknown */
+	SBX_T_RECORD = 39,   /* str: a session record (session.json), for CLAIM */
+	SBX_T_CLAIM_FLAGS = 40, /* u32 SBX_CLAIM_*, for CLAIM */
+	SBX_T_POLICY = 41,   /* str: the effective policy (policy.json), for CLAIM */
+	SBX_T_MAX = 41
+};
+
+enum sbx_claim_flags {
+	SBX_CLAIM_SECRETS = 1u << 0, /* the client has secrets; the monitor asks for them */
+};
+
+enum sbx_vmctl_op {
+	SBX_VMCTL_PAUSE = 1,
+	SBX_VMCTL_RESUME = 2,
+	SBX_VMCTL_SAVE = 3,     /* PATH: write the snapshot's data files there */
+	SBX_VMCTL_IDENTITY = 4, /* a fresh identity (HOSTNAME: default the session ID) */
+	SBX_VMCTL_MAX = 4
 };
 
 enum sbx_exec_flags {

@@ -8,6 +8,11 @@
 #include "template.h"
 #include "util.h"
 #include "vmm.h"
+#include "netns.h"
+#include "workspace.h"
+#include "pool.h"
+#include "progress.h"
+#include "snapshot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -78,6 +83,46 @@ static json_t *files_json(const struct sbx_limits *l)
 			 (json_int_t)l->max_transfer, "max_session_transfer", (json_int_t)l->max_session_transfer);
 }
 
+/* limits.packages; absent (a record from before the package cache):
+ * offline, which is what such a session had. */
+static void get_packages(json_t *p, struct sbx_limit_packages *k)
+{
+	memset(k, 0, sizeof *k);
+	k->mode = SBX_PKG_OFFLINE;
+	snprintf(k->policy, sizeof k->policy, "defaults");
+	if (!json_is_object(p))
+		return;
+	const char *mode = json_string_value(json_object_get(p, "mode"));
+	k->mode = mode && !strcmp(mode, "allowlist") ? SBX_PKG_ALLOWLIST : SBX_PKG_OFFLINE;
+	get_str(p, "policy", k->policy, sizeof k->policy);
+	json_t *a = json_object_get(p, "registries"), *v;
+	size_t i;
+	json_array_foreach(a, i, v) {
+		const char *type = json_string_value(json_object_get(v, "type"));
+		const char *url = json_string_value(json_object_get(v, "url"));
+		/* Never widen: an entry we would not have written is dropped. */
+		if (k->nreg >= SBX_ARRAY_LEN(k->reg) || !type || !url || strlen(url) >= sizeof k->reg[0].url ||
+		    (strcmp(type, "pypi") && strcmp(type, "npm")))
+			continue;
+		k->reg[k->nreg].type = !strcmp(type, "npm") ? SBX_REG_NPM : SBX_REG_PYPI;
+		snprintf(k->reg[k->nreg].url, sizeof k->reg[0].url, "%s", url);
+		k->nreg++;
+	}
+	k->max_download = get_u64(p, "max_download");
+	k->require_hashes = json_is_true(json_object_get(p, "require_hashes"));
+}
+
+static json_t *packages_json(const struct sbx_limit_packages *k)
+{
+	json_t *regs = json_array();
+	for (unsigned i = 0; i < k->nreg; i++)
+		json_array_append_new(regs, json_pack("{s:s, s:s}", "type", k->reg[i].type == SBX_REG_NPM ? "npm" : "pypi",
+						      "url", k->reg[i].url));
+	return json_pack("{s:s, s:s, s:o, s:I, s:b}", "mode", k->mode == SBX_PKG_ALLOWLIST ? "allowlist" : "offline",
+			 "policy", k->policy, "registries", regs, "max_download", (json_int_t)k->max_download,
+			 "require_hashes", k->require_hashes);
+}
+
 int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err)
 {
 	memset(s, 0, sizeof *s);
@@ -116,6 +161,16 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	snprintf(s->id, sizeof s->id, "%s", id);
 	get_str(o, "state", s->state, sizeof s->state);
 	get_str(o, "tenant", s->tenant, sizeof s->tenant);
+	get_str(o, "workspace", s->workspace, sizeof s->workspace);
+	s->pool = json_is_true(json_object_get(o, "pool"));
+	s->from_pool = json_is_true(json_object_get(o, "from_pool"));
+	s->claim_ms = get_u64(o, "claim_ms");
+	get_str(o, "cgroup", s->cgroup, sizeof s->cgroup);
+	if (s->cgroup[0] && sbx_id_check(s->cgroup, "cgroup", NULL) < 0)
+		s->cgroup[0] = 0;
+	json_t *so = json_object_get(o, "snapshot");
+	get_str(so, "ref", s->snapshot, sizeof s->snapshot);
+	get_str(so, "dir", s->snapshot_dir, sizeof s->snapshot_dir);
 	json_t *t = json_object_get(o, "template");
 	get_str(t, "name", s->tmpl_name, sizeof s->tmpl_name);
 	get_str(t, "version", s->tmpl_version, sizeof s->tmpl_version);
@@ -144,7 +199,17 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	s->limits.pids_per_exec = (unsigned)get_u64(lo, "pids_per_exec");
 	s->limits.pids_per_session = (unsigned)get_u64(lo, "pids_per_session");
 	s->limits.cpu_milli = (unsigned)get_u64(lo, "cpu_milli");
+	s->limits.workspace_size = get_u64(lo, "workspace_size");
+	s->limits.workspace_retention_ms = get_u64(lo, "workspace_retention_ms");
 	get_files(json_object_get(lo, "files"), &s->limits);
+	get_packages(json_object_get(lo, "packages"), &s->limits.packages);
+	json_t *net = json_object_get(o, "net");
+	get_str(net, "mac", s->mac, sizeof s->mac);
+	get_str(net, "lost", s->net_lost, sizeof s->net_lost);
+	s->limits.egress = json_is_string(json_object_get(net, "egress")) &&
+			   !strcmp(json_string_value(json_object_get(net, "egress")), "allowlist");
+	s->limits.max_connections = (unsigned)get_u64(net, "max_connections");
+	s->limits.max_bytes = get_u64(net, "max_bytes");
 	json_t *vs = json_object_get(o, "volumes"), *v;
 	size_t vi;
 	json_array_foreach(vs, vi, v) {
@@ -159,15 +224,15 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	s->monitor_start = get_u64(mo, "start_time");
 	s->vmm_pid = (int)get_u64(vo, "pid");
 	s->vmm_start = get_u64(vo, "start_time");
+	json_t *po = json_object_get(o, "proxy_process");
+	s->proxy_pid = (int)get_u64(po, "pid");
+	s->proxy_start = get_u64(po, "start_time");
 	json_decref(o);
 	return 0;
 }
 
-int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sbx_err *err)
+char *sbx_record_text(const struct sbx_session *s)
 {
-	_cleanup_close_ int dfd = openat(st->sessions_fd, s->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (dfd < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open session %s", s->id);
 	char created[40];
 	sbx_fmt_time(s->created_ns, created, sizeof created);
 	json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:I, s:{s:s, s:s, s:s}, s:i, s:i, s:s, s:s, s:s, s:s,"
@@ -181,7 +246,7 @@ int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sb
 			      (json_int_t)s->ready_ns, "ended_ns", (json_int_t)s->ended_ns, "kernel", s->kernel,
 			      "end_reason", s->end_reason, "boot_ms", (json_int_t)s->boot_ms);
 	if (!o)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot encode the record of %s", s->id);
+		return NULL;
 	const struct sbx_limits *l = &s->limits;
 	json_t *vols = json_array();
 	for (unsigned i = 0; i < s->nvols; i++)
@@ -190,6 +255,19 @@ int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sb
 	json_object_set_new(o, "volumes", vols);
 	if (s->tenant[0])
 		json_object_set_new(o, "tenant", json_string(s->tenant));
+	if (s->workspace[0])
+		json_object_set_new(o, "workspace", json_string(s->workspace));
+	if (s->pool)
+		json_object_set_new(o, "pool", json_true());
+	if (s->from_pool) {
+		json_object_set_new(o, "from_pool", json_true());
+		json_object_set_new(o, "claim_ms", json_integer((json_int_t)s->claim_ms));
+	}
+	if (s->cgroup[0])
+		json_object_set_new(o, "cgroup", json_string(s->cgroup));
+	if (s->snapshot[0])
+		json_object_set_new(o, "snapshot",
+				    json_pack("{s:s, s:s}", "ref", s->snapshot, "dir", s->snapshot_dir));
 	if (s->cpu_ns || s->mem_peak) {
 		json_object_set_new(o, "cpu_ns", json_integer((json_int_t)s->cpu_ns));
 		json_object_set_new(o, "mem_peak", json_integer((json_int_t)s->mem_peak));
@@ -201,9 +279,30 @@ int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sb
 				      (json_int_t)l->output_cap, "exec_memory", (json_int_t)l->exec_memory,
 				      "disk_bytes", (json_int_t)l->disk_bytes, "pids_per_exec", (int)l->pids_per_exec,
 				      "pids_per_session", (int)l->pids_per_session, "cpu_milli", (int)l->cpu_milli));
+	json_object_set_new(json_object_get(o, "limits"), "workspace_size", json_integer((json_int_t)l->workspace_size));
+	json_object_set_new(json_object_get(o, "limits"), "workspace_retention_ms",
+			    json_integer((json_int_t)l->workspace_retention_ms));
 	json_object_set_new(json_object_get(o, "limits"), "files", files_json(l));
+	json_object_set_new(json_object_get(o, "limits"), "packages", packages_json(&l->packages));
+	if (s->mac[0]) {
+		json_object_set_new(o, "net", json_pack("{s:s, s:s, s:i, s:I, s:s}", "mac", s->mac, "egress",
+							 l->egress ? "allowlist" : "none", "max_connections",
+							 (int)l->max_connections, "max_bytes", (json_int_t)l->max_bytes,
+							 "lost", s->net_lost));
+		json_object_set_new(o, "proxy_process", json_pack("{s:i, s:I}", "pid", s->proxy_pid, "start_time",
+								   (json_int_t)s->proxy_start));
+	}
 	char *txt = json_dumps(o, JSON_INDENT(2));
 	json_decref(o);
+	return txt;
+}
+
+int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sbx_err *err)
+{
+	_cleanup_close_ int dfd = openat(st->sessions_fd, s->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open session %s", s->id);
+	char *txt = sbx_record_text(s);
 	if (!txt)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot encode the record of %s", s->id);
 	int rc = sbx_atomic_write_at(dfd, RECORD, txt, strlen(txt), 0600, err);
@@ -241,9 +340,15 @@ unsigned sbx_boot_timeout_s(void)
 const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_session *s)
 {
 	int locked = sbx_session_locked(st, s->id);
-	if (!strcmp(s->state, "running") || !strcmp(s->state, "creating"))
+	if (!strcmp(s->state, "running") || !strcmp(s->state, "creating") || !strcmp(s->state, "pooled") ||
+	    !strcmp(s->state, "paused"))
 		return locked ? s->state : "crashed";
 	return s->state;
+}
+
+int sbx_state_up(const char *live)
+{
+	return !strcmp(live, "running") || !strcmp(live, "paused");
 }
 
 /* What this build cannot enforce yet is refused, never ignored: a policy
@@ -269,14 +374,34 @@ static int policy_check(const struct sbx_policy *p, const struct sbx_accel_info 
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
 				   "the policy requires KVM (resources.require_kvm) but this host runs guests under TCG: %s",
 				   ai->reason);
-	if (p->network.egress != SBX_EGRESS_NONE)
+	char px[PATH_MAX];
+	if (p->network.egress != SBX_EGRESS_NONE &&
+	    (sbx_libexec_path("sbx-proxy", px, sizeof px) < 0 || access(px, X_OK) < 0))
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
-				   "network.egress: allowlist is not supported by this version of sbx; "
-				   "sessions have no network (use egress: none)");
-	if (p->packages.mode != SBX_PKG_OFFLINE)
+				   "network.egress: allowlist needs the session proxy (libexec/sbx/sbx-proxy), "
+				   "which is not installed (use egress: none)");
+	/* The package cache runs in the session's proxy (pkgcache.h). */
+	char proxy[PATH_MAX];
+	if (p->packages.mode != SBX_PKG_OFFLINE &&
+	    (sbx_libexec_path("sbx-proxy", proxy, sizeof proxy) < 0 || access(proxy, X_OK) < 0))
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
-				   "packages.mode: allowlist is not supported by this version of sbx (use mode: offline)");
+				   "packages.mode: allowlist needs the session proxy (libexec/sbx/sbx-proxy), "
+				   "which is not installed (use mode: offline)");
 	return 0;
+}
+
+/* The effective policy beside the record (policy.json, sbx_policy_json):
+ * what the session was created under, and where its proxy reads the
+ * network allowlist from. */
+static int policy_save(struct sbx_state *st, const char *id, const struct sbx_policy *p, struct sbx_err *err)
+{
+	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	json_t *o = sbx_policy_json(p);
+	_cleanup_free_ char *txt = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+	json_decref(o);
+	if (dfd < 0 || !txt)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, dfd < 0 ? errno : ENOMEM, "cannot write the policy of %s", id);
+	return sbx_atomic_write_at(dfd, "policy.json", txt, strlen(txt), 0600, err);
 }
 
 static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
@@ -299,6 +424,31 @@ static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 	}
 	l->max_transfer = p->files.max_transfer;
 	l->max_session_transfer = p->files.max_session_transfer;
+	l->egress = p->network.egress == SBX_EGRESS_ALLOWLIST;
+	l->max_connections = p->network.max_connections;
+	l->max_bytes = p->network.max_bytes;
+	l->workspace_size = p->workspace.size;
+	l->workspace_retention_ms = p->workspace.retention_ms;
+	struct sbx_limit_packages *k = &l->packages;
+	memset(k, 0, sizeof *k);
+	k->mode = p->packages.mode;
+	/* The name the guest shows in refusals ("packages.mode: offline in
+	 * policy NAME"): the file's base name, held to a plain character set
+	 * because it travels on the guest's kernel command line. */
+	const char *base = strrchr(p->source, '/');
+	base = base ? base + 1 : p->source;
+	snprintf(k->policy, sizeof k->policy, "%s", *base ? base : "defaults");
+	for (char *c = k->policy; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+		      strchr("._-", *c)))
+			*c = '_';
+	for (unsigned i = 0; i < p->packages.nregistries && i < SBX_ARRAY_LEN(k->reg); i++) {
+		k->reg[i].type = p->packages.registries[i].type;
+		snprintf(k->reg[i].url, sizeof k->reg[i].url, "%s", p->packages.registries[i].url);
+		k->nreg++;
+	}
+	k->max_download = p->packages.max_download;
+	k->require_hashes = p->packages.require_hashes;
 }
 
 /* -v HOSTDIR:GUESTPATH[:ro]: only read-only volumes exist (a session never
@@ -347,8 +497,11 @@ static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, c
 	/* The template as asked for ("default", not the version it resolved
 	 * to), so repeating a create after a template upgrade is still the
 	 * same request. */
-	snprintf(txt, sizeof txt, "v1\ntemplate=%s\nvcpus=%u\nmemory_mib=%u\ntenant=%s\n", s->tmpl_req, s->vcpus,
-		 s->memory_mib, s->tenant);
+	int tl = snprintf(txt, sizeof txt, "v1\ntemplate=%s\nvcpus=%u\nmemory_mib=%u\ntenant=%s\n", s->tmpl_req,
+			  s->vcpus, s->memory_mib, s->tenant);
+	/* Only when asked for, so specs without one hash as before. */
+	if (s->workspace[0] && tl > 0 && (size_t)tl < sizeof txt)
+		snprintf(txt + tl, sizeof txt - (size_t)tl, "workspace=%s\n", s->workspace);
 	SHA2_CTX c;
 	uint8_t d[SHA256_DIGEST_LENGTH];
 	SHA256Init(&c);
@@ -446,37 +599,67 @@ static void send_secrets(int fd, const struct sbx_secrets *sec)
 	}
 }
 
-/* Read the monitor's one-line verdict.  EOF without one means it died. */
-static int await_ready(int fd, unsigned timeout_s, struct sbx_err *err)
+/* Read the monitor's one-line verdict.  EOF without one means it died.
+ * Before it, a restore's monitor may send progress lines
+ * ({"progress":{"what","done","total"}}), drawn on progress_fd. */
+static int await_ready(int fd, unsigned timeout_s, int progress_fd, struct sbx_err *err)
 {
 	char buf[2048];
 	size_t got = 0;
+	struct sbx_progress pr;
+	int shown = 0;
+	json_t *o = NULL;
 	uint64_t deadline = sbx_mono_ns() + (uint64_t)timeout_s * 1000000000u;
 	for (;;) {
+		char *nl = memchr(buf, '\n', got);
+		if (nl || got == sizeof buf - 1) {
+			size_t len = nl ? (size_t)(nl - buf) + 1 : got;
+			o = json_loadb(buf, len, 0, NULL);
+			memmove(buf, buf + len, got - len);
+			got -= len;
+			json_t *p = json_object_get(o, "progress");
+			if (!p)
+				break;
+			uint64_t done = (uint64_t)json_integer_value(json_object_get(p, "done"));
+			if (!shown)
+				sbx_progress_begin(&pr, progress_fd, json_string_value(json_object_get(p, "what")),
+						   (uint64_t)json_integer_value(json_object_get(p, "total")));
+			shown = 1;
+			sbx_progress_update(&pr, done);
+			json_decref(o);
+			o = NULL;
+			continue;
+		}
 		uint64_t now = sbx_mono_ns();
-		if (now >= deadline)
+		if (now >= deadline) {
+			if (shown)
+				sbx_progress_end(&pr, 0);
 			return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the session did not become ready within %u s",
 					   timeout_s);
+		}
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		int r = poll(&p, 1, (int)((deadline - now) / 1000000u) + 1);
-		if (r < 0 && errno != EINTR)
+		if (r < 0 && errno != EINTR) {
+			if (shown)
+				sbx_progress_end(&pr, 0);
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot wait for the session");
+		}
 		if (r <= 0)
 			continue;
 		ssize_t n = read(fd, buf + got, sizeof buf - 1 - got);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
+		if (n <= 0) {
+			o = got ? json_loadb(buf, got, 0, NULL) : NULL;
 			break;
+		}
 		got += (size_t)n;
-		if (memchr(buf, '\n', got) || got == sizeof buf - 1)
-			break;
 	}
-	buf[got] = 0;
-	json_t *o = json_loads(buf, JSON_DISABLE_EOF_CHECK, NULL);
+	int ok = json_is_true(json_object_get(o, "ok"));
+	if (shown)
+		sbx_progress_end(&pr, ok);
 	if (!o)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "sbx-monitor died before the session was ready");
-	int ok = json_is_true(json_object_get(o, "ok"));
 	if (!ok) {
 		int code = (int)json_integer_value(json_object_get(o, "code"));
 		const char *msg = json_string_value(json_object_get(o, "message"));
@@ -489,23 +672,31 @@ static int await_ready(int fd, unsigned timeout_s, struct sbx_err *err)
 int sbx_session_reclaim(struct sbx_state *st, const char *id)
 {
 	struct sbx_session s;
-	if (sbx_record_load(st, id, &s, NULL) == 0 && s.vmm_pid > 0) {
-		/* Only a process whose start time matches is ours: pids are reused. */
-		int pfd = (int)syscall(SYS_pidfd_open, s.vmm_pid, 0);
-		if (pfd >= 0) {
-			if (s.vmm_start && sbx_proc_start_time(s.vmm_pid) == s.vmm_start)
-				syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
-			close(pfd);
+	if (sbx_record_load(st, id, &s, NULL) == 0) {
+		/* Only a process whose start time matches is ours: pids are
+		 * reused.  The VMM, and the egress proxy (not in its cgroups). */
+		int pids[] = { s.vmm_pid, s.proxy_pid };
+		uint64_t starts[] = { s.vmm_start, s.proxy_start };
+		for (int i = 0; i < 2; i++) {
+			int pfd = pids[i] > 0 ? (int)syscall(SYS_pidfd_open, pids[i], 0) : -1;
+			if (pfd >= 0) {
+				if (starts[i] && sbx_proc_start_time(pids[i]) == starts[i])
+					syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+				close(pfd);
+			}
 		}
 	}
 	/* Whatever is still in the session's cgroups (a VMM whose record is
-	 * gone or corrupt) is ours too. */
+	 * gone or corrupt) is ours too; a claimed pool member's may keep its
+	 * old name (s.cgroup, "" when the record is unreadable). */
 	sbx_cgroup_kill(id);
+	if (s.cgroup[0])
+		sbx_cgroup_kill(s.cgroup);
 	int rc = sbx_rm_rf_at(st->sessions_fd, id);
 	if (sbx_rm_rf_at(st->rsessions_fd, id) < 0)
 		rc = -1;
 	/* The VMM may take a moment to leave its cgroup after SIGKILL. */
-	for (int i = 0; i < 50 && sbx_cgroup_remove(id) < 0; i++)
+	for (int i = 0; i < 50 && (sbx_cgroup_remove(id) < 0 || (s.cgroup[0] && sbx_cgroup_remove(s.cgroup) < 0)); i++)
 		usleep(20000);
 	return rc;
 }
@@ -520,14 +711,32 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	*existed = 0;
 	if (o->id && sbx_id_check(o->id, "session", err) < 0)
 		return -1;
+	if (o->id && sbx_pool_member_id(o->id))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "invalid session ID '%s': IDs starting with '" SBX_POOL_PREFIX "' are the warm pool's", o->id);
 	if (o->tenant && sbx_id_check(o->tenant, "tenant", err) < 0)
 		return -1;
-	if (sbx_template_find(st, o->tmpl ? o->tmpl : "default", &t, err) < 0)
+	if (o->workspace && sbx_workspace_check(o->workspace, err) < 0)
 		return -1;
+	/* From a snapshot (-s, or a template that holds one): restored, not
+	 * booted (snapshot.h). */
+	struct sbx_snapshot snap;
+	int restore = 0;
+	if (o->snapshot) {
+		if (o->tmpl)
+			return sbx_err_set(err, SBX_EXIT_USAGE, 0, "-s and -t cannot be used together");
+		if (sbx_snapshot_find(st, o->tenant, o->snapshot, &snap, err) < 0 ||
+		    sbx_snapshot_template(st, &snap, &t, err) < 0)
+			return -1;
+		restore = 1;
+	} else if (sbx_template_find(st, o->tmpl ? o->tmpl : "default", &t, err) < 0) {
+		return -1;
+	} else if (t.snapshot) {
+		if (sbx_snapshot_of_template(&t, &snap, err) < 0)
+			return -1;
+		restore = 1;
+	}
 	if (sbx_accel_get(st, t.kernel, t.initrd, &ai, err) < 0)
-		return -1;
-	const struct sbx_vmm_ops *vmm;
-	if (sbx_vmm_choose(ai.accel, &vmm, err) < 0)
 		return -1;
 	struct sbx_policy defaults;
 	const struct sbx_policy *pol = o->policy;
@@ -535,6 +744,10 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		sbx_policy_defaults(&defaults);
 		pol = &defaults;
 	}
+	const struct sbx_vmm_ops *vmm;
+	int needs_nic = pol->network.egress != SBX_EGRESS_NONE || pol->packages.mode != SBX_PKG_OFFLINE;
+	if (sbx_vmm_choose(ai.accel, needs_nic, &vmm, err) < 0)
+		return -1;
 	if (policy_supported(st, pol, &ai, err) < 0)
 		return -1;
 	/* Read before anything exists: a secret that cannot be read fails the
@@ -558,10 +771,22 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	s->created_ns = sbx_now_ns();
 	if (o->nvols > 8)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "at most 8 volumes");
+	if (o->workspace && o->nvols > 7)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "at most 7 volumes with a workspace");
+	snprintf(s->workspace, sizeof s->workspace, "%s", o->workspace ? o->workspace : "");
 	for (unsigned i = 0; i < o->nvols; i++)
 		if (parse_volume(o->vols[i], &s->vols[s->nvols++], err) < 0)
 			return -1;
 	limits_from_policy(pol, &s->limits);
+	/* A NIC for egress and for the package cache, both in the proxy. */
+	if (pol->network.egress == SBX_EGRESS_ALLOWLIST || pol->packages.mode == SBX_PKG_ALLOWLIST)
+		sbx_netns_mac_new(s->mac);
+	if (o->pool) {
+		s->pool = 1;
+		s->limits.ttl_ms = 0; /* a claim gives it the TTL of its session */
+	}
+	if (restore && sbx_snapshot_apply(&snap, o, pol, s, err) < 0)
+		return -1;
 	spec_hash(s, pol, s->spec);
 
 	_cleanup_close_ int g = sbx_lock_global(st, err);
@@ -571,7 +796,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		snprintf(id, sizeof id, "%s", o->id);
 	} else {
 		do
-			sbx_id_new(id, sizeof id);
+			(o->pool ? sbx_pool_id_new : sbx_id_new)(id, sizeof id);
 		while (faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0);
 	}
 	snprintf(s->id, sizeof s->id, "%s", id);
@@ -595,16 +820,33 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		*existed = 1;
 		return 0;
 	}
-	if (sbx_capacity_admit(st, s->tenant, s->vcpus, s->memory_mib, err) < 0) {
+	/* A warm-pool member that fits serves the request (pool.h); when none
+	 * does, or its claim fails, the session boots cold as ever. */
+	if (!o->pool && !o->snapshot && sbx_pool_request_fits(o, pol)) {
+		int used, r = sbx_pool_claim(st, &g, s, pol, &sec, &used, err);
+		if (used)
+			sbx_pool_refill(pol);
+		if (r != 0)
+			return r < 0 ? -1 : 0;
+	}
+	/* A workspace a live session holds: refused before anything exists.
+	 * The monitor takes it for real (and fails the create cleanly if
+	 * another one got there first). */
+	if ((s->workspace[0] && sbx_workspace_probe(st, s->tenant, s->workspace, err) < 0) ||
+	    sbx_capacity_admit(st, s->tenant, s->vcpus, s->memory_mib, err) < 0) {
 		if (!o->id && err)
 			err->session[0] = 0; /* the generated ID never existed */
 		return -1;
 	}
+	/* sbx-snapshot rm takes the global lock too: from here on it sees
+	 * the record that names the snapshot, or we see it gone. */
+	if (restore && sbx_snapshot_present(&snap, err) < 0)
+		return -1;
 	/* Record intent first: every resource is named by the ID, so a create
 	 * killed at any point leaves only what sbx-kill/sbx-gc can reclaim. */
 	if (mkdirat(st->sessions_fd, id, 0700) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create the session directory");
-	if (sbx_record_save(st, s, err) < 0) {
+	if (sbx_record_save(st, s, err) < 0 || policy_save(st, id, pol, err) < 0) {
 		sbx_rm_rf_at(st->sessions_fd, id);
 		return -1;
 	}
@@ -645,7 +887,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	}
 	/* The monitor enforces the boot deadline; this one only guards
 	 * against a monitor that hangs, so it is longer. */
-	int rc = await_ready(p[0], sbx_boot_timeout_s() + 30, err);
+	int rc = await_ready(p[0], sbx_boot_timeout_s() + 30, o->progress_fd > 0 ? o->progress_fd : -1, err);
 	close(p[0]);
 	if (rc < 0) {
 		/* The monitor cleans up after itself; if it died instead, its
@@ -687,7 +929,7 @@ int sbx_monitor_connect(struct sbx_state *st, const char *id, struct sbx_err *er
 		return -1;
 	const char *live = sbx_session_live_state(st, &s);
 	snprintf(err->session, sizeof err->session, "%s", id);
-	if (!strcmp(live, "running"))
+	if (sbx_state_up(live))
 		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, errno, "cannot reach the monitor of session %s", id);
 	return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s%s%s)", id, live,
 			   s.end_reason[0] ? ": " : "", s.end_reason);

@@ -35,6 +35,28 @@ struct sbx_session {
 		char host[512], guest[128];
 	} vols[8];
 	unsigned nvols;
+	/* --workspace NAME: a persistent volume at /workspace (workspace.h),
+	 * not part of a snapshot; "" for none. */
+	char workspace[SBX_ID_MAX + 1];
+	/* Warm pool (pool.h): pool says the session is a member waiting to be
+	 * claimed (state "pooled"); from_pool that it was one, claimed in
+	 * claim_ms.  cgroup is the host cgroup's name when it is not the ID: a
+	 * member claimed where groups cannot be renamed (cgroup v2). */
+	int pool, from_pool;
+	uint64_t claim_ms;
+	char cgroup[SBX_ID_MAX + 1];
+	/* Restored from a snapshot (snapshot.h): its reference
+	 * ("TENANT/NAME@VERSION", "_" for none, or "template:NAME@VERSION")
+	 * and directory; "" for a session booted from a template. */
+	char snapshot[200], snapshot_dir[700];
+	/* Network (netns.h, egress.h): the guest NIC's MAC, random and fresh
+	 * per session (a restored snapshot gets a new one too); "" for a
+	 * session without a NIC.  The proxy's pid and start time, and why the
+	 * session lost its network, when it did. */
+	char mac[18];
+	int proxy_pid;
+	uint64_t proxy_start;
+	char net_lost[96];
 	struct sbx_limits {  /* compiled from the policy at create; the monitor enforces */
 		uint64_t ttl_ms;                 /* 0: none */
 		uint64_t exec_timeout_default_ms; /* 0: none */
@@ -51,6 +73,28 @@ struct sbx_session {
 			unsigned n;
 		} writable, exportable;
 		uint64_t max_transfer, max_session_transfer; /* bytes */
+		/* network: egress 1 for allowlist (its rules are in the session's
+		 * policy.json, which the proxy reads); 0 in a record without it */
+		int egress;
+		unsigned max_connections;
+		uint64_t max_bytes;
+		/* workspace: (policy) a new workspace's size, and how long an
+		 * idle one is kept; 0 in a record without them */
+		uint64_t workspace_size, workspace_retention_ms;
+		/* packages: (the package cache, pkgcache.h); a record without
+		 * them is offline. */
+		struct sbx_limit_packages {
+			int mode;            /* enum sbx_pkg_mode (policy.h) */
+			char policy[64];     /* the policy's name in messages: its
+					      * file's base name, or "defaults" */
+			struct sbx_limit_registry {
+				int type;    /* enum sbx_registry_type */
+				char url[512];
+			} reg[16];
+			unsigned nreg;
+			uint64_t max_download; /* bytes */
+			int require_hashes;
+		} packages;
 	} limits;
 };
 
@@ -62,12 +106,30 @@ struct sbx_create_opts {
 	const char *tenant;   /* NULL: none */
 	const char *vols[8];  /* "HOSTDIR:GUESTPATH[:ro]" */
 	unsigned nvols;
+	const char *workspace; /* NULL: none */
+	const char *snapshot; /* -s NAME[@VERSION] of the tenant's snapshots; NULL: none */
+	unsigned shape_set;   /* SBX_SHAPE_*: given on the command line or by the policy */
+	int progress_fd;      /* a restore's progress is drawn there when a terminal; -1: never
+			       * (0, as in a zeroed struct, is never a terminal we draw on) */
+	int pool;             /* a warm-pool member (pool.h): ID pool-..., no TTL */
 };
+
+#define SBX_SHAPE_VCPUS 1u
+#define SBX_SHAPE_MEMORY 2u
+#define SBX_SHAPE_DISK 4u
+
+/* The name of the session's host cgroups (cgroup.h). */
+static inline const char *sbx_session_cgroup(const struct sbx_session *s)
+{
+	return s->cgroup[0] ? s->cgroup : s->id;
+}
 
 int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err);
 /* The record's text, already read: -1 when it is not a record of id. */
 int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s);
 int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sbx_err *err);
+/* The record as saved (JSON text, malloc'd); NULL when out of memory. */
+char *sbx_record_text(const struct sbx_session *s);
 
 /* Create a session; on success s is its record and *existed says whether an
  * identical session with this --id was already running. */
@@ -80,6 +142,9 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
  * against the recorded start time), anything left in its cgroups, its
  * directories.  The caller holds the session lock. */
 int sbx_session_reclaim(struct sbx_state *st, const char *id);
+/* A live state in which the session has its VM: running, or paused
+ * (sbx-snapshot pause). */
+int sbx_state_up(const char *live);
 /* Live state: "running" only while the monitor holds the lock. */
 const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_session *s);
 /* IDs of every session directory, sorted; free each and the array. */

@@ -18,14 +18,17 @@ const char *sbx_templates_dir(struct sbx_state *st, char *buf, size_t n)
 	return buf;
 }
 
-static int load_manifest(int dfd, const char *entry, struct sbx_template *t)
+/* The manifest of ENTRY into T, and its mtime (when it was written). */
+static int load_manifest(int dfd, const char *entry, struct sbx_template *t, struct timespec *mtime)
 {
+	struct stat sb;
 	_cleanup_close_ int fd = openat(dfd, entry, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	_cleanup_free_ char *txt = sbx_read_small_at(fd, "manifest.json", 1 << 20, NULL);
-	if (!txt)
+	if (!txt || fstatat(fd, "manifest.json", &sb, 0) < 0)
 		return -1;
+	*mtime = sb.st_mtim;
 	json_t *m = json_loads(txt, 0, NULL);
 	if (!m)
 		return -1;
@@ -33,8 +36,28 @@ static int load_manifest(int dfd, const char *entry, struct sbx_template *t)
 	const char *rel = json_string_value(json_object_get(json_object_get(m, "kernel"), "release"));
 	snprintf(t->created, sizeof t->created, "%s", created ? created : "");
 	snprintf(t->kernel_release, sizeof t->kernel_release, "%s", rel ? rel : "");
+	/* A template published from a session (sbx-snapshot save --template)
+	 * is a snapshot: sessions from it are restored, not booted. */
+	t->snapshot = json_is_object(json_object_get(m, "snapshot"));
 	json_decref(m);
 	return 0;
+}
+
+/* Is A newer than B?  By `created` (UTC, whole seconds, so a string
+ * compare orders it); two versions built in the same second by when their
+ * manifests were written; then by version, so the choice never depends on
+ * readdir order. */
+static int newer(const struct sbx_template *a, const struct timespec *am, const struct sbx_template *b,
+		 const struct timespec *bm)
+{
+	int c = strcmp(a->created, b->created);
+	if (c)
+		return c > 0;
+	if (am->tv_sec != bm->tv_sec)
+		return am->tv_sec > bm->tv_sec;
+	if (am->tv_nsec != bm->tv_nsec)
+		return am->tv_nsec > bm->tv_nsec;
+	return strcmp(a->version, b->version) > 0;
 }
 
 int sbx_template_find(struct sbx_state *st, const char *spec, struct sbx_template *t, struct sbx_err *err)
@@ -65,6 +88,7 @@ int sbx_template_find(struct sbx_state *st, const char *spec, struct sbx_templat
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read %s", base);
 	struct dirent *de;
 	struct sbx_template best = { 0 }, cur;
+	struct timespec best_m = { 0 }, cur_m;
 	int found = 0;
 	while ((de = readdir(d))) {
 		const char *v = strchr(de->d_name, '@');
@@ -73,11 +97,12 @@ int sbx_template_find(struct sbx_state *st, const char *spec, struct sbx_templat
 		if (want[0] && strcmp(v + 1, want))
 			continue;
 		memset(&cur, 0, sizeof cur);
-		if (load_manifest(dfd, de->d_name, &cur) < 0)
+		if (load_manifest(dfd, de->d_name, &cur, &cur_m) < 0)
 			continue; /* half-built or foreign: not a template */
 		snprintf(cur.version, sizeof cur.version, "%s", v + 1);
-		if (!found || strcmp(cur.created, best.created) > 0) {
+		if (!found || newer(&cur, &cur_m, &best, &best_m)) {
 			best = cur;
+			best_m = cur_m;
 			found = 1;
 		}
 	}

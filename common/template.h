@@ -12,6 +12,7 @@ struct sbx_template {
 	char kernel[700], initrd[700], rootfs[700];
 	char created[40];
 	char kernel_release[80];
+	int snapshot; /* manifest.json has "snapshot": restore it (snapshot.h) */
 };
 
 int sbx_template_find(struct sbx_state *st, const char *spec, struct sbx_template *t, struct sbx_err *err);

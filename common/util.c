@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -79,4 +80,37 @@ char *sbx_read_small_at(int dirfd, const char *name, size_t max, size_t *len)
 	if (len)
 		*len = got;
 	return buf;
+}
+
+void sbx_log_tail(int dirfd, const char *name, char *out, size_t n)
+{
+	out[0] = 0;
+	_cleanup_close_ int fd = name ? openat(dirfd, name, O_RDONLY | O_CLOEXEC) : -1;
+	if (fd < 0)
+		return;
+	char buf[400];
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t start = end > (off_t)sizeof buf - 1 ? end - (off_t)sizeof buf + 1 : 0;
+	ssize_t r = pread(fd, buf, sizeof buf - 1, start);
+	if (r <= 0)
+		return;
+	buf[r] = 0;
+	for (char *p = buf; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = ' ';
+	char *p = buf;
+	while (*p == ' ')
+		p++;
+	snprintf(out, n, "%s", p);
+}
+
+void sbx_netns_mac_new(char out[18])
+{
+	uint8_t m[6];
+	if (getrandom(m, sizeof m, 0) != (ssize_t)sizeof m) {
+		uint64_t t = sbx_mono_ns() ^ ((uint64_t)getpid() << 32);
+		memcpy(m, &t, sizeof m);
+	}
+	m[0] = (uint8_t)((m[0] & 0xfe) | 0x02); /* unicast, locally administered */
+	snprintf(out, 18, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
 }

@@ -55,5 +55,12 @@ void sbx_fmt_time(uint64_t ns, char *buf, size_t n);
 int sbx_write_all(int fd, const void *buf, size_t n);
 /* Read a small file under dirfd into a NUL-terminated malloc'd buffer. */
 char *sbx_read_small_at(int dirfd, const char *name, size_t max, size_t *len);
+/* The last few hundred bytes of a log under dirfd (AT_FDCWD: a path) on
+ * one line, for messages that say what happened; "" when unreadable. */
+void sbx_log_tail(int dirfd, const char *name, char *out, size_t n);
+
+/* A fresh guest MAC, locally administered and unicast, into out[18]
+ * ("02:xx:xx:xx:xx:xx" form). */
+void sbx_netns_mac_new(char out[18]);
 
 #endif

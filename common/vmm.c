@@ -1,14 +1,21 @@
 /* Backend selection and the calls shared by every backend. */
 #include "vmm.h"
+#include "jail.h"
+#include "state.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-static const struct sbx_vmm_ops *const backends[] = { &sbx_vmm_qemu };
+static const struct sbx_vmm_ops *const backends[] = { &sbx_vmm_qemu, &sbx_vmm_cloud_hypervisor };
 
 const struct sbx_vmm_ops *sbx_vmm_lookup(const char *name)
 {
@@ -18,24 +25,42 @@ const struct sbx_vmm_ops *sbx_vmm_lookup(const char *name)
 	return NULL;
 }
 
-int sbx_vmm_choose(enum sbx_accel accel, const struct sbx_vmm_ops **ops, struct sbx_err *err)
+int sbx_vmm_choose(enum sbx_accel accel, int needs_nic, const struct sbx_vmm_ops **ops, struct sbx_err *err)
 {
 	const char *want = getenv("SBX_VMM");
 	if (want && *want) {
 		*ops = sbx_vmm_lookup(want);
 		if (!*ops)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "SBX_VMM=%.40s: no such VMM backend", want);
-		return (*ops)->available(err);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "SBX_VMM=%.40s: no such VMM backend (qemu, cloud-hypervisor)", want);
+		if ((*ops)->available(err) < 0)
+			return -1;
+		if ((*ops)->kvm_only && accel != SBX_ACCEL_KVM)
+			return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
+					   "SBX_VMM=%s needs KVM, and this host runs guests under TCG", want);
+		return 0;
 	}
-	/* Cloud Hypervisor needs KVM; under TCG only QEMU can run a guest. */
-	const struct sbx_vmm_ops *ch = sbx_vmm_lookup("cloud-hypervisor");
+	/* Cloud Hypervisor needs KVM; under TCG only QEMU can run a guest.
+	 * And it cannot take the session's TAP inside the jail (vmm_ch.c), so
+	 * a session with a NIC goes to QEMU. */
 	struct sbx_err ignored = { 0 };
-	if (ch && accel == SBX_ACCEL_KVM && ch->available(&ignored) == 0) {
-		*ops = ch;
+	if (accel == SBX_ACCEL_KVM && !needs_nic && sbx_vmm_cloud_hypervisor.available(&ignored) == 0) {
+		*ops = &sbx_vmm_cloud_hypervisor;
 		return 0;
 	}
 	*ops = &sbx_vmm_qemu;
 	return (*ops)->available(err);
+}
+
+const struct sbx_vmm_ops *sbx_vmm_for_probe(void)
+{
+	const char *want = getenv("SBX_VMM");
+	struct sbx_err ignored = { 0 };
+	if (want && *want)
+		return sbx_vmm_lookup(want);
+	if (sbx_vmm_cloud_hypervisor.available(&ignored) == 0)
+		return &sbx_vmm_cloud_hypervisor;
+	return &sbx_vmm_qemu;
 }
 
 int sbx_in_path(const char *bin)
@@ -81,4 +106,154 @@ void sbx_vm_kill(struct sbx_vm *vm)
 {
 	const struct sbx_vmm_ops *ops = vm->ops ? vm->ops : &sbx_vmm_qemu;
 	ops->kill(vm);
+}
+
+static const struct sbx_vmm_ops *vm_ops(const struct sbx_vm *vm)
+{
+	return vm->ops ? vm->ops : &sbx_vmm_qemu;
+}
+
+int sbx_vm_pause(struct sbx_vm *vm, struct sbx_err *err)
+{
+	if (!vm_ops(vm)->pause)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the %s backend cannot pause a VM", vm_ops(vm)->name);
+	return vm_ops(vm)->pause(vm, err);
+}
+
+int sbx_vm_resume(struct sbx_vm *vm, struct sbx_err *err)
+{
+	if (!vm_ops(vm)->resume)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the %s backend cannot resume a VM", vm_ops(vm)->name);
+	return vm_ops(vm)->resume(vm, err);
+}
+
+int sbx_vm_save(struct sbx_vm *vm, const char *dir, struct sbx_err *err)
+{
+	if (!vm_ops(vm)->save)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the %s backend cannot save a VM", vm_ops(vm)->name);
+	return vm_ops(vm)->save(vm, dir, err);
+}
+
+/* Append to a bounded string; *len may pass n, which the caller checks
+ * once at the end (never writes past n). */
+static void cat(char *buf, size_t n, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void cat(char *buf, size_t n, size_t *len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int w = *len < n ? vsnprintf(buf + *len, n - *len, fmt, ap) : 0;
+	va_end(ap);
+	*len += w > 0 ? (size_t)w : 0;
+}
+
+int sbx_vm_cmdline(const struct sbx_vm_config *c, char *buf, size_t n, struct sbx_err *err)
+{
+	size_t len = 0;
+	cat(buf, n, &len, "console=ttyS0 reboot=t panic=-1 quiet %scryptomgr.notests random.trust_cpu=on "
+		"8250.nr_uarts=1 sbx.hostname=%s%s",
+	    /* TCG models no speculation, so the mitigations only cost; under
+	     * KVM they keep guest users apart and stay on. */
+	    c->accel == SBX_ACCEL_TCG ? "mitigations=off nokaslr " : "", c->hostname ? c->hostname : "sbx",
+	    c->probe ? " sbx.probe=1" : "");
+	if (c->accel == SBX_ACCEL_TCG && c->tsc_khz)
+		cat(buf, n, &len, " tsc_early_khz=%lu", c->tsc_khz);
+	if (c->scratch)
+		cat(buf, n, &len, " sbx.scratch=1");
+	for (unsigned i = 0; i < c->nvols && i < 8; i++)
+		cat(buf, n, &len, " sbx.vol%u=%s", i, c->vol_guest[i]);
+	if (c->vol_rw_mask & ((1u << (c->nvols < 8 ? c->nvols : 8)) - 1))
+		cat(buf, n, &len, " sbx.volrw=%u", c->vol_rw_mask & 0xffu);
+	if (c->guest_params && *c->guest_params && !c->probe)
+		cat(buf, n, &len, " %s", c->guest_params);
+	if ((c->tap_fd > 0 || c->tap_name) && !c->probe)
+		cat(buf, n, &len, " sbx.net=1"); /* guest-init configures eth0 (netns.h) */
+	/* A debugging aid: extra kernel parameters (sbx.debug=1 logs boot phases). */
+	const char *extra = getenv("SBX_GUEST_CMDLINE");
+	if (extra && *extra && !c->probe)
+		cat(buf, n, &len, " %s", extra);
+	if (len >= n)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "kernel command line too long");
+	return 0;
+}
+
+/* In the forked child: become the VMM.  Returns only on failure, with the
+ * exit status; messages go to stderr, which is the VMM log by then. */
+static int child(const struct sbx_vm_config *c, char *const argv[], const int *keep, int nkeep, int parent,
+		 int logfd, int jail)
+{
+	/* The VMM must not outlive its monitor: no orphan VMs. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		return 127;
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	int devnull = open("/dev/null", O_RDWR);
+	if (devnull >= 0)
+		dup2(devnull, 0);
+	if (logfd >= 0) {
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+	}
+	if (c->stdout_fd > 0)
+		dup2(c->stdout_fd, 1);
+	/* Join the host cgroups before running a single VMM instruction, and
+	 * while still root: cgroup.procs is root's. */
+	for (int i = 0; i < c->cg_nfds; i++)
+		if (write(c->cg_fds[i], "0", 1) != 1) {
+			dprintf(2, "cannot join the host cgroup: %s\n", strerror(errno));
+			return 126;
+		}
+	if (c->netns_fd > 0 && setns(c->netns_fd, CLONE_NEWNET) < 0) {
+		dprintf(2, "cannot enter the session's network namespace: %s\n", strerror(errno));
+		return 126;
+	}
+	if (jail) {
+		struct sbx_err e = { 0 };
+		if (sbx_jail_enter(c, parent, &e) < 0) {
+			dprintf(2, "cannot jail the VMM: %s\n", e.msg);
+			return 126;
+		}
+	}
+	/* Exactly stdio and keep[] cross the exec: an inherited directory fd
+	 * would be a way out of the jail. */
+	if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) < 0) {
+		dprintf(2, "cannot mark fds close-on-exec: %s\n", strerror(errno));
+		return 126;
+	}
+	for (int i = 0; i < nkeep; i++)
+		if (keep[i] >= 0 && fcntl(keep[i], F_SETFD, 0) < 0)
+			return 126;
+	/* The session's TAP (netns.h), opened by the monitor: the jailed VMM
+	 * has no /dev/net/tun. */
+	if (c->tap_fd > 0 && fcntl(c->tap_fd, F_SETFD, 0) < 0)
+		return 126;
+	/* A clean environment: the caller's may hold secrets (policy secrets
+	 * come from_env), and the VMM needs none of it. */
+	char *env[] = { "PATH=/usr/local/bin:/usr/bin:/bin", NULL };
+	execvpe(argv[0], argv, env);
+	dprintf(2, "cannot execute %s: %s\n", argv[0], strerror(errno));
+	return 127;
+}
+
+int sbx_vmm_spawn(const struct sbx_vm_config *c, char *const argv[], const int *keep, int nkeep, int jail,
+		  struct sbx_vm *vm, struct sbx_err *err)
+{
+	_cleanup_close_ int logfd = -1;
+	if (c->log_path) {
+		logfd = open(c->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (logfd < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s", c->log_path);
+	}
+	int parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the VMM");
+	if (pid == 0)
+		_exit(child(c, argv, keep, nkeep, parent, logfd, jail));
+	vm->pid = pid;
+	vm->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	vm->start_time = sbx_proc_start_time(pid);
+	vm->uid = jail ? SBX_JAIL_UID_BASE + (unsigned)pid : 0;
+	return 0;
 }

@@ -4,6 +4,7 @@
 #ifndef SBX_VMM_H
 #define SBX_VMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "err.h"
 
@@ -30,6 +31,8 @@ struct sbx_vm_config {
 	const char *log_path;     /* VMM stdout/stderr; NULL: inherit */
 	int stdout_fd;            /* >0: the VMM's stdout (serial when console_path is NULL) */
 	const char *hostname;
+	const char *guest_params; /* more kernel parameters for guest-init, space
+				   * separated (sbx.pkg=...); NULL: none */
 	unsigned vcpus, memory_mib;
 	enum sbx_accel accel;
 	unsigned long tsc_khz;    /* TCG only; 0: unknown */
@@ -41,10 +44,17 @@ struct sbx_vm_config {
 	 * session's network namespace and its NIC is a TAP device there. */
 	int netns_fd;             /* >0: setns(2) into it before exec; 0: no network */
 	const char *tap_name;     /* the TAP device in that namespace; NULL: no NIC */
+	int tap_fd;               /* >0: that TAP, already open (IFF_TAP|IFF_NO_PI), handed
+				   * to the VMM across exec (QEMU -netdev tap,fd=N): no
+				   * /dev/net/tun in the jail; 0: open tap_name */
 	const char *mac;          /* the guest NIC's MAC address */
 	/* Snapshots: start from the state ops->save wrote into this directory
 	 * instead of booting; the VM comes up paused (ops->resume runs it). */
 	const char *restore_dir;
+	/* Set by a backend whose VMM writes and reads snapshot files itself
+	 * (Cloud Hypervisor), not by callers: a directory of the session's
+	 * that the jail shows writable at SBX_JAIL_DIR/state. */
+	const char *state_dir;
 };
 
 struct sbx_vm {
@@ -54,6 +64,30 @@ struct sbx_vm {
 	const struct sbx_vmm_ops *ops;
 	int ctl_fd;           /* the open control connection (QMP); -1 or 0: none yet */
 	char ctl_path[108];   /* the control socket's path */
+	/* Optional, set by the caller before a restoring boot or a save: how
+	 * far the memory image is (bytes done of total, 0: unknown). */
+	void (*progress)(void *ctx, const char *what, uint64_t done, uint64_t total);
+	void *progress_ctx;
+	/* The VMM's event stream (Cloud Hypervisor --event-monitor), read end,
+	 * nonblocking: the caller watches it and calls ops->events; -1 or 0:
+	 * none (QEMU). */
+	int event_fd;
+	void *priv; /* the backend's own state, freed by ops->kill */
+};
+
+/* What ops->events saw (the most severe event read). */
+enum sbx_vm_event {
+	SBX_VM_EV_NONE = 0,
+	SBX_VM_EV_SHUTDOWN, /* the VM stopped (guest power-off): the VMM exits next */
+	SBX_VM_EV_REBOOT,   /* the guest reset itself: the VMM would boot it again */
+	SBX_VM_EV_PANIC,    /* the guest kernel panicked (pvpanic) */
+	SBX_VM_EV_EOF,      /* the stream ended: stop watching it */
+};
+
+/* Device counters (Cloud Hypervisor vm.counters), summed over devices. */
+struct sbx_vm_counters {
+	uint64_t disk_read_bytes, disk_write_bytes, disk_read_ops, disk_write_ops;
+	uint64_t net_rx_bytes, net_tx_bytes;
 };
 
 enum sbx_agent_mode {
@@ -66,6 +100,7 @@ enum sbx_agent_mode {
 struct sbx_vmm_ops {
 	const char *name; /* as recorded in session.json's "vmm" */
 	enum sbx_agent_mode agent_mode;
+	int kvm_only;     /* runs no guest without KVM (no emulator) */
 	/* Is the backend's binary installed?  69 when not. */
 	int (*available)(struct sbx_err *err);
 	/* Launch the VMM as a child of the caller (it dies with the caller:
@@ -83,25 +118,56 @@ struct sbx_vmm_ops {
 	 * listening yet (try again), or -1 with err set. */
 	int (*agent_connect)(struct sbx_vm *vm, const struct sbx_vm_config *cfg, struct sbx_err *err);
 	/* Kill the VMM (SIGKILL through its pidfd), reap it, close the control
-	 * connection. */
+	 * connection.  With vm->pid 0 (already reaped) it only releases what
+	 * the backend still holds. */
 	void (*kill)(struct sbx_vm *vm);
+	/* Optional (NULL: none).  Read what vm->event_fd has; returns an enum
+	 * sbx_vm_event. */
+	int (*events)(struct sbx_vm *vm);
+	/* Optional (NULL: none; QEMU).  The VM's device counters. */
+	int (*counters)(struct sbx_vm *vm, struct sbx_vm_counters *c, struct sbx_err *err);
 };
 
 extern const struct sbx_vmm_ops sbx_vmm_qemu;
+extern const struct sbx_vmm_ops sbx_vmm_cloud_hypervisor;
 
 /* The backend of that name ("qemu", "cloud-hypervisor"); NULL: none. */
 const struct sbx_vmm_ops *sbx_vmm_lookup(const char *name);
 /* The backend for a new session: $SBX_VMM when set (unknown: 3; not
- * installed: 69), else Cloud Hypervisor when it is installed and the
- * acceleration is KVM, else QEMU (69 when not installed). */
-int sbx_vmm_choose(enum sbx_accel accel, const struct sbx_vmm_ops **ops, struct sbx_err *err);
+ * installed, or Cloud Hypervisor without KVM: 69), else Cloud Hypervisor
+ * when it is installed, the acceleration is KVM and the session needs no NIC
+ * (needs_nic: it cannot attach a TAP in the jail), else QEMU (69 when not
+ * installed). */
+int sbx_vmm_choose(enum sbx_accel accel, int needs_nic, const struct sbx_vmm_ops **ops, struct sbx_err *err);
+/* The backend the KVM probe boots with: the one a session would use if
+ * KVM works ($SBX_VMM, else Cloud Hypervisor when installed, else QEMU),
+ * so the probe's verdict is about the VMM that will run the guests.  NULL:
+ * $SBX_VMM names no backend. */
+const struct sbx_vmm_ops *sbx_vmm_for_probe(void);
 /* Is bin (a name looked up in PATH, or a path) executable? */
 int sbx_in_path(const char *bin);
+
+/* The guest kernel command line for c, the same for every backend
+ * (console on ttyS0, guest-init's sbx.* parameters, the TCG-only
+ * tunings, $SBX_GUEST_CMDLINE).  3 when it does not fit. */
+int sbx_vm_cmdline(const struct sbx_vm_config *c, char *buf, size_t n, struct sbx_err *err);
+/* Start argv as the VMM of c, for the backends: a child that dies with
+ * the caller (PR_SET_PDEATHSIG), in c's host cgroups and network
+ * namespace, jailed when jail is set (jail.h), stdout/stderr on
+ * c->log_path (stdout on c->stdout_fd when set), a clean environment, and
+ * no fd across exec but stdio and keep[].  Fills vm's pid, pidfd, start
+ * time and uid. */
+int sbx_vmm_spawn(const struct sbx_vm_config *c, char *const argv[], const int *keep, int nkeep, int jail,
+		  struct sbx_vm *vm, struct sbx_err *err);
 
 /* Shorthands: through cfg->ops (boot) or vm->ops (the rest); QEMU when
  * NULL. */
 int sbx_vm_boot(const struct sbx_vm_config *cfg, struct sbx_vm *vm, struct sbx_err *err);
 void sbx_vm_kill(struct sbx_vm *vm);
+/* 69 when the backend has no such operation. */
+int sbx_vm_pause(struct sbx_vm *vm, struct sbx_err *err);
+int sbx_vm_resume(struct sbx_vm *vm, struct sbx_err *err);
+int sbx_vm_save(struct sbx_vm *vm, const char *dir, struct sbx_err *err);
 
 /* Acceleration: probed by a real short boot under KVM, cached per host boot
  * in LIB/accel.json.  SBX_ACCEL=tcg forces emulation. */

@@ -7,6 +7,7 @@
  * one ordered output queue: a stream's output always precedes its EXIT.
  * The host is trusted more than the exec'd code but its frames are still
  * parsed defensively: a bad frame ends the operation it carried, never us. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -22,6 +23,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -30,6 +32,9 @@
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/random.h>
+#include <linux/vm_sockets.h>
 
 #include "init.h"
 #include "proto.h"
@@ -55,7 +60,7 @@
 /* ERROR codes follow the commands' exit statuses (design.md). */
 enum { ERR_INVALID = 3, ERR_NOEXEC = 4, ERR_CONFLICT = 5, ERR_INTERNAL = 70, ERR_TEMP = 75 };
 enum { IO_IN, IO_OUT, IO_ERR, IO_N };
-enum { K_HOST = 1, K_SIG, K_IO };
+enum { K_HOST = 1, K_SIG, K_IO, K_LISTEN };
 
 enum { CGF_DIR, CGF_KILL, CGF_CPU, CGF_PEAK, CGF_EVENTS, CGF_N };
 
@@ -96,10 +101,13 @@ struct agent {
 	int host_down, hello_seen; /* hello_seen: the host has had bytes since our last HELLO */
 	int host_out;              /* EPOLLOUT currently requested on the host fd */
 	uint64_t host_retry;
+	int lfd;                   /* listening for the host (vsock); -1: host is the port */
+	unsigned accepted;         /* hosts accepted on lfd */
 	uint8_t *in;
 	size_t in_len;
 	struct sbx_buf out;
 	size_t out_off;
+	size_t out_frame;          /* start of the frame out_off is in (or at) */
 	int paused;
 	uint32_t gen, nlive, cg_seq;
 	struct exec ex[MAX_EXECS];
@@ -179,6 +187,20 @@ static void send_hello(struct agent *a)
 
 static void host_lost(struct agent *a, int err)
 {
+	if (a->lfd >= 0) {
+		/* Listening (vsock): wait for the next host to connect, e.g.
+		 * the monitor of a session restored from a snapshot, whose VMM
+		 * has none of the old connections. */
+		if (!a->host_down)
+			sbx_guest_log("agent: host disconnected (%s)", err ? strerror(err) : "EOF");
+		epoll_ctl(a->ep, EPOLL_CTL_DEL, a->host, NULL);
+		close(a->host);
+		a->host = -1;
+		a->host_down = 1;
+		a->host_out = 0;
+		a->in_len = 0;
+		return;
+	}
 	if (!a->is_pid1) {
 		a->done = 1;
 		a->rc = err ? -1 : 0;
@@ -206,8 +228,35 @@ static void host_interest(struct agent *a)
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLET | (want ? EPOLLOUT : 0),
 				  .data.u64 = K_HOST };
 
+	if (a->host < 0)
+		return;
 	if (want != a->host_out && epoll_ctl(a->ep, EPOLL_CTL_MOD, a->host, &ev) == 0)
 		a->host_out = want;
+}
+
+static uint32_t outq_frame_len(const struct agent *a)
+{
+	const uint8_t *h = a->out.data + a->out_frame;
+
+	return SBX_FRAME_HDR + ((uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24);
+}
+
+/* Frames go into the queue whole, so their boundaries can be followed as
+ * bytes leave. */
+static void outq_sent(struct agent *a)
+{
+	while (a->out_frame + SBX_FRAME_HDR <= a->out_off && a->out_frame + outq_frame_len(a) <= a->out_off)
+		a->out_frame += outq_frame_len(a);
+}
+
+/* A new connection starts a new byte stream: the rest of a frame the old
+ * one took only part of is dropped, so the new host reads whole frames. */
+static void outq_resync(struct agent *a)
+{
+	if (a->out_off > a->out_frame) {
+		a->out_off = a->out_frame + outq_frame_len(a);
+		a->out_frame = a->out_off;
+	}
 }
 
 static void host_flush(struct agent *a)
@@ -217,12 +266,13 @@ static void host_flush(struct agent *a)
 		 * memory: frame boundaries are lost, the host will resync. */
 		sbx_guest_log("agent: output queue out of memory, dropping it");
 		sbx_buf_free(&a->out);
-		a->out_off = 0;
+		a->out_off = a->out_frame = 0;
 	}
 	while (!a->host_down && outq_pending(a)) {
 		ssize_t w = write(a->host, a->out.data + a->out_off, outq_pending(a));
 		if (w > 0) {
 			a->out_off += (size_t)w;
+			outq_sent(a);
 			a->hello_seen = 1;
 		} else if (w < 0 && errno == EINTR) {
 			continue;
@@ -237,11 +287,13 @@ static void host_flush(struct agent *a)
 		if (a->out.cap > (4u << 20))
 			sbx_buf_free(&a->out); /* give a burst's memory back */
 		sbx_buf_reset(&a->out);
-		a->out_off = 0;
-	} else if (a->out_off > (1u << 20) && a->out_off > a->out.len / 2) {
-		memmove(a->out.data, a->out.data + a->out_off, outq_pending(a));
-		a->out.len -= a->out_off;
-		a->out_off = 0;
+		a->out_off = a->out_frame = 0;
+	} else if (a->out_frame > (1u << 20) && a->out_frame > a->out.len / 2) {
+		/* Keep the frame being written whole (see outq_resync). */
+		memmove(a->out.data, a->out.data + a->out_frame, a->out.len - a->out_frame);
+		a->out.len -= a->out_frame;
+		a->out_off -= a->out_frame;
+		a->out_frame = 0;
 	}
 	host_interest(a);
 }
@@ -1251,6 +1303,177 @@ static void shutdown_all(struct agent *a)
 			exec_kill(a, &a->ex[i], SBX_R_KILLED);
 }
 
+/* ---- snapshots ---------------------------------------------------------- */
+
+/* Overwrite, then remove, every secret file: a snapshot holds the guest's
+ * memory, and a tmpfs page keeps its bytes after the unlink that frees
+ * it.  The directory goes too, so the source can be given them again. */
+static int secrets_wipe(struct agent *a, const char **why)
+{
+	static const uint8_t zero[4096];
+	const char *dir = a->is_pid1 ? "/run/secrets" : getenv("SBX_AGENT_SECRETS_DIR");
+	struct dirent *de;
+	DIR *d;
+	int dfd;
+
+	if (!dir || !*dir)
+		return 0;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0) {
+		*why = "cannot open the secrets directory";
+		return errno == ENOENT ? 0 : -1;
+	}
+	fchmod(dfd, 0700); /* 0500 as delivered: no unlink without w */
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		*why = "cannot read the secrets directory";
+		return -1;
+	}
+	while ((de = readdir(d)) != NULL) {
+		struct stat st;
+		int fd;
+
+		if (de->d_name[0] == '.')
+			continue;
+		fchmodat(dfd, de->d_name, 0600, 0);
+		fd = openat(dfd, de->d_name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+			for (off_t off = 0; off < st.st_size; off += (off_t)sizeof(zero))
+				if (pwrite(fd, zero, st.st_size - off < (off_t)sizeof(zero) ? (size_t)(st.st_size - off)
+											  : sizeof(zero), off) < 0)
+					break;
+		if (fd >= 0)
+			close(fd);
+		if (unlinkat(dfd, de->d_name, 0) < 0) {
+			closedir(d);
+			*why = "cannot remove a secret file";
+			return -1;
+		}
+	}
+	closedir(d);
+	if (rmdir(dir) < 0 && errno != ENOENT) {
+		*why = "cannot remove the secrets directory";
+		return -1;
+	}
+	return 0;
+}
+
+/* The host is about to save this VM: nothing may be running (an exec's
+ * processes and pipes cannot be part of an image another session starts
+ * from), and no secret may be in it.  (The port's receive buffers, the
+ * last place in the kernel where the secrets frame lay, the host rinses
+ * with padding before this frame; any payload here is padding too.) */
+static void on_quiesce(struct agent *a, const struct sbx_frame *f)
+{
+	const char *why = "cannot wipe the secrets";
+
+	if (f->stream) {
+		send_error(a, f->stream, ERR_INVALID, "malformed quiesce");
+		return;
+	}
+	if (a->nlive) {
+		send_error(a, 0, ERR_CONFLICT, "execs are still running");
+		return;
+	}
+	if (secrets_wipe(a, &why) < 0) {
+		sbx_guest_log("agent: quiesce: %s", why);
+		send_error(a, 0, ERR_INTERNAL, why);
+		return;
+	}
+	sbx_frame_raw(&a->out, SBX_F_QUIESCE, 0, NULL, 0);
+}
+
+static int identity_parse(const struct sbx_frame *f, char *host, size_t cap, const uint8_t **seed,
+			  uint32_t *seed_len, uint64_t *t_ns)
+{
+	struct sbx_tlv_it it;
+	const uint8_t *val;
+	uint16_t tag;
+	uint32_t n;
+	int rc;
+
+	sbx_tlv_init(&it, f->payload, f->len);
+	while ((rc = sbx_tlv_next(&it, &tag, &val, &n)) == 1) {
+		if (tag == SBX_T_HOSTNAME) {
+			if (sbx_tlv_as_str(val, n, host, cap) < 0 || n == 0 || n > 63)
+				return -1;
+			for (uint32_t i = 0; i < n; i++)
+				if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", host[i]))
+					return -1;
+		} else if (tag == SBX_T_SEED && n >= 16 && n <= 512) {
+			*seed = val;
+			*seed_len = n;
+		} else if (tag != SBX_T_TIME_NS || sbx_tlv_as_u64(val, n, t_ns) < 0) {
+			return -1;
+		}
+	}
+	return rc < 0 || !host[0] || !*seed || !*t_ns ? -1 : 0;
+}
+
+/* A restored VM (or a warm-pool member being claimed) becomes a session
+ * of its own: the host's wall clock (ours stopped when the source was
+ * saved), the new hostname, fresh randomness mixed in and the generator
+ * reseeded (so two sessions from one snapshot never share a stream), and
+ * no trace of the source's execs.  Only as PID 1: in --agent-fd mode this
+ * is the host's own system. */
+static void on_identity(struct agent *a, const struct sbx_frame *f)
+{
+	char host[64] = "";
+	const uint8_t *seed = NULL;
+	uint32_t seed_len = 0;
+	uint64_t t_ns = 0;
+	struct utsname u;
+	size_t off;
+
+	if (f->stream || identity_parse(f, host, sizeof(host), &seed, &seed_len, &t_ns) < 0) {
+		send_error(a, f->stream, ERR_INVALID, "malformed identity");
+		return;
+	}
+	if (a->is_pid1) {
+		struct timespec ts = { .tv_sec = (time_t)(t_ns / 1000000000u), .tv_nsec = (long)(t_ns % 1000000000u) };
+		struct {
+			struct rand_pool_info info;
+			uint8_t buf[512];
+		} rp;
+		int fd;
+
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+			sbx_guest_log("agent: identity: clock: %s", strerror(errno));
+		if (sethostname(host, strlen(host)) < 0)
+			sbx_guest_log("agent: identity: hostname: %s", strerror(errno));
+		rp.info.entropy_count = (int)seed_len * 8;
+		rp.info.buf_size = (int)seed_len;
+		memcpy(rp.buf, seed, seed_len);
+		fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || ioctl(fd, RNDADDENTROPY, &rp) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0) {
+			sbx_guest_log("agent: identity: reseed: %s", strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			explicit_bzero(&rp, sizeof(rp));
+			send_error(a, 0, ERR_INTERNAL, "cannot reseed the random number generator");
+			return;
+		}
+		close(fd);
+		explicit_bzero(&rp, sizeof(rp));
+	}
+	explicit_bzero((void *)seed, seed_len);
+	/* The new host numbers its execs from 1 and may set other limits:
+	 * nothing of the source's exec bookkeeping carries over. */
+	shutdown_all(a);
+	for (unsigned i = 0; i < a->npool; i++)
+		cg_remove(a, &a->pool[i]);
+	a->npool = 0;
+	a->pool_next = 1;
+	a->session_pids = 0;
+	if (uname(&u) < 0)
+		memset(&u, 0, sizeof(u));
+	off = sbx_frame_begin(&a->out, SBX_F_IDENTITY, 0);
+	sbx_tlv_str(&a->out, SBX_T_KERNEL, u.release);
+	sbx_tlv_str(&a->out, SBX_T_HOSTNAME, u.nodename);
+	sbx_frame_end(&a->out, off);
+}
+
 static void dispatch(struct agent *a, const struct sbx_frame *f)
 {
 	switch (f->type) {
@@ -1272,6 +1495,12 @@ static void dispatch(struct agent *a, const struct sbx_frame *f)
 		break;
 	case SBX_F_SECRETS:
 		on_secrets(a, f);
+		break;
+	case SBX_F_QUIESCE:
+		on_quiesce(a, f);
+		break;
+	case SBX_F_IDENTITY:
+		on_identity(a, f);
 		break;
 	case SBX_F_SHUTDOWN:
 		shutdown_all(a);
@@ -1333,6 +1562,46 @@ static void host_read(struct agent *a)
 			host_lost(a, r < 0 ? errno : 0);
 		}
 	}
+}
+
+/* A host connecting to our vsock listener.  One host at a time: a new one
+ * replaces the old, whose VMM may be gone without a word (a restore). */
+static void host_accept(struct agent *a)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLET, .data.u64 = K_HOST };
+	int fd = accept4(a->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	/* Over vsock only the host (CID 2) speaks for the host. */
+	if (ss.ss_family == AF_VSOCK && ((struct sockaddr_vm *)&ss)->svm_cid != VMADDR_CID_HOST) {
+		close(fd);
+		return;
+	}
+	if (a->host >= 0) {
+		epoll_ctl(a->ep, EPOLL_CTL_DEL, a->host, NULL);
+		close(a->host);
+	}
+	a->host = fd;
+	if (epoll_ctl(a->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		sbx_guest_log("agent: accept: %s", strerror(errno));
+		close(fd);
+		a->host = -1;
+		a->host_down = 1;
+		return;
+	}
+	if (a->accepted++)
+		sbx_guest_log("agent: host reconnected");
+	a->host_out = 1;
+	a->host_down = 0;
+	a->in_len = 0;
+	outq_resync(a);
+	/* A new host (say, after a snapshot restore) needs a readiness signal. */
+	if (a->hello_seen)
+		send_hello(a);
+	host_read(a);
 }
 
 static void host_check(struct agent *a)
@@ -1409,7 +1678,7 @@ static void run_deadlines(struct agent *a)
 			maybe_finish(a, e);
 		}
 	}
-	if (a->host_down && now >= a->host_retry)
+	if (a->host_down && a->lfd < 0 && now >= a->host_retry)
 		host_check(a);
 }
 
@@ -1428,7 +1697,7 @@ static int next_timeout_ms(const struct agent *a)
 	}
 	if (a->rm_next && a->rm_next < next)
 		next = a->rm_next;
-	if (a->host_down && a->host_retry < next)
+	if (a->host_down && a->lfd < 0 && a->host_retry < next)
 		next = a->host_retry;
 	if (next == UINT64_MAX)
 		return -1;
@@ -1454,10 +1723,13 @@ static int handle_events(struct agent *a, int timeout_ms)
 		uint64_t tag = ev[i].data.u64;
 		switch (tag & 0xff) {
 		case K_HOST:
-			if (a->host_down)
+			if (a->host_down && a->lfd < 0)
 				host_check(a);
-			else if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+			else if (!a->host_down && ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 				host_read(a);
+			break;
+		case K_LISTEN:
+			host_accept(a);
 			break;
 		case K_SIG:
 			reap(a);
@@ -1509,8 +1781,20 @@ static int agent_init(struct agent *a, int fd, int is_pid1)
 	struct statfs sf;
 	const char *cgroot;
 	sigset_t ss;
+	int listening = 0;
+	socklen_t sl = sizeof(listening);
 
-	a->host = fd;
+	/* A listening socket (vsock, or a unix socket in --agent-fd mode):
+	 * hosts connect to it, one at a time; else fd is the host. */
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &sl) < 0)
+		listening = 0;
+	a->host = listening ? -1 : fd;
+	a->lfd = listening ? fd : -1;
+	a->host_down = listening;
+	if (listening) {
+		ev.events = EPOLLIN;
+		ev.data.u64 = K_LISTEN;
+	}
 	a->is_pid1 = is_pid1;
 	a->cgroot = a->sig = a->ep = a->devnull = -1;
 	/* Children get our 0-2 replaced; were one closed, a pipe could land
@@ -1535,7 +1819,7 @@ static int agent_init(struct agent *a, int fd, int is_pid1)
 	    (a->ep = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
 	    epoll_ctl(a->ep, EPOLL_CTL_ADD, fd, &ev) < 0)
 		return -1;
-	a->host_out = 1;
+	a->host_out = !listening;
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.u64 = K_SIG };
 	if (epoll_ctl(a->ep, EPOLL_CTL_ADD, a->sig, &ev) < 0)
 		return -1;
@@ -1568,6 +1852,8 @@ static void agent_free(struct agent *a)
 	closep(&a->ep);
 	closep(&a->sig);
 	closep(&a->devnull);
+	if (a->lfd >= 0)
+		closep(&a->host); /* ours: accepted here (the listener is the caller's) */
 	for (unsigned i = 0; i < a->npool; i++)
 		cg_close(&a->pool[i]);
 	closep(&a->cgroot);

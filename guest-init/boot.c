@@ -26,7 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <linux/vm_sockets.h>
+
 #include "init.h"
+#include "proto.h"
 
 #ifndef PROC_SUPER_MAGIC
 #define PROC_SUPER_MAGIC 0x9fa0
@@ -230,6 +233,8 @@ void sbx_guest_cmdline(struct sbx_guest_cfg *cfg)
 			} else {
 				sbx_guest_log("ignoring invalid sbx.hostname");
 			}
+		} else if (len == 9 && !strncmp(tok, "sbx.net=1", 9)) {
+			cfg->net = 1;
 		} else if (len == 13 && !strncmp(tok, "sbx.scratch=1", 13)) {
 			cfg->scratch = 1;
 		} else if (len > 9 && !strncmp(tok, "sbx.vol", 7) && tok[7] >= '0' && tok[7] <= '7' &&
@@ -244,6 +249,19 @@ void sbx_guest_cmdline(struct sbx_guest_cfg *cfg)
 			} else {
 				sbx_guest_log("ignoring invalid sbx.vol");
 			}
+		} else if (len > 10 && len <= 13 && !strncmp(tok, "sbx.volrw=", 10)) {
+			/* Which volumes the host attached writable (decimal
+			 * mask); only those are mounted read-write. */
+			unsigned v = 0;
+			size_t i = 10;
+			while (i < len && tok[i] >= '0' && tok[i] <= '9')
+				v = v * 10 + (unsigned)(tok[i++] - '0');
+			if (i == len && v <= 255)
+				cfg->vol_rw = v;
+			else
+				sbx_guest_log("ignoring invalid sbx.volrw");
+		} else if (sbx_guest_pkg_param(cfg, tok, len)) {
+			/* sbx.pkg*: pkg.c */
 		} else if (len > 9 && !strncmp(tok, "sbx.root=", 9)) {
 			if (valid_root(tok + 9, len - 9)) {
 				memcpy(cfg->root, tok + 9, len - 9);
@@ -317,11 +335,33 @@ static void ensure_std_fds(void)
 	}
 }
 
+/* Any PCI device at all?  QEMU's microvm has none (virtio-mmio); Cloud
+ * Hypervisor's devices are all PCI. */
+static int have_pci(void)
+{
+	DIR *d = opendir("/sys/bus/pci/devices");
+	struct dirent *de;
+	int found = 0;
+
+	while (d && !found && (de = readdir(d)) != NULL)
+		found = de->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* Modules that only drive PCI devices: under TCG each load costs
+ * milliseconds, so a VM without PCI skips them. */
+static int pci_only(const char *m)
+{
+	return strstr(m, "pci") || !strcmp(m, "pvpanic.ko");
+}
+
 static void load_modules(void)
 {
 	char buf[4096];
 	ssize_t n;
-	int dfd, fd;
+	int dfd, fd, pci = have_pci();
 
 	dfd = open(MODULE_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	fd = dfd < 0 ? -1 : openat(dfd, "order", O_RDONLY | O_CLOEXEC);
@@ -345,6 +385,10 @@ static void load_modules(void)
 			next = line + strlen(line);
 		if (!*line || *line == '#' || strchr(line, '/'))
 			continue;
+		if (!pci && pci_only(line)) {
+			unlinkat(dfd, line, 0);
+			continue;
+		}
 		int mfd = openat(dfd, line, O_RDONLY | O_CLOEXEC);
 		if (mfd < 0) {
 			sbx_guest_log("module %s: %s", line, strerror(errno));
@@ -539,13 +583,48 @@ static void setup_loopback(void)
 	close(s);
 }
 
-/* The port node appears when the device probes, but its name arrives in a
- * later control message from QEMU, so poll the name, not the node. */
-static int find_agent_port(char *dev, size_t cap)
+/* Is there a vsock device with a CID of its own (Cloud Hypervisor)?  The
+ * vsock modules load on every VMM and make /dev/vsock; without a device
+ * the local CID is VMADDR_CID_ANY. */
+static int have_vsock(void)
+{
+	unsigned int cid = VMADDR_CID_ANY;
+	int fd = open("/dev/vsock", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	if (ioctl(fd, IOCTL_VM_SOCKETS_GET_LOCAL_CID, &cid) < 0)
+		cid = VMADDR_CID_ANY;
+	close(fd);
+	return cid != VMADDR_CID_ANY && cid > VMADDR_CID_HOST;
+}
+
+static int vsock_listen(void)
+{
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_port = SBX_AGENT_VSOCK_PORT,
+				 .svm_cid = VMADDR_CID_ANY };
+	int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 4) < 0) {
+		sbx_guest_log("vsock port %u: %s", SBX_AGENT_VSOCK_PORT, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Where the host reaches the agent: a vsock device (*vsock set), or the
+ * virtio-serial port named sbx.agent (its path in dev).  The port node
+ * appears when the device probes, but its name arrives in a later control
+ * message from QEMU, so poll the name, not the node. */
+static int find_agent_port(char *dev, size_t cap, int *vsock)
 {
 	long deadline = now_ms() + WAIT_PORT_MS;
 
 	for (;;) {
+		if ((*vsock = have_vsock()))
+			return 0;
 		DIR *d = opendir("/sys/class/virtio-ports");
 		struct dirent *de;
 
@@ -596,7 +675,8 @@ static void mkdirs(const char *path)
 
 /* Host directories the session reads (-v HOST:GUEST:ro), each an ext4
  * image the host built without a loop mount; read-only, no devices, no
- * setuid. */
+ * setuid.  A workspace (sbx.volrw) is the one writable kind: its journal
+ * is replayed and kept, since its contents outlive the session. */
 static int mount_volumes(const struct sbx_guest_cfg *cfg)
 {
 	for (int i = 0; i < 8; i++) {
@@ -611,7 +691,9 @@ static int mount_volumes(const struct sbx_guest_cfg *cfg)
 			return -1;
 		}
 		mkdirs(cfg->vols[i]);
-		if (mount(dev, cfg->vols[i], "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME, "noload") < 0) {
+		int rw = (cfg->vol_rw >> i) & 1;
+		if (mount(dev, cfg->vols[i], "ext4", (rw ? 0 : MS_RDONLY) | MS_NOSUID | MS_NODEV | MS_NOATIME,
+			  rw ? "discard" : "noload") < 0) {
 			sbx_guest_log("mount %s on %s: %s", dev, cfg->vols[i], strerror(errno));
 			return -1;
 		}
@@ -623,7 +705,7 @@ int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
 {
 	const unsigned long nse = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 	char port[PATH_MAX];
-	int fd;
+	int fd, vsock;
 
 	phase("init entered");
 	umask(022);
@@ -653,11 +735,23 @@ int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
 	if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
 		sbx_guest_log("sethostname: %s", strerror(errno));
 	setup_loopback();
+	sbx_guest_packages(cfg);
+	/* A session whose NIC does not come up fails its create: its policy
+	 * asked for the network. */
+	if (cfg->net && sbx_guest_net_up() < 0)
+		return -1;
 	phase("system up");
 
-	if (find_agent_port(port, sizeof(port)) < 0) {
-		sbx_guest_log("no virtio-serial port named " SBX_AGENT_PORT_NAME);
+	if (find_agent_port(port, sizeof(port), &vsock) < 0) {
+		sbx_guest_log("no vsock device and no virtio-serial port named " SBX_AGENT_PORT_NAME);
 		return -1;
+	}
+	if (vsock) {
+		/* The agent accepts the host's connections itself. */
+		fd = vsock_listen();
+		phase("agent listening on vsock");
+		phase_flush();
+		return fd;
 	}
 	/* The node is created by devtmpfs asynchronously to the sysfs entry. */
 	if (wait_for_path(port, 1000) < 0 ||

@@ -18,6 +18,12 @@ struct sbx_guest_cfg {
 			     * (serial sbx-root) under an overlay whose upper
 			     * layer is the session's scratch disk (sbx-scratch) */
 	char vols[8][128];  /* sbx.volN=/guest/path: disk sbx-volN, mounted read-only */
+	int net;            /* sbx.net=1: a NIC to the session's proxy (net.c) */
+	unsigned vol_rw;    /* sbx.volrw=MASK: bit N, volume N is writable (a workspace) */
+	/* Package installs (pkg.c): sbx.pkg=, sbx.pkgpolicy=, sbx.pkgreg=P,N */
+	char pkg[24];       /* "offline", the cache's URL, or "" (leave pip and npm alone) */
+	char pkg_policy[64];
+	unsigned pkg_pypi, pkg_npm;
 };
 
 #define SBX_PROBE_MARKER "SBX-PROBE-OK"
@@ -27,12 +33,24 @@ struct sbx_guest_cfg {
 
 /* Parse /proc/cmdline into cfg (defaults filled). */
 void sbx_guest_cmdline(struct sbx_guest_cfg *cfg);
-/* Bring the system up as PID 1 and return the agent port fd, opened
- * O_RDWR|O_CLOEXEC|O_NONBLOCK; -1 on a fatal error (already logged). */
+/* Bring the system up as PID 1 and return the agent's fd: the virtio-serial
+ * port, opened O_RDWR|O_CLOEXEC|O_NONBLOCK, or a listening vsock socket
+ * (port SBX_AGENT_VSOCK_PORT) where the VMM has vsock instead; -1 on a
+ * fatal error (already logged). */
 int sbx_guest_boot(const struct sbx_guest_cfg *cfg);
-/* Serve the host on fd until SHUTDOWN; as PID 1, SHUTDOWN syncs and powers
- * off.  Returns only in --agent-fd mode, or -1 on a fatal error. */
+/* Serve the host on fd until SHUTDOWN (on a listening socket: each host
+ * that connects, one at a time, a new one replacing the old); as PID 1,
+ * SHUTDOWN syncs and powers off.  Returns only in --agent-fd mode, or -1
+ * on a fatal error. */
 int sbx_agent_run(int fd, int is_pid1);
+/* sbx.net=1: eth0, its route and /etc/resolv.conf (net.c), in the new
+ * root; -1 when something failed (already logged). */
+int sbx_guest_net_up(void);
+/* pkg.c: take one sbx.pkg* kernel parameter (1), or say it is none (0). */
+int sbx_guest_pkg_param(struct sbx_guest_cfg *cfg, const char *tok, size_t len);
+/* pkg.c: write /etc/pip.conf and npmrc for the session's package policy,
+ * and start the local responder for what it refuses. */
+void sbx_guest_packages(const struct sbx_guest_cfg *cfg);
 /* Log one line to the console (/dev/kmsg as PID 1, stderr otherwise). */
 void sbx_guest_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Power off now (PID 1) after sync; never returns. */

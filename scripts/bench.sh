@@ -3,7 +3,11 @@
 #  - cold create-to-ready (sbx-create) vs QEMU + kernel + initramfs launched
 #    directly until the agent's HELLO (tools/sbx-bench-floor);
 #  - `sbx-exec ID -- true` vs an EXEC `true` round trip straight on the agent
-#    channel, and the raw PING round trip.
+#    channel, and the raw PING round trip;
+#  - create-to-ready when a warm-pool member is claimed (sbx.yaml(5));
+#  - create-to-ready from a snapshot (sbx-create -s) vs QEMU -incoming
+#    restores of the same saved VM, its disk unpacked, until the agent
+#    answers a PING (sbx-bench-floor's raw restore floor).
 # Prints a table and writes $SBX_BUILD/bench.json.  Runs: BENCH_RUNS (10).
 set -euo pipefail
 B=${SBX_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
@@ -17,7 +21,7 @@ raw=$SBX_ROOT/raw
 mkdir -p "$raw"
 
 echo "bench: floor: $RUNS direct boots, 200 pings, $EXECS raw execs" >&2
-"$B/tools/sbx-bench-floor" "$tmpl" "$RUNS" 200 "$EXECS" >"$raw/floor.json"
+"$B/tools/sbx-bench-floor" "$tmpl" "$RUNS" 200 "$EXECS" "$RUNS" >"$raw/floor.json"
 
 T=$(dirname "$0")/bench-time.py
 echo "bench: sbx-create x $RUNS" >&2
@@ -26,6 +30,36 @@ for i in $(seq "$RUNS"); do
 	"$T" 1 sbx-create -q --id "bench-$i" >>"$raw/create.txt"
 	sbx-kill "bench-$i"
 done
+
+# From a snapshot: a session saved once (idle, as the floor's), restored.
+echo "bench: sbx-create -s x $RUNS" >&2
+src=$(sbx-create -q)
+sbx-exec "$src" -- true
+sbx-snapshot save "$src" bench@1 >/dev/null
+sbx-kill "$src"
+: >"$raw/restore.txt"
+for i in $(seq "$RUNS"); do
+	"$T" 1 sbx-create -q -s bench@1 --id "restore-$i" >>"$raw/restore.txt"
+	sbx-kill "restore-$i"
+done
+sbx-snapshot rm bench@1
+
+# Warm pool: the same create, served by a member.  sbx-gc --pool-only
+# before each run waits for the previous claim's refill (one keeper of the
+# pool at a time) and tops the pool up, so each timed create finds one.
+echo "bench: sbx-create from the warm pool x $RUNS" >&2
+mkdir -p "$SBX_ROOT/etc/sbx"
+printf 'pool:\n  templates:\n    default: {size: 1}\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
+: >"$raw/claim.txt"
+for i in $(seq "$RUNS"); do
+	sbx-gc --pool-only >/dev/null
+	"$T" 1 sbx-create -q --id "claim-$i" >>"$raw/claim.txt"
+	jq -e .from_pool "$SBX_ROOT/var/lib/sbx/sessions/claim-$i/session.json" >/dev/null ||
+		{ echo "bench: claim-$i was not served from the pool" >&2; exit 1; }
+	sbx-kill "claim-$i"
+done
+rm "$SBX_ROOT/etc/sbx/sbx.yaml"
+sbx-gc --pool-only >/dev/null # after the last refill: empties the pool
 
 echo "bench: sbx-exec true x $EXECS" >&2
 id=$(sbx-create -q)
@@ -76,12 +110,21 @@ nb = {m: [float(x) for x in open(f"{raw}/nb-{m}.txt") if x.strip()] for m in ("i
 rows += [row("B exec true, neighbour idle", nb["idle"], "ms"),
          row("B exec true, neighbour spins, uncapped", nb["uncapped"], "ms"),
          row("B exec true, neighbour spins, capped 0.5", nb["capped"], "ms")]
+claim = [float(x) for x in open(f"{raw}/claim.txt") if x.strip()]
+rows += [row("create-to-ready, warm pool claim", claim, "ms")]
+restore = [float(x) for x in open(f"{raw}/restore.txt") if x.strip()]
+rows += [row("create-to-ready from snapshot (sbx-create -s)", restore, "ms"),
+         row("floor: qemu -incoming restore -> agent answers", floor["restore_ms"], "ms")]
 ratios = {"create_vs_floor_p50": round(rows[0]["p50"] / rows[1]["p50"], 3),
           "create_vs_floor_p95": round(rows[0]["p95"] / rows[1]["p95"], 3),
           "exec_vs_raw_exec_p50": round(rows[2]["p50"] / rows[3]["p50"], 3),
           "exec_host_overhead_p50_ms": round(rows[2]["p50"] - rows[3]["p50"] - rows[5]["p50"], 2),
           "neighbour_uncapped_vs_idle_p50": round(rows[7]["p50"] / rows[6]["p50"], 3),
-          "neighbour_capped_vs_idle_p50": round(rows[8]["p50"] / rows[6]["p50"], 3)}
+          "neighbour_capped_vs_idle_p50": round(rows[8]["p50"] / rows[6]["p50"], 3),
+          "pool_claim_vs_create_p50": round(rows[9]["p50"] / rows[0]["p50"], 3),
+          "snapshot_vs_restore_floor_p50": round(rows[10]["p50"] / rows[11]["p50"], 3),
+          "snapshot_vs_restore_floor_p95": round(rows[10]["p95"] / rows[11]["p95"], 3),
+          "floor_save_ms": floor["save_ms"]}
 res = {"schema": 1, "host": platform.node(), "kernel": platform.release(), "accel": accel,
        "results": rows, "ratios": ratios}
 json.dump(res, open(out, "w"), indent=2)

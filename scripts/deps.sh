@@ -5,9 +5,10 @@ set -euo pipefail
 PKGS=(
 	build-essential pkg-config
 	libjansson-dev libbsd-dev libmd-dev libarchive-dev libyaml-dev libseccomp-dev
-	libnl-3-dev libnl-route-3-dev
-	qemu-system-x86 qemu-utils busybox-static e2fsprogs lz4 zstd
-	jq mandoc procps python3 clang libclang-rt-14-dev
+	libcurl4-openssl-dev libxml2-dev
+	libnl-3-dev libnl-route-3-dev libnftables-dev nftables iproute2 util-linux
+	qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs lz4 zstd libzstd-dev
+	jq mandoc procps python3 python3-yaml clang libclang-rt-14-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do

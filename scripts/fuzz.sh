@@ -13,14 +13,27 @@ for src in tests/fuzz/fuzz-*.c; do
 	fuzz-policy)
 		deps=(common/policy.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
-	fuzz-record)
+	fuzz-hostconf)
+		# policy.c for its size parser.
+		deps=(common/hostconf.c common/policy.c common/err.c common/util.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
+	fuzz-record|fuzz-ch)
 		deps=(common/*.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs $(sed -n 's/^PKGS = //p' Makefile))" ;;
+	fuzz-pkgcache)
+		# The cache's request head and index parsers; pkgcache.c links
+		# the audit trail and the deny list.
+		deps=(common/pkgcache.c common/audit.c common/state.c common/util.c common/err.c common/egress.c
+			common/policy.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-tar)
 		# transfer.c carries sbx-cp's whole library: link all of common/
 		# with every library the Makefile links.
 		deps=(common/*.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs $(sed -n 's/^PKGS = //p' Makefile))" ;;
+	fuzz-egress)
+		deps=(common/egress.c)
+		read -ra libs <<<"$(pkg-config --cflags jansson)" ;;
 	fuzz-audit)
 		deps=(common/audit.c common/state.c common/util.c common/err.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay libmd)" ;;

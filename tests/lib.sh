@@ -41,6 +41,24 @@ root_procs() {
 
 have_template() { ls -d "$SBX_TEMPLATES"/default@* >/dev/null 2>&1; }
 
+# First thing in a test that boots VMs: a template, and the VMM backend
+# under test able to run here.  The backend is SBX_VMM, as the commands
+# read it; scripts/check.sh runs these tests once per backend, and sets
+# SBX_TEST_VMM_SKIP when its real probe found that one cannot (the cheap
+# checks below cover a test run by hand).
+require_vm() {
+	have_template || skip_all "no template built (make image)"
+	[ -z "${SBX_TEST_VMM_SKIP:-}" ] || skip_all "$SBX_TEST_VMM_SKIP"
+	case ${SBX_VMM:-} in
+	cloud-hypervisor)
+		command -v "${SBX_CLOUD_HYPERVISOR:-cloud-hypervisor}" >/dev/null ||
+			skip_all "cloud-hypervisor not installed"
+		[ -r /dev/kvm ] && [ -w /dev/kvm ] || skip_all "no usable KVM (/dev/kvm)" ;;
+	qemu)
+		command -v "${SBX_QEMU:-qemu-system-x86_64}" >/dev/null || skip_all "qemu not installed" ;;
+	esac
+}
+
 _cleanup() {
 	if [ -d "$SBX_ROOT/var/lib/sbx/sessions" ]; then
 		ls "$SBX_ROOT/var/lib/sbx/sessions" | sbx-kill >/dev/null 2>&1 || true

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The foundation: create, exec (every form), ps, kill, on a real microVM.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 
 id=$(sbx-create 2>"$TEST_TMP/create.err"); rc=$?
 ok $rc "sbx-create exits 0"

@@ -2,7 +2,7 @@
 # Bad input changes nothing; failed creates leave nothing; kill survives a
 # VMM killed with -9; --id is idempotent.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 
 snapshot() { (cd "$SBX_ROOT" && find . -path ./tmp -prune -o -print | sort) ; }
 before=$(sbx-ps -q; snapshot)

@@ -2,7 +2,7 @@
 # Concurrent execs in one session keep their outputs apart; five sessions
 # run at once.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 
 id=$(sbx-create -q) || { ok 1 "create"; done_testing; }
 for i in 1 2 3 4 5 6; do

@@ -1,7 +1,7 @@
 #!/bin/bash
 # sbx-exec -it: an interactive shell on a pty in the guest.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 id=$(sbx-create -q)
 python3 "$(dirname "$0")/tools/pty-drive.py" "$id" 1
 _fail=$?

@@ -2,7 +2,7 @@
 # Signals to a foreground sbx-exec reach the guest command; detached execs;
 # destroying a session under a running exec.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 id=$(sbx-create -q)
 
 for sig in INT TERM HUP; do

@@ -2,7 +2,7 @@
 # Detached execs: list, wait (status passes through), captured output, kill
 # one exec; records stay readable after the exec ended.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 id=$(sbx-create -q)
 
 e=$(sbx-exec -d "$id" -- sh -c 'echo to-out; echo to-err >&2; sleep 2; exit 3')

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The VMM's host cgroup (CPU cap, memory, pids) and the usage sbx-ps reports.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 h=$(printf '%s' "$SBX_ROOT" | sha256sum | cut -c1-8)
 
 id=$(sbx-create -q --cpus 2 --memory 384)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Each limit hit on purpose, with the reason asserted; the session survives.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 pol=$TEST_TMP/limits.yaml
 cat >"$pol" <<'Y'
 resources:

@@ -2,7 +2,7 @@
 # The disk quota (the session's scratch disk under an overlay root) and
 # read-only host volumes; the template is never modified.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 tmpl=$(ls -d "$SBX_TEMPLATES"/default@* | head -1)
 sum0=$(sha256sum "$tmpl/rootfs.ext4" | cut -d' ' -f1)
 src=$TEST_TMP/src

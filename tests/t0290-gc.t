@@ -2,7 +2,7 @@
 # sbx-gc: reclaims crashed, expired, corrupt and orphaned state; never
 # touches a live or still-creating session, even when run in a loop.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 h=$(printf '%s' "$SBX_ROOT" | sha256sum | cut -c1-8)
 S=$SBX_ROOT/var/lib/sbx/sessions
 R=$SBX_ROOT/run/sbx/sessions

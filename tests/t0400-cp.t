@@ -4,7 +4,7 @@
 # user (refused, nothing written in the guest) and from a guest that runs
 # its own "tar" as root (refused, nothing written on the host).
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 command -v python3 >/dev/null || skip_all "python3 (for hostile tars) not installed"
 command -v jq >/dev/null || skip_all "jq not installed"
 

@@ -2,7 +2,7 @@
 # Every command leaves its trace in the audit trail; output never does; a
 # session or exec that cannot be audited does not run.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 A=$SBX_ROOT/var/lib/sbx/audit.log
 
 id=$(sbx-create -q)

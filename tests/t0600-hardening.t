@@ -1,9 +1,10 @@
 #!/bin/bash
 # The VMM runs jailed (common/jail.c): its own unprivileged uid, no
 # capabilities, no_new_privs, a seccomp filter, and a root that holds only
-# what QEMU needs.  A failed jail step means no VMM.
+# what the VMM (QEMU, Cloud Hypervisor) needs.  A failed jail step means no
+# VMM.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 [ "${SBX_JAIL:-on}" = on ] || skip_all "SBX_JAIL=$SBX_JAIL"
 L=$SBX_ROOT/var/lib/sbx/sessions
 R=$SBX_ROOT/run/sbx/sessions
@@ -13,6 +14,7 @@ first() { field "$@" | cut -d' ' -f1; }
 
 a=$(sbx-create -q); ok $? "create a session"
 vmm=$(jq -r .vmm_process.pid "$L/$a/session.json")
+backend=$(jq -r .vmm "$L/$a/session.json")
 uid=$(field Uid "$vmm")
 gid=$(field Gid "$vmm")
 u=${uid%% *}
@@ -28,7 +30,11 @@ fi
 is "$(field Groups "$vmm")" "$kvm" "no supplementary groups (but /dev/kvm's when KVM needs it)"
 is "$(field NoNewPrivs "$vmm")" 1 "no_new_privs is set"
 is "$(field Seccomp "$vmm")" 2 "a seccomp filter is on"
-is "$(field Seccomp_filters "$vmm")" 2 "ours and QEMU's -sandbox"
+if [ "$backend" = qemu ]; then
+	is "$(field Seccomp_filters "$vmm")" 2 "ours and QEMU's -sandbox"
+else # Cloud Hypervisor installs its own per thread
+	[ "$(field Seccomp_filters "$vmm")" -ge 1 ]; ok $? "ours, at least ($backend)"
+fi
 for c in CapInh CapPrm CapEff CapBnd CapAmb; do
 	is "$(field $c "$vmm")" 0000000000000000 "$c is empty"
 done
@@ -43,22 +49,36 @@ is "$(ls -A "$root/etc")" "ld.so.cache" "/etc has only the loader cache"
 want="null urandom "
 [ "$accel" = kvm ] && want="kvm $want"
 is "$(ls -A "$root/dev" | tr '\n' ' ')" "$want" "/dev has only null, urandom and kvm under KVM ($accel)"
-is "$(ls -A "$root/sbx/run" | tr '\n' ' ')" "agent.sock console.log " \
-   "the cwd shows only the agent socket and the console"
+# QEMU connects to the monitor's agent.sock; Cloud Hypervisor makes its
+# vsock socket in a directory of its own.
+want="agent.sock console.log "
+[ "$backend" = qemu ] || want="console.log vsock "
+is "$(ls -A "$root/sbx/run" | tr '\n' ' ')" "$want" \
+   "the cwd shows only the agent's socket (or directory) and the console ($backend)"
 is "$(readlink "/proc/$vmm/cwd")" /sbx/run "the VMM's cwd is in the jail"
 rw=$(awk '$6 ~ /^rw/ { print $5 }' "/proc/$vmm/mountinfo" | sort | tr '\n' ' ')
 want="/dev/null /sbx/run/console.log /sbx/scratch.img "
+# Cloud Hypervisor also writes its vsock socket and its snapshot files.
+[ "$backend" = qemu ] || want="/dev/null /sbx/run/console.log /sbx/run/vsock /sbx/scratch.img /sbx/state "
 [ "$accel" = kvm ] && want="/dev/kvm $want"
 is "$rw" "$want" "only the scratch disk and the console (and devices) are writable"
-grep -q 'file=/sbx/scratch.img' "/proc/$vmm/cmdline"; ok $? "the VMM's argv names in-jail paths"
+if [ "$backend" = qemu ]; then
+	grep -q 'file=/sbx/scratch.img' "/proc/$vmm/cmdline"; ok $? "the VMM's argv names in-jail paths"
+else # the configuration goes over the API
+	tr '\0' ' ' <"/proc/$vmm/cmdline" | grep -qE -- '--api-socket fd=[0-9]+ --event-monitor fd=[0-9]+ $'
+	ok $? "the VMM's argv holds only the API socket and event monitor fds"
+fi
 is "$(tr '\0' '\n' <"/proc/$vmm/environ")" "PATH=/usr/local/bin:/usr/bin:/bin" "the VMM gets a clean environment"
 is "$(stat -c %u "$L/$a/scratch.img")" "$u" "scratch.img belongs to the VMM's uid"
 is "$(stat -c '%u %a' "$R/$a" "$R/$a/monitor.sock" | tr '\n' ' ')" "0 700 0 755 " \
    "the runtime directory and the monitor's socket stay root's"
-if command -v python3 >/dev/null; then
+if command -v python3 >/dev/null && [ "$backend" = qemu ]; then
 	g=$(cd "$R/$a" && python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.settimeout(5)
 s.connect("qmp.sock"); print(s.recv(4096).decode()[:8])' 2>&1)
 	is "$g" '{"QMP": ' "QMP answers on qmp.sock, passed to the VMM as an fd"
+elif command -v curl >/dev/null; then
+	g=$(cd "$R/$a" && curl -s --max-time 5 --unix-socket qmp.sock http://localhost/api/v1/vmm.ping | jq -r .version)
+	[ -n "$g" ] && [ "$g" != null ]; ok $? "the API answers on qmp.sock, passed to the VMM as an fd ($g)"
 fi
 
 # The session still works.

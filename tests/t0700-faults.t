@@ -4,7 +4,7 @@
 # sessions remains (process, socket, cgroup, directory); a second finds
 # nothing.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 h=$(printf '%s' "$SBX_ROOT" | sha256sum | cut -c1-8)
 S=$SBX_ROOT/var/lib/sbx/sessions
 R=$SBX_ROOT/run/sbx/sessions

@@ -4,7 +4,7 @@
 # exec whose session another worker destroyed, 4 or 137; no record is
 # lost, duplicated or corrupt; afterwards nothing is left.
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 export SBX_BOOT_TIMEOUT=240
 worker() {
 	local i=$1 id=c$(( $1 % 8 )) mem=$(( $1 % 16 < 8 ? 256 : 320 ))

@@ -3,7 +3,7 @@
 # QEMU command line, not host files, not the stored output or the audit
 # trail, where they are scrubbed to [secret:NAME].
 . "$(dirname "$0")/lib.sh"
-have_template || skip_all "no template built (make image)"
+require_vm
 A=$SBX_ROOT/var/lib/sbx/audit.log
 S=$SBX_ROOT/var/lib/sbx/sessions
 # The inputs live outside SBX_ROOT and go before the final search.

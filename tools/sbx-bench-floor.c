@@ -1,19 +1,25 @@
 /* The raw floor for `make bench`: the same QEMU, kernel, initramfs and
  * disk overlay sbx-create uses, launched directly (no sbx-create, no
  * monitor) until the agent's HELLO; then PING and EXEC `true` round trips
- * straight on the agent channel.  Prints one JSON object. */
+ * straight on the agent channel; then, with RESTORES, the raw restore
+ * floor: that VM saved (the same VMM operations and files a snapshot
+ * has), and QEMU -incoming restores of it, each with its disk unpacked,
+ * until the agent answers a PING.  Prints one JSON object. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "disk.h"
+#include "zstream.h"
 #include "proto.h"
 #include "template.h"
 #include "util.h"
@@ -66,7 +72,7 @@ static int boot_once(const struct sbx_template *t, const char *dir, struct sbx_v
 	if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 1) < 0)
 		return -1;
 	struct sbx_vm_config c = { .kernel = t->kernel, .initrd = t->initrd, .rootfs = t->rootfs, .scratch = ov,
-				   .agent_sock = "agent.sock",
+				   .agent_sock = "agent.sock", .qmp_sock = "qmp.sock",
 				   .console_path = "console.log", .log_path = "vmm.log", .hostname = "floor",
 				   .vcpus = 1, .memory_mib = 256, .accel = SBX_ACCEL_TCG,
 				   .tsc_khz = sbx_host_tsc_khz(), .sandbox = 1 };
@@ -90,12 +96,92 @@ static int boot_once(const struct sbx_template *t, const char *dir, struct sbx_v
 	return rc == 0 && f.type == SBX_F_HELLO ? 0 : -1;
 }
 
+static int remove_dir(const char *dir)
+{
+	char cmd[100];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : 1;
+}
+
+/* Save vm (idle, no exec running) into dir/snap as a snapshot holds it. */
+static int save_vm(struct sbx_vm *vm, const char *dir, double *ms)
+{
+	char snap[700], ov[700];
+	struct sbx_err err = { 0 };
+	snprintf(snap, sizeof snap, "%s/snap", dir);
+	snprintf(ov, sizeof ov, "%s/scratch.img", dir);
+	mkdir(snap, 0700);
+	uint64_t t0 = sbx_mono_ns();
+	int dfd = open(snap, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || sbx_vm_pause(vm, &err) < 0 || sbx_vm_save(vm, snap, &err) < 0 ||
+	    sbx_zdisk_pack(ov, dfd, "scratch.zst", NULL, NULL, &err) < 0) {
+		fprintf(stderr, "floor: save: %s\n", err.msg);
+		return -1;
+	}
+	*ms = (double)(sbx_mono_ns() - t0) / 1e6;
+	close(dfd);
+	return 0;
+}
+
+/* One restore: disk unpacked, QEMU -incoming, cont, PING answered. */
+static int restore_once(const struct sbx_template *t, const char *dir, double *ms)
+{
+	char snap[700], ov[700];
+	struct sbx_err err = { 0 };
+	uint64_t size;
+	snprintf(snap, sizeof snap, "%s/snap", dir);
+	snprintf(ov, sizeof ov, "%s/scratch.img", dir);
+	unlink(ov);
+	if (chdir(dir) < 0)
+		return -1;
+	unlink("agent.sock");
+	int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX, .sun_path = "agent.sock" };
+	if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 1) < 0)
+		return -1;
+	struct sbx_vm_config c = { .kernel = t->kernel, .initrd = t->initrd, .rootfs = t->rootfs, .scratch = ov,
+				   .agent_sock = "agent.sock", .qmp_sock = "qmp.sock", .console_path = "console.log",
+				   .log_path = "vmm.log", .hostname = "floor", .vcpus = 1, .memory_mib = 256,
+				   .accel = SBX_ACCEL_TCG, .tsc_khz = sbx_host_tsc_khz(), .sandbox = 1,
+				   .restore_dir = snap };
+	const char *acc = getenv("SBX_FLOOR_ACCEL");
+	if (acc && !strcmp(acc, "kvm"))
+		c.accel = SBX_ACCEL_KVM;
+	struct sbx_vm vm = { 0 };
+	uint64_t t0 = sbx_mono_ns();
+	int dfd = open(snap, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || sbx_zdisk_unpack(dfd, "scratch.zst", ov, &size, &err) < 0 || sbx_vm_boot(&c, &vm, &err) < 0 ||
+	    sbx_vm_resume(&vm, &err) < 0) {
+		fprintf(stderr, "floor: restore: %s\n", err.msg);
+		return -1;
+	}
+	close(dfd);
+	int agent = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	close(l);
+	struct sbx_buf in = { 0 }, out = { 0 };
+	struct sbx_frame f;
+	size_t used;
+	sbx_frame_raw(&out, SBX_F_PING, 7, "ping", 4);
+	sbx_write_all(agent, out.data, out.len);
+	int rc;
+	do /* whatever the guest had queued, then the PONG */
+		rc = read_frame(agent, &in, &f, &used, 60000);
+	while (rc == 0 && f.type != SBX_F_PONG && (consume(&in, used), 1));
+	*ms = (double)(sbx_mono_ns() - t0) / 1e6;
+	sbx_buf_free(&in);
+	sbx_buf_free(&out);
+	close(agent);
+	sbx_vm_kill(&vm);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 5) {
-		fprintf(stderr, "usage: sbx-bench-floor TEMPLATE-DIR BOOTS PINGS EXECS\n");
+	if (argc != 5 && argc != 6) {
+		fprintf(stderr, "usage: sbx-bench-floor TEMPLATE-DIR BOOTS PINGS EXECS [RESTORES]\n");
 		return 2;
 	}
+	signal(SIGPIPE, SIG_IGN);
 	struct sbx_template t = { 0 };
 	snprintf(t.kernel, sizeof t.kernel, "%s/vmlinux", argv[1]);
 	snprintf(t.initrd, sizeof t.initrd, "%s/initrd.cpio", argv[1]);
@@ -151,10 +237,30 @@ int main(int argc, char **argv)
 		}
 		printf("%s%.2f", i ? "," : "", (double)(sbx_mono_ns() - t0) / 1e6);
 	}
-	printf("]}\n");
+	printf("]");
+	/* Saved with its agent connected, as a session is: a guest that saw
+	 * its host go would come back waiting for a new one. */
+	int restores = argc == 6 ? atoi(argv[5]) : 0;
+	double save_ms = 0;
+	if (restores > 0 && save_vm(&vm, dir, &save_ms) < 0) {
+		sbx_vm_kill(&vm);
+		remove_dir(dir);
+		return 1;
+	}
 	close(agent);
 	sbx_vm_kill(&vm);
-	char cmd[100];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : 1;
+	if (restores > 0) {
+		printf(",\"save_ms\":%.2f,\"restore_ms\":[", save_ms);
+		for (int i = 0; i < restores; i++) {
+			double ms;
+			if (restore_once(&t, dir, &ms) < 0) {
+				fprintf(stderr, "floor: restore failed (console and VMM log: %s)\n", dir);
+				return 1;
+			}
+			printf("%s%.2f", i ? "," : "", ms);
+		}
+		printf("]");
+	}
+	printf("}\n");
+	return remove_dir(dir);
 }

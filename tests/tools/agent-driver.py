@@ -87,10 +87,22 @@ class Agent:
             # close_fds would run after preexec_fn and close fd 3 again
             preexec_fn=lambda: os.dup2(fd, 3), close_fds=False)
         theirs.close()
+        self._state()
+
+    def _state(self):
         self.buf = bytearray()
         self.pending = []  # frames read but not yet claimed
         self.next_stream = 1
         self.started = set()
+
+    @classmethod
+    def over(cls, sock, next_stream=1):
+        """A host connection of our own to an agent started elsewhere."""
+        a = cls.__new__(cls)
+        a.sock, a.proc = sock, None
+        a._state()
+        a.next_stream = next_stream
+        return a
 
     def send(self, ftype, stream, payload=b""):
         self.sock.sendall(frame(ftype, stream, payload))
@@ -427,6 +439,98 @@ def lifecycle(binary, tap):
     tap.ok(rc == 0 and pid_gone(pid), "host EOF: agent returns 0 and kills its execs")
 
 
+LISTENER_TESTS = ["listener: the first host gets HELLO", "listener: an exec on the first host",
+                  "listener: hosts dropped mid-output: each next one gets whole frames, a new HELLO and the rest",
+                  "listener: an exec on the last host", "listener: SHUTDOWN: agent returns 0"]
+
+
+def drain_until_exit(c, s, buf, timeout=20.0):
+    """Frames from c, each header checked, until the EXIT of stream s:
+    (frames, the first bad header or None, stdout bytes of s, the rest)."""
+    frames, bad, got, deadline = [], None, 0, time.monotonic() + timeout
+    while bad is None and time.monotonic() < deadline and \
+            not any(f[0] == F_EXIT and f[1] == s for f in frames):
+        while len(buf) >= HDR:
+            n, t, fl, rsv, fs = struct.unpack_from("<IBBHI", buf)
+            if not (1 <= t <= 40) or fl or rsv or n > FRAME_MAX:
+                bad = (n, t, fl, rsv, fs)
+                break
+            if len(buf) < HDR + n:
+                break
+            frames.append((t, fs, bytes(buf[HDR:HDR + n])))
+            got += n if t == F_STDOUT and fs == s else 0
+            del buf[:HDR + n]
+        if bad is None and not any(f[0] == F_EXIT and f[1] == s for f in frames) and \
+                select.select([c], [], [], 1)[0]:
+            chunk = c.recv(1 << 20)
+            if not chunk:
+                break
+            buf += chunk
+    return frames, bad, got, buf
+
+
+def listener(binary, tap):
+    """What guest-init does on vsock: serve hosts that connect to a listening
+    socket, one at a time.  Hosts are dropped while a flood of output is half
+    written to them; each next one must get whole frames (the rest of a frame
+    the last took part of is dropped), a fresh HELLO, and what is left.  A
+    write that happens to end on a frame boundary proves nothing, so three
+    hosts are dropped in a row."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="sbx-t0100-")
+    path = os.path.join(d, "agent.sock")
+    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lsock.bind(path)
+    lsock.listen(4)
+    fd = lsock.fileno()
+    # fd 3 in the child (dup2 onto itself would keep close-on-exec)
+    proc = subprocess.Popen([binary, "--agent-fd", "3"], stdin=subprocess.DEVNULL, close_fds=False,
+                            preexec_fn=lambda: os.set_inheritable(3, True) if fd == 3 else os.dup2(fd, 3))
+    lsock.close()
+    try:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(path)
+        a = Agent.over(c)
+        t, _, _ = a.recv(lambda f: True)
+        tap.ok(t == F_HELLO, LISTENER_TESTS[0], t)
+        r = a.run(["echo", "one"])
+        tap.ok(st(r)[0] == 0 and bytes(r.out) == b"one\n", LISTENER_TESTS[1], vars(r))
+        problems = []
+        for _ in range(3):
+            s = a.start(["head", "-c", "4000000", "/dev/zero"])
+            a.wait_started(s)
+            time.sleep(0.3)  # let the agent fill the socket: its last write is partial
+            c.close()
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(path)
+            frames, bad, got, rest = drain_until_exit(c, s, bytearray())
+            ex = [tlvs(p) for t, fs, p in frames if t == F_EXIT and fs == s]
+            if bad is not None or not any(f[0] == F_HELLO for f in frames) or not ex or \
+                    ex[0].get(T_STATUS) != 0 or not 0 < got < 4000000:
+                problems.append("bad header %r, %d frames, %d stdout bytes, exit %r" % (bad, len(frames), got, ex))
+                break
+            a = Agent.over(c, next_stream=s + 1)
+            a.buf = rest
+        tap.ok(not problems, LISTENER_TESTS[2], problems)
+        r = a.run(["echo", "two"])
+        tap.ok(st(r)[0] == 0 and bytes(r.out) == b"two\n", LISTENER_TESTS[3], vars(r))
+        a.send(F_SHUTDOWN, 0)
+        rc = proc.wait(5)
+        tap.ok(rc == 0, LISTENER_TESTS[4], rc)
+        c.close()
+    except Exception as e:  # a hung or dead agent fails the rest, visibly
+        tap.ok(False, "listener: %s: %s" % (type(e).__name__, e))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        os.rmdir(d)
+
+
 CGROUP_TESTS = ["cgroup: a setsid escapee dies with the exec",
                 "cgroup: timeout kills the whole cgroup", "cgroup: CPU time reported",
                 "cgroup: removed after EXIT", "cgroup: EXEC on a reused stream number"]
@@ -469,9 +573,10 @@ def cgroups(binary, tap, root):
 def main():
     binary = sys.argv[1]
     tap = Tap()
-    plan = 32 + len(CGROUP_TESTS)
+    plan = 32 + len(CGROUP_TESTS) + len(LISTENER_TESTS)
     print("1..%d" % plan, flush=True)
     lifecycle(binary, tap)
+    listener(binary, tap)
     cgroups(binary, tap, os.environ.get("SBX_TEST_CGROUP"))
     a = Agent(binary)
     a.recv(lambda f: f[0] == F_HELLO)
