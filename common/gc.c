@@ -17,9 +17,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 
-static void report(sbx_gc_cb cb, void *ctx, const char *action, const char *id, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-static void report(sbx_gc_cb cb, void *ctx, const char *action, const char *id, const char *fmt, ...)
+void sbx_gc_report(sbx_gc_cb cb, void *ctx, const char *action, const char *id, const char *fmt, ...)
 {
 	struct sbx_gc_action a = { .action = action, .session = id };
 	va_list ap;
@@ -53,7 +51,7 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 		if (fstatat(st->sessions_fd, id, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
 		    (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec + grace > now)
 			return;
-		report(cb, ctx, "reclaim", id, "record unreadable: %s", e.msg);
+		sbx_gc_report(cb, ctx, "reclaim", id, "record unreadable: %s", e.msg);
 		if (!o->dry_run)
 			sbx_session_reclaim(st, id);
 		return;
@@ -66,7 +64,7 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 	if (!strcmp(s.state, "running") || !strcmp(s.state, "creating") || !strcmp(s.state, "paused")) {
 		/* Unlocked yet "running": the monitor died (killed), or the host
 		 * rebooted under it (another boot ID: nothing of it can live). */
-		report(cb, ctx, rebooted ? "mark-stopped" : "mark-crashed", id, "state %s but %s", s.state,
+		sbx_gc_report(cb, ctx, rebooted ? "mark-stopped" : "mark-crashed", id, "state %s but %s", s.state,
 		       rebooted ? "the host rebooted since" : "no monitor");
 		if (o->dry_run)
 			return;
@@ -81,7 +79,7 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 		sbx_cgroup_remove(sbx_session_cgroup(&s));
 	}
 	if (ended(s.state) && s.ended_ns + grace <= now) {
-		report(cb, ctx, "reclaim", id, "%s: %s", s.state, s.end_reason[0] ? s.end_reason : "-");
+		sbx_gc_report(cb, ctx, "reclaim", id, "%s: %s", s.state, s.end_reason[0] ? s.end_reason : "-");
 		if (!o->dry_run)
 			sbx_session_reclaim(st, id);
 	}
@@ -116,7 +114,7 @@ static void gc_orphans(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc
 			int lock = sbx_lock_session(st, id, 1, 0, NULL);
 			if (lock == -2)
 				continue; /* someone holds it: not ours to judge */
-			report(cb, ctx, "reclaim-orphan-run", id, "runtime directory without a record");
+			sbx_gc_report(cb, ctx, "reclaim-orphan-run", id, "runtime directory without a record");
 			if (!o->dry_run) {
 				sbx_cgroup_kill(id);
 				sbx_rm_rf_at(st->rsessions_fd, id);
@@ -133,7 +131,7 @@ static void gc_orphans(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc
 	if (sbx_cgroup_list(&ids, &n) == 0) {
 		for (size_t i = 0; i < n; i++) {
 			if (sbx_id_check(ids[i], "session", NULL) == 0 && !cgroup_owned(st, ids[i], sids, ns)) {
-				report(cb, ctx, "reclaim-orphan-cgroup", ids[i], "host cgroup without a session");
+				sbx_gc_report(cb, ctx, "reclaim-orphan-cgroup", ids[i], "host cgroup without a session");
 				if (!o->dry_run) {
 					sbx_cgroup_kill(ids[i]);
 					for (int k = 0; k < 50 && sbx_cgroup_remove(ids[i]) < 0; k++)

@@ -28,4 +28,8 @@ typedef void (*sbx_gc_cb)(const struct sbx_gc_action *a, void *ctx);
 int sbx_gc_action_reclaims(const char *action);
 int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb, void *ctx, struct sbx_err *err);
 
+/* Tell cb (when set) about one action: detail from fmt. */
+void sbx_gc_report(sbx_gc_cb cb, void *ctx, const char *action, const char *id, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
 #endif

@@ -591,34 +591,46 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f);
 static int drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *),
 			struct mon *m, void *ctx, const int *stop);
 
+/* The guest kernel's release, from a HELLO or an identity reply. */
+static void note_kernel(struct mon *m, const struct sbx_frame *f)
+{
+	struct sbx_tlv_it it;
+	uint16_t tag;
+	const uint8_t *v;
+	uint32_t n;
+	sbx_tlv_init(&it, f->payload, f->len);
+	while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
+		if (tag == SBX_T_KERNEL)
+			sbx_tlv_as_str(v, n, m->s.kernel, sizeof m->s.kernel);
+}
+
+/* The guest is up (HELLO, or a restore's identity applied): ready now, or
+ * secrets first and ready only once the guest has them in place, so no exec
+ * can ever run before its secrets exist.  Written into reserved room so no
+ * stale copy is left behind a realloc. */
+static void secrets_then_ready(struct mon *m)
+{
+	if (!m->sec.n) {
+		m->ready = 1;
+		return;
+	}
+	if (sbx_buf_reserve(&m->aout, m->sec.frame_len) == 0)
+		sbx_buf_put(&m->aout, m->sec.frame, m->sec.frame_len);
+	else
+		snprintf(m->secrets_err, sizeof m->secrets_err, "out of memory");
+	m->secrets_sent = 1;
+	agent_flush(m);
+}
+
 static void agent_frame(struct mon *m, const struct sbx_frame *f)
 {
 	struct exec *ex = f->stream ? exec_find(m, f->stream) : NULL;
 	switch (f->type) {
 	case SBX_F_HELLO: {
-		struct sbx_tlv_it it;
-		uint16_t tag;
-		const uint8_t *v;
-		uint32_t n;
-		sbx_tlv_init(&it, f->payload, f->len);
-		while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
-			if (tag == SBX_T_KERNEL)
-				sbx_tlv_as_str(v, n, m->s.kernel, sizeof m->s.kernel);
+		note_kernel(m, f);
 		if (m->ready || m->secrets_sent || m->snap.restoring)
 			break; /* a guest saying hello again (reconnect) gets nothing more */
-		if (!m->sec.n) {
-			m->ready = 1;
-			break;
-		}
-		/* Secrets first, ready only once the guest has them in place:
-		 * no exec can ever run before its secrets exist.  Written into
-		 * reserved room so no stale copy is left behind a realloc. */
-		if (sbx_buf_reserve(&m->aout, m->sec.frame_len) == 0)
-			sbx_buf_put(&m->aout, m->sec.frame, m->sec.frame_len);
-		else
-			snprintf(m->secrets_err, sizeof m->secrets_err, "out of memory");
-		m->secrets_sent = 1;
-		agent_flush(m);
+		secrets_then_ready(m);
 		break;
 	}
 	case SBX_F_SECRETS:
@@ -1909,14 +1921,7 @@ static void snap_identity_reply(struct mon *m, const struct sbx_frame *f)
 	if (!m->snap.identity || f->stream)
 		return;
 	m->snap.identity = 0;
-	struct sbx_tlv_it it;
-	uint16_t tag;
-	const uint8_t *v;
-	uint32_t n;
-	sbx_tlv_init(&it, f->payload, f->len);
-	while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
-		if (tag == SBX_T_KERNEL)
-			sbx_tlv_as_str(v, n, m->s.kernel, sizeof m->s.kernel);
+	note_kernel(m, f);
 	if (m->snap.c && m->snap.op == SBX_VMCTL_IDENTITY) {
 		snap_reply(m, m->snap.c, SBX_VMCTL_IDENTITY);
 		m->snap.c = NULL;
@@ -1924,18 +1929,8 @@ static void snap_identity_reply(struct mon *m, const struct sbx_frame *f)
 	}
 	/* A restore: like a boot's HELLO, ready now, or once the secrets
 	 * (this session's own; the snapshot has none) are in place. */
-	if (m->snap.restoring && !m->ready && !m->secrets_sent) {
-		if (!m->sec.n) {
-			m->ready = 1;
-			return;
-		}
-		if (sbx_buf_reserve(&m->aout, m->sec.frame_len) == 0)
-			sbx_buf_put(&m->aout, m->sec.frame, m->sec.frame_len);
-		else
-			snprintf(m->secrets_err, sizeof m->secrets_err, "out of memory");
-		m->secrets_sent = 1;
-		agent_flush(m);
-	}
+	if (m->snap.restoring && !m->ready && !m->secrets_sent)
+		secrets_then_ready(m);
 }
 
 /* A paused session runs while its guest prepares for a save (only the

@@ -303,19 +303,6 @@ void sbx_pool_refill(const struct sbx_policy *p)
 
 /* ---- sbx-gc's upkeep ------------------------------------------------ */
 
-static void report(sbx_gc_cb cb, void *ctx, const char *action, const char *id, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-static void report(sbx_gc_cb cb, void *ctx, const char *action, const char *id, const char *fmt, ...)
-{
-	struct sbx_gc_action a = { .action = action, .session = id };
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(a.detail, sizeof a.detail, fmt, ap);
-	va_end(ap);
-	if (cb)
-		cb(&a, ctx);
-}
-
 struct member {
 	struct sbx_session s;
 	int conf; /* index into the configuration; -1: none fits */
@@ -342,7 +329,7 @@ static int reap_dead(struct sbx_state *st, const char *id, int dry_run, sbx_gc_c
 	struct sbx_err e = { 0 };
 	int rc = 0;
 	if (sbx_record_load(st, id, &s, &e) == 0 && s.pool) {
-		report(cb, ctx, "reclaim", id, "pool member %s%s%s", !strcmp(s.state, "pooled") || !strcmp(s.state, "creating")
+		sbx_gc_report(cb, ctx, "reclaim", id, "pool member %s%s%s", !strcmp(s.state, "pooled") || !strcmp(s.state, "creating")
 			      ? "without a monitor" : s.state, s.end_reason[0] ? ": " : "", s.end_reason);
 		if (!dry_run)
 			sbx_session_reclaim(st, id);
@@ -417,7 +404,7 @@ int sbx_pool_maintain(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx
 		struct sbx_err e = { 0 };
 		resolved[i] = sbx_template_find(st, hc.pool[i].tmpl, &t[i], &e) == 0;
 		if (!resolved[i] && hc.pool[i].size)
-			report(cb, ctx, "pool-error", hc.pool[i].tmpl, "%s", e.msg);
+			sbx_gc_report(cb, ctx, "pool-error", hc.pool[i].tmpl, "%s", e.msg);
 	}
 	/* Keep the oldest members that fit the configuration, up to its size;
 	 * the rest go (a template upgraded, a size lowered, a shape changed). */
@@ -440,7 +427,7 @@ int sbx_pool_maintain(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx
 			snprintf(why, sizeof why, "no pool is configured for %s@%s with %u vCPU, %u MiB, %llu MiB of disk",
 				 m->tmpl_name, m->tmpl_version, m->vcpus, m->memory_mib,
 				 (unsigned long long)(m->limits.disk_bytes >> 20));
-		report(cb, ctx, "pool-trim", m->id, "%s", why);
+		sbx_gc_report(cb, ctx, "pool-trim", m->id, "%s", why);
 		int gone;
 		if (!dry_run)
 			sbx_session_destroy(st, m->id, &gone, NULL);
@@ -450,12 +437,12 @@ int sbx_pool_maintain(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx
 			char id[SBX_ID_MAX + 1] = "-";
 			struct sbx_err e = { 0 };
 			if (!dry_run && add_member(st, &hc.pool[i], id, sizeof id, &e) < 0) {
-				report(cb, ctx, "pool-error", hc.pool[i].tmpl, "cannot boot a member: %s", e.msg);
+				sbx_gc_report(cb, ctx, "pool-error", hc.pool[i].tmpl, "cannot boot a member: %s", e.msg);
 				if (e.code == SBX_EXIT_TEMPFAIL)
 					return 0; /* the host is full: the next run tries again */
 				break;
 			}
-			report(cb, ctx, "pool-add", id, "%s@%s, %u vCPU, %u MiB", t[i].name, t[i].version, hc.pool[i].vcpus,
+			sbx_gc_report(cb, ctx, "pool-add", id, "%s@%s, %u vCPU, %u MiB", t[i].name, t[i].version, hc.pool[i].vcpus,
 			       hc.pool[i].memory_mib);
 		}
 	}

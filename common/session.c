@@ -32,18 +32,6 @@
 
 #define RECORD "session.json"
 
-static void get_str(json_t *o, const char *k, char *out, size_t n)
-{
-	const char *v = json_string_value(json_object_get(o, k));
-	snprintf(out, n, "%s", v ? v : "");
-}
-
-static uint64_t get_u64(json_t *o, const char *k)
-{
-	json_int_t v = json_integer_value(json_object_get(o, k));
-	return v > 0 ? (uint64_t)v : 0;
-}
-
 /* limits.files; absent (a record from before sbx-cp): the policy defaults. */
 static void get_files(json_t *f, struct sbx_limits *l)
 {
@@ -68,8 +56,8 @@ static void get_files(json_t *f, struct sbx_limits *l)
 		}
 	}
 	json_t *mt = json_object_get(f, "max_transfer"), *ms = json_object_get(f, "max_session_transfer");
-	l->max_transfer = json_is_integer(mt) ? get_u64(f, "max_transfer") : 256ull << 20;
-	l->max_session_transfer = json_is_integer(ms) ? get_u64(f, "max_session_transfer") : 1ull << 30;
+	l->max_transfer = json_is_integer(mt) ? sbx_json_u64(f, "max_transfer") : 256ull << 20;
+	l->max_session_transfer = json_is_integer(ms) ? sbx_json_u64(f, "max_session_transfer") : 1ull << 30;
 }
 
 static json_t *files_json(const struct sbx_limits *l)
@@ -94,7 +82,7 @@ static void get_packages(json_t *p, struct sbx_limit_packages *k)
 		return;
 	const char *mode = json_string_value(json_object_get(p, "mode"));
 	k->mode = mode && !strcmp(mode, "allowlist") ? SBX_PKG_ALLOWLIST : SBX_PKG_OFFLINE;
-	get_str(p, "policy", k->policy, sizeof k->policy);
+	sbx_json_str(p, "policy", k->policy, sizeof k->policy);
 	json_t *a = json_object_get(p, "registries"), *v;
 	size_t i;
 	json_array_foreach(a, i, v) {
@@ -108,7 +96,7 @@ static void get_packages(json_t *p, struct sbx_limit_packages *k)
 		snprintf(k->reg[k->nreg].url, sizeof k->reg[0].url, "%s", url);
 		k->nreg++;
 	}
-	k->max_download = get_u64(p, "max_download");
+	k->max_download = sbx_json_u64(p, "max_download");
 	k->require_hashes = json_is_true(json_object_get(p, "require_hashes"));
 }
 
@@ -159,74 +147,74 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 		return -1;
 	}
 	snprintf(s->id, sizeof s->id, "%s", id);
-	get_str(o, "state", s->state, sizeof s->state);
-	get_str(o, "tenant", s->tenant, sizeof s->tenant);
-	get_str(o, "workspace", s->workspace, sizeof s->workspace);
+	sbx_json_str(o, "state", s->state, sizeof s->state);
+	sbx_json_str(o, "tenant", s->tenant, sizeof s->tenant);
+	sbx_json_str(o, "workspace", s->workspace, sizeof s->workspace);
 	s->pool = json_is_true(json_object_get(o, "pool"));
 	s->from_pool = json_is_true(json_object_get(o, "from_pool"));
-	s->claim_ms = get_u64(o, "claim_ms");
-	get_str(o, "cgroup", s->cgroup, sizeof s->cgroup);
+	s->claim_ms = sbx_json_u64(o, "claim_ms");
+	sbx_json_str(o, "cgroup", s->cgroup, sizeof s->cgroup);
 	if (s->cgroup[0] && sbx_id_check(s->cgroup, "cgroup", NULL) < 0)
 		s->cgroup[0] = 0;
 	json_t *so = json_object_get(o, "snapshot");
-	get_str(so, "ref", s->snapshot, sizeof s->snapshot);
-	get_str(so, "dir", s->snapshot_dir, sizeof s->snapshot_dir);
+	sbx_json_str(so, "ref", s->snapshot, sizeof s->snapshot);
+	sbx_json_str(so, "dir", s->snapshot_dir, sizeof s->snapshot_dir);
 	json_t *t = json_object_get(o, "template");
-	get_str(t, "name", s->tmpl_name, sizeof s->tmpl_name);
-	get_str(t, "version", s->tmpl_version, sizeof s->tmpl_version);
-	get_str(t, "dir", s->tmpl_dir, sizeof s->tmpl_dir);
-	get_str(o, "accel", s->accel, sizeof s->accel);
-	get_str(o, "vmm", s->vmm, sizeof s->vmm);
-	get_str(o, "spec", s->spec, sizeof s->spec);
-	get_str(o, "boot_id", s->boot_id, sizeof s->boot_id);
-	get_str(o, "kernel", s->kernel, sizeof s->kernel);
-	get_str(o, "end_reason", s->end_reason, sizeof s->end_reason);
-	s->created_ns = get_u64(o, "created_ns");
-	s->ready_ns = get_u64(o, "ready_ns");
-	s->ended_ns = get_u64(o, "ended_ns");
-	s->vcpus = (unsigned)get_u64(o, "vcpus");
-	s->memory_mib = (unsigned)get_u64(o, "memory_mib");
-	s->boot_ms = get_u64(o, "boot_ms");
-	s->cpu_ns = get_u64(o, "cpu_ns");
-	s->mem_peak = get_u64(o, "mem_peak");
+	sbx_json_str(t, "name", s->tmpl_name, sizeof s->tmpl_name);
+	sbx_json_str(t, "version", s->tmpl_version, sizeof s->tmpl_version);
+	sbx_json_str(t, "dir", s->tmpl_dir, sizeof s->tmpl_dir);
+	sbx_json_str(o, "accel", s->accel, sizeof s->accel);
+	sbx_json_str(o, "vmm", s->vmm, sizeof s->vmm);
+	sbx_json_str(o, "spec", s->spec, sizeof s->spec);
+	sbx_json_str(o, "boot_id", s->boot_id, sizeof s->boot_id);
+	sbx_json_str(o, "kernel", s->kernel, sizeof s->kernel);
+	sbx_json_str(o, "end_reason", s->end_reason, sizeof s->end_reason);
+	s->created_ns = sbx_json_u64(o, "created_ns");
+	s->ready_ns = sbx_json_u64(o, "ready_ns");
+	s->ended_ns = sbx_json_u64(o, "ended_ns");
+	s->vcpus = (unsigned)sbx_json_u64(o, "vcpus");
+	s->memory_mib = (unsigned)sbx_json_u64(o, "memory_mib");
+	s->boot_ms = sbx_json_u64(o, "boot_ms");
+	s->cpu_ns = sbx_json_u64(o, "cpu_ns");
+	s->mem_peak = sbx_json_u64(o, "mem_peak");
 	json_t *lo = json_object_get(o, "limits");
-	s->limits.ttl_ms = get_u64(lo, "ttl_ms");
-	s->limits.exec_timeout_default_ms = get_u64(lo, "exec_timeout_default_ms");
-	s->limits.exec_timeout_max_ms = get_u64(lo, "exec_timeout_max_ms");
-	s->limits.output_cap = get_u64(lo, "output_cap");
-	s->limits.exec_memory = get_u64(lo, "exec_memory");
-	s->limits.disk_bytes = get_u64(lo, "disk_bytes");
-	s->limits.pids_per_exec = (unsigned)get_u64(lo, "pids_per_exec");
-	s->limits.pids_per_session = (unsigned)get_u64(lo, "pids_per_session");
-	s->limits.cpu_milli = (unsigned)get_u64(lo, "cpu_milli");
-	s->limits.workspace_size = get_u64(lo, "workspace_size");
-	s->limits.workspace_retention_ms = get_u64(lo, "workspace_retention_ms");
+	s->limits.ttl_ms = sbx_json_u64(lo, "ttl_ms");
+	s->limits.exec_timeout_default_ms = sbx_json_u64(lo, "exec_timeout_default_ms");
+	s->limits.exec_timeout_max_ms = sbx_json_u64(lo, "exec_timeout_max_ms");
+	s->limits.output_cap = sbx_json_u64(lo, "output_cap");
+	s->limits.exec_memory = sbx_json_u64(lo, "exec_memory");
+	s->limits.disk_bytes = sbx_json_u64(lo, "disk_bytes");
+	s->limits.pids_per_exec = (unsigned)sbx_json_u64(lo, "pids_per_exec");
+	s->limits.pids_per_session = (unsigned)sbx_json_u64(lo, "pids_per_session");
+	s->limits.cpu_milli = (unsigned)sbx_json_u64(lo, "cpu_milli");
+	s->limits.workspace_size = sbx_json_u64(lo, "workspace_size");
+	s->limits.workspace_retention_ms = sbx_json_u64(lo, "workspace_retention_ms");
 	get_files(json_object_get(lo, "files"), &s->limits);
 	get_packages(json_object_get(lo, "packages"), &s->limits.packages);
 	json_t *net = json_object_get(o, "net");
-	get_str(net, "mac", s->mac, sizeof s->mac);
-	get_str(net, "lost", s->net_lost, sizeof s->net_lost);
+	sbx_json_str(net, "mac", s->mac, sizeof s->mac);
+	sbx_json_str(net, "lost", s->net_lost, sizeof s->net_lost);
 	s->limits.egress = json_is_string(json_object_get(net, "egress")) &&
 			   !strcmp(json_string_value(json_object_get(net, "egress")), "allowlist");
-	s->limits.max_connections = (unsigned)get_u64(net, "max_connections");
-	s->limits.max_bytes = get_u64(net, "max_bytes");
+	s->limits.max_connections = (unsigned)sbx_json_u64(net, "max_connections");
+	s->limits.max_bytes = sbx_json_u64(net, "max_bytes");
 	json_t *vs = json_object_get(o, "volumes"), *v;
 	size_t vi;
 	json_array_foreach(vs, vi, v) {
 		if (s->nvols >= 8)
 			break;
-		get_str(v, "host", s->vols[s->nvols].host, sizeof s->vols[0].host);
-		get_str(v, "guest", s->vols[s->nvols].guest, sizeof s->vols[0].guest);
+		sbx_json_str(v, "host", s->vols[s->nvols].host, sizeof s->vols[0].host);
+		sbx_json_str(v, "guest", s->vols[s->nvols].guest, sizeof s->vols[0].guest);
 		s->nvols++;
 	}
 	json_t *mo = json_object_get(o, "monitor"), *vo = json_object_get(o, "vmm_process");
-	s->monitor_pid = (int)get_u64(mo, "pid");
-	s->monitor_start = get_u64(mo, "start_time");
-	s->vmm_pid = (int)get_u64(vo, "pid");
-	s->vmm_start = get_u64(vo, "start_time");
+	s->monitor_pid = (int)sbx_json_u64(mo, "pid");
+	s->monitor_start = sbx_json_u64(mo, "start_time");
+	s->vmm_pid = (int)sbx_json_u64(vo, "pid");
+	s->vmm_start = sbx_json_u64(vo, "start_time");
 	json_t *po = json_object_get(o, "proxy_process");
-	s->proxy_pid = (int)get_u64(po, "pid");
-	s->proxy_start = get_u64(po, "start_time");
+	s->proxy_pid = (int)sbx_json_u64(po, "pid");
+	s->proxy_start = sbx_json_u64(po, "start_time");
 	json_decref(o);
 	return 0;
 }

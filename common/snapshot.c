@@ -124,41 +124,29 @@ static int sha256_file(int dfd, const char *name, char out[65], uint64_t *size, 
 
 /* --- manifests ------------------------------------------------------------ */
 
-static void get_str(json_t *o, const char *k, char *out, size_t n)
-{
-	const char *v = json_string_value(json_object_get(o, k));
-	snprintf(out, n, "%s", v ? v : "");
-}
-
-static uint64_t get_u64(json_t *o, const char *k)
-{
-	json_int_t v = json_integer_value(json_object_get(o, k));
-	return v > 0 ? (uint64_t)v : 0;
-}
-
 static int parse_manifest(json_t *m, struct sbx_snapshot *s)
 {
 	const char *kind = json_string_value(json_object_get(m, "kind"));
 	if (json_integer_value(json_object_get(m, "schema")) != SBX_SNAPSHOT_SCHEMA || !kind || strcmp(kind, "snapshot"))
 		return -1;
-	get_str(m, "name", s->name, sizeof s->name);
-	get_str(m, "version", s->version, sizeof s->version);
-	get_str(m, "tenant", s->tenant, sizeof s->tenant);
-	get_str(m, "created", s->created, sizeof s->created);
-	s->created_ns = get_u64(m, "created_ns");
+	sbx_json_str(m, "name", s->name, sizeof s->name);
+	sbx_json_str(m, "version", s->version, sizeof s->version);
+	sbx_json_str(m, "tenant", s->tenant, sizeof s->tenant);
+	sbx_json_str(m, "created", s->created, sizeof s->created);
+	s->created_ns = sbx_json_u64(m, "created_ns");
 	json_t *src = json_object_get(m, "source"), *t = json_object_get(src, "template");
-	get_str(src, "session", s->source, sizeof s->source);
-	get_str(t, "name", s->tmpl_name, sizeof s->tmpl_name);
-	get_str(t, "version", s->tmpl_version, sizeof s->tmpl_version);
-	get_str(t, "content_sha256", s->tmpl_sha256, sizeof s->tmpl_sha256);
-	get_str(m, "kernel", s->kernel, sizeof s->kernel);
-	get_str(m, "vmm", s->vmm, sizeof s->vmm);
-	get_str(m, "accel", s->accel, sizeof s->accel);
-	s->vcpus = (unsigned)get_u64(m, "vcpus");
-	s->memory_mib = (unsigned)get_u64(m, "memory_mib");
-	s->disk_bytes = get_u64(json_object_get(m, "devices"), "scratch_bytes");
-	s->size = get_u64(m, "size");
-	get_str(m, "content_sha256", s->content_sha256, sizeof s->content_sha256);
+	sbx_json_str(src, "session", s->source, sizeof s->source);
+	sbx_json_str(t, "name", s->tmpl_name, sizeof s->tmpl_name);
+	sbx_json_str(t, "version", s->tmpl_version, sizeof s->tmpl_version);
+	sbx_json_str(t, "content_sha256", s->tmpl_sha256, sizeof s->tmpl_sha256);
+	sbx_json_str(m, "kernel", s->kernel, sizeof s->kernel);
+	sbx_json_str(m, "vmm", s->vmm, sizeof s->vmm);
+	sbx_json_str(m, "accel", s->accel, sizeof s->accel);
+	s->vcpus = (unsigned)sbx_json_u64(m, "vcpus");
+	s->memory_mib = (unsigned)sbx_json_u64(m, "memory_mib");
+	s->disk_bytes = sbx_json_u64(json_object_get(m, "devices"), "scratch_bytes");
+	s->size = sbx_json_u64(m, "size");
+	sbx_json_str(m, "content_sha256", s->content_sha256, sizeof s->content_sha256);
 	if (sbx_id_check(s->name, "snapshot", NULL) < 0 || sbx_id_check(s->version, "snapshot", NULL) < 0 ||
 	    !s->vcpus || !s->memory_mib || !s->disk_bytes || !s->vmm[0] || !s->tmpl_name[0] || !s->tmpl_version[0])
 		return -1;
@@ -256,7 +244,7 @@ static int template_sha(const char *dir, char out[65])
 	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_free_ char *txt = fd >= 0 ? sbx_read_small_at(fd, MANIFEST, 1 << 20, NULL) : NULL;
 	json_t *m = txt ? json_loads(txt, 0, NULL) : NULL;
-	get_str(m, "content_sha256", out, 65);
+	sbx_json_str(m, "content_sha256", out, 65);
 	json_decref(m);
 	return m ? 0 : -1;
 }

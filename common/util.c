@@ -1,5 +1,7 @@
 #include "util.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -113,4 +115,16 @@ void sbx_netns_mac_new(char out[18])
 	}
 	m[0] = (uint8_t)((m[0] & 0xfe) | 0x02); /* unicast, locally administered */
 	snprintf(out, 18, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+}
+
+void sbx_json_str(json_t *o, const char *k, char *out, size_t n)
+{
+	const char *v = json_string_value(json_object_get(o, k));
+	snprintf(out, n, "%s", v ? v : "");
+}
+
+uint64_t sbx_json_u64(json_t *o, const char *k)
+{
+	json_int_t v = json_integer_value(json_object_get(o, k));
+	return v > 0 ? (uint64_t)v : 0;
 }

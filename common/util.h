@@ -63,4 +63,10 @@ void sbx_log_tail(int dirfd, const char *name, char *out, size_t n);
  * ("02:xx:xx:xx:xx:xx" form). */
 void sbx_netns_mac_new(char out[18]);
 
+/* Record fields (jansson): a string copied into out ("" when absent or
+ * not a string), a non-negative integer (0 when absent or negative). */
+struct json_t;
+void sbx_json_str(struct json_t *o, const char *k, char *out, size_t n);
+uint64_t sbx_json_u64(struct json_t *o, const char *k);
+
 #endif

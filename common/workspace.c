@@ -80,18 +80,6 @@ static int open_ws(struct sbx_state *st, const char *tenant, const char *name, i
 	return fd;
 }
 
-static void get_str(json_t *o, const char *k, char *out, size_t n)
-{
-	const char *v = json_string_value(json_object_get(o, k));
-	snprintf(out, n, "%s", v ? v : "");
-}
-
-static uint64_t get_u64(json_t *o, const char *k)
-{
-	json_int_t v = json_integer_value(json_object_get(o, k));
-	return v > 0 ? (uint64_t)v : 0;
-}
-
 /* The record; on failure w->unreadable is set and the rest left alone. */
 static int read_record(int dfd, struct sbx_workspace_info *w)
 {
@@ -102,12 +90,12 @@ static int read_record(int dfd, struct sbx_workspace_info *w)
 		w->unreadable = 1;
 		return -1;
 	}
-	w->retention_ms = get_u64(o, "retention_ms");
-	w->created_ns = get_u64(o, "created_ns");
-	w->last_used_ns = get_u64(o, "last_used_ns");
-	get_str(o, "session", w->session, sizeof w->session);
+	w->retention_ms = sbx_json_u64(o, "retention_ms");
+	w->created_ns = sbx_json_u64(o, "created_ns");
+	w->last_used_ns = sbx_json_u64(o, "last_used_ns");
+	sbx_json_str(o, "session", w->session, sizeof w->session);
 	if (!w->session[0])
-		get_str(o, "last_session", w->session, sizeof w->session);
+		sbx_json_str(o, "last_session", w->session, sizeof w->session);
 	if (sbx_id_check(w->session, "session", NULL) < 0)
 		w->session[0] = 0;
 	json_decref(o);

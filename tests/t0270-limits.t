@@ -63,7 +63,12 @@ printf 'resources:\n  require_kvm: true\n' >"$TEST_TMP/kvm.yaml"
 if [ "$(jq -r .accel "$SBX_ROOT/var/lib/sbx/accel.json" 2>/dev/null || echo tcg)" != kvm ]; then
 	sbx-create -q -p "$TEST_TMP/kvm.yaml" 2>/dev/null; is "$?" 69 "require_kvm under TCG exits 69"
 fi
-sbx-create -q -p "$(dirname "$0")/../policies/coding-agent.yaml" 2>"$TEST_TMP/err"; is "$?" 69 "an egress allowlist is refused (69), not ignored"
+# An installation without the session proxy cannot enforce an egress
+# allowlist: refused, not ignored.
+mkdir -p "$TEST_TMP/libexec"
+ln -s "$SBX_BUILD/libexec/sbx/sbx-monitor" "$TEST_TMP/libexec/sbx-monitor"
+SBX_LIBEXEC=$TEST_TMP/libexec sbx-create -q -p "$(dirname "$0")/../policies/coding-agent.yaml" 2>"$TEST_TMP/err"
+is "$?" 69 "an egress allowlist without sbx-proxy is refused (69), not ignored"
 like "$(cat "$TEST_TMP/err")" "network.egress" "the message names the key"
 is "$(ls "$SBX_ROOT/var/lib/sbx/sessions" | wc -l)" 0 "refused creates leave nothing"
 done_testing

@@ -12,7 +12,11 @@ echo data >"$TEST_TMP/up.txt"
 sbx-cp "$TEST_TMP/up.txt" "$id:/workspace/up.txt"
 sbx-cp "$id:/workspace/up.txt" "$TEST_TMP/down.txt"
 sbx-kill "$id"
-sbx-create -q -p "$(dirname "$0")/../policies/coding-agent.yaml" 2>/dev/null
+# A policy this installation cannot enforce (an egress allowlist without
+# the session proxy) is refused, and the refusal recorded.
+mkdir -p "$TEST_TMP/libexec"
+ln -s "$SBX_BUILD/libexec/sbx/sbx-monitor" "$TEST_TMP/libexec/sbx-monitor"
+SBX_LIBEXEC=$TEST_TMP/libexec sbx-create -q -p "$(dirname "$0")/../policies/coding-agent.yaml" 2>/dev/null
 types=$(sbx-audit --json | jq -r '[.[].type] | unique | join(" ")')
 for t in session.create exec.start exec.end files.upload files.download session.destroy policy.refused; do
 	like " $types " " $t " "the trail records $t"

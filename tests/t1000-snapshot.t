@@ -9,9 +9,9 @@ require_vm
 L=$SBX_ROOT/var/lib/sbx
 A=$L/audit.log
 # Templates published by this test go to a directory of its own.
-tmpl=$(ls -d "$SBX_TEMPLATES"/default@* | head -1)
+# Every version, so the newest is chosen as it would be there.
 mkdir -p "$TEST_TMP/templates"
-ln -s "$tmpl" "$TEST_TMP/templates/"
+ln -s "$SBX_TEMPLATES"/default@* "$TEST_TMP/templates/"
 export SBX_TEMPLATES=$TEST_TMP/templates
 guest_lines() { sbx-exec "$1" -- sh -c 'wc -l </tmp/count'; }
 now() { date +%s.%N; }
@@ -167,7 +167,8 @@ sbx-snapshot rm --tenant alice asnap; ok $? "alice removes it"
 
 # --- a template made from a session ---------------------------------------------------
 sbx-snapshot save --template "$id" tsnap@1 >/dev/null; ok $? "save --template publishes tsnap@1"
-is "$(jq -r '.snapshot.kind + " " + .base' "$SBX_TEMPLATES/tsnap@1/manifest.json")" "snapshot default@${tmpl##*@}" \
+tver=$(jq -r .template.version "$L/sessions/$id/session.json")
+is "$(jq -r '.snapshot.kind + " " + .base' "$SBX_TEMPLATES/tsnap@1/manifest.json")" "snapshot default@$tver" \
    "a template whose manifest holds the snapshot and its base"
 tt=$(sbx-create -q --tenant carol -t tsnap); ok $? "any tenant creates a session from it with -t"
 is "$(sbx-exec "$tt" -- cat /home/user/disk-marker)" before "restored, not booted"
