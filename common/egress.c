@@ -1,16 +1,12 @@
 /* The pure half of egress.h: parsers of what the guest sends, the
  * allowlist, the deny list.  Every byte here comes from the guest. */
 #include "egress.h"
-#include "pkgcache.h"
 #include "util.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <strings.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 
 /* ---- host names ---- */
 
@@ -444,52 +440,4 @@ const char *sbx_egress_denied(const struct sockaddr *sa)
 		if (in_block(a, deny6[i].net, deny6[i].prefix))
 			return deny6[i].why;
 	return NULL;
-}
-
-/* Here, not in proxy.c, so sbx-ps does not link the proxy (and libcurl,
- * libxml2 with it). */
-int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct sbx_err *err)
-{
-	*out = NULL;
-	if (sbx_id_check(id, "session", err) < 0)
-		return -1;
-	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (dfd < 0)
-		return errno == ENOENT ? sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id)
-				       : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open session %s", id);
-	json_t *arr = json_array();
-	if (!arr)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-	int fd = openat(dfd, "net.log", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	_cleanup_fclose_ FILE *f = fd >= 0 ? fdopen(fd, "re") : NULL;
-	if (fd >= 0 && !f)
-		close(fd);
-	char *line = NULL;
-	size_t cap = 0;
-	/* A line torn by a crash, or one that is not ours, is skipped. */
-	while (f && getline(&line, &cap, f) > 0) {
-		json_t *o = json_loads(line, 0, NULL);
-		if (json_is_object(o))
-			json_array_append_new(arr, o);
-		else
-			json_decref(o);
-	}
-	free(line);
-	*out = arr;
-	return 0;
-}
-
-/* Here, not in pkgcache.c, so the monitor does not link the cache (and
- * libcurl, libxml2 with it). */
-void sbx_pkgcache_guest_params(const struct sbx_limit_packages *k, char *buf, size_t n)
-{
-	unsigned np = 0, nn = 0;
-	for (unsigned i = 0; i < k->nreg; i++)
-		*(k->reg[i].type == SBX_REG_NPM ? &nn : &np) += 1;
-	/* k->policy is held to [A-Za-z0-9._-] when the record is made. */
-	if (k->mode == SBX_PKG_ALLOWLIST)
-		snprintf(buf, n, "sbx.pkg=" SBX_PKGCACHE_BASE " sbx.pkgpolicy=%s sbx.pkgreg=%u,%u",
-		         k->policy[0] ? k->policy : "defaults", np, nn);
-	else
-		snprintf(buf, n, "sbx.pkg=offline sbx.pkgpolicy=%s", k->policy[0] ? k->policy : "defaults");
 }

@@ -1,0 +1,19 @@
+/* The guest's package settings on its kernel command line.  On its own,
+ * so the monitor links neither the cache nor libcurl and libxml2 with it. */
+#include "pkgcache.h"
+#include "policy.h"
+
+#include <stdio.h>
+
+void sbx_pkgcache_guest_params(const struct sbx_limit_packages *k, char *buf, size_t n)
+{
+	unsigned np = 0, nn = 0;
+	for (unsigned i = 0; i < k->nreg; i++)
+		*(k->reg[i].type == SBX_REG_NPM ? &nn : &np) += 1;
+	/* k->policy is held to [A-Za-z0-9._-] when the record is made. */
+	if (k->mode == SBX_PKG_ALLOWLIST)
+		snprintf(buf, n, "sbx.pkg=" SBX_PKGCACHE_BASE " sbx.pkgpolicy=%s sbx.pkgreg=%u,%u",
+		         k->policy[0] ? k->policy : "defaults", np, nn);
+	else
+		snprintf(buf, n, "sbx.pkg=offline sbx.pkgpolicy=%s", k->policy[0] ? k->policy : "defaults");
+}
