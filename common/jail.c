@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -341,7 +342,7 @@ static int caps_none(void)
 	return 1;
 }
 
-static int drop_privileges(uid_t id, const struct sbx_vm_config *c, int parent_pid, struct sbx_err *err)
+static int drop_privileges(uid_t id, const struct sbx_vm_config *c, int parent_pidfd, struct sbx_err *err)
 {
 	/* The bounding and ambient sets need CAP_SETPCAP to shrink, so they go
 	 * first; PR_CAPBSET_READ fails past the kernel's last capability. */
@@ -365,7 +366,8 @@ static int drop_privileges(uid_t id, const struct sbx_vm_config *c, int parent_p
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot clear the capabilities");
 	/* A uid change clears the parent-death signal: re-arm it, then check
 	 * the monitor did not die in between. */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent_pid)
+	struct pollfd pp = { .fd = parent_pidfd, .events = POLLIN };
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || poll(&pp, 1, 0) != 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "the monitor went away");
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set no_new_privs");
@@ -483,11 +485,12 @@ static int filter(struct sbx_err *err)
 	return 0;
 }
 
-int sbx_jail_enter(const struct sbx_vm_config *c, int parent_pid, struct sbx_err *err)
+int sbx_jail_enter(const struct sbx_vm_config *c, pid_t host_pid, int parent_pidfd, struct sbx_err *err)
 {
-	/* The VMM's own pid: unique among live VMMs, so no allocation file
-	 * and no lock; the uid lives exactly as long as the process. */
-	uid_t id = SBX_JAIL_UID_BASE + (uid_t)getpid();
+	/* The VMM's own pid on the host (it is 1 in its PID namespace):
+	 * unique among live VMMs, so no allocation file and no lock; the uid
+	 * lives exactly as long as the process. */
+	uid_t id = SBX_JAIL_UID_BASE + (uid_t)host_pid;
 	struct plan p = { .n = 0 };
 	int rc = private_ns(err);
 	if (rc == 0)
@@ -495,7 +498,7 @@ int sbx_jail_enter(const struct sbx_vm_config *c, int parent_pid, struct sbx_err
 	if (rc == 0)
 		rc = build_root(&p, err);
 	plan_free(&p);
-	if (rc < 0 || drop_privileges(id, c, parent_pid, err) < 0 || filter(err) < 0)
+	if (rc < 0 || drop_privileges(id, c, parent_pidfd, err) < 0 || filter(err) < 0)
 		return -1;
 	return 0;
 }

@@ -7,6 +7,8 @@
 #ifndef SBX_JAIL_H
 #define SBX_JAIL_H
 
+#include <sys/types.h>
+
 #include "err.h"
 #include "vmm.h"
 
@@ -27,10 +29,12 @@ int sbx_jail_enabled(struct sbx_err *err);
  * Pointers in *in point to static strings or into *host. */
 void sbx_jail_view(const struct sbx_vm_config *host, struct sbx_vm_config *in);
 
-/* Enter the jail for the VMM described by c (host paths), in the forked
- * child, as root.  On return the process is unprivileged and filtered;
- * parent_pid re-arms PR_SET_PDEATHSIG, which a uid change clears.  Any
- * failure returns -1: the caller must not exec. */
-int sbx_jail_enter(const struct sbx_vm_config *c, int parent_pid, struct sbx_err *err);
+/* Enter the jail for the VMM described by c (host paths), in the cloned
+ * child, as root, already in its own namespaces (vmm.c).  host_pid is its
+ * pid on the host, which names its uid.  On return the process is
+ * unprivileged and filtered; PR_SET_PDEATHSIG, which a uid change clears,
+ * is re-armed and parent_pidfd checked for a monitor that died meanwhile.
+ * Any failure returns -1: the caller must not exec. */
+int sbx_jail_enter(const struct sbx_vm_config *c, pid_t host_pid, int parent_pidfd, struct sbx_err *err);
 
 #endif

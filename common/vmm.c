@@ -6,14 +6,23 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <linux/sched.h>
 
 static const struct sbx_vmm_ops *const backends[] = { &sbx_vmm_qemu, &sbx_vmm_cloud_hypervisor };
 
@@ -176,15 +185,79 @@ int sbx_vm_cmdline(const struct sbx_vm_config *c, char *buf, size_t n, struct sb
 	return 0;
 }
 
-/* In the forked child: become the VMM.  Returns only on failure, with the
- * exit status; messages go to stderr, which is the VMM log by then. */
-static int child(const struct sbx_vm_config *c, char *const argv[], const int *keep, int nkeep, int parent,
-		 int logfd, int jail)
+/* Is the process behind pidfd still running?  A pidfd polls readable once
+ * it has exited. */
+static int alive(int pidfd)
 {
-	/* The VMM must not outlive its monitor: no orphan VMs. */
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+	return poll(&p, 1, 0) == 0;
+}
+
+/* The largest file the jailed VMM may write: its writable disks are
+ * created at their quota and never grow, so the biggest of them, or the
+ * log budget for its console and stderr, whichever is larger.  A write
+ * past it fails (SIGXFSZ ends the VMM): a guest cannot make the VMM fill
+ * the host's disks. */
+static rlim_t fsize_budget(const struct sbx_vm_config *c)
+{
+	rlim_t max = SBX_VMM_LOG_MAX;
+	struct stat st;
+	if (c->scratch && stat(c->scratch, &st) == 0 && (rlim_t)st.st_size > max)
+		max = (rlim_t)st.st_size;
+	for (unsigned i = 0; i < c->nvols && i < 8; i++)
+		if ((c->vol_rw_mask & (1u << i)) && stat(c->vol_path[i], &st) == 0 && (rlim_t)st.st_size > max)
+			max = (rlim_t)st.st_size;
+	return max;
+}
+
+/* The jailed VMM's own namespaces (made by clone3 in sbx_vmm_spawn) are
+ * set up here, as root, before the jail: loopback up in the new network
+ * namespace (the only interface it has; a session with egress replaces
+ * it with its own netns below), a hostname that says nothing of the
+ * host's, and the rlimits.  Hand-written ioctl: libnl would pull a
+ * library into every VMM child for one flag. */
+static int ns_setup(const struct sbx_vm_config *c)
+{
+	if (sethostname("sbx-vmm", 7) < 0)
+		return -1;
+	if (c->netns_fd <= 0) {
+		int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		struct ifreq ifr = { 0 };
+		snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+		int r = s < 0 ? -1 : ioctl(s, SIOCGIFFLAGS, &ifr);
+		if (r == 0) {
+			ifr.ifr_flags |= IFF_UP;
+			r = ioctl(s, SIOCSIFFLAGS, &ifr);
+		}
+		if (s >= 0)
+			close(s);
+		if (r < 0)
+			return -1;
+	}
+	rlim_t fsize = fsize_budget(c);
+	struct rlimit core = { 0, 0 }, nofile = { SBX_VMM_NOFILE, SBX_VMM_NOFILE }, fs = { fsize, fsize };
+	if (setrlimit(RLIMIT_CORE, &core) < 0 || setrlimit(RLIMIT_NOFILE, &nofile) < 0 ||
+	    setrlimit(RLIMIT_FSIZE, &fs) < 0)
+		return -1;
+	return 0;
+}
+
+/* In the cloned child: become the VMM.  Returns only on failure, with the
+ * exit status; messages go to stderr, which is the VMM log by then.  With
+ * jail, the child is PID 1 of a new PID namespace (and has new network,
+ * IPC and UTS namespaces), so it learns its host pid, which names its
+ * uid, from the parent over sync. */
+static int child(const struct sbx_vm_config *c, char *const argv[], const int *keep, int nkeep, int parent_pidfd,
+		 int sync, int logfd, int jail)
+{
+	/* The VMM must not outlive its monitor: no orphan VMs.  Armed before
+	 * the read, so a parent that dies after it is caught by the signal,
+	 * and one that died before by the pidfd. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
+	pid_t host_pid;
+	if (read(sync, &host_pid, sizeof host_pid) != sizeof host_pid || !alive(parent_pidfd))
 		return 127;
+	close(sync);
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
@@ -204,13 +277,17 @@ static int child(const struct sbx_vm_config *c, char *const argv[], const int *k
 			dprintf(2, "cannot join the host cgroup: %s\n", strerror(errno));
 			return 126;
 		}
+	if (jail && ns_setup(c) < 0) {
+		dprintf(2, "cannot set up the VMM's namespaces: %s\n", strerror(errno));
+		return 126;
+	}
 	if (c->netns_fd > 0 && setns(c->netns_fd, CLONE_NEWNET) < 0) {
 		dprintf(2, "cannot enter the session's network namespace: %s\n", strerror(errno));
 		return 126;
 	}
 	if (jail) {
 		struct sbx_err e = { 0 };
-		if (sbx_jail_enter(c, parent, &e) < 0) {
+		if (sbx_jail_enter(c, host_pid, parent_pidfd, &e) < 0) {
 			dprintf(2, "cannot jail the VMM: %s\n", e.msg);
 			return 126;
 		}
@@ -245,14 +322,48 @@ int sbx_vmm_spawn(const struct sbx_vm_config *c, char *const argv[], const int *
 		if (logfd < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s", c->log_path);
 	}
-	int parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the VMM");
-	if (pid == 0)
-		_exit(child(c, argv, keep, nkeep, parent, logfd, jail));
+	_cleanup_close_ int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (self < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open a pidfd of the monitor");
+	/* A socket pair rather than a pipe: MSG_NOSIGNAL, so a child that
+	 * died first cannot SIGPIPE the monitor. */
+	int sync[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a socket pair");
+	/* clone3, not fork: the jailed VMM starts in new PID, network, IPC and
+	 * UTS namespaces (as Firecracker's jailer with --new-pid-ns), and the
+	 * pidfd comes with the pid, with no window for reuse.  No stack: the
+	 * child returns here on a copy of ours, as after fork (the callers are
+	 * single-threaded). */
+	int pidfd = -1;
+	struct clone_args ca = {
+		.flags = CLONE_PIDFD | (jail ? CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS : 0),
+		.pidfd = (uintptr_t)&pidfd,
+		.exit_signal = SIGCHLD,
+	};
+	pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+	if (pid < 0) {
+		int e = errno;
+		close(sync[0]);
+		close(sync[1]);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot start the VMM");
+	}
+	if (pid == 0) {
+		close(sync[1]);
+		_exit(child(c, argv, keep, nkeep, self, sync[0], logfd, jail));
+	}
+	close(sync[0]);
+	ssize_t w = send(sync[1], &pid, sizeof pid, MSG_NOSIGNAL);
+	int e = errno;
+	close(sync[1]);
+	if (w != sizeof pid) {
+		syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+		waitpid(pid, NULL, 0);
+		close(pidfd);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot start the VMM");
+	}
 	vm->pid = pid;
-	vm->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	vm->pidfd = pidfd;
 	vm->start_time = sbx_proc_start_time(pid);
 	vm->uid = jail ? SBX_JAIL_UID_BASE + (unsigned)pid : 0;
 	return 0;

@@ -155,8 +155,14 @@ int sbx_vm_cmdline(const struct sbx_vm_config *c, char *buf, size_t n, struct sb
  * the caller (PR_SET_PDEATHSIG), in c's host cgroups and network
  * namespace, jailed when jail is set (jail.h), stdout/stderr on
  * c->log_path (stdout on c->stdout_fd when set), a clean environment, and
- * no fd across exec but stdio and keep[].  Fills vm's pid, pidfd, start
+ * no fd across exec but stdio and keep[].  Jailed, it is PID 1 of new PID,
+ * network (loopback only, or c's netns), IPC and UTS namespaces, with
+ * RLIMIT_CORE 0, RLIMIT_NOFILE and RLIMIT_FSIZE set.  Fills vm's pid, pidfd, start
  * time and uid. */
+/* The jailed VMM's rlimits: open files, and the size of any file it
+ * writes past its disks (console, log). */
+#define SBX_VMM_NOFILE 1024
+#define SBX_VMM_LOG_MAX (64ull << 20)
 int sbx_vmm_spawn(const struct sbx_vm_config *c, char *const argv[], const int *keep, int nkeep, int jail,
 		  struct sbx_vm *vm, struct sbx_err *err);
 

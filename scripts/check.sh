@@ -42,13 +42,33 @@ skip_reason() {
 	esac
 }
 
+# One pass of prove, its TAP tallied: "PASSED FAILED SKIPPED" appended to
+# $SBX_TOTALS (scripts/test.sh prints the sum of every pass at the end).  A
+# file skipped whole counts as one skip; a pass that failed without a
+# failing test line (a bad plan, a test that died) as one failure.
+tally() {
+	local log r counts
+	log=$(mktemp /tmp/sbx-prove.XXXXXX)
+	prove "$@" 2>&1 | tee "$log"
+	r=${PIPESTATUS[0]}
+	counts=$(awk -v r="$r" '
+		/^ok [0-9]+/ { if ($0 ~ /# *[Ss][Kk][Ii][Pp]/) s++; else p++ }
+		/^not ok [0-9]+/ { if ($0 ~ /# *TODO/) s++; else f++ }
+		/^(\[[0-9:]+\] )?tests\/.* skipped: / { s++ }
+		END { if (r != 0 && f == 0) f = 1; printf "%d %d %d\n", p, f, s }' "$log")
+	rm -f "$log"
+	echo "# this pass: $counts (passed failed skipped)"
+	[ -z "${SBX_TOTALS:-}" ] || echo "$counts" >>"$SBX_TOTALS"
+	return "$r"
+}
+
 rc=0
 why=$(skip_reason qemu)
 echo "# VMM backend qemu${why:+: $why}"
-SBX_VMM=qemu SBX_TEST_VMM_SKIP="$why" prove "${prove_opts[@]}" tests/ || rc=1
+SBX_VMM=qemu SBX_TEST_VMM_SKIP="$why" tally "${prove_opts[@]}" tests/ || rc=1
 
 mapfile -t vm_tests < <(grep -l '^require_vm' tests/t*.t)
 why=$(skip_reason cloud-hypervisor)
 echo "# VMM backend cloud-hypervisor${why:+: $why}"
-SBX_VMM=cloud-hypervisor SBX_TEST_VMM_SKIP="$why" prove "${prove_opts[@]}" "${vm_tests[@]}" || rc=1
+SBX_VMM=cloud-hypervisor SBX_TEST_VMM_SKIP="$why" tally "${prove_opts[@]}" "${vm_tests[@]}" || rc=1
 exit $rc

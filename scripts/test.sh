@@ -5,6 +5,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "test.sh: run as root" >&2; exit 1; }
+# Every prove pass (QEMU, Cloud Hypervisor, both again under ASan) adds
+# its counts here; the last line of the run is their sum, whether it
+# passed or not, so a run that skipped everything says so.
+SBX_TOTALS=$(mktemp /tmp/sbx-totals.XXXXXX)
+export SBX_TOTALS
+totals() {
+	local rc=$?
+	awk '{ p += $1; f += $2; s += $3 } END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$SBX_TOTALS"
+	rm -f "$SBX_TOTALS"
+	exit "$rc"
+}
+trap totals EXIT
 scripts/deps.sh
 make -j"$(nproc)" all
 make image
