@@ -14,7 +14,8 @@ int sbx_disk_from_dir(const char *path, const char *dir, struct sbx_err *err);
 /* Create path (must not exist) as an empty journaled ext4 of bytes whose
  * root directory belongs to uid:gid: a workspace. */
 int sbx_disk_workspace(const char *path, uint64_t bytes, unsigned uid, unsigned gid, struct sbx_err *err);
-/* Grow the ext4 image at path (not in use) to bytes: e2fsck, then resize2fs. */
+/* Grow the workspace image at path (not in use) to bytes: the file only;
+ * the guest grows its file system online when it mounts it. */
 int sbx_disk_grow(const char *path, uint64_t bytes, struct sbx_err *err);
 
 #endif

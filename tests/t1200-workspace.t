@@ -116,7 +116,17 @@ sbx-exec "$s4" -- sh -c 'echo kept >/workspace/g'
 for i in $(seq 120); do [ "$(sbx-ps --no-headers "$s4" | cut -f2)" = expired ] && break; sleep 0.5; done
 is "$(sbx-ps --workspaces --tenant acme --no-headers | cut -f1,3)" "grow	idle" \
 	"the session's TTL ended: its workspace is idle"
-s5=$(sbx-create -q --tenant acme -p ws48.yaml --workspace grow); ok $? "attached under a policy granting 48 MiB"
+# No e2fsprogs runs on the host over the image the guest wrote (review
+# finding 5): any e2fsck, resize2fs or debugfs found in PATH for this
+# create writes its name down, then runs the real one.
+mkdir -p "$TEST_TMP/spy"
+for t in e2fsck fsck.ext4 resize2fs debugfs tune2fs dumpe2fs; do
+	real=$(PATH=/usr/sbin:/sbin:/usr/bin:/bin command -v "$t") || continue
+	printf '#!/bin/sh\necho %s >>"%s"\nexec %s "$@"\n' "$t" "$TEST_TMP/spy.log" "$real" >"$TEST_TMP/spy/$t"
+	chmod +x "$TEST_TMP/spy/$t"
+done
+s5=$(PATH=$TEST_TMP/spy:$PATH sbx-create -q --tenant acme -p ws48.yaml --workspace grow); ok $? "attached under a policy granting 48 MiB"
+is "$(cat "$TEST_TMP/spy.log" 2>/dev/null)" "" "the host ran no e2fsprogs over the guest-written image"
 is "$(stat -c %s "$W/acme/grow/disk.img")" 50331648 "the image grew to 48 MiB"
 is "$(sbx-exec "$s5" -- cat /workspace/g)" kept "its files are kept"
 size=$(sbx-exec "$s5" -- df -k /workspace | awk 'NR==2 {print $2}')
