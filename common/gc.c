@@ -45,11 +45,18 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 	struct sbx_session s;
 	struct sbx_err e = { 0 };
 	uint64_t now = sbx_now_ns(), grace = o->grace_ms * 1000000u;
+	/* The age of an unreadable record is its own mtime (or, with no
+	 * record, the directory's), taken before the load: quarantining a
+	 * corrupt record renames it, which moves the directory's mtime past
+	 * now, and a fresh-looking directory would survive --grace 0. */
+	struct stat sb;
+	char path[80];
+	snprintf(path, sizeof path, "%s/" SBX_RECORD_FILE, id);
+	int aged = fstatat(st->sessions_fd, path, &sb, AT_SYMLINK_NOFOLLOW) == 0 ||
+		   fstatat(st->sessions_fd, id, &sb, AT_SYMLINK_NOFOLLOW) == 0;
 	if (sbx_record_load(st, id, &s, &e) < 0) {
 		/* Unreadable (and now quarantined): old enough, it goes. */
-		struct stat sb;
-		if (fstatat(st->sessions_fd, id, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec + grace > now)
+		if (aged && (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec + grace > now)
 			return;
 		sbx_gc_report(cb, ctx, "reclaim", id, "record unreadable: %s", e.msg);
 		if (!o->dry_run)

@@ -30,7 +30,7 @@
 #include <jansson.h>
 #include <sha2.h>
 
-#define RECORD "session.json"
+#define RECORD SBX_RECORD_FILE
 
 /* limits.files; absent (a record from before sbx-cp): the policy defaults. */
 static void get_files(json_t *f, struct sbx_limits *l)

@@ -124,6 +124,8 @@ static inline const char *sbx_session_cgroup(const struct sbx_session *s)
 	return s->cgroup[0] ? s->cgroup : s->id;
 }
 
+/* The record's file name in a session's directory under LIB/sessions. */
+#define SBX_RECORD_FILE "session.json"
 int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err);
 /* The record's text, already read: -1 when it is not a record of id. */
 int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s);
