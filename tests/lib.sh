@@ -60,6 +60,7 @@ require_vm() {
 }
 
 _cleanup() {
+	! declare -F _net_cleanup >/dev/null || _net_cleanup
 	if [ -d "$SBX_ROOT/var/lib/sbx/sessions" ]; then
 		ls "$SBX_ROOT/var/lib/sbx/sessions" | sbx-kill >/dev/null 2>&1 || true
 	fi
@@ -76,4 +77,45 @@ done_testing() {
 	echo "1..$_n"
 	[ "$_fail" -eq 0 ]
 	exit $?
+}
+
+# Test hosts for network tests, on this machine only: test_net_hosts TAG N
+# makes a network namespace holding N addresses of a /29 of
+# 198.51.100.0/24 (never 192.0.2.0/24, this machine's own network, nor
+# 203.0.113.0/24, where the package registries resolve here) and a veth to
+# it whose host end is the /29's first address.  The /29 is picked under a
+# host-wide lock, so test files running at once never share one.  Sets
+# NET_NS, NET_VETH, NET_HOSTIP and NET_IP (an array of the N addresses);
+# they are removed on exit.  N is at most 5; TAG at most 4 characters
+# (the veth's name is sbxTAGPID).
+test_net_hosts() {
+	local tag=$1 n=$2 o i used lock=/run/lock/sbx-test-net.lock
+	NET_NS=sbxt-$tag-$$ NET_VETH=sbx$tag$$ NET_HOSTIP= NET_IP=()
+	exec {_net_lock}>"$lock"
+	flock "$_net_lock"
+	for o in $(seq 8 8 248); do
+		used=0
+		for i in $(seq "$o" $((o + 7))); do
+			ip -br addr | grep -q "198\.51\.100\.$i/" && used=1 && break
+		done
+		ip route show | grep -q "^198\.51\.100\.$o/" && used=1
+		[ $used = 0 ] || continue
+		NET_HOSTIP=198.51.100.$((o + 1))
+		for i in $(seq 1 "$n"); do NET_IP+=("198.51.100.$((o + 1 + i))"); done
+		break
+	done
+	if [ -z "$NET_HOSTIP" ]; then
+		exec {_net_lock}>&-
+		skip_all "no free /29 in 198.51.100.0/24"
+	fi
+	_net_cleanup() { ip link del "$NET_VETH" 2>/dev/null; ip netns del "$NET_NS" 2>/dev/null; }
+	ip netns add "$NET_NS" && ip link add "$NET_VETH" type veth peer name eth0 netns "$NET_NS" &&
+		ip addr add "$NET_HOSTIP/29" dev "$NET_VETH" && ip link set "$NET_VETH" up &&
+		ip -n "$NET_NS" link set eth0 up && ip -n "$NET_NS" link set lo up || {
+		_net_cleanup; exec {_net_lock}>&-; skip_all "cannot make the test hosts"; }
+	for i in "${NET_IP[@]}"; do ip -n "$NET_NS" addr add "$i/29" dev eth0 || {
+		_net_cleanup; exec {_net_lock}>&-; skip_all "cannot make the test hosts"; }; done
+	# The host's end now holds an address of the /29: the next test's
+	# search skips it, so the lock can go.
+	exec {_net_lock}>&-
 }
