@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -16,8 +18,17 @@
 #define PROBE_MARKER "SBX-PROBE-OK"
 #define PROBE_TIMEOUT_MS 20000
 
-static int probe_kvm(const struct sbx_vmm_ops *ops, const char *kernel, const char *initrd, char *why, size_t n)
+/* The probe VMM's own stderr goes to LIB/accel-probe.log, not to the
+ * user's terminal: what it said ends up in the verdict's reason, said once
+ * in sbx's words (the create's TCG notice, accel.json, sbx-ps --capacity). */
+#define PROBE_LOG "accel-probe.log"
+
+static int probe_kvm(struct sbx_state *st, const struct sbx_vmm_ops *ops, const char *kernel, const char *initrd,
+		     char *why, size_t n)
 {
+	char log[700];
+	snprintf(log, sizeof log, "%s/" PROBE_LOG, st->lib);
+	unlinkat(st->lib_fd, PROBE_LOG, 0);
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		snprintf(why, n, "cannot make a pipe: %s", strerror(errno));
@@ -25,7 +36,7 @@ static int probe_kvm(const struct sbx_vmm_ops *ops, const char *kernel, const ch
 	}
 	struct sbx_vm_config c = { .ops = ops, .kernel = kernel, .initrd = initrd, .hostname = "probe",
 				   .vcpus = 1, .memory_mib = 128, .accel = SBX_ACCEL_KVM, .probe = 1,
-				   .stdout_fd = p[1] };
+				   .stdout_fd = p[1], .log_path = log };
 	struct sbx_vm vm = { 0 };
 	struct sbx_err e = { 0 };
 	if (sbx_vm_boot(&c, &vm, &e) < 0) {
@@ -67,6 +78,13 @@ static int probe_kvm(const struct sbx_vmm_ops *ops, const char *kernel, const ch
 	}
 	close(p[0]);
 	sbx_vm_kill(&vm);
+	if (!ok) {
+		char said[200];
+		sbx_log_tail(st->lib_fd, PROBE_LOG, said, sizeof said);
+		size_t l = strlen(why);
+		if (*said && l + 3 < n)
+			snprintf(why + l, n - l, ": %s", said);
+	}
 	return ok;
 }
 
@@ -128,8 +146,8 @@ int sbx_accel_get(struct sbx_state *st, const char *kernel, const char *initrd, 
 	if (read_cache(st, boot, ops->name, ai))
 		goto out;
 	ai->fresh = 1;
-	char why[160] = "";
-	if (probe_kvm(ops, kernel, initrd, why, sizeof why)) {
+	char why[sizeof ai->reason - 40] = "";
+	if (probe_kvm(st, ops, kernel, initrd, why, sizeof why)) {
 		ai->accel = SBX_ACCEL_KVM;
 		snprintf(ai->reason, sizeof ai->reason, "KVM probe booted a guest (%s)", ops->name);
 	} else {

@@ -179,7 +179,7 @@ int sbx_vm_save(struct sbx_vm *vm, const char *dir, struct sbx_err *err);
  * in LIB/accel.json.  SBX_ACCEL=tcg forces emulation. */
 struct sbx_accel_info {
 	enum sbx_accel accel;
-	char reason[200];
+	char reason[400];
 	int fresh; /* probed now rather than read from the cache */
 };
 struct sbx_state;
