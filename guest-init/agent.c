@@ -824,7 +824,7 @@ static int has_var(char *const *env, size_t n, const char *name, const char **va
 /* The request's environment plus what a login would have given it. */
 static int build_env(const struct sbx_exec_req *r, struct child_args *c)
 {
-	char **env = calloc(r->envc + 6, sizeof(*env));
+	char **env = calloc(r->envc + 7, sizeof(*env));
 	size_t n = r->envc;
 	int root = c->uid == 0;
 
@@ -842,6 +842,11 @@ static int build_env(const struct sbx_exec_req *r, struct child_args *c)
 		env[n++] = root ? (char *)"LOGNAME=root" : (char *)"LOGNAME=user";
 	if (c->pts && !has_var(env, n, "TERM", NULL))
 		env[n++] = (char *)"TERM=xterm-256color";
+	/* UTF-8 unless asked otherwise: the C locale is ASCII.  Debian's
+	 * libc-bin ships C.UTF-8 (/usr/lib/locale/C.utf8); where a root has no
+	 * libc (busybox) the variable is harmless. */
+	if (!has_var(env, n, "LANG", NULL) && !has_var(env, n, "LC_ALL", NULL))
+		env[n++] = (char *)"LANG=C.UTF-8";
 	env[n] = NULL;
 	c->envp = env;
 
@@ -1440,8 +1445,7 @@ static void on_identity(struct agent *a, const struct sbx_frame *f)
 
 		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
 			sbx_guest_log("agent: identity: clock: %s", strerror(errno));
-		if (sethostname(host, strlen(host)) < 0)
-			sbx_guest_log("agent: identity: hostname: %s", strerror(errno));
+		sbx_guest_set_hostname(host);
 		rp.info.entropy_count = (int)seed_len * 8;
 		rp.info.buf_size = (int)seed_len;
 		memcpy(rp.buf, seed, seed_len);

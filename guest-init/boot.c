@@ -477,12 +477,37 @@ static int mount_overlay_root(void)
 	}
 	mkdir("/upper/root", 0755);
 	mkdir("/upper/work", 0755);
+	/* xino: the layers are two file systems, so without it a directory's
+	 * d_ino from readdir and its st_ino from stat disagree, and programs
+	 * that key on inode numbers (git's index, rsync, build tools) go
+	 * wrong.  ext4's 32-bit inode numbers leave the high bits free. */
 	if (mount("overlay", NEWROOT, "overlay", MS_NOATIME,
+		  "lowerdir=/lower,upperdir=/upper/root,workdir=/upper/work,xino=on") < 0 &&
+	    mount("overlay", NEWROOT, "overlay", MS_NOATIME,
 		  "lowerdir=/lower,upperdir=/upper/root,workdir=/upper/work") < 0) {
 		sbx_guest_log("mount overlay: %s", strerror(errno));
 		return -1;
 	}
 	return 0;
+}
+
+void sbx_guest_set_hostname(const char *name)
+{
+	if (sethostname(name, strlen(name)) < 0)
+		sbx_guest_log("sethostname: %s", strerror(errno));
+	/* gethostbyname(gethostname()) must answer without DNS (most
+	 * sessions have none).  Written whole and renamed into place: a
+	 * program reading it meanwhile sees the old file or the new. */
+	char buf[320];
+	int n = snprintf(buf, sizeof(buf),
+			 "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+			 "ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n", name);
+	int fd = open("/etc/.hosts.sbx", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0 || n <= 0 || (size_t)n >= sizeof(buf) || write(fd, buf, (size_t)n) != n ||
+	    fchmod(fd, 0644) < 0 || close(fd) < 0 || rename("/etc/.hosts.sbx", "/etc/hosts") < 0) {
+		sbx_guest_log("/etc/hosts: %s", strerror(errno));
+		unlink("/etc/.hosts.sbx");
+	}
 }
 
 static int switch_root(const char *dev)
@@ -762,8 +787,7 @@ int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
 	setup_newroot();
 	if (mount_volumes(cfg) < 0)
 		return -1;
-	if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
-		sbx_guest_log("sethostname: %s", strerror(errno));
+	sbx_guest_set_hostname(cfg->hostname);
 	setup_loopback();
 	sbx_guest_packages(cfg);
 	/* A session whose NIC does not come up fails its create: its policy

@@ -38,6 +38,10 @@ void sbx_guest_cmdline(struct sbx_guest_cfg *cfg);
  * (port SBX_AGENT_VSOCK_PORT) where the VMM has vsock instead; -1 on a
  * fatal error (already logged). */
 int sbx_guest_boot(const struct sbx_guest_cfg *cfg);
+/* Set the hostname and make it resolve (127.0.1.1 in /etc/hosts, as
+ * Debian's installer does): at boot, and when a claim or restore gives the
+ * VM its session's name. */
+void sbx_guest_set_hostname(const char *name);
 /* Serve the host on fd until SHUTDOWN (on a listening socket: each host
  * that connects, one at a time, a new one replacing the old); as PID 1,
  * SHUTDOWN syncs and powers off.  Returns only in --agent-fd mode, or -1

@@ -50,6 +50,12 @@ bb_deb=$(fetch_deb busybox-static)
 bb_ver=$(dpkg-deb -f "$bb_deb" Version)
 bb_tree=$(unpack_deb "$bb_deb")
 [ -x "$bb_tree/bin/busybox" ] || die "$bb_deb: no bin/busybox"
+# /etc/services and /etc/protocols (getservbyname, getprotobyname: busybox
+# is static glibc, whose files lookups read them).
+nb_deb=$(fetch_deb netbase)
+nb_ver=$(dpkg-deb -f "$nb_deb" Version)
+nb_tree=$(unpack_deb "$nb_deb")
+[ -f "$nb_tree/etc/services" ] && [ -f "$nb_tree/etc/protocols" ] || die "$nb_deb: no /etc/services"
 
 # ---- (c) initramfs -------------------------------------------------------------
 image_work default
@@ -84,6 +90,7 @@ root:*:0:0:99999:7:::
 user:*:0:0:99999:7:::
 EOF
 echo sbx >"$rd/etc/hostname"
+install -m 0644 "$nb_tree/etc/services" "$nb_tree/etc/protocols" "$rd/etc/"
 printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n' >"$rd/etc/hosts"
 cat >"$rd/etc/profile" <<'EOF'
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -108,10 +115,10 @@ version=${content_sha256:0:12}
 image_have default "$version" && exit 0
 
 jq -n --arg version "$version" --arg created "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-	--arg kpkg "$kpkg" --arg kver "$kver" --arg krel "$krel" --arg bbver "$bb_ver" \
+	--arg kpkg "$kpkg" --arg kver "$kver" --arg krel "$krel" --arg bbver "$bb_ver" --arg nbver "$nb_ver" \
 	--argjson files "$files_json" --arg content "$content_sha256" --arg gi "$gi_sha256" '{
 	schema: 1, name: "default", version: $version, created: $created,
 	kernel: {package: $kpkg, version: $kver, release: $krel},
-	packages: [{name: "busybox-static", version: $bbver}, {name: $kpkg, version: $kver}],
+	packages: [{name: "busybox-static", version: $bbver}, {name: "netbase", version: $nbver}, {name: $kpkg, version: $kver}],
 	files: $files, content_sha256: $content, guest_init_sha256: $gi}' >"$tpl/manifest.json"
 image_install default "$version"

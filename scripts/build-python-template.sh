@@ -44,7 +44,9 @@ fs_uuid=5b5c0c2e-7d0e-4c5e-9a55-0000000000d3
 fs_seed=5b5c0c2e-7d0e-4c5e-9a55-0000000000d4
 suite=bookworm
 arch=amd64
-include=(ca-certificates python3 python3-pip python3-venv)
+# netbase: /etc/services and /etc/protocols (getaddrinfo(host, "http"),
+# getprotobyname), which minbase leaves out.
+include=(ca-certificates netbase python3 python3-pip python3-venv)
 # What the image leaves out to stay small; recorded in the manifest.
 trimmed=(/usr/lib/python3.11/EXTERNALLY-MANAGED "/usr/share/doc/ (but each package's copyright)" /usr/share/man/ /usr/share/info/
 	"/usr/share/locale/ (but locale.alias)" /usr/share/lintian/ /var/cache/apt/
