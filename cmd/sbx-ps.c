@@ -145,7 +145,7 @@ static void print_row(json_t *o, const char *const *keys, size_t nkeys)
 		else if (json_is_real(v))
 			printf("%.3f", json_real_value(v));
 		else
-			printf("%s", json_is_string(v) ? json_string_value(v) : "-");
+			sbx_fputs_field(json_is_string(v) ? json_string_value(v) : "-", stdout);
 	}
 	putchar('\n');
 }
@@ -171,7 +171,7 @@ static int list_execs(struct sbx_state *st, const char *session, int json, int q
 		putchar('\n');
 	} else {
 		if (headers && !quiet)
-			puts("EXEC\tSTATE\tSTATUS\tREASON\tWALL_S\tSTARTED\tCOMMAND");
+			puts("EXEC\tSTATE\tSTATUS\tREASON\tWALL_S\tSTARTED\tKIND\tCOMMAND");
 		size_t k;
 		json_t *o;
 		json_array_foreach(arr, k, o) {
@@ -185,12 +185,22 @@ static int list_execs(struct sbx_state *st, const char *session, int json, int q
 					printf("%lld\t", (long long)json_integer_value(v));
 				else if (json_is_real(v))
 					printf("%.3f\t", json_real_value(v));
-				else
-					printf("%s\t", json_is_string(v) ? json_string_value(v) : "-");
+				else {
+					sbx_fputs_field(json_is_string(v) ? json_string_value(v) : "-", stdout);
+					putchar('\t');
+				}
 			}
-			json_t *argv = json_object_get(json_object_get(o, "request"), "argv"), *a;
+			/* Records from before the kind was recorded: "-". */
+			json_t *req = json_object_get(o, "request");
+			const char *kind = json_string_value(json_object_get(req, "kind"));
+			printf("%s\t", kind ? kind : "-");
+			json_t *argv = json_object_get(req, "argv"), *a;
 			size_t j;
-			json_array_foreach(argv, j, a) printf("%s%s", j ? " " : "", json_string_value(a));
+			json_array_foreach(argv, j, a) {
+				if (j)
+					putchar(' ');
+				sbx_fputs_field(json_string_value(a) ? json_string_value(a) : "", stdout);
+			}
 			if (!json_array_size(argv))
 				putchar('-');
 			putchar('\n');

@@ -5,6 +5,7 @@
 #include "disk.h"
 #include "pkgcache.h"
 #include "pool.h"
+#include "policy.h"
 #include "proto.h"
 #include "secrets.h"
 #include "session.h"
@@ -432,9 +433,10 @@ static json_t *req_json(struct mon *m, const struct sbx_exec_req *r)
 	for (size_t i = 0; i < r->envc; i++)
 		json_array_append_new(env, json_stringn(r->env[i], strcspn(r->env[i], "=")));
 	_cleanup_free_ char *cwd = r->cwd ? sbx_scrub_str(&m->sec, r->cwd) : NULL;
-	json_t *o = json_pack("{s:o, s:o, s:s?, s:I, s:b, s:b, s:i}", "argv", argv, "env", env, "cwd", cwd,
+	json_t *o = json_pack("{s:o, s:o, s:s?, s:I, s:b, s:b, s:i, s:s}", "argv", argv, "env", env, "cwd", cwd,
 			      "timeout_ms", (json_int_t)r->timeout_ms, "tty", !!(r->flags & SBX_EXEC_PTY), "stdin",
-			      !!(r->flags & SBX_EXEC_STDIN), "uid", r->have_uid ? (int)r->uid : 1000);
+			      !!(r->flags & SBX_EXEC_STDIN), "uid", r->have_uid ? (int)r->uid : 1000, "kind",
+			      r->flags & SBX_EXEC_COPY ? "copy" : "command");
 	return o;
 }
 
@@ -468,9 +470,14 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 		r.timeout_ms = (uint32_t)(lim->exec_timeout_default_ms > UINT32_MAX ? UINT32_MAX
 										      : lim->exec_timeout_default_ms);
 	if (lim->exec_timeout_max_ms && (!r.timeout_ms || r.timeout_ms > lim->exec_timeout_max_ms)) {
-		char msg[160];
-		snprintf(msg, sizeof msg, "the exec timeout %s the policy's maximum of %llu ms (resources.exec_timeout.max)",
-			 r.timeout_ms ? "exceeds" : "must be set within", (unsigned long long)lim->exec_timeout_max_ms);
+		char msg[200], max[32], asked[40] = "";
+		sbx_fmt_duration(max, sizeof max, lim->exec_timeout_max_ms);
+		if (r.timeout_ms) {
+			asked[0] = ' ';
+			sbx_fmt_duration(asked + 1, sizeof asked - 1, r.timeout_ms);
+		}
+		snprintf(msg, sizeof msg, "the exec timeout%s %s the policy's maximum of %s (resources.exec_timeout.max)",
+			 asked, r.timeout_ms ? "exceeds" : "must be set within", max);
 		sbx_exec_req_free(&r);
 		return client_error(m, c, f->stream, SBX_EXIT_INVALID, msg);
 	}
@@ -509,7 +516,7 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 	}
 	free(rq);
 	int detach = r.flags & SBX_EXEC_DETACH;
-	r.flags &= ~(uint32_t)SBX_EXEC_DETACH;
+	r.flags &= ~(uint32_t)(SBX_EXEC_DETACH | SBX_EXEC_COPY);
 	if (detach)
 		r.flags &= ~(uint32_t)SBX_EXEC_STDIN;
 	ex->next = m->execs;

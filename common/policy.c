@@ -149,7 +149,7 @@ static void fmt_size(char *b, size_t n, uint64_t v)
 		snprintf(b, n, "%llu%c", (unsigned long long)v, u[i]);
 }
 
-static void fmt_dur(char *b, size_t n, uint64_t ms)
+void sbx_fmt_duration(char *b, size_t n, uint64_t ms)
 {
 	static const struct { uint64_t mult; const char *sfx; } u[] = {
 		{ DAY, "d" }, { HOUR, "h" }, { MINUTE, "m" }, { SEC, "s" },
@@ -470,7 +470,7 @@ static void fmt_val(char *b, size_t n, enum kind k, uint64_t v)
 	if (k == K_SIZE)
 		fmt_size(b, n, v);
 	else if (k == K_DUR)
-		fmt_dur(b, n, v);
+		sbx_fmt_duration(b, n, v);
 	else if (k == K_CPU)
 		snprintf(b, n, "%llu.%02llu", (unsigned long long)(v / 1000), (unsigned long long)(v % 1000 / 10));
 	else

@@ -131,5 +131,8 @@ int sbx_policy_network_from_json(json_t *o, struct sbx_policy *p, struct sbx_err
 int sbx_parse_size(const char *s, uint64_t *out);
 /* "500ms", "90s", "5m", "1h", "2d"; a bare number is seconds. */
 int sbx_parse_duration_ms(const char *s, uint64_t *out);
+/* ms as a user would write it, in the largest unit that divides it
+ * ("1h", "90s", "1500ms"), which sbx_parse_duration_ms reads back. */
+void sbx_fmt_duration(char *b, size_t n, uint64_t ms);
 
 #endif

@@ -129,7 +129,8 @@ enum sbx_vmctl_op {
 enum sbx_exec_flags {
 	SBX_EXEC_PTY = 1u << 0,   /* allocate a pty; stdout carries the terminal */
 	SBX_EXEC_STDIN = 1u << 1, /* the client sends stdin; otherwise /dev/null */
-	SBX_EXEC_DETACH = 1u << 2 /* client->monitor only: do not stream */
+	SBX_EXEC_DETACH = 1u << 2, /* client->monitor only: do not stream */
+	SBX_EXEC_COPY = 1u << 3    /* client->monitor only: sbx's own exec (sbx-cp), recorded as such */
 };
 
 enum sbx_reason {

@@ -620,6 +620,7 @@ static int run_guest(struct sbx_state *st, const char *session, char **argv, int
 	 * every link target was checked on the host to stay inside. */
 	static char *env[] = { "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "EXTRACT_UNSAFE_SYMLINKS=1", NULL };
 	struct sbx_exec_opts o = { .in_fd = in_fd, .out_fd = out_fd, .tty_fd = -1, .forward_signals = 1 };
+	o.req.flags = SBX_EXEC_COPY; /* listed as sbx's own, not the user's */
 	size_t argc = 0;
 	while (argv[argc])
 		argc++;

@@ -106,6 +106,23 @@ void sbx_log_tail(int dirfd, const char *name, char *out, size_t n)
 	snprintf(out, n, "%s", p);
 }
 
+void sbx_fputs_field(const char *s, FILE *f)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		switch (*p) {
+		case '\n': fputs("\\n", f); break;
+		case '\t': fputs("\\t", f); break;
+		case '\r': fputs("\\r", f); break;
+		case '\\': fputs("\\\\", f); break;
+		default:
+			if (*p < 0x20 || *p == 0x7f)
+				fprintf(f, "\\x%02x", *p);
+			else
+				putc(*p, f);
+		}
+	}
+}
+
 void sbx_netns_mac_new(char out[18])
 {
 	uint8_t m[6];

@@ -58,6 +58,11 @@ char *sbx_read_small_at(int dirfd, const char *name, size_t max, size_t *len);
 /* The last few hundred bytes of a log under dirfd (AT_FDCWD: a path) on
  * one line, for messages that say what happened; "" when unreadable. */
 void sbx_log_tail(int dirfd, const char *name, char *out, size_t n);
+/* s as one field of a tab-separated line: control bytes (tab and newline
+ * included) and the backslash written as C escapes (\n, \t, \\, \x1b),
+ * so a value cannot break a table's rows or columns, nor reach a terminal
+ * as an escape sequence.  Printable bytes and UTF-8 pass through. */
+void sbx_fputs_field(const char *s, FILE *f);
 
 /* A fresh guest MAC, locally administered and unicast, into out[18]
  * ("02:xx:xx:xx:xx:xx" form). */
