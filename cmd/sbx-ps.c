@@ -171,7 +171,7 @@ static int list_execs(struct sbx_state *st, const char *session, int json, int q
 		putchar('\n');
 	} else {
 		if (headers && !quiet)
-			puts("EXEC\tSTATE\tSTATUS\tREASON\tWALL_S\tSTARTED\tKIND\tCOMMAND");
+			puts("EXEC\tSTATE\tSTATUS\tREASON\tWALL_S\tSTARTED\tCOMMAND\tKIND");
 		size_t k;
 		json_t *o;
 		json_array_foreach(arr, k, o) {
@@ -190,10 +190,7 @@ static int list_execs(struct sbx_state *st, const char *session, int json, int q
 					putchar('\t');
 				}
 			}
-			/* Records from before the kind was recorded: "-". */
 			json_t *req = json_object_get(o, "request");
-			const char *kind = json_string_value(json_object_get(req, "kind"));
-			printf("%s\t", kind ? kind : "-");
 			json_t *argv = json_object_get(req, "argv"), *a;
 			size_t j;
 			json_array_foreach(argv, j, a) {
@@ -203,7 +200,10 @@ static int list_execs(struct sbx_state *st, const char *session, int json, int q
 			}
 			if (!json_array_size(argv))
 				putchar('-');
-			putchar('\n');
+			/* Last, so the columns before it keep their places; "-"
+			 * for records from before the kind was recorded. */
+			const char *kind = json_string_value(json_object_get(req, "kind"));
+			printf("\t%s\n", kind ? kind : "-");
 		}
 	}
 	json_decref(arr);

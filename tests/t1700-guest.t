@@ -69,10 +69,10 @@ sbx-cp "$TEST_TMP/up.txt" "$c":/tmp/ >/dev/null
 out=$(sbx-ps --no-headers --execs "$c")
 is "$(printf '%s\n' "$out" | awk -F'\t' 'NF != 8' | wc -l)" 0 "sbx-ps --execs: every row has its 8 columns"
 is "$(printf '%s\n' "$out" | wc -l)" "$(sbx-ps --execs "$c" --json | jq length)" "and one row per exec"
-like "$(printf '%s\n' "$out" | grep 'echo one')" 'echo one\\necho two\\ttab$' \
+like "$(printf '%s\n' "$out" | grep 'echo one' | cut -f7)" '^sh -c echo one\\necho two\\ttab$' \
 	"a newline and a tab in a command are shown as \\n and \\t"
-is "$(printf '%s\n' "$out" | grep 'echo one' | cut -f7)" command "a user's exec is KIND command"
-like "$(printf '%s\n' "$out" | tail -1 | cut -f7)" '^copy$' "sbx-cp's own exec is KIND copy"
+is "$(printf '%s\n' "$out" | grep 'echo one' | cut -f8)" command "a user's exec is KIND command"
+like "$(printf '%s\n' "$out" | tail -1 | cut -f8)" '^copy$' "sbx-cp's own exec is KIND copy"
 is "$(sbx-ps --execs "$c" --json | jq -r '.[-1].request.kind')" copy "and so says --json"
 
 # ---- durations as a user writes them --------------------------------
