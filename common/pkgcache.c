@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -619,7 +620,8 @@ static uint64_t budget_left(const struct conn *c, uint64_t used)
 /* ---- upstream slots ------------------------------------------------------ */
 
 /* Wait for one of the SBX_PKGCACHE_FETCHES_MAX upstream slots, at most
- * IO_TIMEOUT_S.  0, or -1 when none came free. */
+ * IO_TIMEOUT_S.  0, or -1 when none came free.  A thread that waits is
+ * named "pkgcache-wait" meanwhile (ps -L, /proc/PID/task/TID/comm). */
 static int slot_take(struct conn *c)
 {
 	if (c->slot)
@@ -629,8 +631,13 @@ static int slot_take(struct conn *c)
 	dl.tv_sec += IO_TIMEOUT_S;
 	pthread_mutex_lock(&up_mu);
 	int rc = 0;
+	char name[17] = "";
+	if (up_active >= SBX_PKGCACHE_FETCHES_MAX && prctl(PR_GET_NAME, name) == 0)
+		prctl(PR_SET_NAME, "pkgcache-wait");
 	while (up_active >= SBX_PKGCACHE_FETCHES_MAX && rc == 0)
 		rc = pthread_cond_timedwait(&up_cv, &up_mu, &dl);
+	if (name[0])
+		prctl(PR_SET_NAME, name);
 	if (up_active < SBX_PKGCACHE_FETCHES_MAX) {
 		up_active++;
 		c->slot = 1;

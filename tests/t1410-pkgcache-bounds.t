@@ -53,15 +53,40 @@ want() { jq -r --arg n "$1" "select(.name == \$n) | .$2" "$TEST_TMP/packages.jso
 WEBPID=$!
 
 # A second registry whose index pages answer only when told to, counting
-# how many requests it holds at once.
+# how many requests it holds at once; and one project, chunky, whose 2 MB
+# file comes chunked, without a Content-Length.
 cat >"$TEST_TMP/slow.py" <<'EOF'
-import http.server, os, sys, threading
+import hashlib, http.server, os, random, sys, threading
 d = sys.argv[2]
 lock = threading.Lock()
 now = top = 0
+data = random.Random(1).randbytes(2000000)
+digest = hashlib.sha256(data).hexdigest()
 class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
     def do_GET(self):
         global now, top
+        if self.path == "/slow/chunky/":
+            body = ('<html><body><a href="/files/chunky-1.0-py3-none-any.whl#sha256=%s">c</a></body></html>\n'
+                    % digest).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if self.path.startswith("/files/chunky-"):
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for i in range(0, len(data), 65536):
+                    c = data[i:i + 65536]
+                    self.wfile.write(b"%x\r\n" % len(c) + c + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                pass
+            return
         with lock:
             now += 1
             top = max(top, now)
@@ -196,7 +221,12 @@ is "$(fetch "$a" "HEAD $(file_url sbxb)" | cut -d' ' -f1)" 404 "HEAD of the evic
 is "$(requests)" "$n2" "without asking the registry"
 
 # ---- at most 4 upstream fetches at once ----
-threads0=$(awk '/^Threads:/ {print $2}' "/proc/$proxy/status")
+# The proxy's TCP connections to the slow registry (in the host's
+# namespace, where it fetches), and its threads waiting for a slot.
+IFS=. read -r r1 r2 r3 r4 <<<"$REG"
+slowhex=$(printf '%02X%02X%02X%02X:1F41' "$r4" "$r3" "$r2" "$r1")
+upstream() { awk -v r="$slowhex" '$3 == r && $4 == "01"' "/proc/$proxy/net/tcp" | wc -l; }
+waiting() { cat /proc/"$proxy"/task/*/comm 2>/dev/null | grep -c '^pkgcache-wait$'; }
 sbx-exec "$a" -- python3 -c '
 import threading, urllib.request
 def get(i):
@@ -210,12 +240,12 @@ ts = [threading.Thread(target=get, args=(i,)) for i in range(8)]
 EXECPID=$!
 seen=1
 for _ in $(seq 600); do
-	# All 8 connections accepted (a thread each), 4 of them upstream.
-	th=$(awk '/^Threads:/ {print $2}' "/proc/$proxy/status")
-	[ "$th" -ge $((threads0 + 8)) ] && [ "$(cut -d' ' -f1 "$TEST_TMP/slow/top" 2>/dev/null)" = 4 ] && seen=0 && break
+	# 4 requests upstream, 4 waiting for a slot.
+	[ "$(waiting)" = 4 ] && [ "$(cut -d' ' -f1 "$TEST_TMP/slow/top" 2>/dev/null)" = 4 ] && seen=0 && break
 	sleep 0.1
 done
-ok $seen "8 requests at once: the proxy holds 8 connections, the registry sees 4"
+ok $seen "8 requests at once: 4 wait for a slot (threads named pkgcache-wait), the registry sees 4"
+is "$(upstream)" 4 "and the proxy has 4 connections to it, no more"
 is "$(cut -d' ' -f2 "$TEST_TMP/slow/top")" 4 "never more than 4 at once"
 touch "$TEST_TMP/slow/release"
 wait "$EXECPID"
@@ -272,5 +302,19 @@ like "$(jq -r 'select(.kind == "index" and .verdict == "refused") | .reason' "$b
 used=$(jq -r .bytes "$S/$b/pkgbudget.json")
 ok $(test "$used" -le 1048576; echo $?) "still within the budget ($used of 1048576)"
 
-sbx-kill "$a" "$b" >/dev/null
+# Without a Content-Length: taken only as far as the budget goes.
+c=$(sbx-create -q -t python -p "$TEST_TMP/small.yaml")
+ok $? "a third session with max_download: 1M"
+entries() { find "$CACHE/shared" -maxdepth 1 -name 'sha*' | sort | tr '\n' ' '; }
+kept=$(entries)
+out=$(fetch "$c" /pypi/1/files/chunky/chunky-1.0-py3-none-any.whl)
+like "$out" '^403 packages\.max_download of policy small\.yaml exceeded: chunky-1\.0-py3-none-any\.whl is larger than' \
+	"a 2 MB file sent chunked is refused with 403"
+got=$(jq -r 'select(.package == "chunky" and .kind == "file") | .size' "$S/$c/packages.log")
+used=$(jq -r .bytes "$S/$c/pkgbudget.json")
+ok $(test "$got" -lt 1048576 -a "$used" -le 1048576; echo $?) \
+	"taking $got bytes of its body: the budget holds $used of 1048576"
+is "$(entries)" "$kept" "nothing was kept"
+
+sbx-kill "$a" "$b" "$c" >/dev/null
 done_testing
