@@ -285,8 +285,28 @@ static int pool_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, c
 	return walk_map(c, path, NULL, template_entry, obj);
 }
 
+/* packages: what the package cache (pkgcache.h) may keep on this host. */
+static int packages_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf_packages *p = obj;
+	const char *s = scalar(c, path);
+	uint64_t v;
+	if (!s)
+		return -1;
+	if (sbx_parse_size(s, &v) < 0 || v < MIB || v > (1ull << 50))
+		return fail(c, c->ev.start_mark, "%s: '%s' is not a size in 1M..1P", path, SHOW(s));
+	p->cache_quota = v; /* the only key */
+	(void)key, (void)km;
+	return 0;
+}
+
 static int top_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
+	struct sbx_hostconf *hc = obj;
+	if (!strcmp(key, "packages")) {
+		static const char *const pkg_keys[] = { "cache_quota", NULL };
+		return walk_map(c, "packages", pkg_keys, packages_value, &hc->packages);
+	}
 	static const char *const keys[] = { "templates", NULL };
 	return walk_map(c, "pool", keys, pool_key, obj);
 }
@@ -302,7 +322,7 @@ int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 	yaml_parser_set_input_string(&c.y, buf, n);
 	yaml_parser_set_encoding(&c.y, YAML_UTF8_ENCODING);
 	int rc = -1;
-	static const char *const keys[] = { "pool", NULL };
+	static const char *const keys[] = { "packages", "pool", NULL };
 	if (next(&c) < 0 || next(&c) < 0)
 		goto out;
 	if (c.ev.type == YAML_STREAM_END_EVENT) {

@@ -25,10 +25,17 @@ struct sbx_pool_conf {
 	uint64_t disk;       /* bytes of writable disk (resources.disk) */
 };
 
+/* packages: the package cache's host-side bounds (pkgcache.h). */
+struct sbx_hostconf_packages {
+	uint64_t cache_quota; /* bytes each cache scope (a tenant's, or the shared
+	                       * one) may keep; 0: not set (SBX_PKGCACHE_QUOTA_DEFAULT) */
+};
+
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */
 	struct sbx_pool_conf pool[SBX_POOL_TEMPLATES_MAX];
 	unsigned npool;
+	struct sbx_hostconf_packages packages;
 };
 
 /* Where the file is: /etc/sbx/sbx.yaml under SBX_ROOT (if set). */

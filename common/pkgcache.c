@@ -10,10 +10,12 @@
 #include "pkgcache.h"
 #include "audit.h"
 #include "egress.h"
+#include "hostconf.h"
 #include "policy.h"
 #include "util.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -24,6 +26,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -35,8 +38,10 @@
 #include <sha1.h>
 #include <sha2.h>
 
-#define INDEX_MAX            (64u << 20) /* an upstream index page or metadata document */
-#define LINKS_MAX            200000u     /* links kept from one index page */
+#define INDEX_MAX            SBX_PKGCACHE_INDEX_MAX /* an upstream index page or metadata document */
+#define LINKS_MAX            200000u                /* links kept from one index page */
+#define LINK_BYTES_MAX       (16u << 20)            /* and the bytes they hold */
+#define BUDGET_CHUNK         (1u << 20) /* reserved at a time when upstream gives no length */
 #define FILE_NAME_MAX        255
 #define URL_MAX              4096
 #define IO_TIMEOUT_S         60 /* the guest's socket, each read or write */
@@ -45,23 +50,51 @@
 #define BUDGET               "pkgbudget.json"
 #define BUDGET_LOCK          "pkgbudget.lock"
 #define LOG                  "packages.log"
+#define META                 "meta"  /* per entry: its hashes as last verified, and when last used */
+#define NAMES                "names" /* what each (registry, package, file) was stored as, for HEAD */
+#define CACHE_LOCK           ".lock" /* eviction, per cache scope */
 
 /* ---- process set-up ----------------------------------------------------- */
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int once_rc;
+static struct sbx_err once_err;
+static uint64_t cache_quota = SBX_PKGCACHE_QUOTA_DEFAULT;
+
+/* Upstream fetches in flight in this process (one proxy per session). */
+static pthread_mutex_t up_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t up_cv;
+static unsigned up_active;
 
 static void init_once(void)
 {
-	once_rc = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&up_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		once_rc = sbx_err_set(&once_err, SBX_EXIT_INTERNAL, 0, "cannot initialise libcurl");
+		return;
+	}
 	xmlInitParser();
+	struct sbx_hostconf hc;
+	if (sbx_hostconf_load(&hc, &once_err) < 0) {
+		once_rc = -1; /* fail closed: an sbx.yaml we cannot read bounds nothing */
+		return;
+	}
+	if (hc.packages.cache_quota)
+		cache_quota = hc.packages.cache_quota;
 }
 
 int sbx_pkgcache_init(struct sbx_err *err)
 {
 	pthread_once(&once, init_once);
-	if (once_rc < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot initialise libcurl");
+	if (once_rc < 0) {
+		if (err)
+			*err = once_err;
+		return -1;
+	}
 	return 0;
 }
 
@@ -404,6 +437,9 @@ struct conn {
 	char kind[12]; /* index, file, metadata, tarball */
 	char package[220], version[130], file[FILE_NAME_MAX + 1];
 	char upstream[URL_MAX];
+	int slot;             /* holds one of the SBX_PKGCACHE_FETCHES_MAX upstream slots */
+	uint64_t charged_up;  /* bytes of the index or metadata fetched for this request,
+	                       * already charged to the budget */
 };
 
 static void diag(const struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -442,6 +478,9 @@ struct outcome {
 	uint64_t size;
 	char sha256[65];
 	char expected[140]; /* the registry's hash, "sha256:..." */
+	const char *verified; /* hashed (while downloading), cached (the recorded hash
+	                       * of an unchanged inode), rehashed (hashed again) */
+	int prepaid;          /* size is already charged: it was downloaded for this request */
 };
 
 static int session_dir(const struct conn *c)
@@ -474,6 +513,10 @@ static json_t *record_json(const struct conn *c, const struct outcome *o)
 		json_object_set_new(r, "registry_hash", json_string(o->expected));
 	if (o->cache)
 		json_object_set_new(r, "cache", json_string(o->cache));
+	if (o->verified)
+		json_object_set_new(r, "verified", json_string(o->verified));
+	if (c->head)
+		json_object_set_new(r, "method", json_string("HEAD"));
 	json_object_set_new(r, "status", json_integer(o->status));
 	if (o->reason)
 		json_object_set_new(r, "reason", json_string(o->reason));
@@ -523,10 +566,12 @@ static int record(const struct conn *c, const struct outcome *o, int audit)
 	return rc;
 }
 
-/* The session's download budget: reserve n bytes of max_download, so
- * concurrent requests cannot overdraw it.  0: granted; 1: refused
- * (*used set); -1: the counter cannot be read or written. */
-static int budget_take(const struct conn *c, uint64_t n, uint64_t *used)
+/* The session's download budget, under its lock: give back `give` bytes
+ * reserved earlier and not used, then reserve `take` bytes of
+ * max_download, so concurrent requests cannot overdraw it.  0: granted;
+ * 1: refused (*used set, nothing reserved); -1: the counter cannot be read
+ * or written. */
+static int budget_op(const struct conn *c, uint64_t take, uint64_t give, uint64_t *used)
 {
 	_cleanup_close_ int dfd = session_dir(c);
 	if (dfd < 0)
@@ -546,21 +591,77 @@ static int budget_take(const struct conn *c, uint64_t n, uint64_t *used)
 	} else if (errno != ENOENT) {
 		return -1;
 	}
+	uint64_t u0 = u;
+	u = give < u ? u - give : 0;
 	*used = u;
 	uint64_t max = c->cfg->pkg->max_download;
-	if (n > max || u > max - n)
-		return 1;
-	if (!n)
-		return 0; /* only asked what is used */
+	int rc = 0;
+	if (take > max || u > max - take)
+		rc = 1;
+	else
+		u += take;
+	if (u == u0)
+		return rc;
 	char out[96];
-	int w = snprintf(out, sizeof out, "{\"schema\":1,\"bytes\":%llu}\n", (unsigned long long)(u + n));
-	return sbx_atomic_write_at(dfd, BUDGET, out, (size_t)w, 0600, NULL) < 0 ? -1 : 0;
+	int w = snprintf(out, sizeof out, "{\"schema\":1,\"bytes\":%llu}\n", (unsigned long long)u);
+	return sbx_atomic_write_at(dfd, BUDGET, out, (size_t)w, 0600, NULL) < 0 ? -1 : rc;
+}
+
+static int budget_take(const struct conn *c, uint64_t n, uint64_t *used)
+{
+	return budget_op(c, n, 0, used);
+}
+
+static uint64_t budget_left(const struct conn *c, uint64_t used)
+{
+	return used < c->cfg->pkg->max_download ? c->cfg->pkg->max_download - used : 0;
+}
+
+/* ---- upstream slots ------------------------------------------------------ */
+
+/* Wait for one of the SBX_PKGCACHE_FETCHES_MAX upstream slots, at most
+ * IO_TIMEOUT_S.  0, or -1 when none came free.  A thread that waits is
+ * named "pkgcache-wait" meanwhile (ps -L, /proc/PID/task/TID/comm). */
+static int slot_take(struct conn *c)
+{
+	if (c->slot)
+		return 0;
+	struct timespec dl;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += IO_TIMEOUT_S;
+	pthread_mutex_lock(&up_mu);
+	int rc = 0;
+	char name[17] = "";
+	if (up_active >= SBX_PKGCACHE_FETCHES_MAX && prctl(PR_GET_NAME, name) == 0)
+		prctl(PR_SET_NAME, "pkgcache-wait");
+	while (up_active >= SBX_PKGCACHE_FETCHES_MAX && rc == 0)
+		rc = pthread_cond_timedwait(&up_cv, &up_mu, &dl);
+	if (name[0])
+		prctl(PR_SET_NAME, name);
+	if (up_active < SBX_PKGCACHE_FETCHES_MAX) {
+		up_active++;
+		c->slot = 1;
+	}
+	pthread_mutex_unlock(&up_mu);
+	return c->slot ? 0 : -1;
+}
+
+static void slot_give(struct conn *c)
+{
+	if (!c->slot)
+		return;
+	pthread_mutex_lock(&up_mu);
+	up_active--;
+	pthread_cond_signal(&up_cv);
+	pthread_mutex_unlock(&up_mu);
+	c->slot = 0;
 }
 
 /* ---- responses -------------------------------------------------------------- */
 
 static int send_head(struct conn *c, int status, const char *reason, const char *ctype, uint64_t len)
 {
+	slot_give(c); /* upstream is done with: a slow reader holds no slot */
 	char r[256], h[1024];
 	size_t i = 0;
 	/* A reason phrase is one line of printable text: what pip, npm, curl
@@ -641,11 +742,12 @@ static int refuse(struct conn *c, struct outcome *o, int status, const char *msg
 	return send_mem(c, status, text, "text/plain; charset=utf-8", body, (size_t)n);
 }
 
-/* Send a generated body after counting it against the budget. */
+/* Send a generated body after counting it against the budget: what it
+ * holds beyond the upstream bytes already charged for it. */
 static int serve_body(struct conn *c, struct outcome *o, const char *ctype, const char *body, size_t n)
 {
 	uint64_t used = 0;
-	int b = budget_take(c, c->head ? 0 : n, &used);
+	int b = budget_take(c, c->head || n <= c->charged_up ? 0 : n - c->charged_up, &used);
 	char msg[300];
 	if (b < 0)
 		return refuse(c, o, 500, "cannot account the download against packages.max_download", 0);
@@ -664,18 +766,29 @@ static int serve_body(struct conn *c, struct outcome *o, const char *ctype, cons
 
 /* ---- upstream ------------------------------------------------------------ */
 
+struct links;
 struct fetch {
 	/* in */
 	const char *url;
 	const char *accept;
 	int fd;       /* >= 0: write the body here (hashing it); else memory */
 	uint64_t max; /* body bytes */
+	struct conn *budget;  /* non-NULL: reserve every body byte against its max_download */
+	struct links *links;  /* non-NULL: parse the body as a PEP 503 page as it arrives,
+	                       * into links, instead of keeping it */
 	/* out */
 	char *mem;
 	size_t len, cap;
 	uint64_t bytes;
+	uint64_t reserved; /* of the budget, for this fetch; bytes of it are used */
 	long status;
 	int over;         /* the body was larger than max */
+	int broke;        /* the budget was spent (1) or cannot be accounted (-1) */
+	int oom;
+	int started;
+	CURL *h;
+	htmlParserCtxtPtr html;
+	struct index_sax *sax;
 	char denied[200]; /* an address the deny list refused */
 	char effective[URL_MAX];
 	char error[CURL_ERROR_SIZE + 64];
@@ -684,15 +797,58 @@ struct fetch {
 	int werr;
 };
 
+static int index_feed(struct fetch *f, const char *p, size_t n);
+
+/* Reserve what the body needs beyond what is reserved: at least what
+ * arrived, a chunk ahead when it fits.  0, or -1 (f->broke set). */
+static int reserve(struct fetch *f, uint64_t upto)
+{
+	if (!f->budget || upto <= f->reserved)
+		return 0;
+	uint64_t need = upto - f->reserved, ask = need < BUDGET_CHUNK ? BUDGET_CHUNK : need, used;
+	if (ask > f->max - f->reserved)
+		ask = f->max - f->reserved;
+	int b = budget_take(f->budget, ask, &used);
+	if (b == 1 && ask > need)
+		b = budget_take(f->budget, ask = need, &used);
+	if (b != 0) {
+		f->broke = b < 0 ? -1 : 1;
+		return -1;
+	}
+	f->reserved += ask;
+	return 0;
+}
+
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
 {
 	struct fetch *f = ud;
 	size_t n = sz * nm;
+	if (!f->started) {
+		/* The final response's length, when it gives one: reserved
+		 * whole before its first byte is taken. */
+		f->started = 1;
+		curl_off_t cl = -1;
+		char *eff = NULL;
+		curl_easy_getinfo(f->h, CURLINFO_EFFECTIVE_URL, &eff);
+		snprintf(f->effective, sizeof f->effective, "%s", eff ? eff : f->url);
+		if (curl_easy_getinfo(f->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK && cl > 0) {
+			if ((uint64_t)cl > f->max) {
+				f->over = 1;
+				return 0;
+			}
+			if (reserve(f, (uint64_t)cl) < 0)
+				return 0;
+		}
+	}
 	if (f->bytes + n > f->max) {
 		f->over = 1;
 		return 0;
 	}
+	if (reserve(f, f->bytes + n) < 0)
+		return 0;
 	f->bytes += n;
+	if (f->links)
+		return index_feed(f, p, n) < 0 ? 0 : n;
 	if (f->fd >= 0) {
 		if (sbx_write_all(f->fd, p, n) < 0) {
 			f->werr = errno;
@@ -708,8 +864,10 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
 		while (nc < f->len + n + 1)
 			nc *= 2;
 		char *m = realloc(f->mem, nc);
-		if (!m)
+		if (!m) {
+			f->oom = 1;
 			return 0;
+		}
 		f->mem = m;
 		f->cap = nc;
 	}
@@ -775,17 +933,35 @@ static int fetch(struct fetch *f)
 	curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)f->max);
 	if (f->fd < 0)
 		curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, ""); /* pages may come compressed; files as they are */
+	f->h = h;
 	CURLcode rc = curl_easy_perform(h);
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &f->status);
 	char *eff = NULL;
 	curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &eff);
 	snprintf(f->effective, sizeof f->effective, "%s", eff ? eff : f->url);
 	curl_easy_cleanup(h);
+	f->h = NULL;
 	curl_slist_free_all(hdr);
+	/* What arrived stays charged (the host fetched it, whatever it
+	 * turns out to be); the rest of the reservation goes back. */
+	if (f->budget && f->reserved > f->bytes) {
+		uint64_t used;
+		budget_op(f->budget, 0, f->reserved - f->bytes, &used);
+		f->reserved = f->bytes;
+	}
 	if (rc == CURLE_FILESIZE_EXCEEDED)
 		f->over = 1;
 	if (f->over) {
 		snprintf(f->error, sizeof f->error, "larger than %llu bytes", (unsigned long long)f->max);
+		return -1;
+	}
+	if (f->broke) {
+		snprintf(f->error, sizeof f->error, "%s",
+		         f->broke > 0 ? "packages.max_download spent" : "cannot account against packages.max_download");
+		return -1;
+	}
+	if (f->oom) {
+		snprintf(f->error, sizeof f->error, "out of memory");
 		return -1;
 	}
 	if (f->denied[0]) {
@@ -859,6 +1035,9 @@ struct link {
 struct links {
 	struct link *v;
 	size_t n, cap;
+	size_t bytes;   /* held by the links' strings */
+	uint32_t *set;  /* open addressing over v by file name: index + 1, 0 empty */
+	size_t set_cap; /* a power of two, at least twice n */
 };
 
 static void links_free(struct links *l)
@@ -869,7 +1048,44 @@ static void links_free(struct links *l)
 		free(l->v[i].yanked);
 	}
 	free(l->v);
+	free(l->set);
 	memset(l, 0, sizeof *l);
+}
+
+static uint32_t name_hash(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 16777619u;
+	return h;
+}
+
+/* The slot for name in l->set: where it is, or the empty one it would
+ * take. */
+static size_t set_find(const struct links *l, const char *name)
+{
+	size_t m = l->set_cap - 1, i = name_hash(name) & m;
+	while (l->set[i] && strcmp(l->v[l->set[i] - 1].file, name))
+		i = (i + 1) & m;
+	return i;
+}
+
+static int set_grow(struct links *l)
+{
+	if (l->set_cap && (l->n + 1) * 2 <= l->set_cap)
+		return 0;
+	size_t nc = l->set_cap ? l->set_cap * 2 : 128;
+	uint32_t *old = l->set;
+	l->set = calloc(nc, sizeof *l->set);
+	if (!l->set) {
+		l->set = old;
+		return -1;
+	}
+	l->set_cap = nc;
+	for (size_t i = 0; i < l->n; i++)
+		l->set[set_find(l, l->v[i].file)] = (uint32_t)(i + 1);
+	free(old);
+	return 0;
 }
 
 static int add_link(struct links *l, const char *base, const char *href, const char *rp, const char *yanked,
@@ -891,9 +1107,14 @@ static int add_link(struct links *l, const char *base, const char *href, const c
 	const char *frag = strchr(href, '#');
 	if (frag && !strncmp(frag, "#sha256=", 8) && hex_ok(frag + 8, 64))
 		snprintf(k.sha256, sizeof k.sha256, "%s", frag + 8);
-	for (size_t i = 0; i < l->n; i++)
-		if (!strcmp(l->v[i].file, k.file))
-			return 0; /* the first link for a name wins */
+	size_t more = strlen(url) + (rp ? strlen(rp) : 0) + (yanked ? strlen(yanked) : 0) + 3;
+	if (l->bytes + more > LINK_BYTES_MAX)
+		return 0; /* past the bound: the rest of the page is not offered */
+	if (set_grow(l) < 0)
+		return -1;
+	size_t slot = set_find(l, k.file);
+	if (l->set[slot])
+		return 0; /* the first link for a name wins */
 	if (l->n == l->cap) {
 		size_t nc = l->cap ? l->cap * 2 : 64;
 		struct link *v = realloc(l->v, nc * sizeof *v);
@@ -912,47 +1133,110 @@ static int add_link(struct links *l, const char *base, const char *href, const c
 		return -1;
 	}
 	l->v[l->n++] = k;
+	l->set[slot] = (uint32_t)l->n;
+	l->bytes += more;
 	return 0;
 }
 
-/* Every <a href> of a PEP 503 page, parsed by libxml2's HTML parser
- * (entities decoded, malformed markup recovered), walked without
- * recursion. */
+/* Every <a href> of a PEP 503 page, parsed by libxml2's HTML push parser
+ * as the page arrives (entities decoded, malformed markup recovered), with
+ * a SAX handler that keeps only the links: no tree is built, so memory is
+ * the links (LINKS_MAX, LINK_BYTES_MAX) and the parser's own buffers. */
+struct index_sax {
+	struct links *l;
+	char base[URL_MAX];
+	int rc;
+};
+
+static void sax_start(void *ud, const xmlChar *name, const xmlChar **atts)
+{
+	struct index_sax *x = ud;
+	if (x->rc < 0 || !name || xmlStrcasecmp(name, BAD_CAST "a") || !atts)
+		return;
+	const char *href = NULL, *rp = NULL, *y = NULL;
+	int has_y = 0, has_href = 0, has_rp = 0;
+	for (size_t i = 0; atts[i]; i += 2) {
+		const char *k = (const char *)atts[i], *v = (const char *)atts[i + 1];
+		if (!strcasecmp(k, "href") && !has_href)
+			href = v, has_href = 1;
+		else if (!strcasecmp(k, "data-requires-python") && !has_rp)
+			rp = v, has_rp = 1;
+		else if (!strcasecmp(k, "data-yanked") && !has_y)
+			y = v, has_y = 1;
+	}
+	if (href)
+		x->rc = add_link(x->l, x->base, href, rp, y, has_y);
+}
+
+static void sax_quiet(void *ud, const xmlError *e)
+{
+	(void)ud, (void)e; /* a broken page is recovered from, not reported */
+}
+
+static int index_begin(struct fetch *f, struct index_sax *x, const char *base)
+{
+	xmlSAXHandler sax;
+	memset(&sax, 0, sizeof sax);
+	sax.initialized = XML_SAX2_MAGIC;
+	sax.startElement = sax_start;
+	sax.serror = (xmlStructuredErrorFunc)sax_quiet;
+	x->l = f->links;
+	x->rc = 0;
+	snprintf(x->base, sizeof x->base, "%s", base);
+	f->sax = x;
+	f->html = htmlCreatePushParserCtxt(&sax, x, NULL, 0, base, XML_CHAR_ENCODING_NONE);
+	if (!f->html)
+		return -1;
+	htmlCtxtUseOptions(f->html, HTML_PARSE_NONET | HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING |
+	                                HTML_PARSE_RECOVER | HTML_PARSE_NOBLANKS);
+	return 0;
+}
+
+static int index_feed(struct fetch *f, const char *p, size_t n)
+{
+	if (!f->html) {
+		if (!f->sax || index_begin(f, f->sax, f->effective) < 0) {
+			f->oom = 1;
+			return -1;
+		}
+	}
+	while (n) {
+		int k = n > (1u << 20) ? 1 << 20 : (int)n;
+		htmlParseChunk(f->html, p, k, 0);
+		p += k;
+		n -= (size_t)k;
+	}
+	if (f->sax->rc < 0) {
+		f->oom = 1;
+		return -1;
+	}
+	return 0;
+}
+
+/* The end of the page: the last links out of the parser.  0, or -1. */
+static int index_end(struct fetch *f)
+{
+	int rc = 0;
+	if (f->html) {
+		htmlParseChunk(f->html, NULL, 0, 1);
+		rc = f->sax->rc;
+		if (f->html->myDoc)
+			xmlFreeDoc(f->html->myDoc);
+		htmlFreeParserCtxt(f->html);
+		f->html = NULL;
+	}
+	return rc;
+}
+
 static int parse_index(const char *html, size_t n, const char *base, struct links *out)
 {
-	if (n > INT_MAX)
+	struct index_sax x;
+	struct fetch f = {.links = out, .sax = &x};
+	snprintf(f.effective, sizeof f.effective, "%s", base);
+	if (index_begin(&f, &x, base) < 0)
 		return -1;
-	htmlDocPtr doc = htmlReadMemory(html, (int)n, base, NULL,
-	                                HTML_PARSE_NONET | HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING |
-	                                    HTML_PARSE_RECOVER | HTML_PARSE_NOBLANKS);
-	if (!doc)
-		return -1;
-	int rc = 0;
-	xmlNodePtr cur = xmlDocGetRootElement(doc);
-	while (cur && rc == 0) {
-		if (cur->type == XML_ELEMENT_NODE && !xmlStrcasecmp(cur->name, BAD_CAST "a")) {
-			xmlChar *href = xmlGetProp(cur, BAD_CAST "href");
-			xmlChar *rp = xmlGetProp(cur, BAD_CAST "data-requires-python");
-			xmlAttrPtr ya = xmlHasProp(cur, BAD_CAST "data-yanked");
-			xmlChar *y = ya ? xmlGetProp(cur, BAD_CAST "data-yanked") : NULL;
-			if (href)
-				rc = add_link(out, base, (const char *)href, (const char *)rp, (const char *)y,
-				              ya != NULL);
-			xmlFree(href);
-			xmlFree(rp);
-			xmlFree(y);
-		}
-		if (cur->children && cur->type == XML_ELEMENT_NODE) {
-			cur = cur->children;
-			continue;
-		}
-		while (cur && !cur->next)
-			cur = cur->parent && cur->parent->type == XML_ELEMENT_NODE ? cur->parent : NULL;
-		if (cur)
-			cur = cur->next;
-	}
-	xmlFreeDoc(doc);
-	return rc;
+	int rc = n ? index_feed(&f, html, n) : 0;
+	return index_end(&f) < 0 || rc < 0 ? -1 : 0;
 }
 
 int sbx_pkgcache_index_links(const char *html, size_t n, const char *base, size_t *count)
@@ -1012,17 +1296,65 @@ static void sb_esc(struct sbuf *b, const char *s)
 	}
 }
 
+/* Before an index page or metadata document is fetched: a slot, and what
+ * is left of the budget (*max: what the fetch may take).  0, or -1 with
+ * the refusal already sent. */
+static int upstream_begin(struct conn *c, struct outcome *o, const char *what, uint64_t *max)
+{
+	char msg[600];
+	uint64_t used = 0;
+	int b = budget_take(c, 0, &used);
+	if (b < 0)
+		return refuse(c, o, 500, "cannot account the download against packages.max_download", 0), -1;
+	uint64_t left = budget_left(c, used);
+	if (!left) {
+		snprintf(msg, sizeof msg, "packages.max_download of policy %s exceeded: nothing left of %llu for %s",
+		         policy_name(c), (unsigned long long)c->cfg->pkg->max_download, what);
+		return refuse(c, o, 403, msg, 0), -1;
+	}
+	if (slot_take(c) < 0) {
+		snprintf(msg, sizeof msg, "%u upstream fetches of this session are in flight; try again",
+		         SBX_PKGCACHE_FETCHES_MAX);
+		return refuse(c, o, 503, msg, 0), -1;
+	}
+	*max = left < INDEX_MAX ? left : INDEX_MAX;
+	return 0;
+}
+
+/* A fetch of an index page or metadata document failed on the budget:
+ * refuse naming the key.  Else 1: not a budget failure. */
+static int refuse_page_budget(struct conn *c, struct outcome *o, const struct fetch *f, const char *what)
+{
+	char msg[600];
+	if (!(f->broke > 0 || (f->over && f->max < INDEX_MAX)))
+		return 1;
+	snprintf(msg, sizeof msg, "packages.max_download of policy %s exceeded: %s does not fit in what is left of %llu",
+	         policy_name(c), what, (unsigned long long)c->cfg->pkg->max_download);
+	return refuse(c, o, 403, msg, 0), -1;
+}
+
 /* Fetch and parse the project's index from the registry.  0, or -1 with
  * the response already sent (a refusal or an error). */
 static int load_index(struct conn *c, struct outcome *o, const char *reg_url, const char *project, struct links *l)
 {
-	char path[260];
+	char path[260], what[300];
 	snprintf(path, sizeof path, "%s/", project);
+	snprintf(what, sizeof what, "the index of %s", project);
 	join_url(c->upstream, sizeof c->upstream, reg_url, path);
-	struct fetch f = {.url = c->upstream, .accept = "text/html", .fd = -1, .max = INDEX_MAX};
+	uint64_t max;
+	if (upstream_begin(c, o, what, &max) < 0)
+		return -1;
+	struct index_sax x;
+	struct fetch f = {.url = c->upstream, .accept = "text/html", .fd = -1, .max = max, .budget = c, .links = l,
+	                  .sax = &x};
 	char msg[URL_MAX + 400];
-	if (fetch(&f) < 0) {
-		free(f.mem);
+	int frc = fetch(&f);
+	c->charged_up += f.bytes;
+	int prc = index_end(&f);
+	if (frc < 0) {
+		links_free(l);
+		if (refuse_page_budget(c, o, &f, what) < 0)
+			return -1;
 		if (f.status == 404 || f.status == 410) {
 			snprintf(msg, sizeof msg, "no project %s at registry %s", project, c->registry);
 			return refuse(c, o, 404, msg, 0), -1;
@@ -1032,9 +1364,8 @@ static int load_index(struct conn *c, struct outcome *o, const char *reg_url, co
 		diag(c, "%s (%s)", msg, c->upstream);
 		return refuse(c, o, 502, msg, 0), -1;
 	}
-	int rc = parse_index(f.mem ? f.mem : "", f.len, f.effective, l);
-	free(f.mem);
-	if (rc < 0) {
+	if (prc < 0) {
+		links_free(l);
 		snprintf(msg, sizeof msg, "the index of %s from registry %s does not parse", project, c->registry);
 		return refuse(c, o, 502, msg, 0), -1;
 	}
@@ -1217,12 +1548,209 @@ static int refuse_budget(struct conn *c, struct outcome *o, uint64_t need, int m
 	return refuse(c, o, 403, msg, 1);
 }
 
-/* The last step of every file served: count it, record it (fail closed),
- * send it. */
+/* ---- cache entries: verification records, LRU, quota, names ---------------- */
+
+static int subdir(int dir, const char *name)
+{
+	mkdirat(dir, name, 0700);
+	return openat(dir, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+}
+
+/* META/KEY holds the hashes of the entry's inode as it was when last
+ * hashed: "1 INO SIZE MTIME_S MTIME_NS CTIME_S CTIME_NS SHA256 SHA512
+ * SHA1".  They stand for the content while the inode, size, mtime and
+ * ctime are all unchanged (any write or rename of the entry changes its
+ * ctime, which no one can set back).  The record's own mtime is when the
+ * entry was last used: the eviction order. */
+static int meta_read(int dir, const char *key, const struct stat *st, char s256[65], char s512[129], char s1[41])
+{
+	_cleanup_close_ int md = openat(dir, META, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (md < 0)
+		return -1;
+	_cleanup_free_ char *t = sbx_read_small_at(md, key, 512, NULL);
+	if (!t)
+		return -1;
+	unsigned v;
+	unsigned long long ino, size, ms, mn, cs, cn;
+	char h256[65], h512[129], h1[41];
+	if (sscanf(t, "%u %llu %llu %llu %llu %llu %llu %64s %128s %40s", &v, &ino, &size, &ms, &mn, &cs, &cn, h256,
+	           h512, h1) != 10 ||
+	    v != 1 || !hex_ok(h256, 64) || !hex_ok(h512, 128) || !hex_ok(h1, 40))
+		return -1;
+	if (ino != (unsigned long long)st->st_ino || size != (unsigned long long)st->st_size ||
+	    ms != (unsigned long long)st->st_mtim.tv_sec || mn != (unsigned long long)st->st_mtim.tv_nsec ||
+	    cs != (unsigned long long)st->st_ctim.tv_sec || cn != (unsigned long long)st->st_ctim.tv_nsec)
+		return -1;
+	memcpy(s256, h256, 65);
+	memcpy(s512, h512, 129);
+	memcpy(s1, h1, 41);
+	return 0;
+}
+
+/* Mark key used now (nanoseconds, not the file system's coarse clock). */
+static void lru_touch(int dir, const char *key)
+{
+	_cleanup_close_ int md = openat(dir, META, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	struct timespec ts[2];
+	clock_gettime(CLOCK_REALTIME, &ts[0]);
+	ts[1] = ts[0];
+	if (md >= 0)
+		utimensat(md, key, ts, AT_SYMLINK_NOFOLLOW);
+}
+
+/* Record the hashes of fd (named key) as they are now: st is fd's stat
+ * from before it was hashed, and nothing is recorded if it changed since. */
+static void meta_write(const struct conn *c, int dir, const char *key, int fd, const struct stat *st,
+                       const char *s256, const char *s512, const char *s1)
+{
+	struct stat now;
+	if (fstat(fd, &now) < 0 || now.st_ino != st->st_ino || now.st_size != st->st_size ||
+	    now.st_mtim.tv_sec != st->st_mtim.tv_sec || now.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
+	    now.st_ctim.tv_sec != st->st_ctim.tv_sec || now.st_ctim.tv_nsec != st->st_ctim.tv_nsec)
+		return;
+	_cleanup_close_ int md = subdir(dir, META);
+	char t[512];
+	int w = snprintf(t, sizeof t, "1 %llu %llu %llu %llu %llu %llu %s %s %s\n", (unsigned long long)st->st_ino,
+	                 (unsigned long long)st->st_size, (unsigned long long)st->st_mtim.tv_sec,
+	                 (unsigned long long)st->st_mtim.tv_nsec, (unsigned long long)st->st_ctim.tv_sec,
+	                 (unsigned long long)st->st_ctim.tv_nsec, s256, s512, s1);
+	struct sbx_err e = {0};
+	if (md < 0 || w <= 0 || (size_t)w >= sizeof t ||
+	    sbx_atomic_write_at(md, key, t, (size_t)w, 0600, &e) < 0) {
+		diag(c, "cannot record the hashes of cache entry %s: %s", key, md < 0 ? strerror(errno) : e.msg);
+		return;
+	}
+	lru_touch(dir, key);
+}
+
+static int entry_name_ok(const char *k)
+{
+	return (!strncmp(k, "sha256-", 7) && hex_ok(k + 7, 64)) || (!strncmp(k, "sha512-", 7) && hex_ok(k + 7, 128));
+}
+
+static void drop_entry(int dir, const char *key)
+{
+	unlinkat(dir, key, 0);
+	_cleanup_close_ int md = openat(dir, META, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (md >= 0)
+		unlinkat(md, key, 0);
+}
+
+struct lru {
+	char key[140];
+	uint64_t size;
+	uint64_t used; /* ns */
+};
+
+static int lru_cmp(const void *a, const void *b)
+{
+	const struct lru *x = a, *y = b;
+	return x->used < y->used ? -1 : x->used > y->used;
+}
+
+/* Keep the scope within packages.cache_quota (sbx.yaml): remove the
+ * least recently used entries, never keep, until the rest fits.  Under
+ * the scope's lock, so sessions of a tenant evict one at a time. */
+static void evict(const struct conn *c, int dir, const char *keep)
+{
+	_cleanup_close_ int lk = openat(dir, CACHE_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (lk < 0 || flock(lk, LOCK_EX) < 0)
+		return;
+	int dd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = dd < 0 ? NULL : fdopendir(dd);
+	if (!d) {
+		if (dd >= 0)
+			close(dd);
+		return;
+	}
+	_cleanup_close_ int md = openat(dir, META, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_free_ struct lru *v = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t total = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		struct stat st, ms;
+		if (!entry_name_ok(e->d_name) || fstatat(dir, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(st.st_mode))
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 64;
+			struct lru *nv = realloc(v, nc * sizeof *nv);
+			if (!nv)
+				return;
+			v = nv;
+			cap = nc;
+		}
+		snprintf(v[n].key, sizeof v[n].key, "%s", e->d_name);
+		v[n].size = (uint64_t)st.st_size;
+		v[n].used = md >= 0 && fstatat(md, e->d_name, &ms, AT_SYMLINK_NOFOLLOW) == 0
+		                ? (uint64_t)ms.st_mtim.tv_sec * 1000000000ull + (uint64_t)ms.st_mtim.tv_nsec
+		                : 0; /* never recorded: oldest */
+		total += v[n].size;
+		n++;
+	}
+	if (total <= cache_quota)
+		return;
+	qsort(v, n, sizeof *v, lru_cmp);
+	for (size_t i = 0; i < n && total > cache_quota; i++) {
+		if (keep && !strcmp(v[i].key, keep))
+			continue;
+		drop_entry(dir, v[i].key);
+		total -= v[i].size;
+		diag(c, "cache quota %llu bytes: evicted %s (%llu bytes, least recently used)",
+		     (unsigned long long)cache_quota, v[i].key, (unsigned long long)v[i].size);
+	}
+}
+
+/* NAMES/n-HEX: the entry a (registry, kind, package, file or version) was
+ * last served from, so that HEAD can be answered from the cache without
+ * asking the registry which hash the name stands for. */
+static void name_of(const struct conn *c, char out[70])
+{
+	SHA2_CTX h;
+	uint8_t d[32];
+	const char *parts[] = {c->reg_url ? c->reg_url : "", c->kind, c->package,
+	                       !strcmp(c->kind, "tarball") ? c->version : c->file};
+	SHA256Init(&h);
+	for (size_t i = 0; i < SBX_ARRAY_LEN(parts); i++)
+		SHA256Update(&h, (const uint8_t *)parts[i], strlen(parts[i]) + 1);
+	SHA256Final(d, &h);
+	memcpy(out, "n-", 2);
+	to_hex(d, 32, out + 2);
+}
+
+static int name_read(const struct conn *c, int dir, char key[140])
+{
+	char nm[70];
+	name_of(c, nm);
+	_cleanup_close_ int nd = openat(dir, NAMES, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_free_ char *t = nd < 0 ? NULL : sbx_read_small_at(nd, nm, 256, NULL);
+	if (!t)
+		return -1;
+	t[strcspn(t, "\n")] = 0;
+	if (!entry_name_ok(t))
+		return -1;
+	snprintf(key, 140, "%s", t);
+	return 0;
+}
+
+static void name_write(const struct conn *c, int dir, const char *key)
+{
+	char nm[70], old[140], t[160];
+	if (name_read(c, dir, old) == 0 && !strcmp(old, key))
+		return;
+	name_of(c, nm);
+	_cleanup_close_ int nd = subdir(dir, NAMES);
+	int w = snprintf(t, sizeof t, "%s\n", key);
+	if (nd < 0 || sbx_atomic_write_at(nd, nm, t, (size_t)w, 0600, NULL) < 0)
+		diag(c, "cannot record the name of cache entry %s", key);
+}
+
+/* The last step of every file served: count it (unless it was counted as
+ * it was downloaded), record it (fail closed), send it. */
 static int deliver(struct conn *c, struct outcome *o, int fd)
 {
 	uint64_t used = 0;
-	int b = budget_take(c, c->head ? 0 : o->size, &used);
+	int b = o->prepaid ? 0 : budget_take(c, o->size, &used);
 	if (b < 0)
 		return refuse(c, o, 500, "cannot account the download against packages.max_download", 1);
 	if (b > 0)
@@ -1234,23 +1762,33 @@ static int deliver(struct conn *c, struct outcome *o, int fd)
 	return send_file(c, fd, o->size);
 }
 
-/* The cache entry for w, opened and hashed again now: an fd when it still
- * verifies (o filled), else -1 (an entry that does not verify is
- * removed). */
+/* The cache entry for w: an fd when it verifies (o filled), else -1 (an
+ * entry that does not verify is removed).  It is hashed only when its
+ * verification record does not match its inode as it is now. */
 static int cached(struct conn *c, struct outcome *o, int dir, const struct want *w)
 {
 	if (!w->key[0])
 		return -1;
 	_cleanup_close_ int fd = openat(dir, w->key, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	struct stat st;
-	struct fetch f = {0};
 	char s256[65], s512[129], s1[41];
-	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || hash_file(fd, &f) < 0)
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return -1;
-	hash_fd_done(&f, s256, s512, s1);
+	if (meta_read(dir, w->key, &st, s256, s512, s1) == 0) {
+		o->verified = "cached";
+	} else {
+		struct fetch f = {0};
+		if (hash_file(fd, &f) < 0)
+			return -1;
+		hash_fd_done(&f, s256, s512, s1);
+		o->verified = "rehashed";
+		if (!mismatch(w, s256, s512, s1))
+			meta_write(c, dir, w->key, fd, &st, s256, s512, s1);
+	}
 	if (mismatch(w, s256, s512, s1)) {
 		diag(c, "cache entry %s does not verify: removed", w->key);
-		unlinkat(dir, w->key, 0);
+		drop_entry(dir, w->key);
+		o->verified = NULL;
 		return -1;
 	}
 	o->size = (uint64_t)st.st_size;
@@ -1258,11 +1796,13 @@ static int cached(struct conn *c, struct outcome *o, int dir, const struct want 
 	return sbx_steal_fd(&fd);
 }
 
-/* Download url into an unnamed file of the cache directory, at most what
- * is left of the budget (a larger file is refused without downloading
- * all of it), and check every hash the registry published; a verified
- * file with a strong hash is then named in the cache.  The fd, or -1 with
- * the refusal already sent (*sent). */
+/* Download url into an unnamed file of the cache directory.  Every byte is
+ * reserved against what is left of the budget before it is taken (the
+ * whole Content-Length at once when upstream gives one, so a larger file
+ * is refused before its body is fetched), and what arrived stays charged.
+ * Every hash the registry published is checked; a verified file with a
+ * strong hash is then named in the cache, within the quota.  The fd, or
+ * -1 with the refusal already sent (*sent). */
 static int download(struct conn *c, struct outcome *o, int dir, const char *url, const struct want *w, int *sent)
 {
 	char msg[URL_MAX + 512];
@@ -1275,14 +1815,23 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 	uint64_t used = 0;
 	if (budget_take(c, 0, &used) < 0)
 		return refuse(c, o, 500, "cannot account the download against packages.max_download", 1), -1;
-	uint64_t left = used < c->cfg->pkg->max_download ? c->cfg->pkg->max_download - used : 0;
+	uint64_t left = budget_left(c, used);
 	if (!left)
 		return refuse_budget(c, o, 0, 1, used), -1;
-	struct fetch f = {.url = url, .fd = tfd, .max = left};
+	if (slot_take(c) < 0) {
+		snprintf(msg, sizeof msg, "%u upstream fetches of this session are in flight; try again",
+		         SBX_PKGCACHE_FETCHES_MAX);
+		return refuse(c, o, 503, msg, 1), -1;
+	}
+	struct fetch f = {.url = url, .fd = tfd, .max = left, .budget = c};
 	if (fetch(&f) < 0) {
 		o->size = f.bytes;
-		if (f.over)
+		if (f.broke < 0)
+			return refuse(c, o, 500, "cannot account the download against packages.max_download", 1), -1;
+		if (f.over || f.broke > 0) {
+			budget_take(c, 0, &used);
 			return refuse_budget(c, o, left, 1, used), -1;
+		}
 		if (f.status == 404 || f.status == 410)
 			snprintf(msg, sizeof msg, "%s: registry %s lists it but it is not there (HTTP %ld)", c->file,
 			         c->registry, f.status);
@@ -1292,9 +1841,12 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 		diag(c, "%s (%s)", msg, url);
 		return refuse(c, o, 502, msg, 1), -1;
 	}
+	slot_give(c);
+	o->prepaid = 1;
 	char s256[65], s512[129], s1[41];
 	hash_fd_done(&f, s256, s512, s1);
 	o->size = f.bytes;
+	o->verified = "hashed";
 	snprintf(o->sha256, sizeof o->sha256, "%s", s256);
 	const char *bad = mismatch(w, s256, s512, s1);
 	if (bad) {
@@ -1306,12 +1858,23 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 		         c->file, c->registry, bad, want[k], got[k]);
 		return refuse(c, o, 502, msg, 1), -1;
 	}
-	if (w->key[0]) {
+	if (w->key[0] && f.bytes > cache_quota) {
+		diag(c, "%s (%llu bytes) is larger than the cache quota of %llu bytes: served, not kept", w->key,
+		     (unsigned long long)f.bytes, (unsigned long long)cache_quota);
+	} else if (w->key[0]) {
 		char self[64];
 		snprintf(self, sizeof self, "/proc/self/fd/%d", tfd);
 		/* An entry already there has the same content: same hash. */
-		if (fsync(tfd) < 0 || (linkat(AT_FDCWD, self, dir, w->key, AT_SYMLINK_FOLLOW) < 0 && errno != EEXIST))
-			diag(c, "cannot keep %s in the cache: %s", w->key, strerror(errno));
+		if (fsync(tfd) < 0 || linkat(AT_FDCWD, self, dir, w->key, AT_SYMLINK_FOLLOW) < 0) {
+			if (errno != EEXIST)
+				diag(c, "cannot keep %s in the cache: %s", w->key, strerror(errno));
+		} else {
+			/* Linking changed the inode's ctime: record it as it is now. */
+			struct stat st;
+			if (fstat(tfd, &st) == 0)
+				meta_write(c, dir, w->key, tfd, &st, s256, s512, s1);
+			evict(c, dir, w->key);
+		}
 	}
 	*sent = 0;
 	return sbx_steal_fd(&tfd);
@@ -1345,14 +1908,51 @@ static int serve_file(struct conn *c, struct outcome *o, const char *url, const 
 	_cleanup_close_ int fd = cached(c, o, dir, w);
 	if (fd >= 0) {
 		o->cache = "hit";
-		return deliver(c, o, fd);
+		lru_touch(dir, w->key);
+	} else {
+		o->cache = "miss";
+		int sent;
+		fd = download(c, o, dir, url, w, &sent);
+		if (fd < 0)
+			return sent ? 0 : -1;
 	}
-	o->cache = "miss";
-	int sent;
-	fd = download(c, o, dir, url, w, &sent);
-	if (fd < 0)
-		return sent ? 0 : -1;
+	if (w->key[0])
+		name_write(c, dir, w->key);
 	return deliver(c, o, fd);
+}
+
+/* HEAD of a file or tarball: from the cache only.  The entry this name was
+ * last served from, verified like a hit, answers with its length; anything
+ * else is 404, and nothing is fetched, hashed anew for an unchanged entry,
+ * or charged. */
+static int head_file(struct conn *c)
+{
+	struct outcome o = {0};
+	char key[140], msg[600];
+	_cleanup_close_ int dir = cache_dir(c);
+	if (dir < 0) {
+		diag(c, "cannot open the cache directory: %s", strerror(errno));
+		return refuse(c, &o, 500, "cannot open the package cache", 0);
+	}
+	struct want w = {0};
+	_cleanup_close_ int fd = -1;
+	if (name_read(c, dir, key) == 0) {
+		snprintf(w.key, sizeof w.key, "%s", key);
+		snprintf(key[5] == '6' ? w.sha256 : w.sha512, key[5] == '6' ? sizeof w.sha256 : sizeof w.sha512, "%s",
+		         key + 7);
+		fd = cached(c, &o, dir, &w);
+	}
+	if (fd < 0) {
+		o.cache = "miss";
+		snprintf(msg, sizeof msg, "%s is not in the package cache (HEAD is answered from the cache only)",
+		         c->file[0] ? c->file : c->package);
+		return refuse(c, &o, 404, msg, 0);
+	}
+	o.cache = "hit";
+	o.status = 200;
+	o.verdict = "ok";
+	record(c, &o, 0);
+	return send_head(c, 200, "OK", "application/octet-stream", o.size);
 }
 
 static int pypi_file(struct conn *c, const char *reg_url, const char *project, const char *file)
@@ -1398,12 +1998,22 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 	else
 		snprintf(path, sizeof path, "%s", pkg);
 	join_url(c->upstream, sizeof c->upstream, reg_url, path);
+	char what[300];
+	snprintf(what, sizeof what, "the metadata of %s", pkg);
+	uint64_t max;
+	if (upstream_begin(c, o, what, &max) < 0)
+		return NULL;
 	struct fetch f = {.url = c->upstream,
 	                  .accept = "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8",
 	                  .fd = -1,
-	                  .max = INDEX_MAX};
-	if (fetch(&f) < 0) {
+	                  .max = max,
+	                  .budget = c};
+	int frc = fetch(&f);
+	c->charged_up += f.bytes;
+	if (frc < 0) {
 		free(f.mem);
+		if (refuse_page_budget(c, o, &f, what) < 0)
+			return NULL;
 		if (f.status == 404 || f.status == 410) {
 			snprintf(msg, sizeof msg, "no package %s at registry %s", pkg, c->registry);
 			return refuse(c, o, 404, msg, 0), NULL;
@@ -1518,6 +2128,17 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 
 typedef char segment[256];
 
+/* HEAD of an index page or metadata: those are never cached, and HEAD is
+ * answered from the cache only. */
+static int refuse_head(struct conn *c)
+{
+	struct outcome o = {0};
+	char msg[400];
+	snprintf(msg, sizeof msg, "the %s of %s is not cached (HEAD is answered from the cache only; use GET)", c->kind,
+	         c->package);
+	return refuse(c, &o, 404, msg, 0);
+}
+
 /* /pypi/N/simple/PROJECT/ and /pypi/N/files/PROJECT/FILE. */
 static int route_pypi(struct conn *c, const char *reg_url, segment *seg, unsigned ns)
 {
@@ -1529,10 +2150,17 @@ static int route_pypi(struct conn *c, const char *reg_url, segment *seg, unsigne
 	snprintf(c->package, sizeof c->package, "%s", norm);
 	if (!strcmp(seg[2], "simple") && ns == 4) {
 		snprintf(c->kind, sizeof c->kind, "index");
+		if (c->head)
+			return refuse_head(c);
 		return pypi_index(c, reg_url, norm);
 	}
 	if (!strcmp(seg[2], "files") && ns == 5 && filename_ok(seg[4])) {
 		snprintf(c->kind, sizeof c->kind, "file");
+		if (c->head) {
+			snprintf(c->file, sizeof c->file, "%s", seg[4]);
+			version_from_file(seg[4], c->version, sizeof c->version);
+			return head_file(c);
+		}
 		return pypi_file(c, reg_url, norm, seg[4]);
 	}
 	return refuse(c, &o, 404, usage, 0);
@@ -1562,11 +2190,17 @@ static int route_npm(struct conn *c, const char *reg_url, segment *seg, unsigned
 	snprintf(c->package, sizeof c->package, "%s", pkg);
 	if (!tarball) {
 		snprintf(c->kind, sizeof c->kind, "metadata");
+		if (c->head)
+			return refuse_head(c);
 		return npm_metadata(c, reg_url, pkg);
 	}
 	snprintf(c->kind, sizeof c->kind, "tarball");
 	if (!version_ok(seg[ns - 1]))
 		return refuse(c, &o, 404, "not a valid version", 0);
+	if (c->head) {
+		snprintf(c->version, sizeof c->version, "%s", seg[ns - 1]);
+		return head_file(c);
+	}
 	return npm_tarball(c, reg_url, pkg, seg[ns - 1]);
 }
 
@@ -1664,5 +2298,7 @@ int sbx_pkgcache_serve(const struct sbx_pkgcache_cfg *cfg, int conn_fd)
 		return refuse(&c, &o, 405, "only GET and HEAD", 0) < 0 ? -1 : 0;
 	if (c.req.has_body)
 		return refuse(&c, &o, 400, "a request body is not accepted", 0) < 0 ? -1 : 0;
-	return route(&c) < 0 ? -1 : 0;
+	int rc = route(&c) < 0 ? -1 : 0;
+	slot_give(&c);
+	return rc;
 }

@@ -28,6 +28,18 @@
  *  - For each connection accepted on 10.0.2.2:3141, one thread calls
  *    sbx_pkgcache_serve(cfg, fd) and then closes fd.  Blocking I/O; the
  *    call applies its own read/write timeouts to fd.
+ *  - Bounds (sbx-policy(5), sbx.yaml(5)): HEAD is answered from the
+ *    cache only, never from upstream; every byte fetched upstream for the
+ *    session (index pages and metadata included) is reserved against
+ *    packages.max_download under the budget's lock before it is accepted,
+ *    and what a fetch did not use is given back; at most
+ *    SBX_PKGCACHE_FETCHES_MAX upstream fetches run at once in one proxy
+ *    (one proxy per session), the rest wait; an index page or metadata
+ *    document is at most SBX_PKGCACHE_INDEX_MAX bytes and PEP 503 pages
+ *    are parsed as they arrive (SAX), keeping only bounded links; each
+ *    cache scope keeps at most sbx.yaml's packages.cache_quota bytes,
+ *    least recently used entries evicted first; a verified entry is not
+ *    hashed again while its inode, size, mtime and ctime are unchanged.
  *  - The thread must run in the host's network namespace: upstream
  *    fetches (libcurl) go out through the host network.  Every address
  *    they connect to is checked against the fixed deny list at connect
@@ -47,6 +59,10 @@
 #define SBX_PKGCACHE_PORT 3141
 #define SBX_PKGCACHE_BASE "http://10.0.2.2:3141"
 
+#define SBX_PKGCACHE_FETCHES_MAX   4               /* upstream fetches at once, per proxy */
+#define SBX_PKGCACHE_INDEX_MAX     (32u << 20)     /* an index page or metadata document */
+#define SBX_PKGCACHE_QUOTA_DEFAULT (4ull << 30)    /* per cache scope, when sbx.yaml sets none */
+
 struct sbx_pkgcache_cfg {
 	struct sbx_state *st;                 /* LIB (st->lib_fd): LIB/pkgcache, the session's
 	                                       * directory, the audit trail */
@@ -60,7 +76,9 @@ struct sbx_pkgcache_cfg {
 	                                       * problem; -1: none */
 };
 
-/* Once per process, before any thread serves (libcurl, libxml2). */
+/* Once per process, before any thread serves (libcurl, libxml2, and
+ * sbx.yaml's packages.cache_quota, read here so a later jail need not
+ * see /etc). */
 int sbx_pkgcache_init(struct sbx_err *err);
 
 /* Serve one connection: one request, one response, then return (the

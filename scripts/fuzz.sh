@@ -24,7 +24,7 @@ for src in tests/fuzz/fuzz-*.c; do
 		# The cache's request head and index parsers; pkgcache.c links
 		# the audit trail and the deny list.
 		deps=(common/pkgcache.c common/audit.c common/state.c common/util.c common/err.c common/egress.c
-			common/policy.c)
+			common/policy.c common/hostconf.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-tar)
 		# transfer.c carries sbx-cp's whole library: link all of common/

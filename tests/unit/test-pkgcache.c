@@ -4,8 +4,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "hostconf.h"
 #include "pkgcache.h"
 
 static int n, failed;
@@ -86,6 +88,50 @@ static void test_index(void)
 	ok(sbx_pkgcache_index_links(page, strlen(page), "http://198.51.100.2/simple/a/", &k) == 0 && k == 4,
 	   "an index page: http(s) links with plain file names only");
 	ok(sbx_pkgcache_index_links("", 0, "http://198.51.100.2/simple/a/", &k) <= 0 && k == 0, "an empty page");
+
+	/* A hostile page: 150000 links, a third of them repeats.  Kept once
+	 * each (the first wins), found in a hash set, not by a scan per link. */
+	size_t cap = 150000 * 64, len = 0;
+	char *big = malloc(cap);
+	for (int i = 0; big && i < 150000; i++)
+		len += (size_t)snprintf(big + len, cap - len, "<a href=\"f/p-%d.whl\">x</a>\n", i % 100000);
+	ok(big && sbx_pkgcache_index_links(big, len, "http://198.51.100.2/simple/p/", &k) == 0 && k == 100000,
+	   "a page of 150000 links, 50000 of them repeats: 100000 kept");
+	free(big);
+	/* Links are bounded in bytes too: 2000 links of 4000 bytes each is
+	 * 8 MB of URLs, half of what one page may keep; 6000 are not all kept. */
+	cap = 6000 * 4100;
+	len = 0;
+	big = malloc(cap);
+	char pad[3990];
+	memset(pad, 'q', sizeof pad - 1);
+	pad[sizeof pad - 1] = 0;
+	for (int i = 0; big && i < 6000; i++)
+		len += (size_t)snprintf(big + len, cap - len, "<a href=\"/%.3900s/p-%d.whl\">x</a>", pad, i);
+	ok(big && sbx_pkgcache_index_links(big, len, "http://198.51.100.2/simple/p/", &k) == 0 && k > 2000 &&
+	       k < 6000,
+	   "the links kept from one page are bounded in bytes (16 MiB)");
+	free(big);
+}
+
+static void test_quota_key(void)
+{
+	static struct sbx_hostconf hc;
+	struct sbx_err e = {0};
+	const char *y = "packages:\n  cache_quota: 2G\n";
+	ok(sbx_hostconf_parse("h.yaml", (const uint8_t *)y, strlen(y), &hc, &e) == 0 &&
+	       hc.packages.cache_quota == 2ull << 30,
+	   "sbx.yaml packages.cache_quota: 2G");
+	y = "pool: {templates: {}}\n";
+	ok(sbx_hostconf_parse("h.yaml", (const uint8_t *)y, strlen(y), &hc, &e) == 0 && hc.packages.cache_quota == 0,
+	   "not set: 0 (the cache's default, SBX_PKGCACHE_QUOTA_DEFAULT)");
+	y = "packages: {cache_quota: 512K}\n";
+	ok(sbx_hostconf_parse("h.yaml", (const uint8_t *)y, strlen(y), &hc, &e) < 0 && strstr(e.msg, "1M..1P"),
+	   "a quota under 1M is refused");
+	y = "packages: {cache_quotas: 1G}\n";
+	ok(sbx_hostconf_parse("h.yaml", (const uint8_t *)y, strlen(y), &hc, &e) < 0 &&
+	       strstr(e.msg, "unknown key 'cache_quotas'"),
+	   "an unknown key under packages is refused");
 }
 
 static void test_deny(void)
@@ -118,6 +164,7 @@ int main(void)
 	test_names();
 	test_index();
 	test_deny();
+	test_quota_key();
 	printf("1..%d\n", n);
 	return failed != 0;
 }
