@@ -25,10 +25,26 @@ struct sbx_pool_conf {
 	uint64_t disk;       /* bytes of writable disk (resources.disk) */
 };
 
+/* Host paths a tenant may name (hostpath.h): roots beneath which a
+ * session created with --tenant may read (secrets, -v, sbx-cp uploads) or
+ * write (sbx-cp downloads), and the environment variables its secrets may
+ * come from.  "{tenant}" in a root stands for the tenant's ID.  Empty: none. */
+#define SBX_HOSTPATH_ROOTS_MAX 16
+#define SBX_HOSTPATH_ROOT_LEN 257
+#define SBX_ENV_ALLOW_MAX 32
+struct sbx_hostpath_conf {
+	char read[SBX_HOSTPATH_ROOTS_MAX][SBX_HOSTPATH_ROOT_LEN];
+	char write[SBX_HOSTPATH_ROOTS_MAX][SBX_HOSTPATH_ROOT_LEN];
+	unsigned nread, nwrite;
+	char env_allow[SBX_ENV_ALLOW_MAX][128];
+	unsigned nenv;
+};
+
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */
 	struct sbx_pool_conf pool[SBX_POOL_TEMPLATES_MAX];
 	unsigned npool;
+	struct sbx_hostpath_conf paths; /* host_paths:, secrets: */
 };
 
 /* Where the file is: /etc/sbx/sbx.yaml under SBX_ROOT (if set). */
