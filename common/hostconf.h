@@ -1,10 +1,11 @@
 /* The host configuration: /etc/sbx/sbx.yaml, or $SBX_ROOT/etc/sbx/sbx.yaml
  * when SBX_ROOT is set (sbx.yaml(5)).  It says how this host runs sessions,
- * not what a session may do (that is the policy's job); today it holds the
- * warm pool's sizes.  Parsed like a policy, with libyaml's event API
+ * not what a session may do (that is the policy's job): the warm pool's
+ * sizes, and the host paths and variables tenants may name (hostpath.h).
+ * Parsed like a policy, with libyaml's event API
  * against a fixed schema, failing closed: anything it does not understand
  * is SBX_EXIT_INVALID naming the file, line and column.  A missing file is
- * an empty configuration (no pool). */
+ * an empty configuration (no pool, no host path for any tenant). */
 #ifndef SBX_HOSTCONF_H
 #define SBX_HOSTCONF_H
 

@@ -1251,9 +1251,10 @@ static int host_target(const char *tenant, const char *dest, const char *name, c
 		return -1;
 	const struct sbx_hostpath *at = &hp;
 	if (hp.exists && S_ISDIR(hp.st.st_mode)) {
-		/* DEST/NAME, checked as itself: it is what is written. */
+		/* DEST/NAME, checked as itself: it is what is written.  Named
+		 * as the caller named DEST, so it matches the same root. */
 		_cleanup_free_ char *p = NULL;
-		if (asprintf(&p, "%s/%s", hp.real, name) < 0)
+		if (asprintf(&p, "%s/%s", dest, name) < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot open %s", dest);
 		if (sbx_hostpath_resolve(tenant, p, SBX_HOSTPATH_WRITE | SBX_HOSTPATH_MAY_BE_MISSING, key, &in, err) < 0)
 			return -1;

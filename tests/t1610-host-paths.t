@@ -22,12 +22,14 @@ echo other >"$IN/in/other/secret"
 ln -s /etc/shadow "$IN/in/acme/link"
 ln -s /etc "$IN/in/acme/etc"
 ln -s /tmp "$IN/out/acme/esc"
+ln -s "$IN/out/acme" "$IN/wlink" # a root may itself be a link: the operator's
 cat >"$SBX_ROOT/etc/sbx/sbx.yaml" <<EOF
 host_paths:
   read:
     - "$IN/in/{tenant}"
   write:
     - "$IN/out/{tenant}"
+    - "$IN/wlink"
 secrets:
   env_allow: [T1610_OK]
 EOF
@@ -109,6 +111,9 @@ ok $? "sbx-cp downloads into an allowed write root"
 is "$(cat "$IN/out/acme/up" 2>/dev/null)" upload-me "and the file landed"
 sbx-cp $T "$id:/tmp/up" "$IN/out/acme/renamed"
 is "$(cat "$IN/out/acme/renamed" 2>/dev/null)" upload-me "a download to a new name in the root works"
+sbx-exec "$id" -- sh -c 'echo via-link >/tmp/vl'
+sbx-cp $T "$id:/tmp/vl" "$IN/wlink/"
+is "$(cat "$IN/out/acme/vl" 2>/dev/null)" via-link "a download into a root that is itself a link works"
 
 # ---- sbx-cp's refusals, nothing written ------------------------------------------------
 sbx-exec "$id" -- sh -c 'echo guest >/tmp/g'

@@ -34,6 +34,14 @@ int main(void)
 		   hc.pool[1].disk == 4ull << 30,
 	   "a pinned version with its own shape");
 	ok(parse("pool: {templates: {}}\n", &hc, &e) == 0 && hc.npool == 0, "an empty pool");
+	ok(parse("host_paths:\n  read: [/srv/in, \"/srv/{tenant}/in\"]\n  write:\n    - /srv/out\n"
+		 "secrets: {env_allow: [TOKEN, _x1]}\n",
+		 &hc, &e) == 0 && hc.paths.nread == 2 && hc.paths.nwrite == 1 && hc.paths.nenv == 2 &&
+		   !strcmp(hc.paths.read[1], "/srv/{tenant}/in") && !strcmp(hc.paths.write[0], "/srv/out") &&
+		   !strcmp(hc.paths.env_allow[1], "_x1"),
+	   "host_paths and secrets.env_allow");
+	ok(parse("pool: {templates: {}}\n", &hc, &e) == 0 && hc.paths.nread == 0 && hc.paths.nenv == 0,
+	   "without them nothing is granted");
 
 	static const struct {
 		const char *txt, *msg;
@@ -59,12 +67,27 @@ int main(void)
 		{ "pool: {templates: {default: {size: [1]}}}\n", "expected a scalar" },
 		{ "pool: {templates: {default: {size: 1}\n", "h.yaml:2:1:" },
 		{ "pool: \"\xff\"\n", "h.yaml:1:8:" },
+		{ "host_paths: {read: [/srv/../etc]}\n", "host_paths.read: '/srv/../etc' is not an absolute" },
+		{ "host_paths: {read: [srv]}\n", "is not an absolute" },
+		{ "host_paths: {read: [/]}\n", "other than /" },
+		{ "host_paths: {read: [/srv/]}\n", "is not an absolute" },
+		{ "host_paths: {read: [/srv//x]}\n", "is not an absolute" },
+		{ "host_paths: {read: [/srv/./x]}\n", "is not an absolute" },
+		{ "host_paths: {read: [\"/srv/a{tenant}\"]}\n", "is not an absolute" },
+		{ "host_paths: {read: [/a, /a]}\n", "listed twice" },
+		{ "host_paths: {read: /srv}\n", "host_paths.read: expected a list" },
+		{ "host_paths: {raed: [/srv]}\n", "unknown key 'raed' in host_paths" },
+		{ "secrets: {env_allow: [A-B]}\n", "not an environment variable name" },
+		{ "secrets: {env_allow: [1A]}\n", "not an environment variable name" },
+		{ "secrets: {allow: [A]}\n", "unknown key 'allow' in secrets" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char what[800];
 		int rc = parse(bad[i].txt, &hc, &e);
 		snprintf(what, sizeof what, "refused with 3 and '%s' (got '%s')", bad[i].msg, e.msg);
-		ok(rc < 0 && e.code == SBX_EXIT_INVALID && strstr(e.msg, bad[i].msg) && hc.npool == 0, what);
+		ok(rc < 0 && e.code == SBX_EXIT_INVALID && strstr(e.msg, bad[i].msg) && hc.npool == 0 &&
+			   hc.paths.nread == 0 && hc.paths.nenv == 0,
+		   what);
 	}
 	char big[4096] = "pool:\n  templates:\n";
 	for (int i = 0; i < 17; i++)
