@@ -323,8 +323,8 @@ int sbx_hostpath_resolve(const char *tenant, const char *path, unsigned how, con
 		return resolve_fail(err, ELOOP, key, shown);
 	if (check_everyone(hp, key, shown, err) < 0)
 		return -1;
-	if (hp->exists && S_ISDIR(hp->st.st_mode)) {
-		_cleanup_close_ int fd = sbx_hostpath_openat(hp, NULL, O_PATH | O_DIRECTORY);
+	if (hp->exists) { /* itself a mount point (a bind-mounted file) */
+		_cleanup_close_ int fd = sbx_hostpath_openat(hp, NULL, O_PATH);
 		if (fd < 0)
 			return resolve_fail(err, errno, key, shown);
 		if (kernel_fs(fd))
