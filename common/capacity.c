@@ -1,4 +1,5 @@
 #include "capacity.h"
+#include "hostconf.h"
 #include "policy.h"
 #include "session.h"
 #include "util.h"
@@ -14,10 +15,17 @@ static unsigned env_uint(const char *name, unsigned def)
 	return e && *e && !*end && v > 0 && v < 1000000 ? (unsigned)v : def;
 }
 
+/* What one tenant's live sessions hold. */
+struct tenant_use {
+	unsigned sessions, vcpus;
+	uint64_t memory_mib; /* guest memory */
+};
+
 /* One pass over the records: what is live, and how much of it is tenant's. */
-static int measure(struct sbx_state *st, const char *tenant, struct sbx_capacity *c, unsigned *of_tenant,
+static int measure(struct sbx_state *st, const char *tenant, struct sbx_capacity *c, struct tenant_use *tu,
 		   struct sbx_err *err)
 {
+	memset(tu, 0, sizeof *tu);
 	memset(c, 0, sizeof *c);
 	struct sysinfo si;
 	uint64_t host_mib = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit >> 20 : 4096;
@@ -45,7 +53,11 @@ static int measure(struct sbx_state *st, const char *tenant, struct sbx_capacity
 				c->sessions++;
 				c->pooled += s.pool;
 				c->starting += !strcmp(live, "creating");
-				*of_tenant += tenant && tenant[0] && !strcmp(s.tenant, tenant);
+				if (tenant && tenant[0] && !strcmp(s.tenant, tenant)) {
+					tu->sessions++;
+					tu->vcpus += s.vcpus;
+					tu->memory_mib += s.memory_mib;
+				}
 				c->memory_mib += s.memory_mib + SBX_VMM_OVERHEAD_MIB;
 				c->vcpus += s.vcpus;
 			}
@@ -58,21 +70,59 @@ static int measure(struct sbx_state *st, const char *tenant, struct sbx_capacity
 
 int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_err *err)
 {
-	unsigned unused = 0;
+	struct tenant_use unused;
 	return measure(st, NULL, c, &unused, err);
+}
+
+/* The tenant's quotas (sbx.yaml(5) quotas:, and SBX_MAX_SESSIONS_PER_TENANT
+ * for the session count): 75 with kind "tenant_quota" naming the one a
+ * session of this size would exceed.  Not host capacity: the tenant must
+ * end a session of its own, another host would refuse it too. */
+static int tenant_admit(const char *tenant, const struct sbx_capacity *c, const struct tenant_use *tu,
+			unsigned vcpus, unsigned memory_mib, struct sbx_err *err)
+{
+	if (!tenant || !tenant[0])
+		return 0;
+	static struct sbx_hostconf hc;
+	if (sbx_hostconf_load(&hc, err) < 0)
+		return -1;
+	struct sbx_quota q;
+	sbx_hostconf_quota(&hc, tenant, &q);
+	unsigned max_sessions = c->max_per_tenant;
+	if (q.sessions && q.sessions < max_sessions)
+		max_sessions = q.sessions;
+	const char *what = NULL;
+	unsigned long long used = 0, want = 0, max = 0;
+	const char *unit = "";
+	if (tu->sessions + 1 > max_sessions)
+		what = "sessions", used = tu->sessions, want = 1, max = max_sessions;
+	else if (q.memory_mib && tu->memory_mib + memory_mib > q.memory_mib)
+		what = "memory", used = tu->memory_mib, want = memory_mib, max = q.memory_mib, unit = " MiB";
+	else if (q.vcpus && tu->vcpus + vcpus > q.vcpus)
+		what = "vcpus", used = tu->vcpus, want = vcpus, max = q.vcpus;
+	if (!what)
+		return 0;
+	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
+		    "tenant quota reached (%s of this tenant, %s: its sessions hold %llu%s, this one needs "
+		    "%llu%s more, the quota is %llu%s); end one of its sessions first",
+		    what, tenant, used, unit, want, unit, max, unit);
+	if (err) {
+		snprintf(err->kind, sizeof err->kind, "tenant_quota");
+		snprintf(err->quota, sizeof err->quota, "%s", what);
+		err->retry_after_ms = 5000;
+	}
+	return -1;
 }
 
 int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
 		       struct sbx_err *err)
 {
 	struct sbx_capacity c;
-	unsigned of_tenant = 0;
-	if (measure(st, tenant, &c, &of_tenant, err) < 0)
+	struct tenant_use tu;
+	if (measure(st, tenant, &c, &tu, err) < 0 || tenant_admit(tenant, &c, &tu, vcpus, memory_mib, err) < 0)
 		return -1;
 	const char *what = NULL;
-	if (tenant && tenant[0] && of_tenant + 1 > c.max_per_tenant)
-		what = "sessions of this tenant";
-	else if (c.sessions + 1 > c.max_sessions)
+	if (c.sessions + 1 > c.max_sessions)
 		what = "sessions";
 	else if (c.memory_mib + memory_mib + SBX_VMM_OVERHEAD_MIB > c.max_memory_mib)
 		what = "memory";
@@ -93,19 +143,14 @@ int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus,
 	return -1;
 }
 
-int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, struct sbx_err *err)
+int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
+			     struct sbx_err *err)
 {
 	struct sbx_capacity c;
-	unsigned of_tenant = 0;
+	struct tenant_use tu;
 	if (!tenant || !tenant[0])
 		return 0;
-	if (measure(st, tenant, &c, &of_tenant, err) < 0)
+	if (measure(st, tenant, &c, &tu, err) < 0)
 		return -1;
-	if (of_tenant + 1 <= c.max_per_tenant)
-		return 0;
-	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
-		    "host capacity reached (sessions of this tenant): %u of %u; try again later or on another host",
-		    of_tenant, c.max_per_tenant);
-	err->retry_after_ms = 5000;
-	return -1;
+	return tenant_admit(tenant, &c, &tu, vcpus, memory_mib, err);
 }

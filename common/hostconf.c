@@ -156,7 +156,7 @@ static int walk_map(struct ctx *c, const char *path, const char *const *keys, va
 {
 	if (expect_map(c, path) < 0)
 		return -1;
-	char seen[SBX_POOL_TEMPLATES_MAX + 8][SCALAR_MAX + 1];
+	char seen[SBX_QUOTA_TENANTS_MAX + 8][SCALAR_MAX + 1];
 	unsigned nseen = 0;
 	for (;;) {
 		if (next(c) < 0)
@@ -368,9 +368,83 @@ static int pool_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, c
 	return walk_map(c, path, NULL, template_entry, obj);
 }
 
+/* A quota's values are parsed over UINT32_MAX / UINT64_MAX markers so an
+ * entry of tenants[] can tell what it sets. */
+static int quota_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_quota *q = obj;
+	const char *s = scalar(c, path);
+	uint64_t v;
+	if (!s)
+		return -1;
+	yaml_mark_t m = c->ev.start_mark;
+	(void)km;
+	if (!strcmp(key, "memory")) {
+		if (sbx_parse_size(s, &v) < 0 || v < 64 * MIB || v > (1ull << 50) || v % MIB)
+			return fail(c, m, "%s: '%s' is not a size of whole MiB from 64M", path, SHOW(s));
+		q->memory_mib = v / MIB;
+		return 0;
+	}
+	if (parse_uint(s, 1000000, &v) < 0 || v < 1)
+		return fail(c, m, "%s: '%s' is not a whole number in 1..1000000", path, SHOW(s));
+	if (!strcmp(key, "vcpus"))
+		q->vcpus = (unsigned)v;
+	else
+		q->sessions = (unsigned)v;
+	return 0;
+}
+
+static const char *const quota_keys[] = { "memory", "sessions", "vcpus", NULL };
+
+static int quota_tenant(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_quota_conf *qc = obj;
+	if (!name_ok(key, strlen(key)))
+		return fail(c, km, "quotas.tenants: '%s' is not a tenant ID", SHOW(key));
+	if (qc->ntenants == SBX_QUOTA_TENANTS_MAX)
+		return fail(c, km, "quotas.tenants: more than %d tenants", SBX_QUOTA_TENANTS_MAX);
+	struct sbx_tenant_quota *t = &qc->tenants[qc->ntenants];
+	snprintf(t->tenant, sizeof t->tenant, "%s", key);
+	t->q.sessions = t->q.vcpus = UINT32_MAX;
+	t->q.memory_mib = UINT64_MAX;
+	if (walk_map(c, path, quota_keys, quota_value, &t->q) < 0)
+		return -1;
+	qc->ntenants++;
+	return 0;
+}
+
+static int quotas_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_quota_conf *qc = obj;
+	(void)km;
+	if (!strcmp(key, "per_tenant"))
+		return walk_map(c, path, quota_keys, quota_value, &qc->per_tenant);
+	return walk_map(c, path, NULL, quota_tenant, qc);
+}
+
+void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struct sbx_quota *q)
+{
+	*q = hc->quotas.per_tenant;
+	for (unsigned i = 0; tenant && i < hc->quotas.ntenants; i++) {
+		const struct sbx_tenant_quota *t = &hc->quotas.tenants[i];
+		if (strcmp(t->tenant, tenant))
+			continue;
+		if (t->q.sessions != UINT32_MAX)
+			q->sessions = t->q.sessions;
+		if (t->q.vcpus != UINT32_MAX)
+			q->vcpus = t->q.vcpus;
+		if (t->q.memory_mib != UINT64_MAX)
+			q->memory_mib = t->q.memory_mib;
+	}
+}
+
 static int top_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf *hc = obj;
+	if (!strcmp(key, "quotas")) {
+		static const char *const keys[] = { "per_tenant", "tenants", NULL };
+		return walk_map(c, "quotas", keys, quotas_key, &hc->quotas);
+	}
 	if (!strcmp(key, "host_paths")) {
 		static const char *const keys[] = { "read", "write", NULL };
 		return walk_map(c, "host_paths", keys, host_paths_key, &hc->paths);
@@ -394,7 +468,7 @@ int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 	yaml_parser_set_input_string(&c.y, buf, n);
 	yaml_parser_set_encoding(&c.y, YAML_UTF8_ENCODING);
 	int rc = -1;
-	static const char *const keys[] = { "host_paths", "pool", "secrets", NULL };
+	static const char *const keys[] = { "host_paths", "pool", "quotas", "secrets", NULL };
 	if (next(&c) < 0 || next(&c) < 0)
 		goto out;
 	if (c.ev.type == YAML_STREAM_END_EVENT) {
@@ -423,6 +497,7 @@ out:
 	if (rc < 0) {
 		hc->npool = 0;
 		memset(&hc->paths, 0, sizeof hc->paths); /* a bad file grants nothing */
+		memset(&hc->quotas, 0, sizeof hc->quotas);
 	}
 	return rc;
 }

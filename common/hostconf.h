@@ -41,12 +41,35 @@ struct sbx_hostpath_conf {
 	unsigned nenv;
 };
 
+/* Per-tenant quotas (capacity.h): what one tenant's live sessions may hold
+ * together.  0: no limit.  per_tenant applies to every tenant; an entry of
+ * tenants[] replaces the values it sets, for that tenant. */
+#define SBX_QUOTA_TENANTS_MAX 64
+struct sbx_quota {
+	unsigned sessions;
+	uint64_t memory_mib; /* guest memory */
+	unsigned vcpus;
+};
+struct sbx_quota_conf {
+	struct sbx_quota per_tenant;
+	struct sbx_tenant_quota {
+		char tenant[64];
+		struct sbx_quota q;
+	} tenants[SBX_QUOTA_TENANTS_MAX];
+	unsigned ntenants;
+};
+
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */
 	struct sbx_pool_conf pool[SBX_POOL_TEMPLATES_MAX];
 	unsigned npool;
 	struct sbx_hostpath_conf paths; /* host_paths:, secrets: */
+	struct sbx_quota_conf quotas;   /* quotas: */
 };
+
+/* The quota that applies to tenant (per_tenant, overridden key by key by
+ * its own entry). */
+void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struct sbx_quota *q);
 
 /* Where the file is: /etc/sbx/sbx.yaml under SBX_ROOT (if set). */
 const char *sbx_hostconf_path(char *buf, size_t n);

@@ -146,5 +146,44 @@ is "$(ls -A "$LIB/workspaces/x")" "" "nor into sbx's state"
 [ ! -e /tmp/t1610-never ]
 ok $? "nor outside the root"
 
+# ---- per-tenant quotas (item 4): 75, but kind tenant_quota naming the quota ------------
+# $id is acme's: 256 MiB and 1 vCPU.
+printf 'quotas:\n  per_tenant: {memory: 512M, vcpus: 2}\n  tenants:\n    big: {memory: 2G}\n' \
+	>"$SBX_ROOT/etc/sbx/sbx.yaml"
+nsess() { ls -A "$S" | wc -l; }
+n0=$(nsess)
+quota() { # quota DESCRIPTION QUOTA CMD...
+	local d=$1 q=$2
+	shift 2
+	"$@" --json 2>"$IN/q.json" >/dev/null
+	is "$?" 75 "$d: exit 75"
+	is "$(jq -r '[.error, .kind, .quota, .retry_after_ms > 0] | map(tostring) | join(" ")' "$IN/q.json")" \
+		"temporary tenant_quota $q true" "$d: the JSON error says tenant_quota, $q"
+	is "$(nsess)" "$n0" "$d: nothing was created"
+}
+quota "acme over its memory quota" memory sbx-create -q $T --memory 512
+quota "acme over its vCPU quota" vcpus sbx-create -q $T --cpus 2
+like "$(sbx-create -q $T --cpus 2 2>&1 >/dev/null)" \
+	"vcpus of this tenant, acme: its sessions hold 1, this one needs 2 more, the quota is 2" \
+	"the text names the quota and the numbers"
+SBX_MAX_SESSIONS=1 sbx-create -q --tenant globex --json 2>"$IN/h.json" >/dev/null
+is "$?" 75 "host capacity is 75 too"
+is "$(jq -r '[.kind, .quota // "none"] | join(" ")' "$IN/h.json")" "platform none" "but kind platform, no quota"
+big=$(sbx-create -q --tenant big --memory 1024)
+ok $? "a tenant's own entry replaces the memory quota"
+n0=$(nsess)
+quota "and keeps per_tenant's vCPUs" vcpus sbx-create -q --tenant big --cpus 2
+[ -n "$big" ] && sbx-kill "$big" >/dev/null
+n0=$(nsess)
+printf 'quotas:\n  tenants:\n    acme: {sessions: 1}\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
+quota "acme at its session quota" sessions sbx-create -q $T
+other=$(sbx-create -q --tenant globex)
+ok $? "another tenant is not held back"
+[ -n "$other" ] && sbx-kill "$other" >/dev/null
+printf 'quotas:\n  per_tenant: {memory: 10M}\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
+sbx-create -q $T 2>"$IN/bad" >/dev/null
+is "$?" 3 "a malformed quota in sbx.yaml fails the create closed (3)"
+like "$(cat "$IN/bad")" "quotas.per_tenant.memory" "naming the key"
+
 sbx-kill "$id" >/dev/null
 done_testing
