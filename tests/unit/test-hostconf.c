@@ -42,6 +42,14 @@ int main(void)
 	   "host_paths and secrets.env_allow");
 	ok(parse("pool: {templates: {}}\n", &hc, &e) == 0 && hc.paths.nread == 0 && hc.paths.nenv == 0,
 	   "without them nothing is granted");
+	ok(parse("quotas:\n  per_tenant: {memory: 8G, vcpus: 8}\n  tenants:\n    acme: {memory: 32G, sessions: 20}\n",
+		 &hc, &e) == 0 && hc.quotas.ntenants == 1,
+	   "quotas");
+	struct sbx_quota q;
+	sbx_hostconf_quota(&hc, "acme", &q);
+	ok(q.memory_mib == 32768 && q.sessions == 20 && q.vcpus == 8, "a tenant's entry replaces what it sets, keeps the rest");
+	sbx_hostconf_quota(&hc, "globex", &q);
+	ok(q.memory_mib == 8192 && q.sessions == 0 && q.vcpus == 8, "another tenant gets per_tenant; unset is no limit");
 
 	static const struct {
 		const char *txt, *msg;
@@ -80,13 +88,19 @@ int main(void)
 		{ "secrets: {env_allow: [A-B]}\n", "not an environment variable name" },
 		{ "secrets: {env_allow: [1A]}\n", "not an environment variable name" },
 		{ "secrets: {allow: [A]}\n", "unknown key 'allow' in secrets" },
+		{ "quotas: {per_tenant: {memory: 10M}}\n", "quotas.per_tenant.memory: '10M'" },
+		{ "quotas: {per_tenant: {vcpus: 0}}\n", "1..1000000" },
+		{ "quotas: {per_tenant: {disks: 1}}\n", "unknown key 'disks'" },
+		{ "quotas: {tenants: {../x: {vcpus: 1}}}\n", "not a tenant ID" },
+		{ "quotas: {tenant: {}}\n", "unknown key 'tenant' in quotas" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char what[800];
 		int rc = parse(bad[i].txt, &hc, &e);
 		snprintf(what, sizeof what, "refused with 3 and '%s' (got '%s')", bad[i].msg, e.msg);
 		ok(rc < 0 && e.code == SBX_EXIT_INVALID && strstr(e.msg, bad[i].msg) && hc.npool == 0 &&
-			   hc.paths.nread == 0 && hc.paths.nenv == 0,
+			   hc.paths.nread == 0 && hc.paths.nenv == 0 && hc.quotas.ntenants == 0 &&
+			   hc.quotas.per_tenant.memory_mib == 0,
 		   what);
 	}
 	char big[4096] = "pool:\n  templates:\n";
