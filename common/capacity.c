@@ -3,7 +3,10 @@
 #include "policy.h"
 #include "session.h"
 #include "util.h"
+#include "workspace.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/sysinfo.h>
 
@@ -153,4 +156,104 @@ int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, unsigned 
 	if (measure(st, tenant, &c, &tu, err) < 0)
 		return -1;
 	return tenant_admit(tenant, &c, &tu, vcpus, memory_mib, err);
+}
+
+/* Workspaces the tenant has, or that its live sessions are about to make
+ * (their monitor creates or grows the image after the global lock is
+ * dropped; counting the records closes that window), by name: the largest
+ * size any of them gives the name. */
+struct ws_sizes {
+	struct ws_size {
+		char name[SBX_ID_MAX + 1];
+		uint64_t size;
+	} *v;
+	size_t n, cap;
+};
+
+static int ws_add(struct ws_sizes *w, const char *name, uint64_t size)
+{
+	for (size_t i = 0; i < w->n; i++)
+		if (!strcmp(w->v[i].name, name)) {
+			if (size > w->v[i].size)
+				w->v[i].size = size;
+			return 0;
+		}
+	if (w->n == w->cap) {
+		size_t nc = w->cap ? w->cap * 2 : 16;
+		struct ws_size *nv = realloc(w->v, nc * sizeof *nv);
+		if (!nv)
+			return -1;
+		w->v = nv;
+		w->cap = nc;
+	}
+	snprintf(w->v[w->n].name, sizeof w->v[0].name, "%s", name);
+	w->v[w->n++].size = size;
+	return 0;
+}
+
+static uint64_t ws_total(const struct ws_sizes *w)
+{
+	uint64_t t = 0;
+	for (size_t i = 0; i < w->n; i++)
+		t += w->v[i].size;
+	return t;
+}
+
+int sbx_capacity_admit_workspace(struct sbx_state *st, const char *tenant, const char *name, uint64_t size,
+				 struct sbx_err *err)
+{
+	if (!tenant || !tenant[0] || !name || !name[0])
+		return 0;
+	static struct sbx_hostconf hc;
+	if (sbx_hostconf_load(&hc, err) < 0)
+		return -1;
+	struct sbx_quota q;
+	sbx_hostconf_quota(&hc, tenant, &q);
+	if (!q.workspace_bytes)
+		return 0;
+	struct ws_sizes w = { 0 };
+	struct sbx_workspace_info *have = NULL;
+	size_t nhave = 0;
+	char **ids = NULL;
+	size_t nids = 0;
+	int rc = -1;
+	if (sbx_workspace_list(st, tenant, &have, &nhave, err) < 0 || sbx_session_list(st, &ids, &nids, err) < 0)
+		goto out;
+	for (size_t i = 0; i < nhave; i++)
+		if (ws_add(&w, have[i].name, have[i].size) < 0)
+			goto oom;
+	for (size_t i = 0; i < nids; i++) {
+		struct sbx_session s;
+		if (sbx_record_load(st, ids[i], &s, NULL) == 0 && s.workspace[0] && !strcmp(s.tenant, tenant) &&
+		    sbx_state_up(sbx_session_live_state(st, &s)) && ws_add(&w, s.workspace, s.limits.workspace_size) < 0)
+			goto oom;
+	}
+	uint64_t before = ws_total(&w);
+	if (ws_add(&w, name, size) < 0)
+		goto oom;
+	uint64_t after = ws_total(&w);
+	if (after <= q.workspace_bytes) {
+		rc = 0;
+		goto out;
+	}
+	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
+		    "tenant quota reached (workspace_bytes of this tenant, %s: its workspaces hold %llu bytes, this one "
+		    "needs %llu more, the quota is %llu); remove one of its workspaces first",
+		    tenant, (unsigned long long)before, (unsigned long long)(after - before),
+		    (unsigned long long)q.workspace_bytes);
+	if (err) {
+		snprintf(err->kind, sizeof err->kind, "tenant_quota");
+		snprintf(err->quota, sizeof err->quota, "workspace_bytes");
+		err->retry_after_ms = 5000;
+	}
+	goto out;
+oom:
+	sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot count the workspaces of tenant %s", tenant);
+out:
+	for (size_t i = 0; i < nids; i++)
+		free(ids[i]);
+	free(ids);
+	free(have);
+	free(w.v);
+	return rc;
 }

@@ -35,6 +35,14 @@ int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus,
 int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
 			     struct sbx_err *err);
 
+/* The tenant's workspace_bytes quota, for a create that attaches the
+ * workspace name of size bytes (made, or grown, by its monitor): the sizes
+ * of its workspaces and of those its live sessions are making, with this
+ * one.  75 with kind tenant_quota, quota workspace_bytes.  Under the
+ * global lock, like sbx_capacity_admit. */
+int sbx_capacity_admit_workspace(struct sbx_state *st, const char *tenant, const char *name, uint64_t size,
+				 struct sbx_err *err);
+
 #define SBX_VMM_OVERHEAD_MIB 512u
 
 #endif

@@ -385,6 +385,12 @@ static int quota_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj
 		q->memory_mib = v / MIB;
 		return 0;
 	}
+	if (!strcmp(key, "workspace_bytes")) {
+		if (sbx_parse_size(s, &v) < 0 || v < 16 * MIB || v > (1ull << 50))
+			return fail(c, m, "%s: '%s' is not a size from 16M", path, SHOW(s));
+		q->workspace_bytes = v;
+		return 0;
+	}
 	if (parse_uint(s, 1000000, &v) < 0 || v < 1)
 		return fail(c, m, "%s: '%s' is not a whole number in 1..1000000", path, SHOW(s));
 	if (!strcmp(key, "vcpus"))
@@ -394,7 +400,7 @@ static int quota_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj
 	return 0;
 }
 
-static const char *const quota_keys[] = { "memory", "sessions", "vcpus", NULL };
+static const char *const quota_keys[] = { "memory", "sessions", "vcpus", "workspace_bytes", NULL };
 
 static int quota_tenant(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
@@ -406,7 +412,7 @@ static int quota_tenant(struct ctx *c, const char *key, yaml_mark_t km, void *ob
 	struct sbx_tenant_quota *t = &qc->tenants[qc->ntenants];
 	snprintf(t->tenant, sizeof t->tenant, "%s", key);
 	t->q.sessions = t->q.vcpus = UINT32_MAX;
-	t->q.memory_mib = UINT64_MAX;
+	t->q.memory_mib = t->q.workspace_bytes = UINT64_MAX;
 	if (walk_map(c, path, quota_keys, quota_value, &t->q) < 0)
 		return -1;
 	qc->ntenants++;
@@ -435,6 +441,8 @@ void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struc
 			q->vcpus = t->q.vcpus;
 		if (t->q.memory_mib != UINT64_MAX)
 			q->memory_mib = t->q.memory_mib;
+		if (t->q.workspace_bytes != UINT64_MAX)
+			q->workspace_bytes = t->q.workspace_bytes;
 	}
 }
 

@@ -49,6 +49,7 @@ struct sbx_quota {
 	unsigned sessions;
 	uint64_t memory_mib; /* guest memory */
 	unsigned vcpus;
+	uint64_t workspace_bytes; /* the sizes of its workspaces */
 };
 struct sbx_quota_conf {
 	struct sbx_quota per_tenant;

@@ -828,7 +828,9 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	 * The monitor takes it for real (and fails the create cleanly if
 	 * another one got there first). */
 	if ((s->workspace[0] && sbx_workspace_probe(st, s->tenant, s->workspace, err) < 0) ||
-	    sbx_capacity_admit(st, s->tenant, s->vcpus, s->memory_mib, err) < 0) {
+	    sbx_capacity_admit(st, s->tenant, s->vcpus, s->memory_mib, err) < 0 ||
+	    (s->workspace[0] &&
+	     sbx_capacity_admit_workspace(st, s->tenant, s->workspace, s->limits.workspace_size, err) < 0)) {
 		if (!o->id && err)
 			err->session[0] = 0; /* the generated ID never existed */
 		return -1;

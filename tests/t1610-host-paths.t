@@ -180,6 +180,23 @@ quota "acme at its session quota" sessions sbx-create -q $T
 other=$(sbx-create -q --tenant globex)
 ok $? "another tenant is not held back"
 [ -n "$other" ] && sbx-kill "$other" >/dev/null
+# Workspace bytes: the sizes of the tenant's workspaces (1 GiB each by default).
+printf 'quotas:\n  per_tenant: {workspace_bytes: 1536M}\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
+w=$(sbx-create -q --tenant wsq --workspace w1)
+ok $? "a first workspace fits the tenant's workspace_bytes"
+n0=$(nsess)
+quota "a second one would not" workspace_bytes sbx-create -q --tenant wsq --workspace w2
+[ ! -e "$LIB/workspaces/wsq/w2" ]
+ok $? "and it was not made"
+[ -n "$w" ] && sbx-kill "$w" >/dev/null
+n0=$(nsess)
+quota "an idle workspace still counts" workspace_bytes sbx-create -q --tenant wsq --workspace w2
+w=$(sbx-create -q --tenant wsq --workspace w1)
+ok $? "attaching the existing one again fits"
+[ -n "$w" ] && sbx-kill "$w" >/dev/null
+o=$(sbx-create -q --tenant globex --workspace w2)
+ok $? "another tenant's workspaces are its own"
+[ -n "$o" ] && sbx-kill "$o" >/dev/null
 printf 'quotas:\n  per_tenant: {memory: 10M}\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
 sbx-create -q $T 2>"$IN/bad" >/dev/null
 is "$?" 3 "a malformed quota in sbx.yaml fails the create closed (3)"

@@ -42,12 +42,12 @@ int main(void)
 	   "host_paths and secrets.env_allow");
 	ok(parse("pool: {templates: {}}\n", &hc, &e) == 0 && hc.paths.nread == 0 && hc.paths.nenv == 0,
 	   "without them nothing is granted");
-	ok(parse("quotas:\n  per_tenant: {memory: 8G, vcpus: 8}\n  tenants:\n    acme: {memory: 32G, sessions: 20}\n",
+	ok(parse("quotas:\n  per_tenant: {memory: 8G, vcpus: 8, workspace_bytes: 100G}\n  tenants:\n    acme: {memory: 32G, sessions: 20}\n",
 		 &hc, &e) == 0 && hc.quotas.ntenants == 1,
 	   "quotas");
 	struct sbx_quota q;
 	sbx_hostconf_quota(&hc, "acme", &q);
-	ok(q.memory_mib == 32768 && q.sessions == 20 && q.vcpus == 8, "a tenant's entry replaces what it sets, keeps the rest");
+	ok(q.memory_mib == 32768 && q.sessions == 20 && q.vcpus == 8 && q.workspace_bytes == 100ull << 30, "a tenant's entry replaces what it sets, keeps the rest");
 	sbx_hostconf_quota(&hc, "globex", &q);
 	ok(q.memory_mib == 8192 && q.sessions == 0 && q.vcpus == 8, "another tenant gets per_tenant; unset is no limit");
 
