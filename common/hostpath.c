@@ -211,8 +211,8 @@ static int absolute(const char *path, char *out, bool *dots)
 }
 
 /* The tenant's root that holds abs, opened; -1 when none does. */
-static int tenant_root(const char *tenant, const char *abs, unsigned how, const char *key, char *root_out,
-		       char *rest, struct sbx_err *err)
+static int tenant_root(const char *tenant, const char *abs, const char *shown, unsigned how, const char *key,
+		       char *root_out, char *rest, struct sbx_err *err)
 {
 	static struct sbx_hostconf hc; /* ~13 KiB; commands resolve from one thread */
 	if (sbx_hostconf_load(&hc, err) < 0)
@@ -231,7 +231,7 @@ static int tenant_root(const char *tenant, const char *abs, unsigned how, const 
 		int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0)
 			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "%s: %s: cannot open the root %s of host_paths.%s",
-					   key, abs, root, w ? "write" : "read");
+					   key, shown, root, w ? "write" : "read");
 		const char *r = abs + strlen(root);
 		snprintf(rest, PATH_MAX, "%s", *r == '/' ? r + 1 : *r ? r : ".");
 		snprintf(root_out, PATH_MAX, "%s", root);
@@ -239,7 +239,7 @@ static int tenant_root(const char *tenant, const char *abs, unsigned how, const 
 	}
 	return sbx_err_set(err, SBX_EXIT_INVALID, 0,
 			   "%s: %s is not under a root that sbx.yaml lists in host_paths.%s for tenant %s (see sbx.yaml(5))",
-			   key, abs, w ? "write" : "read", tenant);
+			   key, shown, w ? "write" : "read", tenant);
 }
 
 static int resolve_fail(struct sbx_err *err, int e, const char *key, const char *shown)
@@ -262,12 +262,16 @@ int sbx_hostpath_resolve(const char *tenant, const char *path, unsigned how, con
 	char abs[PATH_MAX], dir[PATH_MAX], base[PATH_MAX], shown[PATH_MAX + 8];
 	if (!*path || absolute(path, abs, &dots) < 0)
 		return sbx_err_set(err, SBX_EXIT_INVALID, ENAMETOOLONG, "%s: bad path '%s'", key, path);
+	/* The caller's text in messages, printable only (it reaches a terminal). */
 	snprintf(shown, sizeof shown, "%s", path);
+	for (char *c = shown; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
 	if (tn) {
 		if (dots)
 			return refuse(err, key, shown, "%s", "'..' is not allowed in a tenant's path");
 		char root[PATH_MAX], rest[PATH_MAX];
-		_cleanup_close_ int rfd = tenant_root(tenant, abs, how, key, root, rest, err);
+		_cleanup_close_ int rfd = tenant_root(tenant, abs, shown, how, key, root, rest, err);
 		if (rfd < 0)
 			return -1;
 		/* The directory beneath the root, then the last name in it. */
