@@ -8,12 +8,13 @@
 
 #include "cli.h"
 #include "audit.h"
+#include "hostpath.h"
 #include "session.h"
 #include "transfer.h"
 
-static const char usage_text[] = "usage: sbx-cp [--json] SRC... SESSION:DEST\n"
-				 "       sbx-cp [--json] - SESSION:DEST\n"
-				 "       sbx-cp [--json] SESSION:SRC DEST|-\n";
+static const char usage_text[] = "usage: sbx-cp [--json] [--tenant TENANT] SRC... SESSION:DEST\n"
+				 "       sbx-cp [--json] [--tenant TENANT] - SESSION:DEST\n"
+				 "       sbx-cp [--json] [--tenant TENANT] SESSION:SRC DEST|-\n";
 
 /* "SESSION:/path": a valid session ID, a colon, an absolute path.  Anything
  * else is a host path ("./a:/b" names a host file). */
@@ -44,13 +45,16 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "tenant", required_argument, NULL, 'U' },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *tenant = NULL;
 	int json = 0, c;
 	while ((c = getopt_long(argc, argv, "+hj", opts, NULL)) != -1) {
 		switch (c) {
 		case 'h': fputs(usage_text, stdout); return 0;
 		case 'j': json = 1; break;
+		case 'U': tenant = optarg; break;
 		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
 		}
 	}
@@ -68,6 +72,10 @@ int main(int argc, char **argv)
 				    "name exactly one side as SESSION:/absolute/path (the last operand to upload, the "
 				    "first of two to download)");
 	o.session = session;
+	/* Host paths are confined to what sbx.yaml grants the tenant. */
+	o.tenant = sbx_hostpath_tenant(tenant);
+	if (o.tenant && sbx_id_check(o.tenant, "tenant", NULL) < 0)
+		return sbx_cli_fail("sbx-cp", SBX_EXIT_USAGE, json, "invalid tenant ID '%s'", o.tenant);
 	char tmp[SBX_ID_MAX + 2];
 	for (int i = 0; i < n - 1; i++)
 		if (upload && remote(ops[i], tmp, sizeof tmp))

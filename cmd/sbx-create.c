@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "hostpath.h"
 #include "policy.h"
 #include "secrets.h"
 #include "session.h"
@@ -175,6 +176,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return SBX_EXIT_USAGE;
 	}
+	o.tenant = sbx_hostpath_tenant(o.tenant); /* --tenant, else SBX_TENANT */
 	if (effective_policy(policy, &ov, &pol, &err) < 0) {
 		sbx_err_print("sbx-create", &err, json);
 		return err.code;

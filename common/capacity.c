@@ -1,8 +1,12 @@
 #include "capacity.h"
+#include "hostconf.h"
 #include "policy.h"
 #include "session.h"
 #include "util.h"
+#include "workspace.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/sysinfo.h>
 
@@ -14,10 +18,17 @@ static unsigned env_uint(const char *name, unsigned def)
 	return e && *e && !*end && v > 0 && v < 1000000 ? (unsigned)v : def;
 }
 
+/* What one tenant's live sessions hold. */
+struct tenant_use {
+	unsigned sessions, vcpus;
+	uint64_t memory_mib; /* guest memory */
+};
+
 /* One pass over the records: what is live, and how much of it is tenant's. */
-static int measure(struct sbx_state *st, const char *tenant, struct sbx_capacity *c, unsigned *of_tenant,
+static int measure(struct sbx_state *st, const char *tenant, struct sbx_capacity *c, struct tenant_use *tu,
 		   struct sbx_err *err)
 {
+	memset(tu, 0, sizeof *tu);
 	memset(c, 0, sizeof *c);
 	struct sysinfo si;
 	uint64_t host_mib = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit >> 20 : 4096;
@@ -45,7 +56,11 @@ static int measure(struct sbx_state *st, const char *tenant, struct sbx_capacity
 				c->sessions++;
 				c->pooled += s.pool;
 				c->starting += !strcmp(live, "creating");
-				*of_tenant += tenant && tenant[0] && !strcmp(s.tenant, tenant);
+				if (tenant && tenant[0] && !strcmp(s.tenant, tenant)) {
+					tu->sessions++;
+					tu->vcpus += s.vcpus;
+					tu->memory_mib += s.memory_mib;
+				}
 				c->memory_mib += s.memory_mib + SBX_VMM_OVERHEAD_MIB;
 				c->vcpus += s.vcpus;
 			}
@@ -58,21 +73,59 @@ static int measure(struct sbx_state *st, const char *tenant, struct sbx_capacity
 
 int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_err *err)
 {
-	unsigned unused = 0;
+	struct tenant_use unused;
 	return measure(st, NULL, c, &unused, err);
+}
+
+/* The tenant's quotas (sbx.yaml(5) quotas:, and SBX_MAX_SESSIONS_PER_TENANT
+ * for the session count): 75 with kind "tenant_quota" naming the one a
+ * session of this size would exceed.  Not host capacity: the tenant must
+ * end a session of its own, another host would refuse it too. */
+static int tenant_admit(const char *tenant, const struct sbx_capacity *c, const struct tenant_use *tu,
+			unsigned vcpus, unsigned memory_mib, struct sbx_err *err)
+{
+	if (!tenant || !tenant[0])
+		return 0;
+	static struct sbx_hostconf hc;
+	if (sbx_hostconf_load(&hc, err) < 0)
+		return -1;
+	struct sbx_quota q;
+	sbx_hostconf_quota(&hc, tenant, &q);
+	unsigned max_sessions = c->max_per_tenant;
+	if (q.sessions && q.sessions < max_sessions)
+		max_sessions = q.sessions;
+	const char *what = NULL;
+	unsigned long long used = 0, want = 0, max = 0;
+	const char *unit = "";
+	if (tu->sessions + 1 > max_sessions)
+		what = "sessions", used = tu->sessions, want = 1, max = max_sessions;
+	else if (q.memory_mib && tu->memory_mib + memory_mib > q.memory_mib)
+		what = "memory", used = tu->memory_mib, want = memory_mib, max = q.memory_mib, unit = " MiB";
+	else if (q.vcpus && tu->vcpus + vcpus > q.vcpus)
+		what = "vcpus", used = tu->vcpus, want = vcpus, max = q.vcpus;
+	if (!what)
+		return 0;
+	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
+		    "tenant quota reached (%s of this tenant, %s: its sessions hold %llu%s, this one needs "
+		    "%llu%s more, the quota is %llu%s); end one of its sessions first",
+		    what, tenant, used, unit, want, unit, max, unit);
+	if (err) {
+		snprintf(err->kind, sizeof err->kind, "tenant_quota");
+		snprintf(err->quota, sizeof err->quota, "%s", what);
+		err->retry_after_ms = 5000;
+	}
+	return -1;
 }
 
 int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
 		       struct sbx_err *err)
 {
 	struct sbx_capacity c;
-	unsigned of_tenant = 0;
-	if (measure(st, tenant, &c, &of_tenant, err) < 0)
+	struct tenant_use tu;
+	if (measure(st, tenant, &c, &tu, err) < 0 || tenant_admit(tenant, &c, &tu, vcpus, memory_mib, err) < 0)
 		return -1;
 	const char *what = NULL;
-	if (tenant && tenant[0] && of_tenant + 1 > c.max_per_tenant)
-		what = "sessions of this tenant";
-	else if (c.sessions + 1 > c.max_sessions)
+	if (c.sessions + 1 > c.max_sessions)
 		what = "sessions";
 	else if (c.memory_mib + memory_mib + SBX_VMM_OVERHEAD_MIB > c.max_memory_mib)
 		what = "memory";
@@ -93,19 +146,114 @@ int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus,
 	return -1;
 }
 
-int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, struct sbx_err *err)
+int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
+			     struct sbx_err *err)
 {
 	struct sbx_capacity c;
-	unsigned of_tenant = 0;
+	struct tenant_use tu;
 	if (!tenant || !tenant[0])
 		return 0;
-	if (measure(st, tenant, &c, &of_tenant, err) < 0)
+	if (measure(st, tenant, &c, &tu, err) < 0)
 		return -1;
-	if (of_tenant + 1 <= c.max_per_tenant)
+	return tenant_admit(tenant, &c, &tu, vcpus, memory_mib, err);
+}
+
+/* Workspaces the tenant has, or that its live sessions are about to make
+ * (their monitor creates or grows the image after the global lock is
+ * dropped; counting the records closes that window), by name: the largest
+ * size any of them gives the name. */
+struct ws_sizes {
+	struct ws_size {
+		char name[SBX_ID_MAX + 1];
+		uint64_t size;
+	} *v;
+	size_t n, cap;
+};
+
+static int ws_add(struct ws_sizes *w, const char *name, uint64_t size)
+{
+	for (size_t i = 0; i < w->n; i++)
+		if (!strcmp(w->v[i].name, name)) {
+			if (size > w->v[i].size)
+				w->v[i].size = size;
+			return 0;
+		}
+	if (w->n == w->cap) {
+		size_t nc = w->cap ? w->cap * 2 : 16;
+		struct ws_size *nv = realloc(w->v, nc * sizeof *nv);
+		if (!nv)
+			return -1;
+		w->v = nv;
+		w->cap = nc;
+	}
+	snprintf(w->v[w->n].name, sizeof w->v[0].name, "%s", name);
+	w->v[w->n++].size = size;
+	return 0;
+}
+
+static uint64_t ws_total(const struct ws_sizes *w)
+{
+	uint64_t t = 0;
+	for (size_t i = 0; i < w->n; i++)
+		t += w->v[i].size;
+	return t;
+}
+
+int sbx_capacity_admit_workspace(struct sbx_state *st, const char *tenant, const char *name, uint64_t size,
+				 struct sbx_err *err)
+{
+	if (!tenant || !tenant[0] || !name || !name[0])
 		return 0;
+	static struct sbx_hostconf hc;
+	if (sbx_hostconf_load(&hc, err) < 0)
+		return -1;
+	struct sbx_quota q;
+	sbx_hostconf_quota(&hc, tenant, &q);
+	if (!q.workspace_bytes)
+		return 0;
+	struct ws_sizes w = { 0 };
+	struct sbx_workspace_info *have = NULL;
+	size_t nhave = 0;
+	char **ids = NULL;
+	size_t nids = 0;
+	int rc = -1;
+	if (sbx_workspace_list(st, tenant, &have, &nhave, err) < 0 || sbx_session_list(st, &ids, &nids, err) < 0)
+		goto out;
+	for (size_t i = 0; i < nhave; i++)
+		if (ws_add(&w, have[i].name, have[i].size) < 0)
+			goto oom;
+	for (size_t i = 0; i < nids; i++) {
+		struct sbx_session s;
+		if (sbx_record_load(st, ids[i], &s, NULL) == 0 && s.workspace[0] && !strcmp(s.tenant, tenant) &&
+		    sbx_state_up(sbx_session_live_state(st, &s)) && ws_add(&w, s.workspace, s.limits.workspace_size) < 0)
+			goto oom;
+	}
+	uint64_t before = ws_total(&w);
+	if (ws_add(&w, name, size) < 0)
+		goto oom;
+	uint64_t after = ws_total(&w);
+	if (after <= q.workspace_bytes) {
+		rc = 0;
+		goto out;
+	}
 	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
-		    "host capacity reached (sessions of this tenant): %u of %u; try again later or on another host",
-		    of_tenant, c.max_per_tenant);
-	err->retry_after_ms = 5000;
-	return -1;
+		    "tenant quota reached (workspace_bytes of this tenant, %s: its workspaces hold %llu bytes, this one "
+		    "needs %llu more, the quota is %llu); remove one of its workspaces first",
+		    tenant, (unsigned long long)before, (unsigned long long)(after - before),
+		    (unsigned long long)q.workspace_bytes);
+	if (err) {
+		snprintf(err->kind, sizeof err->kind, "tenant_quota");
+		snprintf(err->quota, sizeof err->quota, "workspace_bytes");
+		err->retry_after_ms = 5000;
+	}
+	goto out;
+oom:
+	sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot count the workspaces of tenant %s", tenant);
+out:
+	for (size_t i = 0; i < nids; i++)
+		free(ids[i]);
+	free(ids);
+	free(have);
+	free(w.v);
+	return rc;
 }

@@ -27,9 +27,21 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
  * Call with the global lock held so two creates cannot both fit. */
 int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
 		       struct sbx_err *err);
-/* The same for a claim of a warm-pool member, which is counted already:
- * only the tenant's limit can refuse it. */
-int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, struct sbx_err *err);
+/* Both first check the tenant's quotas (sbx.yaml(5) quotas:, and
+ * SBX_MAX_SESSIONS_PER_TENANT): 75 too, but err->kind "tenant_quota" and
+ * err->quota the quota's name (sessions, memory, vcpus).
+ * The same for a claim of a warm-pool member of this size, which is
+ * counted already: only the tenant's quotas can refuse it. */
+int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
+			     struct sbx_err *err);
+
+/* The tenant's workspace_bytes quota, for a create that attaches the
+ * workspace name of size bytes (made, or grown, by its monitor): the sizes
+ * of its workspaces and of those its live sessions are making, with this
+ * one.  75 with kind tenant_quota, quota workspace_bytes.  Under the
+ * global lock, like sbx_capacity_admit. */
+int sbx_capacity_admit_workspace(struct sbx_state *st, const char *tenant, const char *name, uint64_t size,
+				 struct sbx_err *err);
 
 #define SBX_VMM_OVERHEAD_MIB 512u
 

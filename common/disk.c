@@ -1,16 +1,20 @@
 #include "disk.h"
+#include "hostpath.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <sys/syscall.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 /* Run argv with no stdin and its output kept for the error message; its
- * exit status, or -1. */
-static int run_status(char *const argv[], char *out, size_t n)
+ * exit status, or -1.  keep_fd (>= 0) is left open across the exec. */
+static int run_status_fd(char *const argv[], int keep_fd, char *out, size_t n)
 {
 	int p[2];
 	out[0] = 0;
@@ -28,6 +32,8 @@ static int run_status(char *const argv[], char *out, size_t n)
 			dup2(dn, 0);
 		dup2(p[1], 1);
 		dup2(p[1], 2);
+		if (keep_fd >= 0)
+			fcntl(keep_fd, F_SETFD, 0);
 		execvp(argv[0], argv);
 		dprintf(2, "cannot run %s: %s", argv[0], strerror(errno));
 		_exit(127);
@@ -49,6 +55,8 @@ static int run_status(char *const argv[], char *out, size_t n)
 			*c = ' ';
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+static int run_status(char *const argv[], char *out, size_t n) { return run_status_fd(argv, -1, out, n); }
 
 static int run(char *const argv[], char *out, size_t n)
 {
@@ -86,16 +94,33 @@ static uint64_t tree_bytes;
 static int tree_add(const char *p, const struct stat *st, int flag, struct FTW *f)
 {
 	(void)p;
-	(void)flag;
 	(void)f;
+	/* sbx's own state reached inside the tree (a bind mount) is not copied. */
+	if (flag == FTW_D && sbx_hostpath_is_state(st)) {
+		errno = EPERM;
+		return -1;
+	}
 	tree_bytes += (uint64_t)st->st_blocks * 512 + 4096;
 	return 0;
 }
 
 int sbx_disk_from_dir(const char *path, const char *dir, struct sbx_err *err)
 {
+	/* dir is the real path sbx-create checked (hostpath.h); opened again
+	 * with no link anywhere, so one swapped in since is refused, and
+	 * walked and copied through this fd. */
+	struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW,
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	_cleanup_close_ int dfd = (int)syscall(SYS_openat2, AT_FDCWD, dir, &how, sizeof how);
+	struct stat dst;
+	if (dfd < 0 || fstat(dfd, &dst) < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot open the volume directory %s", dir);
+	if (sbx_hostpath_is_state(&dst))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s is sbx's own state, never a volume", dir);
+	char src[64];
+	snprintf(src, sizeof src, "/proc/self/fd/%d/.", dfd);
 	tree_bytes = 0;
-	if (nftw(dir, tree_add, 64, FTW_PHYS) < 0)
+	if (nftw(src, tree_add, 64, FTW_PHYS) < 0)
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read %s", dir);
 	uint64_t size = tree_bytes + tree_bytes / 4 + (16u << 20);
 	if (size > (64ull << 30))
@@ -103,9 +128,9 @@ int sbx_disk_from_dir(const char *path, const char *dir, struct sbx_err *err)
 	if (make_file(path, size, err) < 0)
 		return -1;
 	char *argv[] = { "mkfs.ext4", "-q", "-F", "-L", "sbxvol", "-m", "0", "-O", "^has_journal",
-			 "-E", "nodiscard", "-d", (char *)dir, (char *)path, NULL };
+			 "-E", "nodiscard", "-d", src, (char *)path, NULL };
 	char out[512];
-	if (run(argv, out, sizeof out) < 0) {
+	if (run_status_fd(argv, dfd, out, sizeof out) != 0) {
 		unlink(path);
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot copy %s into a volume: %s", dir, out);
 	}

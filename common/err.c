@@ -18,6 +18,7 @@ int sbx_err_set(struct sbx_err *err, int code, int errnum, const char *fmt, ...)
 	err->code = code;
 	err->errnum = errnum;
 	err->retry_after_ms = code == SBX_EXIT_TEMPFAIL ? 1000 : 0;
+	err->kind[0] = err->quota[0] = 0;
 	if (errnum) {
 		size_t l = strlen(err->msg);
 		snprintf(err->msg + l, sizeof err->msg - l, ": %s", strerror(errnum));
@@ -69,12 +70,16 @@ void sbx_err_print(const char *prog, const struct sbx_err *err, int json)
 	if (o && err->retry_after_ms)
 		json_object_set_new(o, "retry_after_ms", json_integer(err->retry_after_ms));
 	/* "user" errors are the caller's to fix; "platform" errors are the host's. */
-	if (o)
+	if (o && err->kind[0])
+		json_object_set_new(o, "kind", json_string(err->kind));
+	else if (o)
 		json_object_set_new(o, "kind",
 				    json_string(err->code == SBX_EXIT_UNAVAIL || err->code == SBX_EXIT_INTERNAL ||
 							err->code == SBX_EXIT_TEMPFAIL
 						? "platform"
 						: "user"));
+	if (o && err->quota[0])
+		json_object_set_new(o, "quota", json_string(err->quota));
 	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	fprintf(stderr, "%s\n", s ? s : "{\"error\":\"internal\",\"code\":70}");
 	free(s);

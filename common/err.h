@@ -22,6 +22,10 @@ struct sbx_err {
 	char msg[512];
 	char session[72]; /* the session it concerns, if any */
 	unsigned retry_after_ms;
+	/* With --json, "kind" is "user" or "platform" by the code; a refusal
+	 * that is neither sets its own ("tenant_quota") and names the limit
+	 * in quota.  Cleared by sbx_err_set. */
+	char kind[16], quota[16];
 };
 
 /* Set err (if non-NULL) and return -1.  The message should read as

@@ -156,7 +156,7 @@ static int walk_map(struct ctx *c, const char *path, const char *const *keys, va
 {
 	if (expect_map(c, path) < 0)
 		return -1;
-	char seen[SBX_POOL_TEMPLATES_MAX + 8][SCALAR_MAX + 1];
+	char seen[SBX_QUOTA_TENANTS_MAX + 8][SCALAR_MAX + 1];
 	unsigned nseen = 0;
 	for (;;) {
 		if (next(c) < 0)
@@ -280,9 +280,170 @@ static int template_entry(struct ctx *c, const char *key, yaml_mark_t km, void *
 	return 0;
 }
 
+/* A root: absolute, normalized (no "", "." or ".." component, no trailing
+ * "/"), not "/" itself, printable; "{tenant}" only as a whole component. */
+static bool root_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (s[0] != '/' || n < 2 || s[n - 1] == '/')
+		return false;
+	for (const char *p = s; *p; p++)
+		if (*p <= 0x20 || *p >= 0x7f)
+			return false;
+	for (const char *p = s + 1;;) {
+		size_t l = strcspn(p, "/");
+		if (!l || (l == 1 && p[0] == '.') || (l == 2 && p[0] == '.' && p[1] == '.'))
+			return false;
+		const char *t = strstr(p, "{tenant}");
+		if (t && t < p + l && (t != p || l != 8))
+			return false;
+		if (!p[l])
+			return true;
+		p += l + 1;
+	}
+}
+
+struct seq_ctx {
+	char *v;     /* n slots of len bytes */
+	size_t len;
+	unsigned max, *n;
+	bool env;    /* environment variable names, else roots */
+};
+
+static int seq_items(struct ctx *c, const char *path, struct seq_ctx *q)
+{
+	if (c->ev.type != YAML_SEQUENCE_START_EVENT)
+		return fail(c, c->ev.start_mark, "%s: expected a list", path);
+	for (;;) {
+		if (next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
+			return 0;
+		const char *s = scalar(c, path);
+		if (!s)
+			return -1;
+		yaml_mark_t m = c->ev.start_mark;
+		bool ok;
+		if (q->env) {
+			ok = strlen(s) < q->len && ((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || *s == '_');
+			for (const char *p = s; ok && *p; p++)
+				ok = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+				     *p == '_';
+			if (!ok)
+				return fail(c, m, "%s: '%s' is not an environment variable name", path, SHOW(s));
+		} else if (!root_ok(s) || strlen(s) >= q->len) {
+			return fail(c, m, "%s: '%s' is not an absolute, normalized directory other than /", path,
+				    SHOW(s));
+		}
+		for (unsigned i = 0; i < *q->n; i++)
+			if (!strcmp(q->v + i * q->len, s))
+				return fail(c, m, "%s: '%s' is listed twice", path, SHOW(s));
+		if (*q->n == q->max)
+			return fail(c, m, "%s: more than %u entries", path, q->max);
+		snprintf(q->v + (*q->n)++ * q->len, q->len, "%s", s);
+	}
+}
+
+static int host_paths_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostpath_conf *hp = obj;
+	bool rd = !strcmp(key, "read");
+	struct seq_ctx q = { .v = rd ? hp->read[0] : hp->write[0], .len = SBX_HOSTPATH_ROOT_LEN,
+			     .max = SBX_HOSTPATH_ROOTS_MAX, .n = rd ? &hp->nread : &hp->nwrite };
+	(void)km;
+	return seq_items(c, path, &q);
+}
+
+static int secrets_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostpath_conf *hp = obj;
+	struct seq_ctx q = { .v = hp->env_allow[0], .len = sizeof hp->env_allow[0], .max = SBX_ENV_ALLOW_MAX,
+			     .n = &hp->nenv, .env = true };
+	(void)key, (void)km;
+	return seq_items(c, path, &q);
+}
+
 static int pool_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	return walk_map(c, path, NULL, template_entry, obj);
+}
+
+/* A quota's values are parsed over UINT32_MAX / UINT64_MAX markers so an
+ * entry of tenants[] can tell what it sets. */
+static int quota_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_quota *q = obj;
+	const char *s = scalar(c, path);
+	uint64_t v;
+	if (!s)
+		return -1;
+	yaml_mark_t m = c->ev.start_mark;
+	(void)km;
+	if (!strcmp(key, "memory")) {
+		if (sbx_parse_size(s, &v) < 0 || v < 64 * MIB || v > (1ull << 50) || v % MIB)
+			return fail(c, m, "%s: '%s' is not a size of whole MiB from 64M", path, SHOW(s));
+		q->memory_mib = v / MIB;
+		return 0;
+	}
+	if (!strcmp(key, "workspace_bytes")) {
+		if (sbx_parse_size(s, &v) < 0 || v < 16 * MIB || v > (1ull << 50))
+			return fail(c, m, "%s: '%s' is not a size from 16M", path, SHOW(s));
+		q->workspace_bytes = v;
+		return 0;
+	}
+	if (parse_uint(s, 1000000, &v) < 0 || v < 1)
+		return fail(c, m, "%s: '%s' is not a whole number in 1..1000000", path, SHOW(s));
+	if (!strcmp(key, "vcpus"))
+		q->vcpus = (unsigned)v;
+	else
+		q->sessions = (unsigned)v;
+	return 0;
+}
+
+static const char *const quota_keys[] = { "memory", "sessions", "vcpus", "workspace_bytes", NULL };
+
+static int quota_tenant(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_quota_conf *qc = obj;
+	if (!name_ok(key, strlen(key)))
+		return fail(c, km, "quotas.tenants: '%s' is not a tenant ID", SHOW(key));
+	if (qc->ntenants == SBX_QUOTA_TENANTS_MAX)
+		return fail(c, km, "quotas.tenants: more than %d tenants", SBX_QUOTA_TENANTS_MAX);
+	struct sbx_tenant_quota *t = &qc->tenants[qc->ntenants];
+	snprintf(t->tenant, sizeof t->tenant, "%s", key);
+	t->q.sessions = t->q.vcpus = UINT32_MAX;
+	t->q.memory_mib = t->q.workspace_bytes = UINT64_MAX;
+	if (walk_map(c, path, quota_keys, quota_value, &t->q) < 0)
+		return -1;
+	qc->ntenants++;
+	return 0;
+}
+
+static int quotas_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_quota_conf *qc = obj;
+	(void)km;
+	if (!strcmp(key, "per_tenant"))
+		return walk_map(c, path, quota_keys, quota_value, &qc->per_tenant);
+	return walk_map(c, path, NULL, quota_tenant, qc);
+}
+
+void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struct sbx_quota *q)
+{
+	*q = hc->quotas.per_tenant;
+	for (unsigned i = 0; tenant && i < hc->quotas.ntenants; i++) {
+		const struct sbx_tenant_quota *t = &hc->quotas.tenants[i];
+		if (strcmp(t->tenant, tenant))
+			continue;
+		if (t->q.sessions != UINT32_MAX)
+			q->sessions = t->q.sessions;
+		if (t->q.vcpus != UINT32_MAX)
+			q->vcpus = t->q.vcpus;
+		if (t->q.memory_mib != UINT64_MAX)
+			q->memory_mib = t->q.memory_mib;
+		if (t->q.workspace_bytes != UINT64_MAX)
+			q->workspace_bytes = t->q.workspace_bytes;
+	}
 }
 
 /* packages: what the package cache (pkgcache.h) may keep on this host. */
@@ -307,6 +468,18 @@ static int top_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, co
 		static const char *const pkg_keys[] = { "cache_quota", NULL };
 		return walk_map(c, "packages", pkg_keys, packages_value, &hc->packages);
 	}
+	if (!strcmp(key, "quotas")) {
+		static const char *const keys[] = { "per_tenant", "tenants", NULL };
+		return walk_map(c, "quotas", keys, quotas_key, &hc->quotas);
+	}
+	if (!strcmp(key, "host_paths")) {
+		static const char *const keys[] = { "read", "write", NULL };
+		return walk_map(c, "host_paths", keys, host_paths_key, &hc->paths);
+	}
+	if (!strcmp(key, "secrets")) {
+		static const char *const keys[] = { "env_allow", NULL };
+		return walk_map(c, "secrets", keys, secrets_key, &hc->paths);
+	}
 	static const char *const keys[] = { "templates", NULL };
 	return walk_map(c, "pool", keys, pool_key, obj);
 }
@@ -322,7 +495,7 @@ int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 	yaml_parser_set_input_string(&c.y, buf, n);
 	yaml_parser_set_encoding(&c.y, YAML_UTF8_ENCODING);
 	int rc = -1;
-	static const char *const keys[] = { "packages", "pool", NULL };
+	static const char *const keys[] = { "host_paths", "packages", "pool", "quotas", "secrets", NULL };
 	if (next(&c) < 0 || next(&c) < 0)
 		goto out;
 	if (c.ev.type == YAML_STREAM_END_EVENT) {
@@ -348,8 +521,11 @@ out:
 	if (c.have_ev)
 		yaml_event_delete(&c.ev);
 	yaml_parser_delete(&c.y);
-	if (rc < 0)
+	if (rc < 0) {
 		hc->npool = 0;
+		memset(&hc->paths, 0, sizeof hc->paths); /* a bad file grants nothing */
+		memset(&hc->quotas, 0, sizeof hc->quotas);
+	}
 	return rc;
 }
 

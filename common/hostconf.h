@@ -1,10 +1,11 @@
 /* The host configuration: /etc/sbx/sbx.yaml, or $SBX_ROOT/etc/sbx/sbx.yaml
  * when SBX_ROOT is set (sbx.yaml(5)).  It says how this host runs sessions,
- * not what a session may do (that is the policy's job); today it holds the
- * warm pool's sizes.  Parsed like a policy, with libyaml's event API
+ * not what a session may do (that is the policy's job): the warm pool's
+ * sizes, and the host paths and variables tenants may name (hostpath.h).
+ * Parsed like a policy, with libyaml's event API
  * against a fixed schema, failing closed: anything it does not understand
  * is SBX_EXIT_INVALID naming the file, line and column.  A missing file is
- * an empty configuration (no pool). */
+ * an empty configuration (no pool, no host path for any tenant). */
 #ifndef SBX_HOSTCONF_H
 #define SBX_HOSTCONF_H
 
@@ -25,6 +26,40 @@ struct sbx_pool_conf {
 	uint64_t disk;       /* bytes of writable disk (resources.disk) */
 };
 
+/* Host paths a tenant may name (hostpath.h): roots beneath which a
+ * session created with --tenant may read (secrets, -v, sbx-cp uploads) or
+ * write (sbx-cp downloads), and the environment variables its secrets may
+ * come from.  "{tenant}" in a root stands for the tenant's ID.  Empty: none. */
+#define SBX_HOSTPATH_ROOTS_MAX 16
+#define SBX_HOSTPATH_ROOT_LEN 257
+#define SBX_ENV_ALLOW_MAX 32
+struct sbx_hostpath_conf {
+	char read[SBX_HOSTPATH_ROOTS_MAX][SBX_HOSTPATH_ROOT_LEN];
+	char write[SBX_HOSTPATH_ROOTS_MAX][SBX_HOSTPATH_ROOT_LEN];
+	unsigned nread, nwrite;
+	char env_allow[SBX_ENV_ALLOW_MAX][128];
+	unsigned nenv;
+};
+
+/* Per-tenant quotas (capacity.h): what one tenant's live sessions may hold
+ * together.  0: no limit.  per_tenant applies to every tenant; an entry of
+ * tenants[] replaces the values it sets, for that tenant. */
+#define SBX_QUOTA_TENANTS_MAX 64
+struct sbx_quota {
+	unsigned sessions;
+	uint64_t memory_mib; /* guest memory */
+	unsigned vcpus;
+	uint64_t workspace_bytes; /* the sizes of its workspaces */
+};
+struct sbx_quota_conf {
+	struct sbx_quota per_tenant;
+	struct sbx_tenant_quota {
+		char tenant[64];
+		struct sbx_quota q;
+	} tenants[SBX_QUOTA_TENANTS_MAX];
+	unsigned ntenants;
+};
+
 /* packages: the package cache's host-side bounds (pkgcache.h). */
 struct sbx_hostconf_packages {
 	uint64_t cache_quota; /* bytes each cache scope (a tenant's, or the shared
@@ -36,7 +71,13 @@ struct sbx_hostconf {
 	struct sbx_pool_conf pool[SBX_POOL_TEMPLATES_MAX];
 	unsigned npool;
 	struct sbx_hostconf_packages packages;
+	struct sbx_hostpath_conf paths; /* host_paths:, secrets: */
+	struct sbx_quota_conf quotas;   /* quotas: */
 };
+
+/* The quota that applies to tenant (per_tenant, overridden key by key by
+ * its own entry). */
+void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struct sbx_quota *q);
 
 /* Where the file is: /etc/sbx/sbx.yaml under SBX_ROOT (if set). */
 const char *sbx_hostconf_path(char *buf, size_t n);

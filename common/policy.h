@@ -53,6 +53,7 @@ struct sbx_policy_secret {
 	 * absolute host path.  The policy names sources; it never holds values. */
 	char from_env[128];
 	char from_file[SBX_POLICY_PATH_LEN];
+	int from_cli; /* --secret NAME=@FILE rather than the policy (for messages) */
 };
 
 struct sbx_policy_paths {

@@ -228,7 +228,7 @@ int sbx_pool_claim(struct sbx_state *st, int *g, struct sbx_session *s, const st
 	if (!n)
 		return NOT_CLAIMED;
 	/* The member's VM is counted already: only the tenant's cap applies. */
-	if (sbx_capacity_admit_claim(st, s->tenant, err) < 0)
+	if (sbx_capacity_admit_claim(st, s->tenant, s->vcpus, s->memory_mib, err) < 0)
 		return -1;
 	/* What the session is created under, beside its record (as a boot
 	 * writes it): the member has the pool's. */

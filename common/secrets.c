@@ -1,4 +1,5 @@
 #include "secrets.h"
+#include "hostpath.h"
 #include "policy.h"
 #include "util.h"
 
@@ -132,6 +133,7 @@ int sbx_secrets_args(struct sbx_policy *p, const char *const *specs, unsigned n,
 		if (strlen(path) >= sizeof sec->from_file)
 			return sbx_err_set(err, SBX_EXIT_USAGE, 0, "--secret %s: path too long", sec->name);
 		snprintf(sec->from_file, sizeof sec->from_file, "%s", path);
+		sec->from_cli = 1;
 	}
 	return 0;
 }
@@ -153,7 +155,31 @@ static ssize_t read_bounded(int fd, uint8_t *out, size_t max)
 	return (ssize_t)got;
 }
 
-static int load_one(const struct sbx_policy_secret *ps, struct sbx_secrets *s, struct sbx_err *err)
+/* A secret's file, opened under hostpath.h's rules: a regular file (a
+ * FIFO or device could block or never end), never through a link. */
+static int open_secret(const struct sbx_policy_secret *ps, const char *tenant, const char *key, struct sbx_err *err)
+{
+	_cleanup_hostpath_ struct sbx_hostpath hp = { .dir_fd = -1 };
+	if (sbx_hostpath_resolve(tenant, ps->from_file, SBX_HOSTPATH_READ | SBX_HOSTPATH_FOLLOW, key, &hp, err) < 0) {
+		if (err && err->code == SBX_EXIT_NOENT)
+			err->code = SBX_EXIT_INVALID;
+		return -1;
+	}
+	if (!S_ISREG(hp.st.st_mode))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: %s is not a regular file", key, ps->from_file);
+	int fd = sbx_hostpath_openat(&hp, NULL, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+	struct stat st;
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "%s: cannot read %s", key, ps->from_file);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: %s is not a regular file", key, ps->from_file);
+	}
+	return fd;
+}
+
+static int load_one(const struct sbx_policy_secret *ps, const char *tenant, struct sbx_secrets *s,
+		    struct sbx_err *err)
 {
 	size_t room = SBX_FRAME_HDR + SBX_FRAME_MAX - s->frame_len;
 	size_t nl = strlen(ps->name);
@@ -167,7 +193,14 @@ static int load_one(const struct sbx_policy_secret *ps, struct sbx_secrets *s, s
 	if (max > SBX_SECRET_VALUE_MAX)
 		max = SBX_SECRET_VALUE_MAX;
 	size_t len;
+	char key[200];
+	if (ps->from_cli)
+		snprintf(key, sizeof key, "--secret %s", ps->name);
+	else
+		snprintf(key, sizeof key, "secret %s (secrets.%s)", ps->name, ps->from_env[0] ? "from_env" : "from_file");
 	if (ps->from_env[0]) {
+		if (sbx_hostpath_env_ok(tenant, ps->from_env, key, err) < 0)
+			return -1;
 		const char *v = getenv(ps->from_env);
 		if (!v)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "secret %s: the environment variable %s is not set",
@@ -178,18 +211,11 @@ static int load_one(const struct sbx_policy_secret *ps, struct sbx_secrets *s, s
 					   ps->from_env, max);
 		memcpy(val, v, len);
 	} else {
+		/* stdin is what the caller chose to pipe in. */
 		int stdin_ = !strcmp(ps->from_file, "-");
-		int fd = stdin_ ? 0 : open(ps->from_file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-		struct stat st;
+		int fd = stdin_ ? 0 : open_secret(ps, tenant, key, err);
 		if (fd < 0)
-			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "secret %s: cannot read %s", ps->name, ps->from_file);
-		/* A FIFO or device could block or never end; stdin is what the
-		 * caller chose to pipe in. */
-		if (!stdin_ && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
-			close(fd);
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "secret %s: %s is not a regular file", ps->name,
-					   ps->from_file);
-		}
+			return -1;
 		ssize_t r = read_bounded(fd, val, max);
 		int e = errno;
 		if (!stdin_)
@@ -213,7 +239,7 @@ static int load_one(const struct sbx_policy_secret *ps, struct sbx_secrets *s, s
 	return 0;
 }
 
-int sbx_secrets_load(const struct sbx_policy *p, struct sbx_secrets *s, struct sbx_err *err)
+int sbx_secrets_load(const struct sbx_policy *p, const char *tenant, struct sbx_secrets *s, struct sbx_err *err)
 {
 	memset(s, 0, sizeof *s);
 	if (!p->nsecrets)
@@ -222,7 +248,7 @@ int sbx_secrets_load(const struct sbx_policy *p, struct sbx_secrets *s, struct s
 		return -1;
 	s->frame_len = SBX_FRAME_HDR;
 	for (unsigned i = 0; i < p->nsecrets; i++)
-		if (load_one(&p->secrets[i], s, err) < 0)
+		if (load_one(&p->secrets[i], tenant, s, err) < 0)
 			return -1;
 	sbx_frame_hdr_put(s->frame, SBX_F_SECRETS, 0, (uint32_t)(s->frame_len - SBX_FRAME_HDR));
 	return index_frame(s, err);

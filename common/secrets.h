@@ -28,9 +28,12 @@ struct sbx_secrets {
 /* Add --secret NAME=@FILE (NAME=@- for stdin) to p, replacing a policy
  * secret of the same name.  Errors are SBX_EXIT_USAGE. */
 int sbx_secrets_args(struct sbx_policy *p, const char *const *specs, unsigned n, struct sbx_err *err);
-/* Read every secret p names (from_env, from_file; "-" is stdin).  A secret
- * that cannot be read is SBX_EXIT_INVALID naming it. */
-int sbx_secrets_load(const struct sbx_policy *p, struct sbx_secrets *s, struct sbx_err *err);
+/* Read every secret p names (from_env, from_file; "-" is stdin) for tenant
+ * (NULL: the operator), through hostpath.h's rules: a file only where
+ * sbx.yaml lets the tenant read, an environment variable only one it lists,
+ * never sbx's own state.  A secret that cannot be read, or may not be, is
+ * SBX_EXIT_INVALID naming it and the key it came from. */
+int sbx_secrets_load(const struct sbx_policy *p, const char *tenant, struct sbx_secrets *s, struct sbx_err *err);
 /* The monitor's side: one frame from fd (blocking, bounded). */
 int sbx_secrets_read_fd(int fd, struct sbx_secrets *s, struct sbx_err *err);
 void sbx_secrets_free(struct sbx_secrets *s);

@@ -4,6 +4,7 @@
 #include "policy.h"
 #include "cgroup.h"
 #include "proto.h"
+#include "hostpath.h"
 #include "secrets.h"
 #include "template.h"
 #include "util.h"
@@ -440,9 +441,12 @@ static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 }
 
 /* -v HOSTDIR:GUESTPATH[:ro]: only read-only volumes exist (a session never
- * writes to the host).  The guest path goes on the kernel command line, so
- * it is held to a plain character set. */
-static int parse_volume(const char *spec, struct sbx_volume *v, struct sbx_err *err)
+ * writes to the host).  The host directory obeys hostpath.h (a tenant's
+ * only beneath host_paths.read, nobody's in sbx's own state); the record
+ * keeps its real path, which the monitor opens again without following a
+ * link (disk.c).  The guest path goes on the kernel command line, so it is
+ * held to a plain character set. */
+static int parse_volume(const char *spec, const char *tenant, struct sbx_volume *v, struct sbx_err *err)
 {
 	char buf[700];
 	snprintf(buf, sizeof buf, "%s", spec);
@@ -454,12 +458,15 @@ static int parse_volume(const char *spec, struct sbx_volume *v, struct sbx_err *
 		*mode++ = 0;
 	if (mode && strcmp(mode, "ro"))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "-v %s: only read-only (:ro) volumes are supported", spec);
-	char real[PATH_MAX];
-	struct stat st;
-	errno = 0;
-	if (!realpath(host, real) || stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
-		return sbx_err_set(err, SBX_EXIT_INVALID, errno ? errno : ENOTDIR, "-v %s: %s is not a directory", spec,
-				   host);
+	_cleanup_hostpath_ struct sbx_hostpath hp = { .dir_fd = -1 };
+	if (sbx_hostpath_resolve(tenant, host, SBX_HOSTPATH_READ | SBX_HOSTPATH_FOLLOW, "-v", &hp, err) < 0) {
+		if (err && err->code == SBX_EXIT_NOENT)
+			err->code = SBX_EXIT_INVALID;
+		return -1;
+	}
+	if (!S_ISDIR(hp.st.st_mode))
+		return sbx_err_set(err, SBX_EXIT_INVALID, ENOTDIR, "-v %s: %s is not a directory", spec, host);
+	const char *real = hp.real;
 	size_t gl = strlen(guest);
 	if (guest[0] != '/' || gl < 2 || gl >= sizeof v->guest || strspn(guest, "abcdefghijklmnopqrstuvwxyz"
 						  "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/") != gl ||
@@ -741,7 +748,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	/* Read before anything exists: a secret that cannot be read fails the
 	 * create with nothing to clean up. */
 	_cleanup_secrets_ struct sbx_secrets sec = { 0 };
-	if (sbx_secrets_load(pol, &sec, err) < 0)
+	if (sbx_secrets_load(pol, o->tenant, &sec, err) < 0)
 		return -1;
 
 	memset(s, 0, sizeof *s);
@@ -763,7 +770,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "at most 7 volumes with a workspace");
 	snprintf(s->workspace, sizeof s->workspace, "%s", o->workspace ? o->workspace : "");
 	for (unsigned i = 0; i < o->nvols; i++)
-		if (parse_volume(o->vols[i], &s->vols[s->nvols++], err) < 0)
+		if (parse_volume(o->vols[i], o->tenant, &s->vols[s->nvols++], err) < 0)
 			return -1;
 	limits_from_policy(pol, &s->limits);
 	/* A NIC for egress and for the package cache, both in the proxy. */
@@ -821,7 +828,9 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	 * The monitor takes it for real (and fails the create cleanly if
 	 * another one got there first). */
 	if ((s->workspace[0] && sbx_workspace_probe(st, s->tenant, s->workspace, err) < 0) ||
-	    sbx_capacity_admit(st, s->tenant, s->vcpus, s->memory_mib, err) < 0) {
+	    sbx_capacity_admit(st, s->tenant, s->vcpus, s->memory_mib, err) < 0 ||
+	    (s->workspace[0] &&
+	     sbx_capacity_admit_workspace(st, s->tenant, s->workspace, s->limits.workspace_size, err) < 0)) {
 		if (!o->id && err)
 			err->session[0] = 0; /* the generated ID never existed */
 		return -1;

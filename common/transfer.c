@@ -2,6 +2,7 @@
  * per-session transfer budget, and the two copies.  See transfer.h. */
 #include "transfer.h"
 #include "exec_client.h"
+#include "hostpath.h"
 #include "util.h"
 
 #include <errno.h>
@@ -728,7 +729,9 @@ static struct archive *tar_writer(struct sink *k)
 /* ---- upload ---------------------------------------------------------------- */
 
 struct item {
-	char *host;
+	char *host;                    /* for messages */
+	const struct sbx_hostpath *hp; /* what it is opened beneath (hostpath.h) */
+	char *sub;                     /* below hp's path; NULL: hp's path itself */
 	struct archive_entry *e;
 };
 
@@ -741,6 +744,7 @@ static void items_free(struct items *it)
 {
 	for (size_t i = 0; i < it->n; i++) {
 		free(it->v[i].host);
+		free(it->v[i].sub);
 		archive_entry_free(it->v[i].e);
 	}
 	free(it->v);
@@ -749,9 +753,9 @@ static void items_free(struct items *it)
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* The names in a host directory, sorted so a copy is reproducible. */
-static char **list_dir(const char *host, size_t *n)
+static char **list_dir(const struct sbx_hostpath *hp, const char *sub, size_t *n)
 {
-	int fd = open(host, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = sbx_hostpath_openat(hp, sub, O_RDONLY | O_DIRECTORY);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 	if (!d) {
 		if (fd >= 0)
@@ -790,12 +794,23 @@ oom:
 	return NULL;
 }
 
-/* Check a host file or tree, as tar would see it, and list what to send. */
-static int add_tree(struct sbx_tar_check *c, struct items *it, const char *host, const char *name, struct sbx_err *err)
+/* Check a host file or tree, as tar would see it, and list what to send.
+ * Everything is opened beneath hp with no symlink followed (hostpath.h):
+ * a link is sent as a link, and one swapped in for a directory meanwhile
+ * is refused, not followed. */
+static int add_tree(struct sbx_tar_check *c, struct items *it, const struct sbx_hostpath *hp, const char *sub,
+		    const char *name, struct sbx_err *err)
 {
+	_cleanup_free_ char *host = NULL;
+	if (asprintf(&host, "%s%s%s", hp->real, sub ? "/" : "", sub ? sub : "") < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot list %s", hp->real);
 	struct stat sb;
-	if (lstat(host, &sb) < 0)
-		return sbx_err_set(err, errno == ENOENT ? SBX_EXIT_NOENT : SBX_EXIT_INTERNAL, errno, "cannot read %s", host);
+	_cleanup_close_ int fd = sbx_hostpath_openat(hp, sub, O_PATH);
+	if (fd < 0 || fstat(fd, &sb) < 0)
+		return sbx_err_set(err, errno == ENOENT ? SBX_EXIT_NOENT : errno == ELOOP || errno == EXDEV ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL, errno,
+				   "cannot read %s", host);
+	if (S_ISDIR(sb.st_mode) && sbx_hostpath_is_state(&sb))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: sbx's own state is never a source", host);
 	struct archive_entry *raw = archive_entry_new(), *e = NULL;
 	if (!raw)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot read %s", host);
@@ -803,7 +818,7 @@ static int add_tree(struct sbx_tar_check *c, struct items *it, const char *host,
 	archive_entry_set_pathname(raw, name);
 	if (S_ISLNK(sb.st_mode)) {
 		char target[SBX_XFER_NAME_MAX + 2];
-		ssize_t n = readlink(host, target, sizeof target - 1);
+		ssize_t n = readlinkat(fd, "", target, sizeof target - 1);
 		if (n < 0) {
 			archive_entry_free(raw);
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the symlink %s", host);
@@ -825,44 +840,38 @@ static int add_tree(struct sbx_tar_check *c, struct items *it, const char *host,
 		it->v = nv;
 		it->cap = nc;
 	}
-	it->v[it->n].e = e;
-	if (!(it->v[it->n++].host = strdup(host)))
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot list %s", host);
+	struct item *x = &it->v[it->n++];
+	x->e = e;
+	x->hp = hp;
+	x->host = host;
+	host = NULL;
+	if (!(x->sub = sub ? strdup(sub) : NULL) && sub)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot list %s", x->host);
 	if (!S_ISDIR(sb.st_mode))
 		return 0;
 	size_t n;
-	char **names = list_dir(host, &n);
+	char **names = list_dir(hp, sub, &n);
 	if (!names)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the directory %s", host);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the directory %s", x->host);
 	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
 		_cleanup_free_ char *h = NULL, *nm = NULL;
-		if (rc == 0 && (asprintf(&h, "%s/%s", host, names[i]) < 0 || asprintf(&nm, "%s/%s", name, names[i]) < 0))
-			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot list %s", host);
+		if (rc == 0 && (asprintf(&h, "%s%s%s", sub ? sub : "", sub ? "/" : "", names[i]) < 0 ||
+				asprintf(&nm, "%s/%s", name, names[i]) < 0))
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot list %s", hp->real);
 		if (rc == 0)
-			rc = add_tree(c, it, h, nm, err);
+			rc = add_tree(c, it, hp, h, nm, err);
 		free(names[i]);
 	}
 	free(names);
 	return rc;
 }
 
-/* The top-level name a host source gets in the guest: its last component
- * ("dir/" is "dir"; "." is the directory's real name). */
-static int top_name(const char *src, char *out, size_t n, struct sbx_err *err)
+/* The top-level name a host source gets in the guest: the last component
+ * of its real path ("dir/" is "dir"; "." is the directory's real name). */
+static int top_name(const struct sbx_hostpath *hp, char *out, size_t n, struct sbx_err *err)
 {
-	char buf[PATH_MAX];
-	snprintf(buf, sizeof buf, "%s", src);
-	size_t l = strlen(buf);
-	while (l > 1 && buf[l - 1] == '/')
-		buf[--l] = 0;
-	const char *b = strrchr(buf, '/') ? strrchr(buf, '/') + 1 : buf;
-	if (!strcmp(b, ".") || !strcmp(b, "..") || !*b) {
-		if (!realpath(src, buf))
-			return sbx_err_set(err, errno == ENOENT ? SBX_EXIT_NOENT : SBX_EXIT_INTERNAL, errno,
-					   "cannot read %s", src);
-		b = strrchr(buf, '/') + 1;
-	}
+	const char *b = strrchr(hp->real, '/') + 1;
 	if (!*b)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot copy / itself; name a directory below it");
 	snprintf(out, n, "%s", b);
@@ -879,7 +888,7 @@ struct producer {
 static int send_file(struct archive *a, const struct item *x, struct sbx_err *err)
 {
 	int64_t left = archive_entry_size(x->e);
-	_cleanup_close_ int fd = open(x->host, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int fd = sbx_hostpath_openat(x->hp, x->sub, O_RDONLY | O_NOCTTY | O_NONBLOCK);
 	struct stat sb;
 	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, fd < 0 ? errno : 0, "cannot read %s (changed during the copy?)",
@@ -1044,6 +1053,7 @@ int sbx_cp_upload(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **re
 	char name[SBX_XFER_COMPONENT_MAX + 1] = "";
 	int in_fd = -1, rc = -1;
 	uint64_t reserved = 0;
+	struct sbx_hostpath *hps = NULL; /* one per source */
 	json_t *srcs = json_array();
 	if (!c || !srcs) {
 		sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot start the copy");
@@ -1054,9 +1064,16 @@ int sbx_cp_upload(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **re
 		if ((in_fd = spool(c, o->from_fd, err)) < 0)
 			goto out;
 	} else {
+		if (!(hps = calloc(o->nsrcs ? o->nsrcs : 1, sizeof *hps))) {
+			sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot start the copy");
+			goto out;
+		}
+		for (unsigned i = 0; i < o->nsrcs; i++)
+			hps[i].dir_fd = -1;
 		for (unsigned i = 0; i < o->nsrcs; i++) {
 			json_array_append_new(srcs, json_string(o->srcs[i]));
-			if (top_name(o->srcs[i], name, sizeof name, err) < 0 || add_tree(c, &it, o->srcs[i], name, err) < 0)
+			if (sbx_hostpath_resolve(o->tenant, o->srcs[i], SBX_HOSTPATH_READ, "sbx-cp source", &hps[i], err) < 0 ||
+			    top_name(&hps[i], name, sizeof name, err) < 0 || add_tree(c, &it, &hps[i], NULL, name, err) < 0)
 				goto out;
 		}
 		if (o->nsrcs != 1 || want_dir)
@@ -1121,6 +1138,9 @@ out:
 		close(in_fd);
 	json_decref(srcs);
 	items_free(&it);
+	for (unsigned i = 0; hps && i < o->nsrcs; i++)
+		sbx_hostpath_close(&hps[i]);
+	free(hps);
 	sbx_tar_check_free(c);
 	return rc;
 }
@@ -1220,35 +1240,37 @@ out:
 }
 
 /* Where a download lands: into DEST when it is a directory, else as DEST
- * (its directory must exist).  Opens that directory. */
-static int host_target(const char *dest, const char *name, char *final, size_t n, struct sbx_err *err)
+ * (its directory must exist), under hostpath.h's rules for writing (a
+ * tenant's only beneath host_paths.write).  Opens that directory. */
+static int host_target(const char *tenant, const char *dest, const char *name, char *final, size_t n,
+		       struct sbx_err *err)
 {
-	struct stat sb;
-	size_t l = strlen(dest);
-	if (stat(dest, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-		snprintf(final, n, "%s", name);
-		int fd = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		return fd >= 0 ? fd : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s", dest);
+	static const char key[] = "sbx-cp destination";
+	_cleanup_hostpath_ struct sbx_hostpath hp = { .dir_fd = -1 }, in = { .dir_fd = -1 };
+	if (sbx_hostpath_resolve(tenant, dest, SBX_HOSTPATH_WRITE | SBX_HOSTPATH_MAY_BE_MISSING | SBX_HOSTPATH_FOLLOW,
+				 key, &hp, err) < 0)
+		return -1;
+	const struct sbx_hostpath *at = &hp;
+	if (hp.exists && S_ISDIR(hp.st.st_mode)) {
+		/* DEST/NAME, checked as itself: it is what is written.  Named
+		 * as the caller named DEST, so it matches the same root. */
+		_cleanup_free_ char *p = NULL;
+		if (asprintf(&p, "%s/%s", dest, name) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot open %s", dest);
+		if (sbx_hostpath_resolve(tenant, p, SBX_HOSTPATH_WRITE | SBX_HOSTPATH_MAY_BE_MISSING, key, &in, err) < 0)
+			return -1;
+		at = &in;
+	} else {
+		size_t l = strlen(dest);
+		if (l && dest[l - 1] == '/')
+			return sbx_err_set(err, SBX_EXIT_NOENT, ENOTDIR, "no such directory: %s", dest);
 	}
-	if (l && dest[l - 1] == '/')
-		return sbx_err_set(err, SBX_EXIT_NOENT, errno, "no such directory: %s", dest);
-	char parent[PATH_MAX];
-	snprintf(parent, sizeof parent, "%s", dest);
-	char *slash = strrchr(parent, '/');
-	const char *base = slash ? slash + 1 : parent;
-	snprintf(final, n, "%s", base);
-	if (slash == parent)
-		parent[1] = 0;
-	else if (slash)
-		*slash = 0;
-	else
-		snprintf(parent, sizeof parent, ".");
-	if (!strcmp(final, ".") || !strcmp(final, ".."))
+	if (!strcmp(at->rel, ".") || !strcmp(at->rel, ".."))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "bad destination %s", dest);
-	int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	snprintf(final, n, "%s", at->rel);
+	int fd = openat(at->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return sbx_err_set(err, errno == ENOENT || errno == ENOTDIR ? SBX_EXIT_NOENT : SBX_EXIT_INTERNAL, errno,
-				   "cannot open the directory of %s", dest);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the directory of %s", dest);
 	return fd;
 }
 
@@ -1324,7 +1346,7 @@ int sbx_cp_download(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **
 	uint64_t granted = 0;
 	struct sbx_tar_totals t = { 0 };
 	if (o->host_dest) {
-		if ((parent_fd = host_target(o->host_dest, name, final, sizeof final, err)) < 0)
+		if ((parent_fd = host_target(o->tenant, o->host_dest, name, final, sizeof final, err)) < 0)
 			goto out;
 		if ((k.cwd_fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
 			sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the working directory");

@@ -89,6 +89,7 @@ int sbx_xfer_release(struct sbx_state *st, const char *id, uint64_t unused, stru
  * and HUP are forwarded to the guest's tar. */
 struct sbx_cp_opts {
 	const char *session;
+	const char *tenant;      /* whose host paths these are (hostpath.h); NULL: the operator's */
 	const char *const *srcs; /* upload: host paths, or NULL with from_fd >= 0 */
 	unsigned nsrcs;
 	int from_fd;            /* upload: a tar stream (stdin) */

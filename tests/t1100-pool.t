@@ -12,7 +12,11 @@ S=$SBX_ROOT/var/lib/sbx/sessions
 R=$SBX_ROOT/run/sbx/sessions
 CONF=$SBX_ROOT/etc/sbx/sbx.yaml
 mkdir -p "$SBX_ROOT/etc/sbx"
-pool_size() { printf 'pool:\n  templates:\n    default: {size: %s, vcpus: 1, memory: 256M}\n' "$1" >"$CONF"; }
+# The claim below reads a tenant's secret from TEST_TMP: granted (sbx.yaml(5) Host paths).
+pool_size() {
+	printf 'pool:\n  templates:\n    default: {size: %s, vcpus: 1, memory: 256M}\nhost_paths:\n  read: ["%s"]\n' \
+		"$1" "$TEST_TMP" >"$CONF"
+}
 members() { sbx-ps --pool -q --state=pooled 2>/dev/null; }
 rec() { jq -r "$2" "$S/$1/session.json" 2>/dev/null; }
 # Wait (up to $2 s) for the pool to hold $1 pooled members.

@@ -18,7 +18,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (!hc.pool[i].tmpl[0] || hc.pool[i].size > SBX_POOL_SIZE_MAX || !hc.pool[i].vcpus ||
 			    hc.pool[i].memory_mib < 64 || !hc.pool[i].disk)
 				abort(); /* an accepted file holds only values in range */
-	} else if ((err.code != SBX_EXIT_INVALID && err.code != SBX_EXIT_INTERNAL) || !err.msg[0] || hc.npool) {
+		if (hc.paths.nread > SBX_HOSTPATH_ROOTS_MAX || hc.paths.nwrite > SBX_HOSTPATH_ROOTS_MAX ||
+		    hc.paths.nenv > SBX_ENV_ALLOW_MAX || hc.quotas.ntenants > SBX_QUOTA_TENANTS_MAX)
+			abort();
+		for (unsigned i = 0; i < hc.paths.nread; i++)
+			if (hc.paths.read[i][0] != '/' || strstr(hc.paths.read[i], "/..") || !hc.paths.read[i][1])
+				abort(); /* roots are absolute, without "..", never "/" */
+		for (unsigned i = 0; i < hc.paths.nwrite; i++)
+			if (hc.paths.write[i][0] != '/' || strstr(hc.paths.write[i], "/..") || !hc.paths.write[i][1])
+				abort();
+	} else if ((err.code != SBX_EXIT_INVALID && err.code != SBX_EXIT_INTERNAL) || !err.msg[0] || hc.npool ||
+		   hc.paths.nread || hc.paths.nwrite || hc.paths.nenv || hc.quotas.ntenants) {
 		abort(); /* every refusal says why and leaves nothing behind */
 	}
 	return 0;

@@ -34,6 +34,22 @@ int main(void)
 		   hc.pool[1].disk == 4ull << 30,
 	   "a pinned version with its own shape");
 	ok(parse("pool: {templates: {}}\n", &hc, &e) == 0 && hc.npool == 0, "an empty pool");
+	ok(parse("host_paths:\n  read: [/srv/in, \"/srv/{tenant}/in\"]\n  write:\n    - /srv/out\n"
+		 "secrets: {env_allow: [TOKEN, _x1]}\n",
+		 &hc, &e) == 0 && hc.paths.nread == 2 && hc.paths.nwrite == 1 && hc.paths.nenv == 2 &&
+		   !strcmp(hc.paths.read[1], "/srv/{tenant}/in") && !strcmp(hc.paths.write[0], "/srv/out") &&
+		   !strcmp(hc.paths.env_allow[1], "_x1"),
+	   "host_paths and secrets.env_allow");
+	ok(parse("pool: {templates: {}}\n", &hc, &e) == 0 && hc.paths.nread == 0 && hc.paths.nenv == 0,
+	   "without them nothing is granted");
+	ok(parse("quotas:\n  per_tenant: {memory: 8G, vcpus: 8, workspace_bytes: 100G}\n  tenants:\n    acme: {memory: 32G, sessions: 20}\n",
+		 &hc, &e) == 0 && hc.quotas.ntenants == 1,
+	   "quotas");
+	struct sbx_quota q;
+	sbx_hostconf_quota(&hc, "acme", &q);
+	ok(q.memory_mib == 32768 && q.sessions == 20 && q.vcpus == 8 && q.workspace_bytes == 100ull << 30, "a tenant's entry replaces what it sets, keeps the rest");
+	sbx_hostconf_quota(&hc, "globex", &q);
+	ok(q.memory_mib == 8192 && q.sessions == 0 && q.vcpus == 8, "another tenant gets per_tenant; unset is no limit");
 
 	static const struct {
 		const char *txt, *msg;
@@ -59,12 +75,33 @@ int main(void)
 		{ "pool: {templates: {default: {size: [1]}}}\n", "expected a scalar" },
 		{ "pool: {templates: {default: {size: 1}\n", "h.yaml:2:1:" },
 		{ "pool: \"\xff\"\n", "h.yaml:1:8:" },
+		{ "host_paths: {read: [/srv/../etc]}\n", "host_paths.read: '/srv/../etc' is not an absolute" },
+		{ "host_paths: {read: [srv]}\n", "is not an absolute" },
+		{ "host_paths: {read: [/]}\n", "other than /" },
+		{ "host_paths: {read: [/srv/]}\n", "is not an absolute" },
+		{ "host_paths: {read: [/srv//x]}\n", "is not an absolute" },
+		{ "host_paths: {read: [/srv/./x]}\n", "is not an absolute" },
+		{ "host_paths: {read: [\"/srv/a{tenant}\"]}\n", "is not an absolute" },
+		{ "host_paths: {read: [/a, /a]}\n", "listed twice" },
+		{ "host_paths: {read: /srv}\n", "host_paths.read: expected a list" },
+		{ "host_paths: {raed: [/srv]}\n", "unknown key 'raed' in host_paths" },
+		{ "secrets: {env_allow: [A-B]}\n", "not an environment variable name" },
+		{ "secrets: {env_allow: [1A]}\n", "not an environment variable name" },
+		{ "secrets: {allow: [A]}\n", "unknown key 'allow' in secrets" },
+		{ "quotas: {per_tenant: {memory: 10M}}\n", "quotas.per_tenant.memory: '10M'" },
+		{ "quotas: {per_tenant: {vcpus: 0}}\n", "1..1000000" },
+		{ "quotas: {per_tenant: {disks: 1}}\n", "unknown key 'disks'" },
+		{ "quotas: {tenants: {../x: {vcpus: 1}}}\n", "not a tenant ID" },
+		{ "quotas: {tenant: {}}\n", "unknown key 'tenant' in quotas" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char what[800];
 		int rc = parse(bad[i].txt, &hc, &e);
 		snprintf(what, sizeof what, "refused with 3 and '%s' (got '%s')", bad[i].msg, e.msg);
-		ok(rc < 0 && e.code == SBX_EXIT_INVALID && strstr(e.msg, bad[i].msg) && hc.npool == 0, what);
+		ok(rc < 0 && e.code == SBX_EXIT_INVALID && strstr(e.msg, bad[i].msg) && hc.npool == 0 &&
+			   hc.paths.nread == 0 && hc.paths.nenv == 0 && hc.quotas.ntenants == 0 &&
+			   hc.quotas.per_tenant.memory_mib == 0,
+		   what);
 	}
 	char big[4096] = "pool:\n  templates:\n";
 	for (int i = 0; i < 17; i++)

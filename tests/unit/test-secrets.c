@@ -45,7 +45,7 @@ int main(void)
 	snprintf(p.secrets[1].name, sizeof p.secrets[1].name, "TOKEN");
 	snprintf(p.secrets[1].from_env, sizeof p.secrets[1].from_env, "SBX_TEST_TOKEN");
 	p.nsecrets = 2;
-	ok(sbx_secrets_load(&p, &s, &err) == 0 && s.n == 2, "secrets loaded");
+	ok(sbx_secrets_load(&p, NULL, &s, &err) == 0 && s.n == 2, "secrets loaded");
 	ok(s.frame_len > SBX_FRAME_HDR && s.frame[4] == SBX_F_SECRETS, "one SECRETS frame");
 
 	const char *text = "say hunter2 and tok-abc; hunter hunter2hunter2 tok-ab";
@@ -77,7 +77,7 @@ int main(void)
 	unlink(path);
 	sbx_policy_defaults(&p);
 	ok(sbx_secrets_args(&p, specs, 1, &err) == 0, "--secret on a missing file parses");
-	ok(sbx_secrets_load(&p, &s, &err) < 0 && err.code == SBX_EXIT_INVALID && strstr(err.msg, "PW"),
+	ok(sbx_secrets_load(&p, NULL, &s, &err) < 0 && err.code == SBX_EXIT_INVALID && strstr(err.msg, "PW"),
 	   "a missing file fails with 3, naming the secret");
 	sbx_secrets_free(&s);
 	unsetenv("SBX_TEST_TOKEN");
@@ -85,7 +85,7 @@ int main(void)
 	snprintf(p.secrets[0].name, sizeof p.secrets[0].name, "TOKEN");
 	snprintf(p.secrets[0].from_env, sizeof p.secrets[0].from_env, "SBX_TEST_TOKEN");
 	p.nsecrets = 1;
-	ok(sbx_secrets_load(&p, &s, &err) < 0 && err.code == SBX_EXIT_INVALID, "an unset variable fails with 3");
+	ok(sbx_secrets_load(&p, NULL, &s, &err) < 0 && err.code == SBX_EXIT_INVALID, "an unset variable fails with 3");
 	sbx_secrets_free(&s);
 	printf("1..%d\n", n);
 	return failed != 0;
