@@ -19,7 +19,9 @@ OPT ?= -O2 -g
 SAN ?=
 # The proxy serves the package cache once its module is in the tree.
 WITH_PKGCACHE = $(if $(wildcard common/pkgcache.c),-DSBX_WITH_PKGCACHE)
-CFLAGS_ALL = -std=gnu11 $(OPT) $(SAN) $(WARN) -D_GNU_SOURCE -Icommon $(WITH_PKGCACHE) $(PKG_CFLAGS) $(CFLAGS)
+# -MMD -MP: each object and program also depends on exactly the headers it
+# includes (build/**/*.d, read below).
+CFLAGS_ALL = -std=gnu11 $(OPT) $(SAN) $(WARN) -MMD -MP -D_GNU_SOURCE -Icommon $(WITH_PKGCACHE) $(PKG_CFLAGS) $(CFLAGS)
 # --as-needed: each program records only the libraries it calls (sbx-exec
 # does not load libnftables or libxml2 at every start).
 LDFLAGS_ALL = $(SAN) -Wl,--as-needed $(LDFLAGS)
@@ -35,7 +37,7 @@ MANS = $(wildcard man/*.[1-8])
 
 all: $(BINS) $(B)/guest-init $(B)/tools/sbx-mkcpio $(B)/tools/sbx-bench-floor $(B)/tools/sbx-audit-append $(UNITS)
 
-$(B)/obj/%.o: common/%.c $(wildcard common/*.h)
+$(B)/obj/%.o: common/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -125,5 +127,12 @@ install: $(BINS)
 clean:
 	rm -rf $(B) build-asan build-fuzz
 
-.PHONY: all image python-image check asan fuzz bench install clean lint-man
+# The C unit tests alone: no root, no images, no VM (each assertion a TAP
+# line).
+check-unit: $(UNITS)
+	SBX_BUILD=$(abspath $(B)) prove -v tests/t0001-unit.t
+
+-include $(wildcard $(B)/obj/*.d $(B)/bin/*.d $(B)/libexec/sbx/*.d $(B)/tests/*.d $(B)/tools/*.d)
+
+.PHONY: all image python-image check check-unit asan fuzz bench install clean lint-man
 .DELETE_ON_ERROR:

@@ -14,12 +14,7 @@
 #include "audit.h"
 #include "util.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 static struct sbx_state st;
 static char *orig;

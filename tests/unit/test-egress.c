@@ -6,12 +6,7 @@
 
 #include "egress.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 static enum sbx_sniff sniff(const char *s, char *host)
 {

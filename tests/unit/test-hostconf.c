@@ -4,12 +4,7 @@
 
 #include "hostconf.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 static int parse(const char *txt, struct sbx_hostconf *hc, struct sbx_err *e)
 {

@@ -10,12 +10,7 @@
 #include "hostconf.h"
 #include "pkgcache.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 static int head(const char *s, struct sbx_http_req *r, int *status)
 {

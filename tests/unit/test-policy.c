@@ -13,12 +13,7 @@
 #include "policy.h"
 #include "util.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 static struct sbx_policy pol;
 static struct sbx_err err;

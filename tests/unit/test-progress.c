@@ -13,12 +13,7 @@
 #include "progress.h"
 #include "util.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 static void sleep_ms(unsigned ms)
 {

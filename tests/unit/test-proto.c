@@ -4,12 +4,7 @@
 
 #include "proto.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 int main(void)
 {

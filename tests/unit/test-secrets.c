@@ -7,12 +7,7 @@
 #include "policy.h"
 #include "secrets.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 /* Feed text to the scrubber in chunks of step bytes. */
 static char *feed(const struct sbx_secrets *s, const char *text, size_t step)

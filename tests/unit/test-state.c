@@ -9,12 +9,7 @@
 #include "state.h"
 #include "util.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 int main(void)
 {

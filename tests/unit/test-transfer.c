@@ -10,12 +10,7 @@
 
 #include "transfer.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 /* One entry: type 'f' file, 'd' dir, 'l' symlink, 'h' hard link, 'c' char
  * device, 'p' FIFO, 's' socket; arg is the link target or file content. */

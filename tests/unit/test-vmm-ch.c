@@ -16,12 +16,7 @@
 #include "util.h"
 #include "vmm_ch.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 static const char *str(json_t *o, const char *path)
 {

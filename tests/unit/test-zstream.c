@@ -12,12 +12,7 @@
 #include "util.h"
 #include "zstream.h"
 
-static int n, failed;
-static void ok(int cond, const char *what)
-{
-	printf("%sok %d - %s\n", cond ? "" : "not ", ++n, what);
-	failed += !cond;
-}
+#include "tap.h"
 
 static int same(const char *a, const char *b)
 {
