@@ -22,27 +22,13 @@ CACHE=$SBX_ROOT/var/lib/sbx/pkgcache
 C="http://10.0.2.2:3141"
 
 # ---- the registries: one namespace on a /29 no one uses ----
-NS=sbxt1410-$$
-VETH=sbxq$$
-base=
-for o in $(seq 16 8 248); do
-	ip route show | grep -q "^198\.51\.100\.$o/" && continue
-	ip -br addr | grep -q "198\.51\.100\.\($o\|$((o + 1))\|$((o + 2))\)/" && continue
-	base=$o && break
-done
-[ -n "$base" ] || skip_all "no free /29 in 198.51.100.0/24"
-HOSTIP=198.51.100.$((base + 1)) REG=198.51.100.$((base + 2))
+test_net_hosts pkgb 1
+NS=$NET_NS HOSTIP=$NET_HOSTIP REG=${NET_IP[0]}
 pkg_cleanup() {
 	[ -n "${WEBPID:-}" ] && kill "$WEBPID" 2>/dev/null
 	[ -n "${SLOWPID:-}" ] && kill "$SLOWPID" 2>/dev/null
-	ip link del "$VETH" 2>/dev/null
-	ip netns del "$NS" 2>/dev/null
 }
 trap 'pkg_cleanup; _cleanup' EXIT
-ip netns add "$NS" && ip link add "$VETH" type veth peer name eth0 netns "$NS" &&
-	ip addr add "$HOSTIP/29" dev "$VETH" && ip link set "$VETH" up &&
-	ip -n "$NS" addr add "$REG/29" dev eth0 && ip -n "$NS" link set eth0 up &&
-	ip -n "$NS" link set lo up || skip_all "cannot make the registry's namespace"
 UP=$TEST_TMP/registry
 python3 "$(dirname "$0")/tools/pkg-index.py" --out "$UP" --base "http://$REG:8000" \
 	--wheel sbxa:1.0:400000 --wheel sbxb:1.0:400000 --wheel sbxc:1.0:400000 \
