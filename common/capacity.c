@@ -77,6 +77,17 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
 	return measure(st, NULL, c, &unused, err);
 }
 
+/* The quota sbx.yaml gives tenant.  The configuration is static: it holds
+ * up to 64 tenants' entries, too large for the stack. */
+static int load_quota(const char *tenant, struct sbx_quota *q, struct sbx_err *err)
+{
+	static struct sbx_hostconf hc;
+	if (sbx_hostconf_load(&hc, err) < 0)
+		return -1;
+	sbx_hostconf_quota(&hc, tenant, q);
+	return 0;
+}
+
 /* The tenant's quotas (sbx.yaml(5) quotas:, and SBX_MAX_SESSIONS_PER_TENANT
  * for the session count): 75 with kind "tenant_quota" naming the one a
  * session of this size would exceed.  Not host capacity: the tenant must
@@ -84,13 +95,11 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
 static int tenant_admit(const char *tenant, const struct sbx_capacity *c, const struct tenant_use *tu,
 			unsigned vcpus, unsigned memory_mib, struct sbx_err *err)
 {
+	struct sbx_quota q;
 	if (!tenant || !tenant[0])
 		return 0;
-	static struct sbx_hostconf hc;
-	if (sbx_hostconf_load(&hc, err) < 0)
+	if (load_quota(tenant, &q, err) < 0)
 		return -1;
-	struct sbx_quota q;
-	sbx_hostconf_quota(&hc, tenant, &q);
 	unsigned max_sessions = c->max_per_tenant;
 	if (q.sessions && q.sessions < max_sessions)
 		max_sessions = q.sessions;
@@ -202,13 +211,11 @@ static uint64_t ws_total(const struct ws_sizes *w)
 int sbx_capacity_admit_workspace(struct sbx_state *st, const char *tenant, const char *name, uint64_t size,
 				 struct sbx_err *err)
 {
+	struct sbx_quota q;
 	if (!tenant || !tenant[0] || !name || !name[0])
 		return 0;
-	static struct sbx_hostconf hc;
-	if (sbx_hostconf_load(&hc, err) < 0)
+	if (load_quota(tenant, &q, err) < 0)
 		return -1;
-	struct sbx_quota q;
-	sbx_hostconf_quota(&hc, tenant, &q);
 	if (!q.workspace_bytes)
 		return 0;
 	struct ws_sizes w = { 0 };
