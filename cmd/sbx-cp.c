@@ -11,9 +11,9 @@
 #include "session.h"
 #include "transfer.h"
 
-static const char usage_text[] = "usage: sbx-cp [--json] SRC... SESSION:DEST\n"
-				 "       sbx-cp [--json] - SESSION:DEST\n"
-				 "       sbx-cp [--json] SESSION:SRC DEST|-\n";
+static const char usage_text[] = "usage: sbx-cp [--json] [--tenant TENANT] SRC... SESSION:DEST\n"
+				 "       sbx-cp [--json] [--tenant TENANT] - SESSION:DEST\n"
+				 "       sbx-cp [--json] [--tenant TENANT] SESSION:SRC DEST|-\n";
 
 /* "SESSION:/path": a valid session ID, a colon, an absolute path.  Anything
  * else is a host path ("./a:/b" names a host file). */
@@ -44,13 +44,16 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "tenant", required_argument, NULL, 'U' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int json = 0, c;
+	const char *tenant = NULL;
 	while ((c = getopt_long(argc, argv, "+hj", opts, NULL)) != -1) {
 		switch (c) {
 		case 'h': fputs(usage_text, stdout); return 0;
 		case 'j': json = 1; break;
+		case 'U': tenant = optarg; break;
 		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
 		}
 	}
@@ -89,6 +92,8 @@ int main(int argc, char **argv)
 	struct sbx_err err = { 0 };
 	json_t *result = NULL;
 	int rc = sbx_state_open(&st, &err);
+	if (rc == 0)
+		rc = sbx_state_scope(&st, tenant, &err);
 	if (rc == 0)
 		rc = upload ? sbx_cp_upload(&st, &o, &result, &err) : sbx_cp_download(&st, &o, &result, &err);
 	if (rc == 0) {

@@ -16,11 +16,13 @@
 #include "egress.h"
 #include "execrec.h"
 #include "session.h"
+#include "template.h"
 #include "util.h"
 #include "workspace.h"
 
 static const char *const cols[] = { "id", "state", "accel", "vcpus", "memory_mib", "template", "execs", "age_s",
-				    "cpu_s", "memory_peak_bytes", "disk_written_bytes", "ttl_left_s", "tenant" };
+				    "cpu_s", "memory_peak_bytes", "disk_written_bytes", "ttl_left_s", "tenant",
+				    "template_owner" };
 
 /* Usage, host-measured where it can be: the VMM's cgroup while the VM
  * runs, the figures saved at its end afterwards; the overlay's allocated
@@ -93,7 +95,9 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 	struct sbx_err e = { 0 };
 	/* "schema" versions the object (docs/json.md); "session" is the name
 	 * every other output uses for a session ID, "id" the older one here. */
-	if (sbx_record_load(st, id, &s, &e) < 0)
+	if (sbx_session_lookup(st, id, &s, &e) < 0 && st->tenant[0])
+		return NULL; /* not the tenant's: not there */
+	if (!s.id[0])
 		return json_pack("{s:i, s:s, s:s, s:s, s:s}", "schema", 1, "id", id, "session", id, "state", "corrupt",
 				 "error", e.msg);
 	unsigned execs = 0;
@@ -120,8 +124,10 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 		json_object_set_new(o, "end_reason", json_string(s.end_reason));
 	if (o && s.snapshot[0])
 		json_object_set_new(o, "snapshot", json_string(s.snapshot));
-	if (o)
+	if (o) {
 		json_object_set_new(o, "tenant", json_string(s.tenant));
+		json_object_set_new(o, "template_owner", json_string(sbx_template_owner_name(s.tmpl_owner)));
+	}
 	if (o && s.pool)
 		json_object_set_new(o, "pool", json_true()); /* a warm-pool member */
 	if (o && s.from_pool) {
@@ -358,10 +364,13 @@ int main(int argc, char **argv)
 	}
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
-	if (sbx_state_open(&st, &err) < 0) {
+	/* --tenant (or SBX_TENANT) scopes every view: another tenant's
+	 * sessions, execs, connections and workspaces are not there. */
+	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0) {
 		sbx_err_print("sbx-ps", &err, json);
 		return err.code;
 	}
+	tenant = sbx_state_tenant(&st);
 	if (execs_of)
 		return list_execs(&st, execs_of, json, quiet, headers);
 	if (net_of)
@@ -393,7 +402,8 @@ int main(int argc, char **argv)
 	json_t *all = json_array();
 	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (named && faccessat(st.sessions_fd, ids[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (named && (faccessat(st.sessions_fd, ids[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0 ||
+			      sbx_session_visible(&st, ids[i], NULL) < 0)) {
 			struct sbx_err e = { .code = SBX_EXIT_NOENT };
 			snprintf(e.msg, sizeof e.msg, "no such session: %s", ids[i]);
 			snprintf(e.session, sizeof e.session, "%s", ids[i]);
@@ -418,7 +428,8 @@ int main(int argc, char **argv)
 		putchar('\n');
 	} else {
 		if (headers && !quiet)
-			puts("ID\tSTATE\tACCEL\tVCPUS\tMEM_MIB\tTEMPLATE\tEXECS\tAGE_S\tCPU_S\tMEM_PEAK\tDISK_WRITTEN\tTTL_LEFT_S\tTENANT");
+			puts("ID\tSTATE\tACCEL\tVCPUS\tMEM_MIB\tTEMPLATE\tEXECS\tAGE_S\tCPU_S\tMEM_PEAK\tDISK_WRITTEN\tTTL_LEFT_S\tTENANT"
+			     "\tTEMPLATE_OWNER");
 		size_t k;
 		json_t *o;
 		json_array_foreach(all, k, o) {

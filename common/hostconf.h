@@ -25,11 +25,20 @@ struct sbx_pool_conf {
 	uint64_t disk;       /* bytes of writable disk (resources.disk) */
 };
 
+#define SBX_PUBLISHERS_MAX 64
+
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */
 	struct sbx_pool_conf pool[SBX_POOL_TEMPLATES_MAX];
 	unsigned npool;
+	/* templates.publishers: tenants that may publish templates of their
+	 * own (sbx-snapshot save --template); none by default. */
+	char publishers[SBX_PUBLISHERS_MAX][64];
+	unsigned npublishers;
 };
+
+/* Is tenant listed in templates.publishers? */
+int sbx_hostconf_publisher(const struct sbx_hostconf *hc, const char *tenant);
 
 /* Where the file is: /etc/sbx/sbx.yaml under SBX_ROOT (if set). */
 const char *sbx_hostconf_path(char *buf, size_t n);

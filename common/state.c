@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 
@@ -94,6 +96,32 @@ int sbx_id_check(const char *id, const char *what, struct sbx_err *err)
 					   "invalid %s ID '%s': only letters, digits, '_', '-' and '.' are allowed",
 					   what, id);
 	}
+	return 0;
+}
+
+int sbx_tenant_check(const char *tenant, struct sbx_err *err)
+{
+	if (!tenant || !*tenant)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid tenant ID '': a tenant must be named");
+	if (sbx_id_check(tenant, "tenant", err) < 0)
+		return -1;
+	static const char *const reserved[] = { "_", "@", "operator" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(reserved); i++)
+		if (!strcasecmp(tenant, reserved[i]))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid tenant ID '%s': the name is reserved", tenant);
+	return 0;
+}
+
+int sbx_state_scope(struct sbx_state *st, const char *tenant, struct sbx_err *err)
+{
+	if (!tenant)
+		tenant = getenv("SBX_TENANT");
+	st->tenant[0] = 0;
+	if (!tenant)
+		return 0;
+	if (sbx_tenant_check(tenant, err) < 0)
+		return -1;
+	snprintf(st->tenant, sizeof st->tenant, "%s", tenant);
 	return 0;
 }
 
