@@ -44,7 +44,12 @@ same_state() { # same_state BEFORE-FILE DESCRIPTION
 	if cmp -s "$1" "$TEST_TMP/after"; then ok 0 "$2"; else
 		ok 1 "$2"; diff "$1" "$TEST_TMP/after" | head -20 | sed 's/^/# /'; fi
 }
-default_dir=$(readlink -f "$(ls -d "$SBX_TEMPLATES"/default@* | sort | tail -1)")
+top=$(cd "$(dirname "$0")/.." && pwd)
+schema() { # REF DESCRIPTION [--lines]: stdin against docs/schema, strictly
+	python3 "$top/tests/tools/json-schema-check.py" validate --strict ${3:-} "$top/docs/schema" "$1" >"$TEST_TMP/schema" 2>&1
+	ok $? "$2"
+	sed 's/^/#   /' "$TEST_TMP/schema" | head -5
+}
 
 # --- tenant IDs --------------------------------------------------------------------------
 sbx-ps -q >/dev/null 2>&1 # the state directory exists
@@ -77,6 +82,7 @@ is "$(jq -r '.template | [.name, .owner, .dir] | join(" ")' "$L/sessions/$b/sess
    "default operator $(ls -d "$SBX_TEMPLATES"/default@* | sort | tail -1)" \
    "b's session is from the shipped default, the operator's (its record names the owner)"
 is "$(sbx-ps --tenant b --json "$b" | jq -r '.[0].template_owner')" operator "sbx-ps names the template's owner"
+schema ps.json "sbx-ps --json matches its schema" < <(sbx-ps --tenant b --json "$b")
 like "$(sbx-ps --tenant b --no-headers "$b")" "	b	operator$" "its text line too (last column)"
 
 # --- a tenant that may publish: into its own namespace, never over another owner's ---------
@@ -99,6 +105,7 @@ sbx-snapshot template list --tenant b -q | grep -q mine; ok $((! $?)) "b does no
 sbx-snapshot template list -q | grep -q "^a/mine@"; ok $? "the operator sees it as a/mine"
 is "$(sbx-snapshot template list --tenant a --json | jq -r '.[] | select(.name == "mine") | .owner + " " + (.snapshot|tostring)')" \
    "a true" "its JSON: owner a, a snapshot template"
+schema template-list.json "sbx-snapshot template list --json matches its schema" < <(sbx-snapshot template list --json)
 
 # -t resolves among what the caller sees; --dry-run says what and whose.
 is "$(sbx-create --dry-run --json --tenant a -t mine | jq -r '.template | .name + " " + .owner')" "a/mine a" \
@@ -107,6 +114,8 @@ is "$(sbx-create --dry-run --json --tenant b | jq -r '.template | .name + " " + 
    "--dry-run: b's default is the operator's"
 is "$(sbx-create --dry-run --json --tenant b -t mine | jq -r .template.code)" 4 "--dry-run: b has no 'mine'"
 is "$(sbx-create --dry-run --json -t mine | jq -r .template.code)" 4 "nor has the operator by the bare name"
+schema policy.json "--dry-run --json matches its schema" < <(sbx-create --dry-run --json --tenant a -t mine)
+schema policy.json "and when nothing resolved" < <(sbx-create --dry-run --json -t mine)
 a2=$(sbx-create -q --tenant a -t mine); ok $? "a creates a session from its template ($a2)"
 is "$(sbx-exec "$a2" -- cat /workspace/marker)" from-a "restored from a's guest"
 is "$(jq -r '.template | .name + " " + .owner' "$L/sessions/$a2/session.json")" "a/mine a" \
@@ -137,8 +146,9 @@ sbx-snapshot template rm default 2>/dev/null; is "$?" 5 "the default, in use by 
 sbx-snapshot template rm '../../etc' 2>/dev/null; is "$?" 3 "a removal with a path trick is refused (3)"
 same_state "$TEST_TMP/before" "refused removals changed nothing"
 sbx-kill "$a2"
-is "$(sbx-snapshot template rm --tenant a --json mine | jq -r '.removed[0]')" "$(echo "$v" | sed 's|^|a/|')" \
-   "once unused, a removes it"
+sbx-snapshot template rm --tenant a --json mine >"$TEST_TMP/rm.json"
+is "$(jq -r '.removed[0]' "$TEST_TMP/rm.json")" "a/$v" "once unused, a removes it"
+schema template-rm.json "sbx-snapshot template rm --json matches its schema" <"$TEST_TMP/rm.json"
 [ ! -e "$SBX_TEMPLATES/tenants/a/$v" ]; ok $? "and it is gone"
 grep -q '"type":"template.rm".*"tenant":"a"' "$L/audit.log"; ok $? "audited as a's template.rm"
 sbx-snapshot template rm "$ov" >/dev/null; ok $? "the operator removes 'opt'"
@@ -225,6 +235,10 @@ sys.exit(1 if bad else 0)
 EOF
 ok $? "b's records check against the chain; the others show only their place in it"
 grep -c '"redacted":true' "$TEST_TMP/chain" >/dev/null; ok $? "others' records are redacted"
+schema 'audit.json#/$defs/redacted' "the stubs match their schema" --lines < <(grep '"redacted":true' "$TEST_TMP/chain")
+schema 'audit.json#/$defs/record' "b's records match theirs" --lines < <(grep -v '"redacted":true' "$TEST_TMP/chain")
+schema 'audit.json#/$defs/record' "every record of the trail (template.rm too) matches" --lines < <(sbx-audit --jsonl)
+schema audit-verify.json "verify --tenant --json matches its schema" < <(sbx-audit --tenant b --json verify)
 grep -q "$a" "$TEST_TMP/chain"; ok $((! $?)) "and nothing of \$a is in b's chain"
 is "$(sbx-audit --tenant b --json verify | jq -r '[.ok, .tenant, (.tenant_records > 0)] | map(tostring) | join(" ")')" \
    "true b true" "verify under --tenant: the whole chain, with b's count"
