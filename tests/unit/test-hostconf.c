@@ -34,6 +34,13 @@ int main(void)
 		   hc.pool[1].disk == 4ull << 30,
 	   "a pinned version with its own shape");
 	ok(parse("pool: {templates: {}}\n", &hc, &e) == 0 && hc.npool == 0, "an empty pool");
+	ok(parse("templates:\n  publishers: [acme, b-2]\n", &hc, &e) == 0 && hc.npublishers == 2 &&
+		   sbx_hostconf_publisher(&hc, "acme") && sbx_hostconf_publisher(&hc, "b-2") &&
+		   !sbx_hostconf_publisher(&hc, "acm") && !sbx_hostconf_publisher(&hc, NULL),
+	   "templates.publishers: tenants that may publish");
+	ok(parse("pool: {templates: {}}\ntemplates: {publishers: []}\n", &hc, &e) == 0 && hc.npublishers == 0,
+	   "pool and templates side by side, no publishers");
+	ok(parse("", &hc, &e) == 0 && !sbx_hostconf_publisher(&hc, "acme"), "by default nobody publishes");
 
 	static const struct {
 		const char *txt, *msg;
@@ -59,6 +66,12 @@ int main(void)
 		{ "pool: {templates: {default: {size: [1]}}}\n", "expected a scalar" },
 		{ "pool: {templates: {default: {size: 1}\n", "h.yaml:2:1:" },
 		{ "pool: \"\xff\"\n", "h.yaml:1:8:" },
+		{ "templates: {publishers: [operator]}\n", "'operator' is not a tenant ID" },
+		{ "templates: {publishers: [_]}\n", "'_' is not a tenant ID" },
+		{ "templates: {publishers: [../x]}\n", "not a tenant ID" },
+		{ "templates: {publishers: acme}\n", "expected a list of tenant IDs" },
+		{ "templates: {publishers: [[a]]}\n", "expected a scalar" },
+		{ "templates: {publisher: [a]}\n", "unknown key 'publisher'" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char what[800];
