@@ -135,6 +135,20 @@ sbx-snapshot save --tenant a --template "$a" opt >/dev/null 2>"$TEST_TMP/err"
 is "$?" 3 "a cannot then publish 'opt' (3)"
 like "$(cat "$TEST_TMP/err")" "belongs to the operator" "naming the owner"
 
+# Races: the operator and tenant a publish one new name at the same time, four times
+# over; each time exactly one owner gets it, the other is refused (3) and leaves nothing.
+for i in 1 2 3 4; do
+	sbx-snapshot save --template "$o" "race$i" >/dev/null 2>&1 & p1=$!
+	sbx-snapshot save --tenant a --template "$a" "race$i" >/dev/null 2>&1 & p2=$!
+	wait "$p1"; r1=$?; wait "$p2"; r2=$?
+	held=$(ls -d "$SBX_TEMPLATES"/race$i@* "$SBX_TEMPLATES"/tenants/*/race$i@* 2>/dev/null | wc -l)
+	is "$(echo "$r1 $r2" | tr ' ' '\n' | sort | tr '\n' ' ')/$held" "0 3 /1" \
+	   "race $i: one publish wins ($r1 $r2), one owner holds race$i"
+	sbx-snapshot template rm "race$i" >/dev/null 2>&1 || sbx-snapshot template rm --tenant a "race$i" >/dev/null
+done
+left=$(find "$SBX_TEMPLATES" "$L/snapshots" -name '.tmp-*' | wc -l)
+is "$left" 0 "no half-made template or snapshot left by the losers"
+
 # Removal: only one's own, never one in use.
 state >"$TEST_TMP/before"
 sbx-snapshot template rm --tenant a mine 2>"$TEST_TMP/err"; is "$?" 5 "a's template in use by $a2 is kept (5)"
