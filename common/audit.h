@@ -9,7 +9,7 @@
  * session.destroy, session.expire, session.crash, session.stop, exec.start, exec.end,
  * files.upload, files.download, gc.reclaim, policy.refused, package.fetch,
  * workspace.create, workspace.attach, workspace.remove, session.pause,
- * session.resume, snapshot.save, snapshot.rm, net.connect,
+ * session.resume, snapshot.save, snapshot.rm, template.rm, net.connect,
  * net.close, dns.query, net.lost (the session proxy's, egress.h), and
  * audit.repair (written by the library itself when it discards a record
  * torn by a crash). */
