@@ -759,6 +759,10 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		if (sbx_snapshot_find(st, o->tenant, o->snapshot, &snap, err) < 0 ||
 		    sbx_snapshot_template(st, &snap, &t, err) < 0)
 			return -1;
+		/* Its template is the operator's or the tenant's own, as sbx
+		 * wrote it; anything else is not there for this tenant. */
+		if (o->tenant && t.owner[0] && strcmp(t.owner, o->tenant))
+			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s: its template %s is gone", snap.ref, t.ref);
 		restore = 1;
 	} else if (sbx_template_resolve(st, o->tenant, o->tmpl ? o->tmpl : "default", &t, err) < 0) {
 		return -1;

@@ -683,6 +683,12 @@ static int publish_check(struct sbx_state *st, const char *caller, const struct 
 				   "session %s is tenant %s's: its guest cannot become the operator's template (publish it "
 				   "with --tenant %s, into that tenant's own templates)",
 				   src->id, src->tenant, src->tenant);
+	} else if (src->tmpl_owner[0]) {
+		/* An operator session booted from a tenant's template runs that
+		 * tenant's guest: the same hand-over by another road. */
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "session %s runs tenant %s's template %s: its guest cannot become the operator's template",
+				   src->id, src->tmpl_owner, src->tmpl_name);
 	}
 	if (owner[0] && strlen(owner) + 1 + strlen(name) >= 64)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "template name %s/%s is too long (at most 63 bytes)", owner,
