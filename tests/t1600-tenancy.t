@@ -45,6 +45,14 @@ same_state() { # same_state BEFORE-FILE DESCRIPTION
 		ok 1 "$2"; diff "$1" "$TEST_TMP/after" | head -20 | sed 's/^/# /'; fi
 }
 top=$(cd "$(dirname "$0")/.." && pwd)
+matrix() { # CMD...: must exit 4 (IDs shown by name in the description)
+	"$@" >/dev/null 2>"$TEST_TMP/err" </dev/null
+	local rc=$? d="$*"
+	[ -z "${a:-}" ] || d=${d//$a/\$a}
+	[ -z "${e:-}" ] || d=${d//$e/\$e}
+	[ -z "${m:-}" ] || d=${d//$m/\$m}
+	is "$rc" 4 "b: $d exits 4"
+}
 schema() { # REF DESCRIPTION [--lines]: stdin against docs/schema, strictly
 	python3 "$top/tests/tools/json-schema-check.py" validate --strict ${3:-} "$top/docs/schema" "$1" >"$TEST_TMP/schema" 2>&1
 	ok $? "$2"
@@ -173,7 +181,33 @@ is "$(jq -r '.removed[0]' "$TEST_TMP/rm.json")" "a/$v" "once unused, a removes i
 schema template-rm.json "sbx-snapshot template rm --json matches its schema" <"$TEST_TMP/rm.json"
 [ ! -e "$SBX_TEMPLATES/tenants/a/$v" ]; ok $? "and it is gone"
 grep -q '"type":"template.rm".*"tenant":"a"' "$L/audit.log"; ok $? "audited as a's template.rm"
+# A warm-pool member of the operator's 'opt': the host's, nobody's tenant's; it keeps 'opt'.
+printf 'templates:\n  publishers: [a]\npool:\n  templates:\n    opt: {size: 1}\n' >"$CONF"
+sbx-gc --pool-only >/dev/null; ok $? "sbx-gc fills a pool of 'opt'"
+m=$(sbx-ps --pool -q); like "$m" "^pool-" "one member ($m)"
+sbx-snapshot template rm "$ov" 2>"$TEST_TMP/err"; is "$?" 5 "'opt' is kept while a pool member uses it (5)"
+like "$(cat "$TEST_TMP/err")" "in use by session:$m" "naming the member"
+state >"$TEST_TMP/before"
+matrix sbx-kill --tenant b "$m"
+matrix sbx-exec --tenant b "$m" -- true
+matrix sbx-ps --tenant b "$m"
+matrix sbx-snapshot save --tenant b "$m" x
+is "$(sbx-ps --tenant b --pool -q)" "" "b's --pool lists no member"
+same_state "$TEST_TMP/before" "the member and everything else unchanged"
+printf 'templates:\n  publishers: [a]\n' >"$CONF"
+sbx-gc --pool-only >/dev/null; is "$(sbx-ps --pool -q)" "" "the pool trimmed to nothing"
+m=
 sbx-snapshot template rm "$ov" >/dev/null; ok $? "the operator removes 'opt'"
+
+# A snapshot saved from a session of a template keeps the template too.
+v2=$(sbx-snapshot save --tenant a --template "$a" mine2); ok $? "a publishes mine2 ($v2)"
+a3=$(sbx-create -q --tenant a -t mine2); ok $? "a session of it ($a3)"
+s2=$(sbx-snapshot save --tenant a "$a3" s2); ok $? "saved as a's snapshot ($s2)"
+sbx-kill "$a3"
+sbx-snapshot template rm --tenant a mine2 2>"$TEST_TMP/err"; is "$?" 5 "mine2 is kept while a snapshot needs it (5)"
+like "$(cat "$TEST_TMP/err")" "in use by snapshot:a/$s2" "naming the snapshot"
+sbx-snapshot rm --tenant a "$s2" >/dev/null; ok $? "the snapshot removed"
+sbx-snapshot template rm --tenant a mine2 >/dev/null; ok $? "then mine2 can go"
 
 # --- every command is scoped: tenant b against tenant a's objects ---------------------------
 e=$(sbx-exec --tenant a -d "$a" -- true); ok $? "a runs a detached exec ($e)"
@@ -184,10 +218,6 @@ aw=$(sbx-create -q --tenant a --workspace wa); ok $? "a session of a's with a wo
 sbx-kill --tenant a "$aw"; ok $? "ended (the workspace stays)"
 printf 'x\n' >"$TEST_TMP/up"
 state >"$TEST_TMP/before"
-matrix() { # CMD...: must exit 4
-	"$@" >/dev/null 2>"$TEST_TMP/err" </dev/null; local rc=$?
-	is "$rc" 4 "b: $(echo "$*" | sed "s/$a/\$a/g; s/$e/\$e/g") exits 4"
-}
 matrix sbx-exec --tenant b "$a" -- true
 matrix env SBX_TENANT=b sbx-exec "$a" -- true
 like "$(cat "$TEST_TMP/err")" "no such session: $a" "with the message of a missing session"
