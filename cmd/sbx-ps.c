@@ -271,8 +271,18 @@ static const char *const wcols[] = { "workspace", "tenant", "state", "session", 
 /* --workspaces: every workspace (of one tenant), attached or idle, with
  * what sbx-gc goes by: when it was last used and its retention. */
 static int list_workspaces(struct sbx_state *st, const char *tenant, const char *want, int json, int quiet,
-			   int headers)
+			   int headers, char **names, int nnames)
 {
+	/* Named ones: each must be among those the caller sees (for a
+	 * tenant, its own), else it is not there (4); the rest are listed. */
+	int missing = 0;
+	for (int k = 0; k < nnames; k++) {
+		struct sbx_err e = { 0 };
+		if (sbx_workspace_check(names[k], &e) < 0) {
+			sbx_err_print("sbx-ps", &e, json);
+			return e.code;
+		}
+	}
 	struct sbx_workspace_info *ws;
 	size_t n;
 	struct sbx_err err = { 0 };
@@ -286,6 +296,11 @@ static int list_workspaces(struct sbx_state *st, const char *tenant, const char 
 		const struct sbx_workspace_info *w = &ws[i];
 		const char *state = w->in_use ? "attached" : "idle";
 		if (want && strcmp(want, state))
+			continue;
+		int named = !nnames;
+		for (int k = 0; k < nnames; k++)
+			named |= !strcmp(names[k], w->name);
+		if (!named)
 			continue;
 		char created[40], used[40];
 		sbx_fmt_time(w->created_ns, created, sizeof created);
@@ -301,6 +316,17 @@ static int list_workspaces(struct sbx_state *st, const char *tenant, const char 
 			json_object_set_new(o, "expires_in_s", json_integer((json_int_t)left));
 		}
 		json_array_append_new(all, o);
+	}
+	for (int k = 0; k < nnames; k++) {
+		int seen = 0;
+		for (size_t i = 0; i < n; i++)
+			seen |= !strcmp(ws[i].name, names[k]);
+		if (!seen) {
+			struct sbx_err e = { .code = SBX_EXIT_NOENT };
+			snprintf(e.msg, sizeof e.msg, "no such workspace: %s", names[k]);
+			sbx_err_print("sbx-ps", &e, json);
+			missing = 1;
+		}
 	}
 	free(ws);
 	if (json) {
@@ -318,7 +344,7 @@ static int list_workspaces(struct sbx_state *st, const char *tenant, const char 
 				print_row(o, wcols, SBX_ARRAY_LEN(wcols));
 		}
 	}
-	int rc = (want || tenant) && json_array_size(all) == 0 ? SBX_EXIT_FALSE : 0;
+	int rc = missing ? SBX_EXIT_NOENT : (want || tenant) && json_array_size(all) == 0 ? SBX_EXIT_FALSE : 0;
 	json_decref(all);
 	return rc;
 }
@@ -351,7 +377,7 @@ int main(int argc, char **argv)
 		case 'H': headers = 0; break;
 		case 'P': prom = 1; break;
 		case 'C': capacity = 1; break;
-		case 'h': puts("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT]"); return 0;
+		case 'h': puts("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT] [NAME...]"); return 0;
 		case 'j': json = 1; break;
 		case 'N': net_of = optarg; break;
 		case 'q': quiet = 1; break;
@@ -359,7 +385,7 @@ int main(int argc, char **argv)
 		case 'T': tenant = optarg; break;
 		case 'w': workspaces = 1; break;
 		case 'x': execs_of = optarg; break;
-		default: fputs("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT]\n", stderr); return 2;
+		default: fputs("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT] [NAME...]\n", stderr); return 2;
 		}
 	}
 	struct sbx_state st;
@@ -377,11 +403,8 @@ int main(int argc, char **argv)
 		return list_net(&st, net_of, json, headers);
 	if (capacity)
 		return print_capacity(&st, json);
-	if (workspaces) {
-		if (optind < argc)
-			return sbx_cli_fail("sbx-ps", SBX_EXIT_USAGE, json, "--workspaces takes no operands");
-		return list_workspaces(&st, tenant, want, json, quiet, headers);
-	}
+	if (workspaces)
+		return list_workspaces(&st, tenant, want, json, quiet, headers, argv + optind, argc - optind);
 	char **ids;
 	size_t n;
 	int named = optind < argc;

@@ -249,6 +249,8 @@ is "$(sbx-ps --tenant b --all -q | tr '\n' ' ')" "$b " "with --all too"
 is "$(sbx-snapshot list --tenant b -q)" "" "b's snapshot list is empty"
 sbx-ps --tenant b --workspaces -q >"$TEST_TMP/ws"; is "$(cat "$TEST_TMP/ws")" "" "b's workspace list is empty"
 is "$(sbx-ps --tenant a --workspaces -q)" wa "a's shows wa"
+matrix sbx-ps --tenant b --workspaces wa
+is "$(sbx-ps --tenant a --workspaces -q wa)" wa "named by a, it is there"
 sbx-audit --tenant b --session "$a" >/dev/null; is "$?" 1 "b's audit view has nothing of \$a (1, as for any unknown session)"
 same_state "$TEST_TMP/before" "the matrix changed nothing (records, names, templates, audit log)"
 is "$(sbx-ps --tenant a --json "$a" | jq -r '.[0].state')" running "a's session runs on"
