@@ -87,8 +87,10 @@ static json_t *template_json(const struct sbx_create_opts *o)
 	struct sbx_snapshot snap;
 	struct sbx_err e = { 0 };
 	const char *req = o->snapshot ? o->snapshot : o->tmpl ? o->tmpl : "default";
-	int rc = sbx_state_open(&st, &e);
-	if (rc == 0 && o->snapshot)
+	int rc = sbx_state_peek(&st, &e);
+	if (rc == 0 && o->snapshot && st.lib_fd < 0)
+		rc = sbx_err_set(&e, SBX_EXIT_NOENT, 0, "no snapshot %s", o->snapshot);
+	else if (rc == 0 && o->snapshot)
 		rc = sbx_snapshot_find(&st, o->tenant, o->snapshot, &snap, &e) < 0 ||
 				     sbx_snapshot_template(&st, &snap, &t, &e) < 0
 			     ? -1

@@ -26,6 +26,9 @@ struct sbx_state {
 /* Open (creating, mode 0700) the state directories. */
 int sbx_state_open(struct sbx_state *st, struct sbx_err *err);
 void sbx_state_close(struct sbx_state *st);
+/* The same, read-only: nothing is created, and what does not exist yet is
+ * -1 (sbx-create --dry-run, which creates nothing). */
+int sbx_state_peek(struct sbx_state *st, struct sbx_err *err);
 
 /* IDs: 1..63 of [A-Za-z0-9_.-], not starting with '.' or '-'. */
 int sbx_id_check(const char *id, const char *what, struct sbx_err *err);

@@ -60,6 +60,8 @@ schema() { # REF DESCRIPTION [--lines]: stdin against docs/schema, strictly
 }
 
 # --- tenant IDs --------------------------------------------------------------------------
+sbx-create --dry-run --tenant a >/dev/null; [ ! -e "$SBX_ROOT/var" ] && [ ! -e "$SBX_ROOT/run" ]
+ok $? "--dry-run resolves the template and creates nothing, not even the state directory"
 sbx-ps -q >/dev/null 2>&1 # the state directory exists
 state >"$TEST_TMP/before"
 for t in '' _ @ operator Operator '../x' 'a/b' '.x' '-x' "$(printf 'x%.0s' $(seq 70))"; do
