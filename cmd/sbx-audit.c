@@ -16,7 +16,8 @@
 #define USAGE                                                                                                 \
 	"usage: sbx-audit [-q] [--json|--jsonl] [--no-headers] [--session ID] [--tenant T] [--type TYPE]\n" \
 	"                 [--since TIME] [--until TIME]\n"                                                   \
-	"       sbx-audit [-q] [--json] verify\n"
+	"       sbx-audit [-q] [--json] [--tenant T] verify\n"                                               \
+	"       sbx-audit --chain [--tenant T]\n"
 
 enum mode { M_TEXT, M_QUIET, M_JSON, M_JSONL };
 
@@ -128,11 +129,43 @@ static int list(struct sbx_state *st, const struct sbx_audit_filter *f, enum mod
 	return filtered && o.n == 0 ? SBX_EXIT_FALSE : 0;
 }
 
+static int count_rec(json_t *rec, void *ctx)
+{
+	(void)rec;
+	++*(uint64_t *)ctx;
+	return 0;
+}
+
+/* --chain: one line per record; the caller's as stored (its bytes hash to
+ * the next line's prev), another tenant's as its place in the chain only:
+ * seq, prev and the SHA-256 of its line. */
+static int chain_line(const char *line, size_t n, uint64_t seq, const char *sha256, const char *prev, void *ctx)
+{
+	(void)ctx;
+	if (line) {
+		fwrite(line, 1, n, stdout);
+		putchar('\n');
+		return 0;
+	}
+	json_t *o = json_pack("{s:I, s:s, s:s, s:b}", "seq", (json_int_t)seq, "prev", prev, "sha256", sha256,
+			      "redacted", 1);
+	json_dumpf(o, stdout, JSON_COMPACT);
+	putchar('\n');
+	json_decref(o);
+	return 0;
+}
+
+/* Under a tenant, verify checks the whole chain (it must: a record of
+ * any tenant's edited or removed breaks everyone's) but reports only what
+ * says nothing of others' records: counts, a line number, the kind of
+ * problem; and how many records are the tenant's. */
 static int verify(struct sbx_state *st, int json, int quiet)
 {
 	struct sbx_audit_report r;
 	struct sbx_err err = { 0 };
-	if (sbx_audit_verify(st, &r, &err) < 0) {
+	uint64_t mine = 0;
+	struct sbx_audit_filter f = { .tenant = sbx_state_tenant(st) };
+	if (sbx_audit_verify(st, &r, &err) < 0 || (f.tenant && sbx_audit_read(st, &f, count_rec, &mine, &err) < 0)) {
 		sbx_err_print(PROG, &err, json);
 		return err.code;
 	}
@@ -143,9 +176,16 @@ static int verify(struct sbx_state *st, int json, int quiet)
 				 : json_pack("{s:i, s:b, s:I, s:I, s:s, s:s}", "schema", 1, "ok", 0, "records",
 					     (json_int_t)r.records, "line", (json_int_t)r.line, "problem",
 					     sbx_audit_problem_name(r.problem), "detail", r.detail);
+		if (o && f.tenant) {
+			json_object_set_new(o, "tenant", json_string(f.tenant));
+			json_object_set_new(o, "tenant_records", json_integer((json_int_t)mine));
+		}
 		json_dumpf(o, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(o);
+	} else if (r.ok && !quiet && f.tenant) {
+		printf("ok %llu records, %llu of tenant %s\n", (unsigned long long)r.records, (unsigned long long)mine,
+		       f.tenant);
 	} else if (r.ok && !quiet) {
 		printf("ok %llu records\n", (unsigned long long)r.records);
 	} else if (!r.ok) {
@@ -169,6 +209,7 @@ static int type_arg_ok(const char *t)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "chain", no_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "jsonl", no_argument, NULL, 'l' },
@@ -183,10 +224,11 @@ int main(int argc, char **argv)
 	};
 	struct sbx_audit_filter f = { 0 };
 	const char *since = NULL, *until = NULL;
-	int json = 0, jsonl = 0, quiet = 0, headers = 1, c;
+	int json = 0, jsonl = 0, quiet = 0, headers = 1, chain = 0, c;
 	while ((c = getopt_long(argc, argv, "Hhq", opts, NULL)) != -1) {
 		switch (c) {
 		case 'H': headers = 0; break;
+		case 'c': chain = 1; break;
 		case 'S': f.session = optarg; break;
 		case 'T': f.tenant = optarg; break;
 		case 'h': fputs(USAGE, stdout); return 0;
@@ -200,15 +242,16 @@ int main(int argc, char **argv)
 		}
 	}
 	int do_verify = optind < argc && !strcmp(argv[optind], "verify");
-	int filtered = f.session || f.tenant || f.type || since || until;
-	if (argc - optind > do_verify || (json && jsonl) || (do_verify && (filtered || jsonl))) {
+	int filtered = f.session || f.type || since || until;
+	if (argc - optind > do_verify || (json && jsonl) || (do_verify && (filtered || jsonl || chain)) ||
+	    (chain && (filtered || json || jsonl || quiet))) {
 		fputs(USAGE, stderr);
 		return SBX_EXIT_USAGE;
 	}
 	struct sbx_err err = { 0 };
 	uint64_t now = sbx_now_ns();
 	if ((f.session && sbx_id_check(f.session, "session", &err) < 0) ||
-	    (f.tenant && sbx_id_check(f.tenant, "tenant", &err) < 0) ||
+
 	    (since && sbx_audit_parse_time(since, now, &f.since_ns, &err) < 0) ||
 	    (until && sbx_audit_parse_time(until, now, &f.until_ns, &err) < 0)) {
 		sbx_err_print(PROG, &err, json);
@@ -217,12 +260,21 @@ int main(int argc, char **argv)
 	if (f.type && !type_arg_ok(f.type))
 		return sbx_cli_fail(PROG, SBX_EXIT_INVALID, json, "invalid event type '%.80s'", f.type);
 	struct sbx_state st;
-	if (sbx_state_open(&st, &err) < 0) {
+	/* --tenant (or SBX_TENANT): only that tenant's records. */
+	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, f.tenant, &err) < 0) {
 		sbx_err_print(PROG, &err, json);
 		return err.code;
 	}
+	f.tenant = sbx_state_tenant(&st);
 	enum mode mode = json ? M_JSON : jsonl ? M_JSONL : quiet ? M_QUIET : M_TEXT;
-	int rc = do_verify ? verify(&st, json, quiet) : list(&st, &f, mode, headers, json);
+	int rc;
+	if (chain) {
+		rc = sbx_audit_chain(&st, f.tenant, chain_line, NULL, &err) < 0 ? err.code : 0;
+		if (rc)
+			sbx_err_print(PROG, &err, 0);
+	} else {
+		rc = do_verify ? verify(&st, json, quiet) : list(&st, &f, mode, headers, json);
+	}
 	sbx_state_close(&st);
 	return rc;
 }

@@ -72,10 +72,6 @@ int main(int argc, char **argv)
 				    "name exactly one side as SESSION:/absolute/path (the last operand to upload, the "
 				    "first of two to download)");
 	o.session = session;
-	/* Host paths are confined to what sbx.yaml grants the tenant. */
-	o.tenant = sbx_hostpath_tenant(tenant);
-	if (o.tenant && sbx_id_check(o.tenant, "tenant", NULL) < 0)
-		return sbx_cli_fail("sbx-cp", SBX_EXIT_USAGE, json, "invalid tenant ID '%s'", o.tenant);
 	char tmp[SBX_ID_MAX + 2];
 	for (int i = 0; i < n - 1; i++)
 		if (upload && remote(ops[i], tmp, sizeof tmp))
@@ -97,6 +93,11 @@ int main(int argc, char **argv)
 	struct sbx_err err = { 0 };
 	json_t *result = NULL;
 	int rc = sbx_state_open(&st, &err);
+	if (rc == 0)
+		rc = sbx_state_scope(&st, tenant, &err);
+	/* The scope is also whose host paths these are: confined to what
+	 * sbx.yaml grants that tenant. */
+	o.tenant = st.tenant[0] ? st.tenant : NULL;
 	if (rc == 0)
 		rc = upload ? sbx_cp_upload(&st, &o, &result, &err) : sbx_cp_download(&st, &o, &result, &err);
 	if (rc == 0) {

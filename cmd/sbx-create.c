@@ -12,6 +12,8 @@
 #include "policy.h"
 #include "secrets.h"
 #include "session.h"
+#include "snapshot.h"
+#include "template.h"
 #include "util.h"
 
 static void usage(FILE *f)
@@ -77,11 +79,38 @@ static unsigned shape_set(const char *file, const struct overrides *ov)
 	return set;
 }
 
-static int print_policy(const struct sbx_policy *p, int json)
+/* --dry-run: which template -t (or -s, or the default) resolves to for
+ * this caller, and whose it is; an error in place of it when none does. */
+static json_t *template_json(const struct sbx_create_opts *o)
+{
+	struct sbx_state st;
+	struct sbx_template t;
+	struct sbx_snapshot snap;
+	struct sbx_err e = { 0 };
+	const char *req = o->snapshot ? o->snapshot : o->tmpl ? o->tmpl : "default";
+	int rc = sbx_state_peek(&st, &e);
+	if (rc == 0 && o->snapshot && st.lib_fd < 0)
+		rc = sbx_err_set(&e, SBX_EXIT_NOENT, 0, "no snapshot %s", o->snapshot);
+	else if (rc == 0 && o->snapshot)
+		rc = sbx_snapshot_find(&st, o->tenant, o->snapshot, &snap, &e) < 0 ||
+				     sbx_snapshot_template(&st, &snap, &t, &e) < 0
+			     ? -1
+			     : 0;
+	else if (rc == 0)
+		rc = sbx_template_resolve(&st, o->tenant, req, &t, &e);
+	sbx_state_close(&st);
+	if (rc < 0)
+		return json_pack("{s:s, s:s, s:i}", "requested", req, "error", e.msg, "code", e.code);
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "requested", req, "name", t.ref, "version", t.version, "owner",
+			 sbx_template_owner_name(t.owner), "dir", t.dir, "snapshot", t.snapshot);
+}
+
+static int print_policy(const struct sbx_policy *p, const struct sbx_create_opts *o, int json)
 {
 	json_t *j = sbx_policy_json(p);
 	if (!j)
 		return sbx_cli_fail("sbx-create", SBX_EXIT_INTERNAL, json, "cannot format the policy: out of memory");
+	json_object_set_new(j, "template", template_json(o));
 	json_dumpf(j, stdout, (json ? JSON_COMPACT : JSON_INDENT(2)) | JSON_REAL_PRECISION(6));
 	putchar('\n');
 	json_decref(j);
@@ -176,13 +205,20 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return SBX_EXIT_USAGE;
 	}
-	o.tenant = sbx_hostpath_tenant(o.tenant); /* --tenant, else SBX_TENANT */
 	if (effective_policy(policy, &ov, &pol, &err) < 0) {
 		sbx_err_print("sbx-create", &err, json);
 		return err.code;
 	}
+	/* The caller's tenant: --tenant, else $SBX_TENANT (sbx.7, TENANCY);
+	 * the policy's host paths are resolved for it. */
+	if (!o.tenant)
+		o.tenant = getenv("SBX_TENANT");
+	if (o.tenant && sbx_tenant_check(o.tenant, &err) < 0) {
+		sbx_err_print("sbx-create", &err, json);
+		return err.code;
+	}
 	if (dry_run)
-		return print_policy(&pol, json);
+		return print_policy(&pol, &o, json);
 	if (o.snapshot && o.tmpl)
 		return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "-s and -t cannot be used together");
 	o.vcpus = pol.resources.vcpus;

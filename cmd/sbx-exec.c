@@ -21,9 +21,9 @@
 
 static const char usage_text[] =
 	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json] [--resume]\n"
-	"                SESSION [--] COMMAND [ARG]...\n"
-	"       sbx-exec --wait EXEC [--timeout DURATION] [--json] SESSION\n"
-	"       sbx-exec --output EXEC SESSION\n";
+	"                [--tenant TENANT] SESSION [--] COMMAND [ARG]...\n"
+	"       sbx-exec --wait EXEC [--timeout DURATION] [--json] [--tenant TENANT] SESSION\n"
+	"       sbx-exec --output EXEC [--tenant TENANT] SESSION\n";
 
 static struct termios saved_tio;
 static int tio_saved;
@@ -115,12 +115,12 @@ static void print_json(struct sbx_state *st, const char *session, const struct s
 
 /* --wait and --output: about an exec that ran (or runs) detached. */
 static int wait_or_output(const char *session, const char *wait_exec, const char *output_exec, unsigned timeout_ms,
-			  int json)
+			  int json, const char *tenant)
 {
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
 	json_t *r = NULL;
-	if (sbx_state_open(&st, &err) < 0)
+	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0)
 		goto fail;
 	if (output_exec) {
 		if (sbx_exec_output(&st, session, output_exec, 1, 2, &err) < 0)
@@ -152,6 +152,7 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "output", required_argument, NULL, 'O' },
 		{ "resume", no_argument, NULL, 'R' },
+		{ "tenant", required_argument, NULL, 'U' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "tty", no_argument, NULL, 't' },
 		{ "user", required_argument, NULL, 'u' },
@@ -161,7 +162,7 @@ int main(int argc, char **argv)
 	};
 	struct sbx_exec_opts o = { .in_fd = -1, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
 	int json = 0, interactive = 0, tty = 0, resume = 0, c;
-	const char *wait_exec = NULL, *output_exec = NULL;
+	const char *wait_exec = NULL, *output_exec = NULL, *tenant = NULL;
 	long long ms;
 	while ((c = getopt_long(argc, argv, "+de:hijtu:w:", opts, NULL)) != -1) {
 		switch (c) {
@@ -195,6 +196,7 @@ int main(int argc, char **argv)
 		case 'W': wait_exec = optarg; break;
 		case 'O': output_exec = optarg; break;
 		case 'R': resume = 1; break;
+		case 'U': tenant = optarg; break;
 		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
 		}
 	}
@@ -203,7 +205,7 @@ int main(int argc, char **argv)
 			fputs(usage_text, stderr);
 			return SBX_EXIT_USAGE;
 		}
-		return wait_or_output(argv[optind], wait_exec, output_exec, o.req.timeout_ms, json);
+		return wait_or_output(argv[optind], wait_exec, output_exec, o.req.timeout_ms, json, tenant);
 	}
 	if (argc - optind < 2) {
 		fputs(usage_text, stderr);
@@ -255,7 +257,7 @@ int main(int argc, char **argv)
 	struct sbx_err err = { 0 };
 	struct sbx_exec_result r;
 	/* --resume: a paused session (sbx-snapshot pause) runs again first. */
-	int rc = sbx_state_open(&st, &err) < 0 ? -1 : 0;
+	int rc = sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0 ? -1 : 0;
 	if (rc == 0 && resume)
 		rc = sbx_session_vmctl(&st, session, NULL, SBX_VMCTL_RESUME, NULL, NULL, 0, &err);
 	if (rc == 0)

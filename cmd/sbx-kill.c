@@ -9,7 +9,7 @@
 #include "session.h"
 
 /* --exec EXEC SESSION: end one exec's whole process tree. */
-static int kill_exec(int argc, char **argv, const char *exec, int json)
+static int kill_exec(int argc, char **argv, const char *exec, int json, const char *tenant)
 {
 	if (argc != 1) {
 		fputs("usage: sbx-kill --exec EXEC SESSION\n", stderr);
@@ -17,7 +17,8 @@ static int kill_exec(int argc, char **argv, const char *exec, int json)
 	}
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
-	if (sbx_state_open(&st, &err) < 0 || sbx_exec_kill(&st, argv[0], exec, &err) < 0) {
+	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0 ||
+	    sbx_exec_kill(&st, argv[0], exec, &err) < 0) {
 		sbx_err_print("sbx-kill", &err, json);
 		return err.code;
 	}
@@ -30,32 +31,34 @@ int main(int argc, char **argv)
 		{ "exec", required_argument, NULL, 'x' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "tenant", required_argument, NULL, 'U' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int json = 0, c;
-	const char *exec = NULL;
+	const char *exec = NULL, *tenant = NULL;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'x': exec = optarg; break;
-		case 'h': puts("usage: sbx-kill [--json] SESSION...\n       sbx-kill --exec EXEC [--json] SESSION"); return 0;
+		case 'h': puts("usage: sbx-kill [--json] [--tenant TENANT] SESSION...\n       sbx-kill --exec EXEC [--json] [--tenant TENANT] SESSION"); return 0;
 		case 'j': json = 1; break;
-		default: fputs("usage: sbx-kill [--json] SESSION...\n       sbx-kill --exec EXEC [--json] SESSION\n", stderr); return SBX_EXIT_USAGE;
+		case 'U': tenant = optarg; break;
+		default: fputs("usage: sbx-kill [--json] [--tenant TENANT] SESSION...\n       sbx-kill --exec EXEC [--json] [--tenant TENANT] SESSION\n", stderr); return SBX_EXIT_USAGE;
 		}
 	}
 	if (exec)
-		return kill_exec(argc - optind, argv + optind, exec, json);
+		return kill_exec(argc - optind, argv + optind, exec, json, tenant);
 	size_t n;
 	char **ids = sbx_cli_ids(argc - optind, argv + optind, &n);
 	if (!ids || (n == 0 && isatty(0))) {
 		sbx_cli_free_ids(ids);
-		fputs("usage: sbx-kill [--json] SESSION...\n       sbx-kill --exec EXEC [--json] SESSION\n", stderr);
+		fputs("usage: sbx-kill [--json] [--tenant TENANT] SESSION...\n       sbx-kill --exec EXEC [--json] [--tenant TENANT] SESSION\n", stderr);
 		return SBX_EXIT_USAGE;
 	}
 	/* IDs from a pipe that carried none: nothing to do, as with xargs -r,
 	 * so `sbx-ps -q --state=crashed | sbx-kill` works when none crashed. */
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
-	if (sbx_state_open(&st, &err) < 0) {
+	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0) {
 		sbx_err_print("sbx-kill", &err, json);
 		return err.code;
 	}

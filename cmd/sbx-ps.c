@@ -16,11 +16,13 @@
 #include "egress.h"
 #include "execrec.h"
 #include "session.h"
+#include "template.h"
 #include "util.h"
 #include "workspace.h"
 
 static const char *const cols[] = { "id", "state", "accel", "vcpus", "memory_mib", "template", "execs", "age_s",
-				    "cpu_s", "memory_peak_bytes", "disk_written_bytes", "ttl_left_s", "tenant" };
+				    "cpu_s", "memory_peak_bytes", "disk_written_bytes", "ttl_left_s", "tenant",
+				    "template_owner" };
 
 /* Usage, host-measured where it can be: the VMM's cgroup while the VM
  * runs, the figures saved at its end afterwards; the overlay's allocated
@@ -93,7 +95,9 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 	struct sbx_err e = { 0 };
 	/* "schema" versions the object (docs/json.md); "session" is the name
 	 * every other output uses for a session ID, "id" the older one here. */
-	if (sbx_record_load(st, id, &s, &e) < 0)
+	if (sbx_session_lookup(st, id, &s, &e) < 0 && st->tenant[0])
+		return NULL; /* not the tenant's: not there */
+	if (!s.id[0])
 		return json_pack("{s:i, s:s, s:s, s:s, s:s}", "schema", 1, "id", id, "session", id, "state", "corrupt",
 				 "error", e.msg);
 	unsigned execs = 0;
@@ -120,8 +124,10 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 		json_object_set_new(o, "end_reason", json_string(s.end_reason));
 	if (o && s.snapshot[0])
 		json_object_set_new(o, "snapshot", json_string(s.snapshot));
-	if (o)
+	if (o) {
 		json_object_set_new(o, "tenant", json_string(s.tenant));
+		json_object_set_new(o, "template_owner", json_string(sbx_template_owner_name(s.tmpl_owner)));
+	}
 	if (o && s.pool)
 		json_object_set_new(o, "pool", json_true()); /* a warm-pool member */
 	if (o && s.from_pool) {
@@ -275,8 +281,18 @@ static const char *const wcols[] = { "workspace", "tenant", "state", "session", 
 /* --workspaces: every workspace (of one tenant), attached or idle, with
  * what sbx-gc goes by: when it was last used and its retention. */
 static int list_workspaces(struct sbx_state *st, const char *tenant, const char *want, int json, int quiet,
-			   int headers)
+			   int headers, char **names, int nnames)
 {
+	/* Named ones: each must be among those the caller sees (for a
+	 * tenant, its own), else it is not there (4); the rest are listed. */
+	int missing = 0;
+	for (int k = 0; k < nnames; k++) {
+		struct sbx_err e = { 0 };
+		if (sbx_workspace_check(names[k], &e) < 0) {
+			sbx_err_print("sbx-ps", &e, json);
+			return e.code;
+		}
+	}
 	struct sbx_workspace_info *ws;
 	size_t n;
 	struct sbx_err err = { 0 };
@@ -290,6 +306,11 @@ static int list_workspaces(struct sbx_state *st, const char *tenant, const char 
 		const struct sbx_workspace_info *w = &ws[i];
 		const char *state = w->in_use ? "attached" : "idle";
 		if (want && strcmp(want, state))
+			continue;
+		int named = !nnames;
+		for (int k = 0; k < nnames; k++)
+			named |= !strcmp(names[k], w->name);
+		if (!named)
 			continue;
 		char created[40], used[40];
 		sbx_fmt_time(w->created_ns, created, sizeof created);
@@ -305,6 +326,17 @@ static int list_workspaces(struct sbx_state *st, const char *tenant, const char 
 			json_object_set_new(o, "expires_in_s", json_integer((json_int_t)left));
 		}
 		json_array_append_new(all, o);
+	}
+	for (int k = 0; k < nnames; k++) {
+		int seen = 0;
+		for (size_t i = 0; i < n; i++)
+			seen |= !strcmp(ws[i].name, names[k]);
+		if (!seen) {
+			struct sbx_err e = { .code = SBX_EXIT_NOENT };
+			snprintf(e.msg, sizeof e.msg, "no such workspace: %s", names[k]);
+			sbx_err_print("sbx-ps", &e, json);
+			missing = 1;
+		}
 	}
 	free(ws);
 	if (json) {
@@ -322,7 +354,7 @@ static int list_workspaces(struct sbx_state *st, const char *tenant, const char 
 				print_row(o, wcols, SBX_ARRAY_LEN(wcols));
 		}
 	}
-	int rc = (want || tenant) && json_array_size(all) == 0 ? SBX_EXIT_FALSE : 0;
+	int rc = missing ? SBX_EXIT_NOENT : (want || tenant) && json_array_size(all) == 0 ? SBX_EXIT_FALSE : 0;
 	json_decref(all);
 	return rc;
 }
@@ -355,7 +387,7 @@ int main(int argc, char **argv)
 		case 'H': headers = 0; break;
 		case 'P': prom = 1; break;
 		case 'C': capacity = 1; break;
-		case 'h': puts("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT]"); return 0;
+		case 'h': puts("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT] [NAME...]"); return 0;
 		case 'j': json = 1; break;
 		case 'N': net_of = optarg; break;
 		case 'q': quiet = 1; break;
@@ -363,26 +395,26 @@ int main(int argc, char **argv)
 		case 'T': tenant = optarg; break;
 		case 'w': workspaces = 1; break;
 		case 'x': execs_of = optarg; break;
-		default: fputs("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT]\n", stderr); return 2;
+		default: fputs("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT] [NAME...]\n", stderr); return 2;
 		}
 	}
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
-	if (sbx_state_open(&st, &err) < 0) {
+	/* --tenant (or SBX_TENANT) scopes every view: another tenant's
+	 * sessions, execs, connections and workspaces are not there. */
+	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0) {
 		sbx_err_print("sbx-ps", &err, json);
 		return err.code;
 	}
+	tenant = sbx_state_tenant(&st);
 	if (execs_of)
 		return list_execs(&st, execs_of, json, quiet, headers);
 	if (net_of)
 		return list_net(&st, net_of, json, headers);
 	if (capacity)
 		return print_capacity(&st, json);
-	if (workspaces) {
-		if (optind < argc)
-			return sbx_cli_fail("sbx-ps", SBX_EXIT_USAGE, json, "--workspaces takes no operands");
-		return list_workspaces(&st, tenant, want, json, quiet, headers);
-	}
+	if (workspaces)
+		return list_workspaces(&st, tenant, want, json, quiet, headers, argv + optind, argc - optind);
 	char **ids;
 	size_t n;
 	int named = optind < argc;
@@ -403,7 +435,8 @@ int main(int argc, char **argv)
 	json_t *all = json_array();
 	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (named && faccessat(st.sessions_fd, ids[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (named && (faccessat(st.sessions_fd, ids[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0 ||
+			      sbx_session_visible(&st, ids[i], NULL) < 0)) {
 			struct sbx_err e = { .code = SBX_EXIT_NOENT };
 			snprintf(e.msg, sizeof e.msg, "no such session: %s", ids[i]);
 			snprintf(e.session, sizeof e.session, "%s", ids[i]);
@@ -428,7 +461,8 @@ int main(int argc, char **argv)
 		putchar('\n');
 	} else {
 		if (headers && !quiet)
-			puts("ID\tSTATE\tACCEL\tVCPUS\tMEM_MIB\tTEMPLATE\tEXECS\tAGE_S\tCPU_S\tMEM_PEAK\tDISK_WRITTEN\tTTL_LEFT_S\tTENANT");
+			puts("ID\tSTATE\tACCEL\tVCPUS\tMEM_MIB\tTEMPLATE\tEXECS\tAGE_S\tCPU_S\tMEM_PEAK\tDISK_WRITTEN\tTTL_LEFT_S\tTENANT"
+			     "\tTEMPLATE_OWNER");
 		size_t k;
 		json_t *o;
 		json_array_foreach(all, k, o) {

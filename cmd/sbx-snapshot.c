@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "proto.h"
 #include "snapshot.h"
+#include "template.h"
 #include "util.h"
 
 #define PROG "sbx-snapshot"
@@ -19,7 +20,9 @@ static const char usage_text[] =
 	"       sbx-snapshot resume [--tenant TENANT] [--json] SESSION\n"
 	"       sbx-snapshot save [--tenant TENANT] [--template] [--json] SESSION NAME[@VERSION]\n"
 	"       sbx-snapshot list [--tenant TENANT] [-q] [--json] [--no-headers] [NAME[@VERSION]]\n"
-	"       sbx-snapshot rm [--tenant TENANT] [--force] [--json] NAME[@VERSION]...\n";
+	"       sbx-snapshot rm [--tenant TENANT] [--force] [--json] NAME[@VERSION]...\n"
+	"       sbx-snapshot template list [--tenant TENANT] [-q] [--json] [--no-headers] [[OWNER/]NAME[@VERSION]]\n"
+	"       sbx-snapshot template rm [--tenant TENANT] [--json] [OWNER/]NAME[@VERSION]...\n";
 
 struct opts {
 	const char *tenant;
@@ -135,6 +138,76 @@ static int rm(struct sbx_state *st, const struct opts *o, char **args, int n, st
 	return rc;
 }
 
+static const char *const tcols[] = { "name", "version", "owner", "created", "snapshot", "in_use", "kernel" };
+
+/* sbx-snapshot template list|rm: the templates the caller sees. */
+static int templates(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	if (n < 1 || (strcmp(args[0], "list") && strcmp(args[0], "ls") && strcmp(args[0], "rm")))
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "template takes list or rm");
+	if (!strcmp(args[0], "rm")) {
+		if (n < 2)
+			return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "template rm takes [OWNER/]NAME[@VERSION]...");
+		json_t *all = json_array();
+		int rc = 0;
+		for (int i = 1; i < n && rc == 0; i++) {
+			json_t *removed = NULL;
+			if (sbx_template_rm(st, o->tenant, args[i], &removed, err) < 0)
+				rc = -1;
+			json_array_extend(all, removed);
+			json_decref(removed);
+		}
+		if (o->json && rc == 0) {
+			json_t *j = json_pack("{s:i, s:O}", "schema", 1, "removed", all);
+			print_json(j);
+			json_decref(j);
+		}
+		json_decref(all);
+		return rc;
+	}
+	if (n > 2)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "template list takes at most one NAME");
+	json_t *all;
+	if (sbx_template_list(st, o->tenant, n > 1 ? args[1] : NULL, &all, err) < 0)
+		return -1;
+	if (o->json) {
+		json_dumpf(all, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(all);
+		return 0;
+	}
+	if (o->headers && !o->quiet)
+		puts("NAME\tVERSION\tOWNER\tCREATED\tSNAPSHOT\tIN_USE\tKERNEL");
+	size_t k;
+	json_t *t;
+	json_array_foreach(all, k, t) {
+		if (o->quiet) {
+			puts(json_string_value(json_object_get(t, "template")));
+			continue;
+		}
+		/* NAME is the reference -t takes: OWNER/NAME for a tenant's. */
+		const char *ref = json_string_value(json_object_get(t, "template"));
+		const char *at = ref ? strrchr(ref, '@') : NULL;
+		for (size_t i = 0; i < SBX_ARRAY_LEN(tcols); i++) {
+			json_t *v = json_object_get(t, tcols[i]);
+			const char *str = json_string_value(v);
+			if (i)
+				putchar('\t');
+			if (i == 0 && at)
+				printf("%.*s", (int)(at - ref), ref);
+			else if (json_is_boolean(v))
+				fputs(json_is_true(v) ? "yes" : "no", stdout);
+			else if (json_is_integer(v))
+				printf("%lld", (long long)json_integer_value(v));
+			else
+				fputs(str && *str ? str : "-", stdout);
+		}
+		putchar('\n');
+	}
+	json_decref(all);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -172,10 +245,13 @@ int main(int argc, char **argv)
 	int n = argc - optind, rc;
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
-	if (sbx_state_open(&st, &err) < 0) {
+	/* --tenant (or SBX_TENANT): another tenant's sessions, snapshots and
+	 * templates are not there for any subcommand. */
+	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, o.tenant, &err) < 0) {
 		sbx_err_print(PROG, &err, o.json);
 		return err.code;
 	}
+	o.tenant = sbx_state_tenant(&st);
 	if (!strcmp(verb, "pause"))
 		rc = pause_resume(&st, &o, SBX_VMCTL_PAUSE, args, n, &err);
 	else if (!strcmp(verb, "resume"))
@@ -186,9 +262,11 @@ int main(int argc, char **argv)
 		rc = list(&st, &o, args, n, &err);
 	else if (!strcmp(verb, "rm"))
 		rc = rm(&st, &o, args, n, &err);
+	else if (!strcmp(verb, "template") || !strcmp(verb, "templates"))
+		rc = templates(&st, &o, args, n, &err);
 	else
-		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o.json, "unknown command '%s' (pause, resume, save, list, rm)",
-				    verb);
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o.json,
+				    "unknown command '%s' (pause, resume, save, list, rm, template)", verb);
 	if (rc > 0)
 		return rc; /* a usage error, already reported */
 	if (rc < 0) {

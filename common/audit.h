@@ -9,7 +9,7 @@
  * session.destroy, session.expire, session.crash, session.stop, exec.start, exec.end,
  * files.upload, files.download, gc.reclaim, policy.refused, package.fetch,
  * workspace.create, workspace.attach, workspace.remove, session.pause,
- * session.resume, snapshot.save, snapshot.rm, net.connect,
+ * session.resume, snapshot.save, snapshot.rm, template.rm, net.connect,
  * net.close, dns.query, net.lost (the session proxy's, egress.h), and
  * audit.repair (written by the library itself when it discards a record
  * torn by a crash). */
@@ -80,6 +80,15 @@ struct sbx_audit_filter {
  * bytes of any record the library wrote. */
 int sbx_audit_read(struct sbx_state *st, const struct sbx_audit_filter *f, int (*cb)(json_t *rec, void *ctx),
 		   void *ctx, struct sbx_err *err);
+
+/* The chain, oldest first: every record's seq, the SHA-256 of its line
+ * and its prev, and the line itself (its stored bytes) only when the
+ * record is tenant's (NULL: everyone's).  So a tenant can check its own records against the chain
+ * (each line hashes to the next one's prev) while the others' show
+ * nothing but their place in it. */
+int sbx_audit_chain(struct sbx_state *st, const char *tenant,
+		    int (*cb)(const char *line, size_t n, uint64_t seq, const char *sha256, const char *prev, void *ctx), void *ctx,
+		    struct sbx_err *err);
 
 /* A time for --since/--until: RFC 3339 ("2024-05-01T12:00:00Z", fraction
  * and numeric offset allowed; a bare date means its midnight UTC) or an age

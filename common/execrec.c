@@ -23,7 +23,7 @@ int sbx_exec_id_check(const char *id, struct sbx_err *err)
 
 static int open_execs(struct sbx_state *st, const char *session, struct sbx_err *err)
 {
-	if (sbx_id_check(session, "session", err) < 0)
+	if (sbx_session_visible(st, session, err) < 0)
 		return -1;
 	_cleanup_close_ int dfd = openat(st->sessions_fd, session, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (dfd < 0)

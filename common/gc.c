@@ -201,6 +201,18 @@ static void audit_cb(const struct sbx_gc_action *a, void *ctx)
 		json_decref(f);
 	} else if (!x->o->dry_run) {
 		json_t *f = json_pack("{s:s, s:s, s:s}", "session", a->session, "what", a->action, "detail", a->detail);
+		/* Reported before it goes: the record, when readable, says whose
+		 * it was, so the tenant's audit view has it too. */
+		struct sbx_session s;
+		_cleanup_free_ char *txt = NULL;
+		if (f && sbx_id_check(a->session, "session", NULL) == 0) {
+			int dfd = openat(x->st->sessions_fd, a->session, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			txt = dfd >= 0 ? sbx_read_small_at(dfd, "session.json", 1 << 20, NULL) : NULL;
+			if (dfd >= 0)
+				close(dfd);
+		}
+		if (txt && sbx_record_parse(txt, a->session, &s) == 0 && s.tenant[0])
+			json_object_set_new(f, "tenant", json_string(s.tenant));
 		sbx_audit_append(x->st, "gc.reclaim", f, NULL);
 		json_decref(f);
 	}

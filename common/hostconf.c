@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -461,6 +462,30 @@ static int packages_value(struct ctx *c, const char *key, yaml_mark_t km, void *
 	return 0;
 }
 
+/* templates.publishers: a sequence of tenant IDs. */
+static int templates_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf *hc = obj;
+	(void)key;
+	(void)km;
+	if (c->ev.type != YAML_SEQUENCE_START_EVENT)
+		return fail(c, c->ev.start_mark, "%s: expected a list of tenant IDs", path);
+	for (;;) {
+		if (next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
+			return 0;
+		const char *s = scalar(c, path);
+		if (!s)
+			return -1;
+		if (!name_ok(s, strlen(s)) || !strcmp(s, "_") || !strcasecmp(s, "operator"))
+			return fail(c, c->ev.start_mark, "%s: '%s' is not a tenant ID", path, SHOW(s));
+		if (hc->npublishers == SBX_PUBLISHERS_MAX)
+			return fail(c, c->ev.start_mark, "%s: more than %d tenants", path, SBX_PUBLISHERS_MAX);
+		snprintf(hc->publishers[hc->npublishers++], sizeof hc->publishers[0], "%s", s);
+	}
+}
+
 static int top_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf *hc = obj;
@@ -480,8 +505,20 @@ static int top_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, co
 		static const char *const keys[] = { "env_allow", NULL };
 		return walk_map(c, "secrets", keys, secrets_key, &hc->paths);
 	}
+	if (!strcmp(key, "templates")) {
+		static const char *const tkeys[] = { "publishers", NULL };
+		return walk_map(c, path, tkeys, templates_key, hc);
+	}
 	static const char *const keys[] = { "templates", NULL };
 	return walk_map(c, "pool", keys, pool_key, obj);
+}
+
+int sbx_hostconf_publisher(const struct sbx_hostconf *hc, const char *tenant)
+{
+	for (unsigned i = 0; tenant && i < hc->npublishers; i++)
+		if (!strcmp(hc->publishers[i], tenant))
+			return 1;
+	return 0;
 }
 
 int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_hostconf *hc,
@@ -495,7 +532,7 @@ int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 	yaml_parser_set_input_string(&c.y, buf, n);
 	yaml_parser_set_encoding(&c.y, YAML_UTF8_ENCODING);
 	int rc = -1;
-	static const char *const keys[] = { "host_paths", "packages", "pool", "quotas", "secrets", NULL };
+	static const char *const keys[] = { "host_paths", "packages", "pool", "quotas", "secrets", "templates", NULL };
 	if (next(&c) < 0 || next(&c) < 0)
 		goto out;
 	if (c.ev.type == YAML_STREAM_END_EVENT) {
@@ -522,7 +559,7 @@ out:
 		yaml_event_delete(&c.ev);
 	yaml_parser_delete(&c.y);
 	if (rc < 0) {
-		hc->npool = 0;
+		hc->npool = hc->npublishers = 0;
 		memset(&hc->paths, 0, sizeof hc->paths); /* a bad file grants nothing */
 		memset(&hc->quotas, 0, sizeof hc->quotas);
 	}

@@ -65,6 +65,7 @@ struct sbx_hostconf_packages {
 	uint64_t cache_quota; /* bytes each cache scope (a tenant's, or the shared
 	                       * one) may keep; 0: not set (SBX_PKGCACHE_QUOTA_DEFAULT) */
 };
+#define SBX_PUBLISHERS_MAX 64
 
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */
@@ -73,11 +74,18 @@ struct sbx_hostconf {
 	struct sbx_hostconf_packages packages;
 	struct sbx_hostpath_conf paths; /* host_paths:, secrets: */
 	struct sbx_quota_conf quotas;   /* quotas: */
+	/* templates.publishers: tenants that may publish templates of their
+	 * own (sbx-snapshot save --template); none by default. */
+	char publishers[SBX_PUBLISHERS_MAX][64];
+	unsigned npublishers;
 };
 
 /* The quota that applies to tenant (per_tenant, overridden key by key by
  * its own entry). */
 void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struct sbx_quota *q);
+
+/* Is tenant listed in templates.publishers? */
+int sbx_hostconf_publisher(const struct sbx_hostconf *hc, const char *tenant);
 
 /* Where the file is: /etc/sbx/sbx.yaml under SBX_ROOT (if set). */
 const char *sbx_hostconf_path(char *buf, size_t n);

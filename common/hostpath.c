@@ -371,11 +371,3 @@ int sbx_hostpath_env_ok(const char *tenant, const char *name, const char *key, s
 			   "(see sbx.yaml(5))",
 			   key, name, tenant);
 }
-
-const char *sbx_hostpath_tenant(const char *opt)
-{
-	if (opt)
-		return opt;
-	const char *e = getenv("SBX_TENANT");
-	return e && *e ? e : NULL;
-}

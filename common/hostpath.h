@@ -63,7 +63,5 @@ int sbx_hostpath_openat(const struct sbx_hostpath *hp, const char *sub, int ofla
 int sbx_hostpath_is_state(const struct stat *st);
 /* May tenant read the environment variable name (key as above)? */
 int sbx_hostpath_env_ok(const char *tenant, const char *name, const char *key, struct sbx_err *err);
-/* The tenant of a command: opt (--tenant), else SBX_TENANT, else NULL. */
-const char *sbx_hostpath_tenant(const char *opt);
 
 #endif

@@ -2,6 +2,7 @@
  * its proxy) for sbx-ps --net.  On its own, so sbx-ps links neither the
  * proxy nor libcurl and libxml2 with it. */
 #include "egress.h"
+#include "session.h"
 #include "util.h"
 
 #include <errno.h>
@@ -11,7 +12,7 @@
 int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct sbx_err *err)
 {
 	*out = NULL;
-	if (sbx_id_check(id, "session", err) < 0)
+	if (sbx_session_visible(st, id, err) < 0)
 		return -1;
 	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (dfd < 0)

@@ -112,7 +112,43 @@ static json_t *packages_json(const struct sbx_limit_packages *k)
 			 "require_hashes", k->require_hashes);
 }
 
+static int record_load(struct sbx_state *st, const char *id, struct sbx_session *s, int quarantine,
+		       struct sbx_err *err);
+
 int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err)
+{
+	return record_load(st, id, s, 1, err);
+}
+
+/* The one place a caller's scope meets a session: another tenant's is
+ * not "forbidden", it does not exist, with the very message a missing one
+ * gets; and nothing is changed for it (a corrupt record is left where it
+ * is, since whose it is cannot be told). */
+int sbx_session_lookup(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err)
+{
+	if (sbx_id_check(id, "session", err) < 0)
+		return -1;
+	if (!st->tenant[0])
+		return record_load(st, id, s, 1, err);
+	if (record_load(st, id, s, 0, NULL) < 0 || strcmp(s->tenant, st->tenant)) {
+		memset(s, 0, sizeof *s);
+		if (err)
+			snprintf(err->session, sizeof err->session, "%s", id);
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
+	}
+	return 0;
+}
+
+int sbx_session_visible(struct sbx_state *st, const char *id, struct sbx_err *err)
+{
+	struct sbx_session s;
+	if (!st->tenant[0])
+		return sbx_id_check(id, "session", err);
+	return sbx_session_lookup(st, id, &s, err);
+}
+
+static int record_load(struct sbx_state *st, const char *id, struct sbx_session *s, int quarantine,
+		       struct sbx_err *err)
 {
 	memset(s, 0, sizeof *s);
 	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -128,6 +164,8 @@ int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s,
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the record of %s", id);
 	}
 	if (sbx_record_parse(txt, id, s) < 0) {
+		if (!quarantine)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the record of session %s is corrupt", id);
 		/* Quarantine, never crash: keep the bytes for a post-mortem. */
 		char q[64];
 		snprintf(q, sizeof q, RECORD ".corrupt-%llu", (unsigned long long)(sbx_now_ns() / 1000000u));
@@ -164,6 +202,9 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	sbx_json_str(t, "name", s->tmpl_name, sizeof s->tmpl_name);
 	sbx_json_str(t, "version", s->tmpl_version, sizeof s->tmpl_version);
 	sbx_json_str(t, "dir", s->tmpl_dir, sizeof s->tmpl_dir);
+	sbx_json_str(t, "owner", s->tmpl_owner, sizeof s->tmpl_owner);
+	if (!strcmp(s->tmpl_owner, SBX_TEMPLATE_OPERATOR) || sbx_id_check(s->tmpl_owner, "tenant", NULL) < 0)
+		s->tmpl_owner[0] = 0;
 	sbx_json_str(o, "accel", s->accel, sizeof s->accel);
 	sbx_json_str(o, "vmm", s->vmm, sizeof s->vmm);
 	sbx_json_str(o, "spec", s->spec, sizeof s->spec);
@@ -236,6 +277,8 @@ char *sbx_record_text(const struct sbx_session *s)
 			      "end_reason", s->end_reason, "boot_ms", (json_int_t)s->boot_ms);
 	if (!o)
 		return NULL;
+	json_object_set_new(json_object_get(o, "template"), "owner",
+			    json_string(s->tmpl_owner[0] ? s->tmpl_owner : SBX_TEMPLATE_OPERATOR));
 	const struct sbx_limits *l = &s->limits;
 	json_t *vols = json_array();
 	for (unsigned i = 0; i < s->nvols; i++)
@@ -709,7 +752,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	if (o->id && sbx_pool_member_id(o->id))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
 				   "invalid session ID '%s': IDs starting with '" SBX_POOL_PREFIX "' are the warm pool's", o->id);
-	if (o->tenant && sbx_id_check(o->tenant, "tenant", err) < 0)
+	if (o->tenant && sbx_tenant_check(o->tenant, err) < 0)
 		return -1;
 	if (o->workspace && sbx_workspace_check(o->workspace, err) < 0)
 		return -1;
@@ -723,8 +766,12 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		if (sbx_snapshot_find(st, o->tenant, o->snapshot, &snap, err) < 0 ||
 		    sbx_snapshot_template(st, &snap, &t, err) < 0)
 			return -1;
+		/* Its template is the operator's or the tenant's own, as sbx
+		 * wrote it; anything else is not there for this tenant. */
+		if (o->tenant && t.owner[0] && strcmp(t.owner, o->tenant))
+			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s: its template %s is gone", snap.ref, t.ref);
 		restore = 1;
-	} else if (sbx_template_find(st, o->tmpl ? o->tmpl : "default", &t, err) < 0) {
+	} else if (sbx_template_resolve(st, o->tenant, o->tmpl ? o->tmpl : "default", &t, err) < 0) {
 		return -1;
 	} else if (t.snapshot) {
 		if (sbx_snapshot_of_template(&t, &snap, err) < 0)
@@ -753,7 +800,8 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 
 	memset(s, 0, sizeof *s);
 	snprintf(s->state, sizeof s->state, "creating");
-	snprintf(s->tmpl_name, sizeof s->tmpl_name, "%s", t.name);
+	snprintf(s->tmpl_name, sizeof s->tmpl_name, "%s", t.ref);
+	snprintf(s->tmpl_owner, sizeof s->tmpl_owner, "%s", t.owner);
 	snprintf(s->tmpl_version, sizeof s->tmpl_version, "%s", t.version);
 	snprintf(s->tmpl_dir, sizeof s->tmpl_dir, "%s", t.dir);
 	snprintf(s->tmpl_req, sizeof s->tmpl_req, "%s", o->tmpl ? o->tmpl : "default");
@@ -839,6 +887,12 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	 * the record that names the snapshot, or we see it gone. */
 	if (restore && sbx_snapshot_present(&snap, err) < 0)
 		return -1;
+	/* sbx-snapshot template rm takes it too: the template is still there,
+	 * or we are refused before anything exists. */
+	char tm[700];
+	snprintf(tm, sizeof tm, "%s/manifest.json", t.dir);
+	if (access(tm, F_OK) < 0)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "template %s@%s was removed meanwhile", t.ref, t.version);
 	/* Record intent first: every resource is named by the ID, so a create
 	 * killed at any point leaves only what sbx-kill/sbx-gc can reclaim. */
 	if (mkdirat(st->sessions_fd, id, 0700) < 0)
@@ -918,6 +972,8 @@ static int monitor_connect(struct sbx_state *st, const char *id)
 
 int sbx_monitor_connect(struct sbx_state *st, const char *id, struct sbx_err *err)
 {
+	if (sbx_session_visible(st, id, err) < 0)
+		return -1;
 	int fd = monitor_connect(st, id);
 	if (fd >= 0)
 		return fd;
@@ -961,7 +1017,10 @@ static int wait_unlocked(struct sbx_state *st, const char *id, int seconds)
 int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct sbx_err *err)
 {
 	*gone = 0;
-	if (sbx_id_check(id, "session", err) < 0)
+	/* For a tenant, another's session, like a missing one, is 4: a kill
+	 * that says "gone" would tell them apart no better, and a tenant
+	 * learns nothing either way. */
+	if (sbx_session_visible(st, id, err) < 0)
 		return -1;
 	if (faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0 &&
 	    faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -1022,6 +1081,8 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
 		 * do (it was gone). */
 		json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "session", id, "reason", "sbx-kill", "state", old.state,
 				      "cleanup", rc < 0 ? "incomplete" : "complete");
+		if (f && old.tenant[0])
+			json_object_set_new(f, "tenant", json_string(old.tenant));
 		sbx_audit_append(st, "session.destroy", f, NULL);
 		json_decref(f);
 	}

@@ -18,7 +18,11 @@ struct sbx_session {
 	char id[SBX_ID_MAX + 1];
 	char state[16];     /* creating running crashed stopped */
 	uint64_t created_ns, ready_ns, ended_ns;
+	/* tmpl_name is the template's reference: NAME for the operator's,
+	 * TENANT/NAME for a tenant's own (template.h); tmpl_owner "" for the
+	 * operator. */
 	char tmpl_name[64], tmpl_version[64], tmpl_dir[512];
+	char tmpl_owner[SBX_ID_MAX + 1];
 	char tmpl_req[140]; /* as requested: NAME or NAME@VERSION (not stored) */
 	char tenant[SBX_ID_MAX + 1]; /* who the session is for; "" for none */
 	unsigned vcpus, memory_mib;
@@ -126,7 +130,16 @@ static inline const char *sbx_session_cgroup(const struct sbx_session *s)
 
 /* The record's file name in a session's directory under LIB/sessions. */
 #define SBX_RECORD_FILE "session.json"
+/* The record as stored, whoever's it is: for sbx's own bookkeeping
+ * (capacity, the pool, gc, the monitor). */
 int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err);
+/* A session named by the caller: its record, and 4 ("no such session")
+ * when it is another tenant's than st's scope (state.h), exactly as when
+ * it does not exist.  Every command that takes a session ID goes through
+ * here (or sbx_session_visible). */
+int sbx_session_lookup(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err);
+/* sbx_session_lookup without the record: 0 when the caller may see it. */
+int sbx_session_visible(struct sbx_state *st, const char *id, struct sbx_err *err);
 /* The record's text, already read: -1 when it is not a record of id. */
 int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s);
 int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sbx_err *err);

@@ -1,6 +1,7 @@
 #include "snapshot.h"
 #include "audit.h"
 #include "gc.h"
+#include "hostconf.h"
 #include "policy.h"
 #include "progress.h"
 #include "proto.h"
@@ -232,9 +233,9 @@ int sbx_snapshot_of_template(const struct sbx_template *t, struct sbx_snapshot *
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "template %s@%s holds a snapshot whose manifest is unusable",
 				   t->name, t->version);
 	s->is_template = 1;
-	snprintf(s->name, sizeof s->name, "%s", t->name);
+	snprintf(s->name, sizeof s->name, "%s", t->ref);
 	snprintf(s->version, sizeof s->version, "%s", t->version);
-	snprintf(s->ref, sizeof s->ref, "template:%s@%s", t->name, t->version);
+	snprintf(s->ref, sizeof s->ref, "template:%s@%s", t->ref, t->version);
 	snprintf(s->dir, sizeof s->dir, "%s", t->dir);
 	return 0;
 }
@@ -463,7 +464,7 @@ static int session_of(struct sbx_state *st, const char *id, const char *tenant, 
 {
 	if (sbx_id_check(id, "session", err) < 0 || tenant_check(tenant, err) < 0)
 		return -1;
-	if (sbx_record_load(st, id, s, err) < 0)
+	if (sbx_session_lookup(st, id, s, err) < 0)
 		return -1;
 	if (tenant && strcmp(tenant, s->tenant))
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
@@ -555,16 +556,15 @@ static json_t *manifest_json(const struct sbx_session *src, const struct sbx_sna
  * template NAME@VERSION: the base template's files linked (copied across
  * file systems), ours moved, a template manifest, renamed into place. */
 static int publish(struct sbx_state *st, const struct sbx_session *src, int sdir, json_t *snapm,
-		   const struct sbx_snapshot *s, struct sbx_err *err)
+		   const struct sbx_snapshot *s, const char *owner, struct sbx_err *err)
 {
-	char base[600], tmp[100], final[140];
-	sbx_templates_dir(st, base, sizeof base);
-	if (mkdir(base, 0755) < 0 && errno != EEXIST)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create %s", base);
-	_cleanup_close_ int tdir = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char tmp[100], final[140];
+	_cleanup_close_ int tdir = sbx_template_ns(st, owner, 1, err);
+	if (tdir < 0)
+		return -1;
 	_cleanup_close_ int bdir = open(src->tmpl_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (tdir < 0 || bdir < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s", tdir < 0 ? base : src->tmpl_dir);
+	if (bdir < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s", src->tmpl_dir);
 	uint32_t rnd = arc4random();
 	snprintf(tmp, sizeof tmp, ".tmp-snap-%08x", rnd);
 	snprintf(final, sizeof final, "%s@%s", s->name, s->version);
@@ -605,8 +605,10 @@ static int publish(struct sbx_state *st, const struct sbx_session *src, int sdir
 					"version", s->version, "created", created, "kernel", kernel ? kernel : json_null(),
 					"packages", pkgs ? pkgs : json_array(), "files", files, "content_sha256",
 					s->content_sha256, "snapshot", snapm);
-		if (tm_)
+		if (tm_) {
 			json_object_set_new(tm_, "base", json_sprintf("%s@%s", src->tmpl_name, src->tmpl_version));
+			json_object_set_new(tm_, "owner", json_string(sbx_template_owner_name(owner)));
+		}
 		char *txt = tm_ ? json_dumps(tm_, JSON_INDENT(2)) : NULL;
 		rc = txt ? sbx_atomic_write_at(wd, MANIFEST, txt, strlen(txt), 0644, err)
 			 : sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot write the manifest");
@@ -614,10 +616,22 @@ static int publish(struct sbx_state *st, const struct sbx_session *src, int sdir
 		json_decref(tm_);
 	}
 	json_decref(bm);
+	/* The commit point, under the global lock so that two publishes of
+	 * one name by two owners (or a removal) cannot both pass the check. */
+	int g = rc == 0 ? sbx_lock_global(st, err) : -1;
+	if (rc == 0 && g < 0)
+		rc = -1;
+	char who[SBX_ID_MAX + 1];
+	if (rc == 0 && sbx_template_holder(st, owner, s->name, who))
+		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				 "template %s belongs to %s%s: a publish never shadows another owner's template", s->name,
+				 who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
 	if (rc == 0 && renameat2(tdir, tmp, tdir, final, RENAME_NOREPLACE) < 0)
 		rc = errno == EEXIST || errno == ENOTEMPTY
 			     ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "template %s already exists", final)
 			     : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot publish template %s", final);
+	if (g >= 0)
+		close(g);
 	if (rc == 0)
 		fsync(tdir);
 	else
@@ -645,6 +659,48 @@ static int exists_at(int dfd, const char *name)
 	return faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
+/* May the caller (tenant, NULL for the operator) publish src as the
+ * template name, and into whose namespace (owner)?  Publishing is the
+ * operator's; a tenant may where sbx.yaml lists it, into its own.  A
+ * tenant's session never becomes the operator's template (its guest would
+ * then serve every tenant), and no name another owner holds is taken. */
+static int publish_check(struct sbx_state *st, const char *caller, const struct sbx_session *src, const char *name,
+			 char owner[SBX_ID_MAX + 1], struct sbx_err *err)
+{
+	owner[0] = 0;
+	if (caller) {
+		static struct sbx_hostconf hc;
+		if (sbx_hostconf_load(&hc, err) < 0)
+			return -1;
+		if (!sbx_hostconf_publisher(&hc, caller))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "publishing a template is the operator's: tenant %s is not in templates.publishers "
+					   "of %s",
+					   caller, hc.source[0] ? hc.source : "sbx.yaml (there is none)");
+		snprintf(owner, SBX_ID_MAX + 1, "%s", caller);
+	} else if (src->tenant[0]) {
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "session %s is tenant %s's: its guest cannot become the operator's template (publish it "
+				   "with --tenant %s, into that tenant's own templates)",
+				   src->id, src->tenant, src->tenant);
+	} else if (src->tmpl_owner[0]) {
+		/* An operator session booted from a tenant's template runs that
+		 * tenant's guest: the same hand-over by another road. */
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "session %s runs tenant %s's template %s: its guest cannot become the operator's template",
+				   src->id, src->tmpl_owner, src->tmpl_name);
+	}
+	if (owner[0] && strlen(owner) + 1 + strlen(name) >= 64)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "template name %s/%s is too long (at most 63 bytes)", owner,
+				   name);
+	char who[SBX_ID_MAX + 1];
+	if (sbx_template_holder(st, owner, name, who))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "template %s belongs to %s%s: a publish never shadows another owner's template", name,
+				   who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
+	return 0;
+}
+
 static int save_audit(struct sbx_state *st, const struct sbx_snapshot *s, int to_template, uint64_t save_ms,
 		      struct sbx_err *err)
 {
@@ -653,6 +709,8 @@ static int save_audit(struct sbx_state *st, const struct sbx_snapshot *s, int to
 			      (json_int_t)s->size, "content_sha256", s->content_sha256, "save_ms", (json_int_t)save_ms);
 	if (f && s->tenant[0])
 		json_object_set_new(f, "tenant", json_string(s->tenant));
+	if (f && to_template)
+		json_object_set_new(f, "owner", json_string(sbx_template_owner_name(s->tenant)));
 	int rc = sbx_audit_append(st, "snapshot.save", f, err);
 	json_decref(f);
 	return rc;
@@ -676,6 +734,10 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 	snprintf(s.tenant, sizeof s.tenant, "%s", src.tenant);
 	if (tenant_check(s.tenant, err) < 0)
 		return -1;
+	const char *caller = o->tenant ? o->tenant : sbx_state_tenant(st);
+	char owner[SBX_ID_MAX + 1] = "";
+	if (o->to_template && publish_check(st, caller, &src, s.name, owner, err) < 0)
+		return -1;
 	int auto_version = !version[0];
 	if (auto_version)
 		version_now(version, sizeof version);
@@ -685,7 +747,7 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 		return -1;
 	char tbase[600], final[140];
 	sbx_templates_dir(st, tbase, sizeof tbase);
-	_cleanup_close_ int tpl = o->to_template ? open(tbase, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	_cleanup_close_ int tpl = o->to_template ? sbx_template_ns(st, owner, 0, NULL) : -1;
 	/* Taken names are refused before any work (and again at the rename). */
 	for (int i = 1;; i++) {
 		snprintf(final, sizeof final, "%s@%s", s.name, s.version);
@@ -751,12 +813,17 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 	int rc = sbx_atomic_write_at(wd, MANIFEST, txt, strlen(txt), 0600, err);
 	free(txt);
 	if (rc == 0 && o->to_template) {
-		rc = publish(st, &src, wd, m, &s, err);
+		rc = publish(st, &src, wd, m, &s, owner, err);
 		if (rc == 0) {
 			sbx_rm_rf_at(tdir, wname);
 			s.is_template = 1;
-			snprintf(s.ref, sizeof s.ref, "template:%s@%s", s.name, s.version);
-			snprintf(s.dir, sizeof s.dir, "%s/%s", tbase, final);
+			snprintf(s.ref, sizeof s.ref, "template:%s%s%s@%s", owner, owner[0] ? "/" : "", s.name, s.version);
+			if (owner[0])
+				snprintf(s.dir, sizeof s.dir, "%s/" SBX_TEMPLATE_TENANTS "/%s/%s", tbase, owner, final);
+			else
+				snprintf(s.dir, sizeof s.dir, "%s/%s", tbase, final);
+			if (tpl < 0)
+				tpl = sbx_template_ns(st, owner, 0, NULL);
 		}
 	} else if (rc == 0) {
 		/* The commit point: the name appears with everything in it. */
@@ -796,6 +863,9 @@ fail:
 
 /* --- in use, listing, removal --------------------------------------------- */
 
+static int collect(struct sbx_state *st, const char *tenant, const char *name, const char *version,
+		   struct sbx_snapshot **out, size_t *n, struct sbx_err *err);
+
 /* Live sessions restored from ref (warm-pool members included). */
 static json_t *users_of(struct sbx_state *st, const char *ref)
 {
@@ -814,6 +884,32 @@ static json_t *users_of(struct sbx_state *st, const char *ref)
 		free(ids[i]);
 	}
 	free(ids);
+	return a;
+}
+
+json_t *sbx_snapshot_of_base(struct sbx_state *st, const char *tmpl_ref, const char *version, const char *tenant)
+{
+	json_t *a = json_array();
+	_cleanup_close_ int top = openat(st->lib_fd, "snapshots", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	DIR *d = top >= 0 ? fdopendir(dup(top)) : NULL;
+	char **dirs = NULL;
+	size_t nd = 0;
+	if (!d || sbx_dir_ids(d, 1, &dirs, &nd) < 0)
+		return a;
+	for (size_t i = 0; i < nd; i++) {
+		const char *t = !strcmp(dirs[i], SBX_SNAPSHOT_NO_TENANT) ? "" : dirs[i];
+		struct sbx_snapshot *v;
+		size_t n;
+		if ((!tenant || !strcmp(tenant, t)) && (!*t || tenant_check(t, NULL) == 0) &&
+		    collect(st, t, NULL, NULL, &v, &n, NULL) == 0) {
+			for (size_t k = 0; k < n; k++)
+				if (!strcmp(v[k].tmpl_name, tmpl_ref) && !strcmp(v[k].tmpl_version, version))
+					json_array_append_new(a, json_string(v[k].ref));
+			free(v);
+		}
+		free(dirs[i]);
+	}
+	free(dirs);
 	return a;
 }
 
@@ -1054,5 +1150,27 @@ int sbx_snapshot_gc(struct sbx_state *st, uint64_t grace_ms, int dry_run,
 	static const char *const ours[] = { ".tmp-snap-", NULL };
 	if (tdir >= 0)
 		gc_dir(tdir, "templates", ours, grace_ms, dry_run, cb, ctx);
+	/* and in each tenant's own (template.h) */
+	int tt = tdir >= 0 ? openat(tdir, SBX_TEMPLATE_TENANTS, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
+	DIR *d = tt >= 0 ? fdopendir(tt) : NULL;
+	char **ids;
+	size_t n;
+	if (!d) {
+		if (tt >= 0)
+			close(tt);
+	} else if (sbx_dir_ids(d, 1, &ids, &n) == 0) {
+		_cleanup_close_ int again = openat(tdir, SBX_TEMPLATE_TENANTS, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		for (size_t i = 0; i < n; i++) {
+			int t = again >= 0 ? openat(again, ids[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
+			if (t >= 0) {
+				char where[100];
+				snprintf(where, sizeof where, "templates/" SBX_TEMPLATE_TENANTS "/%s", ids[i]);
+				gc_dir(t, where, ours, grace_ms, dry_run, cb, ctx);
+				close(t);
+			}
+			free(ids[i]);
+		}
+		free(ids);
+	}
 	return 0;
 }

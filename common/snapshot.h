@@ -14,9 +14,11 @@
  * A snapshot published as a template (save --template) is a template
  * directory (template.h): the base template's kernel, initramfs and root
  * disk (hard links where they can be), the same two files, and a template
- * manifest with the snapshot's under "snapshot".  Any tenant can use it;
- * everything else is the tenant's own: another tenant's snapshots do not
- * exist for it (4). */
+ * manifest with the snapshot's under "snapshot", in the namespace of its
+ * owner: the operator's (only the operator publishes there, and never a
+ * tenant's session), or a tenant's own where sbx.yaml lets it publish
+ * (template.h says who sees which).  Everything else is the tenant's
+ * own: another tenant's snapshots do not exist for it (4). */
 #ifndef SBX_SNAPSHOT_H
 #define SBX_SNAPSHOT_H
 
@@ -88,6 +90,10 @@ struct sbx_snapshot_save_opts {
  * 5.  The source goes on as it was.  Audited (snapshot.save). */
 int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts *o, struct sbx_snapshot *out,
 		      struct sbx_err *err);
+
+/* References of the snapshots (of tenant, NULL: everyone's) saved from a
+ * session of template tmpl_ref@version (template.h). */
+json_t *sbx_snapshot_of_base(struct sbx_state *st, const char *tmpl_ref, const char *version, const char *tenant);
 
 /* The tenant's snapshots (name: only those; NULL: all), oldest first by
  * name then creation, as JSON objects; 4 when name matches none. */

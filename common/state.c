@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 
@@ -67,6 +69,28 @@ int sbx_state_open(struct sbx_state *st, struct sbx_err *err)
 	return 0;
 }
 
+int sbx_state_peek(struct sbx_state *st, struct sbx_err *err)
+{
+	memset(st, 0, sizeof *st);
+	st->lib_fd = st->run_fd = st->sessions_fd = st->rsessions_fd = -1;
+	const char *root = getenv("SBX_ROOT");
+	if (root && *root) {
+		if (root[0] != '/' || strlen(root) > 400)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "SBX_ROOT must be an absolute path of at most 400 bytes");
+		snprintf(st->root, sizeof st->root, "%s", root);
+	}
+	snprintf(st->lib, sizeof st->lib, "%s/var/lib/sbx", st->root);
+	snprintf(st->run, sizeof st->run, "%s/run/sbx", st->root);
+	st->lib_fd = open(st->lib, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	st->run_fd = open(st->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (st->lib_fd >= 0)
+		st->sessions_fd = openat(st->lib_fd, "sessions", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (st->run_fd >= 0)
+		st->rsessions_fd = openat(st->run_fd, "sessions", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	return 0;
+}
+
 void sbx_state_close(struct sbx_state *st)
 {
 	int *fds[] = { &st->lib_fd, &st->run_fd, &st->sessions_fd, &st->rsessions_fd };
@@ -94,6 +118,32 @@ int sbx_id_check(const char *id, const char *what, struct sbx_err *err)
 					   "invalid %s ID '%s': only letters, digits, '_', '-' and '.' are allowed",
 					   what, id);
 	}
+	return 0;
+}
+
+int sbx_tenant_check(const char *tenant, struct sbx_err *err)
+{
+	if (!tenant || !*tenant)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid tenant ID '': a tenant must be named");
+	if (sbx_id_check(tenant, "tenant", err) < 0)
+		return -1;
+	static const char *const reserved[] = { "_", "@", "operator" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(reserved); i++)
+		if (!strcasecmp(tenant, reserved[i]))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid tenant ID '%s': the name is reserved", tenant);
+	return 0;
+}
+
+int sbx_state_scope(struct sbx_state *st, const char *tenant, struct sbx_err *err)
+{
+	if (!tenant)
+		tenant = getenv("SBX_TENANT");
+	st->tenant[0] = 0;
+	if (!tenant)
+		return 0;
+	if (sbx_tenant_check(tenant, err) < 0)
+		return -1;
+	snprintf(st->tenant, sizeof st->tenant, "%s", tenant);
 	return 0;
 }
 

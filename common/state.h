@@ -17,14 +17,33 @@ struct sbx_state {
 	char lib[600], run[600];
 	int lib_fd, run_fd;          /* LIB, RUN */
 	int sessions_fd, rsessions_fd; /* LIB/sessions, RUN/sessions */
+	/* The caller's tenant (sbx_state_scope), "" for the operator.  Every
+	 * lookup of a session by ID on the caller's behalf
+	 * (sbx_session_lookup) treats another tenant's as nonexistent. */
+	char tenant[SBX_ID_MAX + 1];
 };
 
 /* Open (creating, mode 0700) the state directories. */
 int sbx_state_open(struct sbx_state *st, struct sbx_err *err);
 void sbx_state_close(struct sbx_state *st);
+/* The same, read-only: nothing is created, and what does not exist yet is
+ * -1 (sbx-create --dry-run, which creates nothing). */
+int sbx_state_peek(struct sbx_state *st, struct sbx_err *err);
 
 /* IDs: 1..63 of [A-Za-z0-9_.-], not starting with '.' or '-'. */
 int sbx_id_check(const char *id, const char *what, struct sbx_err *err);
+/* A tenant ID: an ID that is none of the reserved names ("_" and "@" name
+ * the objects without a tenant, "operator" the owner of shipped
+ * templates; compared without case).  3 otherwise. */
+int sbx_tenant_check(const char *tenant, struct sbx_err *err);
+/* Scope st to the caller: tenant (--tenant), else $SBX_TENANT when set,
+ * else the operator.  A given but invalid tenant (empty included) is 3. */
+int sbx_state_scope(struct sbx_state *st, const char *tenant, struct sbx_err *err);
+/* The scope's tenant, or NULL for the operator. */
+static inline const char *sbx_state_tenant(const struct sbx_state *st)
+{
+	return st->tenant[0] ? st->tenant : NULL;
+}
 /* A fresh random ID, "s-" + 12 hex digits, into buf[16]. */
 void sbx_id_new(char *buf, size_t n);
 

@@ -687,7 +687,7 @@ static json_t *result_json(const char *dir, const char *session, json_t *srcs, c
 
 static int load_session(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err)
 {
-	if (sbx_id_check(id, "session", err) < 0 || sbx_record_load(st, id, s, err) < 0) {
+	if (sbx_session_lookup(st, id, s, err) < 0) {
 		snprintf(err->session, sizeof err->session, "%s", id);
 		return -1;
 	}

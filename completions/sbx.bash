@@ -17,17 +17,17 @@
 # Options per command, and those of them that take a value.
 _sbx_opts_create='-h --help -p --policy -q --quiet -s --snapshot -t --template -v --volume --cpus --disk --dry-run --id --json --memory --secret --tenant --ttl --workspace'
 _sbx_args_create='-p --policy -s --snapshot -t --template -v --volume --cpus --disk --id --memory --secret --tenant --ttl --workspace'
-_sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --output --resume --timeout --wait'
-_sbx_args_exec='-e --env -u --user -w --workdir --output --timeout --wait'
+_sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --output --resume --tenant --timeout --wait'
+_sbx_args_exec='-e --env -u --user -w --workdir --output --tenant --timeout --wait'
 _sbx_opts_ps='-H --no-headers -h --help -q --quiet --all --capacity --execs --json --net --pool --prometheus --state --tenant --workspaces'
 _sbx_args_ps='--execs --net --state --tenant'
-_sbx_opts_kill='-h --help --exec --json'
-_sbx_args_kill='--exec'
-_sbx_opts_cp='-h --help -j --json'
-_sbx_args_cp=''
+_sbx_opts_kill='-h --help --exec --json --tenant'
+_sbx_args_kill='--exec --tenant'
+_sbx_opts_cp='-h --help -j --json --tenant'
+_sbx_args_cp='--tenant'
 _sbx_opts_gc='-h --help -n --dry-run --grace --json --pool-only'
 _sbx_args_gc='--grace'
-_sbx_opts_audit='-H --no-headers -h --help -q --quiet --json --jsonl --session --since --tenant --type --until'
+_sbx_opts_audit='-H --no-headers -h --help -q --quiet --chain --json --jsonl --session --since --tenant --type --until'
 _sbx_args_audit='--session --since --tenant --type --until'
 _sbx_opts_snapshot='-H --no-headers -f --force -h --help -q --quiet --json --template --tenant'
 _sbx_args_snapshot='--tenant'
@@ -35,9 +35,9 @@ _sbx_args_snapshot='--tenant'
 _sbx_states='creating running paused pooled stopped crashed expired corrupt'
 _sbx_ws_states='attached idle'
 _sbx_audit_types='session.create session.destroy session.expire session.crash session.stop session.pause
-	session.resume exec.start exec.end files.upload files.download snapshot.save snapshot.rm workspace.create
+	session.resume exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.rm workspace.create
 	workspace.attach workspace.remove net.connect net.close net.lost dns.query package.fetch gc.reclaim
-	policy.refused audit.repair session.* exec.* files.* snapshot.* workspace.* net.*'
+	policy.refused audit.repair session.* exec.* files.* snapshot.* template.* workspace.* net.*'
 
 # A sibling of the command being completed, so ./build/bin/sbx-exec asks
 # ./build/bin/sbx-ps; else the one on PATH.
@@ -236,7 +236,7 @@ _sbx_operand() {
 		fi ;;
 	snapshot)
 		if [ "$n" -eq 0 ]; then
-			_sbx_add pause resume save list rm
+			_sbx_add pause resume save list rm template
 			return
 		fi
 		case $_sbx_sub:$n in
@@ -244,6 +244,7 @@ _sbx_operand() {
 		resume:*) mapfile -t _sbx_w < <(_sbx_sessions paused) ;;
 		save:1) mapfile -t _sbx_w < <(_sbx_sessions) ;;
 		rm:* | list:1 | ls:1) mapfile -t _sbx_w < <(_sbx_snapshots) ;;
+		template:1) _sbx_w=(list rm) ;;
 		*) _sbx_w=() ;;
 		esac
 		_sbx_add "${_sbx_w[@]}" ;;

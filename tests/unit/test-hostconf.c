@@ -45,6 +45,13 @@ int main(void)
 	ok(q.memory_mib == 32768 && q.sessions == 20 && q.vcpus == 8 && q.workspace_bytes == 100ull << 30, "a tenant's entry replaces what it sets, keeps the rest");
 	sbx_hostconf_quota(&hc, "globex", &q);
 	ok(q.memory_mib == 8192 && q.sessions == 0 && q.vcpus == 8, "another tenant gets per_tenant; unset is no limit");
+	ok(parse("templates:\n  publishers: [acme, b-2]\n", &hc, &e) == 0 && hc.npublishers == 2 &&
+		   sbx_hostconf_publisher(&hc, "acme") && sbx_hostconf_publisher(&hc, "b-2") &&
+		   !sbx_hostconf_publisher(&hc, "acm") && !sbx_hostconf_publisher(&hc, NULL),
+	   "templates.publishers: tenants that may publish");
+	ok(parse("pool: {templates: {}}\ntemplates: {publishers: []}\n", &hc, &e) == 0 && hc.npublishers == 0,
+	   "pool and templates side by side, no publishers");
+	ok(parse("", &hc, &e) == 0 && !sbx_hostconf_publisher(&hc, "acme"), "by default nobody publishes");
 
 	static const struct {
 		const char *txt, *msg;
@@ -88,6 +95,12 @@ int main(void)
 		{ "quotas: {per_tenant: {disks: 1}}\n", "unknown key 'disks'" },
 		{ "quotas: {tenants: {../x: {vcpus: 1}}}\n", "not a tenant ID" },
 		{ "quotas: {tenant: {}}\n", "unknown key 'tenant' in quotas" },
+		{ "templates: {publishers: [operator]}\n", "'operator' is not a tenant ID" },
+		{ "templates: {publishers: [_]}\n", "'_' is not a tenant ID" },
+		{ "templates: {publishers: [../x]}\n", "not a tenant ID" },
+		{ "templates: {publishers: acme}\n", "expected a list of tenant IDs" },
+		{ "templates: {publishers: [[a]]}\n", "expected a scalar" },
+		{ "templates: {publisher: [a]}\n", "unknown key 'publisher'" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char what[800];

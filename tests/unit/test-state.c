@@ -24,6 +24,22 @@ int main(void)
 		snprintf(what, sizeof what, "bad id '%s' rejected with 3", bad[i]);
 		ok(sbx_id_check(bad[i], "session", &e) < 0 && e.code == SBX_EXIT_INVALID, what);
 	}
+	const char *tenants_bad[] = { "", "_", "@", "operator", "OPERATOR", "../x", "a/b", ".x", "-x" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(tenants_bad); i++) {
+		char what[100];
+		snprintf(what, sizeof what, "tenant '%s' refused with 3", tenants_bad[i]);
+		ok(sbx_tenant_check(tenants_bad[i], &e) < 0 && e.code == SBX_EXIT_INVALID, what);
+	}
+	ok(sbx_tenant_check("acme", &e) == 0 && sbx_tenant_check("operators", &e) == 0, "tenants acme, operators");
+	struct sbx_state sc = { 0 };
+	setenv("SBX_TENANT", "envt", 1);
+	ok(sbx_state_scope(&sc, NULL, &e) == 0 && !strcmp(sc.tenant, "envt"), "scope from SBX_TENANT");
+	ok(sbx_state_scope(&sc, "opt", &e) == 0 && !strcmp(sc.tenant, "opt"), "--tenant wins over SBX_TENANT");
+	setenv("SBX_TENANT", "", 1);
+	ok(sbx_state_scope(&sc, NULL, &e) < 0 && e.code == SBX_EXIT_INVALID && !sc.tenant[0],
+	   "an empty SBX_TENANT is refused, not the operator");
+	unsetenv("SBX_TENANT");
+	ok(sbx_state_scope(&sc, NULL, &e) == 0 && !sbx_state_tenant(&sc), "no tenant: the operator");
 	char id1[16], id2[16];
 	sbx_id_new(id1, sizeof id1);
 	sbx_id_new(id2, sizeof id2);
