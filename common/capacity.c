@@ -77,17 +77,6 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
 	return measure(st, NULL, c, &unused, err);
 }
 
-/* The quota sbx.yaml gives tenant.  The configuration is static: it holds
- * up to 64 tenants' entries, too large for the stack. */
-static int load_quota(const char *tenant, struct sbx_quota *q, struct sbx_err *err)
-{
-	static struct sbx_hostconf hc;
-	if (sbx_hostconf_load(&hc, err) < 0)
-		return -1;
-	sbx_hostconf_quota(&hc, tenant, q);
-	return 0;
-}
-
 /* The tenant's quotas (sbx.yaml(5) quotas:, and SBX_MAX_SESSIONS_PER_TENANT
  * for the session count): 75 with kind "tenant_quota" naming the one a
  * session of this size would exceed.  Not host capacity: the tenant must
@@ -98,7 +87,7 @@ static int tenant_admit(const char *tenant, const struct sbx_capacity *c, const 
 	struct sbx_quota q;
 	if (!tenant || !tenant[0])
 		return 0;
-	if (load_quota(tenant, &q, err) < 0)
+	if (sbx_hostconf_tenant_quota(tenant, &q, err) < 0)
 		return -1;
 	unsigned max_sessions = c->max_per_tenant;
 	if (q.sessions && q.sessions < max_sessions)
@@ -114,16 +103,8 @@ static int tenant_admit(const char *tenant, const struct sbx_capacity *c, const 
 		what = "vcpus", used = tu->vcpus, want = vcpus, max = q.vcpus;
 	if (!what)
 		return 0;
-	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
-		    "tenant quota reached (%s of this tenant, %s: its sessions hold %llu%s, this one needs "
-		    "%llu%s more, the quota is %llu%s); end one of its sessions first",
-		    what, tenant, used, unit, want, unit, max, unit);
-	if (err) {
-		snprintf(err->kind, sizeof err->kind, "tenant_quota");
-		snprintf(err->quota, sizeof err->quota, "%s", what);
-		err->retry_after_ms = 5000;
-	}
-	return -1;
+	return sbx_err_tenant_quota(err, tenant, what, used, want, max, unit, "its sessions",
+				    "end one of its sessions first");
 }
 
 int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
@@ -214,7 +195,7 @@ int sbx_capacity_admit_workspace(struct sbx_state *st, const char *tenant, const
 	struct sbx_quota q;
 	if (!tenant || !tenant[0] || !name || !name[0])
 		return 0;
-	if (load_quota(tenant, &q, err) < 0)
+	if (sbx_hostconf_tenant_quota(tenant, &q, err) < 0)
 		return -1;
 	if (!q.workspace_bytes)
 		return 0;
@@ -243,16 +224,8 @@ int sbx_capacity_admit_workspace(struct sbx_state *st, const char *tenant, const
 		rc = 0;
 		goto out;
 	}
-	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
-		    "tenant quota reached (workspace_bytes of this tenant, %s: its workspaces hold %llu bytes, this one "
-		    "needs %llu more, the quota is %llu); remove one of its workspaces first",
-		    tenant, (unsigned long long)before, (unsigned long long)(after - before),
-		    (unsigned long long)q.workspace_bytes);
-	if (err) {
-		snprintf(err->kind, sizeof err->kind, "tenant_quota");
-		snprintf(err->quota, sizeof err->quota, "workspace_bytes");
-		err->retry_after_ms = 5000;
-	}
+	sbx_err_tenant_quota(err, tenant, "workspace_bytes", before, after - before, q.workspace_bytes, " bytes",
+			     "its workspaces", "remove one of its workspaces first");
 	goto out;
 oom:
 	sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot count the workspaces of tenant %s", tenant);

@@ -85,3 +85,19 @@ void sbx_err_print(const char *prog, const struct sbx_err *err, int json)
 	free(s);
 	json_decref(o);
 }
+
+int sbx_err_tenant_quota(struct sbx_err *err, const char *tenant, const char *quota, unsigned long long used,
+			 unsigned long long want, unsigned long long max, const char *unit, const char *holder,
+			 const char *remedy)
+{
+	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
+		    "tenant quota reached (%s of this tenant, %s: %s hold %llu%s, this one needs %llu%s more, the "
+		    "quota is %llu%s); %s",
+		    quota, tenant, holder, used, unit, want, unit, max, unit, remedy);
+	if (err) {
+		snprintf(err->kind, sizeof err->kind, "tenant_quota");
+		snprintf(err->quota, sizeof err->quota, "%s", quota);
+		err->retry_after_ms = 5000;
+	}
+	return -1;
+}

@@ -38,4 +38,11 @@ const char *sbx_exit_name(int code);
 /* Report err on stderr for program prog: text, or one JSON object. */
 void sbx_err_print(const char *prog, const struct sbx_err *err, int json);
 
+/* A tenant over one of its quotas (sbx.yaml(5) quotas:): 75 with kind
+ * "tenant_quota" and quota, "HOLDER hold USED, this one needs WANT more,
+ * the quota is MAX; REMEDY", retry after 5 s.  Returns -1. */
+int sbx_err_tenant_quota(struct sbx_err *err, const char *tenant, const char *quota, unsigned long long used,
+			 unsigned long long want, unsigned long long max, const char *unit, const char *holder,
+			 const char *remedy);
+
 #endif

@@ -386,10 +386,17 @@ static int quota_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj
 		q->memory_mib = v / MIB;
 		return 0;
 	}
-	if (!strcmp(key, "workspace_bytes")) {
-		if (sbx_parse_size(s, &v) < 0 || v < 16 * MIB || v > (1ull << 50))
-			return fail(c, m, "%s: '%s' is not a size from 16M", path, SHOW(s));
-		q->workspace_bytes = v;
+	uint64_t *bytes = !strcmp(key, "workspace_bytes")  ? &q->workspace_bytes
+			  : !strcmp(key, "snapshot_bytes") ? &q->snapshot_bytes
+			  : !strcmp(key, "cache_bytes")    ? &q->cache_bytes
+							   : NULL;
+	if (bytes) {
+		/* A workspace is at least 16M; a cache or snapshots, any size. */
+		uint64_t min = bytes == &q->workspace_bytes ? 16 * MIB : MIB;
+		if (sbx_parse_size(s, &v) < 0 || v < min || v > (1ull << 50))
+			return fail(c, m, "%s: '%s' is not a size from %lluM", path, SHOW(s),
+				    (unsigned long long)(min / MIB));
+		*bytes = v;
 		return 0;
 	}
 	if (parse_uint(s, 1000000, &v) < 0 || v < 1)
@@ -401,7 +408,8 @@ static int quota_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj
 	return 0;
 }
 
-static const char *const quota_keys[] = { "memory", "sessions", "vcpus", "workspace_bytes", NULL };
+static const char *const quota_keys[] = { "cache_bytes", "memory", "sessions", "snapshot_bytes", "vcpus",
+					   "workspace_bytes", NULL };
 
 static int quota_tenant(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
@@ -413,7 +421,7 @@ static int quota_tenant(struct ctx *c, const char *key, yaml_mark_t km, void *ob
 	struct sbx_tenant_quota *t = &qc->tenants[qc->ntenants];
 	snprintf(t->tenant, sizeof t->tenant, "%s", key);
 	t->q.sessions = t->q.vcpus = UINT32_MAX;
-	t->q.memory_mib = t->q.workspace_bytes = UINT64_MAX;
+	t->q.memory_mib = t->q.workspace_bytes = t->q.snapshot_bytes = t->q.cache_bytes = UINT64_MAX;
 	if (walk_map(c, path, quota_keys, quota_value, &t->q) < 0)
 		return -1;
 	qc->ntenants++;
@@ -427,6 +435,16 @@ static int quotas_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj,
 	if (!strcmp(key, "per_tenant"))
 		return walk_map(c, path, quota_keys, quota_value, &qc->per_tenant);
 	return walk_map(c, path, NULL, quota_tenant, qc);
+}
+
+int sbx_hostconf_tenant_quota(const char *tenant, struct sbx_quota *q, struct sbx_err *err)
+{
+	/* Static: up to 64 tenants' entries, too large for the stack. */
+	static struct sbx_hostconf hc;
+	if (sbx_hostconf_load(&hc, err) < 0)
+		return -1;
+	sbx_hostconf_quota(&hc, tenant, q);
+	return 0;
 }
 
 void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struct sbx_quota *q)
@@ -444,6 +462,10 @@ void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struc
 			q->memory_mib = t->q.memory_mib;
 		if (t->q.workspace_bytes != UINT64_MAX)
 			q->workspace_bytes = t->q.workspace_bytes;
+		if (t->q.snapshot_bytes != UINT64_MAX)
+			q->snapshot_bytes = t->q.snapshot_bytes;
+		if (t->q.cache_bytes != UINT64_MAX)
+			q->cache_bytes = t->q.cache_bytes;
 	}
 }
 

@@ -50,6 +50,8 @@ struct sbx_quota {
 	uint64_t memory_mib; /* guest memory */
 	unsigned vcpus;
 	uint64_t workspace_bytes; /* the sizes of its workspaces */
+	uint64_t snapshot_bytes;  /* the sizes of its snapshots */
+	uint64_t cache_bytes;     /* its package cache (else packages.cache_quota) */
 };
 struct sbx_quota_conf {
 	struct sbx_quota per_tenant;
@@ -83,6 +85,9 @@ struct sbx_hostconf {
 /* The quota that applies to tenant (per_tenant, overridden key by key by
  * its own entry). */
 void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struct sbx_quota *q);
+
+/* The same, read from sbx.yaml (sbx_hostconf_load) for this call. */
+int sbx_hostconf_tenant_quota(const char *tenant, struct sbx_quota *q, struct sbx_err *err);
 
 /* Is tenant listed in templates.publishers? */
 int sbx_hostconf_publisher(const struct sbx_hostconf *hc, const char *tenant);

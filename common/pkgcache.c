@@ -60,6 +60,9 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int once_rc;
 static struct sbx_err once_err;
 static uint64_t cache_quota = SBX_PKGCACHE_QUOTA_DEFAULT;
+/* sbx.yaml as read at start: a tenant's quotas.cache_bytes overrides
+ * packages.cache_quota for that tenant's scope (scope_quota). */
+static struct sbx_hostconf hostconf;
 
 /* Upstream fetches in flight in this process (one proxy per session). */
 static pthread_mutex_t up_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -78,14 +81,14 @@ static void init_once(void)
 		return;
 	}
 	xmlInitParser();
-	struct sbx_hostconf hc;
-	if (sbx_hostconf_load(&hc, &once_err) < 0) {
+	if (sbx_hostconf_load(&hostconf, &once_err) < 0) {
 		once_rc = -1; /* fail closed: an sbx.yaml we cannot read bounds nothing */
 		return;
 	}
-	if (hc.packages.cache_quota)
-		cache_quota = hc.packages.cache_quota;
+	if (hostconf.packages.cache_quota)
+		cache_quota = hostconf.packages.cache_quota;
 }
+
 
 int sbx_pkgcache_init(struct sbx_err *err)
 {
@@ -1648,7 +1651,19 @@ static int lru_cmp(const void *a, const void *b)
 	return x->used < y->used ? -1 : x->used > y->used;
 }
 
-/* Keep the scope within packages.cache_quota (sbx.yaml): remove the
+/* The bytes c's cache scope may keep: its tenant's cache_bytes quota, else
+ * packages.cache_quota (the shared scope has only the latter). */
+static uint64_t scope_quota(const struct conn *c)
+{
+	const char *t = c->cfg->tenant;
+	if (!t || !*t)
+		return cache_quota;
+	struct sbx_quota q;
+	sbx_hostconf_quota(&hostconf, t, &q);
+	return q.cache_bytes ? q.cache_bytes : cache_quota;
+}
+
+/* Keep the scope within its quota (scope_quota): remove the
  * least recently used entries, never keep, until the rest fits.  Under
  * the scope's lock, so sessions of a tenant evict one at a time. */
 static void evict(const struct conn *c, int dir, const char *keep)
@@ -1688,16 +1703,17 @@ static void evict(const struct conn *c, int dir, const char *keep)
 		total += v[n].size;
 		n++;
 	}
-	if (total <= cache_quota)
+	uint64_t quota = scope_quota(c);
+	if (total <= quota)
 		return;
 	qsort(v, n, sizeof *v, lru_cmp);
-	for (size_t i = 0; i < n && total > cache_quota; i++) {
+	for (size_t i = 0; i < n && total > quota; i++) {
 		if (keep && !strcmp(v[i].key, keep))
 			continue;
 		drop_entry(dir, v[i].key);
 		total -= v[i].size;
 		diag(c, "cache quota %llu bytes: evicted %s (%llu bytes, least recently used)",
-		     (unsigned long long)cache_quota, v[i].key, (unsigned long long)v[i].size);
+		     (unsigned long long)quota, v[i].key, (unsigned long long)v[i].size);
 	}
 }
 
@@ -1858,9 +1874,9 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 		         c->file, c->registry, bad, want[k], got[k]);
 		return refuse(c, o, 502, msg, 1), -1;
 	}
-	if (w->key[0] && f.bytes > cache_quota) {
+	if (w->key[0] && f.bytes > scope_quota(c)) {
 		diag(c, "%s (%llu bytes) is larger than the cache quota of %llu bytes: served, not kept", w->key,
-		     (unsigned long long)f.bytes, (unsigned long long)cache_quota);
+		     (unsigned long long)f.bytes, (unsigned long long)scope_quota(c));
 	} else if (w->key[0]) {
 		char self[64];
 		snprintf(self, sizeof self, "/proc/self/fd/%d", tfd);

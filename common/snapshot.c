@@ -716,6 +716,31 @@ static int save_audit(struct sbx_state *st, const struct sbx_snapshot *s, int to
 	return rc;
 }
 
+static int collect(struct sbx_state *st, const char *tenant, const char *name, const char *version,
+		   struct sbx_snapshot **out, size_t *n, struct sbx_err *err);
+
+/* Would s (not yet listed) take its tenant past quotas.snapshot_bytes? */
+static int snapshot_quota(struct sbx_state *st, const struct sbx_snapshot *s, struct sbx_err *err)
+{
+	struct sbx_quota q;
+	if (sbx_hostconf_tenant_quota(s->tenant, &q, err) < 0)
+		return -1;
+	if (!q.snapshot_bytes)
+		return 0;
+	struct sbx_snapshot *v;
+	size_t n;
+	if (collect(st, s->tenant, NULL, NULL, &v, &n, err) < 0)
+		return -1;
+	unsigned long long used = 0;
+	for (size_t i = 0; i < n; i++)
+		used += v[i].size;
+	free(v);
+	if (used + s->size <= q.snapshot_bytes)
+		return 0;
+	return sbx_err_tenant_quota(err, s->tenant, "snapshot_bytes", used, s->size, q.snapshot_bytes, " bytes",
+				    "its snapshots", "remove one of its snapshots first");
+}
+
 int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts *o, struct sbx_snapshot *out,
 		      struct sbx_err *err)
 {
@@ -826,8 +851,14 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 				tpl = sbx_template_ns(st, owner, 0, NULL);
 		}
 	} else if (rc == 0) {
-		/* The commit point: the name appears with everything in it. */
-		if (renameat2(tdir, wname, tdir, final, RENAME_NOREPLACE) < 0)
+		/* A tenant's snapshots stay within its snapshot_bytes quota:
+		 * checked under the global lock, so two saves cannot both take
+		 * the last bytes.  The commit point: the name appears with
+		 * everything in it. */
+		_cleanup_close_ int g = s.tenant[0] ? sbx_lock_global(st, err) : -1;
+		if (s.tenant[0] && (g < 0 || snapshot_quota(st, &s, err) < 0))
+			rc = -1;
+		else if (renameat2(tdir, wname, tdir, final, RENAME_NOREPLACE) < 0)
 			rc = errno == EEXIST || errno == ENOTEMPTY
 				     ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "snapshot %s already exists", final)
 				     : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot store snapshot %s", final);

@@ -303,4 +303,18 @@ ok $(test "$got" -lt 1048576 -a "$used" -le 1048576; echo $?) \
 is "$(entries)" "$kept" "nothing was kept"
 
 sbx-kill "$a" "$b" "$c" >/dev/null
+
+# ---- a tenant's own cache quota: quotas.tenants.T.cache_bytes ----
+# The host's default stays large; tenant qt's scope may keep 1M, so of
+# three 400 KB wheels it keeps two.
+printf 'packages:\n  cache_quota: 64M\nquotas:\n  tenants:\n    qt: {cache_bytes: 1M}\n' \
+	>"$SBX_ROOT/etc/sbx/sbx.yaml"
+t=$(sbx-create -q -t python --tenant qt -p "$TEST_TMP/big.yaml")
+ok $? "a session of tenant qt, whose cache quota is 1M"
+out=$(fetch "$t" "$(file_url sbxa)" "$(file_url sbxb)" "$(file_url sbxc)" | cut -d' ' -f1 | tr '\n' ' ')
+is "$out" "200 200 200 " "it fetches a, b and c"
+total=$(find "$CACHE/tenant-qt" -maxdepth 1 -name 'sha*' -type f -printf '%s\n' | awk '{t += $1} END {print t + 0}')
+ok $(test "$total" -gt 0 -a "$total" -le 1048576; echo $?) "its scope holds $total bytes, within its 1M"
+ok $(test ! -e "$CACHE/tenant-qt/sha256-$(want sbxa sha256)"; echo $?) "a, the least recently used, was evicted"
+sbx-kill "$t" >/dev/null
 done_testing

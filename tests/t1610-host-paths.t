@@ -197,6 +197,26 @@ ok $? "attaching the existing one again fits"
 o=$(sbx-create -q --tenant globex --workspace w2)
 ok $? "another tenant's workspaces are its own"
 [ -n "$o" ] && sbx-kill "$o" >/dev/null
+# Snapshot bytes: the sizes of the tenant's snapshots.  One is saved with no
+# quota; a quota just above its size then refuses a second save.
+rm -f "$SBX_ROOT/etc/sbx/sbx.yaml"
+sq=$(sbx-create -q --tenant snq)
+ok $? "a session of tenant snq"
+sbx-snapshot save --tenant snq "$sq" one >/dev/null
+ok $? "its first snapshot is saved"
+size=$(sbx-snapshot list --tenant snq --json | jq '[.[].size_bytes] | add')
+printf 'quotas:\n  per_tenant: {snapshot_bytes: %sM}\n' $((size / 1048576 + 1)) >"$SBX_ROOT/etc/sbx/sbx.yaml"
+before=$(sbx-snapshot list --tenant snq -q | tr '\n' ' ')
+out=$(sbx-snapshot save --json --tenant snq "$sq" two 2>&1 >/dev/null); rc=$?
+is "$rc" 75 "a second snapshot past snapshot_bytes is refused with 75"
+is "$(printf '%s' "$out" | jq -r '[.kind, .quota] | join(" ")')" "tenant_quota snapshot_bytes" \
+	"kind tenant_quota, quota snapshot_bytes"
+is "$(sbx-snapshot list --tenant snq -q | tr '\n' ' ')" "$before" "and nothing was added"
+is "$(ls -A "$LIB/snapshots/snq" | grep -vc '@')" 0 "not even a work directory"
+sbx-snapshot rm --tenant snq one >/dev/null
+sbx-snapshot save --tenant snq "$sq" two >/dev/null
+ok $? "once the first is removed, the second fits"
+sbx-kill "$sq" >/dev/null
 printf 'quotas:\n  per_tenant: {memory: 10M}\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
 sbx-create -q $T 2>"$IN/bad" >/dev/null
 is "$?" 3 "a malformed quota in sbx.yaml fails the create closed (3)"
