@@ -1,7 +1,12 @@
 /* The session's proxy process (egress.h): listeners made in the session's
  * namespace by the monitor (netns.h), connections out from the host's.
- * One thread per connection; the main thread accepts, and flushes DNS
- * audit batches once a second. */
+ * One thread per connection, at most max_connections + CONN_SLACK of
+ * them: past that a connection is refused where it is accepted, without
+ * a thread.  The main thread accepts, and once a second writes what the
+ * second brought to the audit trail: the DNS queries answered
+ * (dns.query), and every refusal counted by destination and reason
+ * (net.refused), so a guest that floods refusals costs the host one
+ * audit record a second, never one each.  net.log is capped too. */
 #include "egress.h"
 #include "audit.h"
 #include "session.h"
@@ -39,8 +44,13 @@
 #define SNIFF_TIMEOUT_MS 5000   /* for the guest's first bytes */
 #define CONNECT_TIMEOUT_MS 10000
 #define DNS_TCP_IDLE_MS 10000
-#define SIDE_THREADS_MAX 64     /* DNS over TCP and package cache connections */
-#define DNS_BATCH_MAX 32        /* queries per dns.query audit event */
+#define CONN_SLACK 8            /* TCP connections being decided past max_connections */
+#define DNS_TCP_MAX 8           /* DNS over TCP connections at once */
+#define PKG_CONN_MAX 56         /* package cache connections at once */
+#define DNS_BATCH_MAX 64        /* queries listed in a second's dns.query event */
+#define REFUSED_KEYS 64         /* (destination, reason) counted apart in a second */
+#define REFUSED_LINES 20        /* refusals a second written to net.log one by one */
+#define NETLOG_MAX (4u << 20)   /* net.log's cap; $SBX_NETLOG_MAX overrides */
 #define RESOLVE_MAX 16
 #define COPY_BUF 65536
 #define HALF_CLOSED_IDLE_MS 30000
@@ -53,10 +63,24 @@ struct sbx_proxy {
 	pthread_mutex_t mu; /* everything below, and net.log */
 	pthread_mutex_t audit_mu; /* the audit trail: an append fsyncs, which may be slow,
 				   * and must hold up neither answers nor the log */
-	unsigned active;    /* proxied TCP connections open */
-	unsigned side;      /* DNS/TCP and package cache connections open */
+	unsigned threads;   /* TCP connections accepted and not yet closed */
+	unsigned active;    /* of them, admitted (connected out) */
+	unsigned dns_tcp, pkg; /* DNS/TCP and package cache connections open */
 	uint64_t bytes;     /* moved so far, both ways */
-	json_t *dns_batch;  /* queries not yet in the audit trail */
+	json_t *dns_batch;  /* queries answered, not yet in the audit trail */
+	uint64_t dns_more;  /* answered past DNS_BATCH_MAX this second */
+	struct refusal {
+		char proto[4], verdict[8];
+		char domain[SBX_HOST_LEN], address[INET6_ADDRSTRLEN];
+		unsigned port;
+		char reason[160];
+		uint64_t count, logged; /* this second; of them, in net.log one by one */
+	} ref[REFUSED_KEYS];
+	unsigned nref;
+	uint64_t ref_more;  /* this second's refusals past REFUSED_KEYS keys */
+	unsigned ref_lines; /* written one by one this second */
+	uint64_t log_size, log_max, log_dropped;
+	int log_full;       /* the truncation line is written: count only */
 };
 
 /* ---- records ---- */
@@ -68,43 +92,171 @@ static json_t *rec_new(struct sbx_proxy *px, const char *proto)
 	return json_pack("{s:s, s:s, s:s}", "time", t, "session", px->s.id, "proto", proto);
 }
 
-void sbx_proxy_log(struct sbx_proxy *px, json_t *rec)
+/* One line of net.log, under px->mu.  Past the cap, one line saying so,
+ * and from then on only a count. */
+static void log_locked(struct sbx_proxy *px, json_t *rec)
 {
+	if (px->log_full) {
+		px->log_dropped++;
+		return;
+	}
 	char *line = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
 	if (!line)
 		return;
 	size_t n = strlen(line);
 	line[n] = '\n'; /* one write per record: lines never interleave (O_APPEND) */
-	pthread_mutex_lock(&px->mu);
-	sbx_write_all(px->log_fd, line, n + 1);
-	pthread_mutex_unlock(&px->mu);
+	if (px->log_size + n + 1 + 512 > px->log_max) { /* room for the last line */
+		free(line);
+		char t[40];
+		sbx_fmt_time(sbx_now_ns(), t, sizeof t);
+		json_t *tr = json_pack("{s:s, s:s, s:s, s:b, s:I}", "time", t, "session", px->s.id, "proto", "log",
+				       "truncated", 1, "max_bytes", (json_int_t)px->log_max);
+		line = tr ? json_dumps(tr, JSON_COMPACT) : NULL;
+		json_decref(tr);
+		px->log_full = 1;
+		px->log_dropped++;
+		if (!line)
+			return;
+		n = strlen(line);
+		line[n] = '\n';
+	}
+	if (sbx_write_all(px->log_fd, line, n + 1) == 0)
+		px->log_size += n + 1;
 	free(line);
 }
 
-/* The audit trail, with the session's tenant. */
-static void audit(struct sbx_proxy *px, const char *type, json_t *f)
+void sbx_proxy_log(struct sbx_proxy *px, json_t *rec)
 {
+	pthread_mutex_lock(&px->mu);
+	log_locked(px, rec);
+	pthread_mutex_unlock(&px->mu);
+}
+
+/* The audit trail, with the session's tenant; -1 (err) when the record
+ * could not be written. */
+static int audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *err)
+{
+	if (!f)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 	if (px->s.tenant[0])
 		json_object_set_new(f, "tenant", json_string(px->s.tenant));
 	pthread_mutex_lock(&px->audit_mu);
-	sbx_audit_append(&px->st, type, f, NULL);
+	int rc = sbx_audit_append(&px->st, type, f, err);
 	pthread_mutex_unlock(&px->audit_mu);
+	return rc;
 }
 
-/* The queries so far as one dns.query event, taken out under px->mu and
- * appended outside it. */
-static void dns_flush(struct sbx_proxy *px)
+/* Count a refusal.  1 when it is to be written to net.log on its own
+ * (the first REFUSED_LINES of a second), 0 when the second's summary
+ * line counts it. */
+static int refusal(struct sbx_proxy *px, const char *proto, const char *verdict, const char *domain,
+		   const char *address, unsigned port, const char *reason)
 {
+	domain = domain ? domain : "";
+	address = address ? address : "";
+	reason = reason ? reason : "";
+	pthread_mutex_lock(&px->mu);
+	struct refusal *r = NULL;
+	for (unsigned i = 0; i < px->nref && !r; i++) {
+		struct refusal *k = &px->ref[i];
+		if (k->port == port && !strcmp(k->proto, proto) && !strcmp(k->verdict, verdict) &&
+		    !strcmp(k->domain, domain) && !strcmp(k->address, address) && !strncmp(k->reason, reason, sizeof k->reason - 1))
+			r = k;
+	}
+	if (!r && px->nref < REFUSED_KEYS) {
+		r = &px->ref[px->nref++];
+		memset(r, 0, sizeof *r);
+		snprintf(r->proto, sizeof r->proto, "%s", proto);
+		snprintf(r->verdict, sizeof r->verdict, "%s", verdict);
+		snprintf(r->domain, sizeof r->domain, "%s", domain);
+		snprintf(r->address, sizeof r->address, "%s", address);
+		snprintf(r->reason, sizeof r->reason, "%s", reason);
+		r->port = port;
+	}
+	if (r)
+		r->count++;
+	else
+		px->ref_more++;
+	int one = px->ref_lines < REFUSED_LINES;
+	if (one) {
+		px->ref_lines++;
+		if (r)
+			r->logged++;
+	}
+	pthread_mutex_unlock(&px->mu);
+	return one;
+}
+
+static json_t *str_or_null(const char *s)
+{
+	return s && *s ? json_string(s) : json_null();
+}
+
+/* The second just ended: answered queries as one dns.query event, and
+ * refusals as one net.refused event (and, for those not written one by
+ * one, a summary line each in net.log).  Taken out under px->mu and
+ * appended outside it.  An audit record that cannot be written here is
+ * lost with the second; what it counts was refused anyway. */
+static void second_flush(struct sbx_proxy *px)
+{
+	static struct refusal ref[REFUSED_KEYS]; /* the main thread's alone */
 	pthread_mutex_lock(&px->mu);
 	json_t *batch = json_array_size(px->dns_batch) ? px->dns_batch : NULL;
+	uint64_t dns_more = px->dns_more, more = px->ref_more;
 	if (batch)
 		px->dns_batch = json_array();
+	unsigned nref = px->nref;
+	memcpy(ref, px->ref, nref * sizeof ref[0]);
+	px->nref = 0;
+	px->ref_more = px->dns_more = 0;
+	px->ref_lines = 0;
+	char t[40];
+	sbx_fmt_time(sbx_now_ns(), t, sizeof t);
+	for (unsigned i = 0; i < nref; i++) {
+		if (ref[i].count <= ref[i].logged)
+			continue;
+		json_t *l = json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:I}", "time", t, "session", px->s.id, "proto",
+				      ref[i].proto, "domain", str_or_null(ref[i].domain), "verdict", ref[i].verdict,
+				      "reason", ref[i].reason, "count", (json_int_t)(ref[i].count - ref[i].logged));
+		if (l && ref[i].address[0])
+			json_object_set_new(l, "address", json_string(ref[i].address));
+		if (l && ref[i].port)
+			json_object_set_new(l, "port", json_integer(ref[i].port));
+		log_locked(px, l);
+		json_decref(l);
+	}
+	if (more) {
+		json_t *l = json_pack("{s:s, s:s, s:s, s:n, s:s, s:s, s:I}", "time", t, "session", px->s.id, "proto",
+				      "tcp", "domain", "verdict", "deny", "reason", "(other destinations and reasons)",
+				      "count", (json_int_t)more);
+		log_locked(px, l);
+		json_decref(l);
+	}
 	pthread_mutex_unlock(&px->mu);
-	if (!batch)
+	if (batch) {
+		json_t *f = json_pack("{s:s, s:o}", "session", px->s.id, "queries", batch);
+		if (f && dns_more)
+			json_object_set_new(f, "more", json_integer((json_int_t)dns_more));
+		audit(px, "dns.query", f, NULL);
+		json_decref(f);
+	}
+	if (!nref && !more)
 		return;
-	json_t *f = json_pack("{s:s, s:o}", "session", px->s.id, "queries", batch);
-	if (f)
-		audit(px, "dns.query", f);
+	json_t *list = json_array();
+	for (unsigned i = 0; list && i < nref; i++) {
+		json_t *e = json_pack("{s:s, s:s, s:o, s:s, s:I}", "proto", ref[i].proto, "verdict", ref[i].verdict,
+				      "domain", str_or_null(ref[i].domain), "reason", ref[i].reason, "count",
+				      (json_int_t)ref[i].count);
+		if (e && ref[i].address[0])
+			json_object_set_new(e, "address", json_string(ref[i].address));
+		if (e && ref[i].port)
+			json_object_set_new(e, "port", json_integer(ref[i].port));
+		json_array_append_new(list, e);
+	}
+	json_t *f = list ? json_pack("{s:s, s:o}", "session", px->s.id, "refusals", list) : NULL;
+	if (f && more)
+		json_object_set_new(f, "more", json_integer((json_int_t)more));
+	audit(px, "net.refused", f, NULL);
 	json_decref(f);
 }
 
@@ -135,8 +287,10 @@ static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
 	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
 }
 
-/* The deny list, then the host's own addresses (read each time: they
- * change).  Other sessions have no address outside their namespaces. */
+/* The deny list, then the host's own addresses and the subnets on its
+ * links (their netmasks: a LAN's neighbours are as near as the host;
+ * read each time, they change).  Other sessions have no address outside
+ * their namespaces. */
 static const char *denied(const struct sockaddr *sa)
 {
 	const char *why = sbx_egress_denied(sa);
@@ -145,10 +299,14 @@ static const char *denied(const struct sockaddr *sa)
 	struct ifaddrs *ifa = NULL;
 	if (getifaddrs(&ifa) < 0)
 		return "cannot list the host's addresses";
-	for (struct ifaddrs *i = ifa; i && !why; i = i->ifa_next)
-		if (i->ifa_addr && (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6) &&
-		    same_addr(i->ifa_addr, sa))
+	for (struct ifaddrs *i = ifa; i && !why; i = i->ifa_next) {
+		if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+			continue;
+		if (same_addr(i->ifa_addr, sa))
 			why = "an address of the host";
+		else if (sbx_egress_in_subnet(sa, i->ifa_addr, i->ifa_netmask))
+			why = "on a subnet of the host's own links";
+	}
 	freeifaddrs(ifa);
 	return why;
 }
@@ -288,22 +446,31 @@ static size_t dns_handle(struct sbx_proxy *px, const uint8_t *req, size_t n, uin
 	return len;
 }
 
-/* net.log, and the next dns.query batch. */
+/* An answered query: net.log, and the second's dns.query batch.  A
+ * refused one: counted (refusal). */
 static void dns_record(struct sbx_proxy *px, json_t *r)
 {
 	if (!r)
 		return;
+	const char *verdict = json_string_value(json_object_get(r, "verdict"));
+	if (verdict && strcmp(verdict, "allow")) {
+		if (refusal(px, "dns", verdict, json_string_value(json_object_get(r, "domain")), NULL, 53,
+			    json_string_value(json_object_get(r, "reason"))))
+			sbx_proxy_log(px, r);
+		json_decref(r);
+		return;
+	}
 	sbx_proxy_log(px, r);
 	json_t *e = json_pack("{s:O, s:O, s:O, s:O}", "domain", json_object_get(r, "domain"), "qtype",
 			      json_object_get(r, "qtype"), "verdict", json_object_get(r, "verdict"), "rcode",
 			      json_object_get(r, "rcode"));
 	json_decref(r);
 	pthread_mutex_lock(&px->mu);
-	json_array_append_new(px->dns_batch, e);
-	int full = json_array_size(px->dns_batch) >= DNS_BATCH_MAX;
+	if (json_array_size(px->dns_batch) < DNS_BATCH_MAX)
+		json_array_append_new(px->dns_batch, e);
+	else
+		px->dns_more++, json_decref(e);
 	pthread_mutex_unlock(&px->mu);
-	if (full)
-		dns_flush(px);
 }
 
 static void *dns_udp_thread(void *arg)
@@ -354,10 +521,10 @@ struct conn {
 	int fd;
 };
 
-static void side_done(struct sbx_proxy *px)
+static void side_done(struct sbx_proxy *px, unsigned *count)
 {
 	pthread_mutex_lock(&px->mu);
-	px->side--;
+	(*count)--;
 	pthread_mutex_unlock(&px->mu);
 }
 
@@ -380,7 +547,7 @@ static void *dns_tcp_thread(void *arg)
 			break;
 	}
 	close(c.fd);
-	side_done(c.px);
+	side_done(c.px, &c.px->dns_tcp);
 	return NULL;
 }
 
@@ -393,7 +560,7 @@ static void *pkg_thread(void *arg)
 					.pkg = &c.px->s.limits.packages, .log_fd = 2 };
 	sbx_pkgcache_serve(&cfg, c.fd);
 	close(c.fd);
-	side_done(c.px);
+	side_done(c.px, &c.px->pkg);
 	return NULL;
 }
 #endif
@@ -446,14 +613,46 @@ static int charge(struct sbx_proxy *px, size_t n)
 	return ok;
 }
 
-/* Copy both ways until both are done.  Returns the reason it stopped
+/* Forward what the flow lets through of the n bytes pending from the
+ * guest, keeping the rest.  0, or -1 to stop (*why: the reason, or NULL
+ * when the server is gone). */
+static int flow_push(struct sbx_proxy *px, struct sbx_http_flow *f, int u, uint8_t *b, size_t *n, int *wait,
+		     uint64_t *out, const char **why)
+{
+	int v = SBX_FLOW_OK;
+	size_t k = f ? sbx_http_flow_scan(f, b, *n, &v) : *n;
+	*why = NULL;
+	if (k) {
+		if (!charge(px, k))
+			return *why = "network.max_bytes reached", -1;
+		if (sbx_write_all(u, b, k) < 0)
+			return -1;
+		*out += k;
+		memmove(b, b + k, *n - k);
+		*n -= k;
+	}
+	*wait = v == SBX_FLOW_WAIT;
+	if (v == SBX_FLOW_DENY)
+		return *why = f->why, -1;
+	return 0;
+}
+
+/* Copy both ways until both are done, the guest's bytes through the flow
+ * (an HTTP connection's; NULL: opaque), starting with the plen bytes
+ * already read into pend (COPY_BUF long).  Returns the reason it stopped
  * early, or NULL. */
-static const char *splice_both(struct sbx_proxy *px, int g, int u, uint64_t *in, uint64_t *out)
+static const char *splice_both(struct sbx_proxy *px, int g, int u, struct sbx_http_flow *flow, uint8_t *pend,
+			       size_t plen, uint64_t *in, uint64_t *out)
 {
 	static __thread uint8_t buf[COPY_BUF];
 	int gopen = 1, uopen = 1; /* guest -> upstream, upstream -> guest */
+	int wait = 0;             /* for the server's answer to an Upgrade */
+	const char *why;
+	if (flow_push(px, flow, u, pend, &plen, &wait, out, &why) < 0)
+		return why;
 	while (gopen || uopen) {
-		struct pollfd pf[2] = { { .fd = gopen ? g : -1, .events = POLLIN },
+		int gread = gopen && !wait;
+		struct pollfd pf[2] = { { .fd = gread ? g : -1, .events = POLLIN },
 					{ .fd = uopen ? u : -1, .events = POLLIN } };
 		/* Half-closed, a connection may idle only so long: a peer that
 		 * never closes must not hold a connection slot for ever. */
@@ -469,7 +668,9 @@ static const char *splice_both(struct sbx_proxy *px, int g, int u, uint64_t *in,
 			if (!pf[k].revents)
 				continue;
 			int from = k ? u : g, to = k ? g : u;
-			ssize_t r = read(from, buf, sizeof buf);
+			uint8_t *into = k ? buf : pend + plen;
+			size_t room = k ? sizeof buf : COPY_BUF - plen;
+			ssize_t r = room ? read(from, into, room) : 0;
 			if (r < 0 && errno == EINTR)
 				continue;
 			if (r <= 0) {
@@ -482,11 +683,22 @@ static const char *splice_both(struct sbx_proxy *px, int g, int u, uint64_t *in,
 					return NULL; /* a reset: the end either way */
 				continue;
 			}
-			*(k ? in : out) += (uint64_t)r;
+			if (!k) {
+				plen += (size_t)r;
+				if (flow_push(px, flow, u, pend, &plen, &wait, out, &why) < 0)
+					return why;
+				continue;
+			}
+			*in += (uint64_t)r;
 			if (!charge(px, (size_t)r))
 				return "network.max_bytes reached";
 			if (sbx_write_all(to, buf, (size_t)r) < 0)
 				return NULL;
+			if (wait) { /* the answer to an Upgrade: go on, parsing or not */
+				sbx_http_flow_response(flow, buf, (size_t)r);
+				if (flow_push(px, flow, u, pend, &plen, &wait, out, &why) < 0)
+					return why;
+			}
 		}
 	}
 	return NULL;
@@ -497,13 +709,13 @@ struct attempt {
 	char address[INET6_ADDRSTRLEN];
 	unsigned port;
 	int rule;
+	int slot; /* holds one of max_connections */
 	enum sbx_sniff sniff;
 	const char *verdict, *reason;
-	char why[160];
+	char why[400];
 };
 
-static void attempt_log(struct sbx_proxy *px, const struct attempt *a, uint64_t in, uint64_t out, uint64_t t0,
-			int closing)
+static json_t *attempt_rec(struct sbx_proxy *px, const struct attempt *a, uint64_t in, uint64_t out, uint64_t t0)
 {
 	json_t *r = rec_new(px, "tcp");
 	json_object_set_new(r, "domain", a->domain[0] ? json_string(a->domain) : json_null());
@@ -517,20 +729,36 @@ static void attempt_log(struct sbx_proxy *px, const struct attempt *a, uint64_t 
 	json_object_set_new(r, "bytes_in", json_integer((json_int_t)in));
 	json_object_set_new(r, "bytes_out", json_integer((json_int_t)out));
 	json_object_set_new(r, "duration_ms", json_integer((json_int_t)((sbx_mono_ns() - t0) / 1000000u)));
-	if (closing) {
-		sbx_proxy_log(px, r);
+	return r;
+}
+
+/* The verdict of an admitted connection is in the trail before a byte
+ * moves; -1 when it cannot be written (the connection is then refused). */
+static int connect_audit(struct sbx_proxy *px, const struct attempt *a, uint64_t t0, struct sbx_err *err)
+{
+	json_t *r = attempt_rec(px, a, 0, 0, t0);
+	static const char *const drop[] = { "time", "proto", "bytes_in", "bytes_out", "duration_ms" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(drop); i++)
+		json_object_del(r, drop[i]);
+	int rc = audit(px, "net.connect", r, err);
+	json_decref(r);
+	return rc;
+}
+
+/* A connection's line in net.log; an admitted one's bytes in the trail
+ * (net.close).  A refusal is counted instead (refusal), and written here
+ * only when it is among the second's first. */
+static void close_log(struct sbx_proxy *px, const struct attempt *a, uint64_t in, uint64_t out, uint64_t t0)
+{
+	int allowed = !strcmp(a->verdict, "allow");
+	if (!allowed && !refusal(px, "tcp", a->verdict, a->domain, a->address, a->port, a->reason))
+		return;
+	json_t *r = attempt_rec(px, a, in, out, t0);
+	sbx_proxy_log(px, r);
+	if (allowed) {
 		json_object_del(r, "time");
 		json_object_del(r, "proto");
-		if (!strcmp(a->verdict, "allow")) /* a refusal is in the trail already */
-			audit(px, "net.close", r);
-	} else {
-		/* The verdict is in the trail before a byte moves. */
-		json_object_del(r, "time");
-		json_object_del(r, "proto");
-		json_object_del(r, "bytes_in");
-		json_object_del(r, "bytes_out");
-		json_object_del(r, "duration_ms");
-		audit(px, "net.connect", r);
+		audit(px, "net.close", r, NULL);
 	}
 	json_decref(r);
 }
@@ -574,8 +802,10 @@ static void decide(struct sbx_proxy *px, int g, const struct sockaddr_in *dst, s
 	*n = 0;
 	*ufd = -1;
 	pthread_mutex_lock(&px->mu);
-	int over_conn = px->active > px->pol.network.max_connections;
+	int over_conn = px->active >= px->pol.network.max_connections;
 	int over_bytes = px->bytes >= px->pol.network.max_bytes;
+	if (!over_conn && !over_bytes)
+		px->active++, a->slot = 1; /* given back unless admitted */
 	pthread_mutex_unlock(&px->mu);
 	if (over_conn) {
 		a->reason = "network.max_connections reached";
@@ -601,6 +831,10 @@ static void decide(struct sbx_proxy *px, int g, const struct sockaddr_in *dst, s
 		if (a->sniff == SBX_SNIFF_BAD) {
 			a->domain[0] = 0;
 			a->reason = "malformed TLS or HTTP";
+			return;
+		}
+		if (a->sniff == SBX_SNIFF_CONFLICT) {
+			a->reason = "the request's target names another host than its Host";
 			return;
 		}
 		struct in6_addr lit;
@@ -645,7 +879,8 @@ static void *tcp_thread(void *arg)
 	struct attempt a = { 0 };
 	struct sockaddr_in dst = { 0 };
 	socklen_t dl = sizeof dst;
-	uint8_t *buf = malloc(SBX_SNIFF_MAX);
+	uint8_t *buf = malloc(COPY_BUF); /* the sniffed bytes, then the guest's pending ones */
+	struct sbx_http_flow *flow = NULL;
 	size_t n = 0;
 	int u = -1;
 	if (!buf || getsockopt(c.fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl) < 0) {
@@ -655,26 +890,36 @@ static void *tcp_thread(void *arg)
 	} else {
 		decide(px, c.fd, &dst, &a, buf, &n, &u);
 	}
-	attempt_log(px, &a, 0, 0, t0, 0);
-	if (u >= 0) {
-		const char *stop = NULL;
-		if (n) {
-			if (!charge(px, n))
-				stop = "network.max_bytes reached";
-			else if (sbx_write_all(u, buf, n) == 0)
-				out += n;
-		}
-		if (!stop)
-			stop = splice_both(px, c.fd, u, &in, &out);
-		if (stop)
-			a.reason = stop;
+	struct sbx_err err = { 0 };
+	if (u >= 0 && connect_audit(px, &a, t0, &err) < 0) {
+		/* Fail closed, as the rest of sbx: no record, no connection. */
 		close(u);
+		u = -1;
+		a.verdict = "error";
+		snprintf(a.why, sizeof a.why, "cannot write the audit trail: %s", err.msg);
+		a.reason = a.why;
 	}
+	/* An HTTP connection admitted by its name has every later request
+	 * checked for the same name; TLS and cidr-admitted ones are opaque. */
+	if (u >= 0 && a.sniff == SBX_SNIFF_HTTP && a.domain[0] && (flow = malloc(sizeof *flow)))
+		sbx_http_flow_init(flow, a.domain);
+	if (u >= 0 && (a.sniff != SBX_SNIFF_HTTP || flow)) {
+		const char *stop = splice_both(px, c.fd, u, flow, buf, n, &in, &out);
+		if (stop) {
+			snprintf(a.why, sizeof a.why, "%s", stop);
+			a.reason = a.why;
+		}
+	}
+	if (u >= 0)
+		close(u);
+	free(flow);
 	free(buf);
 	close(c.fd);
-	attempt_log(px, &a, in, out, t0, 1);
+	close_log(px, &a, in, out, t0);
 	pthread_mutex_lock(&px->mu);
-	px->active--;
+	px->threads--;
+	if (a.slot)
+		px->active--;
 	pthread_mutex_unlock(&px->mu);
 	return NULL;
 }
@@ -691,41 +936,67 @@ static int spawn(void *(*fn)(void *), void *arg)
 	return rc;
 }
 
+/* A connection over a cap: reset at once, no thread, counted. */
+static void refuse_now(struct sbx_proxy *px, int fd, int kind, const char *reason)
+{
+	char addr[INET6_ADDRSTRLEN] = "10.0.2.2";
+	unsigned port = kind == 1 ? 53 : 3141;
+	if (kind == 0) {
+		struct sockaddr_in dst = { 0 };
+		socklen_t dl = sizeof dst;
+		if (getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl) == 0) {
+			addr_str((struct sockaddr *)&dst, addr, sizeof addr);
+			port = ntohs(dst.sin_port);
+		} else {
+			snprintf(addr, sizeof addr, "?");
+			port = 0;
+		}
+	}
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+	close(fd);
+	if (!refusal(px, "tcp", "deny", NULL, addr, port, reason))
+		return;
+	struct attempt a = { .port = port, .rule = -1, .verdict = "deny", .reason = reason };
+	snprintf(a.address, sizeof a.address, "%s", addr);
+	json_t *r = attempt_rec(px, &a, 0, 0, sbx_mono_ns());
+	sbx_proxy_log(px, r);
+	json_decref(r);
+}
+
 static void accept_one(struct sbx_proxy *px, int lfd, int kind)
 {
 	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 	if (fd < 0)
 		return;
-	struct conn *c = malloc(sizeof *c);
-	if (!c) {
-		close(fd);
+	unsigned *count = kind == 0 ? &px->threads : kind == 1 ? &px->dns_tcp : &px->pkg;
+	unsigned cap = kind == 0 ? px->pol.network.max_connections + CONN_SLACK : kind == 1 ? DNS_TCP_MAX : PKG_CONN_MAX;
+	pthread_mutex_lock(&px->mu);
+	int ok = *count < cap;
+	if (ok)
+		(*count)++;
+	pthread_mutex_unlock(&px->mu);
+	if (!ok) {
+		refuse_now(px, fd, kind,
+			   kind == 0   ? "too many connections at once (network.max_connections, and a few being decided)"
+			   : kind == 1 ? "too many DNS connections at once"
+				       : "too many package cache connections at once");
 		return;
 	}
-	*c = (struct conn){ px, fd };
-	pthread_mutex_lock(&px->mu);
-	int ok = kind == 0 ? 1 : px->side < SIDE_THREADS_MAX;
-	if (ok) {
-		if (kind == 0)
-			px->active++; /* over the cap: refused and logged by the thread */
-		else
-			px->side++;
-	}
-	pthread_mutex_unlock(&px->mu);
+	struct conn *c = malloc(sizeof *c);
 	void *(*fn)(void *) = kind == 0 ? tcp_thread : kind == 1 ? dns_tcp_thread : NULL;
 #ifdef HAVE_PKGCACHE
 	if (kind == 2)
 		fn = pkg_thread;
 #endif
-	if (ok && fn && spawn(fn, c) == 0)
-		return;
-	if (ok) {
-		pthread_mutex_lock(&px->mu);
-		if (kind == 0)
-			px->active--;
-		else
-			px->side--;
-		pthread_mutex_unlock(&px->mu);
+	if (c) {
+		*c = (struct conn){ px, fd };
+		if (fn && spawn(fn, c) == 0)
+			return;
 	}
+	pthread_mutex_lock(&px->mu);
+	(*count)--;
+	pthread_mutex_unlock(&px->mu);
 	close(fd);
 	free(c);
 }
@@ -762,8 +1033,19 @@ static int load(struct sbx_proxy *px, const char *id, struct sbx_err *err)
 	if (rc < 0)
 		return -1;
 	px->log_fd = openat(dfd, "net.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (px->log_fd < 0)
+	struct stat sb;
+	if (px->log_fd < 0 || fstat(px->log_fd, &sb) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open net.log");
+	px->log_size = (uint64_t)sb.st_size; /* a restarted proxy goes on counting */
+	px->log_max = NETLOG_MAX;
+	const char *e = getenv("SBX_NETLOG_MAX");
+	if (e && *e) {
+		char *end;
+		unsigned long long v = strtoull(e, &end, 10);
+		if (*end || v < 4096)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "SBX_NETLOG_MAX is not a number of bytes >= 4096");
+		px->log_max = v;
+	}
 	return 0;
 }
 
@@ -807,20 +1089,26 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 				{ .fd = a->tcp_fd, .events = POLLIN },
 				{ .fd = a->dns_tcp_fd, .events = POLLIN },
 				{ .fd = a->pkg_fd, .events = POLLIN } };
+	/* The second's records are written on time however busy the
+	 * listeners are. */
+	uint64_t next = sbx_mono_ns() + 1000000000ull;
 	for (;;) {
-		int r = poll(pf, 4, 1000);
+		uint64_t now = sbx_mono_ns();
+		if (now >= next) {
+			second_flush(&px);
+			next = now + 1000000000ull;
+		}
+		int r = poll(pf, 4, (int)((next - now) / 1000000u) + 1);
 		if (r < 0 && errno != EINTR)
 			break;
-		if (r <= 0) {
-			dns_flush(&px);
+		if (r <= 0)
 			continue;
-		}
 		if (pf[0].revents)
 			break;
 		for (int k = 1; k < 4; k++)
 			if (pf[k].revents & POLLIN)
 				accept_one(&px, pf[k].fd, k - 1);
 	}
-	dns_flush(&px);
+	second_flush(&px);
 	return 0;
 }
