@@ -639,31 +639,42 @@ static int flow_push(struct sbx_proxy *px, struct sbx_http_flow *f, int u, uint8
 
 /* Copy both ways until both are done, the guest's bytes through the flow
  * (an HTTP connection's; NULL: opaque), starting with the plen bytes
- * already read into pend (COPY_BUF long).  Returns the reason it stopped
- * early, or NULL. */
+ * already read into pend (COPY_BUF long).  A request the flow refuses
+ * ends the guest's direction there (the server sees the end of the
+ * stream), and the answers to the requests before it are still relayed.
+ * Returns the reason it stopped early, or NULL. */
 static const char *splice_both(struct sbx_proxy *px, int g, int u, struct sbx_http_flow *flow, uint8_t *pend,
 			       size_t plen, uint64_t *in, uint64_t *out)
 {
 	static __thread uint8_t buf[COPY_BUF];
 	int gopen = 1, uopen = 1; /* guest -> upstream, upstream -> guest */
 	int wait = 0;             /* for the server's answer to an Upgrade */
-	const char *why;
-	if (flow_push(px, flow, u, pend, &plen, &wait, out, &why) < 0)
-		return why;
+	const char *why, *refused = NULL;
+#define GUEST_BYTES()                                                              \
+	do {                                                                       \
+		if (flow_push(px, flow, u, pend, &plen, &wait, out, &why) < 0) {  \
+			if (!flow || flow->state != SBX_HTTP_DENIED)               \
+				return why;                                        \
+			refused = why;                                             \
+			gopen = 0;                                                 \
+			shutdown(u, SHUT_WR);                                      \
+		}                                                                  \
+	} while (0)
+	GUEST_BYTES();
 	while (gopen || uopen) {
 		int gread = gopen && !wait;
 		struct pollfd pf[2] = { { .fd = gread ? g : -1, .events = POLLIN },
 					{ .fd = uopen ? u : -1, .events = POLLIN } };
 		/* Half-closed, a connection may idle only so long: a peer that
 		 * never closes must not hold a connection slot for ever. */
-		int r0 = poll(pf, 2, gopen && uopen ? -1 : HALF_CLOSED_IDLE_MS);
+		int r0 = poll(pf, 2, gopen && uopen ? -1 : refused ? SNIFF_TIMEOUT_MS : HALF_CLOSED_IDLE_MS);
 		if (r0 < 0) {
 			if (errno == EINTR)
 				continue;
 			return "poll failed";
 		}
 		if (r0 == 0)
-			return "idle after one side closed";
+			return refused ? refused : "idle after one side closed";
 		for (int k = 0; k < 2; k++) {
 			if (!pf[k].revents)
 				continue;
@@ -685,8 +696,7 @@ static const char *splice_both(struct sbx_proxy *px, int g, int u, struct sbx_ht
 			}
 			if (!k) {
 				plen += (size_t)r;
-				if (flow_push(px, flow, u, pend, &plen, &wait, out, &why) < 0)
-					return why;
+				GUEST_BYTES();
 				continue;
 			}
 			*in += (uint64_t)r;
@@ -694,14 +704,14 @@ static const char *splice_both(struct sbx_proxy *px, int g, int u, struct sbx_ht
 				return "network.max_bytes reached";
 			if (sbx_write_all(to, buf, (size_t)r) < 0)
 				return NULL;
-			if (wait) { /* the answer to an Upgrade: go on, parsing or not */
+			if (wait && gopen) { /* the answer to an Upgrade: go on, parsing or not */
 				sbx_http_flow_response(flow, buf, (size_t)r);
-				if (flow_push(px, flow, u, pend, &plen, &wait, out, &why) < 0)
-					return why;
+				GUEST_BYTES();
 			}
 		}
 	}
-	return NULL;
+#undef GUEST_BYTES
+	return refused;
 }
 
 struct attempt {
@@ -710,6 +720,7 @@ struct attempt {
 	unsigned port;
 	int rule;
 	int slot; /* holds one of max_connections */
+	int refused; /* admitted, and a later request refused */
 	enum sbx_sniff sniff;
 	const char *verdict, *reason;
 	char why[400];
@@ -753,6 +764,8 @@ static void close_log(struct sbx_proxy *px, const struct attempt *a, uint64_t in
 	int allowed = !strcmp(a->verdict, "allow");
 	if (!allowed && !refusal(px, "tcp", a->verdict, a->domain, a->address, a->port, a->reason))
 		return;
+	if (allowed && a->refused) /* a later request: the connection was cut there */
+		refusal(px, "tcp", "deny", a->domain, a->address, a->port, a->reason);
 	json_t *r = attempt_rec(px, a, in, out, t0);
 	sbx_proxy_log(px, r);
 	if (allowed) {
@@ -905,6 +918,7 @@ static void *tcp_thread(void *arg)
 		sbx_http_flow_init(flow, a.domain);
 	if (u >= 0 && (a.sniff != SBX_SNIFF_HTTP || flow)) {
 		const char *stop = splice_both(px, c.fd, u, flow, buf, n, &in, &out);
+		a.refused = flow && flow->state == SBX_HTTP_DENIED;
 		if (stop) {
 			snprintf(a.why, sizeof a.why, "%s", stop);
 			a.reason = a.why;

@@ -16,7 +16,7 @@ NS=sbxt1300-$$
 VETH=sbxt$$
 base=
 for o in $(seq 16 8 248); do
-	ip route show | grep -q "^203\.0\.113\.$o/" && continue
+	ip route show | grep -q "^203\.0\.113\.\($o\|$((o + 1))\|$((o + 2))\|$((o + 3))\)[/ ]" && continue
 	ip -br addr | grep -q "203\.0\.113\.\($o\|$((o + 1))\|$((o + 2))\|$((o + 3))\)/" && continue
 	base=$o && break
 done
