@@ -49,6 +49,7 @@
 #define PKG_CONN_MAX 56         /* package cache connections at once */
 #define DNS_BATCH_MAX 64        /* queries listed in a second's dns.query event */
 #define REFUSED_KEYS 64         /* (destination, reason) counted apart in a second */
+#define REFUSED_OTHER "(other destinations and reasons)" /* the rest's key, per protocol */
 #define REFUSED_LINES 20        /* refusals a second written to net.log one by one */
 #define NETLOG_MAX (4u << 20)   /* net.log's cap; $SBX_NETLOG_MAX overrides */
 #define RESOLVE_MAX 16
@@ -76,8 +77,7 @@ struct sbx_proxy {
 		char reason[160];
 		uint64_t count, logged; /* this second; of them, in net.log one by one */
 	} ref[REFUSED_KEYS];
-	unsigned nref;
-	uint64_t ref_more;  /* this second's refusals past REFUSED_KEYS keys */
+	unsigned nref;      /* the last two slots: REFUSED_OTHER for tcp and dns */
 	unsigned ref_lines; /* written one by one this second */
 	uint64_t log_size, log_max, log_dropped;
 	int log_full;       /* the truncation line is written: count only */
@@ -157,13 +157,20 @@ static int refusal(struct sbx_proxy *px, const char *proto, const char *verdict,
 	reason = reason ? reason : "";
 	pthread_mutex_lock(&px->mu);
 	struct refusal *r = NULL;
-	for (unsigned i = 0; i < px->nref && !r; i++) {
-		struct refusal *k = &px->ref[i];
-		if (k->port == port && !strcmp(k->proto, proto) && !strcmp(k->verdict, verdict) &&
-		    !strcmp(k->domain, domain) && !strcmp(k->address, address) && !strncmp(k->reason, reason, sizeof k->reason - 1))
-			r = k;
+	for (int pass = 0; pass < 2 && !r; pass++) {
+		for (unsigned i = 0; i < px->nref && !r; i++) {
+			struct refusal *k = &px->ref[i];
+			if (k->port == port && !strcmp(k->proto, proto) && !strcmp(k->verdict, verdict) &&
+			    !strcmp(k->domain, domain) && !strcmp(k->address, address) &&
+			    !strncmp(k->reason, reason, sizeof k->reason - 1))
+				r = k;
+		}
+		if (r || px->nref < REFUSED_KEYS - 2)
+			break;
+		/* Full: the rest of this protocol's count under one key. */
+		verdict = "deny", domain = "", address = "", port = 0, reason = REFUSED_OTHER;
 	}
-	if (!r && px->nref < REFUSED_KEYS) {
+	if (!r) {
 		r = &px->ref[px->nref++];
 		memset(r, 0, sizeof *r);
 		snprintf(r->proto, sizeof r->proto, "%s", proto);
@@ -173,15 +180,11 @@ static int refusal(struct sbx_proxy *px, const char *proto, const char *verdict,
 		snprintf(r->reason, sizeof r->reason, "%s", reason);
 		r->port = port;
 	}
-	if (r)
-		r->count++;
-	else
-		px->ref_more++;
+	r->count++;
 	int one = px->ref_lines < REFUSED_LINES;
 	if (one) {
 		px->ref_lines++;
-		if (r)
-			r->logged++;
+		r->logged++;
 	}
 	pthread_mutex_unlock(&px->mu);
 	return one;
@@ -202,13 +205,13 @@ static void second_flush(struct sbx_proxy *px)
 	static struct refusal ref[REFUSED_KEYS]; /* the main thread's alone */
 	pthread_mutex_lock(&px->mu);
 	json_t *batch = json_array_size(px->dns_batch) ? px->dns_batch : NULL;
-	uint64_t dns_more = px->dns_more, more = px->ref_more;
+	uint64_t dns_more = px->dns_more;
 	if (batch)
 		px->dns_batch = json_array();
 	unsigned nref = px->nref;
 	memcpy(ref, px->ref, nref * sizeof ref[0]);
 	px->nref = 0;
-	px->ref_more = px->dns_more = 0;
+	px->dns_more = 0;
 	px->ref_lines = 0;
 	char t[40];
 	sbx_fmt_time(sbx_now_ns(), t, sizeof t);
@@ -225,13 +228,6 @@ static void second_flush(struct sbx_proxy *px)
 		log_locked(px, l);
 		json_decref(l);
 	}
-	if (more) {
-		json_t *l = json_pack("{s:s, s:s, s:s, s:n, s:s, s:s, s:I}", "time", t, "session", px->s.id, "proto",
-				      "tcp", "domain", "verdict", "deny", "reason", "(other destinations and reasons)",
-				      "count", (json_int_t)more);
-		log_locked(px, l);
-		json_decref(l);
-	}
 	pthread_mutex_unlock(&px->mu);
 	if (batch) {
 		json_t *f = json_pack("{s:s, s:o}", "session", px->s.id, "queries", batch);
@@ -240,7 +236,7 @@ static void second_flush(struct sbx_proxy *px)
 		audit(px, "dns.query", f, NULL);
 		json_decref(f);
 	}
-	if (!nref && !more)
+	if (!nref)
 		return;
 	json_t *list = json_array();
 	for (unsigned i = 0; list && i < nref; i++) {
@@ -254,8 +250,6 @@ static void second_flush(struct sbx_proxy *px)
 		json_array_append_new(list, e);
 	}
 	json_t *f = list ? json_pack("{s:s, s:o}", "session", px->s.id, "refusals", list) : NULL;
-	if (f && more)
-		json_object_set_new(f, "more", json_integer((json_int_t)more));
 	audit(px, "net.refused", f, NULL);
 	json_decref(f);
 }
