@@ -483,6 +483,11 @@ static int filter(struct sbx_err *err)
 	return 0;
 }
 
+int sbx_jail_filter(struct sbx_err *err)
+{
+	return filter(err);
+}
+
 int sbx_jail_enter(const struct sbx_vm_config *c, int parent_pid, struct sbx_err *err)
 {
 	/* The VMM's own pid: unique among live VMMs, so no allocation file

@@ -32,5 +32,8 @@ void sbx_jail_view(const struct sbx_vm_config *host, struct sbx_vm_config *in);
  * parent_pid re-arms PR_SET_PDEATHSIG, which a uid change clears.  Any
  * failure returns -1: the caller must not exec. */
 int sbx_jail_enter(const struct sbx_vm_config *c, int parent_pid, struct sbx_err *err);
+/* The jail's seccomp filter alone, for another process that parses guest
+ * bytes (the egress proxy) once it has no_new_privs. */
+int sbx_jail_filter(struct sbx_err *err);
 
 #endif

@@ -9,6 +9,8 @@
  * audit record a second, never one each.  net.log is capped too. */
 #include "egress.h"
 #include "audit.h"
+#include "cgroup.h"
+#include "jail.h"
 #include "session.h"
 #include "util.h"
 
@@ -25,7 +27,10 @@
 #include <signal.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/mount.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -1011,6 +1016,29 @@ static void accept_one(struct sbx_proxy *px, int lfd, int kind)
 
 /* ---- the process ---- */
 
+/* While it still may: into the session's host cgroup (its pids, memory
+ * and CPU caps count the proxy's threads and buffers too: a flood costs
+ * the session, not the host); a mount namespace of its own whose whole
+ * tree is read-only and nosuid (the state directories stay reachable,
+ * and writable, only through the fds opened before, which keep the
+ * mounts they were opened on); no core dumps, and not dumpable, so that
+ * another session's proxy (the same uid, no capabilities) cannot ptrace
+ * it or read its memory through /proc. */
+static int confine(struct sbx_proxy *px, struct sbx_err *err)
+{
+	if (sbx_cgroup_enter(sbx_session_cgroup(&px->s), err) < 0)
+		return -1;
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a mount namespace");
+	struct mount_attr ma = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID };
+	if (syscall(SYS_mount_setattr, -1, "/", AT_RECURSIVE, &ma, sizeof ma) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the root read-only");
+	struct rlimit none = { 0, 0 };
+	if (setrlimit(RLIMIT_CORE, &none) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot turn off core dumps");
+	return 0;
+}
+
 /* Nothing the proxy does needs a capability once its files are open: no
  * privilege for a process that parses the guest's bytes all day. */
 static int drop_caps(void)
@@ -1080,10 +1108,14 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	 * proxy still dies with its monitor, and check the monitor is still
 	 * there to have armed it for. */
 	pid_t parent = getppid();
+	if (confine(&px, err) < 0)
+		return -1;
 	if (drop_caps() < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot drop capabilities");
 	if (getppid() != parent)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the monitor is gone");
+	if (sbx_jail_filter(err) < 0)
+		return -1;
 #ifdef HAVE_PKGCACHE
 	if (a->pkg_fd >= 0 && sbx_pkgcache_init(err) < 0)
 		return -1;

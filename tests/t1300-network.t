@@ -98,6 +98,18 @@ is "$(tr '\0' ' ' </proc/"$ppid"/cmdline 2>/dev/null | cut -d' ' -f1-3)" "sbx-pr
 is "$(readlink /proc/"$ppid"/ns/net)" \
    "$(readlink /proc/self/ns/net)" "the proxy runs in the host's network namespace"
 vmm=$(jq -r .vmm_process.pid "$S/$id/session.json")
+# The proxy parses the guest's bytes: it holds no capability, cannot gain
+# one, is filtered, counts against the session's host cgroup and sees the
+# host's files read-only.
+is "$(grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/"$ppid"/status | tr -s '\t ' ' ' | tr '\n' ' ')" \
+   "CapPrm: 0000000000000000 CapEff: 0000000000000000 CapBnd: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 " \
+   "the proxy has no capabilities, no_new_privs and a seccomp filter"
+is "$(cat /proc/"$ppid"/cgroup)" "$(cat /proc/"$vmm"/cgroup)" "it is in the session's host cgroup, with the VMM"
+[ "$(readlink /proc/"$ppid"/ns/mnt)" != "$(readlink /proc/self/ns/mnt)" ]
+ok $? "it has a mount namespace of its own"
+nsenter -t "$ppid" -m touch /var/tmp/sbx-t1300-$$ 2>/dev/null
+ok $((! $?)) "in which the host's files are read-only"
+rm -f /var/tmp/sbx-t1300-$$
 [ "$(readlink /proc/"$vmm"/ns/net)" != "$(readlink /proc/self/ns/net)" ]
 ok $? "the VMM runs in the session's own namespace"
 is "$(nsenter --net=/proc/"$vmm"/ns/net ip -o route | wc -l)" 1 \
