@@ -29,11 +29,13 @@
 #include <strings.h>
 #include <linux/mount.h>
 #include <sys/mount.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 /* The package cache (pkgcache.h) is linked in once its module exists:
  * the Makefile defines SBX_WITH_PKGCACHE when common/pkgcache.c does. */
@@ -57,6 +59,10 @@
 #define REFUSED_OTHER "(other destinations and reasons)" /* the rest's key, per protocol */
 #define REFUSED_LINES 20        /* refusals a second written to net.log one by one */
 #define NETLOG_MAX (4u << 20)   /* net.log's cap; $SBX_NETLOG_MAX overrides */
+#define AUDIT_MSG_MAX 65536     /* a record from the network half */
+#define AUDIT_PER_SEC 512       /* records a second it may send: a compromised one
+				 * cannot hog the shared audit lock */
+#define HOSTS_MAX (1u << 20)
 #define RESOLVE_MAX 16
 #define COPY_BUF 65536
 #define HALF_CLOSED_IDLE_MS 30000
@@ -69,6 +75,8 @@ struct sbx_proxy {
 	pthread_mutex_t mu; /* everything below, and net.log */
 	pthread_mutex_t audit_mu; /* the audit trail: an append fsyncs, which may be slow,
 				   * and must hold up neither answers nor the log */
+	int audit_fd;       /* the network half's way to it (run_net); -1: its own */
+	int hosts_fd;       /* $SBX_HOSTS_FILE, opened while it could be */
 	unsigned threads;   /* TCP connections accepted and not yet closed */
 	unsigned active;    /* of them, admitted (connected out) */
 	unsigned dns_tcp, pkg; /* DNS/TCP and package cache connections open */
@@ -143,12 +151,36 @@ static int audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_e
 {
 	if (!f)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-	if (px->s.tenant[0])
-		json_object_set_new(f, "tenant", json_string(px->s.tenant));
+	if (px->audit_fd < 0) {
+		if (px->s.tenant[0])
+			json_object_set_new(f, "tenant", json_string(px->s.tenant));
+		pthread_mutex_lock(&px->audit_mu);
+		int rc = sbx_audit_append(&px->st, type, f, err);
+		pthread_mutex_unlock(&px->audit_mu);
+		return rc;
+	}
+	/* Through the privileged half, one record at a time; its answer says
+	 * whether the record is in the trail. */
+	char *body = json_dumps(f, JSON_COMPACT);
+	size_t tl = strlen(type), bl = body ? strlen(body) : 0;
+	char *msg = body ? malloc(tl + 1 + bl) : NULL;
+	if (!msg) {
+		free(body);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	}
+	memcpy(msg, type, tl + 1);
+	memcpy(msg + tl + 1, body, bl);
+	free(body);
+	uint8_t ans = 1;
 	pthread_mutex_lock(&px->audit_mu);
-	int rc = sbx_audit_append(&px->st, type, f, err);
+	ssize_t k = tl + 1 + bl <= AUDIT_MSG_MAX ? send(px->audit_fd, msg, tl + 1 + bl, MSG_NOSIGNAL) : -1;
+	while (k >= 0 && (k = recv(px->audit_fd, &ans, 1, 0)) < 0 && errno == EINTR)
+		;
 	pthread_mutex_unlock(&px->audit_mu);
-	return rc;
+	free(msg);
+	if (k != 1 || ans)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, k == 1 ? 0 : errno, "the audit trail did not take the record");
+	return 0;
 }
 
 /* Count a refusal.  1 when it is to be written to net.log on its own
@@ -310,10 +342,19 @@ static const char *denied(const struct sockaddr *sa)
 	return why;
 }
 
-/* A hosts(5) file: every address listed for name. */
-static unsigned hosts_lookup(const char *path, const char *name, struct sockaddr_storage *out, unsigned max)
+/* A hosts(5) file: every address listed for name.  Read whole each time
+ * (it may change), through an fd opened at start: the network half may
+ * not open it by name. */
+static unsigned hosts_lookup(int fd, const char *name, struct sockaddr_storage *out, unsigned max)
 {
-	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	char *buf = malloc(HOSTS_MAX + 1);
+	size_t len = 0;
+	ssize_t k;
+	while (buf && len < HOSTS_MAX && (k = pread(fd, buf + len, HOSTS_MAX - len, (off_t)len)) > 0)
+		len += (size_t)k;
+	_cleanup_fclose_ FILE *f = buf ? fmemopen(buf, len ? len : 1, "r") : NULL;
+	if (buf && !len)
+		buf[0] = 0;
 	char line[1024];
 	unsigned n = 0;
 	while (f && n < max && fgets(line, sizeof line, f)) {
@@ -336,6 +377,9 @@ static unsigned hosts_lookup(const char *path, const char *name, struct sockaddr
 				break;
 			}
 	}
+	if (f)
+		fclose(f), f = NULL;
+	free(buf);
 	return n;
 }
 
@@ -344,10 +388,8 @@ unsigned sbx_proxy_resolve(struct sbx_proxy *px, const char *name, unsigned port
 {
 	struct sockaddr_storage all[RESOLVE_MAX];
 	unsigned n = 0, kept = 0;
-	const char *hf = getenv("SBX_HOSTS_FILE");
-	(void)px;
-	if (hf && *hf)
-		n = hosts_lookup(hf, name, all, RESOLVE_MAX);
+	if (px->hosts_fd >= 0)
+		n = hosts_lookup(px->hosts_fd, name, all, RESOLVE_MAX);
 	if (!n) {
 		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL, *r;
 		if (getaddrinfo(name, NULL, &hints, &res) == 0)
@@ -1040,17 +1082,179 @@ static int confine(struct sbx_proxy *px, struct sbx_err *err)
 }
 
 /* Nothing the proxy does needs a capability once its files are open: no
- * privilege for a process that parses the guest's bytes all day. */
-static int drop_caps(void)
+ * privilege for a process that parses the guest's bytes all day.  The
+ * bounding set goes first (shrinking it takes CAP_SETPCAP); uid, when
+ * not 0, is taken before the rest (that takes CAP_SETUID). */
+static int drop_caps(uid_t uid)
 {
 	for (int cap = 0; cap <= 63; cap++)
 		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
 			return -1;
+	if (uid && (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0))
+		return -1;
 	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
 	struct __user_cap_data_struct d[2] = { { 0 } };
 	if (syscall(SYS_capset, &h, d) < 0)
 		return -1;
-	return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		return -1;
+	if (uid) { /* no way back */
+		uid_t r, e, s;
+		if (getresuid(&r, &e, &s) < 0 || r != uid || e != uid || s != uid || setresuid(0, 0, 0) == 0)
+			return errno = EPERM, -1;
+	}
+	return 0;
+}
+
+/* Dropping capabilities and changing uid clear PR_SET_PDEATHSIG: arm it
+ * again, and check that the parent is still there to have armed it for. */
+static int unprivileged(uid_t uid, pid_t parent, struct sbx_err *err)
+{
+	if (drop_caps(uid) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot drop privileges");
+	if (getppid() != parent)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the parent is gone");
+	return sbx_jail_filter(err);
+}
+
+/* ---- the audit writer ---- */
+
+
+/* One record from the network half: "TYPE\0{fields}".  Only the proxy's
+ * own types, always for this session; a one-byte answer, 0 when it is in
+ * the trail. */
+static int audit_serve(struct sbx_proxy *px, int fd, uint64_t *sec, unsigned *count)
+{
+	static char buf[AUDIT_MSG_MAX + 1];
+	static const char *const types[] = { "net.connect", "net.close", "dns.query", "net.refused" };
+	ssize_t n = recv(fd, buf, AUDIT_MSG_MAX, MSG_DONTWAIT);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	uint8_t rc = 1;
+	size_t tl = strnlen(buf, (size_t)n);
+	int known = 0;
+	for (size_t i = 0; i < SBX_ARRAY_LEN(types) && tl < (size_t)n; i++)
+		known |= !strcmp(buf, types[i]);
+	uint64_t now = sbx_mono_ns() / 1000000000ull;
+	if (now != *sec)
+		*sec = now, *count = 0;
+	if (known && (*count)++ < AUDIT_PER_SEC) {
+		json_t *f = json_loadb(buf + tl + 1, (size_t)n - tl - 1, JSON_REJECT_DUPLICATES, NULL);
+		if (json_is_object(f)) {
+			json_object_set_new(f, "session", json_string(px->s.id));
+			json_object_del(f, "tenant");
+			if (px->s.tenant[0])
+				json_object_set_new(f, "tenant", json_string(px->s.tenant));
+			rc = sbx_audit_append(&px->st, buf, f, NULL) == 0 ? 0 : 1;
+		}
+		json_decref(f);
+	}
+	send(fd, &rc, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	return 1;
+}
+
+/* The privileged half: uid 0 without capabilities (it owns the trail),
+ * writing the audit records the network half sends, and serving the
+ * package cache (which writes the shared cache and the session's files).
+ * It ends the network half on SIGTERM, giving it a moment to send its
+ * last counts, and ends (non-zero) when it dies. */
+static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd, pid_t child, int sfd,
+		    struct sbx_err *err)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+	if (pidfd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot watch the network half");
+#ifdef HAVE_PKGCACHE
+	if (a->pkg_fd >= 0 && sbx_pkgcache_init(err) < 0)
+		return -1;
+#endif
+	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
+				{ .fd = afd, .events = POLLIN },
+				{ .fd = pidfd, .events = POLLIN },
+				{ .fd = a->pkg_fd, .events = POLLIN } };
+	uint64_t sec = 0, deadline = 0;
+	unsigned count = 0;
+	int stopping = 0;
+	for (;;) {
+		int r = poll(pf, 4, stopping ? 50 : -1);
+		if (r < 0 && errno != EINTR)
+			break;
+		if (stopping && sbx_mono_ns() >= deadline) {
+			kill(child, SIGKILL);
+			break;
+		}
+		if (r <= 0)
+			continue;
+		if (pf[0].revents && !stopping) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof si) < 0)
+				continue;
+			kill(child, SIGTERM);
+			stopping = 1;
+			deadline = sbx_mono_ns() + 800000000ull; /* the monitor waits 1 s */
+			pf[0].fd = -1;
+		}
+		if ((pf[1].revents & POLLIN) && !audit_serve(px, afd, &sec, &count))
+			pf[1].fd = -1; /* closed: its end is near */
+		if (pf[3].revents & POLLIN)
+			accept_one(px, pf[3].fd, 2);
+		if (pf[2].revents) { /* gone: what it sent last still goes in */
+			struct pollfd q = { .fd = afd, .events = POLLIN };
+			while (poll(&q, 1, 0) > 0 && (q.revents & POLLIN) && audit_serve(px, afd, &sec, &count))
+				;
+			break;
+		}
+	}
+	int st = 0;
+	while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+		;
+	if (!stopping)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the network half ended (status %d)", st);
+	return 0;
+}
+
+/* The network half, as its own uid (SBX_JAIL_UID_BASE + its pid, as a
+ * VMM's): the transparent proxy and the resolver, the parsers of the
+ * guest's bytes.  It holds its listeners, net.log and a socket to the
+ * privileged half, and nothing else: no state directory, no trail. */
+static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd, pid_t priv, int sfd,
+		   struct sbx_err *err)
+{
+	px->audit_fd = afd;
+	sbx_state_close(&px->st);
+	if (unprivileged(SBX_JAIL_UID_BASE + (uid_t)getpid(), priv, err) < 0)
+		return -1;
+	static void *udp_arg[2];
+	udp_arg[0] = px;
+	udp_arg[1] = (void *)(intptr_t)a->dns_udp_fd;
+	if (a->dns_udp_fd >= 0 && spawn(dns_udp_thread, udp_arg) != 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start the resolver");
+	struct pollfd pf[3] = { { .fd = sfd, .events = POLLIN },
+				{ .fd = a->tcp_fd, .events = POLLIN },
+				{ .fd = a->dns_tcp_fd, .events = POLLIN } };
+	/* The second's records are written on time however busy the
+	 * listeners are. */
+	uint64_t next = sbx_mono_ns() + 1000000000ull;
+	for (;;) {
+		uint64_t now = sbx_mono_ns();
+		if (now >= next) {
+			second_flush(px);
+			next = now + 1000000000ull;
+		}
+		int r = poll(pf, 3, (int)((next - now) / 1000000u) + 1);
+		if (r < 0 && errno != EINTR)
+			break;
+		if (r <= 0)
+			continue;
+		if (pf[0].revents)
+			break;
+		for (int k = 1; k < 3; k++)
+			if (pf[k].revents & POLLIN)
+				accept_one(px, pf[k].fd, k - 1);
+	}
+	second_flush(px);
+	return 0;
 }
 
 static int load(struct sbx_proxy *px, const char *id, struct sbx_err *err)
@@ -1073,6 +1277,9 @@ static int load(struct sbx_proxy *px, const char *id, struct sbx_err *err)
 	if (px->log_fd < 0 || fstat(px->log_fd, &sb) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open net.log");
 	px->log_size = (uint64_t)sb.st_size; /* a restarted proxy goes on counting */
+	const char *hf = getenv("SBX_HOSTS_FILE");
+	if (hf && *hf && (px->hosts_fd = open(hf, O_RDONLY | O_CLOEXEC)) < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot open SBX_HOSTS_FILE %s", hf);
 	px->log_max = NETLOG_MAX;
 	const char *e = getenv("SBX_NETLOG_MAX");
 	if (e && *e) {
@@ -1091,6 +1298,8 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	pthread_mutex_init(&px.mu, NULL);
 	pthread_mutex_init(&px.audit_mu, NULL);
 	px.log_fd = -1;
+	px.audit_fd = -1;
+	px.hosts_fd = -1;
 	px.dns_batch = json_array();
 	sigset_t set;
 	sigemptyset(&set);
@@ -1104,51 +1313,32 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set up");
 	if (load(&px, a->id, err) < 0)
 		return -1;
-	/* Dropping capabilities clears PR_SET_PDEATHSIG: arm it again, so the
-	 * proxy still dies with its monitor, and check the monitor is still
-	 * there to have armed it for. */
-	pid_t parent = getppid();
+	/* Two halves (as OpenSSH's privilege separation): the network half
+	 * parses the guest's bytes as an unprivileged uid of its own; this
+	 * one, uid 0 without capabilities, writes the audit trail for it and
+	 * serves the package cache. */
+	pid_t monitor = getppid();
 	if (confine(&px, err) < 0)
 		return -1;
-	if (drop_caps() < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot drop capabilities");
-	if (getppid() != parent)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the monitor is gone");
-	if (sbx_jail_filter(err) < 0)
-		return -1;
-#ifdef HAVE_PKGCACHE
-	if (a->pkg_fd >= 0 && sbx_pkgcache_init(err) < 0)
-		return -1;
-#endif
-	static void *udp_arg[2];
-	udp_arg[0] = &px;
-	udp_arg[1] = (void *)(intptr_t)a->dns_udp_fd;
-	if (a->dns_udp_fd >= 0 && spawn(dns_udp_thread, udp_arg) != 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start the resolver");
-	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
-				{ .fd = a->tcp_fd, .events = POLLIN },
-				{ .fd = a->dns_tcp_fd, .events = POLLIN },
-				{ .fd = a->pkg_fd, .events = POLLIN } };
-	/* The second's records are written on time however busy the
-	 * listeners are. */
-	uint64_t next = sbx_mono_ns() + 1000000000ull;
-	for (;;) {
-		uint64_t now = sbx_mono_ns();
-		if (now >= next) {
-			second_flush(&px);
-			next = now + 1000000000ull;
-		}
-		int r = poll(pf, 4, (int)((next - now) / 1000000u) + 1);
-		if (r < 0 && errno != EINTR)
-			break;
-		if (r <= 0)
-			continue;
-		if (pf[0].revents)
-			break;
-		for (int k = 1; k < 4; k++)
-			if (pf[k].revents & POLLIN)
-				accept_one(&px, pf[k].fd, k - 1);
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the audit socket");
+	pid_t priv = getpid(), child = fork();
+	if (child < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the network half");
+	if (child == 0) {
+		close(sp[0]);
+		if (a->pkg_fd >= 0)
+			close(a->pkg_fd);
+		return run_net(&px, a, sp[1], priv, sfd, err);
 	}
-	second_flush(&px);
-	return 0;
+	close(sp[1]);
+	close(a->tcp_fd);
+	if (a->dns_tcp_fd >= 0)
+		close(a->dns_tcp_fd);
+	if (a->dns_udp_fd >= 0)
+		close(a->dns_udp_fd);
+	if (unprivileged(0, monitor, err) < 0)
+		return -1;
+	return run_priv(&px, a, sp[0], child, sfd, err);
 }

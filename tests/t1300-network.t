@@ -110,6 +110,18 @@ ok $? "it has a mount namespace of its own"
 nsenter -t "$ppid" -m touch /var/tmp/sbx-t1300-$$ 2>/dev/null
 ok $((! $?)) "in which the host's files are read-only"
 rm -f /var/tmp/sbx-t1300-$$
+# Its network half (the parsers of the guest's bytes) is a child with a uid
+# of its own; the parent keeps uid 0 (it owns the audit trail) and writes
+# the records the child sends it.
+pnet=$(cat /proc/"$ppid"/task/"$ppid"/children | tr -d ' ')
+like "$pnet" '^[0-9]+$' "the proxy has one child, its network half"
+is "$(awk '/^Uid:/ {print ($2 == 0 || $3 == 0 || $4 == 0) ? "root" : "unprivileged"}' /proc/"$pnet"/status)" \
+   unprivileged "which runs as an unprivileged uid"
+is "$(grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/"$pnet"/status | tr -s '\t ' ' ' | tr '\n' ' ')" \
+   "CapPrm: 0000000000000000 CapEff: 0000000000000000 CapBnd: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 " \
+   "with no capabilities, no_new_privs and the filter"
+is "$(ls /proc/"$pnet"/fd 2>/dev/null | wc -l)" "$(ls -l /proc/"$pnet"/fd | grep -c -e socket: -e net.log -e /dev/null -e proxy.log -e signalfd -e hosts -e anon_inode)" \
+   "holding only sockets, net.log, the hosts file and its stdio (no state directory)"
 [ "$(readlink /proc/"$vmm"/ns/net)" != "$(readlink /proc/self/ns/net)" ]
 ok $? "the VMM runs in the session's own namespace"
 is "$(nsenter --net=/proc/"$vmm"/ns/net ip -o route | wc -l)" 1 \

@@ -53,6 +53,8 @@ ok $? "a session with max_connections: 4 is created (net.log capped at $LOGMAX b
 other=$(sbx-create -q)
 ok $? "and a second session beside it"
 ppid=$(jq -r .proxy_process.pid "$S/$flood/session.json")
+# The network half (the proxy's child) is where connections get threads.
+ppid=$(cat /proc/"$ppid"/task/"$ppid"/children | tr -d ' ')
 fixed=$(ls /proc/"$ppid"/task | wc -l)
 diag "the proxy has $fixed threads at rest"
 # The proxy's thread count, sampled while the flood runs.
