@@ -1173,11 +1173,16 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 				{ .fd = afd, .events = POLLIN },
 				{ .fd = pidfd, .events = POLLIN },
 				{ .fd = a->pkg_fd, .events = POLLIN } };
-	uint64_t sec = 0, deadline = 0;
+	uint64_t sec = 0, deadline = 0, next = sbx_mono_ns() + 1000000000ull;
 	unsigned count = 0;
 	int stopping = 0;
 	for (;;) {
-		int r = poll(pf, 4, stopping ? 50 : -1);
+		/* Its own refusals (package cache connections past the cap). */
+		if (sbx_mono_ns() >= next) {
+			second_flush(px);
+			next = sbx_mono_ns() + 1000000000ull;
+		}
+		int r = poll(pf, 4, stopping ? 50 : 1000);
 		if (r < 0 && errno != EINTR)
 			break;
 		if (stopping && sbx_mono_ns() >= deadline) {
@@ -1206,6 +1211,7 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 			break;
 		}
 	}
+	second_flush(px);
 	int st = 0;
 	while (waitpid(child, &st, 0) < 0 && errno == EINTR)
 		;
