@@ -52,13 +52,18 @@ flood=$(SBX_NETLOG_MAX=$LOGMAX sbx-create -q -p "$TEST_TMP/net.yaml")
 ok $? "a session with max_connections: 4 is created (net.log capped at $LOGMAX bytes)"
 other=$(sbx-create -q)
 ok $? "and a second session beside it"
-ppid=$(jq -r .proxy_process.pid "$S/$flood/session.json")
-# The network half (the proxy's child) is where connections get threads.
-ppid=$(cat /proc/"$ppid"/task/"$ppid"/children | tr -d ' ')
+priv=$(jq -r .proxy_process.pid "$S/$flood/session.json")
+# The network half (the proxy's child) is where connections get threads;
+# the privileged half only writes their audit records.
+ppid=$(cat /proc/"$priv"/task/"$priv"/children | tr -d ' ')
 fixed=$(ls /proc/"$ppid"/task | wc -l)
-diag "the proxy has $fixed threads at rest"
-# The proxy's thread count, sampled while the flood runs.
-(while [ -d /proc/"$ppid" ]; do ls /proc/"$ppid"/task 2>/dev/null | wc -l; sleep 0.02; done) >"$TEST_TMP/tasks" &
+pfixed=$(ls /proc/"$priv"/task | wc -l)
+diag "the proxy's network half has $fixed threads at rest, its privileged half $pfixed"
+# The proxy's thread counts, sampled while the flood runs.
+(while [ -d /proc/"$ppid" ]; do
+	echo "$(ls /proc/"$ppid"/task 2>/dev/null | wc -l) $(ls /proc/"$priv"/task 2>/dev/null | wc -l)"
+	sleep 0.02
+done) >"$TEST_TMP/tasks" &
 SAMPLER=$!
 
 # 32 connections held open without a byte (each holds a thread until the
@@ -99,7 +104,8 @@ ntcp=$(refused '.proto=="tcp"')
 ndns=$(refused '.proto=="dns"')
 naccept=$(refused '.reason | test("too many connections at once")')
 ncap=$(refused '.reason | test("max_connections")')
-maxtasks=$(sort -n "$TEST_TMP/tasks" | tail -1)
+maxtasks=$(cut -d' ' -f1 "$TEST_TMP/tasks" | sort -n | tail -1)
+maxpriv=$(cut -d' ' -f2 "$TEST_TMP/tasks" | sort -n | tail -1)
 diag "flood: $elapsed s, $ntcp connections and $ndns queries refused ($naccept at accept), at most $maxtasks threads"
 [ "$ntcp" -ge 4000 ]
 ok $? "every refused connection is counted ($ntcp of 4032)"
@@ -112,6 +118,7 @@ ok $? "every refused query is counted ($ndns of 1000)"
 ok $? "the held connections fill max_connections, and the rest are refused ($ncap)"
 [ "$maxtasks" -le $((fixed + CAP + SLACK)) ]
 ok $? "the proxy's threads stay at or under $fixed + $CAP + $SLACK (at most $maxtasks)"
+is "$maxpriv" "$pfixed" "and its privileged half gains none"
 nrec=$(jq -s "[.[] | select(.session==\"$flood\" and (.type==\"net.refused\" or .type==\"dns.query\" or .type==\"net.connect\"))] | length" "$A")
 [ "$nrec" -le $((2 * (elapsed + 3))) ]
 ok $? "the audit trail holds at most two of the session's net records a second ($nrec in $elapsed s)"
