@@ -63,6 +63,10 @@
 #define AUDIT_PER_SEC 512       /* records a second it may send: a compromised one
 				 * cannot hog the shared audit lock */
 #define HOSTS_MAX (1u << 20)
+/* The network half's uid: SBX_JAIL_UID_BASE + 2^22 + its pid.  pid_max is
+ * at most 2^22, so no VMM's jail uid (the base + its pid), live or left
+ * on a crashed session's files, is ever one. */
+#define PROXY_UID_BASE (SBX_JAIL_UID_BASE + (1u << 22))
 #define RESOLVE_MAX 16
 #define COPY_BUF 65536
 #define HALF_CLOSED_IDLE_MS 30000
@@ -1220,8 +1224,8 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 	return 0;
 }
 
-/* The network half, as its own uid (SBX_JAIL_UID_BASE + its pid, as a
- * VMM's): the transparent proxy and the resolver, the parsers of the
+/* The network half, as its own uid (PROXY_UID_BASE + its pid): the
+ * transparent proxy and the resolver, the parsers of the
  * guest's bytes.  It holds its listeners, net.log and a socket to the
  * privileged half, and nothing else: no state directory, no trail. */
 static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd, pid_t priv, int sfd,
@@ -1229,7 +1233,7 @@ static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd
 {
 	px->audit_fd = afd;
 	sbx_state_close(&px->st);
-	if (unprivileged(SBX_JAIL_UID_BASE + (uid_t)getpid(), priv, err) < 0)
+	if (unprivileged(PROXY_UID_BASE + (uid_t)getpid(), priv, err) < 0)
 		return -1;
 	static void *udp_arg[2];
 	udp_arg[0] = px;
