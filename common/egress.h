@@ -139,6 +139,11 @@ struct sbx_proxy;
  * Returns the count; 0 with *why set when none is left. */
 unsigned sbx_proxy_resolve(struct sbx_proxy *px, const char *name, unsigned port, struct sockaddr_storage *out,
 			   unsigned max, const char **why);
+/* The fixed deny list, then the host's own addresses and every address on
+ * a subnet of its links (getifaddrs, read at each call): what the proxy
+ * checks before it connects anywhere, and what the package cache should
+ * check too.  NULL, or why not. */
+const char *sbx_proxy_denied(const struct sockaddr *sa);
 /* Append one JSON object (borrowed) as a line of net.log. */
 void sbx_proxy_log(struct sbx_proxy *px, json_t *rec);
 

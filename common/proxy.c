@@ -326,7 +326,7 @@ static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
  * links (their netmasks: a LAN's neighbours are as near as the host;
  * read each time, they change).  Other sessions have no address outside
  * their namespaces. */
-static const char *denied(const struct sockaddr *sa)
+const char *sbx_proxy_denied(const struct sockaddr *sa)
 {
 	const char *why = sbx_egress_denied(sa);
 	if (why)
@@ -407,7 +407,7 @@ unsigned sbx_proxy_resolve(struct sbx_proxy *px, const char *name, unsigned port
 	}
 	*why = n ? NULL : "the name does not resolve";
 	for (unsigned i = 0; i < n && kept < max; i++) {
-		const char *d = denied((struct sockaddr *)&all[i]);
+		const char *d = sbx_proxy_denied((struct sockaddr *)&all[i]);
 		if (d) {
 			*why = d; /* the last reason, if none is left */
 			continue;
@@ -880,7 +880,7 @@ static void decide(struct sbx_proxy *px, int g, const struct sockaddr_in *dst, s
 	int rule = sbx_egress_match_addr(&px->pol, (const struct sockaddr *)dst, port);
 	if (rule >= 0) {
 		a->rule = rule;
-		if ((a->reason = denied((const struct sockaddr *)dst)))
+		if ((a->reason = sbx_proxy_denied((const struct sockaddr *)dst)))
 			return;
 		memcpy(&to[0], dst, sizeof *dst);
 		nto = 1;
