@@ -158,6 +158,22 @@ int sbx_cgroup_create(const char *session, const struct sbx_cg_limits *l, int fd
 	return 0;
 }
 
+int sbx_cgroup_enter(const char *session, struct sbx_err *err)
+{
+	static const char *const ctrls[] = { "cpu", "cpuacct", "memory", "pids" };
+	const char *mode = sbx_cgroup_mode();
+	char dir[512];
+	if (!strcmp(mode, "none"))
+		return 0;
+	int v2 = !strcmp(mode, "v2");
+	for (size_t i = 0; i < (v2 ? 1 : SBX_ARRAY_LEN(ctrls)); i++) {
+		group_dir(v2 ? NULL : ctrls[i], session, dir, sizeof dir, 0);
+		if (write_at(dir, "cgroup.procs", "0") < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot join the session's host cgroup %s", dir);
+	}
+	return 0;
+}
+
 void sbx_cgroup_kill(const char *session)
 {
 	char dir[512];

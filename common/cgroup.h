@@ -22,6 +22,10 @@ struct sbx_cg_limits {
  * cgroup.procs files that the VMM child writes "0" to before exec. */
 int sbx_cgroup_create(const char *session, const struct sbx_cg_limits *l, int fds[SBX_CG_MAX_FDS], int *nfds,
 		      struct sbx_err *err);
+/* Move the calling process into the session's groups (they must exist):
+ * the session's proxy, so that its threads, memory and CPU are the
+ * session's.  No groups at all ("none") is success. */
+int sbx_cgroup_enter(const char *session, struct sbx_err *err);
 /* SIGKILL every process in the session's groups. */
 void sbx_cgroup_kill(const char *session);
 /* Sessions that have a group under this root's parent (for sbx-gc's orphan

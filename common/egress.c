@@ -124,41 +124,140 @@ static enum sbx_sniff sniff_tls(const uint8_t *b, size_t n, char *host, size_t h
 }
 
 #define HTTP_HEAD_MAX 8192
+#define HTTP_CHUNK_LINE_MAX 1024
 
 static const char *const methods[] = { "GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ",
 				       "CONNECT ", "TRACE " };
 
-/* An HTTP/1.x request head and its one Host header (RFC 9112 3.2). */
-static enum sbx_sniff sniff_http(const uint8_t *b, size_t n, char *host, size_t hn)
+/* What a request head says about the request, beyond its host. */
+struct http_head {
+	size_t len;         /* of the head, its blank line included */
+	int64_t length;     /* Content-Length; -1: none */
+	int chunked;        /* Transfer-Encoding ends in chunked */
+	int upgrade;        /* an Upgrade header: the stream may stop being HTTP */
+};
+
+/* A host[:port] as Host or an authority writes it, into host without the
+ * port.  SBX_SNIFF_HTTP or SBX_SNIFF_BAD. */
+static enum sbx_sniff authority(const char *v, const char *ve, char *host, size_t hn)
 {
-	const char *s = (const char *)b;
-	int prefix = 0, method = 0;
+	while (v < ve && (*v == ' ' || *v == '\t'))
+		v++;
+	while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+		ve--;
+	/* Drop the port: after the ']' of an IPv6 literal, else after the
+	 * only ':'. */
+	const char *colon = NULL;
+	if (v < ve && *v == '[') {
+		const char *rb = memchr(v, ']', (size_t)(ve - v));
+		if (!rb)
+			return SBX_SNIFF_BAD;
+		if (rb + 1 < ve) {
+			if (rb[1] != ':')
+				return SBX_SNIFF_BAD;
+			colon = rb + 1;
+		}
+	} else {
+		colon = memchr(v, ':', (size_t)(ve - v));
+	}
+	if (colon) {
+		unsigned port = 0;
+		if (colon + 1 == ve || colon + 6 < ve)
+			return SBX_SNIFF_BAD;
+		for (const char *d = colon + 1; d < ve; d++) {
+			if (*d < '0' || *d > '9')
+				return SBX_SNIFF_BAD;
+			port = port * 10 + (unsigned)(*d - '0');
+		}
+		if (!port || port > 65535)
+			return SBX_SNIFF_BAD;
+		ve = colon;
+	}
+	return set_host(v, (size_t)(ve - v), host, hn, SBX_SNIFF_HTTP);
+}
+
+/* The host a request target names (RFC 9112 3.2): absolute-form's
+ * authority, CONNECT's authority-form; "" for origin-form and "*". */
+static enum sbx_sniff target_host(const char *t, size_t tl, int connect, char *host, size_t hn)
+{
+	host[0] = 0;
+	if (!tl)
+		return SBX_SNIFF_BAD;
+	if (connect)
+		return memchr(t, '@', tl) ? SBX_SNIFF_BAD : authority(t, t + tl, host, hn);
+	if (t[0] == '/' || (tl == 1 && t[0] == '*'))
+		return SBX_SNIFF_HTTP;
+	const char *sep = tl > 3 ? memmem(t, tl, "://", 3) : NULL;
+	if (!sep || sep == t)
+		return SBX_SNIFF_BAD; /* neither origin- nor absolute-form */
+	for (const char *c = t; c < sep; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '+' ||
+		      *c == '-' || *c == '.'))
+			return SBX_SNIFF_BAD;
+	const char *a = sep + 3, *e = t + tl, *ae = a;
+	while (ae < e && *ae != '/' && *ae != '?' && *ae != '#')
+		ae++;
+	if (ae == a || memchr(a, '@', (size_t)(ae - a)))
+		return SBX_SNIFF_BAD; /* no host, or userinfo: a name hidden in it */
+	return authority(a, ae, host, hn);
+}
+
+static int is_method(const char *s, size_t n, int *prefix, int *connect)
+{
+	int m = 0;
+	*prefix = *connect = 0;
 	for (size_t i = 0; i < SBX_ARRAY_LEN(methods); i++) {
 		size_t ml = strlen(methods[i]);
 		if (n >= ml && !memcmp(s, methods[i], ml))
-			method = 1;
+			m = 1, *connect = i == 7;
 		else if (n < ml && !memcmp(s, methods[i], n))
-			prefix = 1;
+			*prefix = 1;
 	}
-	if (!method)
+	return m;
+}
+
+/* An HTTP/1.x request head (RFC 9112): its host (Host, which an
+ * absolute-form or authority-form target must agree with, or that target
+ * alone) and its framing.  Anything a server and the proxy could read in
+ * two ways is refused: folded or space-before-colon fields, a bare CR,
+ * two Host or Content-Length fields, both Content-Length and
+ * Transfer-Encoding, a coding that does not end in chunked. */
+static enum sbx_sniff http_head(const uint8_t *b, size_t n, char *host, size_t hn, struct http_head *h)
+{
+	const char *s = (const char *)b;
+	int prefix, connect;
+	memset(h, 0, sizeof *h);
+	h->length = -1;
+	host[0] = 0;
+	if (!is_method(s, n, &prefix, &connect))
 		return prefix ? SBX_SNIFF_MORE : SBX_SNIFF_OTHER;
 	size_t lim = n < HTTP_HEAD_MAX ? n : HTTP_HEAD_MAX;
-	const char *eoh = memmem(s, lim, "\r\n\r\n", 4);
-	if (!eoh)
-		eoh = memmem(s, lim, "\n\n", 2);
+	const char *eoh = memmem(s, lim, "\r\n\r\n", 4), *e2 = memmem(s, lim, "\n\n", 2);
+	size_t tail = 4;
+	if (!eoh || (e2 && e2 < eoh))
+		eoh = e2, tail = 2;
 	if (!eoh)
 		return n >= HTTP_HEAD_MAX ? SBX_SNIFF_BAD : SBX_SNIFF_MORE;
-	const char *line = memchr(s, '\n', (size_t)(eoh - s) + 2); /* eoh + 2 is in the buffer */
-	if (!line)
+	h->len = (size_t)(eoh - s) + tail;
+	if (memchr(s, 0, h->len))
 		return SBX_SNIFF_BAD;
-	/* The request line ends in HTTP/1.x. */
+	for (const char *c = s; c < s + h->len; c++)
+		if (*c == '\r' && c[1] != '\n')
+			return SBX_SNIFF_BAD;
+	const char *line = memchr(s, '\n', h->len);
+	/* The request line: METHOD SP target SP HTTP/1.x */
 	size_t rl = (size_t)(line - s);
 	if (rl && s[rl - 1] == '\r')
 		rl--;
-	if (rl < 9 || memcmp(s + rl - 8, "HTTP/1.", 7))
+	if (rl < 9 || memcmp(s + rl - 8, "HTTP/1.", 7) || s[rl - 9] != ' ')
 		return SBX_SNIFF_BAD;
-	int found = 0;
-	host[0] = 0;
+	const char *t = memchr(s, ' ', rl) + 1, *te = s + rl - 9;
+	if (t > te || memchr(t, ' ', (size_t)(te - t)) || memchr(t, '\t', (size_t)(te - t)))
+		return SBX_SNIFF_BAD;
+	char thost[SBX_HOST_LEN];
+	if (target_host(t, (size_t)(te - t), connect, thost, sizeof thost) != SBX_SNIFF_HTTP)
+		return SBX_SNIFF_BAD;
+	int found = 0, te_seen = 0;
 	for (const char *p = line + 1; p < eoh;) {
 		const char *nl = memchr(p, '\n', (size_t)(eoh - p) + 1);
 		if (!nl)
@@ -166,48 +265,225 @@ static enum sbx_sniff sniff_http(const uint8_t *b, size_t n, char *host, size_t 
 		size_t ll = (size_t)(nl - p);
 		if (ll && p[ll - 1] == '\r')
 			ll--;
-		if (ll >= 5 && !strncasecmp(p, "host:", 5)) {
+		const char *colon = memchr(p, ':', ll);
+		if (!ll || !colon || colon == p || p[0] == ' ' || p[0] == '\t')
+			return SBX_SNIFF_BAD;
+		for (const char *c = p; c < colon; c++)
+			if (*c == ' ' || *c == '\t')
+				return SBX_SNIFF_BAD;
+		size_t nlen = (size_t)(colon - p);
+		const char *v = colon + 1, *ve = p + ll;
+		while (v < ve && (*v == ' ' || *v == '\t'))
+			v++;
+		while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+			ve--;
+		if (nlen == 4 && !strncasecmp(p, "host", 4)) {
 			if (found++)
 				return SBX_SNIFF_BAD; /* two Host headers: ambiguous */
-			const char *v = p + 5, *ve = p + ll;
-			while (v < ve && (*v == ' ' || *v == '\t'))
-				v++;
-			while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
-				ve--;
-			/* Drop the port: after the ']' of an IPv6 literal, else after
-			 * the only ':'. */
-			const char *colon = NULL;
-			if (v < ve && *v == '[') {
-				const char *rb = memchr(v, ']', (size_t)(ve - v));
-				if (!rb)
-					return SBX_SNIFF_BAD;
-				if (rb + 1 < ve) {
-					if (rb[1] != ':')
-						return SBX_SNIFF_BAD;
-					colon = rb + 1;
-				}
-			} else {
-				colon = memchr(v, ':', (size_t)(ve - v));
-			}
-			if (colon) {
-				unsigned port = 0;
-				if (colon + 1 == ve || colon + 6 < ve)
-					return SBX_SNIFF_BAD;
-				for (const char *d = colon + 1; d < ve; d++) {
-					if (*d < '0' || *d > '9')
-						return SBX_SNIFF_BAD;
-					port = port * 10 + (unsigned)(*d - '0');
-				}
-				if (!port || port > 65535)
-					return SBX_SNIFF_BAD;
-				ve = colon;
-			}
-			if (set_host(v, (size_t)(ve - v), host, hn, SBX_SNIFF_HTTP) != SBX_SNIFF_HTTP)
+			if (authority(v, ve, host, hn) != SBX_SNIFF_HTTP)
 				return SBX_SNIFF_BAD;
+		} else if (nlen == 14 && !strncasecmp(p, "content-length", 14)) {
+			if (h->length >= 0 || v == ve || ve - v > 15)
+				return SBX_SNIFF_BAD;
+			h->length = 0;
+			for (const char *d = v; d < ve; d++) {
+				if (*d < '0' || *d > '9')
+					return SBX_SNIFF_BAD;
+				h->length = h->length * 10 + (*d - '0');
+			}
+		} else if (nlen == 17 && !strncasecmp(p, "transfer-encoding", 17)) {
+			if (te_seen++)
+				return SBX_SNIFF_BAD;
+			if (ve - v < 7 || strncasecmp(ve - 7, "chunked", 7) ||
+			    (ve - v > 7 && ve[-8] != ' ' && ve[-8] != ','))
+				return SBX_SNIFF_BAD;
+			h->chunked = 1;
+		} else if (nlen == 7 && !strncasecmp(p, "upgrade", 7)) {
+			h->upgrade = 1;
 		}
 		p = nl + 1;
 	}
+	if (h->chunked && h->length >= 0)
+		return SBX_SNIFF_BAD;
+	if (thost[0]) {
+		if (host[0] && strcmp(host, thost))
+			return SBX_SNIFF_CONFLICT;
+		memcpy(host, thost, strlen(thost) + 1);
+	}
 	return SBX_SNIFF_HTTP;
+}
+
+static enum sbx_sniff sniff_http(const uint8_t *b, size_t n, char *host, size_t hn)
+{
+	struct http_head h;
+	enum sbx_sniff k = http_head(b, n, host, hn, &h);
+	if (k != SBX_SNIFF_HTTP && k != SBX_SNIFF_CONFLICT)
+		host[0] = 0;
+	return k;
+}
+
+/* ---- every request on a connection ---- */
+
+void sbx_http_flow_init(struct sbx_http_flow *f, const char *host)
+{
+	memset(f, 0, sizeof *f);
+	snprintf(f->host, sizeof f->host, "%s", host);
+	f->state = SBX_HTTP_HEAD;
+}
+
+static size_t flow_deny(struct sbx_http_flow *f, size_t off, int *verdict, const char *why, const char *host)
+{
+	f->state = SBX_HTTP_DENIED;
+	if (host && host[0])
+		snprintf(f->why, sizeof f->why, "%s (%s)", why, host);
+	else
+		snprintf(f->why, sizeof f->why, "%s", why);
+	*verdict = SBX_FLOW_DENY;
+	return off;
+}
+
+/* A chunk-size line (RFC 9112 7.1): hex digits, then extensions. */
+static int chunk_size(const char *s, size_t n, uint64_t *out)
+{
+	uint64_t v = 0;
+	size_t i = 0;
+	for (; i < n; i++) {
+		char c = s[i];
+		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+		if (d < 0)
+			break;
+		if (i >= 15)
+			return -1;
+		v = v << 4 | (unsigned)d;
+	}
+	if (!i || (i < n && s[i] != ';' && s[i] != ' ' && s[i] != '\t'))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+size_t sbx_http_flow_scan(struct sbx_http_flow *f, const uint8_t *b, size_t n, int *verdict)
+{
+	size_t off = 0;
+	*verdict = SBX_FLOW_OK;
+	while (off < n) {
+		const uint8_t *p = b + off;
+		size_t left = n - off;
+		switch (f->state) {
+		case SBX_HTTP_HEAD: {
+			if (*p == '\r' || *p == '\n') { /* empty lines between requests */
+				off++;
+				continue;
+			}
+			char host[SBX_HOST_LEN];
+			struct http_head h;
+			enum sbx_sniff k = http_head(p, left, host, sizeof host, &h);
+			if (k == SBX_SNIFF_MORE)
+				return off;
+			if (k == SBX_SNIFF_OTHER || k == SBX_SNIFF_BAD)
+				return flow_deny(f, off, verdict, "a request on the connection is not well-formed HTTP/1.x",
+						 NULL);
+			if (k == SBX_SNIFF_CONFLICT)
+				return flow_deny(f, off, verdict, "a request's target names another host than its Host",
+						 NULL);
+			if (!host[0])
+				return flow_deny(f, off, verdict, "a request on the connection names no host", NULL);
+			if (strcmp(host, f->host))
+				return flow_deny(f, off, verdict, "a request on the connection asks for another host",
+						 host);
+			f->requests++;
+			f->upgrade = h.upgrade;
+			off += h.len;
+			if (h.chunked)
+				f->state = SBX_HTTP_CHUNK_SIZE;
+			else if (h.length > 0)
+				f->state = SBX_HTTP_BODY, f->left = (uint64_t)h.length;
+			else
+				f->state = f->upgrade ? SBX_HTTP_UPGRADE_WAIT : SBX_HTTP_HEAD;
+			break;
+		}
+		case SBX_HTTP_BODY: {
+			size_t k = left < f->left ? left : (size_t)f->left;
+			off += k;
+			f->left -= k;
+			if (!f->left)
+				f->state = f->upgrade ? SBX_HTTP_UPGRADE_WAIT : SBX_HTTP_HEAD;
+			break;
+		}
+		case SBX_HTTP_CHUNK_SIZE:
+		case SBX_HTTP_TRAILER: {
+			const uint8_t *nl = memchr(p, '\n', left < HTTP_CHUNK_LINE_MAX ? left : HTTP_CHUNK_LINE_MAX);
+			if (!nl) {
+				if (left >= HTTP_CHUNK_LINE_MAX)
+					return flow_deny(f, off, verdict, "a chunked request body is malformed", NULL);
+				return off;
+			}
+			size_t ll = (size_t)(nl - p);
+			if (ll && p[ll - 1] == '\r')
+				ll--;
+			if (memchr(p, '\r', ll) || memchr(p, 0, ll))
+				return flow_deny(f, off, verdict, "a chunked request body is malformed", NULL);
+			off += (size_t)(nl - p) + 1;
+			if (f->state == SBX_HTTP_TRAILER) {
+				if (!ll)
+					f->state = f->upgrade ? SBX_HTTP_UPGRADE_WAIT : SBX_HTTP_HEAD;
+				break;
+			}
+			uint64_t sz;
+			if (chunk_size((const char *)p, ll, &sz) < 0)
+				return flow_deny(f, off, verdict, "a chunked request body is malformed", NULL);
+			if (sz)
+				f->state = SBX_HTTP_CHUNK_DATA, f->left = sz;
+			else
+				f->state = SBX_HTTP_TRAILER;
+			break;
+		}
+		case SBX_HTTP_CHUNK_DATA: {
+			size_t k = left < f->left ? left : (size_t)f->left;
+			off += k;
+			f->left -= k;
+			if (!f->left)
+				f->state = SBX_HTTP_CHUNK_END;
+			break;
+		}
+		case SBX_HTTP_CHUNK_END:
+			if (p[0] == '\n') {
+				off++;
+			} else if (p[0] == '\r') {
+				if (left < 2)
+					return off;
+				if (p[1] != '\n')
+					return flow_deny(f, off, verdict, "a chunked request body is malformed", NULL);
+				off += 2;
+			} else {
+				return flow_deny(f, off, verdict, "a chunked request body is malformed", NULL);
+			}
+			f->state = SBX_HTTP_CHUNK_SIZE;
+			break;
+		case SBX_HTTP_UPGRADE_WAIT:
+			*verdict = SBX_FLOW_WAIT;
+			return off;
+		case SBX_HTTP_OPAQUE:
+			return n;
+		default:
+			*verdict = SBX_FLOW_DENY;
+			return off;
+		}
+	}
+	if (f->state == SBX_HTTP_UPGRADE_WAIT)
+		*verdict = SBX_FLOW_WAIT;
+	return off;
+}
+
+void sbx_http_flow_response(struct sbx_http_flow *f, const uint8_t *b, size_t n)
+{
+	if (f->state != SBX_HTTP_UPGRADE_WAIT)
+		return;
+	/* "HTTP/1.1 101 ": the server switched protocols, and what follows is
+	 * no longer HTTP; anything else, and the next request is parsed. */
+	int switched = n >= 13 && !memcmp(b, "HTTP/1.", 7) && b[8] == ' ' && !memcmp(b + 9, "101", 3) &&
+		       (b[12] == ' ' || b[12] == '\r' || b[12] == '\n');
+	f->state = switched ? SBX_HTTP_OPAQUE : SBX_HTTP_HEAD;
 }
 
 enum sbx_sniff sbx_sniff_host(const uint8_t *buf, size_t n, char *host, size_t hn)
@@ -223,7 +499,7 @@ enum sbx_sniff sbx_sniff_host(const uint8_t *buf, size_t n, char *host, size_t h
 
 const char *sbx_sniff_name(enum sbx_sniff k)
 {
-	static const char *const names[] = { "more", "tls", "http", "other", "bad" };
+	static const char *const names[] = { "more", "tls", "http", "other", "bad", "conflict" };
 	return (unsigned)k < SBX_ARRAY_LEN(names) ? names[k] : "?";
 }
 
@@ -402,7 +678,9 @@ static const struct block deny4[] = {
 	{ { 127 }, 8, "loopback" },
 	{ { 169, 254 }, 16, "link-local (169.254.0.0/16, cloud metadata)" },
 	{ { 172, 16 }, 12, "private (RFC 1918)" },
+	{ { 192, 0, 0 }, 24, "IETF protocol assignments (192.0.0.0/24)" },
 	{ { 192, 168 }, 16, "private (RFC 1918)" },
+	{ { 198, 18 }, 15, "benchmarking (198.18.0.0/15)" },
 	{ { 224 }, 4, "multicast" },
 	{ { 240 }, 4, "reserved (240.0.0.0/4)" },
 };
@@ -411,6 +689,9 @@ static const struct block deny6[] = {
 	{ { 0 }, 128, "unspecified (::)" },
 	{ { [15] = 1 }, 128, "loopback (::1)" },
 	{ { 0 }, 96, "IPv4-compatible (::/96)" },
+	{ { [8] = 0xff, [9] = 0xff }, 96, "IPv4-translated (::ffff:0:0:0/96)" },
+	{ { 0, 0x64, 0xff, 0x9b, 0, 1 }, 48, "local-use NAT64 (64:ff9b:1::/48)" },
+	{ { 0x20, 0x02 }, 16, "6to4 (2002::/16)" },
 	{ { 0xfc }, 7, "unique local (fc00::/7)" },
 	{ { 0xfe, 0x80 }, 10, "link-local (fe80::/10)" },
 	{ { 0xfe, 0xc0 }, 10, "site-local (fec0::/10)" },
@@ -421,6 +702,11 @@ const char *sbx_egress_denied(const struct sockaddr *sa)
 {
 	uint8_t a[16];
 	int fam;
+	/* An IPv4-mapped address is refused as such: the proxy and the cache
+	 * connect to IPv4 addresses as IPv4. */
+	static const uint8_t mapped[16] = { [10] = 0xff, [11] = 0xff };
+	if (sa->sa_family == AF_INET6 && in_block(((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr, mapped, 96))
+		return "IPv4-mapped (::ffff:0:0/96)";
 	if (addr_bytes(sa, a, &fam) < 0)
 		return "not an IP address";
 	if (fam == AF_INET) {
@@ -440,4 +726,21 @@ const char *sbx_egress_denied(const struct sockaddr *sa)
 		if (in_block(a, deny6[i].net, deny6[i].prefix))
 			return deny6[i].why;
 	return NULL;
+}
+
+int sbx_egress_in_subnet(const struct sockaddr *sa, const struct sockaddr *ifa, const struct sockaddr *mask)
+{
+	uint8_t a[16], i[16], m[16];
+	int fa, fi, fm;
+	if (!ifa || addr_bytes(sa, a, &fa) < 0 || addr_bytes(ifa, i, &fi) < 0 || fa != fi)
+		return 0;
+	size_t len = fa == AF_INET ? 4 : 16;
+	if (!mask || mask->sa_family != ifa->sa_family || addr_bytes(mask, m, &fm) < 0)
+		memset(m, 0xff, sizeof m);
+	else if (ifa->sa_family == AF_INET6 && fi == AF_INET)
+		memcpy(m, ((const struct sockaddr_in6 *)mask)->sin6_addr.s6_addr + 12, 4); /* a mapped address's */
+	for (size_t k = 0; k < len; k++)
+		if ((a[k] & m[k]) != (i[k] & m[k]))
+			return 0;
+	return 1;
 }

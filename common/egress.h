@@ -39,6 +39,8 @@ enum sbx_sniff {
 	SBX_SNIFF_HTTP,     /* an HTTP/1.x request; host its Host header, no port */
 	SBX_SNIFF_OTHER,    /* neither TLS nor HTTP: no name */
 	SBX_SNIFF_BAD,      /* TLS or HTTP, but malformed (or a name that is not one) */
+	SBX_SNIFF_CONFLICT, /* HTTP whose absolute-form (or CONNECT) target names
+			     * another host than its Host header; host is the Host */
 };
 
 /* Look at the first n bytes the guest sent.  host (hn >= SBX_HOST_LEN) is
@@ -46,6 +48,36 @@ enum sbx_sniff {
  * digits, '-', '.', or is an IP literal (IPv6 without brackets). */
 enum sbx_sniff sbx_sniff_host(const uint8_t *buf, size_t n, char *host, size_t hn);
 const char *sbx_sniff_name(enum sbx_sniff k);
+
+/* Every request on an HTTP connection, not just the first: the guest's
+ * bytes go through sbx_http_flow_scan before they are forwarded, and each
+ * request head must name the host the connection was admitted for (Host,
+ * and an absolute-form target agreeing with it).  Bodies are skipped by
+ * their framing (Content-Length, chunked); after a request with Upgrade
+ * the guest's bytes wait for the server's answer: a 101 makes the rest
+ * opaque, anything else means more requests. */
+enum sbx_http_state {
+	SBX_HTTP_HEAD, SBX_HTTP_BODY, SBX_HTTP_CHUNK_SIZE, SBX_HTTP_CHUNK_DATA, SBX_HTTP_CHUNK_END,
+	SBX_HTTP_TRAILER, SBX_HTTP_UPGRADE_WAIT, SBX_HTTP_OPAQUE, SBX_HTTP_DENIED,
+};
+enum { SBX_FLOW_OK, SBX_FLOW_WAIT, SBX_FLOW_DENY };
+struct sbx_http_flow {
+	char host[SBX_HOST_LEN]; /* the name the connection was admitted for */
+	enum sbx_http_state state;
+	uint64_t left;     /* of the body or chunk */
+	int upgrade;       /* the current request asked for one */
+	unsigned requests; /* heads checked */
+	char why[320];     /* after SBX_FLOW_DENY */
+};
+void sbx_http_flow_init(struct sbx_http_flow *f, const char *host);
+/* Of the n bytes the guest sent (continuing where the last call left
+ * off), how many may be forwarded now; the rest are kept and offered
+ * again with more.  *verdict: SBX_FLOW_OK; SBX_FLOW_WAIT (forward, then
+ * read nothing more until sbx_http_flow_response); SBX_FLOW_DENY (forward
+ * the bytes returned, then close: f->why). */
+size_t sbx_http_flow_scan(struct sbx_http_flow *f, const uint8_t *b, size_t n, int *verdict);
+/* The server's first bytes after an Upgrade request. */
+void sbx_http_flow_response(struct sbx_http_flow *f, const uint8_t *b, size_t n);
 
 /* ---- DNS ---- */
 
@@ -82,6 +114,9 @@ int sbx_egress_match_addr(const struct sbx_policy *p, const struct sockaddr *sa,
  * may be reached, else why not ("loopback", "private (RFC 1918)", ...).
  * The host's own addresses are the proxy's check (they change). */
 const char *sbx_egress_denied(const struct sockaddr *sa);
+/* Whether sa is in the subnet of the interface address ifa with netmask
+ * mask (getifaddrs(3)); NULL mask: ifa itself.  1 or 0. */
+int sbx_egress_in_subnet(const struct sockaddr *sa, const struct sockaddr *ifa, const struct sockaddr *mask);
 
 /* ---- the proxy process ---- */
 
@@ -104,6 +139,11 @@ struct sbx_proxy;
  * Returns the count; 0 with *why set when none is left. */
 unsigned sbx_proxy_resolve(struct sbx_proxy *px, const char *name, unsigned port, struct sockaddr_storage *out,
 			   unsigned max, const char **why);
+/* The fixed deny list, then the host's own addresses and every address on
+ * a subnet of its links (getifaddrs, read at each call): what the proxy
+ * checks before it connects anywhere, and what the package cache should
+ * check too.  NULL, or why not. */
+const char *sbx_proxy_denied(const struct sockaddr *sa);
 /* Append one JSON object (borrowed) as a line of net.log. */
 void sbx_proxy_log(struct sbx_proxy *px, json_t *rec);
 

@@ -485,6 +485,11 @@ static int filter(struct sbx_err *err)
 	return 0;
 }
 
+int sbx_jail_filter(struct sbx_err *err)
+{
+	return filter(err);
+}
+
 int sbx_jail_enter(const struct sbx_vm_config *c, pid_t host_pid, int parent_pidfd, struct sbx_err *err)
 {
 	/* The VMM's own pid on the host (it is 1 in its PID namespace):

@@ -36,5 +36,8 @@ void sbx_jail_view(const struct sbx_vm_config *host, struct sbx_vm_config *in);
  * is re-armed and parent_pidfd checked for a monitor that died meanwhile.
  * Any failure returns -1: the caller must not exec. */
 int sbx_jail_enter(const struct sbx_vm_config *c, pid_t host_pid, int parent_pidfd, struct sbx_err *err);
+/* The jail's seccomp filter alone, for another process that parses guest
+ * bytes (the egress proxy) once it has no_new_privs. */
+int sbx_jail_filter(struct sbx_err *err);
 
 #endif

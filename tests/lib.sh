@@ -81,7 +81,7 @@ done_testing() {
 
 # Test hosts for network tests, on this machine only: test_net_hosts TAG N
 # makes a network namespace holding N addresses of a /29 of
-# 198.51.100.0/24 (never 192.0.2.0/24, this machine's own network, nor
+# 198.51.100.0/24, routed as /32s (never 192.0.2.0/24, this machine's own network, nor
 # 203.0.113.0/24, where the package registries resolve here) and a veth to
 # it whose host end is the /29's first address.  The /29 is picked under a
 # host-wide lock, so test files running at once never share one.  Sets
@@ -109,12 +109,18 @@ test_net_hosts() {
 		skip_all "no free /29 in 198.51.100.0/24"
 	fi
 	_net_cleanup() { ip link del "$NET_VETH" 2>/dev/null; ip netns del "$NET_NS" 2>/dev/null; }
+	# Each end holds /32s and routes to the other's: the egress proxy
+	# refuses every address on a subnet of the host's own links, so test
+	# hosts are routed to, never on-link.
 	ip netns add "$NET_NS" && ip link add "$NET_VETH" type veth peer name eth0 netns "$NET_NS" &&
-		ip addr add "$NET_HOSTIP/29" dev "$NET_VETH" && ip link set "$NET_VETH" up &&
-		ip -n "$NET_NS" link set eth0 up && ip -n "$NET_NS" link set lo up || {
+		ip addr add "$NET_HOSTIP/32" dev "$NET_VETH" && ip link set "$NET_VETH" up &&
+		ip -n "$NET_NS" link set eth0 up && ip -n "$NET_NS" link set lo up &&
+		ip -n "$NET_NS" route add "$NET_HOSTIP/32" dev eth0 || {
 		_net_cleanup; exec {_net_lock}>&-; skip_all "cannot make the test hosts"; }
-	for i in "${NET_IP[@]}"; do ip -n "$NET_NS" addr add "$i/29" dev eth0 || {
-		_net_cleanup; exec {_net_lock}>&-; skip_all "cannot make the test hosts"; }; done
+	for i in "${NET_IP[@]}"; do
+		ip -n "$NET_NS" addr add "$i/32" dev eth0 && ip route add "$i/32" dev "$NET_VETH" || {
+			_net_cleanup; exec {_net_lock}>&-; skip_all "cannot make the test hosts"; }
+	done
 	# The host's end now holds an address of the /29: the next test's
 	# search skips it, so the lock can go.
 	exec {_net_lock}>&-

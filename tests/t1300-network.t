@@ -2,7 +2,7 @@
 # Network egress (network.egress: allowlist): a session reaches exactly the
 # hosts its policy allows, by name, through its own proxy and resolver;
 # everything else is refused and every attempt is logged.  The remote hosts
-# are network namespaces this test makes (veth, 203.0.113.0/24 addresses,
+# are network namespaces this test makes (veth, 198.51.100.0/24 addresses,
 # names from SBX_HOSTS_FILE); nothing is sent anywhere else.
 . "$(dirname "$0")/lib.sh"
 require_vm
@@ -11,29 +11,15 @@ command -v ip >/dev/null && command -v python3 >/dev/null || skip_all "needs ip 
 S=$SBX_ROOT/var/lib/sbx/sessions
 A=$SBX_ROOT/var/lib/sbx/audit.log
 
-# ---- the test hosts: one namespace, two addresses, a /29 no one uses ----
-NS=sbxt1300-$$
-VETH=sbxt$$
-base=
-for o in $(seq 16 8 248); do
-	ip route show | grep -q "^203\.0\.113\.$o/" && continue
-	ip -br addr | grep -q "203\.0\.113\.\($o\|$((o + 1))\|$((o + 2))\|$((o + 3))\)/" && continue
-	base=$o && break
-done
-[ -n "$base" ] || skip_all "no free /29 in 203.0.113.0/24"
-HOSTIP=203.0.113.$((base + 1)) WEB=203.0.113.$((base + 2)) OTHER=203.0.113.$((base + 3))
+# ---- the test hosts: one namespace, two addresses (tests/lib.sh) ----
+test_net_hosts net 2
+NS=$NET_NS HOSTIP=$NET_HOSTIP WEB=${NET_IP[0]} OTHER=${NET_IP[1]}
 net_cleanup() {
 	[ -n "${WEBPID:-}" ] && kill "$WEBPID" 2>/dev/null
 	[ -n "${UDPPID:-}" ] && kill "$UDPPID" 2>/dev/null
 	[ -n "${HOLDPID:-}" ] && kill "$HOLDPID" 2>/dev/null
-	ip link del "$VETH" 2>/dev/null
-	ip netns del "$NS" 2>/dev/null
 }
 trap 'net_cleanup; _cleanup' EXIT
-ip netns add "$NS" && ip link add "$VETH" type veth peer name eth0 netns "$NS" &&
-	ip addr add "$HOSTIP/29" dev "$VETH" && ip link set "$VETH" up &&
-	ip -n "$NS" addr add "$WEB/29" dev eth0 && ip -n "$NS" addr add "$OTHER/29" dev eth0 &&
-	ip -n "$NS" link set eth0 up && ip -n "$NS" link set lo up || skip_all "cannot make the test hosts"
 WWW=$TEST_TMP/www
 mkdir -p "$WWW" && echo "hello from the allowed host" >"$WWW/index.html"
 (cd "$WWW" && exec ip netns exec "$NS" python3 -m http.server 80 >"$TEST_TMP/http.log" 2>&1) &
@@ -93,6 +79,30 @@ is "$(tr '\0' ' ' </proc/"$ppid"/cmdline 2>/dev/null | cut -d' ' -f1-3)" "sbx-pr
 is "$(readlink /proc/"$ppid"/ns/net)" \
    "$(readlink /proc/self/ns/net)" "the proxy runs in the host's network namespace"
 vmm=$(jq -r .vmm_process.pid "$S/$id/session.json")
+# The proxy parses the guest's bytes: it holds no capability, cannot gain
+# one, is filtered, counts against the session's host cgroup and sees the
+# host's files read-only.
+is "$(grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/"$ppid"/status | tr -s '\t ' ' ' | tr '\n' ' ')" \
+   "CapPrm: 0000000000000000 CapEff: 0000000000000000 CapBnd: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 " \
+   "the proxy has no capabilities, no_new_privs and a seccomp filter"
+is "$(cat /proc/"$ppid"/cgroup)" "$(cat /proc/"$vmm"/cgroup)" "it is in the session's host cgroup, with the VMM"
+[ "$(readlink /proc/"$ppid"/ns/mnt)" != "$(readlink /proc/self/ns/mnt)" ]
+ok $? "it has a mount namespace of its own"
+nsenter -t "$ppid" -m touch /var/tmp/sbx-t1300-$$ 2>/dev/null
+ok $((! $?)) "in which the host's files are read-only"
+rm -f /var/tmp/sbx-t1300-$$
+# Its network half (the parsers of the guest's bytes) is a child with a uid
+# of its own; the parent keeps uid 0 (it owns the audit trail) and writes
+# the records the child sends it.
+pnet=$(cat /proc/"$ppid"/task/"$ppid"/children | tr -d ' ')
+like "$pnet" '^[0-9]+$' "the proxy has one child, its network half"
+is "$(awk '/^Uid:/ {print ($2 == 0 || $3 == 0 || $4 == 0) ? "root" : "unprivileged"}' /proc/"$pnet"/status)" \
+   unprivileged "which runs as an unprivileged uid"
+is "$(grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/"$pnet"/status | tr -s '\t ' ' ' | tr '\n' ' ')" \
+   "CapPrm: 0000000000000000 CapEff: 0000000000000000 CapBnd: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 " \
+   "with no capabilities, no_new_privs and the filter"
+is "$(ls /proc/"$pnet"/fd 2>/dev/null | wc -l)" "$(ls -l /proc/"$pnet"/fd | grep -c -e socket: -e net.log -e /dev/null -e proxy.log -e signalfd -e hosts -e anon_inode)" \
+   "holding only sockets, net.log, the hosts file and its stdio (no state directory)"
 [ "$(readlink /proc/"$vmm"/ns/net)" != "$(readlink /proc/self/ns/net)" ]
 ok $? "the VMM runs in the session's own namespace"
 is "$(nsenter --net=/proc/"$vmm"/ns/net ip -o route | wc -l)" 1 \
@@ -170,12 +180,18 @@ like "$(q '.proto=="dns" and .domain=="self.example.test"')" "^deny an address o
    "a name resolving to the host's own address is refused"
 ntcp=$(jq -r 'select(.proto=="tcp")' "$L" | jq -s length)
 is "$ntcp" 6 "every connection attempt has one line (1 allowed, 5 refused)"
-is "$(grep '"type":"net.connect"' "$A" | grep -c "\"session\":\"$id\"")" "$ntcp" \
-   "every connection verdict is in the audit trail (net.connect)"
+is "$(grep '"type":"net.connect"' "$A" | grep -c "\"session\":\"$id\"")" 1 \
+   "the admitted connection's verdict is in the audit trail (net.connect)"
+# Refusals are counted once a second (net.refused), not a record each.
+refused() { jq -s "[.[] | select(.type==\"net.refused\" and .session==\"$id\") | .refusals[] | select($1) | .count] | add // 0" "$A"; }
+for _ in $(seq 50); do [ "$(refused '.proto=="tcp"')" -ge 5 ] && break; sleep 0.1; done
+is "$(refused '.proto=="tcp"')" 5 "the 5 refused connections are counted in the audit trail (net.refused)"
+is "$(refused '.proto=="tcp" and .domain=="other.example.test" and .reason=="not in the allowlist"')" 1 \
+   "by destination and reason"
 is "$(grep '"type":"net.close"' "$A" | grep -c web.example.test)" 1 \
    "the allowed connection's bytes are in the audit trail (net.close)"
-sleep 1.5 # DNS audit events are batched for up to a second
-like "$(grep '"type":"dns.query"' "$A" | grep -c other.example.test)" '^[1-9]' "DNS queries are in the audit trail"
+like "$(grep '"type":"dns.query"' "$A" | grep -c web.example.test)" '^[1-9]' "answered DNS queries are in the audit trail"
+like "$(refused '.proto=="dns" and .domain=="other.example.test"')" '^[1-9]' "refused ones are counted (net.refused)"
 out=$(sbx-ps --net "$id")
 like "$(echo "$out" | head -1)" "^TIME	PROTO	VERDICT	DOMAIN	ADDRESS	PORT" "sbx-ps --net prints the log as a table"
 like "$(echo "$out" | grep web.example.test | grep tcp)" "allow	web.example.test	$WEB	80	" \

@@ -40,6 +40,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (host[i] >= 'A' && host[i] <= 'Z')
 				__builtin_trap(); /* always lowercased */
 	}
+	/* Every request on a connection: the stream fed in pieces (sizes from
+	 * the input), as the proxy forwards it; never more than it was given. */
+	if (data[0] & 2) {
+		struct sbx_http_flow f;
+		sbx_http_flow_init(&f, "a.example");
+		uint8_t pend[16384];
+		size_t plen = 0, at = 0, step = (size_t)(data[0] >> 2) + 1;
+		while (at < n) {
+			size_t k = n - at < step ? n - at : step;
+			if (k > sizeof pend - plen)
+				break;
+			memcpy(pend + plen, p + at, k);
+			plen += k, at += k;
+			int v;
+			size_t took = sbx_http_flow_scan(&f, pend, plen, &v);
+			if (took > plen)
+				__builtin_trap();
+			memmove(pend, pend + took, plen - took);
+			plen -= took;
+			if (v == SBX_FLOW_DENY)
+				break;
+			if (v == SBX_FLOW_WAIT)
+				sbx_http_flow_response(&f, p, n < 16 ? n : 16);
+		}
+	}
 	/* The deny list over whatever 16 bytes came in, as v4 and v6. */
 	if (n >= 16) {
 		struct sockaddr_in6 s6 = { .sin6_family = AF_INET6 };

@@ -7,6 +7,46 @@
 #include "egress.h"
 
 #include "tap.h"
+/* Scan a whole guest stream as the proxy would, in pieces of step bytes;
+ * the bytes forwarded, the verdict at the end. */
+static size_t flow(const char *host, const char *stream, size_t step, int *verdict, char *why, size_t wn)
+{
+	struct sbx_http_flow f;
+	sbx_http_flow_init(&f, host);
+	uint8_t pend[16384];
+	size_t plen = 0, fwd = 0, len = strlen(stream), at = 0;
+	*verdict = SBX_FLOW_OK;
+	while (at < len || plen) {
+		size_t k = len - at < step ? len - at : step;
+		memcpy(pend + plen, stream + at, k);
+		plen += k;
+		at += k;
+		size_t took = sbx_http_flow_scan(&f, pend, plen, verdict);
+		fwd += took;
+		memmove(pend, pend + took, plen - took);
+		plen -= took;
+		if (*verdict == SBX_FLOW_DENY) {
+			snprintf(why, wn, "%s", f.why);
+			return fwd;
+		}
+		if (*verdict == SBX_FLOW_WAIT) {
+			const char *resp = strstr(stream, "\r\n\r\n101") ? "HTTP/1.1 101 Switching Protocols\r\n"
+									 : "HTTP/1.1 200 OK\r\n\r\n";
+			sbx_http_flow_response(&f, (const uint8_t *)resp, strlen(resp));
+		}
+		if (!k && !took)
+			break; /* an unfinished request: kept, not forwarded */
+	}
+	why[0] = 0;
+	return fwd;
+}
+
+static void sa4(struct sockaddr_in *s, const char *a)
+{
+	memset(s, 0, sizeof *s);
+	s->sin_family = AF_INET;
+	inet_pton(AF_INET, a, &s->sin_addr);
+}
 
 static enum sbx_sniff sniff(const char *s, char *host)
 {
@@ -148,6 +188,105 @@ int main(void)
 		   deny6("::ffff:127.0.0.1") && deny6("64:ff9b::a00:1") && deny6("::10.0.0.1"),
 	   "IPv6: loopback, ULA, link-local, multicast, mapped, NAT64 and compatible forms of denied ones");
 	ok(!deny6("2001:db8::1") && !deny6("64:ff9b::cb00:710a"), "IPv6 documentation and NAT64 of a public one are not");
+
+	ok(deny4("192.0.0.8") && deny4("198.18.0.1") && deny4("198.19.255.255") && !deny4("198.20.0.1") &&
+		   !deny4("192.0.1.1"),
+	   "IETF protocol assignments (192.0.0.0/24) and benchmarking (198.18.0.0/15) are denied, no more");
+	ok(deny6("64:ff9b:1::1") && deny6("2002:c000:201::1") && deny6("::ffff:8.8.8.8") && deny6("::ffff:0:808:808"),
+	   "local-use NAT64, 6to4, IPv4-mapped and IPv4-translated are denied, even of public addresses");
+	{
+		struct sockaddr_in a, i, mk;
+		sa4(&i, "192.0.2.10"), sa4(&mk, "255.255.255.0");
+		sa4(&a, "192.0.2.200");
+		int in = sbx_egress_in_subnet((struct sockaddr *)&a, (struct sockaddr *)&i, (struct sockaddr *)&mk);
+		sa4(&a, "192.0.3.1");
+		int outside = sbx_egress_in_subnet((struct sockaddr *)&a, (struct sockaddr *)&i, (struct sockaddr *)&mk);
+		ok(in && !outside, "an on-link subnet holds its neighbours (192.0.2.200 in 192.0.2.10/24), not the next one");
+		sa4(&mk, "255.255.255.255");
+		sa4(&a, "192.0.2.11");
+		outside = sbx_egress_in_subnet((struct sockaddr *)&a, (struct sockaddr *)&i, (struct sockaddr *)&mk);
+		in = sbx_egress_in_subnet((struct sockaddr *)&i, (struct sockaddr *)&i, NULL);
+		ok(!outside && in, "a /32 (or no netmask) is the address alone");
+		struct sockaddr_in6 a6 = { .sin6_family = AF_INET6 }, i6 = { .sin6_family = AF_INET6 },
+				    m6 = { .sin6_family = AF_INET6 };
+		inet_pton(AF_INET6, "2001:db8:1:2::5", &i6.sin6_addr);
+		inet_pton(AF_INET6, "ffff:ffff:ffff:ffff::", &m6.sin6_addr);
+		inet_pton(AF_INET6, "2001:db8:1:2:aaaa::1", &a6.sin6_addr);
+		in = sbx_egress_in_subnet((struct sockaddr *)&a6, (struct sockaddr *)&i6, (struct sockaddr *)&m6);
+		inet_pton(AF_INET6, "2001:db8:1:3::1", &a6.sin6_addr);
+		outside = sbx_egress_in_subnet((struct sockaddr *)&a6, (struct sockaddr *)&i6, (struct sockaddr *)&m6);
+		int fam = sbx_egress_in_subnet((struct sockaddr *)&a, (struct sockaddr *)&i6, (struct sockaddr *)&m6);
+		ok(in && !outside && !fam, "IPv6 on-link /64s likewise; families never mix");
+	}
+
+	/* Absolute-form and authority-form targets */
+	ok(sniff("GET http://other.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", h) == SBX_SNIFF_CONFLICT,
+	   "an absolute-form target for another host than Host is a conflict");
+	ok(sniff("GET http://A.example:80/x HTTP/1.1\r\nHost: a.example\r\n\r\n", h) == SBX_SNIFF_HTTP &&
+		   !strcmp(h, "a.example"),
+	   "one that agrees with Host is not");
+	ok(sniff("GET http://b.example/ HTTP/1.0\r\n\r\n", h) == SBX_SNIFF_HTTP && !strcmp(h, "b.example"),
+	   "without Host, the target's authority is the host");
+	ok(sniff("GET http://a.example@b.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", h) == SBX_SNIFF_BAD,
+	   "userinfo in a target is refused");
+	ok(sniff("CONNECT other.example:443 HTTP/1.1\r\nHost: a.example\r\n\r\n", h) == SBX_SNIFF_CONFLICT,
+	   "so is a CONNECT to another host");
+	ok(sniff("GET x HTTP/1.1\r\nHost: a.example\r\n\r\n", h) == SBX_SNIFF_BAD,
+	   "a target neither origin- nor absolute-form is refused");
+	ok(sniff("GET / HTTP/1.1\r\nHost : b.example\r\n\r\n", h) == SBX_SNIFF_BAD &&
+		   sniff("GET / HTTP/1.1\r\nX: y\r\n Host: b.example\r\n\r\n", h) == SBX_SNIFF_BAD &&
+		   sniff("GET / HTTP/1.1\r\nHost: a.example\rX: y\r\n\r\n", h) == SBX_SNIFF_BAD,
+	   "space before a colon, folded fields and bare CRs are refused");
+	ok(sniff("POST / HTTP/1.1\r\nHost: a.example\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", h) ==
+			   SBX_SNIFF_BAD &&
+		   sniff("POST / HTTP/1.1\r\nHost: a.example\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n", h) ==
+			   SBX_SNIFF_BAD &&
+		   sniff("POST / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", h) ==
+			   SBX_SNIFF_BAD,
+	   "ambiguous framing is refused (CL and TE, two CLs, TE not ending in chunked)");
+
+	/* Every request on the connection */
+	int v;
+	char why[400];
+	const char *two = "GET / HTTP/1.1\r\nHost: a.example\r\n\r\nGET /2 HTTP/1.1\r\nHost: a.example\r\n\r\n";
+	size_t fwd = flow("a.example", two, 7, &v, why, sizeof why);
+	ok(v == SBX_FLOW_OK && fwd == strlen(two), "keep-alive requests for the admitted host all go through");
+	const char *sw = "GET / HTTP/1.1\r\nHost: a.example\r\n\r\nGET / HTTP/1.1\r\nHost: other.example\r\n\r\n";
+	fwd = flow("a.example", sw, 1000, &v, why, sizeof why);
+	ok(v == SBX_FLOW_DENY && fwd == strlen("GET / HTTP/1.1\r\nHost: a.example\r\n\r\n") &&
+		   strstr(why, "other.example"),
+	   "a pipelined request for another host is refused, and not one byte of it forwarded");
+	fwd = flow("a.example", sw, 3, &v, why, sizeof why);
+	ok(v == SBX_FLOW_DENY && fwd == strlen("GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"),
+	   "likewise when it arrives a few bytes at a time (keep-alive)");
+	const char *abs2 = "GET / HTTP/1.1\r\nHost: a.example\r\n\r\nGET http://other.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n";
+	fwd = flow("a.example", abs2, 1000, &v, why, sizeof why);
+	ok(v == SBX_FLOW_DENY && strstr(why, "target"), "a later absolute-form request for another host is refused");
+	const char *nohost = "GET / HTTP/1.1\r\nHost: a.example\r\n\r\nGET / HTTP/1.0\r\n\r\n";
+	flow("a.example", nohost, 1000, &v, why, sizeof why);
+	ok(v == SBX_FLOW_DENY, "a later request without any host is refused");
+	const char *cl = "POST / HTTP/1.1\r\nHost: a.example\r\nContent-Length: 39\r\n\r\n"
+			 "GET / HTTP/1.1\r\nHost: other.example\r\n\r\n"
+			 "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n";
+	fwd = flow("a.example", cl, 5, &v, why, sizeof why);
+	ok(v == SBX_FLOW_OK && fwd == strlen(cl), "a body is skipped by its Content-Length (a request inside is data)");
+	const char *ch = "POST / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n"
+			 "5;x=y\r\nhello\r\n0\r\nTrailer: 1\r\n\r\n"
+			 "GET / HTTP/1.1\r\nHost: other.example\r\n\r\n";
+	flow("a.example", ch, 4, &v, why, sizeof why);
+	ok(v == SBX_FLOW_DENY && strstr(why, "other.example"),
+	   "a chunked body is followed to its end, and the request after it is checked");
+	const char *badch = "POST / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+	flow("a.example", badch, 100, &v, why, sizeof why);
+	ok(v == SBX_FLOW_DENY, "a malformed chunk size is refused");
+	const char *up = "GET /ws HTTP/1.1\r\nHost: a.example\r\nUpgrade: websocket\r\n\r\n101"
+			 "\x81\x05hello not http";
+	fwd = flow("a.example", up, 1000, &v, why, sizeof why);
+	ok(v == SBX_FLOW_OK && fwd == strlen(up), "after a 101 to an Upgrade, the stream is opaque");
+	const char *noup = "GET /ws HTTP/1.1\r\nHost: a.example\r\nUpgrade: websocket\r\n\r\n"
+			   "GET / HTTP/1.1\r\nHost: other.example\r\n\r\n";
+	flow("a.example", noup, 1000, &v, why, sizeof why);
+	ok(v == SBX_FLOW_DENY, "an Upgrade the server does not take leaves the stream HTTP, checked");
 
 	printf("1..%d\n", n);
 	return failed != 0;
