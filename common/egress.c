@@ -3,6 +3,7 @@
 #include "egress.h"
 #include "util.h"
 
+#include <ifaddrs.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -743,4 +744,37 @@ int sbx_egress_in_subnet(const struct sockaddr *sa, const struct sockaddr *ifa, 
 		if ((a[k] & m[k]) != (i[k] & m[k]))
 			return 0;
 	return 1;
+}
+
+static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return 0;
+	if (a->sa_family == AF_INET)
+		return !memcmp(&((const struct sockaddr_in *)a)->sin_addr, &((const struct sockaddr_in *)b)->sin_addr, 4);
+	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+}
+
+/* The deny list, then the host's own addresses and the subnets on its
+ * links (their netmasks: a LAN's neighbours are as near as the host;
+ * read each time, they change).  Other sessions have no address outside
+ * their namespaces. */
+const char *sbx_egress_denied_here(const struct sockaddr *sa)
+{
+	const char *why = sbx_egress_denied(sa);
+	if (why)
+		return why;
+	struct ifaddrs *ifa = NULL;
+	if (getifaddrs(&ifa) < 0)
+		return "cannot list the host's addresses";
+	for (struct ifaddrs *i = ifa; i && !why; i = i->ifa_next) {
+		if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+			continue;
+		if (same_addr(i->ifa_addr, sa))
+			why = "an address of the host";
+		else if (sbx_egress_in_subnet(sa, i->ifa_addr, i->ifa_netmask))
+			why = "on a subnet of the host's own links";
+	}
+	freeifaddrs(ifa);
+	return why;
 }

@@ -141,9 +141,9 @@ unsigned sbx_proxy_resolve(struct sbx_proxy *px, const char *name, unsigned port
 			   unsigned max, const char **why);
 /* The fixed deny list, then the host's own addresses and every address on
  * a subnet of its links (getifaddrs, read at each call): what the proxy
- * checks before it connects anywhere, and what the package cache should
- * check too.  NULL, or why not. */
-const char *sbx_proxy_denied(const struct sockaddr *sa);
+ * and the package cache check before they connect anywhere.  NULL, or why
+ * not. */
+const char *sbx_egress_denied_here(const struct sockaddr *sa);
 /* Append one JSON object (borrowed) as a line of net.log. */
 void sbx_proxy_log(struct sbx_proxy *px, json_t *rec);
 

@@ -18,7 +18,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -394,35 +393,12 @@ static int b64_decode(const char *s, uint8_t *out, size_t n)
 
 /* ---- the deny list ------------------------------------------------------ */
 
-static int host_owns(const struct sockaddr *sa)
-{
-	struct ifaddrs *ifs = NULL;
-	int own = 0;
-	if (getifaddrs(&ifs) < 0)
-		return 1; /* cannot tell: fail closed */
-	for (struct ifaddrs *i = ifs; i && !own; i = i->ifa_next) {
-		if (!i->ifa_addr || i->ifa_addr->sa_family != sa->sa_family)
-			continue;
-		if (sa->sa_family == AF_INET)
-			own = ((const struct sockaddr_in *)sa)->sin_addr.s_addr ==
-			      ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
-		else
-			own = !memcmp(&((const struct sockaddr_in6 *)sa)->sin6_addr,
-			              &((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
-	}
-	freeifaddrs(ifs);
-	return own;
-}
-
 const char *sbx_pkgcache_addr_denied(const struct sockaddr *sa, socklen_t len)
 {
 	if ((sa->sa_family == AF_INET && len < (socklen_t)sizeof(struct sockaddr_in)) ||
 	    (sa->sa_family == AF_INET6 && len < (socklen_t)sizeof(struct sockaddr_in6)))
 		return "not an IP address";
-	const char *why = sbx_egress_denied(sa); /* the one fixed list */
-	if (why)
-		return why;
-	return host_owns(sa) ? "the host's own address" : NULL;
+	return sbx_egress_denied_here(sa); /* the proxy's own list */
 }
 
 /* ---- one connection's context -------------------------------------------- */

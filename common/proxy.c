@@ -313,39 +313,6 @@ static void set_port(struct sockaddr_storage *ss, unsigned port)
 
 /* ---- resolving ---- */
 
-static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
-{
-	if (a->sa_family != b->sa_family)
-		return 0;
-	if (a->sa_family == AF_INET)
-		return !memcmp(&((const struct sockaddr_in *)a)->sin_addr, &((const struct sockaddr_in *)b)->sin_addr, 4);
-	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
-}
-
-/* The deny list, then the host's own addresses and the subnets on its
- * links (their netmasks: a LAN's neighbours are as near as the host;
- * read each time, they change).  Other sessions have no address outside
- * their namespaces. */
-const char *sbx_proxy_denied(const struct sockaddr *sa)
-{
-	const char *why = sbx_egress_denied(sa);
-	if (why)
-		return why;
-	struct ifaddrs *ifa = NULL;
-	if (getifaddrs(&ifa) < 0)
-		return "cannot list the host's addresses";
-	for (struct ifaddrs *i = ifa; i && !why; i = i->ifa_next) {
-		if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
-			continue;
-		if (same_addr(i->ifa_addr, sa))
-			why = "an address of the host";
-		else if (sbx_egress_in_subnet(sa, i->ifa_addr, i->ifa_netmask))
-			why = "on a subnet of the host's own links";
-	}
-	freeifaddrs(ifa);
-	return why;
-}
-
 /* A hosts(5) file: every address listed for name.  Read whole each time
  * (it may change), through an fd opened at start: the network half may
  * not open it by name. */
@@ -407,7 +374,7 @@ unsigned sbx_proxy_resolve(struct sbx_proxy *px, const char *name, unsigned port
 	}
 	*why = n ? NULL : "the name does not resolve";
 	for (unsigned i = 0; i < n && kept < max; i++) {
-		const char *d = sbx_proxy_denied((struct sockaddr *)&all[i]);
+		const char *d = sbx_egress_denied_here((struct sockaddr *)&all[i]);
 		if (d) {
 			*why = d; /* the last reason, if none is left */
 			continue;
@@ -880,7 +847,7 @@ static void decide(struct sbx_proxy *px, int g, const struct sockaddr_in *dst, s
 	int rule = sbx_egress_match_addr(&px->pol, (const struct sockaddr *)dst, port);
 	if (rule >= 0) {
 		a->rule = rule;
-		if ((a->reason = sbx_proxy_denied((const struct sockaddr *)dst)))
+		if ((a->reason = sbx_egress_denied_here((const struct sockaddr *)dst)))
 			return;
 		memcpy(&to[0], dst, sizeof *dst);
 		nto = 1;
