@@ -36,6 +36,10 @@
 #define CLIENT_BUF_MAX (8u << 20)   /* queued for one client before it lags */
 #define CLIENT_BUF_LOW (256u << 10) /* refill from the files below this */
 #define MAX_CLIENTS 1024
+/* Queued for the guest before clients' stdin waits: a guest that grants
+ * stdin credit but never reads cannot make the monitor hold a client's
+ * whole input. */
+#define AGENT_BUF_MAX (4u << 20)
 
 enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY, SRC_PROXY,
 		SRC_VMEV };
@@ -625,6 +629,12 @@ static void secrets_then_ready(struct mon *m)
 static void agent_frame(struct mon *m, const struct sbx_frame *f)
 {
 	struct exec *ex = f->stream ? exec_find(m, f->stream) : NULL;
+	/* An exec that has ended (its EXIT still owed to a lagging client)
+	 * hears nothing more from the guest: another EXIT would rewrite its
+	 * record, append to the audit trail and grow its tail; more output
+	 * would land after the end. */
+	if (ex && ex->done)
+		return;
 	switch (f->type) {
 	case SBX_F_HELLO: {
 		note_kernel(m, f);
@@ -676,6 +686,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		if (ex->client && ex->client->lag) {
 			/* The client still reads from the files: the EXIT waits
 			 * behind the output it has not seen yet. */
+			sbx_buf_reset(&ex->tail);
 			sbx_exit_encode(&ex->tail, ex->n, &e);
 			ex->done = 1;
 		} else {
@@ -700,6 +711,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 			char msg[200] = "refused";
 			uint32_t code = 0;
 			sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+			sbx_text_clean(msg); /* the guest's words, shown to people */
 			claim_fail(m, SBX_EXIT_UNAVAIL, "the guest refused the claim: %s", msg);
 			break;
 		}
@@ -709,6 +721,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 			char msg[200] = "refused";
 			uint32_t code = 0;
 			sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+			sbx_text_clean(msg); /* the guest's words, shown to people */
 			snprintf(m->secrets_err, sizeof m->secrets_err, "%s", msg);
 			break;
 		}
@@ -717,6 +730,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		char msg[256] = "the guest refused the command";
 		uint32_t code = SBX_EXIT_INTERNAL;
 		sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+		sbx_text_clean(msg); /* the guest's words, shown to people */
 		/* After STARTED an ERROR is only news: the guest ends the exec
 		 * and reports EXIT.  Before it, the exec never ran. */
 		if (ex->started || ex->done)
@@ -823,7 +837,7 @@ static void client_resume(struct mon *m, struct client *c)
 	if (!c->held.len || !c->ex)
 		return;
 	uint32_t n = (uint32_t)(c->held.len - SBX_FRAME_HDR);
-	if (n > c->ex->credit)
+	if (n > c->ex->credit || m->aout.len - m->aout_off >= AGENT_BUF_MAX)
 		return;
 	c->ex->credit -= n;
 	sbx_buf_put(&m->aout, c->held.data, c->held.len);
@@ -896,7 +910,7 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 	case SBX_F_STDIN:
 		if (f->len > SBX_DATA_CHUNK)
 			return client_error(m, c, f->stream, SBX_EXIT_INVALID, "stdin chunk too large");
-		if (f->len <= c->ex->credit) {
+		if (f->len <= c->ex->credit && m->aout.len - m->aout_off < AGENT_BUF_MAX) {
 			c->ex->credit -= f->len;
 			forward_to_guest(m, c, f);
 		} else {
@@ -1142,8 +1156,13 @@ static int loop_once(struct mon *m, int timeout_ms)
 			break;
 		}
 		case SRC_AGENT:
-			if (ev[i].events & EPOLLOUT)
+			if (ev[i].events & EPOLLOUT) {
 				agent_flush(m);
+				/* Room again: stdin held back by AGENT_BUF_MAX. */
+				for (struct client *c = m->clients; c; c = c->next)
+					if (c->held.len && !c->dead)
+						client_resume(m, c);
+			}
 			if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 				agent_readable(m);
 			break;
@@ -1960,6 +1979,7 @@ static int snap_guest_error(struct mon *m, const struct sbx_frame *f)
 	char msg[200] = "refused";
 	uint32_t code = 0;
 	sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+	sbx_text_clean(msg); /* the guest's words, shown to people */
 	char why[300];
 	if (m->snap.saving) {
 		m->snap.saving = 0;
