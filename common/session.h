@@ -62,6 +62,7 @@ struct sbx_session {
 		uint64_t exec_timeout_default_ms; /* 0: none */
 		uint64_t exec_timeout_max_ms;     /* 0: none */
 		uint64_t output_cap;             /* bytes kept per exec and stream */
+		uint64_t output_session_cap;     /* bytes kept over every exec */
 		uint64_t exec_memory;            /* memory.max per exec, 0: the VM's */
 		uint64_t disk_bytes;             /* writable space */
 		unsigned pids_per_exec, pids_per_session;
