@@ -112,6 +112,85 @@ else
 	jq -e . "$TEST_TMP/err3" >/dev/null; ok $? "with --json the error is still valid JSON"
 	! LC_ALL=C grep -q "$(printf '[\001-\011\013-\037\177]')" "$TEST_TMP/err3"; ok $? "... and raw control bytes"
 	sbx-kill "$id"
+
+	# --- Item 10: the host backstops an exec timeout the guest ignores ---
+	lying_template liar3 hang
+	id=$(sbx-create -q -t default@liar3); ok $? "a session whose agent ignores timeouts"
+	out=$(sbx-exec --timeout 1s "$id" -- x); rc=$?
+	is "$rc" 124 "an exec the guest never ends is ended by the host at its timeout (124)"
+	is "$out" "started, and never ends" "... after the output it sent"
+	is "$(jq -r '[.reason, .enforced_by] | join(" ")' "$lib/sessions/$id/execs/e1/result.json")" "timeout host" \
+	   "its record says timeout, enforced_by host"
+	is "$(jq -r 'select(.type == "exec.end" and .session == "'"$id"'") | .enforced_by' "$lib/audit.log")" host \
+	   "... and so does its exec.end"
+	sbx-exec --timeout 1s -d "$id" -- x >/dev/null  # detached: nobody attached, still ended
+	sbx-exec --wait e2 "$id"; is "$?" 124 "a detached exec is ended by the host too"
+	sbx-kill "$id"
+	# Their manifests are the newest: "default" would mean them now.
+	rm -rf "$SBX_TEMPLATES"/default@liar*
+fi
+
+# wait_ended ID: until the session's record says it is over.
+wait_ended() {
+	local i=0
+	while [ "$(jq -r .state "$lib/sessions/$1/session.json" 2>/dev/null)" = running ] && [ $i -lt 600 ]; do
+		sleep 0.1; i=$((i + 1))
+	done
+}
+
+# --- Finding 7: the serial console is a bounded file ----------------------
+id=$(sbx-create -q); ok $? "a default session comes up"
+[ -s "$run/sessions/$id/console.log" ]; ok $? "console.log holds the guest's console"
+# 16 times the cap (64 MiB takes minutes through an emulated 8250 under TCG).
+sbx-exec -u root "$id" -- sh -c 'head -c 16777216 /dev/zero | tr "\0" x >/dev/ttyS0; echo END-OF-FLOOD >/dev/ttyS0'
+ok $? "root in the guest writes 16 MiB to its serial console"
+sbx-exec "$id" -- true   # the console's pipe is drained by the loop this exec runs through
+i=0
+while ! tail -c 200 "$run/sessions/$id/console.log" | grep -q END-OF-FLOOD && [ $i -lt 300 ]; do
+	sleep 0.1; i=$((i + 1))
+done
+size=$(stat -c %s "$run/sessions/$id/console.log")
+[ "$size" -le 1048576 ]; ok $? "console.log stays within 1 MiB ($size bytes)"
+tail -c 200 "$run/sessions/$id/console.log" | grep -q END-OF-FLOOD; ok $? "... and keeps the latest output"
+like "$(head -c 200 "$run/sessions/$id/console.log")" '^\[sbx: [0-9]+ earlier bytes of this log were dropped' \
+     "... saying how much it dropped"
+size=$(stat -c %s "$run/sessions/$id/vmm.log")
+[ "$size" -le 262144 ]; ok $? "vmm.log is bounded too ($size bytes)"
+
+# --- Finding 7: a session keeps at most output_session_cap of exec output -
+pol=$TEST_TMP/cap.yaml
+printf 'resources:\n  output_cap: 4M\n  output_session_cap: 1M\n' >"$pol"
+id2=$(sbx-create -q -p "$pol"); ok $? "a session with output_session_cap: 1M"
+got=$(sbx-exec "$id2" -- sh -c 'head -c 3145728 /dev/zero' | wc -c)
+is "$got" 3145728 "the attached client still gets all 3 MiB"
+sbx-exec "$id2" -- sh -c 'head -c 2097152 /dev/zero; head -c 1048576 /dev/zero >&2' >/dev/null 2>&1
+kept=$(cat "$lib/sessions/$id2"/execs/e*/stdout "$lib/sessions/$id2"/execs/e*/stderr | wc -c)
+is "$kept" 1048576 "the session's stored output stops at the cap (6 MiB produced)"
+is "$(jq -r '[.truncated, .truncated_by, .stdout_bytes] | map(tostring) | join(" ")' "$lib/sessions/$id2/execs/e1/result.json")" \
+   "true output_session_cap 3145728" "the first exec's record says it was truncated, and by which cap"
+is "$(jq -r '[.truncated, .truncated_by] | map(tostring) | join(" ")' "$lib/sessions/$id2/execs/e2/result.json")" \
+   "true output_session_cap" "... and so does the next one"
+is "$(jq -r 'select(.type == "exec.end" and .session == "'"$id2"'") | .output_truncated' "$lib/audit.log" | sort -u)" \
+   output_session_cap "the audit trail records the truncation"
+is "$(sbx-exec "$id2" -- echo still)" still "the session runs on"
+sbx-kill "$id2"
+
+# --- Finding 13: a panic is the kernel's word, not the console's ----------
+sbx-exec -u root "$id" -- sh -c \
+	'echo "Kernel panic - not syncing: Attempted to kill init!" >/dev/ttyS0; echo o >/proc/sysrq-trigger' 2>/dev/null
+wait_ended "$id"
+is "$(jq -r .end_reason "$lib/sessions/$id/session.json")" "console reported a panic" \
+   "a guest that prints a panic line and powers off is not recorded as a guest panic"
+
+if [ "$backend" = qemu ]; then
+	id=$(sbx-create -q); ok $? "another session"
+	like "$(sbx-exec "$id" -- sh -c 'ls /sys/bus/platform/drivers/pvpanic-mmio/')" 'QEMU0001' \
+	     "the guest kernel drives the pvpanic device"
+	sbx-exec -u root "$id" -- sh -c 'echo c >/proc/sysrq-trigger' 2>/dev/null
+	wait_ended "$id"
+	is "$(jq -r .end_reason "$lib/sessions/$id/session.json")" "guest panic" \
+	   "a real kernel panic is reported by pvpanic: guest panic"
+	is "$(jq -r .state "$lib/sessions/$id/session.json")" crashed "... and the session crashed"
 fi
 
 done_testing

@@ -12,6 +12,8 @@ Usage: lying-guest.py DIR MODE
         client's 8 MiB queue, so the client lags), EXIT status 7, then
         1000 more EXIT frames (status 99), more stdout and an ERROR;
         exec 2 sends STARTED and EXIT 0.
+  MODE hang: exec 1 sends STARTED and a line of output, and never EXIT,
+        whatever its timeout (the guest's timeout defeated).
   MODE error-text: execs 1 and 2 send an ERROR (before STARTED) whose message
         carries terminal escape sequences and control bytes.
 """
@@ -69,6 +71,9 @@ def main():
         for n in (1, 2):
             with open(os.path.join(d, "exec%d.bin" % n), "wb") as f:
                 f.write(frame(F_ERROR, n, u32(T_CODE, 3) + tlv(T_MSG, msg)))
+    elif mode == "hang":
+        with open(os.path.join(d, "exec1.bin"), "wb") as f:
+            f.write(frame(F_STARTED, 1) + frame(F_STDOUT, 1, b"started, and never ends\n"))
     else:
         sys.exit("unknown mode " + mode)
 
