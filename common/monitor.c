@@ -44,6 +44,12 @@
  * The host ends an exec whose EXIT has not come this long after its
  * timeout: the guest's own kill and report come first when it works. */
 #define EXEC_TIMEOUT_GRACE_MS 5000u
+/* While execs run the monitor pings the agent every AGENT_PING_MS
+ * ($SBX_AGENT_PING_MS, for tests); a ping unanswered for 3 intervals makes
+ * the session "unresponsive" (sbx-ps), for 12 its execs end as
+ * session-lost: a guest that stops answering is not waited on until the
+ * TTL. */
+#define AGENT_PING_MS 10000u
 
 enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY, SRC_PROXY,
 		SRC_VMEV, SRC_VMMOUT };
@@ -140,6 +146,10 @@ struct mon {
 	char secrets_err[256];  /* the guest refused them */
 	int pool_paused;        /* a pool member's vCPUs, stopped while it waits */
 	uint64_t paused_since;  /* sbx-snapshot pause: exec deadlines stand still */
+	struct {                /* pings while execs run, see heartbeat() */
+		uint64_t interval, sent, next; /* ns; sent: CLOCK_MONOTONIC of the one unanswered, 0: none */
+		uint32_t token, n;
+	} hb;
 	struct {                /* a warm-pool claim (pool.h), see claim_begin */
 		int stage;      /* CLAIM_* */
 		struct client *c; /* the claimer, while connected */
@@ -680,6 +690,60 @@ static void exec_deadlines(struct mon *m)
 	}
 }
 
+static int execs_running(const struct mon *m)
+{
+	for (const struct exec *ex = m->execs; ex; ex = ex->next)
+		if (!ex->done)
+			return 1;
+	return 0;
+}
+
+/* Is the agent alive while execs run?  A PING (its own token space, apart
+ * from the clients' 0x80000000 one), and what an unanswered one means. */
+static void heartbeat(struct mon *m)
+{
+	uint64_t now = sbx_mono_ns(), iv = m->hb.interval;
+	if (!iv || m->snap.paused || m->pool_paused || m->agent.fd < 0)
+		return;
+	if (!m->hb.sent) {
+		if (!execs_running(m) || now < m->hb.next)
+			return;
+		m->hb.token = 0x40000000u | (++m->hb.n & 0x3fffffffu);
+		sbx_frame_raw(&m->aout, SBX_F_PING, m->hb.token, NULL, 0);
+		agent_flush(m);
+		m->hb.sent = now;
+		return;
+	}
+	uint64_t age = now - m->hb.sent;
+	if (age >= 3 * iv && !m->s.agent_unresponsive_ns) {
+		m->s.agent_unresponsive_ns = sbx_now_ns() - age;
+		sbx_record_save(&m->st, &m->s, NULL);
+		json_t *af = json_pack("{s:s, s:I}", "session", m->s.id, "silent_ms", (json_int_t)(age / 1000000u));
+		mon_audit(m, "session.unresponsive", af, NULL);
+		json_decref(af);
+	}
+	if (age >= 12 * iv)
+		for (struct exec *ex = m->execs, *next; ex; ex = next) {
+			next = ex->next;
+			if (!ex->done)
+				exec_abort(m, ex, SBX_R_SESSION_LOST);
+		}
+}
+
+static int heartbeat_wait_ms(const struct mon *m)
+{
+	uint64_t now = sbx_mono_ns(), iv = m->hb.interval, at;
+	if (!iv || m->snap.paused || m->pool_paused || m->agent.fd < 0 || (!m->hb.sent && !execs_running(m)))
+		return -1;
+	if (!m->hb.sent)
+		at = m->hb.next;
+	else if (now - m->hb.sent >= 12 * iv)
+		return -1; /* lost: a new exec, an event, wakes the loop anyway */
+	else
+		at = m->hb.sent + (m->s.agent_unresponsive_ns ? 12 : 3) * iv;
+	return at <= now ? 0 : (int)((at - now) / 1000000u) + 1;
+}
+
 /* Until the next exec deadline, ms, for epoll; -1: none. */
 static int exec_wait_ms(const struct mon *m)
 {
@@ -834,6 +898,17 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 	case SBX_F_PONG: {
 		if (m->claim.stage == CLAIM_GUEST && f->stream == m->claim.ping)
 			claim_guest_answered(m);
+		if (m->hb.sent && f->stream == m->hb.token) {
+			m->hb.sent = 0;
+			m->hb.next = sbx_mono_ns() + m->hb.interval;
+			if (m->s.agent_unresponsive_ns) {
+				m->s.agent_unresponsive_ns = 0;
+				sbx_record_save(&m->st, &m->s, NULL);
+				json_t *af = json_pack("{s:s}", "session", m->s.id);
+				mon_audit(m, "session.responsive", af, NULL);
+				json_decref(af);
+			}
+		}
 		for (struct client *c = m->clients; c; c = c->next)
 			if (c->ping_token && c->ping_token == f->stream) {
 				struct sbx_buf b = { 0 };
@@ -2596,12 +2671,19 @@ ready:
 		close(a->ready_fd);
 	}
 
+	const char *hbe = getenv("SBX_AGENT_PING_MS");
+	m.hb.interval = (hbe && atoi(hbe) > 0 ? (uint64_t)atoi(hbe) : AGENT_PING_MS) * 1000000u;
 	while (!m.stopping && !m.vm_dead && !m.expired) {
-		int w = claim_wait_ms(&m), x = exec_wait_ms(&m);
-		if (loop_once(&m, w < 0 || (x >= 0 && x < w) ? x : w) < 0)
+		int w = claim_wait_ms(&m), x = exec_wait_ms(&m), h = heartbeat_wait_ms(&m);
+		if (x >= 0 && (w < 0 || x < w))
+			w = x;
+		if (h >= 0 && (w < 0 || h < w))
+			w = h;
+		if (loop_once(&m, w) < 0)
 			break;
 		claim_check_deadline(&m);
 		exec_deadlines(&m);
+		heartbeat(&m);
 	}
 
 	if (m.expired && !m.stopping && !m.vm_dead) {

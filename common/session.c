@@ -197,6 +197,7 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	json_t *net = json_object_get(o, "net");
 	sbx_json_str(net, "mac", s->mac, sizeof s->mac);
 	sbx_json_str(net, "lost", s->net_lost, sizeof s->net_lost);
+	s->agent_unresponsive_ns = sbx_json_u64(o, "agent_unresponsive_ns");
 	s->limits.egress = json_is_string(json_object_get(net, "egress")) &&
 			   !strcmp(json_string_value(json_object_get(net, "egress")), "allowlist");
 	s->limits.max_connections = (unsigned)sbx_json_u64(net, "max_connections");
@@ -285,6 +286,8 @@ char *sbx_record_text(const struct sbx_session *s)
 		json_object_set_new(o, "proxy_process", json_pack("{s:i, s:I}", "pid", s->proxy_pid, "start_time",
 								   (json_int_t)s->proxy_start));
 	}
+	if (s->agent_unresponsive_ns)
+		json_object_set_new(o, "agent_unresponsive_ns", json_integer((json_int_t)s->agent_unresponsive_ns));
 	char *txt = json_dumps(o, JSON_INDENT(2));
 	json_decref(o);
 	return txt;

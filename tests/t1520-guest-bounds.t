@@ -126,6 +126,24 @@ else
 	sbx-exec --timeout 1s -d "$id" -- x >/dev/null  # detached: nobody attached, still ended
 	sbx-exec --wait e2 "$id"; is "$?" 124 "a detached exec is ended by the host too"
 	sbx-kill "$id"
+
+	# --- Item 10: an agent that stops answering while an exec runs --------
+	# (this one never answers a PING; pings every 300 ms for the test)
+	id=$(SBX_AGENT_PING_MS=300 sbx-create -q -t default@liar3); ok $? "a session whose agent will not answer pings"
+	sbx-exec --timeout 10m "$id" -- x >/dev/null 2>&1 &
+	p=$!
+	i=0
+	while [ "$(sbx-ps --json "$id" | jq -r '.[0].state')" != unresponsive ] && [ $i -lt 600 ]; do
+		sleep 0.1; i=$((i + 1))
+	done
+	is "$(sbx-ps --json "$id" | jq -r '.[0].state')" unresponsive "sbx-ps shows the session unresponsive"
+	wait "$p"; rc=$?
+	is "$rc" 125 "its exec ends (session lost) long before its 10 min timeout"
+	is "$(jq -r .reason "$lib/sessions/$id/execs/e1/result.json")" session-lost "... recorded as session-lost"
+	is "$(jq -c 'select(.type == "session.unresponsive" and .session == "'"$id"'")' "$lib/audit.log" | wc -l)" 1 \
+	   "the audit trail says when it stopped answering"
+	sbx-exec "$id" -- x 2>/dev/null; is "$?" 125 "a new exec in it does not hang either"
+	sbx-kill "$id"
 	# Their manifests are the newest: "default" would mean them now.
 	rm -rf "$SBX_TEMPLATES"/default@liar*
 fi
