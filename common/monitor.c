@@ -126,6 +126,7 @@ struct mon {
 	struct src vmev;  /* the VMM's event stream (vm.event_fd); fd -1: none */
 	struct vmmout console, vmmlog; /* the VMM's stdout (serial) and stderr */
 	int vm_shutdown;  /* it said the VM stopped (guest power-off) */
+	int guest_spoke;  /* a frame came from the guest agent: its kernel ran guest-init */
 	struct sbx_buf ain, aout;
 	size_t aout_off;
 	int agent_want_out;
@@ -797,6 +798,7 @@ static void secrets_then_ready(struct mon *m)
 static void agent_frame(struct mon *m, const struct sbx_frame *f)
 {
 	struct exec *ex = f->stream ? exec_find(m, f->stream) : NULL;
+	m->guest_spoke = 1;
 	/* An exec that has ended (its EXIT still owed to a lagging client)
 	 * hears nothing more from the guest: another EXIT would rewrite its
 	 * record, append to the audit trail and grow its tail; more output
@@ -1310,10 +1312,11 @@ static void on_vmm_exit(struct mon *m)
 	uint64_t log_before = m->vmmlog.size + m->vmmlog.dropped;
 	vmmout_drain_all(m);
 	const struct sbx_vmm_ops *ops = m->vm.ops;
-	/* The guest's pvpanic device, which only its kernel drives; QEMU
-	 * prints nothing when it exits for it, and an error exit does. */
+	/* The guest's pvpanic device, which only its kernel drives (once
+	 * guest-init loaded the driver, so after the guest spoke); QEMU prints
+	 * nothing when it exits for it, and an error exit does. */
 	if (ops && ops->panic_status && WIFEXITED(status) && WEXITSTATUS(status) == ops->panic_status &&
-	    m->vmmlog.size + m->vmmlog.dropped == log_before)
+	    m->guest_spoke && m->vmmlog.size + m->vmmlog.dropped == log_before)
 		snprintf(m->vm_end, sizeof m->vm_end, "guest panic");
 	/* Text on the console is the guest's to write: it is reported as
 	 * what it is, never as a panic the host saw. */
@@ -1705,7 +1708,17 @@ static int boot(struct mon *m, struct sbx_err *err)
 	for (int i = 0; i < c.cg_nfds; i++)
 		close(c.cg_fds[i]);
 	m->vm.progress = NULL;
-	if (brc < 0 || (c.restore_dir && snap_restored(m, err) < 0))
+	if (brc < 0) {
+		/* What the VMM said before it went is in the pipe still. */
+		char tail[200];
+		vmmout_drain_all(m);
+		sbx_log_tail(m->run_dfd, "vmm.log", tail, sizeof tail);
+		size_t l = strlen(err->msg);
+		if (tail[0] && !strstr(err->msg, tail) && l < sizeof err->msg - 1)
+			snprintf(err->msg + l, sizeof err->msg - l, "; vmm.log: %s", tail);
+		return -1;
+	}
+	if (c.restore_dir && snap_restored(m, err) < 0)
 		return -1;
 	m->vmm.fd = m->vm.pidfd;
 	ep_mod(m, &m->listen, EPOLLIN, EPOLL_CTL_ADD);
