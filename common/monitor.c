@@ -1435,13 +1435,8 @@ static int loop_once(struct mon *m, int timeout_ms)
 			break;
 		}
 		case SRC_AGENT:
-			if (ev[i].events & EPOLLOUT) {
+			if (ev[i].events & EPOLLOUT)
 				agent_flush(m);
-				/* Room again: stdin held back by AGENT_BUF_MAX. */
-				for (struct client *c = m->clients; c; c = c->next)
-					if (c->held.len && !c->dead)
-						client_resume(m, c);
-			}
 			if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 				agent_readable(m);
 			break;
@@ -1499,6 +1494,11 @@ static int loop_once(struct mon *m, int timeout_ms)
 		if (c->dead && !c->shutdown_ack)
 			client_drop(m, c);
 	}
+	/* Stdin held back by AGENT_BUF_MAX goes once there is room again
+	 * (client_resume does nothing while there is none, or no credit). */
+	for (struct client *c = m->clients; c && m->aout.len - m->aout_off < AGENT_BUF_MAX; c = c->next)
+		if (c->held.len && !c->dead)
+			client_resume(m, c);
 	return 0;
 }
 
