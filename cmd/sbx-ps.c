@@ -114,8 +114,12 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 	snprintf(tmpl, sizeof tmpl, "%s@%s", s.tmpl_name, s.tmpl_version);
 	sbx_fmt_time(s.created_ns, created, sizeof created);
 	uint64_t now = sbx_now_ns();
+	const char *live = sbx_session_live_state(st, &s);
+	/* Its monitor says the guest agent stopped answering (monitor.c). */
+	if (!strcmp(live, "running") && s.agent_unresponsive_ns)
+		live = "unresponsive";
 	json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:i, s:I, s:s, s:s, s:I}", "schema", 1,
-			      "id", s.id, "session", s.id, "state", sbx_session_live_state(st, &s), "accel", s.accel,
+			      "id", s.id, "session", s.id, "state", live, "accel", s.accel,
 			      "vmm", s.vmm, "vcpus", (int)s.vcpus, "memory_mib", (int)s.memory_mib, "template", tmpl,
 			      "execs", (int)execs, "age_s",
 			      (json_int_t)(now > s.created_ns ? (now - s.created_ns) / 1000000000u : 0), "created",

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -40,6 +41,51 @@ int sbx_err_wrap(struct sbx_err *err, const char *fmt, ...)
 	return -1;
 }
 
+/* The length of the UTF-8 sequence at p (1-4), 0 when it is not one
+ * (overlong, a surrogate, past U+10FFFF, or cut short); *cp its value. */
+static size_t utf8_seq(const unsigned char *p, uint32_t *cp)
+{
+	size_t n = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 && p[0] < 0xe0 ? 2 : 0;
+	if (!n || p[0] > 0xf4)
+		return 0;
+	uint32_t v = p[0] & (0x7fu >> n);
+	for (size_t i = 1; i < n; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		v = v << 6 | (p[i] & 0x3fu);
+	}
+	if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10ffff)) || (v >= 0xd800 && v <= 0xdfff))
+		return 0;
+	*cp = v;
+	return n;
+}
+
+void sbx_text_clean(char *s)
+{
+	unsigned char *r = (unsigned char *)s, *w = r;
+	while (*r) {
+		uint32_t cp = 0;
+		size_t n;
+		if (*r < 0x20 || *r == 0x7f) {
+			*w++ = ' ';
+			r++;
+		} else if (*r < 0x80) {
+			*w++ = *r++;
+		} else if (!(n = utf8_seq(r, &cp))) {
+			*w++ = '?';
+			r++;
+		} else if (cp < 0xa0) { /* C1: CSI, OSC, ... as 8-bit codes */
+			*w++ = ' ';
+			r += n;
+		} else {
+			memmove(w, r, n);
+			w += n;
+			r += n;
+		}
+	}
+	*w = 0;
+}
+
 const char *sbx_exit_name(int code)
 {
 	switch (code) {
@@ -57,12 +103,17 @@ const char *sbx_exit_name(int code)
 
 void sbx_err_print(const char *prog, const struct sbx_err *err, int json)
 {
+	/* A message may quote a guest (its error, its console): never let it
+	 * drive the operator's terminal. */
+	char msg[sizeof err->msg];
+	snprintf(msg, sizeof msg, "%s", err->msg);
+	sbx_text_clean(msg);
 	if (!json) {
-		fprintf(stderr, "%s: error: %s\n", prog, err->msg);
+		fprintf(stderr, "%s: error: %s\n", prog, msg);
 		return;
 	}
 	json_t *o = json_pack("{s:i, s:s, s:i, s:s}", "schema", 1, "error",
-			      sbx_exit_name(err->code), "code", err->code, "message", err->msg);
+			      sbx_exit_name(err->code), "code", err->code, "message", msg);
 	if (o && err->session[0])
 		json_object_set_new(o, "session", json_string(err->session));
 	if (o && err->errnum)

@@ -35,6 +35,11 @@ int sbx_err_set(struct sbx_err *err, int code, int errnum, const char *fmt, ...)
 /* Prefix context onto an existing message ("starting VM: ..."). */
 int sbx_err_wrap(struct sbx_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *sbx_exit_name(int code);
+/* Make text from elsewhere (a guest's error message, a log's tail) safe to
+ * show on a terminal, in place: C0 and C1 controls and DEL become spaces,
+ * bytes that are not UTF-8 become '?'.  The result is valid UTF-8 (JSON
+ * can carry it) and never longer. */
+void sbx_text_clean(char *s);
 /* Report err on stderr for program prog: text, or one JSON object. */
 void sbx_err_print(const char *prog, const struct sbx_err *err, int json);
 

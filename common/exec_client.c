@@ -62,6 +62,7 @@ static int frame_error(const struct sbx_frame *f, struct sbx_err *err)
 	char msg[300] = "the session refused the command";
 	uint32_t code = SBX_EXIT_INTERNAL;
 	sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+	sbx_text_clean(msg); /* it may quote the guest */
 	return sbx_err_set(err, (int)code, 0, "%s", msg);
 }
 

@@ -37,13 +37,43 @@
 #define CLIENT_BUF_MAX (8u << 20)   /* queued for one client before it lags */
 #define CLIENT_BUF_LOW (256u << 10) /* refill from the files below this */
 #define MAX_CLIENTS 1024
+/* Queued for the guest before clients' stdin waits: a guest that grants
+ * stdin credit but never reads cannot make the monitor hold a client's
+ * whole input. */
+#define AGENT_BUF_MAX (4u << 20)
+/* The guest enforces each exec's timeout; root in the guest can stop it.
+ * The host ends an exec whose EXIT has not come this long after its
+ * timeout: the guest's own kill and report come first when it works. */
+#define EXEC_TIMEOUT_GRACE_MS 5000u
+/* While execs run the monitor pings the agent every AGENT_PING_MS
+ * ($SBX_AGENT_PING_MS, for tests); a ping unanswered for 3 intervals makes
+ * the session "unresponsive" (sbx-ps), for 12 its execs end as
+ * session-lost: a guest that stops answering is not waited on until the
+ * TTL. */
+#define AGENT_PING_MS 10000u
 
 enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY, SRC_PROXY,
-		SRC_VMEV };
+		SRC_VMEV, SRC_VMMOUT };
 
 struct src {
 	enum src_kind kind;
 	int fd;
+};
+
+/* What the VMM writes (the guest's serial console on its stdout, its own
+ * messages on stderr) comes through a pipe the monitor reads, into a file
+ * in RUN that never grows past cap: when it would, its last cap/2 bytes
+ * move to the front behind one line saying how much was dropped.  A guest
+ * that floods its console costs the host at most cap bytes of /run. */
+#define CONSOLE_CAP (1u << 20)
+#define VMM_LOG_CAP (256u << 10)
+
+struct vmmout {
+	struct src src;   /* the pipe's read end, nonblocking; fd -1: closed */
+	const char *name; /* the file under RUN */
+	int fd;           /* the file */
+	uint64_t size, cap;
+	uint64_t dropped; /* bytes written that are no longer kept */
 };
 
 struct client;
@@ -64,6 +94,9 @@ struct exec {
 	struct client *client;
 	json_t *req; /* argv, cwd, ... for result.json */
 	int done;             /* ended; kept until its lagging client caught up */
+	int session_cut;      /* output dropped for the session's total cap */
+	uint64_t deadline;    /* CLOCK_MONOTONIC: the host ends it then (0: no timeout) */
+	int host_timeout;     /* ... which it did: enforced_by "host" */
 	struct sbx_buf tail;  /* the EXIT frame owed to that client */
 };
 
@@ -92,7 +125,9 @@ struct mon {
 	struct src listen, agent_listen, agent, vmm, sig, timer, readyp;
 	struct sbx_vm vm;
 	struct src vmev;  /* the VMM's event stream (vm.event_fd); fd -1: none */
+	struct vmmout console, vmmlog; /* the VMM's stdout (serial) and stderr */
 	int vm_shutdown;  /* it said the VM stopped (guest power-off) */
+	int guest_spoke;  /* a frame came from the guest agent: its kernel ran guest-init */
 	struct sbx_buf ain, aout;
 	size_t aout_off;
 	int agent_want_out;
@@ -103,6 +138,7 @@ struct mon {
 	struct client *clients;
 	unsigned nclients;
 	uint64_t output_cap;
+	uint64_t output_session_cap, output_kept; /* over every exec of the session */
 	char vm_end[128];
 	struct sbx_secrets sec; /* only to scrub stored output; see boot() */
 	struct sbx_workspace ws; /* --workspace: held for the session's life */
@@ -111,6 +147,11 @@ struct mon {
 	int secrets_sent;
 	char secrets_err[256];  /* the guest refused them */
 	int pool_paused;        /* a pool member's vCPUs, stopped while it waits */
+	uint64_t paused_since;  /* sbx-snapshot pause: exec deadlines stand still */
+	struct {                /* pings while execs run, see heartbeat() */
+		uint64_t interval, sent, next; /* ns; sent: CLOCK_MONOTONIC of the one unanswered, 0: none */
+		uint32_t token, n;
+	} hb;
 	struct {                /* a warm-pool claim (pool.h), see claim_begin */
 		int stage;      /* CLAIM_* */
 		struct client *c; /* the claimer, while connected */
@@ -313,6 +354,12 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 			      "truncated", ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size);
 	if (o)
 		json_object_set_new(o, "pids_limit_hit", json_integer((json_int_t)e->pids_hit));
+	if (o && ex->host_timeout) /* the guest did not end it in time: the host did */
+		json_object_set_new(o, "enforced_by", json_string("host"));
+	if (o && ex->session_cut) /* which cap: the exec's own, or the session's total */
+		json_object_set_new(o, "truncated_by", json_string("output_session_cap"));
+	else if (o && (ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size))
+		json_object_set_new(o, "truncated_by", json_string("output_cap"));
 	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 	/* No fsync: an exec record is as durable as the session it belongs to. */
 	if (s) {
@@ -370,6 +417,11 @@ static void audit_exec_end(struct mon *m, struct exec *ex, const struct sbx_exit
 			      "cpu_s", (double)(e->cpu_user_us + e->cpu_sys_us) / 1e6, "memory_peak_bytes",
 			      (json_int_t)e->mem_peak, "stdout_bytes", (json_int_t)ex->out_total, "stderr_bytes",
 			      (json_int_t)ex->err_total);
+	if (f && ex->host_timeout)
+		json_object_set_new(f, "enforced_by", json_string("host"));
+	if (f && (ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size))
+		json_object_set_new(f, "output_truncated",
+				    json_string(ex->session_cut ? "output_session_cap" : "output_cap"));
 	if (f)
 		audit_argv(f, json_object_get(ex->req, "argv"));
 	mon_audit(m, "exec.end", f, NULL);
@@ -504,6 +556,8 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, msg);
 	}
 	ex->started_ns = sbx_now_ns();
+	if (r.timeout_ms)
+		ex->deadline = sbx_mono_ns() + ((uint64_t)r.timeout_ms + EXEC_TIMEOUT_GRACE_MS) * 1000000u;
 	ex->credit = SBX_STDIN_WINDOW;
 	ex->flags = r.flags;
 	ex->req = req_json(m, &r);
@@ -564,8 +618,16 @@ static void emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint
 	uint64_t before_out = ex->out_size, before_err = ex->err_size;
 	*(out ? &ex->out_emitted : &ex->err_emitted) += n;
 	uint32_t keep = *size >= m->output_cap ? 0 : (m->output_cap - *size < n ? (uint32_t)(m->output_cap - *size) : n);
-	if (keep && pwrite(out ? ex->out_fd : ex->err_fd, p, keep, (off_t)*size) == (ssize_t)keep)
+	/* ... and what the session as a whole may still keep. */
+	uint64_t room = m->output_kept >= m->output_session_cap ? 0 : m->output_session_cap - m->output_kept;
+	if (keep > room) {
+		keep = (uint32_t)room;
+		ex->session_cut = 1;
+	}
+	if (keep && pwrite(out ? ex->out_fd : ex->err_fd, p, keep, (off_t)*size) == (ssize_t)keep) {
 		*size += keep;
+		m->output_kept += keep;
+	}
 	struct client *c = ex->client;
 	if (!c)
 		return;
@@ -591,6 +653,117 @@ static void store_output(struct mon *m, struct exec *ex, uint8_t type, const uin
 	if (sbx_scrub(&m->sec, out ? &ex->sc_out : &ex->sc_err, p, n, &b) == 0 && b.len)
 		emit_output(m, ex, type, b.data, (uint32_t)(b.len < UINT32_MAX ? b.len : UINT32_MAX));
 	sbx_buf_free(&b);
+}
+
+/* The exec has ended (its EXIT, or the host's timeout): record it, tell
+ * its client, audit it; freed unless a lagging client is still owed it. */
+static void exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
+{
+	scrub_flush(m, ex);
+	exec_result(m, ex, e);
+	if (ex->client && ex->client->lag) {
+		/* The client still reads from the files: the EXIT waits
+		 * behind the output it has not seen yet. */
+		sbx_buf_reset(&ex->tail);
+		sbx_exit_encode(&ex->tail, ex->n, e);
+		ex->done = 1;
+	} else {
+		send_exit(m, ex, e);
+	}
+	/* After the reply: the fsynced append is not the client's wait.
+	 * It still lands before this monitor handles anything else. */
+	audit_exec_end(m, ex, e);
+	if (!ex->done)
+		exec_free(m, ex);
+}
+
+/* Host backstop: an exec past its timeout and the grace is ended here, as
+ * "timeout" enforced by the host, and the guest is asked afresh to kill
+ * it; whatever the guest says of it later is ignored. */
+static void exec_deadlines(struct mon *m)
+{
+	uint64_t now = sbx_mono_ns();
+	if (m->snap.paused || m->pool_paused)
+		return;
+	for (struct exec *ex = m->execs, *next; ex; ex = next) {
+		next = ex->next;
+		if (ex->done || !ex->deadline || now < ex->deadline)
+			continue;
+		sbx_frame_raw(&m->aout, SBX_F_KILL, ex->n, NULL, 0);
+		agent_flush(m);
+		struct sbx_exit_info e = { .status = 124, .reason = SBX_R_TIMEOUT };
+		e.wall_us = (sbx_now_ns() - ex->started_ns) / 1000u;
+		ex->host_timeout = 1;
+		exec_end(m, ex, &e);
+	}
+}
+
+static int execs_running(const struct mon *m)
+{
+	for (const struct exec *ex = m->execs; ex; ex = ex->next)
+		if (!ex->done)
+			return 1;
+	return 0;
+}
+
+/* Is the agent alive while execs run?  A PING (its own token space, apart
+ * from the clients' 0x80000000 one), and what an unanswered one means. */
+static void heartbeat(struct mon *m)
+{
+	uint64_t now = sbx_mono_ns(), iv = m->hb.interval;
+	if (!iv || m->snap.paused || m->pool_paused || m->agent.fd < 0)
+		return;
+	if (!m->hb.sent) {
+		if (!execs_running(m) || now < m->hb.next)
+			return;
+		m->hb.token = 0x40000000u | (++m->hb.n & 0x3fffffffu);
+		sbx_frame_raw(&m->aout, SBX_F_PING, m->hb.token, NULL, 0);
+		agent_flush(m);
+		m->hb.sent = now;
+		return;
+	}
+	uint64_t age = now - m->hb.sent;
+	if (age >= 3 * iv && !m->s.agent_unresponsive_ns) {
+		m->s.agent_unresponsive_ns = sbx_now_ns() - age;
+		sbx_record_save(&m->st, &m->s, NULL);
+		json_t *af = json_pack("{s:s, s:I}", "session", m->s.id, "silent_ms", (json_int_t)(age / 1000000u));
+		mon_audit(m, "session.unresponsive", af, NULL);
+		json_decref(af);
+	}
+	if (age >= 12 * iv)
+		for (struct exec *ex = m->execs, *next; ex; ex = next) {
+			next = ex->next;
+			if (!ex->done)
+				exec_abort(m, ex, SBX_R_SESSION_LOST);
+		}
+}
+
+static int heartbeat_wait_ms(const struct mon *m)
+{
+	uint64_t now = sbx_mono_ns(), iv = m->hb.interval, at;
+	if (!iv || m->snap.paused || m->pool_paused || m->agent.fd < 0 || (!m->hb.sent && !execs_running(m)))
+		return -1;
+	if (!m->hb.sent)
+		at = m->hb.next;
+	else if (now - m->hb.sent >= 12 * iv)
+		return -1; /* lost: a new exec, an event, wakes the loop anyway */
+	else
+		at = m->hb.sent + (m->s.agent_unresponsive_ns ? 12 : 3) * iv;
+	return at <= now ? 0 : (int)((at - now) / 1000000u) + 1;
+}
+
+/* Until the next exec deadline, ms, for epoll; -1: none. */
+static int exec_wait_ms(const struct mon *m)
+{
+	uint64_t first = 0, now = sbx_mono_ns();
+	if (m->snap.paused || m->pool_paused)
+		return -1;
+	for (const struct exec *ex = m->execs; ex; ex = ex->next)
+		if (!ex->done && ex->deadline && (!first || ex->deadline < first))
+			first = ex->deadline;
+	if (!first)
+		return -1;
+	return first <= now ? 0 : (int)((first - now) / 1000000u) + 1;
 }
 
 static void client_resume(struct mon *m, struct client *c);
@@ -632,6 +805,13 @@ static void secrets_then_ready(struct mon *m)
 static void agent_frame(struct mon *m, const struct sbx_frame *f)
 {
 	struct exec *ex = f->stream ? exec_find(m, f->stream) : NULL;
+	m->guest_spoke = 1;
+	/* An exec that has ended (its EXIT still owed to a lagging client)
+	 * hears nothing more from the guest: another EXIT would rewrite its
+	 * record, append to the audit trail and grow its tail; more output
+	 * would land after the end. */
+	if (ex && ex->done)
+		return;
 	switch (f->type) {
 	case SBX_F_HELLO: {
 		note_kernel(m, f);
@@ -678,21 +858,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		 * the session was lost: only the host knows that. */
 		if (!ex || sbx_exit_decode(f->payload, f->len, &e) < 0 || e.reason == SBX_R_SESSION_LOST)
 			break;
-		scrub_flush(m, ex);
-		exec_result(m, ex, &e);
-		if (ex->client && ex->client->lag) {
-			/* The client still reads from the files: the EXIT waits
-			 * behind the output it has not seen yet. */
-			sbx_exit_encode(&ex->tail, ex->n, &e);
-			ex->done = 1;
-		} else {
-			send_exit(m, ex, &e);
-		}
-		/* After the reply: the fsynced append is not the client's wait.
-		 * It still lands before this monitor handles anything else. */
-		audit_exec_end(m, ex, &e);
-		if (!ex->done)
-			exec_free(m, ex);
+		exec_end(m, ex, &e);
 		break;
 	}
 	case SBX_F_QUIESCE:
@@ -707,6 +873,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 			char msg[200] = "refused";
 			uint32_t code = 0;
 			sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+			sbx_text_clean(msg); /* the guest's words, shown to people */
 			claim_fail(m, SBX_EXIT_UNAVAIL, "the guest refused the claim: %s", msg);
 			break;
 		}
@@ -716,6 +883,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 			char msg[200] = "refused";
 			uint32_t code = 0;
 			sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+			sbx_text_clean(msg); /* the guest's words, shown to people */
 			snprintf(m->secrets_err, sizeof m->secrets_err, "%s", msg);
 			break;
 		}
@@ -724,6 +892,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		char msg[256] = "the guest refused the command";
 		uint32_t code = SBX_EXIT_INTERNAL;
 		sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+		sbx_text_clean(msg); /* the guest's words, shown to people */
 		/* After STARTED an ERROR is only news: the guest ends the exec
 		 * and reports EXIT.  Before it, the exec never ran. */
 		if (ex->started || ex->done)
@@ -738,6 +907,17 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 	case SBX_F_PONG: {
 		if (m->claim.stage == CLAIM_GUEST && f->stream == m->claim.ping)
 			claim_guest_answered(m);
+		if (m->hb.sent && f->stream == m->hb.token) {
+			m->hb.sent = 0;
+			m->hb.next = sbx_mono_ns() + m->hb.interval;
+			if (m->s.agent_unresponsive_ns) {
+				m->s.agent_unresponsive_ns = 0;
+				sbx_record_save(&m->st, &m->s, NULL);
+				json_t *af = json_pack("{s:s}", "session", m->s.id);
+				mon_audit(m, "session.responsive", af, NULL);
+				json_decref(af);
+			}
+		}
 		for (struct client *c = m->clients; c; c = c->next)
 			if (c->ping_token && c->ping_token == f->stream) {
 				struct sbx_buf b = { 0 };
@@ -830,7 +1010,7 @@ static void client_resume(struct mon *m, struct client *c)
 	if (!c->held.len || !c->ex)
 		return;
 	uint32_t n = (uint32_t)(c->held.len - SBX_FRAME_HDR);
-	if (n > c->ex->credit)
+	if (n > c->ex->credit || m->aout.len - m->aout_off >= AGENT_BUF_MAX)
 		return;
 	c->ex->credit -= n;
 	sbx_buf_put(&m->aout, c->held.data, c->held.len);
@@ -903,7 +1083,7 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 	case SBX_F_STDIN:
 		if (f->len > SBX_DATA_CHUNK)
 			return client_error(m, c, f->stream, SBX_EXIT_INVALID, "stdin chunk too large");
-		if (f->len <= c->ex->credit) {
+		if (f->len <= c->ex->credit && m->aout.len - m->aout_off < AGENT_BUF_MAX) {
 			c->ex->credit -= f->len;
 			forward_to_guest(m, c, f);
 		} else {
@@ -994,6 +1174,106 @@ static void accept_clients(struct mon *m)
 	}
 }
 
+/* --- what the VMM writes: bounded files in RUN ------------------------- */
+
+static int vmmout_open(struct mon *m, struct vmmout *o, const char *name, uint64_t cap, int *wr, struct sbx_err *err)
+{
+	int p[2];
+	o->name = name;
+	o->cap = cap;
+	o->fd = openat(m->run_dfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (o->fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create %s", name);
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe for %s", name);
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	/* Room for what the VMM writes while the monitor is busy elsewhere
+	 * (a restore's memory load): the VMM blocks when it is full, and so
+	 * does the guest's serial port; nothing is lost. */
+	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+	o->src.fd = p[0];
+	*wr = p[1];
+	return 0;
+}
+
+/* Keep the last cap/2 bytes, at the front, behind a line that counts what
+ * went.  Copied forward in place: the monitor is the file's only writer. */
+static void vmmout_compact(struct vmmout *o)
+{
+	uint8_t buf[SBX_DATA_CHUNK];
+	uint64_t keep = o->size < o->cap / 2 ? o->size : o->cap / 2, from = o->size - keep;
+	o->dropped += from;
+	char line[128];
+	int hl = snprintf(line, sizeof line, "[sbx: %llu earlier bytes of this log were dropped; it keeps at most %llu]\n",
+			  (unsigned long long)o->dropped, (unsigned long long)o->cap);
+	if (hl < 0 || (uint64_t)hl >= from) /* cannot happen: from >= cap/4 */
+		hl = 0;
+	for (uint64_t done = 0; done < keep;) {
+		size_t n = keep - done < sizeof buf ? (size_t)(keep - done) : sizeof buf;
+		ssize_t r = pread(o->fd, buf, n, (off_t)(from + done));
+		if (r <= 0 || pwrite(o->fd, buf, (size_t)r, (off_t)((uint64_t)hl + done)) != r) {
+			keep = done;
+			break;
+		}
+		done += (uint64_t)r;
+	}
+	if (hl)
+		pwrite(o->fd, line, (size_t)hl, 0);
+	o->size = (uint64_t)hl + keep;
+	if (ftruncate(o->fd, (off_t)o->size) < 0)
+		o->size = (uint64_t)lseek(o->fd, 0, SEEK_END);
+}
+
+static void vmmout_put(struct vmmout *o, const uint8_t *p, size_t n)
+{
+	if (o->fd < 0 || !n)
+		return;
+	if (n > o->cap / 4) { /* only the end of a chunk this big can stay */
+		o->dropped += n - o->cap / 4;
+		p += n - o->cap / 4;
+		n = o->cap / 4;
+	}
+	if (o->size + n > o->cap)
+		vmmout_compact(o);
+	if (pwrite(o->fd, p, n, (off_t)o->size) == (ssize_t)n)
+		o->size += n;
+}
+
+/* Everything the pipe has now (all of it once the VMM is gone). */
+static void vmmout_drain(struct mon *m, struct vmmout *o)
+{
+	uint8_t buf[SBX_DATA_CHUNK];
+	for (int i = 0; o->src.fd >= 0 && i < 64; i++) {
+		ssize_t r = read(o->src.fd, buf, sizeof buf);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return;
+		if (r <= 0) {
+			epoll_ctl(m->ep, EPOLL_CTL_DEL, o->src.fd, NULL);
+			close(o->src.fd);
+			o->src.fd = -1;
+			return;
+		}
+		vmmout_put(o, buf, (size_t)r);
+	}
+}
+
+static void vmmout_drain_all(struct mon *m)
+{
+	vmmout_drain(m, &m->console);
+	vmmout_drain(m, &m->vmmlog);
+}
+
+static void vmmout_close(struct vmmout *o)
+{
+	if (o->src.fd >= 0)
+		close(o->src.fd);
+	if (o->fd >= 0)
+		close(o->fd);
+	o->src.fd = o->fd = -1;
+}
+
 /* --- set-up, the loop, the end ----------------------------------------- */
 
 static int listen_unix(const char *name, struct sbx_err *err)
@@ -1035,10 +1315,20 @@ static void on_vmm_exit(struct mon *m)
 		return;
 	m->vm.pid = 0;
 	m->vm_dead = 1;
-	char tail[400];
-	sbx_log_tail(m->run_dfd, "console.log", tail, sizeof tail);
-	if (strstr(tail, "Kernel panic") || console_says_panic(m->run_dfd))
+	/* The VMM is gone: what it wrote last is in the pipes still. */
+	uint64_t log_before = m->vmmlog.size + m->vmmlog.dropped;
+	vmmout_drain_all(m);
+	const struct sbx_vmm_ops *ops = m->vm.ops;
+	/* The guest's pvpanic device, which only its kernel drives (once
+	 * guest-init loaded the driver, so after the guest spoke); QEMU prints
+	 * nothing when it exits for it, and an error exit does. */
+	if (ops && ops->panic_status && WIFEXITED(status) && WEXITSTATUS(status) == ops->panic_status &&
+	    m->guest_spoke && m->vmmlog.size + m->vmmlog.dropped == log_before)
 		snprintf(m->vm_end, sizeof m->vm_end, "guest panic");
+	/* Text on the console is the guest's to write: it is reported as
+	 * what it is, never as a panic the host saw. */
+	else if (console_says_panic(m->run_dfd))
+		snprintf(m->vm_end, sizeof m->vm_end, "console reported a panic");
 	else if (WIFSIGNALED(status))
 		snprintf(m->vm_end, sizeof m->vm_end, "VMM killed by signal %d", WTERMSIG(status));
 	else if (WEXITSTATUS(status) && !m->vm_shutdown)
@@ -1065,8 +1355,11 @@ static void on_vm_event(struct mon *m)
 	sbx_vm_kill(&m->vm); /* closes the pidfd: it leaves the epoll set */
 	m->vmm.fd = -1;
 	m->vm_dead = 1;
+	vmmout_drain_all(m);
 	snprintf(m->vm_end, sizeof m->vm_end, "%s",
-		 ev == SBX_VM_EV_PANIC || console_says_panic(m->run_dfd) ? "guest panic" : "guest rebooted");
+		 ev == SBX_VM_EV_PANIC		    ? "guest panic"
+		 : console_says_panic(m->run_dfd) ? "console reported a panic"
+						  : "guest rebooted");
 }
 
 /* The proxy is the session's only way out: without it the guest's
@@ -1173,6 +1466,9 @@ static int loop_once(struct mon *m, int timeout_ms)
 		case SRC_VMEV:
 			on_vm_event(m);
 			break;
+		case SRC_VMMOUT:
+			vmmout_drain(m, s == &m->console.src ? &m->console : &m->vmmlog);
+			break;
 		case SRC_SIGNAL: {
 			struct signalfd_siginfo si;
 			while (read(s->fd, &si, sizeof si) == sizeof si)
@@ -1205,6 +1501,11 @@ static int loop_once(struct mon *m, int timeout_ms)
 		if (c->dead && !c->shutdown_ack)
 			client_drop(m, c);
 	}
+	/* Stdin held back by AGENT_BUF_MAX goes once there is room again
+	 * (client_resume does nothing while there is none, or no credit). */
+	for (struct client *c = m->clients; c && m->aout.len - m->aout_off < AGENT_BUF_MAX; c = c->next)
+		if (c->held.len && !c->dead)
+			client_resume(m, c);
 	return 0;
 }
 
@@ -1345,7 +1646,7 @@ static int boot(struct mon *m, struct sbx_err *err)
 	struct sbx_vm_config c = {
 		.ops = ops, .kernel = t.kernel, .initrd = t.initrd, .rootfs = t.rootfs, .scratch = scratch,
 		.agent_sock = accept_agent ? "agent.sock" : NULL, .vsock_sock = accept_agent ? NULL : "vsock/agent.sock",
-		.qmp_sock = "qmp.sock", .console_path = "console.log", .log_path = "vmm.log",
+		.qmp_sock = "qmp.sock",
 		.hostname = m->s.id, .vcpus = m->s.vcpus, .memory_mib = m->s.memory_mib,
 		.accel = strcmp(m->s.accel, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM,
 		.tsc_khz = sbx_host_tsc_khz(), .sandbox = 1,
@@ -1393,13 +1694,38 @@ static int boot(struct mon *m, struct sbx_err *err)
 			close(c.cg_fds[i]);
 		return -1;
 	}
+	/* The console and the VMM's messages: pipes to bounded files. */
+	_cleanup_close_ int con_w = -1, log_w = -1;
+	if (vmmout_open(m, &m->console, "console.log", CONSOLE_CAP, &con_w, err) < 0 ||
+	    vmmout_open(m, &m->vmmlog, "vmm.log", VMM_LOG_CAP, &log_w, err) < 0) {
+		sbx_netns_close(&net);
+		for (int i = 0; i < c.cg_nfds; i++)
+			close(c.cg_fds[i]);
+		return -1;
+	}
+	c.stdout_fd = con_w;
+	c.stderr_fd = log_w;
+	ep_mod(m, &m->console.src, EPOLLIN, EPOLL_CTL_ADD);
+	ep_mod(m, &m->vmmlog.src, EPOLLIN, EPOLL_CTL_ADD);
 	uint64_t t0 = sbx_mono_ns();
 	int brc = sbx_vm_boot(&c, &m->vm, err);
+	close(sbx_steal_fd(&con_w)); /* only the VMM writes them now */
+	close(sbx_steal_fd(&log_w));
 	sbx_netns_close(&net);
 	for (int i = 0; i < c.cg_nfds; i++)
 		close(c.cg_fds[i]);
 	m->vm.progress = NULL;
-	if (brc < 0 || (c.restore_dir && snap_restored(m, err) < 0))
+	if (brc < 0) {
+		/* What the VMM said before it went is in the pipe still. */
+		char tail[200];
+		vmmout_drain_all(m);
+		sbx_log_tail(m->run_dfd, "vmm.log", tail, sizeof tail);
+		size_t l = strlen(err->msg);
+		if (tail[0] && !strstr(err->msg, tail) && l < sizeof err->msg - 1)
+			snprintf(err->msg + l, sizeof err->msg - l, "; vmm.log: %s", tail);
+		return -1;
+	}
+	if (c.restore_dir && snap_restored(m, err) < 0)
 		return -1;
 	m->vmm.fd = m->vm.pidfd;
 	ep_mod(m, &m->listen, EPOLLIN, EPOLL_CTL_ADD);
@@ -1437,6 +1763,7 @@ static int boot(struct mon *m, struct sbx_err *err)
 		return 0;
 	}
 	char tail[400];
+	vmmout_drain_all(m);
 	sbx_log_tail(m->run_dfd, m->vm_dead ? "vmm.log" : "console.log", tail, sizeof tail);
 	if (!tail[0])
 		sbx_log_tail(m->run_dfd, "console.log", tail, sizeof tail);
@@ -1570,6 +1897,8 @@ static void mon_free(struct mon *m)
 		client_drop(m, m->clients);
 	while (m->execs)
 		exec_free(m, m->execs);
+	vmmout_close(&m->console);
+	vmmout_close(&m->vmmlog);
 	sbx_buf_free(&m->ain);
 	if (m->aout.data)
 		explicit_bzero(m->aout.data, m->aout.cap);
@@ -1670,6 +1999,7 @@ static void claim_guest_answered(struct mon *m)
 	m->s.ready_ns = sbx_now_ns();
 	m->s.claim_ms = (sbx_mono_ns() - m->claim.t0) / 1000000u;
 	m->output_cap = m->s.limits.output_cap;
+	m->output_session_cap = m->s.limits.output_session_cap;
 	if (m->s.limits.ttl_ms && arm_ttl(m) < 0)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot arm the session TTL");
 	if (sbx_record_save(&m->st, &m->s, &err) < 0)
@@ -1894,6 +2224,16 @@ static int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
 		err->code = SBX_EXIT_INTERNAL;
 		return -1;
 	}
+	if (paused && !m->snap.paused) {
+		m->paused_since = sbx_mono_ns();
+	} else if (!paused && m->snap.paused && m->paused_since) {
+		/* The guest's clock stood still: so do the timeouts. */
+		uint64_t d = sbx_mono_ns() - m->paused_since;
+		for (struct exec *ex = m->execs; ex; ex = ex->next)
+			if (ex->deadline)
+				ex->deadline += d;
+		m->paused_since = 0;
+	}
 	m->snap.paused = paused;
 	snprintf(m->s.state, sizeof m->s.state, "%s", paused ? "paused" : "running");
 	sbx_record_save(&m->st, &m->s, NULL);
@@ -1967,6 +2307,7 @@ static int snap_guest_error(struct mon *m, const struct sbx_frame *f)
 	char msg[200] = "refused";
 	uint32_t code = 0;
 	sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+	sbx_text_clean(msg); /* the guest's words, shown to people */
 	char why[300];
 	if (m->snap.saving) {
 		m->snap.saving = 0;
@@ -2255,6 +2596,8 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.readyp = (struct src){ SRC_READY, a->ready_fd };
 	m.proxy = (struct src){ SRC_PROXY, -1 };
 	m.vmev = (struct src){ SRC_VMEV, -1 };
+	m.console = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
+	m.vmmlog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
 	m.vm.pidfd = -1;
 	m.ws.lock_fd = m.ws.dir_fd = -1;
 
@@ -2287,6 +2630,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.s.ready_ns = sbx_now_ns();
 	/* The policy's cap as it is, 0 included (keep no output). */
 	m.output_cap = m.s.limits.output_cap;
+	m.output_session_cap = m.s.limits.output_session_cap;
 	if (m.s.limits.ttl_ms && arm_ttl(&m) < 0) {
 		sbx_err_set(&err, SBX_EXIT_INTERNAL, errno, "cannot arm the session TTL");
 		sbx_vm_kill(&m.vm);
@@ -2347,10 +2691,19 @@ ready:
 		close(a->ready_fd);
 	}
 
+	const char *hbe = getenv("SBX_AGENT_PING_MS");
+	m.hb.interval = (hbe && atoi(hbe) > 0 ? (uint64_t)atoi(hbe) : AGENT_PING_MS) * 1000000u;
 	while (!m.stopping && !m.vm_dead && !m.expired) {
-		if (loop_once(&m, claim_wait_ms(&m)) < 0)
+		int w = claim_wait_ms(&m), x = exec_wait_ms(&m), h = heartbeat_wait_ms(&m);
+		if (x >= 0 && (w < 0 || x < w))
+			w = x;
+		if (h >= 0 && (w < 0 || h < w))
+			w = h;
+		if (loop_once(&m, w) < 0)
 			break;
 		claim_check_deadline(&m);
+		exec_deadlines(&m);
+		heartbeat(&m);
 	}
 
 	if (m.expired && !m.stopping && !m.vm_dead) {

@@ -702,6 +702,8 @@ static const struct key resources_keys[] = {
 	{ .name = "exec_timeout", .kind = K_FN, .fn = v_exec_timeout },
 	{ .name = "ttl", .kind = K_DUR, .off = P(resources.ttl_ms), .min = 1, .max = 30 * DAY, .flags = F_ZERO },
 	{ .name = "output_cap", .kind = K_SIZE, .off = P(resources.output_cap), .min = 0, .max = 16 * GIB },
+	{ .name = "output_session_cap", .kind = K_SIZE, .off = P(resources.output_session_cap), .min = 0,
+	  .max = TIB },
 	{ .name = "require_kvm", .kind = K_BOOL, .off = P(resources.require_kvm) },
 };
 
@@ -1238,6 +1240,7 @@ void sbx_policy_defaults(struct sbx_policy *p)
 	p->resources.exec_timeout_max_ms = HOUR;
 	p->resources.ttl_ms = HOUR;
 	p->resources.output_cap = 64 * MIB;
+	p->resources.output_session_cap = SBX_OUTPUT_SESSION_CAP_DEFAULT;
 	p->network.egress = SBX_EGRESS_NONE;
 	p->network.dns = true;
 	p->network.max_connections = 64;
@@ -1435,13 +1438,13 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 		json_array_append_new(secrets, json_pack("{s:s, s:s}", "name", s->name, s->from_env[0] ? "from_env" : "from_file",
 							 s->from_env[0] ? s->from_env : s->from_file));
 	}
-	json_t *res = json_pack("{s:i, s:I, s:I, s:f, s:{s:i, s:i}, s:I, s:{s:I, s:I}, s:I, s:I, s:b}", "vcpus",
+	json_t *res = json_pack("{s:i, s:I, s:I, s:f, s:{s:i, s:i}, s:I, s:{s:I, s:I}, s:I, s:I, s:I, s:b}", "vcpus",
 				(int)r->vcpus, "memory", JI(r->memory), "disk", JI(r->disk), "cpu_limit",
 				sbx_policy_cpu_limit_milli(p) / 1000.0, "pids", "per_exec", (int)r->pids_per_exec,
 				"per_session", (int)r->pids_per_session, "exec_memory", JI(r->exec_memory),
 				"exec_timeout", "default", JI(r->exec_timeout_default_ms), "max",
 				JI(r->exec_timeout_max_ms), "ttl", JI(r->ttl_ms), "output_cap", JI(r->output_cap),
-				"require_kvm", r->require_kvm);
+				"output_session_cap", JI(r->output_session_cap), "require_kvm", r->require_kvm);
 	json_t *net = json_pack("{s:s, s:o, s:b, s:i, s:I}", "egress", egress_names[p->network.egress], "allow", allow,
 				"dns", p->network.dns, "max_connections", (int)p->network.max_connections, "max_bytes",
 				JI(p->network.max_bytes));

@@ -6,6 +6,10 @@
 #ifndef SBX_POLICY_H
 #define SBX_POLICY_H
 
+/* resources.output_session_cap when the policy does not say (and for a
+ * session record written before there was one). */
+#define SBX_OUTPUT_SESSION_CAP_DEFAULT (1ull << 30)
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,6 +79,7 @@ struct sbx_policy {
 		uint64_t exec_timeout_default_ms, exec_timeout_max_ms;
 		uint64_t ttl_ms;
 		uint64_t output_cap;
+		uint64_t output_session_cap; /* bytes of output kept over all execs */
 		bool require_kvm;
 	} resources;
 	struct {

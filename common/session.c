@@ -224,6 +224,9 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	s->limits.exec_timeout_default_ms = sbx_json_u64(lo, "exec_timeout_default_ms");
 	s->limits.exec_timeout_max_ms = sbx_json_u64(lo, "exec_timeout_max_ms");
 	s->limits.output_cap = sbx_json_u64(lo, "output_cap");
+	s->limits.output_session_cap = json_object_get(lo, "output_session_cap")
+					       ? sbx_json_u64(lo, "output_session_cap")
+					       : SBX_OUTPUT_SESSION_CAP_DEFAULT;
 	s->limits.exec_memory = sbx_json_u64(lo, "exec_memory");
 	s->limits.disk_bytes = sbx_json_u64(lo, "disk_bytes");
 	s->limits.pids_per_exec = (unsigned)sbx_json_u64(lo, "pids_per_exec");
@@ -236,6 +239,7 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	json_t *net = json_object_get(o, "net");
 	sbx_json_str(net, "mac", s->mac, sizeof s->mac);
 	sbx_json_str(net, "lost", s->net_lost, sizeof s->net_lost);
+	s->agent_unresponsive_ns = sbx_json_u64(o, "agent_unresponsive_ns");
 	s->limits.egress = json_is_string(json_object_get(net, "egress")) &&
 			   !strcmp(json_string_value(json_object_get(net, "egress")), "allowlist");
 	s->limits.max_connections = (unsigned)sbx_json_u64(net, "max_connections");
@@ -312,6 +316,8 @@ char *sbx_record_text(const struct sbx_session *s)
 				      "disk_bytes", (json_int_t)l->disk_bytes, "pids_per_exec", (int)l->pids_per_exec,
 				      "pids_per_session", (int)l->pids_per_session, "cpu_milli", (int)l->cpu_milli));
 	json_object_set_new(json_object_get(o, "limits"), "workspace_size", json_integer((json_int_t)l->workspace_size));
+	json_object_set_new(json_object_get(o, "limits"), "output_session_cap",
+			    json_integer((json_int_t)l->output_session_cap));
 	json_object_set_new(json_object_get(o, "limits"), "workspace_retention_ms",
 			    json_integer((json_int_t)l->workspace_retention_ms));
 	json_object_set_new(json_object_get(o, "limits"), "files", files_json(l));
@@ -324,6 +330,8 @@ char *sbx_record_text(const struct sbx_session *s)
 		json_object_set_new(o, "proxy_process", json_pack("{s:i, s:I}", "pid", s->proxy_pid, "start_time",
 								   (json_int_t)s->proxy_start));
 	}
+	if (s->agent_unresponsive_ns)
+		json_object_set_new(o, "agent_unresponsive_ns", json_integer((json_int_t)s->agent_unresponsive_ns));
 	char *txt = json_dumps(o, JSON_INDENT(2));
 	json_decref(o);
 	return txt;
@@ -442,6 +450,7 @@ static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 	l->exec_timeout_default_ms = p->resources.exec_timeout_default_ms;
 	l->exec_timeout_max_ms = p->resources.exec_timeout_max_ms;
 	l->output_cap = p->resources.output_cap;
+	l->output_session_cap = p->resources.output_session_cap;
 	l->exec_memory = p->resources.exec_memory;
 	l->disk_bytes = p->resources.disk;
 	l->pids_per_exec = p->resources.pids_per_exec;

@@ -61,11 +61,16 @@ struct sbx_session {
 	int proxy_pid;
 	uint64_t proxy_start;
 	char net_lost[96];
+	/* Since when (CLOCK_REALTIME ns) the guest agent has not answered the
+	 * monitor's pings while execs ran; 0: it answers.  sbx-ps shows the
+	 * session as "unresponsive". */
+	uint64_t agent_unresponsive_ns;
 	struct sbx_limits {  /* compiled from the policy at create; the monitor enforces */
 		uint64_t ttl_ms;                 /* 0: none */
 		uint64_t exec_timeout_default_ms; /* 0: none */
 		uint64_t exec_timeout_max_ms;     /* 0: none */
 		uint64_t output_cap;             /* bytes kept per exec and stream */
+		uint64_t output_session_cap;     /* bytes kept over every exec */
 		uint64_t exec_memory;            /* memory.max per exec, 0: the VM's */
 		uint64_t disk_bytes;             /* writable space */
 		unsigned pids_per_exec, pids_per_session;

@@ -1,4 +1,5 @@
 #include "util.h"
+#include "err.h"
 
 #include <jansson.h>
 
@@ -97,9 +98,8 @@ void sbx_log_tail(int dirfd, const char *name, char *out, size_t n)
 	if (r <= 0)
 		return;
 	buf[r] = 0;
-	for (char *p = buf; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = ' ';
+	/* A cut at the start may split a UTF-8 sequence: that byte becomes '?'. */
+	sbx_text_clean(buf);
 	char *p = buf;
 	while (*p == ' ')
 		p++;

@@ -317,7 +317,7 @@ int sbx_vmm_spawn(const struct sbx_vm_config *c, char *const argv[], const int *
 		  struct sbx_vm *vm, struct sbx_err *err)
 {
 	_cleanup_close_ int logfd = -1;
-	if (c->log_path) {
+	if (c->log_path && c->stderr_fd <= 0) {
 		logfd = open(c->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 		if (logfd < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s", c->log_path);
@@ -350,7 +350,7 @@ int sbx_vmm_spawn(const struct sbx_vm_config *c, char *const argv[], const int *
 	}
 	if (pid == 0) {
 		close(sync[1]);
-		_exit(child(c, argv, keep, nkeep, self, sync[0], logfd, jail));
+		_exit(child(c, argv, keep, nkeep, self, sync[0], c->stderr_fd > 0 ? c->stderr_fd : logfd, jail));
 	}
 	close(sync[0]);
 	ssize_t w = send(sync[1], &pid, sizeof pid, MSG_NOSIGNAL);

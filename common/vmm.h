@@ -30,6 +30,8 @@ struct sbx_vm_config {
 	const char *console_path; /* serial console to this file; NULL: stdout */
 	const char *log_path;     /* VMM stdout/stderr; NULL: inherit */
 	int stdout_fd;            /* >0: the VMM's stdout (serial when console_path is NULL) */
+	int stderr_fd;            /* >0: the VMM's stderr (and stdout unless stdout_fd),
+				   * instead of log_path */
 	const char *hostname;
 	const char *guest_params; /* more kernel parameters for guest-init, space
 				   * separated (sbx.pkg=...); NULL: none */
@@ -101,6 +103,9 @@ struct sbx_vmm_ops {
 	const char *name; /* as recorded in session.json's "vmm" */
 	enum sbx_agent_mode agent_mode;
 	int kvm_only;     /* runs no guest without KVM (no emulator) */
+	int panic_status; /* the VMM exits with it when the guest reports a
+			   * panic (pvpanic), and prints nothing; 0: it has no
+			   * such exit (Cloud Hypervisor says so in events) */
 	/* Is the backend's binary installed?  69 when not. */
 	int (*available)(struct sbx_err *err);
 	/* Launch the VMM as a child of the caller (it dies with the caller:
@@ -154,10 +159,10 @@ int sbx_vm_cmdline(const struct sbx_vm_config *c, char *buf, size_t n, struct sb
 /* Start argv as the VMM of c, for the backends: a child that dies with
  * the caller (PR_SET_PDEATHSIG), in c's host cgroups and network
  * namespace, jailed when jail is set (jail.h), stdout/stderr on
- * c->log_path (stdout on c->stdout_fd when set), a clean environment, and
- * no fd across exec but stdio and keep[].  Jailed, it is PID 1 of new PID,
- * network (loopback only, or c's netns), IPC and UTS namespaces, with
- * RLIMIT_CORE 0, RLIMIT_NOFILE and RLIMIT_FSIZE set.  Fills vm's pid, pidfd, start
+ * c->stderr_fd or c->log_path (stdout on c->stdout_fd when set), a clean
+ * environment, and no fd across exec but stdio and keep[].  Jailed, it is
+ * PID 1 of new PID, network (loopback only, or c's netns), IPC and UTS
+ * namespaces, with RLIMIT_CORE 0, RLIMIT_NOFILE and RLIMIT_FSIZE set.  Fills vm's pid, pidfd, start
  * time and uid. */
 /* The jailed VMM's rlimits: open files, and the size of any file it
  * writes past its disks (console, log). */

@@ -145,6 +145,13 @@ static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd
 	}
 	add(a, "-device");
 	add(a, "virtio-rng-device");
+	/* The guest kernel's own word that it panicked (its pvpanic driver),
+	 * which the console's text is not: QEMU then exits with status 1
+	 * (ops->panic_status) and says nothing on stderr. */
+	add(a, "-device");
+	add(a, "pvpanic");
+	add(a, "-action");
+	add(a, "panic=exit-failure");
 	/* The session's NIC (netns.h): its TAP by fd when the monitor opened
 	 * it (the jail has no /dev/net/tun), else by name in the namespace. */
 	if (c->tap_fd > 0 || c->tap_name) {
@@ -633,6 +640,7 @@ static void qemu_kill(struct sbx_vm *vm)
 const struct sbx_vmm_ops sbx_vmm_qemu = {
 	.name = "qemu",
 	.agent_mode = SBX_AGENT_ACCEPT,
+	.panic_status = 1,
 	.available = qemu_available,
 	.boot = qemu_boot,
 	.pause = qemu_pause,

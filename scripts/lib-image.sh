@@ -16,13 +16,14 @@ image_init() {
 	epoch=${SOURCE_DATE_EPOCH:-0}
 	kmeta=linux-image-cloud-amd64
 	# Load order: each module after the ones it links against.
-	# virtio-mmio devices on QEMU microvm; virtio-pci ones and a pvpanic
+	# virtio-mmio devices and the ISA pvpanic device (pvpanic-mmio, found
+	# through ACPI) on QEMU microvm; virtio-pci ones and a PCI pvpanic
 	# device on Cloud Hypervisor (guest-init skips the PCI drivers when
 	# the VM has no PCI device).
 	modules=(virtio_ring virtio virtio_mmio virtio_pci_legacy_dev virtio_pci_modern_dev
 		virtio_pci virtio_blk virtio_console failover
 		net_failover virtio_net vsock vmw_vsock_virtio_transport_common
-		vmw_vsock_virtio_transport overlay virtio-rng pvpanic pvpanic-pci)
+		vmw_vsock_virtio_transport overlay virtio-rng pvpanic pvpanic-mmio pvpanic-pci)
 	mkdir -p "$debs" "$cache/unpacked"
 }
 

@@ -50,18 +50,19 @@ want="null urandom "
 [ "$accel" = kvm ] && want="kvm $want"
 is "$(ls -A "$root/dev" | tr '\n' ' ')" "$want" "/dev has only null, urandom and kvm under KVM ($accel)"
 # QEMU connects to the monitor's agent.sock; Cloud Hypervisor makes its
-# vsock socket in a directory of its own.
-want="agent.sock console.log "
-[ "$backend" = qemu ] || want="console.log vsock "
+# vsock socket in a directory of its own.  The console is the VMM's
+# stdout, a pipe to the monitor: no file of it in the jail.
+want="agent.sock "
+[ "$backend" = qemu ] || want="vsock "
 is "$(ls -A "$root/sbx/run" | tr '\n' ' ')" "$want" \
-   "the cwd shows only the agent's socket (or directory) and the console ($backend)"
+   "the cwd shows only the agent's socket (or directory) ($backend)"
 is "$(readlink "/proc/$vmm/cwd")" /sbx/run "the VMM's cwd is in the jail"
 rw=$(awk '$6 ~ /^rw/ { print $5 }' "/proc/$vmm/mountinfo" | sort | tr '\n' ' ')
-want="/dev/null /sbx/run/console.log /sbx/scratch.img "
+want="/dev/null /sbx/scratch.img "
 # Cloud Hypervisor also writes its vsock socket and its snapshot files.
-[ "$backend" = qemu ] || want="/dev/null /sbx/run/console.log /sbx/run/vsock /sbx/scratch.img /sbx/state "
+[ "$backend" = qemu ] || want="/dev/null /sbx/run/vsock /sbx/scratch.img /sbx/state "
 [ "$accel" = kvm ] && want="/dev/kvm $want"
-is "$rw" "$want" "only the scratch disk and the console (and devices) are writable"
+is "$rw" "$want" "only the scratch disk (and devices) are writable"
 if [ "$backend" = qemu ]; then
 	grep -q 'file=/sbx/scratch.img' "/proc/$vmm/cmdline"; ok $? "the VMM's argv names in-jail paths"
 else # the configuration goes over the API

@@ -110,6 +110,7 @@ static void test_defaults(void)
 		   pol.resources.ttl_ms == 3600000 && pol.resources.output_cap == 64ull << 20 &&
 		   !pol.resources.require_kvm && pol.resources.exec_memory == 0,
 	   "default timeouts, ttl, output cap");
+	ok(pol.resources.output_session_cap == 1ull << 30, "default output_session_cap 1G");
 	ok(pol.network.egress == SBX_EGRESS_NONE && pol.network.nallow == 0 && pol.network.dns &&
 		   pol.network.max_connections == 64 && pol.network.max_bytes == 1ull << 30,
 	   "default network: none");
@@ -152,6 +153,9 @@ static void test_values(void)
 	bad("resources: {exec_memory: 1K}\n", "or 0)", "exec_memory below 1M");
 	bad("resources: {ttl: 31d}\n", "'31d' is out of range (1ms..30d, or 0)", "ttl 31d");
 	bad("resources: {output_cap: 17G}\n", "out of range", "output_cap 17G");
+	good("resources: {output_session_cap: 0}\n", "output_session_cap 0: keep no output");
+	ok(pol.resources.output_session_cap == 0, "... stored");
+	bad("resources: {output_session_cap: 2T}\n", "out of range", "output_session_cap 2T");
 	bad("resources: {pids: {per_exec: 0}}\n", "out of range", "pids 0");
 	bad("resources: {pids: {per_exec: 1048577, per_session: 1048577}}\n", "out of range", "pids too many");
 	bad("network: {max_connections: -1}\n", "not a whole number", "negative number");
@@ -379,7 +383,7 @@ static void test_hostile(void)
 {
 	bad("resources:\n  cpuz: 1\n",
 	    "p.yaml:2:3: unknown key 'cpuz' in resources (expected one of: vcpus, memory, disk, cpu_limit, pids, "
-	    "exec_memory, exec_timeout, ttl, output_cap, require_kvm)",
+	    "exec_memory, exec_timeout, ttl, output_cap, output_session_cap, require_kvm)",
 	    "unknown key, with file:line:col and the expected keys");
 	bad("resourcez: {}\n", "p.yaml:1:1: unknown key 'resourcez' at the top level (expected one of: resources,",
 	    "unknown top-level key");

@@ -3,11 +3,25 @@
 #include <string.h>
 
 #include "proto.h"
+#include "err.h"
 
 #include "tap.h"
 
+/* Guest text shown to people: no control bytes, valid UTF-8. */
+static void test_text_clean(void)
+{
+	char a[] = "ok\x1b]0;t\x07\x1b[2Jred\r\n\x7f\x9b\xc2\x9b\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xc0\xaf\xed\xa0\x80z";
+	sbx_text_clean(a);
+	ok(!strcmp(a, "ok ]0;t  [2Jred   ? \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80?????z"),
+	   "sbx_text_clean: C0, DEL and C1 become spaces, UTF-8 kept, the rest '?'");
+	char b[] = "\xe2\x82";
+	sbx_text_clean(b);
+	ok(!strcmp(b, "??"), "a sequence cut short is not UTF-8");
+}
+
 int main(void)
 {
+	test_text_clean();
 	struct sbx_buf b = { 0 };
 	char *argv[] = { "sh", "-c", "echo hi", NULL };
 	char *env[] = { "A=1", "B=", NULL };
