@@ -67,6 +67,9 @@ struct src {
  * that floods its console costs the host at most cap bytes of /run. */
 #define CONSOLE_CAP (1u << 20)
 #define VMM_LOG_CAP (256u << 10)
+/* The proxy's stderr (LIB/sessions/ID/proxy.log): the same way, since the
+ * guest drives what it says (one line per refused package request). */
+#define PROXY_LOG_CAP (1u << 20)
 
 struct vmmout {
 	struct src src;   /* the pipe's read end, nonblocking; fd -1: closed */
@@ -126,6 +129,7 @@ struct mon {
 	struct sbx_vm vm;
 	struct src vmev;  /* the VMM's event stream (vm.event_fd); fd -1: none */
 	struct vmmout console, vmmlog; /* the VMM's stdout (serial) and stderr */
+	struct vmmout proxylog;        /* the proxy's stderr */
 	int vm_shutdown;  /* it said the VM stopped (guest power-off) */
 	int guest_spoke;  /* a frame came from the guest agent: its kernel ran guest-init */
 	struct sbx_buf ain, aout;
@@ -1176,12 +1180,12 @@ static void accept_clients(struct mon *m)
 
 /* --- what the VMM writes: bounded files in RUN ------------------------- */
 
-static int vmmout_open(struct mon *m, struct vmmout *o, const char *name, uint64_t cap, int *wr, struct sbx_err *err)
+static int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *wr, struct sbx_err *err)
 {
 	int p[2];
 	o->name = name;
 	o->cap = cap;
-	o->fd = openat(m->run_dfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	o->fd = openat(dfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (o->fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create %s", name);
 	if (pipe2(p, O_CLOEXEC) < 0)
@@ -1263,6 +1267,7 @@ static void vmmout_drain_all(struct mon *m)
 {
 	vmmout_drain(m, &m->console);
 	vmmout_drain(m, &m->vmmlog);
+	vmmout_drain(m, &m->proxylog);
 }
 
 static void vmmout_close(struct vmmout *o)
@@ -1399,9 +1404,10 @@ static int start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_confi
 {
 	if (sbx_netns_create(n, err) < 0)
 		return -1;
-	_cleanup_close_ int log = openat(m->lib_dfd, "proxy.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (log < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open proxy.log");
+	_cleanup_close_ int log = -1;
+	if (vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err) < 0)
+		return -1;
+	ep_mod(m, &m->proxylog.src, EPOLLIN, EPOLL_CTL_ADD);
 	uint64_t start = 0;
 	if (sbx_netns_spawn_proxy(m->s.id, n, log, &m->proxy_pid, &m->proxy.fd, &start, err) < 0)
 		return -1;
@@ -1467,7 +1473,9 @@ static int loop_once(struct mon *m, int timeout_ms)
 			on_vm_event(m);
 			break;
 		case SRC_VMMOUT:
-			vmmout_drain(m, s == &m->console.src ? &m->console : &m->vmmlog);
+			vmmout_drain(m, s == &m->console.src ? &m->console
+					: s == &m->vmmlog.src ? &m->vmmlog
+								: &m->proxylog);
 			break;
 		case SRC_SIGNAL: {
 			struct signalfd_siginfo si;
@@ -1696,8 +1704,8 @@ static int boot(struct mon *m, struct sbx_err *err)
 	}
 	/* The console and the VMM's messages: pipes to bounded files. */
 	_cleanup_close_ int con_w = -1, log_w = -1;
-	if (vmmout_open(m, &m->console, "console.log", CONSOLE_CAP, &con_w, err) < 0 ||
-	    vmmout_open(m, &m->vmmlog, "vmm.log", VMM_LOG_CAP, &log_w, err) < 0) {
+	if (vmmout_open(m->run_dfd, &m->console, "console.log", CONSOLE_CAP, &con_w, err) < 0 ||
+	    vmmout_open(m->run_dfd, &m->vmmlog, "vmm.log", VMM_LOG_CAP, &log_w, err) < 0) {
 		sbx_netns_close(&net);
 		for (int i = 0; i < c.cg_nfds; i++)
 			close(c.cg_fds[i]);
@@ -1899,6 +1907,7 @@ static void mon_free(struct mon *m)
 		exec_free(m, m->execs);
 	vmmout_close(&m->console);
 	vmmout_close(&m->vmmlog);
+	vmmout_close(&m->proxylog);
 	sbx_buf_free(&m->ain);
 	if (m->aout.data)
 		explicit_bzero(m->aout.data, m->aout.cap);
@@ -2598,6 +2607,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.vmev = (struct src){ SRC_VMEV, -1 };
 	m.console = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
 	m.vmmlog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
+	m.proxylog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
 	m.vm.pidfd = -1;
 	m.ws.lock_fd = m.ws.dir_fd = -1;
 

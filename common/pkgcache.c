@@ -504,6 +504,35 @@ static json_t *record_json(const struct conn *c, const struct outcome *o)
 	return r;
 }
 
+/* packages.log is bounded (the guest decides how many requests it makes):
+ * past PKGLOG_MAX bytes one last line says so and the rest is not kept;
+ * the audit trail's package.fetch records are unaffected.  Check and
+ * append under one lock, so concurrent requests cannot pass it together. */
+#define PKGLOG_MAX (4u << 20)
+static int log_append(int fd, const char *line, size_t n)
+{
+	/* One proxy serves one session, so one flag: the marker is written
+	 * once, and nothing after it. */
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static int full;
+	static const char marker[] = "{\"truncated\":true,\"max_bytes\":4194304}\n";
+	struct stat st;
+	int rc = 0;
+	pthread_mutex_lock(&mu);
+	if (full)
+		;
+	else if (fstat(fd, &st) < 0)
+		rc = -1;
+	else if ((uint64_t)st.st_size + n + sizeof marker <= PKGLOG_MAX)
+		rc = sbx_write_all(fd, line, n);
+	else {
+		full = 1;
+		rc = sbx_write_all(fd, marker, sizeof marker - 1);
+	}
+	pthread_mutex_unlock(&mu);
+	return rc;
+}
+
 /* packages.log (every request's outcome) and, for package files, the
  * audit trail.  The audit append fails closed: -1 means the file must not
  * be served. */
@@ -524,7 +553,7 @@ static int record(const struct conn *c, const struct outcome *o, int audit)
 		if (s && lfd >= 0) {
 			size_t n = strlen(s);
 			s[n] = '\n'; /* one write per line: lines never interleave */
-			if (sbx_write_all(lfd, s, n + 1) < 0)
+			if (log_append(lfd, s, n + 1) < 0)
 				diag(c, "cannot append to %s: %s", LOG, strerror(errno));
 			s[n] = 0;
 		} else {
