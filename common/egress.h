@@ -151,5 +151,12 @@ void sbx_proxy_log(struct sbx_proxy *px, json_t *rec);
  * of its records, oldest first; empty for a session without network.  4
  * when the session does not exist. */
 int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct sbx_err *err);
+/* What the session's proxy refused since the logs held net_off and pkg_off
+ * bytes (the sizes when an exec started), under the session directory
+ * dfd: {"egress": {"denied", "first"}, "dns": {...}, "packages":
+ * {"refused", "first"}}, counts and the first few destinations.  Reads at
+ * most 4 MiB of each log; NULL only when out of memory. */
+#define SBX_VIOLATIONS_FIRST 5
+json_t *sbx_netlog_violations(int dfd, uint64_t net_off, uint64_t pkg_off);
 
 #endif

@@ -1,5 +1,6 @@
 #include "monitor.h"
 #include "netns.h"
+#include "egress.h"
 #include "audit.h"
 #include "cgroup.h"
 #include "disk.h"
@@ -91,6 +92,7 @@ struct exec {
 	uint64_t out_emitted, err_emitted; /* the same, secrets scrubbed */
 	struct sbx_scrub sc_out, sc_err;
 	uint64_t started_ns;
+	uint64_t net_off, pkg_off; /* net.log's and packages.log's sizes at its start */
 	uint32_t credit; /* stdin bytes the guest will accept */
 	uint32_t flags;
 	int started;
@@ -341,6 +343,30 @@ static void exec_free(struct mon *m, struct exec *ex)
 	free(ex);
 }
 
+static uint64_t file_size(int dfd, const char *name)
+{
+	struct stat st;
+	return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Which of the session's limits the exec ran into, in one place for a
+ * caller to read (a timeout from an OOM from an attempted escape): the
+ * proxy's refusals while it ran (egress, DNS, package fetches; the
+ * session's, so an exec running beside another shares them), the guest's
+ * pids and memory limits, the output caps. */
+static json_t *violations(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
+{
+	json_t *v = sbx_netlog_violations(m->lib_dfd, ex->net_off, ex->pkg_off); /* no logs: zeros */
+	if (!v)
+		return json_null();
+	json_object_set_new(v, "pids_limit", json_boolean(e->pids_hit > 0));
+	json_object_set_new(v, "oom", json_boolean(e->reason == SBX_R_OOM));
+	json_object_set_new(v, "timeout", json_boolean(e->reason == SBX_R_TIMEOUT));
+	json_object_set_new(v, "output_truncated",
+			    json_boolean(ex->session_cut || ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size));
+	return v;
+}
+
 static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
 {
 	char t0[40], t1[40];
@@ -364,6 +390,8 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 		json_object_set_new(o, "truncated_by", json_string("output_session_cap"));
 	else if (o && (ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size))
 		json_object_set_new(o, "truncated_by", json_string("output_cap"));
+	if (o)
+		json_object_set_new(o, "violations", violations(m, ex, e));
 	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 	/* No fsync: an exec record is as durable as the session it belongs to. */
 	if (s) {
@@ -560,6 +588,8 @@ static void client_exec(struct mon *m, struct client *c, const struct sbx_frame 
 		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, msg);
 	}
 	ex->started_ns = sbx_now_ns();
+	ex->net_off = file_size(m->lib_dfd, "net.log");
+	ex->pkg_off = file_size(m->lib_dfd, "packages.log");
 	if (r.timeout_ms)
 		ex->deadline = sbx_mono_ns() + ((uint64_t)r.timeout_ms + EXEC_TIMEOUT_GRACE_MS) * 1000000u;
 	ex->credit = SBX_STDIN_WINDOW;

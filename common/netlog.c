@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct sbx_err *err)
 {
@@ -38,4 +40,79 @@ int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct s
 	free(line);
 	*out = arr;
 	return 0;
+}
+
+/* Count one refusal into o ({count-key: N, "first": [...]}), remembering
+ * the first few distinct destinations. */
+static void tally(json_t *o, const char *key, const char *what, json_int_t n)
+{
+	json_object_set_new(o, key, json_integer(json_integer_value(json_object_get(o, key)) + n));
+	json_t *first = json_object_get(o, "first");
+	if (!what || json_array_size(first) >= SBX_VIOLATIONS_FIRST)
+		return;
+	size_t i;
+	json_t *v;
+	json_array_foreach(first, i, v) if (!strcmp(json_string_value(v), what)) return;
+	json_array_append_new(first, json_string(what));
+}
+
+/* The lines of name from off on, each a JSON object, to fn. */
+static void scan_log(int dfd, const char *name, uint64_t off, json_t *acc,
+		     void (*fn)(json_t *acc, json_t *line))
+{
+	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return;
+	/* Both logs are capped at 4 MiB by their writers: never more. */
+	uint64_t left = 4u << 20;
+	_cleanup_fclose_ FILE *f = lseek(fd, (off_t)off, SEEK_SET) == (off_t)off ? fdopen(fd, "re") : NULL;
+	if (!f) {
+		close(fd);
+		return;
+	}
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t r;
+	while (left && (r = getline(&line, &cap, f)) > 0) {
+		left = (uint64_t)r > left ? 0 : left - (uint64_t)r;
+		json_t *o = json_loads(line, 0, NULL);
+		if (json_is_object(o))
+			fn(acc, o);
+		json_decref(o);
+	}
+	free(line);
+}
+
+static void net_line(json_t *acc, json_t *o)
+{
+	const char *verdict = json_string_value(json_object_get(o, "verdict"));
+	const char *proto = json_string_value(json_object_get(o, "proto"));
+	if (!verdict || !proto || !strcmp(verdict, "allow"))
+		return;
+	/* A summary line stands for count attempts. */
+	json_int_t n = json_integer_value(json_object_get(o, "count"));
+	const char *dst = json_string_value(json_object_get(o, "domain"));
+	if (!dst)
+		dst = json_string_value(json_object_get(o, "address"));
+	tally(json_object_get(acc, strcmp(proto, "dns") ? "egress" : "dns"), "denied", dst, n > 0 ? n : 1);
+}
+
+static void pkg_line(json_t *acc, json_t *o)
+{
+	const char *verdict = json_string_value(json_object_get(o, "verdict"));
+	if (!verdict || !strcmp(verdict, "ok"))
+		return;
+	const char *what = json_string_value(json_object_get(o, "package"));
+	tally(json_object_get(acc, "packages"), "refused", what, 1);
+}
+
+json_t *sbx_netlog_violations(int dfd, uint64_t net_off, uint64_t pkg_off)
+{
+	json_t *acc = json_pack("{s:{s:i, s:[]}, s:{s:i, s:[]}, s:{s:i, s:[]}}", "egress", "denied", 0, "first",
+				"dns", "denied", 0, "first", "packages", "refused", 0, "first");
+	if (!acc)
+		return NULL;
+	scan_log(dfd, "net.log", net_off, acc, net_line);
+	scan_log(dfd, "packages.log", pkg_off, acc, pkg_line);
+	return acc;
 }

@@ -219,5 +219,21 @@ is "$after" "$before" "the server saw no request while the trail was unwritable"
 sbx-audit verify >/dev/null 2>&1
 ok $? "the audit trail still verifies"
 
+# ---- violations are signals: the exec's own record says what it ran into ----
+out=$(sbx-exec --json "$id" -- sh -c 'for h in 198.18.0.5 other.example.test 192.0.0.8; do
+	printf "GET / HTTP/1.0\r\nHost: $h\r\n\r\n" | timeout 10 nc $h 80; done; nslookup -type=a refused.example.test 10.0.2.2' 2>/dev/null)
+like "$(printf '%s' "$out" | jq -r '.violations.egress.denied')" '^[1-9]' "the exec's record counts the connections refused while it ran"
+like "$(printf '%s' "$out" | jq -r '.violations.egress.first | join(" ")')" '198\.18\.0\.5' \
+   "and names the first destinations"
+like "$(printf '%s' "$out" | jq -r '.violations.dns.denied')" '^[1-9]' "refused DNS queries too"
+is "$(printf '%s' "$out" | jq -c '[.violations.oom, .violations.pids_limit, .violations.timeout]')" "[false,false,false]" \
+   "no OOM, pids limit or timeout"
+out=$(sbx-exec --json "$id" -- true 2>/dev/null)
+is "$(printf '%s' "$out" | jq -c '[.violations.egress.denied, .violations.dns.denied, .violations.packages.refused]')" \
+   "[0,0,0]" "an exec that tried nothing has none"
+top=$(cd "$(dirname "$0")/.." && pwd)
+printf '%s' "$out" | python3 "$top/tests/tools/json-schema-check.py" validate --strict "$top/docs/schema" exec-result.json >/dev/null 2>&1
+ok $? "sbx-exec --json with violations matches its schema"
+
 sbx-kill "$id"
 done_testing
