@@ -170,6 +170,24 @@ done
 left=$(find "$SBX_TEMPLATES" "$L/snapshots" -name '.tmp-*' | wc -l)
 is "$left" 0 "no half-made template or snapshot left by the losers"
 
+# 64 publishes at once, every one refused: by tenant b (not a publisher), of
+# the operator's 'opt' by tenant a, and of names with path tricks.
+state >"$TEST_TMP/before"
+bad=(opt ../x a/opt '.hidden' 'x@y@z' '' "$(printf 'n\tl')" "$(head -c 200 /dev/zero | tr '\0' a)")
+pids=()
+for i in $(seq 0 63); do
+	case $((i % 3)) in
+	0) sbx-snapshot save --tenant b --template "$b" "mass$i" >/dev/null 2>&1 & ;;
+	1) sbx-snapshot save --tenant a --template "$a" opt >/dev/null 2>&1 & ;;
+	2) sbx-snapshot save --tenant a --template "$a" "${bad[$((i % ${#bad[@]}))]}" >/dev/null 2>&1 & ;;
+	esac
+	pids+=($!)
+done
+codes=
+for p in "${pids[@]}"; do wait "$p"; codes="$codes $?"; done
+is "$(echo $codes | tr ' ' '\n' | sort -u | tr '\n' ' ')" "3 " "64 concurrent publishes that may not be: all refused with 3"
+same_state "$TEST_TMP/before" "and together they changed nothing"
+
 # Removal: only one's own, never one in use.
 state >"$TEST_TMP/before"
 sbx-snapshot template rm --tenant a mine 2>"$TEST_TMP/err"; is "$?" 5 "a's template in use by $a2 is kept (5)"
