@@ -536,8 +536,12 @@ static int passes(json_t *o, const struct sbx_audit_filter *f)
 	return 1;
 }
 
-int sbx_audit_read(struct sbx_state *st, const struct sbx_audit_filter *f, int (*cb)(json_t *rec, void *ctx),
-		   void *ctx, struct sbx_err *err)
+/* Every parsed record of the log as it is now, to fn with its line; a
+ * record that does not parse is skipped (verify reports it; its hash would
+ * not chain anyway).  A non-zero return from fn stops the walk and is
+ * returned. */
+typedef int (*rec_fn)(const char *line, size_t n, json_t *o, uint64_t seq, const uint8_t prev[HASH_LEN], void *ctx);
+static int each_record(struct sbx_state *st, rec_fn fn, void *ctx, struct sbx_err *err)
 {
 	_cleanup_close_ int fd = -1;
 	_cleanup_free_ char *buf = NULL;
@@ -563,53 +567,57 @@ int sbx_audit_read(struct sbx_state *st, const struct sbx_audit_filter *f, int (
 		uint8_t prev[HASH_LEN];
 		const char *why;
 		json_t *o = parse_rec(p, n, &seq, prev, &why);
-		int rc = o && passes(o, f) ? cb(o, ctx) : 0;
+		int rc = o ? fn(p, n, o, seq, prev, ctx) : 0;
 		json_decref(o);
 		if (rc)
 			return rc;
 	}
 }
 
+struct read_ctx {
+	const struct sbx_audit_filter *f;
+	int (*cb)(json_t *rec, void *ctx);
+	void *ctx;
+};
+
+static int read_one(const char *line, size_t n, json_t *o, uint64_t seq, const uint8_t prev[HASH_LEN], void *ctx)
+{
+	struct read_ctx *r = ctx;
+	(void)line, (void)n, (void)seq, (void)prev;
+	return passes(o, r->f) ? r->cb(o, r->ctx) : 0;
+}
+
+int sbx_audit_read(struct sbx_state *st, const struct sbx_audit_filter *f, int (*cb)(json_t *rec, void *ctx),
+		   void *ctx, struct sbx_err *err)
+{
+	struct read_ctx r = { f, cb, ctx };
+	return each_record(st, read_one, &r, err);
+}
+
+struct chain_ctx {
+	const char *tenant;
+	int (*cb)(const char *line, size_t n, uint64_t seq, const char *sha256, const char *prev, void *ctx);
+	void *ctx;
+};
+
+static int chain_one(const char *line, size_t n, json_t *o, uint64_t seq, const uint8_t prev[HASH_LEN], void *ctx)
+{
+	struct chain_ctx *c = ctx;
+	uint8_t h[HASH_LEN];
+	char hh[2 * HASH_LEN + 1], ph[2 * HASH_LEN + 1];
+	hash_bytes(line, n, h);
+	hex_of(h, hh);
+	hex_of(prev, ph);
+	int mine = !c->tenant || str_is(o, "tenant", c->tenant);
+	return c->cb(mine ? line : NULL, n, seq, hh, ph, c->ctx);
+}
+
 int sbx_audit_chain(struct sbx_state *st, const char *tenant,
 		    int (*cb)(const char *line, size_t n, uint64_t seq, const char *sha256, const char *prev, void *ctx), void *ctx,
 		    struct sbx_err *err)
 {
-	_cleanup_close_ int fd = -1;
-	_cleanup_free_ char *buf = NULL;
-	uint64_t size;
-	if (snapshot(st, &fd, &size, NULL, NULL, err) < 0)
-		return -1;
-	if (fd < 0)
-		return 0;
-	if (!(buf = malloc(SRC_CAP)))
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the audit log");
-	struct src s = { .fd = fd, .left = size, .buf = buf };
-	for (;;) {
-		const char *p;
-		size_t n;
-		int k = src_next(&s, &p, &n);
-		if (k < 0)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the audit log");
-		if (k == LR_EOF || k == LR_TORN)
-			return 0;
-		if (k != LR_LINE)
-			continue; /* verify reports it; its hash would not chain anyway */
-		uint64_t seq;
-		uint8_t prev[HASH_LEN], h[HASH_LEN];
-		const char *why;
-		json_t *o = parse_rec(p, n, &seq, prev, &why);
-		if (!o)
-			continue;
-		char hh[2 * HASH_LEN + 1], ph[2 * HASH_LEN + 1];
-		hash_bytes(p, n, h);
-		hex_of(h, hh);
-		hex_of(prev, ph);
-		int mine = !tenant || str_is(o, "tenant", tenant);
-		int rc = cb(mine ? p : NULL, n, seq, hh, ph, ctx);
-		json_decref(o);
-		if (rc)
-			return rc;
-	}
+	struct chain_ctx c = { tenant, cb, ctx };
+	return each_record(st, chain_one, &c, err);
 }
 
 /* ---- appending ---- */
