@@ -39,7 +39,8 @@ static int mkdir_p(const char *path, struct sbx_err *err)
 	return 0;
 }
 
-int sbx_state_open(struct sbx_state *st, struct sbx_err *err)
+/* st reset, and its LIB and RUN paths under $SBX_ROOT (if set). */
+static int state_paths(struct sbx_state *st, struct sbx_err *err)
 {
 	memset(st, 0, sizeof *st);
 	st->lib_fd = st->run_fd = st->sessions_fd = st->rsessions_fd = -1;
@@ -52,6 +53,13 @@ int sbx_state_open(struct sbx_state *st, struct sbx_err *err)
 	}
 	snprintf(st->lib, sizeof st->lib, "%s/var/lib/sbx", st->root);
 	snprintf(st->run, sizeof st->run, "%s/run/sbx", st->root);
+	return 0;
+}
+
+int sbx_state_open(struct sbx_state *st, struct sbx_err *err)
+{
+	if (state_paths(st, err) < 0)
+		return -1;
 	if (mkdir_p(st->lib, err) < 0 || mkdir_p(st->run, err) < 0)
 		return -1;
 	st->lib_fd = open(st->lib, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -71,17 +79,8 @@ int sbx_state_open(struct sbx_state *st, struct sbx_err *err)
 
 int sbx_state_peek(struct sbx_state *st, struct sbx_err *err)
 {
-	memset(st, 0, sizeof *st);
-	st->lib_fd = st->run_fd = st->sessions_fd = st->rsessions_fd = -1;
-	const char *root = getenv("SBX_ROOT");
-	if (root && *root) {
-		if (root[0] != '/' || strlen(root) > 400)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "SBX_ROOT must be an absolute path of at most 400 bytes");
-		snprintf(st->root, sizeof st->root, "%s", root);
-	}
-	snprintf(st->lib, sizeof st->lib, "%s/var/lib/sbx", st->root);
-	snprintf(st->run, sizeof st->run, "%s/run/sbx", st->root);
+	if (state_paths(st, err) < 0)
+		return -1;
 	st->lib_fd = open(st->lib, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	st->run_fd = open(st->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (st->lib_fd >= 0)
