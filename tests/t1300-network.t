@@ -101,8 +101,8 @@ is "$(awk '/^Uid:/ {print ($2 == 0 || $3 == 0 || $4 == 0) ? "root" : "unprivileg
 is "$(grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/"$pnet"/status | tr -s '\t ' ' ' | tr '\n' ' ')" \
    "CapPrm: 0000000000000000 CapEff: 0000000000000000 CapBnd: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 " \
    "with no capabilities, no_new_privs and the filter"
-is "$(ls /proc/"$pnet"/fd 2>/dev/null | wc -l)" "$(ls -l /proc/"$pnet"/fd | grep -c -e socket: -e net.log -e /dev/null -e proxy.log -e signalfd -e hosts -e anon_inode)" \
-   "holding only sockets, net.log, the hosts file and its stdio (no state directory)"
+is "$(ls /proc/"$pnet"/fd 2>/dev/null | wc -l)" "$(ls -l /proc/"$pnet"/fd | grep -c -e socket: -e net.log -e /dev/null -e proxy.log -e pipe: -e signalfd -e hosts -e anon_inode)" \
+   "holding only sockets, net.log, the hosts file and its stdio (pipes the monitor bounds; no state directory)"
 [ "$(readlink /proc/"$vmm"/ns/net)" != "$(readlink /proc/self/ns/net)" ]
 ok $? "the VMM runs in the session's own namespace"
 is "$(nsenter --net=/proc/"$vmm"/ns/net ip -o route | wc -l)" 1 \
