@@ -7,6 +7,18 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* A root must be absolute, not "/", and have no ".." component ("/..rv"
+ * is a name like any other). */
+static int bad_root(const char *r)
+{
+	if (r[0] != '/' || !r[1])
+		return 1;
+	for (const char *p = r; (p = strstr(p, "/..")); p++)
+		if (p[3] == '/' || p[3] == 0)
+			return 1;
+	return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct sbx_hostconf hc;
@@ -22,10 +34,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    hc.paths.nenv > SBX_ENV_ALLOW_MAX || hc.quotas.ntenants > SBX_QUOTA_TENANTS_MAX)
 			abort();
 		for (unsigned i = 0; i < hc.paths.nread; i++)
-			if (hc.paths.read[i][0] != '/' || strstr(hc.paths.read[i], "/..") || !hc.paths.read[i][1])
-				abort(); /* roots are absolute, without "..", never "/" */
+			if (bad_root(hc.paths.read[i]))
+				abort();
 		for (unsigned i = 0; i < hc.paths.nwrite; i++)
-			if (hc.paths.write[i][0] != '/' || strstr(hc.paths.write[i], "/..") || !hc.paths.write[i][1])
+			if (bad_root(hc.paths.write[i]))
 				abort();
 	} else if ((err.code != SBX_EXIT_INVALID && err.code != SBX_EXIT_INTERNAL) || !err.msg[0] || hc.npool ||
 		   hc.paths.nread || hc.paths.nwrite || hc.paths.nenv || hc.quotas.ntenants) {
