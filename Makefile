@@ -17,17 +17,21 @@ WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=
        -Werror=shadow -Werror=strict-prototypes -Werror=missing-prototypes
 OPT ?= -O2 -g
 SAN ?=
-# The proxy serves the package cache once its module is in the tree.
-WITH_PKGCACHE = $(if $(wildcard common/pkgcache.c),-DSBX_WITH_PKGCACHE)
 # -MMD -MP: each object and program also depends on exactly the headers it
 # includes (build/**/*.d, read below).
-CFLAGS_ALL = -std=gnu11 $(OPT) $(SAN) $(WARN) -MMD -MP -D_GNU_SOURCE -Icommon $(WITH_PKGCACHE) $(PKG_CFLAGS) $(CFLAGS)
+CFLAGS_ALL = -std=gnu11 $(OPT) $(SAN) $(WARN) -MMD -MP -D_GNU_SOURCE -Icommon $(PKG_CFLAGS) $(CFLAGS)
 # --as-needed: each program records only the libraries it calls (sbx-exec
 # does not load libnftables or libxml2 at every start).
 LDFLAGS_ALL = $(SAN) -Wl,--as-needed $(LDFLAGS)
 
 LIB_SRC = $(wildcard common/*.c)
 LIB_OBJ = $(LIB_SRC:common/%.c=$(B)/obj/%.o)
+# The daemons are programs of their own (monitor/, proxy/): their objects
+# link only into their binary, and nothing in common/ includes their headers.
+MON_SRC = $(filter-out monitor/main.c,$(wildcard monitor/*.c))
+MON_OBJ = $(MON_SRC:monitor/%.c=$(B)/obj/monitor/%.o)
+PROXY_SRC = $(filter-out proxy/main.c,$(wildcard proxy/*.c))
+PROXY_OBJ = $(PROXY_SRC:proxy/%.c=$(B)/obj/proxy/%.o)
 CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit sbx-snapshot
 LIBEXEC = sbx-monitor sbx-proxy
 BINS = $(CMDS:%=$(B)/bin/%) $(LIBEXEC:%=$(B)/libexec/sbx/%)
@@ -41,6 +45,14 @@ $(B)/obj/%.o: common/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+$(B)/obj/monitor/%.o: monitor/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Imonitor -c $< -o $@
+
+$(B)/obj/proxy/%.o: proxy/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Iproxy -c $< -o $@
+
 $(B)/libsbx.a: $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^
@@ -49,13 +61,22 @@ $(B)/bin/%: cmd/%.c $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 
-$(B)/libexec/sbx/%: cmd/%.c $(B)/libsbx.a
+$(B)/libexec/sbx/sbx-monitor: monitor/main.c $(MON_OBJ) $(B)/libsbx.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+	$(CC) $(CFLAGS_ALL) -Imonitor $< $(MON_OBJ) $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+
+$(B)/libexec/sbx/sbx-proxy: proxy/main.c $(PROXY_OBJ) $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Iproxy $< $(PROXY_OBJ) $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 
 $(B)/tests/%: tests/unit/%.c $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+
+# The package cache's parsers are tested where they live.
+$(B)/tests/test-pkgcache: tests/unit/test-pkgcache.c $(PROXY_OBJ) $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Iproxy $< $(PROXY_OBJ) $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 
 # guest-init is PID 1 in the guest: static, no sanitizers, libc only.
 $(B)/guest-init: $(wildcard guest-init/*.c guest-init/*.h) common/proto.c common/proto.h
@@ -135,7 +156,7 @@ clean:
 check-unit: $(UNITS)
 	SBX_BUILD=$(abspath $(B)) prove -v tests/t0001-unit.t
 
--include $(wildcard $(B)/obj/*.d $(B)/bin/*.d $(B)/libexec/sbx/*.d $(B)/tests/*.d $(B)/tools/*.d)
+-include $(wildcard $(B)/obj/*.d $(B)/obj/monitor/*.d $(B)/obj/proxy/*.d $(B)/bin/*.d $(B)/libexec/sbx/*.d $(B)/tests/*.d $(B)/tools/*.d)
 
 .PHONY: all image python-image check check-unit asan fuzz bench install clean lint-man
 .DELETE_ON_ERROR:

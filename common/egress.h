@@ -118,35 +118,11 @@ const char *sbx_egress_denied(const struct sockaddr *sa);
  * mask (getifaddrs(3)); NULL mask: ifa itself.  1 or 0. */
 int sbx_egress_in_subnet(const struct sockaddr *sa, const struct sockaddr *ifa, const struct sockaddr *mask);
 
-/* ---- the proxy process ---- */
-
-struct sbx_proxy_args {
-	const char *id;
-	int tcp_fd, dns_udp_fd, dns_tcp_fd, pkg_fd; /* from netns.h; -1: none */
-};
-
-/* Runs until SIGTERM, SIGINT or SIGHUP (0), or fails to start (-1, err).
- * $SBX_HOSTS_FILE: a hosts(5) file consulted before the system resolver
- * (tests, operators). */
-int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err);
-
-/* The package cache (pkgcache.h) serves connections to 10.0.2.2:3141 in
- * threads of the proxy (built in when common/pkgcache.c exists: the
- * Makefile's SBX_WITH_PKGCACHE); without it they are closed at once. */
-struct sbx_proxy;
-/* Resolve name (hosts file, then the system) into at most max addresses
- * that pass the deny list and are not the host's own; port set in each.
- * Returns the count; 0 with *why set when none is left. */
-unsigned sbx_proxy_resolve(struct sbx_proxy *px, const char *name, unsigned port, struct sockaddr_storage *out,
-			   unsigned max, const char **why);
 /* The fixed deny list, then the host's own addresses and every address on
  * a subnet of its links (getifaddrs, read at each call): what the proxy
  * and the package cache check before they connect anywhere.  NULL, or why
  * not. */
 const char *sbx_egress_denied_here(const struct sockaddr *sa);
-/* Append one JSON object (borrowed) as a line of net.log. */
-void sbx_proxy_log(struct sbx_proxy *px, json_t *rec);
-
 /* The session's connection log (LIB/sessions/ID/net.log) as a JSON array
  * of its records, oldest first; empty for a session without network.  4
  * when the session does not exist. */

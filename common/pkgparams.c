@@ -1,6 +1,6 @@
 /* The guest's package settings on its kernel command line.  On its own,
  * so the monitor links neither the cache nor libcurl and libxml2 with it. */
-#include "pkgcache.h"
+#include "pkgparams.h"
 #include "policy.h"
 
 #include <stdio.h>

@@ -23,7 +23,7 @@ for src in tests/fuzz/fuzz-*.c; do
 	fuzz-pkgcache)
 		# The cache's request head and index parsers; pkgcache.c links
 		# the audit trail and the deny list.
-		deps=(common/pkgcache.c common/audit.c common/state.c common/util.c common/err.c common/egress.c
+		deps=(proxy/pkgcache.c common/audit.c common/state.c common/util.c common/err.c common/egress.c
 			common/policy.c common/hostconf.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-tar)
@@ -41,7 +41,7 @@ for src in tests/fuzz/fuzz-*.c; do
 		deps=(common/proto.c)
 		libs=() ;;
 	esac
-	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Icommon -fsanitize=fuzzer,address,undefined \
+	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Icommon -Iproxy -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined "$src" "${deps[@]}" "${libs[@]}" -o "$B/$name"
 	corpus=$B/corpus-$name
 	mkdir -p "$corpus"

@@ -29,7 +29,7 @@ network:
     - {domain: web.example.test, ports: [80]}
   max_connections: 4
 EOF
-CAP=4 SLACK=8 # SLACK: CONN_SLACK in common/proxy.c
+CAP=4 SLACK=8 # SLACK: CONN_SLACK in proxy/proxy.c
 LOGMAX=65536
 flood=$(SBX_NETLOG_MAX=$LOGMAX sbx-create -q -p "$TEST_TMP/net.yaml")
 ok $? "a session with max_connections: 4 is created (net.log capped at $LOGMAX bytes)"

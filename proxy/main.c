@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "egress.h"
+#include "proxy.h"
 
 int main(int argc, char **argv)
 {

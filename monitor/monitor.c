@@ -4,7 +4,7 @@
 #include "audit.h"
 #include "cgroup.h"
 #include "disk.h"
-#include "pkgcache.h"
+#include "pkgparams.h"
 #include "pool.h"
 #include "policy.h"
 #include "proto.h"

@@ -1,4 +1,4 @@
-/* sbx-monitor: started by sbx-create, never by hand.  See monitor.h. */
+/* sbx-monitor: started by sbx-create, never by hand.  See monitor.h (monitor/). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>

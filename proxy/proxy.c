@@ -37,12 +37,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-/* The package cache (pkgcache.h) is linked in once its module exists:
- * the Makefile defines SBX_WITH_PKGCACHE when common/pkgcache.c does. */
-#ifdef SBX_WITH_PKGCACHE
 #include "pkgcache.h"
-#define HAVE_PKGCACHE 1
-#endif
+#include "proxy.h"
 
 #ifndef SO_ORIGINAL_DST
 #define SO_ORIGINAL_DST 80 /* linux/netfilter_ipv4.h */
@@ -563,7 +559,6 @@ static void *dns_tcp_thread(void *arg)
 	return NULL;
 }
 
-#ifdef HAVE_PKGCACHE
 static void *pkg_thread(void *arg)
 {
 	struct conn c = *(struct conn *)arg;
@@ -575,7 +570,6 @@ static void *pkg_thread(void *arg)
 	side_done(c.px, &c.px->pkg);
 	return NULL;
 }
-#endif
 
 /* ---- TCP ---- */
 
@@ -1011,10 +1005,8 @@ static void accept_one(struct sbx_proxy *px, int lfd, int kind)
 	}
 	struct conn *c = malloc(sizeof *c);
 	void *(*fn)(void *) = kind == 0 ? tcp_thread : kind == 1 ? dns_tcp_thread : NULL;
-#ifdef HAVE_PKGCACHE
 	if (kind == 2)
 		fn = pkg_thread;
-#endif
 	if (c) {
 		*c = (struct conn){ px, fd };
 		if (fn && spawn(fn, c) == 0)
@@ -1136,10 +1128,8 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 	int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
 	if (pidfd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot watch the network half");
-#ifdef HAVE_PKGCACHE
 	if (a->pkg_fd >= 0 && sbx_pkgcache_init(err) < 0)
 		return -1;
-#endif
 	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
 				{ .fd = afd, .events = POLLIN },
 				{ .fd = pidfd, .events = POLLIN },

@@ -1,5 +1,5 @@
 /* The pull-through package cache: a module of the per-session proxy
- * (libexec/sbx/sbx-proxy), serving HTTP/1.1 to the guest on 10.0.2.2:3141
+ * (proxy/, libexec/sbx/sbx-proxy), serving HTTP/1.1 to the guest on 10.0.2.2:3141
  * for sessions whose policy has packages.mode: allowlist (sbx-policy(5)).
  *
  * The guest names a registry by its type and its position among the
@@ -55,9 +55,7 @@
 #include "session.h"
 #include "state.h"
 
-#define SBX_PKGCACHE_ADDR "10.0.2.2"
-#define SBX_PKGCACHE_PORT 3141
-#define SBX_PKGCACHE_BASE "http://10.0.2.2:3141"
+#include "pkgparams.h"
 
 #define SBX_PKGCACHE_FETCHES_MAX   4               /* upstream fetches at once, per proxy */
 #define SBX_PKGCACHE_INDEX_MAX     (32u << 20)     /* an index page or metadata document */
@@ -87,14 +85,6 @@ int sbx_pkgcache_init(struct sbx_err *err);
  * either way everything worth knowing is already in packages.log and
  * log_fd. */
 int sbx_pkgcache_serve(const struct sbx_pkgcache_cfg *cfg, int conn_fd);
-
-/* The guest's side, as kernel parameters for guest-init (at most n bytes):
- *   sbx.pkg=offline | sbx.pkg=SBX_PKGCACHE_BASE   where installs go
- *   sbx.pkgpolicy=NAME                            named in refusals
- *   sbx.pkgreg=P,N                                registries per type
- * guest-init writes /etc/pip.conf and npmrc from them, and answers
- * installs it must refuse itself on 127.0.0.1:3141. */
-void sbx_pkgcache_guest_params(const struct sbx_limit_packages *k, char *buf, size_t n);
 
 /* Why an upstream connection to sa may not be made (NULL: it may): the
  * fixed deny list (sbx_egress_denied: loopback, RFC 1918, 100.64/10,
