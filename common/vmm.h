@@ -104,6 +104,7 @@ struct sbx_vmm_ops {
 	const char *name; /* as recorded in session.json's "vmm" */
 	enum sbx_agent_mode agent_mode;
 	int kvm_only;     /* runs no guest without KVM (no emulator) */
+	int nic;          /* can give the guest the session's TAP (network.egress) */
 	int panic_status; /* the VMM exits with it when the guest reports a
 			   * panic (pvpanic), and prints nothing; 0: it has no
 			   * such exit (Cloud Hypervisor says so in events) */
