@@ -610,6 +610,43 @@ static void exec_release(struct agent *a, struct exec *e)
 	a->nlive--;
 }
 
+/* Which writable disks have no space left (SBX_DISK_FULL_*): the root's
+ * (an overlay, whose statfs is its upper layer's, the session's disk) and
+ * every other read-write ext4 mount (volumes: workspaces).  Checked at an
+ * exec's end, so "the exec ran into a full disk" means it left one full;
+ * the kernel keeps no count of ENOSPC to ask instead.  Full: less than
+ * 1 MiB, or 1% of the disk, available (a write of a few KiB can still
+ * fail when ext4's last blocks are its own). */
+static int is_full(const char *dir)
+{
+	struct statfs sf;
+	if (statfs(dir, &sf) < 0 || !sf.f_blocks)
+		return 0;
+	uint64_t avail = (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize;
+	uint64_t pct = (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize / 100;
+	return avail < (pct < (1u << 20) ? pct : (1u << 20));
+}
+
+static uint32_t disks_full(void)
+{
+	uint32_t full = 0;
+	if (is_full("/"))
+		full |= SBX_DISK_FULL_SCRATCH;
+	FILE *f = fopen("/proc/self/mounts", "re");
+	char line[1024];
+	while (f && fgets(line, sizeof line, f)) {
+		char dev[256], dir[512], type[32], opts[256];
+		if (sscanf(line, "%255s %511s %31s %255s", dev, dir, type, opts) != 4 || strcmp(type, "ext4") ||
+		    strncmp(opts, "rw", 2) || (opts[2] && opts[2] != ','))
+			continue;
+		if (is_full(dir))
+			full |= SBX_DISK_FULL_VOLUME;
+	}
+	if (f)
+		fclose(f);
+	return full;
+}
+
 static void exec_finish(struct agent *a, struct exec *e)
 {
 	struct sbx_exit_info x = { 0 };
@@ -625,6 +662,7 @@ static void exec_finish(struct agent *a, struct exec *e)
 		x.reason = SBX_R_SIGNALLED;
 	}
 	exec_stats(a, e, &x, &oom);
+	x.disk_full = disks_full();
 	/* What we did to it wins over how it died: we sent that SIGKILL. */
 	if (e->forced) {
 		x.reason = e->forced;

@@ -51,6 +51,11 @@ static json_t *violations(struct mon *m, struct exec *ex, const struct sbx_exit_
 	json_object_set_new(v, "pids_limit", json_boolean(e->pids_hit > 0));
 	json_object_set_new(v, "oom", json_boolean(e->reason == SBX_R_OOM));
 	json_object_set_new(v, "timeout", json_boolean(e->reason == SBX_R_TIMEOUT));
+	json_object_set_new(v, "disk_full", json_boolean(e->disk_full != 0));
+	if (e->disk_full)
+		json_object_set_new(v, "disk_full_on",
+				    json_pack("[s*s*]", (e->disk_full & SBX_DISK_FULL_SCRATCH) ? "scratch" : NULL,
+					      (e->disk_full & SBX_DISK_FULL_VOLUME) ? "workspace" : NULL));
 	json_object_set_new(v, "output_truncated",
 			    json_boolean(ex->session_cut || ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size));
 	return v;
