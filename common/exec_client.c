@@ -93,6 +93,52 @@ static int read_more(struct conn *c)
 	return sbx_buf_put(&c->in, tmp, (size_t)r) < 0 ? -1 : 1;
 }
 
+static int has_name(char *const *env, size_t n, const char *kv, size_t nl)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strncmp(env[i], kv, nl) && env[i][nl] == '=')
+			return 1;
+	return 0;
+}
+
+/* The request as sent: the session's environment (env.h) beneath the
+ * exec's own -e, its workdir and user where the exec names none.  req's
+ * strings stay the caller's; *env and *sec (arrays only) are ours. */
+static int with_session_env(const struct sbx_session *s, struct sbx_exec_req *req, char ***env, char ***sec,
+			    struct sbx_err *err)
+{
+	*env = calloc(s->env.n + req->envc + 1, sizeof **env);
+	*sec = calloc(s->env.n + 1, sizeof **sec);
+	if (!*env || !*sec)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	size_t n = 0, m = 0;
+	for (unsigned i = 0; i < s->env.n; i++) {
+		size_t nl;
+		const char *v;
+		const char *kv = sbx_env_entry(&s->env, i, &nl, &v);
+		if (has_name(req->env, req->envc, kv, nl))
+			continue; /* sbx-exec -e wins */
+		if (s->env.secret & (1ull << i))
+			(*sec)[m++] = (char *)kv;
+		else
+			(*env)[n++] = (char *)kv;
+	}
+	for (size_t i = 0; i < req->envc; i++)
+		(*env)[n++] = req->env[i];
+	req->env = *env;
+	req->envc = n;
+	req->env_secret = *sec;
+	req->env_secretc = m;
+	if (!req->cwd && s->workdir[0])
+		req->cwd = (char *)s->workdir;
+	uint32_t uid;
+	if (!req->have_uid && s->user[0] && sbx_user_parse(s->user, &uid) == 0) {
+		req->uid = req->gid = uid;
+		req->have_uid = req->have_gid = 1;
+	}
+	return 0;
+}
+
 int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts *o, struct sbx_exec_result *r,
 		 struct sbx_err *err)
 {
@@ -110,7 +156,20 @@ int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts
 		o->req.flags |= SBX_EXEC_DETACH;
 	if (in_open && !o->detach)
 		o->req.flags |= SBX_EXEC_STDIN;
-	if (sbx_exec_req_encode(&c.out, 0, &o->req) < 0) {
+	/* sbx's own execs (sbx-cp's tar) run as sbx means them, whatever
+	 * the session's environment says. */
+	struct sbx_exec_req req = o->req;
+	_cleanup_free_ char **env = NULL, **sec = NULL;
+	_cleanup_free_ struct sbx_session *s = NULL;
+	if (!(req.flags & SBX_EXEC_COPY)) {
+		if (!(s = malloc(sizeof *s))) {
+			sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+			goto out;
+		}
+		if (sbx_record_load(st, session, s, err) < 0 || with_session_env(s, &req, &env, &sec, err) < 0)
+			goto out;
+	}
+	if (sbx_exec_req_encode(&c.out, 0, &req) < 0) {
 		sbx_err_set(err, SBX_EXIT_INVALID, E2BIG, "the command and its environment are too large");
 		goto out;
 	}

@@ -98,4 +98,99 @@ kill -9 "$vmm"
 wait "$d"; is "$?" 125 "an attached exec whose VM died: 125 (session lost)"
 like "$(cat "$TEST_TMP/d.err")" "session $id was lost" "and says so"
 sbx-kill "$id" >/dev/null
+
+# --- a session's environment -------------------------------------------------
+# Everything sbx keeps, to see that a refusal changes nothing.
+state() { (cd "$SBX_ROOT" && find var/lib/sbx run/sbx -printf '%p %y\n' 2>/dev/null | sort); }
+printf '# comment\n\nFROM_FILE=one\nBOTH=file\nSPACED=a b  c\nEMPTY=\n' >"$TEST_TMP/env"
+id=$(sbx-create -q --env-file "$TEST_TMP/env" -e BOTH=cli -e CLI=two -w /tmp); ok $? "-e, --env-file and -w ($id)"
+is "$(sbx-exec "$id" -- sh -c 'echo "$FROM_FILE|$BOTH|$CLI|$SPACED|${EMPTY-unset}"')" "one|cli|two|a b  c|" \
+   "every exec sees them (-e over the file; values kept as written)"
+is "$(sbx-exec "$id" -- pwd)" /tmp "and starts in -w"
+is "$(sbx-exec "$id" -- env | grep -c '^BOTH=')" 1 "a variable set twice is there once"
+is "$(sbx-exec -e BOTH=exec -e NEW=3 -w / "$id" -- sh -c 'echo "$BOTH $NEW $CLI"; pwd')" "$(printf 'exec 3 two\n/')" \
+   "sbx-exec -e and -w override for one exec"
+is "$(sbx-exec "$id" -- sh -c 'echo "$BOTH"')" cli "the next exec has the session's again"
+is "$(sbx-exec "$id" -- sh -c 'echo "$HOME $USER"')" "/home/user user" "the login defaults are still there"
+is "$(sbx-ps --json "$id" | jq -S -c '.[0] | [.env, .workdir]')" \
+   '[{"BOTH":"cli","CLI":"two","EMPTY":"","FROM_FILE":"one","SPACED":"a b  c"},"/tmp"]' "sbx-ps --json shows them"
+echo hello >"$TEST_TMP/f"
+sbx-cp "$TEST_TMP/f" "$id:/tmp/f"; ok $? "sbx-cp is not moved by the session's -w"
+is "$(sbx-exec "$id" -- cat /tmp/f)" hello "... it copied to the path named"
+export SBX_T1900_HOST=from-host
+o2=$(sbx-create -q -e SBX_T1900_HOST -e SBX_T1900_UNSET); ok $? "-e NAME takes the caller's value"
+is "$(sbx-exec "$o2" -- sh -c 'echo "$SBX_T1900_HOST ${SBX_T1900_UNSET-unset}"')" "from-host unset" "... and an unset NAME passes nothing"
+
+# Bad input: 3, naming the place, and nothing is created.
+before=$(state)
+bad_file() { # CONTENT WANT-MESSAGE DESCRIPTION
+	printf "$1" >"$TEST_TMP/bad.env"
+	out=$(sbx-create -q --env-file "$TEST_TMP/bad.env" 2>&1); r=$?
+	is "$r" 3 "env file: $3: 3"
+	like "$out" "$2" "... saying where and why"
+}
+bad_file 'A=1\nNOEQUALS\n' "bad.env:2: 'NOEQUALS' is not NAME=VALUE" "a line without ="
+bad_file 'A=1\n\n1BAD=x\n' "bad.env:3: '1BAD' is not a variable name" "a name with a leading digit"
+bad_file 'export A=1\n' "bad.env:1: 'export A' is not a variable name" "shell syntax"
+bad_file ' A=1\n' "bad.env:1: ' A' is not a variable name" "a leading space"
+bad_file 'A=1\r\n' "bad.env:1: the value of A holds a control character" "a CRLF line"
+bad_file 'A=\033[2J\n' "bad.env:1: the value of A holds a control character" "an escape sequence"
+bad_file 'A=\377\n' "bad.env:1: the value of A is not UTF-8" "a value that is not UTF-8"
+bad_file 'A=1\0B=2\n' "holds a NUL byte" "a NUL byte"
+bad_file "V=$(head -c 4097 /dev/zero | tr '\0' x)\n" "bad.env:1: the value of V is over 4096 bytes" "a value over 4 KiB"
+bad_file "$(for i in $(seq 65); do printf 'V%s=1\\n' "$i"; done)" "bad.env:65: at most 64 variables" "65 variables"
+bad_file "$(for i in $(seq 5); do printf 'V%s=%s\\n' "$i" "$(head -c 4000 /dev/zero | tr '\0' x)"; done)" \
+	"bad.env:5: the environment is over 16384 bytes" "over 16 KiB in all"
+sbx-create -q --env-file "$TEST_TMP/missing" 2>/dev/null; is "$?" 3 "a missing env file: 3"
+sbx-create -q --env-file "$TEST_TMP" 2>/dev/null; is "$?" 3 "a directory as env file: 3"
+sbx-create -q --env-file /dev/zero 2>/dev/null; is "$?" 3 "a device as env file: 3"
+sbx-create -q --env-file "$L/sessions/$id/session.json" 2>/dev/null; is "$?" 3 "sbx's own state as env file: 3"
+sbx-create -q --tenant ta --env-file "$TEST_TMP/env" 2>"$TEST_TMP/err"; is "$?" 3 "a tenant's env file outside its host_paths: 3"
+for e in '1X=y' 'A-B=c' '=v' "$(head -c 129 /dev/zero | tr '\0' N)=v" "X=$(printf 'a\nb')"; do
+	sbx-create -q -e "$e" >/dev/null 2>&1; is "$?" 3 "-e '$e': 3"
+done
+for w in tmp '' "/$(head -c 300 /dev/zero | tr '\0' d)" "$(printf '/a\tb\nc')"; do
+	sbx-create -q -w "$w" >/dev/null 2>&1; is "$?" 3 "-w '${w:0:20}': 3"
+done
+is "$(state)" "$before" "no refusal created anything"
+
+# The template's manifest env, workdir and user apply beneath the session's.
+mkdir -p "$TEST_TMP/templates/envt@1"
+d=$(ls -d "$SBX_TEMPLATES"/default@* | head -1)
+for f in vmlinux initrd.cpio rootfs.ext4; do ln -s "$d/$f" "$TEST_TMP/templates/envt@1/$f"; done
+ln -s "$d" "$TEST_TMP/templates/"
+jq '.name="envt" | .version="1" | .env={"FROM_T":"t","BOTH":"t"} | .workdir="/etc" | .user="root"' \
+	"$d/manifest.json" >"$TEST_TMP/templates/envt@1/manifest.json"
+export SBX_TEMPLATES=$TEST_TMP/templates
+t1=$(sbx-create -q -t envt -e BOTH=mine); ok $? "a session of a template with env, workdir and user ($t1)"
+is "$(sbx-exec "$t1" -- sh -c 'echo "$FROM_T $BOTH"; pwd; id -u')" "$(printf 't mine\n/etc\n0')" \
+   "the template's apply, the session's over them"
+is "$(sbx-exec -u user -w /tmp "$t1" -- sh -c 'pwd; id -u')" "$(printf '/tmp\n1000')" "sbx-exec -u and -w over both"
+jq '.name="envt" | .version="2" | .env={"BAD NAME":"x"}' "$d/manifest.json" >"$TEST_TMP/m.json"
+mkdir -p "$TEST_TMP/templates/envt@2"
+for f in vmlinux initrd.cpio rootfs.ext4; do ln -s "$d/$f" "$TEST_TMP/templates/envt@2/$f"; done
+mv "$TEST_TMP/m.json" "$TEST_TMP/templates/envt@2/manifest.json"
+sbx-create -q -t envt@2 2>"$TEST_TMP/err"; is "$?" 3 "a template whose manifest env is bad: 3"
+like "$(cat "$TEST_TMP/err")" "template envt@2: manifest: 'BAD NAME' is not a variable name" "... naming it"
+rm -rf "$TEST_TMP/templates/envt@2"
+
+# A value that is also a secret is never kept nor shown, yet the guest has it.
+printf 's3cr3t-value\n' >"$TEST_TMP/token"
+sid=$(sbx-create -q --secret TOKEN=@"$TEST_TMP/token" -e API_TOKEN=s3cr3t-value -e PLAIN=p); ok $? "a secret's value as -e ($sid)"
+is "$(sbx-ps --json "$sid" | jq -S -c '.[0].env')" '{"API_TOKEN":"[secret:TOKEN]","PLAIN":"p"}' "sbx-ps --json shows it scrubbed"
+! grep -rq s3cr3t-value "$L/sessions/$sid" "$L/audit.log"; ok $? "the value is in no record"
+is "$(sbx-exec "$sid" -- sh -c '[ "$API_TOKEN" = "$(cat /run/secrets/TOKEN)" ] && echo same')" same "the exec has the value"
+is "$(sbx-exec -e API_TOKEN=other "$sid" -- sh -c 'echo $API_TOKEN')" other "sbx-exec -e overrides it too"
+sbx-create -q --secret TOKEN=@"$TEST_TMP/token" -e URL=https://u:s3cr3t-value@h 2>"$TEST_TMP/err"; is "$?" 3 \
+   "a value holding a secret inside it: 3"
+like "$(cat "$TEST_TMP/err")" "holds the value of secret TOKEN" "... saying why"
+! grep -q s3cr3t-value "$TEST_TMP/err"; ok $? "... without the value"
+sbx-kill "$sid" "$o2" >/dev/null
+
+# Snapshots: a restored session has its own environment, not the saved one's.
+snap=$(sbx-snapshot save "$id" envsnap); ok $? "a snapshot of the first session ($snap)"
+r1=$(sbx-create -q -s "$snap" -e BOTH=restored); ok $? "a session restored from it, with -e ($r1)"
+is "$(sbx-exec "$r1" -- sh -c 'echo "${CLI-none} $BOTH"; pwd')" "$(printf 'none restored\n/workspace')" \
+   "it has its own environment only"
+sbx-kill "$id" "$t1" "$r1" >/dev/null
 done_testing
