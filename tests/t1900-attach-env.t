@@ -178,6 +178,10 @@ rm -rf "$TEST_TMP/templates/envt@2"
 printf 's3cr3t-value\n' >"$TEST_TMP/token"
 sid=$(sbx-create -q --secret TOKEN=@"$TEST_TMP/token" -e API_TOKEN=s3cr3t-value -e PLAIN=p); ok $? "a secret's value as -e ($sid)"
 is "$(sbx-ps --json "$sid" | jq -S -c '.[0].env')" '{"API_TOKEN":"[secret:TOKEN]","PLAIN":"p"}' "sbx-ps --json shows it scrubbed"
+if command -v python3 >/dev/null; then
+	sbx-ps --json "$sid" "$t1" | python3 "$(dirname "$0")/tools/json-schema-check.py" validate --strict \
+		"$(dirname "$0")/../docs/schema" ps.json; ok $? "sbx-ps --json with env, workdir and user matches its schema"
+fi
 ! grep -rq s3cr3t-value "$L/sessions/$sid" "$L/audit.log"; ok $? "the value is in no record"
 is "$(sbx-exec "$sid" -- sh -c '[ "$API_TOKEN" = "$(cat /run/secrets/TOKEN)" ] && echo same')" same "the exec has the value"
 is "$(sbx-exec -e API_TOKEN=other "$sid" -- sh -c 'echo $API_TOKEN')" other "sbx-exec -e overrides it too"
