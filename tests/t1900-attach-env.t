@@ -184,6 +184,7 @@ if command -v python3 >/dev/null; then
 fi
 ! grep -rq s3cr3t-value "$L/sessions/$sid" "$L/audit.log"; ok $? "the value is in no record"
 is "$(sbx-exec "$sid" -- sh -c '[ "$API_TOKEN" = "$(cat /run/secrets/TOKEN)" ] && echo same')" same "the exec has the value"
+is "$(sbx-exec --json "$sid" -- true | jq -c '.request.env | sort')" '["API_TOKEN","PLAIN"]' "its record names both variables"
 is "$(sbx-exec -e API_TOKEN=other "$sid" -- sh -c 'echo $API_TOKEN')" other "sbx-exec -e overrides it too"
 sbx-create -q --secret TOKEN=@"$TEST_TMP/token" -e URL=https://u:s3cr3t-value@h 2>"$TEST_TMP/err"; is "$?" 3 \
    "a value holding a secret inside it: 3"
@@ -197,4 +198,16 @@ r1=$(sbx-create -q -s "$snap" -e BOTH=restored); ok $? "a session restored from 
 is "$(sbx-exec "$r1" -- sh -c 'echo "${CLI-none} $BOTH"; pwd')" "$(printf 'none restored\n/workspace')" \
    "it has its own environment only"
 sbx-kill "$id" "$t1" "$r1" >/dev/null
+
+# The warm pool: a claimed session has its own create's environment.
+mkdir -p "$SBX_ROOT/etc/sbx"
+printf 'pool:\n  templates:\n    default: {size: 1, vcpus: 1, memory: 256M}\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
+sbx-gc >/dev/null; ok $? "sbx-gc fills a pool of one"
+m=$(sbx-ps --pool -q --state=pooled); like "$m" "^pool-" "a pooled member ($m)"
+j=$(sbx-create --json -e CLAIMED=yes -w /tmp 2>"$TEST_TMP/err"); ok $? "a create with -e and -w"
+is "$(jq -r .from_pool <<<"$j")" true "... is a claim"
+c=$(jq -r .session <<<"$j")
+is "$(sbx-exec "$c" -- sh -c 'echo "$CLAIMED"; pwd')" "$(printf 'yes\n/tmp')" "the claimed session has its environment"
+is "$(sbx-ps --json "$c" | jq -c '.[0] | [.env, .workdir]')" '[{"CLAIMED":"yes"},"/tmp"]' "... recorded as its own"
+rm "$SBX_ROOT/etc/sbx/sbx.yaml"
 done_testing
