@@ -238,6 +238,19 @@ void sbx_exec_req_free(struct sbx_exec_req *r)
 	memset(r, 0, sizeof *r);
 }
 
+/* A variable name as env.h has it, [A-Za-z_][A-Za-z0-9_]*, at most 128. */
+static int env_name_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > 128)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || (i && c >= '0' && c <= '9')))
+			return 0;
+	}
+	return 1;
+}
+
 int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, const char **why)
 {
 	struct sbx_tlv_it it;
@@ -272,7 +285,7 @@ int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, cons
 			break;
 		case SBX_T_ENV_SECRET: {
 			const char *eq;
-			if (!(s = dupstr(val, vn)) || !(eq = strchr(s, '=')) || eq == s ||
+			if (!(s = dupstr(val, vn)) || !(eq = strchr(s, '=')) || !env_name_ok(s, (size_t)(eq - s)) ||
 			    !sbx_secret_name_ok(eq + 1, strlen(eq + 1))) {
 				free(s);
 				*why = "secret environment entry is not NAME=SECRET";
