@@ -199,15 +199,27 @@ is "$(sbx-exec "$r1" -- sh -c 'echo "${CLI-none} $BOTH"; pwd')" "$(printf 'none 
    "it has its own environment only"
 sbx-kill "$id" "$t1" "$r1" >/dev/null
 
-# The warm pool: a claimed session has its own create's environment.
-mkdir -p "$SBX_ROOT/etc/sbx"
-printf 'pool:\n  templates:\n    default: {size: 1, vcpus: 1, memory: 256M}\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
-sbx-gc >/dev/null; ok $? "sbx-gc fills a pool of one"
-m=$(sbx-ps --pool -q --state=pooled); like "$m" "^pool-" "a pooled member ($m)"
-j=$(sbx-create --json -e CLAIMED=yes -w /tmp 2>"$TEST_TMP/err"); ok $? "a create with -e and -w"
+# A warm default (item 7): what install.sh writes is a pool of one default
+# member; a plain create is then a claim, and the claim has its own
+# environment.  An existing sbx.yaml is never replaced.
+conf=$SBX_ROOT/etc/sbx/sbx.yaml
+top=$(cd "$(dirname "$0")/.." && pwd)
+"$top/scripts/default-sbx-yaml.sh" 2>/dev/null; ok $? "the default sbx.yaml is written"
+like "$(cat "$conf")" "default: \{size: 1, vcpus: 1, memory: 256M\}" "a pool of one default member"
+printf 'pool: {}\n' >"$TEST_TMP/mine.yaml"; cp "$conf" "$TEST_TMP/default.yaml"; cp "$TEST_TMP/mine.yaml" "$conf"
+"$top/scripts/default-sbx-yaml.sh" 2>/dev/null; ok $? "run again over the operator's own"
+is "$(cat "$conf")" "pool: {}" "... it is left as it is"
+rm "$conf"; ln -s "$TEST_TMP/mine.yaml" "$conf"
+"$top/scripts/default-sbx-yaml.sh" 2>/dev/null
+[ -L "$conf" ] && [ "$(cat "$TEST_TMP/mine.yaml")" = "pool: {}" ]; ok $? "... and so is a symlink in its place"
+rm "$conf"; cp "$TEST_TMP/default.yaml" "$conf"
+sbx-gc --pool-only >/dev/null; ok $? "sbx-gc fills the default pool"
+m=$(sbx-ps --pool -q --state=pooled); like "$m" "^pool-[0-9a-f]{12}$" "one pooled member ($m)"
+is "$(sbx-ps --capacity --json | jq -c '[.sessions.used, .pooled]')" "[1,1]" "sbx-ps --capacity counts it, as pooled"
+j=$(sbx-create --json -e CLAIMED=yes -w /tmp 2>"$TEST_TMP/err"); ok $? "a plain create, with -e and -w"
 is "$(jq -r .from_pool <<<"$j")" true "... is a claim"
 c=$(jq -r .session <<<"$j")
 is "$(sbx-exec "$c" -- sh -c 'echo "$CLAIMED"; pwd')" "$(printf 'yes\n/tmp')" "the claimed session has its environment"
 is "$(sbx-ps --json "$c" | jq -c '.[0] | [.env, .workdir]')" '[{"CLAIMED":"yes"},"/tmp"]' "... recorded as its own"
-rm "$SBX_ROOT/etc/sbx/sbx.yaml"
+rm "$conf"
 done_testing
