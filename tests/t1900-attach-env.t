@@ -121,6 +121,14 @@ export SBX_T1900_HOST=from-host
 o2=$(sbx-create -q -e SBX_T1900_HOST -e SBX_T1900_UNSET); ok $? "-e NAME takes the caller's value"
 is "$(sbx-exec "$o2" -- sh -c 'echo "$SBX_T1900_HOST ${SBX_T1900_UNSET-unset}"')" "from-host unset" "... and an unset NAME passes nothing"
 
+# The environment is part of an --id's spec: the same again is the same
+# session, another is a conflict (5).
+sbx-create -q --id envid -e A=1 -w /tmp >/dev/null; ok $? "--id with an environment"
+is "$(sbx-create --json --id envid -e A=1 -w /tmp | jq -r .existed)" true "the same again is the existing session"
+sbx-create -q --id envid -e A=2 -w /tmp 2>/dev/null; is "$?" 5 "another value: 5"
+sbx-create -q --id envid -e A=1 2>/dev/null; is "$?" 5 "another workdir: 5"
+sbx-kill envid >/dev/null
+
 # Bad input: 3, naming the place, and nothing is created.
 before=$(state)
 bad_file() { # CONTENT WANT-MESSAGE DESCRIPTION
