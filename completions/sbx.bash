@@ -15,10 +15,10 @@
 # only read; never a command in a guest.
 
 # Options per command, and those of them that take a value.
-_sbx_opts_create='-h --help -p --policy -q --quiet -s --snapshot -t --template -v --volume --cpus --disk --dry-run --id --json --memory --secret --tenant --ttl --workspace'
-_sbx_args_create='-p --policy -s --snapshot -t --template -v --volume --cpus --disk --id --memory --secret --tenant --ttl --workspace'
-_sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --output --resume --tenant --timeout --wait'
-_sbx_args_exec='-e --env -u --user -w --workdir --output --tenant --timeout --wait'
+_sbx_opts_create='-e --env -h --help -p --policy -q --quiet -s --snapshot -t --template -v --volume -w --workdir --cpus --disk --dry-run --env-file --id --json --memory --secret --tenant --ttl --workspace'
+_sbx_args_create='-e --env -p --policy -s --snapshot -t --template -v --volume -w --workdir --cpus --disk --env-file --id --memory --secret --tenant --ttl --workspace'
+_sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --attach --output --resume --since --tenant --timeout --wait'
+_sbx_args_exec='-e --env -u --user -w --workdir --attach --output --since --tenant --timeout --wait'
 _sbx_opts_ps='-H --no-headers -h --help -q --quiet --all --capacity --execs --json --net --pool --prometheus --state --tenant --workspaces'
 _sbx_args_ps='--execs --net --state --tenant'
 _sbx_opts_kill='-h --help --exec --json --tenant'
@@ -172,12 +172,14 @@ _sbx_value() {
 			_sbx_files "$p${rest%%=@*}=@"
 			_sbx_add_prefixed "$p${rest%%=@*}=@" -
 		fi ;;
-	exec:-e | exec:--env)
+	exec:-e | exec:--env | create:-e | create:--env)
 		mapfile -t _sbx_w < <(compgen -e)
 		_sbx_add_prefixed "$p" "${_sbx_w[@]}" ;;
+	create:--env-file)
+		_sbx_files "$p" ;;
 	exec:-u | exec:--user)
 		_sbx_add_prefixed "$p" root user ;;
-	exec:--wait | exec:--output | kill:--exec)
+	exec:--wait | exec:--output | exec:--attach | kill:--exec)
 		# The session is named after the exec; use it when it is there.
 		[ -n "$_sbx_session" ] || return 1
 		mapfile -t _sbx_w < <(_sbx_execs "$_sbx_session")
@@ -306,7 +308,7 @@ _sbx() {
 		[[ $_sbx_name == exec || $_sbx_name == cp ]] && opts_done=1
 	done
 	((_sbx_cword > 1)) && prev=${_sbx_words[_sbx_cword - 1]}
-	# The session of exec's and kill's --wait/--output/--exec, wherever it is.
+	# The session of exec's and kill's --wait/--output/--attach/--exec, wherever it is.
 	if [[ $_sbx_name == exec || $_sbx_name == kill ]]; then
 		for ((i = 1; i < ${#_sbx_words[@]}; i++)); do
 			w=${_sbx_words[i]}
