@@ -64,7 +64,9 @@ static void progress(const struct build *b, const char *what)
 static int run(struct build *b, const char *what, char *const argv[], const char *out_name, struct sbx_err *err)
 {
 	progress(b, what);
-	dprintf(b->logfd, "--- %s\n", what);
+	/* The log holds this step's output only: its tail is the message. */
+	if (ftruncate(b->logfd, 0) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
 	_cleanup_close_ int out = -1;
 	if (out_name && (out = openat(b->wfd, out_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
