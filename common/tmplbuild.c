@@ -1,5 +1,7 @@
 #include "tmplbuild.h"
 #include "audit.h"
+#include "exec_client.h"
+#include "policy.h"
 #include "hostconf.h"
 #include "rootfs.h"
 #include "session.h"
@@ -335,6 +337,154 @@ static int publish_check(struct build *b, struct sbx_err *err)
 	return 0;
 }
 
+/* --- run: steps, in a build microVM of the new root ------------------------ */
+
+#define STAGE "stage"                  /* under the work directory: a templates dir */
+#define STAGE_TMPL "sbx-build@stage"   /* the one template in it */
+
+/* The root as it stands, as a template of its own in work/stage. */
+static int stage(struct build *b, struct sbx_err *err)
+{
+	char dir[1700], img[1800];
+	snprintf(dir, sizeof dir, "%s/" STAGE "/" STAGE_TMPL, b->wpath);
+	snprintf(img, sizeof img, "%s/rootfs.ext4", dir);
+	if (mkdirat(b->wfd, STAGE, 0755) < 0 || mkdirat(b->wfd, STAGE "/" STAGE_TMPL, 0755) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot stage the build VM");
+	char *argv[] = { b->helper, "mkfs", b->root, img, NULL };
+	if (run(b, "make the build VM's root", argv, NULL, err) < 0)
+		return -1;
+	_cleanup_close_ int bdir = open(b->base.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int sd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	static const char *const shared[] = { "vmlinux", "initrd.cpio" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(shared); i++) {
+		if (bdir >= 0 && sd >= 0 && linkat(bdir, shared[i], sd, shared[i], 0) == 0)
+			continue;
+		char from[800], to[1900];
+		snprintf(from, sizeof from, "%s/%s", b->base.dir, shared[i]);
+		snprintf(to, sizeof to, "%s/%s", dir, shared[i]);
+		char *cp[] = { "/bin/cp", "--reflink=auto", "--", from, to, NULL };
+		if (run(b, "copy the kernel and initramfs", cp, NULL, err) < 0)
+			return -1;
+	}
+	json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:O}", "schema", 1, "name", "sbx-build", "version", "stage", "created",
+			      "1970-01-01T00:00:00Z", "kernel", json_object_get(b->base_manifest, "kernel") ?: json_null());
+	_cleanup_free_ char *txt = m ? json_dumps(m, 0) : NULL;
+	json_decref(m);
+	return txt ? sbx_atomic_write_at(sd, "manifest.json", txt, strlen(txt), 0644, err)
+		   : sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot stage the build VM");
+}
+
+/* The build policy: sbx's defaults (no network), room for the steps and
+ * for the root coming back as one exec's output. */
+static void build_policy(struct sbx_policy *p)
+{
+	sbx_policy_defaults(p);
+	p->resources.disk = 8ull << 30;
+	p->resources.output_cap = p->resources.output_session_cap = 16ull << 30;
+	p->resources.exec_timeout_default_ms = p->resources.exec_timeout_max_ms = 60ull * 60 * 1000;
+	snprintf(p->source, sizeof p->source, "template build");
+}
+
+static int exec_in(struct build *b, const char *id, const char *cmd, unsigned uid, unsigned gid, int out_fd,
+		   struct sbx_exit_info *ex, struct sbx_err *err)
+{
+	char *argv[] = { "/bin/sh", "-c", (char *)cmd, NULL };
+	struct sbx_exec_opts eo = { .req = { .argv = argv, .argc = 3, .cwd = "/", .uid = uid, .gid = gid,
+					     .have_uid = 1, .have_gid = 1 },
+				    .in_fd = -1, .out_fd = out_fd, .err_fd = b->logfd, .tty_fd = -1 };
+	struct sbx_exec_result r;
+	if (sbx_exec_run(b->st, id, &eo, &r, err) < 0)
+		return -1;
+	*ex = r.exit;
+	return 0;
+}
+
+/* The top-level entries but the guest's mounts, tarred by the guest. */
+#define CAPTURE "cd / && exec tar -cf - --numeric-owner $(ls -A | grep -vxE 'proc|dev|sys|run|lost\\+found')"
+
+static int run_steps(struct build *b, struct sbx_err *err)
+{
+	if (stage(b, err) < 0)
+		return -1;
+	struct sbx_policy pol;
+	build_policy(&pol);
+	char stagedir[1500];
+	snprintf(stagedir, sizeof stagedir, "%s/" STAGE, b->wpath);
+	/* The create (and its monitor) find the staged template there. */
+	const char *was = getenv("SBX_TEMPLATES");
+	_cleanup_free_ char *saved = was ? strdup(was) : NULL;
+	setenv("SBX_TEMPLATES", stagedir, 1);
+	struct sbx_create_opts co = { .tmpl = STAGE_TMPL, .policy = &pol, .progress_fd = -1 };
+	struct sbx_session s;
+	int existed = 0;
+	progress(b, "boot the build VM");
+	int rc = sbx_session_create(b->st, &co, &s, &existed, err);
+	if (saved)
+		setenv("SBX_TEMPLATES", saved, 1);
+	else
+		unsetenv("SBX_TEMPLATES");
+	if (rc < 0)
+		return sbx_err_wrap(err, "cannot boot the build VM");
+	for (unsigned i = 0; rc == 0 && i < b->spec.nrun; i++) {
+		const struct sbx_tmplspec_run *r = &b->spec.run[i];
+		unsigned uid = 0, gid = 0;
+		if (r->user[0] && root_user(b, r->user, &uid, &gid) < 0) {
+			rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: run[%u]: no user '%s' in the root's /etc/passwd",
+					 b->spec.source, i, r->user);
+			break;
+		}
+		char what[200];
+		snprintf(what, sizeof what, "run[%u]: %.150s", i, r->cmd);
+		progress(b, what);
+		if (ftruncate(b->logfd, 0) < 0) {
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot run %s", what);
+			break;
+		}
+		struct sbx_exit_info ex;
+		if ((rc = exec_in(b, s.id, r->cmd, uid, gid, b->logfd, &ex, err)) < 0)
+			break;
+		if (ex.reason != SBX_R_EXITED || ex.status) {
+			static const char *const why[] = { "ended", "exited", "was killed by a signal", "timed out",
+							   "was killed", "ran out of memory", "lost its VM" };
+			char tail[300], how[80];
+			sbx_log_tail(b->wfd, "log", tail, sizeof tail);
+			if (ex.reason == SBX_R_EXITED)
+				snprintf(how, sizeof how, "exited %u", ex.status);
+			else
+				snprintf(how, sizeof how, "%s", why[ex.reason <= SBX_R_MAX ? ex.reason : 0]);
+			rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: %s %s%s%s; nothing was published", b->spec.source, what,
+					 how, tail[0] ? ": " : "", tail);
+		}
+	}
+	if (rc == 0) {
+		progress(b, "capture the root");
+		_cleanup_close_ int out = openat(b->wfd, "capture.tar", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		struct sbx_exit_info ex;
+		if (ftruncate(b->logfd, 0) < 0 || out < 0)
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot capture the root");
+		else if ((rc = exec_in(b, s.id, "sync; " CAPTURE, 0, 0, out, &ex, err)) == 0 &&
+			 (ex.reason != SBX_R_EXITED || ex.status)) {
+			char tail[300];
+			sbx_log_tail(b->wfd, "log", tail, sizeof tail);
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot capture the root: %s", tail);
+		}
+	}
+	int gone;
+	sbx_session_destroy(b->st, s.id, &gone, NULL);
+	if (rc < 0)
+		return -1;
+	char tar[1500];
+	snprintf(tar, sizeof tar, "%s/capture.tar", b->wpath);
+	char *argv[] = { b->helper, "replace-root", tar, b->root, NULL };
+	close(b->rootfd);
+	b->rootfd = -1;
+	rc = run(b, "take the root from the build VM", argv, NULL, err);
+	if ((b->rootfd = openat(b->wfd, "root", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0 && rc == 0)
+		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the new root");
+	unlinkat(b->wfd, "capture.tar", 0);
+	return rc;
+}
+
 /* Before anything is made: the name, the spec, the base, every src. */
 static int check_inputs(struct build *b, struct sbx_err *err)
 {
@@ -365,11 +515,6 @@ static int check_inputs(struct build *b, struct sbx_err *err)
 	snprintf(tmp, sizeof tmp, "%s", b->o->spec);
 	if (!realpath(dirname(tmp), b->specdir))
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot resolve the directory of %s", b->o->spec);
-	if (b->spec.nrun)
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
-				   "%s: run: steps need the build microVM, which this sbx-template cannot run yet; "
-				   "nothing was built",
-				   b->spec.source);
 	if (publish_check(b, err) < 0 || find_base(b, err) < 0)
 		return -1;
 	for (unsigned i = 0; i < b->spec.nfiles; i++) {
@@ -387,7 +532,8 @@ static int make_work(struct build *b, struct sbx_err *err)
 	if ((b->tdir = sbx_template_ns(b->st, b->owner, 1, err)) < 0)
 		return -1;
 	snprintf(b->work, sizeof b->work, WORK_PREFIX "%s-%08x", b->o->name, arc4random());
-	if (mkdirat(b->tdir, b->work, 0700) < 0)
+	/* 0755: the jailed VMM of a build VM reads the staged template in it */
+	if (mkdirat(b->tdir, b->work, 0755) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create a build directory");
 	b->wfd = openat(b->tdir, b->work, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (b->wfd < 0 || flock(b->wfd, LOCK_EX | LOCK_NB) < 0)
@@ -613,6 +759,8 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 	}
 	if (rc == 0)
 		rc = add_files(&b, err);
+	if (rc == 0 && b.spec.nrun)
+		rc = run_steps(&b, err);
 	if (rc == 0 && !o->import)
 		rc = set_user(&b, err);
 	if (rc == 0) {

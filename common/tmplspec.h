@@ -34,7 +34,7 @@ struct sbx_tmplspec_file {
 
 struct sbx_tmplspec_run {
 	char *cmd;                        /* one sh -c line */
-	char user[SBX_TMPLSPEC_USER_LEN]; /* "" : the spec's user, else root */
+	char user[SBX_TMPLSPEC_USER_LEN]; /* "": root */
 };
 
 struct sbx_tmplspec {

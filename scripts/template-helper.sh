@@ -11,6 +11,7 @@
 #   apt DIR PKG...            apt-get install PKG... in DIR (a chroot)
 #   packages DIR              NAME<TAB>VERSION of each installed package
 #   mkfs DIR IMAGE            IMAGE <- DIR, reproducibly (lib-image.sh)
+#   replace-root TAR DIR      DIR <- the root a build VM tarred
 set -euo pipefail
 prog=sbx-template-helper
 image_init
@@ -127,6 +128,25 @@ root_apt() {
 	rm -f "$d/etc/resolv.conf"
 }
 
+# The root a build VM's guest tarred (its own tar, of its whole root but
+# its mounts) replaces DIR.  Extracted into an empty directory, so no
+# symbolic link already there can carry a member elsewhere; GNU tar
+# refuses '..' and absolute names and makes symbolic links last.  Device
+# nodes are dropped (the guest has devtmpfs).
+root_replace() {
+	local tar=$1 d=$2
+	rm -rf "$d.new"
+	mkdir "$d.new"
+	tar --numeric-owner -p -C "$d.new" -xf "$tar" >&2 || die "cannot unpack the build VM's root"
+	find "$d.new" \( -type b -o -type c -o -type p -o -type s \) -delete
+	mkdir -p "$d.new"/{proc,dev,sys,run}
+	for m in proc dev sys run; do
+		chmod --reference="$d/$m" "$d.new/$m" 2>/dev/null || true
+	done
+	rm -rf "$d"
+	mv "$d.new" "$d"
+}
+
 root_packages() {
 	local d=$1
 	[ -f "$d/var/lib/dpkg/status" ] || return 0
@@ -159,5 +179,6 @@ root-debian) [ $# = 2 ] || die "usage: root-debian SUITE DIR"; root_debian "$@" 
 apt) [ $# -ge 2 ] || die "usage: apt DIR PKG..."; root_apt "$@" ;;
 packages) [ $# = 1 ] || die "usage: packages DIR"; root_packages "$@" ;;
 mkfs) [ $# = 2 ] || die "usage: mkfs DIR IMAGE"; root_mkfs "$@" ;;
+replace-root) [ $# = 2 ] || die "usage: replace-root TAR DIR"; root_replace "$@" ;;
 *) die "unknown step '$step'" ;;
 esac

@@ -63,6 +63,19 @@ is "$(sbx-exec --user root "$id" -- cat /etc/hi /opt/tools/hi.txt | tr '\n' ' ')
 is "$(sbx-exec "$id" -- stat -c '%a %U' /opt/tools /workspace/proj | tr '\n' ' ')" "750 root 755 user " \
 	"their modes, and the workdir owned by the spec's user"
 
+# --- run: steps in a build microVM ---------------------------------------------------
+spec run.yaml 'from: default\nrun:\n  - echo built-in-vm > /etc/motd; rm /etc/hostname; mkdir -p /opt/made\n  - {cmd: "id -u > /workspace/uid", user: user}\nuser: user\n'
+rr=$(sbx-template build run -f "$S/run.yaml" 2>"$TEST_TMP/err"); ok $? "a spec with run: steps builds ($rr)"
+is "$(sbx-ps -q)" "$id" "its build VM is gone (only the session above is left)"
+r=$(sbx-create -q -t run)
+is "$(sbx-exec "$r" -- cat /etc/motd /workspace/uid | tr '\n' ' ')" "built-in-vm 1000 " \
+	"what the steps wrote is in the template, as root and as the named user"
+sbx-exec "$r" -- test -e /etc/hostname; is "$?" 1 "what a step removed is gone"
+is "$(sbx-exec "$r" -- stat -c '%U %a' /workspace/uid /tmp | tr '\n' ' ')" "user 644 root 1777 " "owners and modes kept"
+is "$(sbx-exec "$r" -- sh -c 'ls /bin | wc -l')" "$(sbx-exec "$id" -- sh -c 'ls /bin | wc -l')" \
+	"the rest of the root is as the base's"
+sbx-kill "$r" >/dev/null
+
 # --- list, inspect ---------------------------------------------------------------
 is "$(sbx-template list -q web)" "$ref" "list -q NAME"
 like "$(sbx-template list --no-headers | grep '^web')" "^web	$v	operator	[^	]+	no	1	" \
@@ -91,7 +104,7 @@ is "$(sbx-template prune --json | jq -c .removed)" "[]" "a second prune has noth
 [ -L "$T/$(basename "$(ls -d "$T"/default@*)")" ]; ok $? "the default template is untouched"
 sbx-kill "$id" >/dev/null
 is "$(sbx-template rm --json "$ref" | jq -r '.removed[0]')" "$ref" "rm once the session is gone"
-sbx-template rm web >/dev/null; ok $? "rm NAME removes every version"
+sbx-template rm web run >/dev/null; ok $? "rm NAME removes every version"
 is "$(ls -d "$T"/web@* 2>/dev/null)" "" "and they are gone"
 grep -q '"type":"template.rm".*"template":"'"$r3"'"' "$L/audit.log"; ok $? "removals are audited"
 
@@ -120,8 +133,12 @@ spec nobase.yaml 'from: nosuch\n'
 bad 4 "no template 'nosuch'" "from: a template that does not exist" -- build x -f "$S/nobase.yaml"
 spec trick.yaml 'from: ../default\n'
 bad 3 "must be debian:SUITE or TEMPLATE" "from: a path" -- build x -f "$S/trick.yaml"
-spec run.yaml 'from: default\nrun: ["touch /x"]\n'
-bad 69 "run: steps need the build microVM" "a run: step (not built yet)" -- build x -f "$S/run.yaml"
+spec fail.yaml 'from: default\nrun: ["echo made-it > /etc/one", "echo step-output-here; echo to-stderr >&2; exit 7", "touch /etc/never"]\n'
+bad 3 "run\\[1\\]: echo step-output-here.* exited 7: .*step-output-here.*to-stderr" \
+	"a run: step that fails (its output shown)" -- build x -f "$S/fail.yaml"
+is "$(sbx-ps -q)" "" "and its build VM is gone"
+spec runu.yaml 'from: default\nrun: [{cmd: "id", user: nosuch}]\n'
+bad 3 "run\\[0\\]: no user 'nosuch'" "a run: step as a user the root lacks" -- build x -f "$S/runu.yaml"
 spec nopkg.yaml 'from: default\npackages: [jq]\n'
 bad 3 "the base has no apt-get" "packages on a root without apt" -- build x -f "$S/nopkg.yaml"
 bad 3 "cannot read template spec" "a spec that does not exist" -- build x -f "$S/none.yaml"
