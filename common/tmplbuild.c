@@ -414,7 +414,10 @@ static int run_steps(struct build *b, struct sbx_err *err)
 	const char *was = getenv("SBX_TEMPLATES");
 	_cleanup_free_ char *saved = was ? strdup(was) : NULL;
 	setenv("SBX_TEMPLATES", stagedir, 1);
-	struct sbx_create_opts co = { .tmpl = STAGE_TMPL, .policy = &pol, .progress_fd = -1 };
+	/* Named for what it is in sbx-ps while it runs. */
+	char id[40];
+	snprintf(id, sizeof id, "tmplbuild-%08x", arc4random());
+	struct sbx_create_opts co = { .id = id, .tmpl = STAGE_TMPL, .policy = &pol, .progress_fd = -1 };
 	struct sbx_session s;
 	int existed = 0;
 	progress(b, "boot the build VM");
@@ -564,7 +567,7 @@ static json_t *read_packages(struct build *b)
 			json_array_append_new(a, json_pack("{s:s, s:s}", "name", line, "version", tab + 1));
 		}
 	}
-	if (!json_array_size(a)) {
+	if (!json_array_size(a) && !b->o->import) {
 		/* no dpkg database (busybox roots): the base's list */
 		json_decref(a);
 		a = json_deep_copy(json_object_get(b->base_manifest, "packages"));
@@ -737,6 +740,9 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 			snprintf(b.format, sizeof b.format, "%s", cfg.format);
 		}
 		sbx_rootfs_config_free(&cfg);
+		char *argv[] = { b.helper, "prepare", b.root, NULL };
+		if (rc == 0)
+			rc = run(&b, "prepare the root for guest-init", argv, NULL, err);
 	} else if (rc == 0) {
 		char *argv[] = { b.helper, "root-template", b.base.rootfs, b.root, NULL };
 		char *dargv[] = { b.helper, "root-debian", b.spec.from_ref, b.root, NULL };

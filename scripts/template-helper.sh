@@ -12,6 +12,7 @@
 #   packages DIR              NAME<TAB>VERSION of each installed package
 #   mkfs DIR IMAGE            IMAGE <- DIR, reproducibly (lib-image.sh)
 #   replace-root TAR DIR      DIR <- the root a build VM tarred
+#   prepare DIR               user 1000, /workspace, mount points (an import)
 set -euo pipefail
 prog=sbx-template-helper
 image_init
@@ -39,6 +40,25 @@ host_sources() {
 		sed -n 's/^deb \(\[[^]]*\] \)\{0,1\}//p' /etc/apt/sources.list |
 			awk -v want="^$suite(-updates|-security)?\$" '$2 ~ want { print $1, $2 }'
 	fi
+}
+
+# no_links DIR PATH...: refuse a root where a path this script writes
+# through on the host is a symbolic link (or under one): a root from an
+# archive or a build VM is the guest's work, and /home -> / must not make
+# us chown the host.  What runs in a chroot resolves inside it anyway.
+no_links() {
+	local d=$1 p q c
+	shift
+	for p in "$@"; do
+		q=$d
+		IFS=/ read -ra c <<<"$p"
+		for part in "${c[@]}"; do
+			[ -n "$part" ] || continue
+			q=$q/$part
+			[ -L "$q" ] && die "the root's /${q#"$d"/} is a symbolic link; refusing to write through it"
+		done
+	done
+	return 0
 }
 
 # In the tree, in a mount namespace of its own (its proc mount never
@@ -95,20 +115,32 @@ root_debian() {
 	fi
 	exec 8>&-
 	zstd -q -dc "$base_tar" | tar --numeric-owner --xattrs --xattrs-include='*' -p -C "$d" -xf -
-	# What guest-init expects: uid 1000 "user" owning /home/user and
-	# /workspace, and the mount points.
+	root_prepare "$d"
+}
+
+# What guest-init expects of any root: uid 1000 "user" owning /home/user
+# and /workspace, /bin/sh, and the mount points.
+root_prepare() {
+	local d=$1 sh=/bin/sh
+	no_links "$d" etc/passwd etc/group etc/shadow etc/gshadow etc/skel etc/hostname etc/hosts \
+		proc sys dev run tmp var/tmp root home/user workspace
+	[ -e "$d/bin/sh" ] || [ -L "$d/bin/sh" ] || die "the root has no /bin/sh (guest-init runs commands with sh -c)"
+	[ -x "$d/bin/bash" ] && sh=/bin/bash
+	mkdir -p "$d/etc"
+	touch "$d/etc/passwd" "$d/etc/group"
 	grep -q '^[^:]*:[^:]*:1000:' "$d/etc/passwd" || {
-		echo 'user:x:1000:1000:user:/home/user:/bin/bash' >>"$d/etc/passwd"
-		echo 'user:x:1000:' >>"$d/etc/group"
-		echo 'user:!::' >>"$d/etc/gshadow"
-		echo 'user:*:0:0:99999:7:::' >>"$d/etc/shadow"
+		grep -q '^user:' "$d/etc/passwd" && die "the root has a user 'user' whose uid is not 1000"
+		echo "user:x:1000:1000:user:/home/user:$sh" >>"$d/etc/passwd"
+		grep -q '^[^:]*:[^:]*:1000:' "$d/etc/group" || echo 'user:x:1000:' >>"$d/etc/group"
+		[ -f "$d/etc/gshadow" ] && echo 'user:!::' >>"$d/etc/gshadow"
+		[ -f "$d/etc/shadow" ] && echo 'user:*:0:0:99999:7:::' >>"$d/etc/shadow"
 	}
 	mkdir -p "$d"/{proc,sys,dev,run,tmp,var/tmp,root,home/user,workspace}
-	cp -a "$d/etc/skel/." "$d/home/user/"
+	[ -d "$d/etc/skel" ] && cp -a "$d/etc/skel/." "$d/home/user/"
 	chown -R 1000:1000 "$d/home/user" "$d/workspace"
 	chmod 1777 "$d/tmp" "$d/var/tmp"
-	echo sbx >"$d/etc/hostname"
-	printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n' >"$d/etc/hosts"
+	[ -s "$d/etc/hostname" ] || echo sbx >"$d/etc/hostname"
+	[ -s "$d/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n' >"$d/etc/hosts"
 	rm -f "$d/etc/resolv.conf"
 }
 
@@ -116,6 +148,7 @@ root_apt() {
 	local d=$1
 	shift
 	[ -x "$d/usr/bin/apt-get" ] || die "packages: the base has no apt-get (build from debian:SUITE or a Debian-based template)"
+	no_links "$d" etc proc dev var/lib/apt/lists var/cache/apt var/log var/cache/debconf var/lib/dpkg
 	# The host's resolver for apt only; the guest gets its own at boot.
 	rm -f "$d/etc/resolv.conf"
 	cp /etc/resolv.conf "$d/etc/resolv.conf"
@@ -149,6 +182,7 @@ root_replace() {
 
 root_packages() {
 	local d=$1
+	no_links "$d" var/lib/dpkg/status
 	[ -f "$d/var/lib/dpkg/status" ] || return 0
 	dpkg-query --admindir="$d/var/lib/dpkg" -W -f='${db:Status-Abbrev}\t${Package}\t${Version}\n' |
 		awk -F'\t' '$1 ~ /^ii/ { print $2 "\t" $3 }' | sort
@@ -179,6 +213,7 @@ root-debian) [ $# = 2 ] || die "usage: root-debian SUITE DIR"; root_debian "$@" 
 apt) [ $# -ge 2 ] || die "usage: apt DIR PKG..."; root_apt "$@" ;;
 packages) [ $# = 1 ] || die "usage: packages DIR"; root_packages "$@" ;;
 mkfs) [ $# = 2 ] || die "usage: mkfs DIR IMAGE"; root_mkfs "$@" ;;
+prepare) [ $# = 1 ] || die "usage: prepare DIR"; root_prepare "$@" ;;
 replace-root) [ $# = 2 ] || die "usage: replace-root TAR DIR"; root_replace "$@" ;;
 *) die "unknown step '$step'" ;;
 esac
