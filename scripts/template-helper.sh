@@ -107,7 +107,7 @@ root_debian() {
 		unshare --mount --propagation private debootstrap --variant=minbase --include=ca-certificates,netbase \
 			"$suite" "$btmp/root" "$mirror" >&2 || { rm -rf "$btmp"; die "debootstrap failed"; }
 		awk '{ printf "deb %s %s main\n", $1, $2 }' <<<"$sources" >"$btmp/root/etc/apt/sources.list"
-		rm -rf "$btmp/root/debootstrap" "$btmp"/root/var/lib/apt/lists/*
+		rm -rf "$btmp/root/debootstrap" "$btmp"/root/var/lib/apt/lists/* "$btmp"/root/var/cache/apt/archives/*.deb
 		tar --numeric-owner --xattrs --xattrs-include='*' -C "$btmp/root" -cf - . |
 			zstd -q -T0 -6 -o "$btmp/base.tar.zst"
 		mv "$btmp/base.tar.zst" "$base_tar"
@@ -115,6 +115,8 @@ root_debian() {
 	fi
 	exec 8>&-
 	zstd -q -dc "$base_tar" | tar --numeric-owner --xattrs --xattrs-include='*' -p -C "$d" -xf -
+	# debootstrap leaves its .debs in apt's cache: not the template's business
+	rm -f "$d"/var/cache/apt/archives/*.deb "$d"/var/cache/apt/*.bin
 	root_prepare "$d"
 }
 
