@@ -488,6 +488,40 @@ static int run_steps(struct build *b, struct sbx_err *err)
 	return rc;
 }
 
+void sbx_tmplbuild_gc(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx)
+{
+	char **ids;
+	size_t n;
+	if (sbx_session_list(st, &ids, &n, NULL) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct sbx_session s;
+		if (!strncmp(ids[i], "tmplbuild-", 10) && sbx_record_load(st, ids[i], &s, NULL) == 0) {
+			/* tmpl_dir is WORK/stage/sbx-build@stage */
+			char work[sizeof s.tmpl_dir];
+			snprintf(work, sizeof work, "%s", s.tmpl_dir);
+			for (int k = 0; k < 2; k++) {
+				char *sl = strrchr(work, '/');
+				if (sl)
+					*sl = 0;
+			}
+			int fd = open(work, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			int orphan = fd < 0 || flock(fd, LOCK_SH | LOCK_NB) == 0;
+			if (fd >= 0)
+				close(fd);
+			if (orphan) {
+				sbx_gc_report(cb, ctx, "reclaim-build-vm", ids[i], "the build that booted it is gone (%s)",
+					      work);
+				int gone;
+				if (!dry_run)
+					sbx_session_destroy(st, ids[i], &gone, NULL);
+			}
+		}
+		free(ids[i]);
+	}
+	free(ids);
+}
+
 /* Before anything is made: the name, the spec, the base, every src. */
 static int check_inputs(struct build *b, struct sbx_err *err)
 {
@@ -791,13 +825,12 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 		snprintf(r->version, sizeof r->version, "%s", version);
 		snprintf(r->ref, sizeof r->ref, "%s%s%s@%s", b.owner, b.owner[0] ? "/" : "", o->name, version);
 		r->size = total;
-		json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:b}", "template", r->ref, "name", o->name, "version",
-				      version, "owner", sbx_template_owner_name(b.owner), "content_sha256", content, "size",
-				      (json_int_t)total, "existed", r->existed);
+		json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:b, s:s, s:s}", "template", r->ref, "name", o->name,
+				      "version", version, "owner", sbx_template_owner_name(b.owner), "content_sha256", content,
+				      "size", (json_int_t)total, "existed", r->existed, "source", o->import ? "import" : "spec",
+				      "path", o->import ? o->import : o->spec);
 		if (f && b.owner[0])
 			json_object_set_new(f, "tenant", json_string(b.owner));
-		if (f)
-			json_object_set(f, "source", json_object_get(m, "source"));
 		sbx_audit_append(st, "template.build", f, NULL);
 		json_decref(f);
 	}

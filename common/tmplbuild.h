@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "err.h"
+#include "gc.h"
 #include "state.h"
 
 struct sbx_tmplbuild_opts {
@@ -42,5 +43,9 @@ int sbx_template_inspect(struct sbx_state *st, const char *tenant, const char *s
  * references.  Audited as template.rm, one event each. */
 int sbx_template_prune(struct sbx_state *st, const char *tenant, unsigned keep, json_t **removed,
 		       struct sbx_err *err);
+
+/* sbx-gc: destroy build VMs (sessions tmplbuild-*) whose build is gone,
+ * its work directory missing or no longer locked by a live build. */
+void sbx_tmplbuild_gc(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx);
 
 #endif

@@ -57,6 +57,10 @@ is "$(sbx-template build web -f "$S/web.yaml")" "$ref" "the same spec builds the
 is "$(sbx-template build --json web -f "$S/web.yaml" | jq -r '.template + " " + (.existed|tostring)')" "$ref true" \
 	"--json says it existed"
 grep -q '"type":"template.build".*"template":"'"$ref"'"' "$L/audit.log"; ok $? "the build is audited"
+top=$(cd "$(dirname "$0")/.." && pwd)
+grep '"type":"template.build"' "$L/audit.log" |
+	python3 "$top/tests/tools/json-schema-check.py" validate --strict --lines "$top/docs/schema" 'audit.json#/$defs/record' >/dev/null 2>&1
+ok $? "as a record its schema describes"
 
 id=$(sbx-create -q -t web); ok $? "a session boots from the built template"
 is "$(sbx-exec --user root "$id" -- cat /etc/hi /opt/tools/hi.txt | tr '\n' ' ')" "hello hello " "with the spec's files"
@@ -202,6 +206,28 @@ if [ -n "$PY" ]; then
 	[ ! -e "$T/$w" ]; ok $? "sbx-gc reclaims its work directory"
 	same_dir "the templates directory is as before"
 fi
+
+# --- a build killed while its build VM runs a step ----------------------------------------
+listing >"$TEST_TMP/before"
+spec hang.yaml 'from: default\nrun: ["sleep 600"]\n'
+sbx-template build hang -f "$S/hang.yaml" >/dev/null 2>&1 &
+bp=$!
+vm=
+for _ in $(seq 600); do vm=$(sbx-ps -q | grep '^tmplbuild-') && break; sleep 0.1; done
+like "$vm" '^tmplbuild-' "the build VM is a session while it runs ($vm)"
+sbx-gc --grace 0 >/dev/null 2>&1
+is "$(sbx-ps -q | grep -c '^tmplbuild-')" 1 "sbx-gc leaves a live build's VM alone"
+kill -9 "$bp"; wait "$bp" 2>/dev/null
+for _ in $(seq 100); do
+	sbx-gc --grace 0 >/dev/null 2>&1
+	[ -z "$(sbx-ps -q | grep '^tmplbuild-')" ] && ! ls -a "$T" | grep -q '^\.tmp-build-' && break
+	sleep 0.2
+done
+is "$(sbx-ps -q | grep -c '^tmplbuild-')" 0 "once the build is killed, sbx-gc destroys its VM"
+ls -a "$T" | grep -q '^\.tmp-build-'; ok $((!$?)) "and reclaims its work directory"
+same_dir "the templates directory is as before"
+grep -q '"what":"reclaim-build-vm"' "$L/audit.log"
+ok $? "the reclaim is audited"
 
 # --- two builds of one name ----------------------------------------------------------------
 spec p1.yaml 'from: default\nenv: {P: "1"}\n'
