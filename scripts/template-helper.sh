@@ -47,7 +47,7 @@ host_sources() {
 # archive or a build VM is the guest's work, and /home -> / must not make
 # us chown the host.  What runs in a chroot resolves inside it anyway.
 no_links() {
-	local d=$1 p q c
+	local d=$1 p q c part
 	shift
 	for p in "$@"; do
 		q=$d
@@ -66,8 +66,8 @@ no_links() {
 inroot() {
 	local d=$1
 	shift
-	# shellcheck disable=SC2016 # expanded by the inner shell
 	mkdir -p "$d/proc" "$d/dev"
+	# shellcheck disable=SC2016 # expanded by the inner shell
 	unshare --mount --propagation private sh -c 'mount -t proc proc "$1/proc" && mount --rbind /dev "$1/dev" &&
 		d=$1 && shift &&
 		exec chroot "$d" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C \
