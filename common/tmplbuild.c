@@ -101,7 +101,10 @@ static int run(struct build *b, const char *what, char *const argv[], const char
 		return 0;
 	char tail[400];
 	sbx_log_tail(b->wfd, "log", tail, sizeof tail);
-	return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot %s: %s", what, tail[0] ? tail : "the step failed");
+	/* The helper exits 3 when the input is at fault (a package apt does
+	 * not have, a root it refuses); anything else is ours. */
+	int code = WIFEXITED(status) && WEXITSTATUS(status) == 3 ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL;
+	return sbx_err_set(err, code, 0, "cannot %s: %s", what, tail[0] ? tail : "the step failed");
 }
 
 /* src of the spec (relative, checked) as a path the kernel resolved

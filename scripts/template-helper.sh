@@ -15,6 +15,8 @@
 #   prepare DIR               user 1000, /workspace, mount points (an import)
 set -euo pipefail
 prog=sbx-template-helper
+# Exit 3: the input is at fault (the builder reports 3); anything else is 70.
+bad() { echo "$prog: error: $*" >&2; exit 3; }
 image_init
 export DEBIAN_FRONTEND=noninteractive
 
@@ -55,7 +57,7 @@ no_links() {
 		for part in "${c[@]}"; do
 			[ -n "$part" ] || continue
 			q=$q/$part
-			[ -L "$q" ] && die "the root's /${q#"$d"/} is a symbolic link; refusing to write through it"
+			[ -L "$q" ] && bad "the root's /${q#"$d"/} is a symbolic link; refusing to write through it"
 		done
 	done
 	return 0
@@ -93,7 +95,7 @@ root_debian() {
 	local suite=$1 d=$2 sources mirror key base_tar btmp
 	sources=$(host_sources "$suite" | sort -u)
 	mirror=$(awk -v s="$suite" '$2 == s { print $1; exit }' <<<"$sources")
-	[ -n "$mirror" ] || die "no '$suite' source in this host's apt sources"
+	[ -n "$mirror" ] || bad "from: debian:$suite: no '$suite' source in this host's apt sources"
 	key=$(printf 'recipe 1\nsuite %s\nvariant minbase\ninclude ca-certificates netbase\n%s\n' \
 		"$suite" "$sources" | sha256sum | cut -c1-16)
 	mkdir -p "$cache/rootfs"
@@ -126,12 +128,12 @@ root_prepare() {
 	local d=$1 sh=/bin/sh
 	no_links "$d" etc/passwd etc/group etc/shadow etc/gshadow etc/skel etc/hostname etc/hosts \
 		proc sys dev run tmp var/tmp root home/user workspace
-	[ -e "$d/bin/sh" ] || [ -L "$d/bin/sh" ] || die "the root has no /bin/sh (guest-init runs commands with sh -c)"
+	[ -e "$d/bin/sh" ] || [ -L "$d/bin/sh" ] || bad "the root has no /bin/sh (guest-init runs commands with sh -c)"
 	[ -x "$d/bin/bash" ] && sh=/bin/bash
 	mkdir -p "$d/etc"
 	touch "$d/etc/passwd" "$d/etc/group"
 	grep -q '^[^:]*:[^:]*:1000:' "$d/etc/passwd" || {
-		grep -q '^user:' "$d/etc/passwd" && die "the root has a user 'user' whose uid is not 1000"
+		grep -q '^user:' "$d/etc/passwd" && bad "the root has a user 'user' whose uid is not 1000"
 		echo "user:x:1000:1000:user:/home/user:$sh" >>"$d/etc/passwd"
 		grep -q '^[^:]*:[^:]*:1000:' "$d/etc/group" || echo 'user:x:1000:' >>"$d/etc/group"
 		[ -f "$d/etc/gshadow" ] && echo 'user:!::' >>"$d/etc/gshadow"
@@ -149,14 +151,14 @@ root_prepare() {
 root_apt() {
 	local d=$1
 	shift
-	[ -x "$d/usr/bin/apt-get" ] || die "packages: the base has no apt-get (build from debian:SUITE or a Debian-based template)"
+	[ -x "$d/usr/bin/apt-get" ] || bad "packages: the base has no apt-get (build from debian:SUITE or a Debian-based template)"
 	no_links "$d" etc proc dev var/lib/apt/lists var/cache/apt var/log var/cache/debconf var/lib/dpkg
 	# The host's resolver for apt only; the guest gets its own at boot.
 	rm -f "$d/etc/resolv.conf"
 	cp /etc/resolv.conf "$d/etc/resolv.conf"
 	# apt's own messages (E: Unable to locate package ...) go to stderr as they are.
 	inroot "$d" sh -c 'apt-get -q update >/dev/null && apt-get -q -y --no-install-recommends -o Dpkg::Use-Pty=0 \
-		-o Dpkg::Options::=--force-confold install "$@" && apt-get clean' sh "$@" >&2
+		-o Dpkg::Options::=--force-confold install "$@" && apt-get clean' sh "$@" >&2 || exit 3
 	rm -rf "$d"/var/lib/apt/lists/* "$d"/var/cache/apt/*.bin
 	find "$d/var/log" -mindepth 1 ! -type d -delete 2>/dev/null || true
 	find "$d/var/cache/debconf" "$d/var/lib/dpkg" -maxdepth 1 -name '*-old' -delete 2>/dev/null || true
@@ -172,7 +174,7 @@ root_replace() {
 	local tar=$1 d=$2
 	rm -rf "$d.new"
 	mkdir "$d.new"
-	tar --numeric-owner -p -C "$d.new" -xf "$tar" >&2 || die "cannot unpack the build VM's root"
+	tar --numeric-owner -p -C "$d.new" -xf "$tar" >&2 || bad "cannot unpack the root the build VM sent"
 	find "$d.new" \( -type b -o -type c -o -type p -o -type s \) -delete
 	mkdir -p "$d.new"/{proc,dev,sys,run}
 	for m in proc dev sys run; do
