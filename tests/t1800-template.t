@@ -43,6 +43,10 @@ spec web.yaml 'from: default\nfiles: [{src: ./tools, dst: /opt/tools, mode: "075
 ref=$(sbx-template build web -f "$S/web.yaml" 2>"$TEST_TMP/err"); ok $? "build from a spec exits 0"
 like "$ref" '^web@[0-9a-f]{12}$' "and prints NAME@VERSION only ($ref)"
 is "$(cat "$TEST_TMP/err")" "" "nothing on stderr when it is not a terminal"
+if command -v script >/dev/null; then
+	script -qec "sbx-template build web -f '$S/web.yaml' 2>&1 >/dev/null" /dev/null >"$TEST_TMP/tty" </dev/null
+	like "$(tr -d '\r' <"$TEST_TMP/tty")" "sbx-template: web: unpack the base's root" "on a terminal, each step is named on stderr"
+fi
 v=${ref#web@}
 M=$T/$ref/manifest.json
 is "$(jq -c .env "$M")" '{"GREETING":"hello","EMPTY":""}' "manifest.json records env"
