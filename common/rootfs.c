@@ -111,7 +111,7 @@ struct unpack {
 	uint64_t bytes, entries;
 	unsigned dropped, stripped;
 	bool layer; /* whiteouts honoured */
-	char what[96]; /* "layer 2 (blobs/sha256/...): " or "" */
+	char what[160]; /* "layer 2 of 3 (blobs/sha256/...): " or "" */
 	struct pathset made;
 	struct dirfix *fix;
 	size_t nfix, capfix;
@@ -295,10 +295,12 @@ static struct timespec mtime_of(struct archive_entry *e)
 	return (struct timespec){ .tv_sec = archive_entry_mtime(e), .tv_nsec = archive_entry_mtime_nsec(e) };
 }
 
+/* setuid/setgid grant privilege only on files that run; a setgid
+ * directory (Debian's /var/mail, /var/local) just passes its group on. */
 static mode_t perm_of(struct unpack *u, struct archive_entry *e)
 {
 	mode_t m = archive_entry_perm(e) & 07777;
-	if ((m & 06000) && !u->lim->allow_setuid) {
+	if ((m & 06000) && !u->lim->allow_setuid && archive_entry_filetype(e) != AE_IFDIR) {
 		m &= ~(mode_t)06000;
 		u->stripped++;
 	}
@@ -970,7 +972,7 @@ static la_ssize_t layer_read(struct archive *x, void *d, const void **buf)
 	return n;
 }
 
-static int apply_layer(struct unpack *u, const struct image *im, const struct blob *b, size_t i,
+static int apply_layer(struct unpack *u, const struct image *im, const struct blob *b, size_t i, size_t nl,
 		       struct sbx_err *err)
 {
 	_cleanup_archive_ struct archive *outer = member_open(im, b->name, err);
@@ -979,7 +981,7 @@ static int apply_layer(struct unpack *u, const struct image *im, const struct bl
 	_cleanup_archive_ struct archive *a = reader(true);
 	if (!a)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot import: libarchive lacks tar, gzip, zstd or xz");
-	snprintf(u->what, sizeof u->what, "layer %zu (%.60s): ", i + 1, b->name);
+	snprintf(u->what, sizeof u->what, "layer %zu of %zu (%.120s): ", i + 1, nl, b->name);
 	/* The layer's bytes come straight from the outer archive's entry. */
 	_cleanup_free_ struct layer_src *s = malloc(sizeof *s);
 	if (!s)
@@ -1024,7 +1026,7 @@ static int unpack_image(struct unpack *u, struct image *im, int kind, struct sbx
 					   layers[i].name, hex, want);
 	}
 	for (size_t i = 0; i < nl; i++)
-		if (apply_layer(u, im, &layers[i], i, err) < 0)
+		if (apply_layer(u, im, &layers[i], i, nl, err) < 0)
 			return -1;
 	return 0;
 }
@@ -1073,9 +1075,13 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 	}
 	err->code = 0;
 	err->msg[0] = 0;
-	if (u.dropped || u.stripped)
+	if (u.dropped && u.stripped)
 		sbx_err_set(err, SBX_EXIT_OK, 0, "dropped %u device nodes, FIFOs or sockets; stripped setuid/setgid from %u files",
 			    u.dropped, u.stripped);
+	else if (u.dropped)
+		sbx_err_set(err, SBX_EXIT_OK, 0, "dropped %u device nodes, FIFOs or sockets", u.dropped);
+	else if (u.stripped)
+		sbx_err_set(err, SBX_EXIT_OK, 0, "stripped setuid/setgid from %u files", u.stripped);
 	return 0;
 }
 
