@@ -203,7 +203,7 @@ static int parent_open(const struct ctx *c, char *path, const char **base, bool 
 			/* Made by this layer (path ends at e): an opaque
 			 * marker must not hide it. */
 			if (set_add(&u->made, path) < 0) {
-				sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+				sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 				*e = sv;
 				break;
 			}
@@ -321,13 +321,13 @@ static int make_dir(const struct ctx *c, int pfd, const char *base, const char *
 		size_t cap = u->capfix ? u->capfix * 2 : 256;
 		struct dirfix *f = realloc(u->fix, cap * sizeof *f);
 		if (!f)
-			return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+			return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 		u->fix = f;
 		u->capfix = cap;
 	}
 	char *p = strdup(path);
 	if (!p)
-		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 	u->fix[u->nfix++] = (struct dirfix){ .path = p, .mode = perm_of(u, e), .mtime = mtime_of(e) };
 	return 0;
 }
@@ -336,8 +336,12 @@ static int make_file(const struct ctx *c, struct archive *a, int pfd, const char
 {
 	struct unpack *u = c->u;
 	if (archive_entry_size_is_set(e) && archive_entry_size(e) > 0 &&
-	    (uint64_t)archive_entry_size(e) > u->lim->max_bytes - u->bytes)
-		return bad(c, SBX_EXIT_CONFLICT, 0, "over the size cap (max_bytes) before a byte of it is written");
+	    (uint64_t)archive_entry_size(e) > u->lim->max_bytes - u->bytes) {
+		char m[160];
+		snprintf(m, sizeof m, "its %lld bytes would pass the cap of %llu bytes (max_bytes): refused before any is written",
+			 (long long)archive_entry_size(e), (unsigned long long)u->lim->max_bytes);
+		return bad(c, SBX_EXIT_CONFLICT, 0, m);
+	}
 	if (clear_dest(c, pfd, base) < 0)
 		return -1;
 	_cleanup_close_ int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -345,7 +349,7 @@ static int make_file(const struct ctx *c, struct archive *a, int pfd, const char
 		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot create the file");
 	_cleanup_free_ char *buf = malloc(CHUNK);
 	if (!buf)
-		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 	for (;;) {
 		la_ssize_t n = archive_read_data(a, buf, CHUNK);
 		if (n == 0)
@@ -354,7 +358,7 @@ static int make_file(const struct ctx *c, struct archive *a, int pfd, const char
 			return bad(c, SBX_EXIT_INVALID, 0, archive_error_string(a) ? archive_error_string(a) : "bad data");
 		/* Counted before it is written: a bomb stops at the cap. */
 		if ((uint64_t)n > u->lim->max_bytes - u->bytes)
-			return bad(c, SBX_EXIT_CONFLICT, 0, "over the size cap (max_bytes)");
+			return bad(c, SBX_EXIT_CONFLICT, 0, "the archive's data passes the size cap (max_bytes) here");
 		u->bytes += (uint64_t)n;
 		if (sbx_write_all(fd, buf, (size_t)n) < 0)
 			return bad(c, SBX_EXIT_INTERNAL, errno, "cannot write the file");
@@ -493,7 +497,7 @@ static int entry(struct unpack *u, struct archive *a, struct archive_entry *e, s
 	if (u->made.bytes > NAMES_MAX)
 		return bad(&c, SBX_EXIT_CONFLICT, 0, "the names of one layer exceed 256 MiB");
 	if (set_add(&u->made, path) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 	return 0;
 }
 
@@ -635,7 +639,7 @@ static int sniff(struct image *im, struct sbx_err *err)
 {
 	_cleanup_archive_ struct archive *a = reader(true);
 	if (!a)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot import: libarchive lacks tar, gzip, zstd or xz");
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "libarchive lacks tar, gzip, zstd or xz");
 	if (lseek(im->fd, 0, SEEK_SET) < 0 || archive_read_open_fd(a, im->fd, CHUNK) != ARCHIVE_OK)
 		return 0; /* the rootfs pass reports it */
 	bool manifest = false, index = false;
@@ -661,18 +665,18 @@ static int sniff(struct image *im, struct sbx_err *err)
 		for (size_t i = 0; i < im->n; i++)
 			if (!strcmp(im->m[i].name, p))
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "cannot import: image member %s appears twice", p);
+						   "image member %s appears twice", p);
 		if (im->n == MEMBERS_MAX)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: an image of more than %u files",
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "an image of more than %u files",
 					   MEMBERS_MAX);
 		if (!(im->n & 63)) {
 			struct member *m = realloc(im->m, (im->n + 64) * sizeof *m);
 			if (!m)
-				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 			im->m = m;
 		}
 		if (!(im->m[im->n].name = strdup(p)))
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 		im->m[im->n++].size = archive_entry_size(e);
 	}
 	return index ? 2 : manifest ? 1 : 0;
@@ -691,12 +695,12 @@ static const struct member *member_find(const struct image *im, const char *name
 static struct archive *member_open(const struct image *im, const char *name, struct sbx_err *err)
 {
 	if (!member_find(im, name)) {
-		sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: the image names %s, which it does not hold", name);
+		sbx_err_set(err, SBX_EXIT_INVALID, 0, "the image names %s, which it does not hold", name);
 		return NULL;
 	}
 	struct archive *a = reader(false);
 	if (!a || lseek(im->fd, 0, SEEK_SET) < 0 || archive_read_open_fd(a, im->fd, CHUNK) != ARCHIVE_OK) {
-		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot import: cannot reopen the image");
+		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot reopen the image");
 		if (a)
 			archive_read_free(a);
 		return NULL;
@@ -711,7 +715,7 @@ static struct archive *member_open(const struct image *im, const char *name, str
 		    archive_entry_filetype(e) == AE_IFREG && !archive_entry_hardlink(e))
 			return a;
 	}
-	sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: image member %s is unreadable", name);
+	sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s is unreadable", name);
 	archive_read_free(a);
 	return NULL;
 }
@@ -729,20 +733,20 @@ static int member_read(const struct image *im, const char *name, size_t max, cha
 	_cleanup_free_ char *b = buf ? malloc(max + 1) : NULL;
 	_cleanup_free_ char *chunk = malloc(CHUNK);
 	if ((buf && !b) || !chunk)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 	size_t n = 0;
 	for (;;) {
 		la_ssize_t r = archive_read_data(a, chunk, CHUNK);
 		if (r == 0)
 			break;
 		if (r < 0)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: image member %s: %s", name,
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: %s", name,
 					   archive_error_string(a) ? archive_error_string(a) : "unreadable");
 		SHA256Update(&h, (const uint8_t *)chunk, (size_t)r);
 		if (buf) {
 			if ((size_t)r > max - n)
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "cannot import: image member %s is larger than %zu bytes", name, max);
+						   "image member %s is larger than %zu bytes", name, max);
 			memcpy(b + n, chunk, (size_t)r);
 		}
 		n += (size_t)r;
@@ -768,14 +772,14 @@ static json_t *member_json(const struct image *im, const char *name, size_t max,
 	if (member_read(im, name, max, &b, &n, hex, err) < 0)
 		return NULL;
 	if (want && strcmp(want, hex)) {
-		sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: image member %s: sha256 is %s, not %s (tampered?)",
+		sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: sha256 is %s, not %s (tampered?)",
 			    name, hex, want);
 		return NULL;
 	}
 	json_error_t je;
 	json_t *j = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
 	if (!j)
-		sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: image member %s: %d:%d: %s", name, je.line,
+		sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: %d:%d: %s", name, je.line,
 			    je.column, je.text);
 	return j;
 }
@@ -793,7 +797,7 @@ static int oci_blob(json_t *desc, const char *what, struct blob *b, struct sbx_e
 {
 	const char *d = json_string_value(json_object_get(desc, "digest"));
 	if (!d || strncmp(d, "sha256:", 7) || !is_hex64(d + 7, strlen(d + 7)))
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: %s: digest missing or not sha256:<64 hex>",
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: digest missing or not sha256:<64 hex>",
 				   what);
 	snprintf(b->name, sizeof b->name, "blobs/sha256/%s", d + 7);
 	memcpy(b->sha, d + 7, 65);
@@ -805,7 +809,7 @@ static int docker_blob(json_t *v, const char *what, struct blob *b, struct sbx_e
 {
 	const char *s = json_string_value(v), *why;
 	if (!s || norm(s, b->name, &why) < 0 || !*b->name)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: manifest.json: %s is not a member name", what);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "manifest.json: %s is not a member name", what);
 	b->sha[0] = 0;
 	const char *base = strrchr(b->name, '/');
 	base = base ? base + 1 : b->name;
@@ -839,7 +843,7 @@ static int oci_layout(const struct image *im, struct blob *config, struct blob *
 		json_t *ms = json_object_get(j, "manifests");
 		if (ms) {
 			if (depth > 4 || !json_is_array(ms))
-				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: an OCI index without manifests");
+				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "an OCI index without manifests");
 			json_t *pick = NULL, *m;
 			size_t i;
 			json_array_foreach (ms, i, m)
@@ -848,7 +852,7 @@ static int oci_layout(const struct image *im, struct blob *config, struct blob *
 			struct blob b;
 			if (!pick)
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "cannot import: the OCI index has no manifest for linux/amd64");
+						   "the OCI index has no manifest for linux/amd64");
 			if (oci_blob(pick, "index manifest", &b, err) < 0)
 				return -1;
 			json_t *n = member_json(im, b.name, INDEX_JSON_MAX, b.sha, err);
@@ -860,12 +864,12 @@ static int oci_layout(const struct image *im, struct blob *config, struct blob *
 		}
 		json_t *ls = json_object_get(j, "layers");
 		if (!json_is_array(ls) || oci_blob(json_object_get(j, "config"), "config", config, err) < 0)
-			return ls ? -1 : sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: an OCI manifest without layers");
+			return ls ? -1 : sbx_err_set(err, SBX_EXIT_INVALID, 0, "an OCI manifest without layers");
 		size_t n = json_array_size(ls);
 		if (n > LAYERS_MAX)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: more than %u layers", LAYERS_MAX);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "more than %u layers", LAYERS_MAX);
 		if (!(*layers = calloc(n ? n : 1, sizeof **layers)))
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 		for (size_t i = 0; i < n; i++)
 			if (oci_blob(json_array_get(ls, i), "layer", &(*layers)[i], err) < 0)
 				return -1;
@@ -882,17 +886,17 @@ static int docker_save(const struct image *im, struct blob *config, struct blob 
 		return -1;
 	if (!json_is_array(j) || json_array_size(j) != 1)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "cannot import: manifest.json must list exactly one image (save one image)");
+				   "manifest.json must list exactly one image (save one image)");
 	json_t *m = json_array_get(j, 0), *ls = json_object_get(m, "Layers");
 	if (docker_blob(json_object_get(m, "Config"), "Config", config, err) < 0)
 		return -1;
 	if (!json_is_array(ls))
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: manifest.json has no Layers");
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "manifest.json has no Layers");
 	size_t n = json_array_size(ls);
 	if (n > LAYERS_MAX)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: more than %u layers", LAYERS_MAX);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "more than %u layers", LAYERS_MAX);
 	if (!(*layers = calloc(n ? n : 1, sizeof **layers)))
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++)
 		if (docker_blob(json_array_get(ls, i), "a layer", &(*layers)[i], err) < 0)
 			return -1;
@@ -914,29 +918,29 @@ static int read_config(json_t *j, struct sbx_rootfs_config *cfg, struct sbx_err 
 {
 	json_t *c = json_object_get(j, "config");
 	if (!json_is_object(j) || (c && !json_is_object(c) && !json_is_null(c)))
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: the image config is not an object");
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "the image config is not an object");
 	json_t *env = json_object_get(c, "Env"), *user = json_object_get(c, "User"),
 	       *wd = json_object_get(c, "WorkingDir");
 	if (env && !json_is_null(env)) {
 		if (!json_is_array(env) || json_array_size(env) > ENV_MAX)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: config Env is not a list of at most %u",
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "config Env is not a list of at most %u",
 					   ENV_MAX);
 		json_t *o = json_object(), *v;
 		size_t i;
 		if (!o)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 		json_array_foreach (env, i, v) {
 			const char *s = json_string_value(v), *eq = s ? strchr(s, '=') : NULL;
 			if (!s || strlen(s) != json_string_length(v) || !eq || eq == s ||
 			    !clean_text(s, (size_t)(eq - s))) {
 				json_decref(o);
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "cannot import: config Env entry %zu is not NAME=value", i);
+						   "config Env entry %zu is not NAME=value", i);
 			}
 			char name[256];
 			if ((size_t)(eq - s) >= sizeof name) {
 				json_decref(o);
-				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import: config Env name %zu too long", i);
+				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "config Env name %zu too long", i);
 			}
 			memcpy(name, s, (size_t)(eq - s));
 			name[eq - s] = 0;
@@ -951,7 +955,7 @@ static int read_config(json_t *j, struct sbx_rootfs_config *cfg, struct sbx_err 
 	     (!w || json_string_length(wd) >= sizeof cfg->workdir || !clean_text(w, json_string_length(wd)) ||
 	      (*w && *w != '/'))))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "cannot import: config User or WorkingDir is not a short clean string (WorkingDir absolute)");
+				   "config User or WorkingDir is not a short clean string (WorkingDir absolute)");
 	snprintf(cfg->user, sizeof cfg->user, "%s", u ? u : "");
 	snprintf(cfg->workdir, sizeof cfg->workdir, "%s", w ? w : "");
 	return 0;
@@ -980,12 +984,12 @@ static int apply_layer(struct unpack *u, const struct image *im, const struct bl
 		return -1;
 	_cleanup_archive_ struct archive *a = reader(true);
 	if (!a)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot import: libarchive lacks tar, gzip, zstd or xz");
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "libarchive lacks tar, gzip, zstd or xz");
 	snprintf(u->what, sizeof u->what, "layer %zu of %zu (%.120s): ", i + 1, nl, b->name);
 	/* The layer's bytes come straight from the outer archive's entry. */
 	_cleanup_free_ struct layer_src *s = malloc(sizeof *s);
 	if (!s)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 	s->outer = outer;
 	if (archive_read_open(a, s, NULL, layer_read, NULL) != ARCHIVE_OK)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%snot a tar stream: %s", u->what,
@@ -1022,7 +1026,7 @@ static int unpack_image(struct unpack *u, struct image *im, int kind, struct sbx
 			return -1;
 		if (strcmp(hex, want))
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "cannot import: layer %zu (%s): sha256 is %s, not %s (tampered?)", i + 1,
+					   "layer %zu (%s): sha256 is %s, not %s (tampered?)", i + 1,
 					   layers[i].name, hex, want);
 	}
 	for (size_t i = 0; i < nl; i++)
@@ -1037,7 +1041,8 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 	memset(cfg, 0, sizeof *cfg);
 	err->code = 0;
 	err->msg[0] = 0;
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO given as the archive must not hang the open. */
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return sbx_err_set(err, errno == ENOENT ? SBX_EXIT_NOENT : SBX_EXIT_INVALID, errno, "cannot read %s",
 				   path);
@@ -1055,9 +1060,9 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 		snprintf(cfg->format, sizeof cfg->format, "rootfs");
 		struct archive *a = reader(true);
 		if (!a) {
-			r = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot import: libarchive lacks tar, gzip, zstd or xz");
+			r = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "libarchive lacks tar, gzip, zstd or xz");
 		} else if (lseek(fd, 0, SEEK_SET) < 0 || archive_read_open_fd(a, fd, CHUNK) != ARCHIVE_OK) {
-			r = sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import %s: not a tar archive: %s", path,
+			r = sbx_err_set(err, SBX_EXIT_INVALID, 0, "not a tar archive: %s",
 					archive_error_string(a) ? archive_error_string(a) : "?");
 		} else {
 			r = apply(&u, a, err);
@@ -1069,8 +1074,7 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 	image_free(&im);
 	if (r < 0) {
 		sbx_rootfs_config_free(cfg);
-		if (strncmp(err->msg, "cannot import", 13))
-			sbx_err_wrap(err, "cannot import %s", path);
+		sbx_err_wrap(err, "cannot import %s", path);
 		return -1;
 	}
 	err->code = 0;

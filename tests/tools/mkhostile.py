@@ -6,6 +6,9 @@
       "NAME<TAB>STATUS<TAB>TEXT the message must hold" for each
   mkhostile.py rootfs TREE OUT           (.tar, .tar.gz or .tar.zst)
       a `docker export`-like tarball of TREE: numeric owners, no "./"
+  mkhostile.py rootfs-odd TREE OUT
+      TREE plus opt/dev/{sda,mem,fifo} (to be dropped) and opt/suid,
+      opt/sgid (modes 4755, 2755: to be stripped)
   mkhostile.py docker-save TREE OUT
   mkhostile.py oci TREE OUT
       a two-layer image: layer 1 is TREE plus etc/sbx-lower and
@@ -13,7 +16,8 @@
       opaque and adds opt/lower/upper and etc/sbx-upper; the config has
       Env SBX_IMAGE=two-layer and PATH, WorkingDir /workspace.  docker-save
       is the legacy `docker save` layout (manifest.json, <hex>/layer.tar,
-      diff_ids), oci an OCI image layout with gzip layers and digests.
+      diff_ids), oci an OCI image layout with gzip layers and digests,
+      oci-tampered the same with the second layer's bytes changed.
 
 No Docker here: everything is built with tarfile, gzip and the zstd CLI.
 """
@@ -194,22 +198,34 @@ def hostile(outdir):
     add("layer-symlink.tar", tar_bytes([(info(h1 + "/layer.tar"), s1), (info(h2 + "/layer.tar"), s2),
                                         (info("c.json"), cfg), (info("manifest.json"), man)]), 3,
         "a parent directory is a symlink")
-    add("devices-only.tar", tar_bytes([(info("dev/", tarfile.DIRTYPE, mode=0o755), None),
-                                       (info("dev/sda", tarfile.BLKTYPE, mode=0o660), None),
-                                       (info("dev/mem", tarfile.CHRTYPE, mode=0o640), None)]), 0, "dropped 2")
     # 10 GiB of zeros in ~10 MB: 10240 gzip members of one 1 MiB entry.
     hdr = info("zero", size=1 << 20).tobuf(tarfile.USTAR_FORMAT)
     gz_members(hdr + bytes(1 << 20), 10240, os.path.join(outdir, "bomb.tar.gz"))
     expect.append(("bomb.tar.gz", 5, "max_bytes"))
-    # 10^6 entries in ~1 MB: 1000 members of 1000 directory headers.
+    # Just over 10^6 entries in ~100 kB: 1001 members of 1000 directory headers.
     d = info("d/", tarfile.DIRTYPE, mode=0o755).tobuf(tarfile.USTAR_FORMAT)
-    gz_members(d * 1000, 1000, os.path.join(outdir, "entries.tar.gz"))
+    gz_members(d * 1000, 1001, os.path.join(outdir, "entries.tar.gz"))
     expect.append(("entries.tar.gz", 5, "entries"))
-    # One file of 8 GiB, refused at its header.
-    add("huge.tar", info("huge", size=(8 << 30) - 512).tobuf(tarfile.USTAR_FORMAT), 5, "before a byte of it")
+    # One file of 16 GiB (its size in a pax header), refused at its header.
+    add("huge.tar", info("huge", size=16 << 30).tobuf(tarfile.PAX_FORMAT), 5, "refused before any is written")
     add("junk.tar", b"this is not a tar archive, not even close\n" * 20, 3, "")
     write(os.path.join(outdir, "expect"),
           "".join("%s\t%d\t%s\n" % e for e in expect).encode())
+
+
+def rootfs_odd(tree, out):
+    """TREE plus what an import must change: device nodes, a FIFO, a socket
+    (dropped) and setuid/setgid files (stripped)."""
+    ents = tree_entries(tree) + [
+        (info("opt/", tarfile.DIRTYPE, mode=0o755), None),
+        (info("opt/dev/", tarfile.DIRTYPE, mode=0o755), None),
+        (info("opt/dev/sda", tarfile.BLKTYPE, mode=0o660), None),
+        (info("opt/dev/mem", tarfile.CHRTYPE, mode=0o640), None),
+        (info("opt/dev/fifo", tarfile.FIFOTYPE, mode=0o644), None),
+        (info("opt/suid", mode=0o4755), b"#!/bin/sh\nid -u\n"),
+        (info("opt/sgid", mode=0o2755), b"#!/bin/sh\nid -g\n"),
+    ]
+    write(out, tar_bytes(ents))
 
 
 def main(argv):
@@ -217,6 +233,8 @@ def main(argv):
         return hostile(argv[2])
     if len(argv) == 4 and argv[1] == "rootfs":
         return write(argv[3], compress(tar_bytes(tree_entries(argv[2])), argv[3]))
+    if len(argv) == 4 and argv[1] == "rootfs-odd":
+        return rootfs_odd(argv[2], argv[3])
     if len(argv) == 4 and argv[1] == "docker-save":
         return docker_save(argv[2], argv[3])
     if len(argv) == 4 and argv[1] == "oci":

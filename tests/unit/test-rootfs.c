@@ -323,6 +323,17 @@ static void test_hostile(void)
 	fclose(fp);
 	free(b);
 	refused(junk, 3, "", "a truncated tar");
+
+	/* Not an archive file at all: missing, a directory, a FIFO (which
+	 * must not hang the open). */
+	snprintf(junk, sizeof junk, "%s/in/missing.tar", base);
+	refused(junk, 4, "cannot read", "a missing file");
+	snprintf(junk, sizeof junk, "%s/in", base);
+	refused(junk, 3, "not a regular file", "a directory");
+	snprintf(junk, sizeof junk, "%s/in/fifo", base);
+	mkfifo(junk, 0600);
+	refused(junk, 3, "not a regular file", "a FIFO");
+	unlink(junk);
 }
 
 static void test_drop_strip(void)
@@ -423,7 +434,7 @@ static void test_bombs(void)
 	fwrite(z, 1, zn, f);
 	fclose(f);
 	free(z);
-	refused(p, 5, "before a byte of it is written", "one 8 GiB file");
+	refused(p, 5, "refused before any is written", "one 8 GiB file");
 	ok(!exists("huge"), "the huge file was not created");
 
 	/* 10^6 entries (1000 members of 1000 identical directory headers). */
