@@ -596,8 +596,43 @@ static int apply(struct unpack *u, struct archive *a, struct sbx_err *err)
 
 struct member {
 	char *name;
+	char *link; /* a symlinked member: the member it names */
 	int64_t size;
 };
+
+/* docker save links a layer it holds twice ("../ID/layer.tar"): the
+ * member that symlink names, resolved by name alone, never leaving the
+ * image's top.  -1 when it would. */
+static int link_member(const char *member, const char *target, char *out)
+{
+	char buf[2 * NAME_MAX_LEN + 8];
+	if (!target || !*target || *target == '/' || strlen(member) + strlen(target) + 5 > sizeof buf)
+		return -1;
+	snprintf(buf, sizeof buf, "%s/../%s", member, target);
+	size_t o = 0;
+	for (char *p = buf; *p;) {
+		char *e = strchrnul(p, '/');
+		size_t l = (size_t)(e - p);
+		if (l == 2 && p[0] == '.' && p[1] == '.') {
+			if (!o)
+				return -1;
+			while (o && out[o - 1] != '/')
+				o--;
+			if (o)
+				o--;
+		} else if (l && !(l == 1 && *p == '.')) {
+			if (o + l + 2 > NAME_MAX_LEN)
+				return -1;
+			if (o)
+				out[o++] = '/';
+			memcpy(out + o, p, l);
+			o += l;
+		}
+		p = *e ? e + 1 : e;
+	}
+	out[o] = 0;
+	return o ? 0 : -1;
+}
 
 struct image {
 	int fd;
@@ -607,8 +642,10 @@ struct image {
 
 static void image_free(struct image *im)
 {
-	for (size_t i = 0; i < im->n; i++)
+	for (size_t i = 0; i < im->n; i++) {
 		free(im->m[i].name);
+		free(im->m[i].link);
+	}
 	free(im->m);
 }
 
@@ -658,7 +695,10 @@ static int sniff(struct image *im, struct sbx_err *err)
 			continue;
 		if (!image_name(p))
 			return 0;
-		if (archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e))
+		char t[NAME_MAX_LEN + 1];
+		bool is_link = archive_entry_filetype(e) == AE_IFLNK;
+		if (is_link ? link_member(p, archive_entry_symlink(e), t) < 0
+			    : archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e))
 			continue;
 		manifest |= !strcmp(p, "manifest.json");
 		index |= !strcmp(p, "index.json");
@@ -675,9 +715,12 @@ static int sniff(struct image *im, struct sbx_err *err)
 				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 			im->m = m;
 		}
-		if (!(im->m[im->n].name = strdup(p)))
+		struct member *m = &im->m[im->n];
+		*m = (struct member){ .name = strdup(p), .link = is_link ? strdup(t) : NULL,
+				      .size = archive_entry_size(e) };
+		im->n++;
+		if (!m->name || (is_link && !m->link))
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-		im->m[im->n++].size = archive_entry_size(e);
 	}
 	return index ? 2 : manifest ? 1 : 0;
 }
@@ -694,9 +737,19 @@ static const struct member *member_find(const struct image *im, const char *name
  * so the walk there seeks). */
 static struct archive *member_open(const struct image *im, const char *name, struct sbx_err *err)
 {
-	if (!member_find(im, name)) {
+	const struct member *m = member_find(im, name);
+	if (!m) {
 		sbx_err_set(err, SBX_EXIT_INVALID, 0, "the image names %s, which it does not hold", name);
 		return NULL;
+	}
+	if (m->link) { /* one hop, to a member that is a file */
+		const struct member *t = member_find(im, m->link);
+		if (!t || t->link) {
+			sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s links to %s, which is not a file it holds",
+				    name, m->link);
+			return NULL;
+		}
+		name = t->name;
 	}
 	struct archive *a = reader(false);
 	if (!a || lseek(im->fd, 0, SEEK_SET) < 0 || archive_read_open_fd(a, im->fd, CHUNK) != ARCHIVE_OK) {

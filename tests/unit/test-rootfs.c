@@ -101,6 +101,7 @@ struct blob {
 	const char *name;
 	const char *data;
 	size_t len;
+	const char *link; /* a symlink member instead */
 };
 
 static const char *mkimage(const char *name, const struct blob *v, size_t n)
@@ -111,11 +112,14 @@ static const char *mkimage(const char *name, const struct blob *v, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		struct archive_entry *en = archive_entry_new();
 		archive_entry_set_pathname(en, v[i].name);
-		archive_entry_set_filetype(en, AE_IFREG);
+		archive_entry_set_filetype(en, v[i].link ? AE_IFLNK : AE_IFREG);
 		archive_entry_set_perm(en, 0644);
-		archive_entry_set_size(en, (la_int64_t)v[i].len);
+		if (v[i].link)
+			archive_entry_set_symlink(en, v[i].link);
+		archive_entry_set_size(en, v[i].link ? 0 : (la_int64_t)v[i].len);
 		archive_write_header(a, en);
-		archive_write_data(a, v[i].data, v[i].len);
+		if (!v[i].link)
+			archive_write_data(a, v[i].data, v[i].len);
 		archive_entry_free(en);
 	}
 	archive_write_close(a);
@@ -526,6 +530,23 @@ static void test_docker(void)
 		   !strcmp(cfg.user, "1000:1000") && !strcmp(cfg.workdir, "/app"),
 	   "docker save: Env, User and WorkingDir read");
 	sbx_rootfs_config_free(&cfg);
+
+	/* docker save stores a layer it needs twice once, and links the
+	 * other: "../ID/layer.tar".  A link out of the image is no member. */
+	const char *mm = "[{\"Config\":\"c.json\",\"Layers\":[\"" HA "/layer.tar\",\"" HB "/layer.tar\"]}]";
+	struct blob ln[] = { { HA "/layer.tar", l1, l1n }, { HB "/layer.tar", .link = "../" HA "/layer.tar" },
+			     { "c.json", "{}", 2 }, { "manifest.json", mm, strlen(mm) } };
+	rc = run(mkimage("save-ln.tar", ln, SBX_ARRAY_LEN(ln)), &lim, &cfg, &err);
+	ok(rc == 0 && content("etc/a", "a") && content("keep/k", "k"), "docker save: a symlinked layer.tar is read");
+	if (rc)
+		printf("# %s\n", err.msg);
+	sbx_rootfs_config_free(&cfg);
+	ln[1].link = "../../../../etc/passwd";
+	refused(mkimage("save-ln-out.tar", ln, SBX_ARRAY_LEN(ln)), 3, "does not hold",
+		"docker save: a layer symlink out of the image");
+	ln[1].link = HB "/layer.tar";
+	refused(mkimage("save-ln-self.tar", ln, SBX_ARRAY_LEN(ln)), 3, "not a file it holds",
+		"docker save: a layer symlink to itself");
 
 	/* A layer that is not what diff_ids says: refused before any write. */
 	char bad[1 << 16];
