@@ -129,8 +129,8 @@ static int inspect(struct sbx_state *st, const struct opts *o, char **args, int 
 		print_json(m);
 	} else {
 		/* KEY<TAB>VALUE, the scalars first, then lists one per line */
-		static const char *const keys[] = { "template", "name", "version", "owner", "created", "base", "size_bytes",
-						    "content_sha256", "user", "workdir" };
+		static const char *const keys[] = { "template", "name", "version", "owner", "created", "kernel", "base",
+						    "size_bytes", "content_sha256", "user", "workdir", "in_use" };
 		for (size_t i = 0; i < SBX_ARRAY_LEN(keys); i++) {
 			json_t *v = json_object_get(m, keys[i]);
 			if (json_is_integer(v))
@@ -138,16 +138,21 @@ static int inspect(struct sbx_state *st, const struct opts *o, char **args, int 
 			else
 				printf("%s\t%s\n", keys[i], json_string_value(v) && *json_string_value(v) ? json_string_value(v) : "-");
 		}
-		json_t *src = json_object_get(m, "source");
-		printf("source\t%s\n", json_string_value(json_object_get(src, "path")) ?: "-");
-		const char *k;
-		json_t *v;
-		json_object_foreach(json_object_get(m, "env"), k, v) printf("env\t%s=%s\n", k, json_string_value(v) ?: "");
+		json_t *src = json_object_get(m, "source"), *v;
+		printf("source\t%s\t%s\n", json_string_value(json_object_get(src, "kind")),
+		       *json_string_value(json_object_get(src, "path")) ? json_string_value(json_object_get(src, "path")) : "-");
 		size_t i;
+		json_array_foreach(json_object_get(m, "env"), i, v)
+			printf("env\t%s=%s\n", json_string_value(json_object_get(v, "name")),
+			       json_string_value(json_object_get(v, "value")));
 		json_array_foreach(json_object_get(m, "packages"), i, v)
-			printf("package\t%s\t%s\n", json_string_value(json_object_get(v, "name")) ?: "-",
-			       json_string_value(json_object_get(v, "version")) ?: "-");
-		json_array_foreach(json_object_get(m, "used_by"), i, v) printf("used_by\t%s\n", json_string_value(v) ?: "-");
+			printf("package\t%s\t%s\n", json_string_value(json_object_get(v, "name")),
+			       json_string_value(json_object_get(v, "version")));
+		json_array_foreach(json_object_get(m, "files"), i, v)
+			printf("file\t%s\t%lld\t%s\n", json_string_value(json_object_get(v, "name")),
+			       (long long)json_integer_value(json_object_get(v, "size")),
+			       json_string_value(json_object_get(v, "sha256")));
+		json_array_foreach(json_object_get(m, "used_by"), i, v) printf("used_by\t%s\n", json_string_value(v));
 	}
 	json_decref(m);
 	return 0;

@@ -64,7 +64,9 @@ static void progress(const struct build *b, const char *what)
 static int run(struct build *b, const char *what, char *const argv[], const char *out_name, struct sbx_err *err)
 {
 	progress(b, what);
-	dprintf(b->logfd, "--- %s\n", what);
+	/* The log holds this step's output only: its tail is the message. */
+	if (ftruncate(b->logfd, 0) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
 	_cleanup_close_ int out = -1;
 	if (out_name && (out = openat(b->wfd, out_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
@@ -663,6 +665,53 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 
 /* --- inspect and prune ------------------------------------------------------ */
 
+static const char *jstr(json_t *o, const char *k)
+{
+	const char *v = json_string_value(json_object_get(o, k));
+	return v ? v : "";
+}
+
+/* One shape for every template, whoever made it (tmplbuild, the shipped
+ * scripts, sbx-snapshot save --template): docs/schema/template-inspect.json. */
+static json_t *inspect_json(const struct sbx_template *t, json_t *m, int d, json_t *used_by /* stolen */)
+{
+	unsigned long long size = 0;
+	json_t *files = json_array();
+	static const char *const names[] = { "vmlinux", "initrd.cpio", "rootfs.ext4", "memory.zst", "scratch.zst" };
+	json_t *mf = json_object_get(m, "files");
+	for (size_t i = 0; i < SBX_ARRAY_LEN(names); i++) {
+		struct stat sb;
+		if (fstatat(d, names[i], &sb, 0) < 0)
+			continue;
+		size += (unsigned long long)sb.st_size;
+		json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", names[i], "size", (json_int_t)sb.st_size,
+						       "sha256", jstr(json_object_get(mf, names[i]), "sha256")));
+	}
+	json_t *pk = json_array(), *v;
+	size_t i;
+	json_array_foreach(json_object_get(m, "packages"), i, v)
+		json_array_append_new(pk, json_pack("{s:s, s:s}", "name", jstr(v, "name"), "version", jstr(v, "version")));
+	json_t *env = json_array();
+	const char *k;
+	json_object_foreach(json_object_get(m, "env"), k, v)
+		if (json_is_string(v))
+			json_array_append_new(env, json_pack("{s:s, s:s}", "name", k, "value", json_string_value(v)));
+	json_t *src = json_object_get(m, "source");
+	const char *kind = json_is_object(src) ? jstr(src, "kind") : t->snapshot ? "session" : "script";
+	json_t *base = json_object_get(m, "base");
+	char ref[140];
+	snprintf(ref, sizeof ref, "%s@%s", t->ref, t->version);
+	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:s, s:I, s:s, s:{s:s, s:s, s:s, s:s}, s:o, s:o,"
+			 " s:o, s:s, s:s, s:i, s:o}",
+			 "schema", 1, "template", ref, "name", t->name, "version", t->version, "owner",
+			 sbx_template_owner_name(t->owner), "created", t->created, "kernel", t->kernel_release, "snapshot",
+			 t->snapshot, "base", json_is_string(base) ? json_string_value(base) : "", "size_bytes",
+			 (json_int_t)size, "content_sha256", jstr(m, "content_sha256"), "source", "kind", kind, "path",
+			 jstr(src, "path"), "sha256", jstr(src, "sha256"), "format", jstr(src, "format"), "packages", pk,
+			 "files", files, "env", env, "user", jstr(m, "user"), "workdir", jstr(m, "workdir"), "in_use",
+			 (int)json_array_size(used_by), "used_by", used_by);
+}
+
 int sbx_template_inspect(struct sbx_state *st, const char *tenant, const char *spec, json_t **out,
 			 struct sbx_err *err)
 {
@@ -677,25 +726,17 @@ int sbx_template_inspect(struct sbx_state *st, const char *tenant, const char *s
 		json_decref(m);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the manifest of %s@%s", t.ref, t.version);
 	}
-	unsigned long long size = 0;
-	static const char *const names[] = { "vmlinux", "initrd.cpio", "rootfs.ext4" };
-	for (size_t i = 0; i < SBX_ARRAY_LEN(names); i++) {
-		struct stat sb;
-		if (fstatat(d, names[i], &sb, 0) == 0)
-			size += (unsigned long long)sb.st_size;
-	}
 	char ref[140];
 	snprintf(ref, sizeof ref, "%s@%s", t.ref, t.version);
-	json_t *users = NULL;
-	if (sbx_template_list(st, tenant, ref, &users, NULL) == 0 && json_array_size(users))
-		json_object_set(m, "used_by", json_object_get(json_array_get(users, 0), "used_by"));
+	json_t *users = NULL, *used_by = NULL;
+	if (sbx_template_list(st, tenant, ref, &users, NULL) == 0)
+		used_by = json_object_get(json_array_get(users, 0), "used_by");
+	json_t *j = inspect_json(&t, m, d, json_is_array(used_by) ? json_incref(used_by) : json_array());
 	json_decref(users);
-	if (!json_object_get(m, "used_by"))
-		json_object_set_new(m, "used_by", json_array());
-	json_object_set_new(m, "template", json_string(ref));
-	json_object_set_new(m, "owner", json_string(sbx_template_owner_name(t.owner)));
-	json_object_set_new(m, "size_bytes", json_integer((json_int_t)size));
-	*out = m;
+	json_decref(m);
+	if (!j)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot inspect %s", ref);
+	*out = j;
 	return 0;
 }
 

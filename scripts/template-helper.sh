@@ -46,17 +46,25 @@ inroot() {
 	local d=$1
 	shift
 	# shellcheck disable=SC2016 # expanded by the inner shell
-	unshare --mount --propagation private sh -c 'mount -t proc proc "$1/proc" && d=$1 && shift &&
+	mkdir -p "$d/proc" "$d/dev"
+	unshare --mount --propagation private sh -c 'mount -t proc proc "$1/proc" && mount --rbind /dev "$1/dev" &&
+		d=$1 && shift &&
 		exec chroot "$d" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C \
 		DEBIAN_FRONTEND=noninteractive "$@"' sh "$d" "$@"
 }
 
+# A read-only mount in a mount namespace of our own (gone with it), copied
+# whole: modes with their setuid and sticky bits, owners, hard links,
+# xattrs, which debugfs's rdump does not all keep.
 root_template() {
 	local img=$1 d=$2
-	debugfs -R "rdump / $d" "$img" >/dev/null 2>"$d.rdump.err" ||
-		{ cat "$d.rdump.err" >&2; die "cannot read $img"; }
-	grep -v '^debugfs [0-9]' "$d.rdump.err" >&2 && die "debugfs could not copy every file of $img"
-	rm -f "$d.rdump.err"
+	mkdir -p "$d.mnt"
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	unshare --mount --propagation private sh -c 'mount -o ro,loop,noload -t ext4 "$1" "$2" &&
+		tar --numeric-owner --xattrs --xattrs-include="*" -C "$2" -cf - . |
+		tar --numeric-owner --xattrs --xattrs-include="*" -p -C "$3" -xf -' sh "$img" "$d.mnt" "$d" ||
+		die "cannot copy the root of $img"
+	rmdir "$d.mnt"
 	rmdir "$d/lost+found" 2>/dev/null || true
 }
 
@@ -107,6 +115,9 @@ root_apt() {
 	local d=$1
 	shift
 	[ -x "$d/usr/bin/apt-get" ] || die "packages: the base has no apt-get (build from debian:SUITE or a Debian-based template)"
+	# The host's resolver for apt only; the guest gets its own at boot.
+	rm -f "$d/etc/resolv.conf"
+	cp /etc/resolv.conf "$d/etc/resolv.conf"
 	# apt's own messages (E: Unable to locate package ...) go to stderr as they are.
 	inroot "$d" sh -c 'apt-get -q update >/dev/null && apt-get -q -y --no-install-recommends -o Dpkg::Use-Pty=0 \
 		-o Dpkg::Options::=--force-confold install "$@" && apt-get clean' sh "$@" >&2
