@@ -1097,8 +1097,9 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 	/* O_NONBLOCK: a FIFO given as the archive must not hang the open. */
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
-		return sbx_err_set(err, errno == ENOENT ? SBX_EXIT_NOENT : SBX_EXIT_INVALID, errno, "cannot read %s",
-				   path);
+		/* 3, not 4: a missing archive is bad input, 4 is for what sbx
+		 * keeps (sessions, templates). */
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read %s", path);
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import %s: not a regular file", path);
