@@ -25,7 +25,12 @@
 #define LAYERS_MAX 256u
 #define INDEX_JSON_MAX (1u << 20) /* manifest.json, index.json, an OCI manifest */
 #define CONFIG_JSON_MAX (4u << 20)
-#define ENV_MAX 4096u
+/* An image's Env is held to a spec's env: (tmplspec.h) so both reach an
+ * exec alike: at most 64 names like [A-Za-z_][A-Za-z0-9_]*, 128 bytes,
+ * values at most 4096 bytes. */
+#define ENV_MAX 64u
+#define ENV_NAME_MAX 128u
+#define ENV_VAL_MAX 4096u
 #define CHUNK 65536
 
 /* Paths made by the archive (layer) being applied: hardlinks may only
@@ -685,14 +690,25 @@ static int sniff(struct image *im, struct sbx_err *err)
 		int h = archive_read_next_header(a, &e);
 		if (h != ARCHIVE_OK)
 			break;
-		if (archive_filter_count(a) > 1)
-			return 0; /* images are plain tar */
 		char p[NAME_MAX_LEN + 1];
 		const char *why;
 		if (norm(archive_entry_pathname(e), p, &why) < 0)
 			return 0;
 		if (!*p)
 			continue;
+		if (archive_filter_count(a) > 1) {
+			/* Images are read in place, so plain tar only; a
+			 * compressed one would otherwise import as a root made
+			 * of its blobs.  Its first member gives it away. */
+			size_t l = strcspn(p, "/");
+			if ((l == 5 && !strncmp(p, "blobs", 5)) || is_hex64(p, l) || !strcmp(p, "oci-layout") ||
+			    !strcmp(p, "index.json") || !strcmp(p, "manifest.json"))
+				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+						   "a compressed image tarball (it starts with %.80s): decompress it and "
+						   "import the .tar",
+						   p);
+			return 0;
+		}
 		if (!image_name(p))
 			return 0;
 		char t[NAME_MAX_LEN + 1];
@@ -957,6 +973,17 @@ static int docker_save(const struct image *im, struct blob *config, struct blob 
 	return 0;
 }
 
+static bool env_name_ok(const char *s, size_t n)
+{
+	if (!n || n > ENV_NAME_MAX || !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+		return false;
+	for (size_t i = 1; i < n; i++)
+		if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+		      s[i] == '_'))
+			return false;
+	return true;
+}
+
 static bool clean_text(const char *s, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -976,7 +1003,7 @@ static int read_config(json_t *j, struct sbx_rootfs_config *cfg, struct sbx_err 
 	       *wd = json_object_get(c, "WorkingDir");
 	if (env && !json_is_null(env)) {
 		if (!json_is_array(env) || json_array_size(env) > ENV_MAX)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "config Env is not a list of at most %u",
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "config Env is not a list of at most %u entries",
 					   ENV_MAX);
 		json_t *o = json_object(), *v;
 		size_t i;
@@ -984,17 +1011,15 @@ static int read_config(json_t *j, struct sbx_rootfs_config *cfg, struct sbx_err 
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 		json_array_foreach (env, i, v) {
 			const char *s = json_string_value(v), *eq = s ? strchr(s, '=') : NULL;
-			if (!s || strlen(s) != json_string_length(v) || !eq || eq == s ||
-			    !clean_text(s, (size_t)(eq - s))) {
+			if (!s || strlen(s) != json_string_length(v) || !eq || !env_name_ok(s, (size_t)(eq - s)) ||
+			    strlen(eq + 1) > ENV_VAL_MAX) {
 				json_decref(o);
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "config Env entry %zu is not NAME=value", i);
+						   "config Env entry %zu is not NAME=value (a name of [A-Za-z_][A-Za-z0-9_]*, "
+						   "at most %u bytes; a value of at most %u)",
+						   i, ENV_NAME_MAX, ENV_VAL_MAX);
 			}
-			char name[256];
-			if ((size_t)(eq - s) >= sizeof name) {
-				json_decref(o);
-				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "config Env name %zu too long", i);
-			}
+			char name[ENV_NAME_MAX + 1];
 			memcpy(name, s, (size_t)(eq - s));
 			name[eq - s] = 0;
 			json_object_set_new(o, name, json_string(eq + 1));

@@ -592,6 +592,25 @@ static void test_docker(void)
 	struct blob z2[] = { { HC "/layer.tar", l1, l1n }, { "c.json", envbad, strlen(envbad) },
 			     { "manifest.json", "[{\"Config\":\"c.json\",\"Layers\":[\"" HC "/layer.tar\"]}]", 109 } };
 	refused(mkimage("save-env.tar", z2, 3), 3, "Env entry 0", "docker save: an Env entry without =");
+	const char *envname = "{\"config\":{\"Env\":[\"A B=x\"]}}";
+	struct blob z6[] = { { HC "/layer.tar", l1, l1n }, { "c.json", envname, strlen(envname) },
+			     { "manifest.json", "[{\"Config\":\"c.json\",\"Layers\":[\"" HC "/layer.tar\"]}]", 109 } };
+	refused(mkimage("save-envname.tar", z6, 3), 3, "Env entry 0", "docker save: an Env name with a space");
+	/* docker save | gzip: refused with a hint, not imported as a root of blobs. */
+	{
+		size_t sn;
+		char *raw = slurp(mkimage("save-plain.tar", v, SBX_ARRAY_LEN(v)), &sn);
+		char gzp[256];
+		snprintf(gzp, sizeof gzp, "%s/in/save.tar.gz", base);
+		size_t zn;
+		char *zb = gz(raw, sn, &zn);
+		FILE *fz = fopen(gzp, "w");
+		fwrite(zb, 1, zn, fz);
+		fclose(fz);
+		free(zb);
+		free(raw);
+		refused(gzp, 3, "decompress it", "docker save | gzip: refused with a hint");
+	}
 	struct blob z3[] = { { "c.json", "{}", 2 },
 			     { "manifest.json", "[{\"Config\":\"c.json\",\"Layers\":[\"../../etc/passwd\"]}]", 51 } };
 	refused(mkimage("save-path.tar", z3, 2), 3, "not a member name", "docker save: a layer path with ..");
