@@ -295,6 +295,13 @@ static void test_hostile(void)
 	refused(mk("sl-dir.tar", 0, sl3, 2), 3, "symlink", "a directory through a symlink");
 	struct e sl4[] = { { "l", AE_IFLNK, 0, "." }, { "l/l/l/x", 0, 0, "x" } };
 	refused(mk("sl-loop.tar", 0, sl4, 2), 3, "symlink", "a path through a symlink to itself");
+	struct e hd[] = { { "d/", AE_IFDIR }, { "h", 0, 0, "d", true } };
+	refused(mk("hl-dir.tar", 0, hd, 2), 3, "hardlink to a directory", "a hardlink to a directory");
+	struct e hs[] = { { "d", AE_IFLNK, 0, "/etc" }, { "h", 0, 0, "d/passwd", true } };
+	refused(mk("hl-through.tar", 0, hs, 2), 3, "not extracted", "a hardlink through a symlink");
+	snprintf(n2, sizeof n2, "%s/out", base);
+	struct e hr[] = { { "d/", AE_IFDIR }, { "d/f", 0, 0, "f" }, { "d", AE_IFLNK, 0, n2 }, { "h", 0, 0, "d/f", true } };
+	refused(mk("hl-replaced.tar", 0, hr, 4), 3, "symlink", "a hardlink to a name whose directory became a symlink");
 	struct e nd[] = { { "f", 0, 0, "x" }, { "f/x", 0, 0, "x" } };
 	refused(mk("notdir.tar", 0, nd, 2), 3, "not a directory", "a file used as a directory");
 
@@ -309,6 +316,11 @@ static void test_hostile(void)
 	ok(rc == 0 && S_ISREG(v.st_mode) && content("v", "new") && outside_clean(),
 	   "a file over a planted symlink replaces the link, its target untouched");
 	sbx_rootfs_config_free(&cfg);
+
+	/* A plain rootfs has no whiteouts: a .wh. file is just a file. */
+	struct e wh[] = { { "a", 0, 0, "a" }, { ".wh.a", 0, 0, "" } };
+	rc = run(mk("wh-plain.tar", 0, wh, 2), &lim, &cfg, &err);
+	ok(rc == 0 && content("a", "a") && exists(".wh.a"), "whiteouts apply to image layers only");
 
 	/* Not a tar at all, and a truncated one. */
 	char junk[256];
@@ -665,6 +677,16 @@ static void test_oci(void)
 	ok(cfg.env && !strcmp(json_string_value(json_object_get(cfg.env, "NODE_ENV")), "production") &&
 		   !strcmp(cfg.workdir, "/srv") && !cfg.user[0],
 	   "OCI layout: Env and WorkingDir read");
+	sbx_rootfs_config_free(&cfg);
+
+	/* docker 25 writes both layouts; the OCI one, digests and all, wins. */
+	const char *dm = "[{\"Config\":\"nope.json\",\"Layers\":[]}]";
+	struct blob both[SBX_ARRAY_LEN(v) + 1];
+	memcpy(both, v, sizeof v);
+	both[SBX_ARRAY_LEN(v)] = (struct blob){ "manifest.json", dm, strlen(dm) };
+	rc = run(mkimage("oci-both.tar", both, SBX_ARRAY_LEN(both)), &lim, &cfg, &err);
+	ok(rc == 0 && !strcmp(cfg.format, "oci") && content("usr/bin/tool", "tool"),
+	   "OCI layout with a docker manifest.json too: read as OCI");
 	sbx_rootfs_config_free(&cfg);
 
 	c2[z2 / 2] ^= 0x40;
