@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <locale.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -1128,6 +1129,12 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import %s: not a regular file", path);
+	/* pax headers carry names in UTF-8, which libarchive converts to the
+	 * current locale's charset: under "C" any non-ASCII name would fail
+	 * the import.  UTF-8 for this thread only, while we read. */
+	locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0), old = (locale_t)0;
+	if (utf8)
+		old = uselocale(utf8);
 	struct unpack u = { .root = root_dfd, .lim = lim, .root_user = geteuid() == 0 };
 	struct image im = { .fd = fd };
 	int kind = sniff(&im, err), r;
@@ -1151,6 +1158,10 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 	}
 	unpack_reset(&u);
 	image_free(&im);
+	if (utf8) {
+		uselocale(old);
+		freelocale(utf8);
+	}
 	if (r < 0) {
 		sbx_rootfs_config_free(cfg);
 		sbx_err_wrap(err, "cannot import %s", path);

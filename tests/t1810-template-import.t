@@ -33,6 +33,7 @@ debugfs -R "rdump / $tree" "$(ls -d "$SBX_TEMPLATES"/default@* | head -n1)/rootf
 rm -rf "$tree/lost+found"
 chmod 1777 "$tree/tmp"
 echo imported >"$tree/etc/sbx-imported"
+echo accent >"$tree/etc/caf$(printf '\303\251')" # a UTF-8 name: a pax path record
 [ -x "$tree/bin/busybox" ]; ok $? "the default template's root is dumped for export"
 
 # --- a rootfs tarball ------------------------------------------------------------
@@ -53,6 +54,7 @@ refz=$(sbx-template import expz "$A/export.tar.zst"); ok $? "a tar.zst imports"
 refp=$(sbx-template import expp "$A/export.tar"); ok $? "a plain tar imports"
 is "$(dbg "$refz" 'cat /etc/sbx-imported')$(dbg "$refp" 'cat /etc/sbx-imported')" "importedimported" \
 	"both roots hold the tree's files"
+is "$(dbg "$ref" "cat /etc/caf$(printf '\303\251')")" accent "a non-ASCII name (UTF-8 in a pax header) is kept"
 
 # Devices, FIFOs dropped; setuid/setgid stripped (the operator did not allow them).
 python3 "$MK" rootfs-odd "$tree" "$A/odd.tar"

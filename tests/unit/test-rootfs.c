@@ -6,6 +6,7 @@
  * the root. */
 #include <errno.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -81,11 +82,17 @@ static const char *mk(const char *name, int filter, const struct e *v, size_t n)
 	static int k;
 	char *p = path[k++ & 1];
 	snprintf(p, 256, "%s/in/%s", base, name);
+	/* Written as a tool in a UTF-8 locale writes: non-ASCII names as
+	 * UTF-8 pax path records, names that are not UTF-8 as BINARY; the
+	 * unpacker itself runs in the test's C locale. */
+	locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0), old = uselocale(utf8);
 	struct archive *a = writer(p, filter);
 	for (size_t i = 0; i < n; i++)
 		put(a, &v[i]);
 	archive_write_close(a);
 	archive_write_free(a);
+	uselocale(old);
+	freelocale(utf8);
 	return p;
 }
 
@@ -232,6 +239,8 @@ static const struct e tree[] = {
 	{ "./usr/lib/deep/file", 0, 0, "deep" }, /* parents not in the archive */
 	{ "./lib", AE_IFLNK, 0777, "/usr/lib" },
 	{ "./ro/", AE_IFDIR, 0555 },
+	{ "./caf\xc3\xa9", 0, 0, "utf-8" }, /* a UTF-8 pax path record (written in a UTF-8 locale) */
+	{ "./bad\xff", 0, 0, "bytes" },      /* not UTF-8: pax hdrcharset=BINARY */
 };
 
 static void test_plain(int filter, const char *what)
@@ -261,6 +270,8 @@ static void test_plain(int filter, const char *what)
 	ok(sh.st_ino && sh.st_ino == ash.st_ino && S_ISLNK(l.st_mode) && tn == 8 && !strcmp(t, "/usr/lib") &&
 		   content("usr/lib/deep/file", "deep"),
 	   m);
+	snprintf(m, sizeof m, "%s: non-ASCII and non-UTF-8 names kept byte for byte", what);
+	ok(content("caf\xc3\xa9", "utf-8") && content("bad\xff", "bytes"), m);
 	snprintf(m, sizeof m, "%s: directory modes and mtimes set after their contents", what);
 	ok((ro.st_mode & 07777) == 0555 && (b.st_mode & 07777) == 0700 && b.st_mtime == 1234567890, m);
 	sbx_rootfs_config_free(&cfg);
