@@ -71,6 +71,8 @@ static struct archive *writer(const char *file, int filter)
 		archive_write_add_filter_gzip(a);
 	else if (filter == 'z')
 		archive_write_add_filter_zstd(a);
+	else if (filter == 'x')
+		archive_write_add_filter_xz(a);
 	archive_write_open_filename(a, file);
 	return a;
 }
@@ -722,6 +724,7 @@ int main(void)
 	test_plain(0, "plain tar");
 	test_plain('g', "tar.gz");
 	test_plain('z', "tar.zst");
+	test_plain('x', "tar.xz");
 	test_hostile();
 	test_drop_strip();
 	test_bombs();
