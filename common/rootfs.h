@@ -14,14 +14,18 @@
  * headers or compressed data, and in images a blob whose sha256 is not
  * the one its name or descriptor says (every blob is checked before the
  * first layer is applied).  Device nodes, FIFOs and sockets are dropped
- * (the guest has devtmpfs); setuid/setgid bits are stripped unless
- * lim->allow_setuid; extended attributes (file capabilities included) are
- * not restored.  Ownership is kept numerically, modes and mtimes kept.
+ * (the guest has devtmpfs); setuid/setgid bits are stripped from all but
+ * directories unless lim->allow_setuid; extended attributes (file
+ * capabilities included) are not restored.  Names are kept byte for byte
+ * (pax UTF-8 names too: the read runs under C.UTF-8 for this thread).  Ownership is kept numerically, modes and mtimes kept.
  * The limits are checked as the archive is read: max_bytes over all
  * regular file data written (a file whose header is over the cap is
  * refused before a byte of it is written), max_entries over all entries
  * of all layers; either gives 5.  Whiteouts (.wh.NAME, .wh..wh..opq) are
  * honoured in image layers only, and never hide what the same layer made.
+ * An image is read in place from a plain tar (nothing staged on disk); a
+ * compressed one (`docker save | gzip`) is refused with a hint.  A missing
+ * or unreadable FILE is 3 as well.
  *
  * On success err->code is 0 and err->msg is "" or a note of what was
  * changed ("dropped 3 device nodes, FIFOs or sockets; stripped
