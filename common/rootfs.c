@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <archive.h>
@@ -19,20 +20,20 @@
 
 #include "util.h"
 
-#define NAME_MAX_LEN 4095u       /* bytes of a normalized path or link target */
-#define DEPTH_MAX 256u           /* components of one path */
-#define NAMES_MAX (256u << 20)   /* bytes of all names remembered for one layer */
-#define MEMBERS_MAX 4096u        /* members of an image tarball */
-#define LAYERS_MAX 256u
-#define INDEX_JSON_MAX (1u << 20) /* manifest.json, index.json, an OCI manifest */
+#define NAME_MAX_LEN    4095u        /* bytes of a normalized path or link target */
+#define DEPTH_MAX       256u         /* components of one path */
+#define NAMES_MAX       (256u << 20) /* bytes of all names remembered for one layer */
+#define MEMBERS_MAX     4096u        /* members of an image tarball */
+#define LAYERS_MAX      256u
+#define INDEX_JSON_MAX  (1u << 20) /* manifest.json, index.json, an OCI manifest */
 #define CONFIG_JSON_MAX (4u << 20)
 /* An image's Env is held to a spec's env: (tmplspec.h) so both reach an
  * exec alike: at most 64 names like [A-Za-z_][A-Za-z0-9_]*, 128 bytes,
  * values at most 4096 bytes. */
-#define ENV_MAX 64u
+#define ENV_MAX      64u
 #define ENV_NAME_MAX 128u
-#define ENV_VAL_MAX 4096u
-#define CHUNK 65536
+#define ENV_VAL_MAX  4096u
+#define CHUNK        65536
 
 /* Paths made by the archive (layer) being applied: hardlinks may only
  * point at them and whiteouts never hide them.  Open addressing. */
@@ -116,7 +117,7 @@ struct unpack {
 	const struct sbx_rootfs_limits *lim;
 	uint64_t bytes, entries;
 	unsigned dropped, stripped;
-	bool layer; /* whiteouts honoured */
+	bool layer;     /* whiteouts honoured */
 	char what[160]; /* "layer 2 of 3 (blobs/sha256/...): " or "" */
 	struct pathset made;
 	struct dirfix *fix;
@@ -227,7 +228,8 @@ static int parent_open(const struct ctx *c, char *path, const char **base, bool 
 			if (en == ENOENT && !create)
 				ret = -2;
 			else if (en == ELOOP)
-				bad(c, SBX_EXIT_INVALID, 0, "a parent directory is a symlink (entries through symlinks are refused)");
+				bad(c, SBX_EXIT_INVALID, 0,
+				    "a parent directory is a symlink (entries through symlinks are refused)");
 			else if (en == ENOTDIR)
 				bad(c, SBX_EXIT_INVALID, 0, "a parent is not a directory");
 			else
@@ -297,8 +299,8 @@ static int own(const struct ctx *c, int pfd, const char *base, struct archive_en
 static struct timespec mtime_of(struct archive_entry *e)
 {
 	if (!archive_entry_mtime_is_set(e))
-		return (struct timespec){ .tv_nsec = UTIME_OMIT };
-	return (struct timespec){ .tv_sec = archive_entry_mtime(e), .tv_nsec = archive_entry_mtime_nsec(e) };
+		return (struct timespec){.tv_nsec = UTIME_OMIT};
+	return (struct timespec){.tv_sec = archive_entry_mtime(e), .tv_nsec = archive_entry_mtime_nsec(e)};
 }
 
 /* setuid/setgid grant privilege only on files that run; a setgid
@@ -334,7 +336,31 @@ static int make_dir(const struct ctx *c, int pfd, const char *base, const char *
 	char *p = strdup(path);
 	if (!p)
 		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-	u->fix[u->nfix++] = (struct dirfix){ .path = p, .mode = perm_of(u, e), .mtime = mtime_of(e) };
+	u->fix[u->nfix++] = (struct dirfix){.path = p, .mode = perm_of(u, e), .mtime = mtime_of(e)};
+	return 0;
+}
+
+/* Of the extended attributes only file capabilities (ping's cap_net_raw)
+ * survive, and only where setuid bits would: they are privilege in the
+ * same way (a file counts once among the stripped).  Everything else (ACLs, SELinux labels, user.*) is the
+ * guest's business, not the archive's. */
+static int file_caps(const struct ctx *c, int fd, struct archive_entry *e)
+{
+	const char *name;
+	const void *v;
+	size_t n;
+	archive_entry_xattr_reset(e);
+	while (archive_entry_xattr_next(e, &name, &v, &n) == ARCHIVE_OK) {
+		if (strcmp(name, "security.capability"))
+			continue;
+		if (!c->u->lim->allow_setuid) {
+			c->u->stripped++; /* once per file, however often it is named */
+			return 0;
+		}
+		if (fsetxattr(fd, name, v, n, 0) < 0)
+			return bad(c, errno == EINVAL || errno == ERANGE ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL, errno,
+			           "cannot set its file capabilities");
+	}
 	return 0;
 }
 
@@ -344,8 +370,9 @@ static int make_file(const struct ctx *c, struct archive *a, int pfd, const char
 	if (archive_entry_size_is_set(e) && archive_entry_size(e) > 0 &&
 	    (uint64_t)archive_entry_size(e) > u->lim->max_bytes - u->bytes) {
 		char m[160];
-		snprintf(m, sizeof m, "its %lld bytes would pass the cap of %llu bytes (max_bytes): refused before any is written",
-			 (long long)archive_entry_size(e), (unsigned long long)u->lim->max_bytes);
+		snprintf(m, sizeof m,
+		         "its %lld bytes would pass the cap of %llu bytes (max_bytes): refused before any is written",
+		         (long long)archive_entry_size(e), (unsigned long long)u->lim->max_bytes);
 		return bad(c, SBX_EXIT_CONFLICT, 0, m);
 	}
 	if (clear_dest(c, pfd, base) < 0)
@@ -361,7 +388,8 @@ static int make_file(const struct ctx *c, struct archive *a, int pfd, const char
 		if (n == 0)
 			break;
 		if (n < 0)
-			return bad(c, SBX_EXIT_INVALID, 0, archive_error_string(a) ? archive_error_string(a) : "bad data");
+			return bad(c, SBX_EXIT_INVALID, 0,
+			           archive_error_string(a) ? archive_error_string(a) : "bad data");
 		/* Counted before it is written: a bomb stops at the cap. */
 		if ((uint64_t)n > u->lim->max_bytes - u->bytes)
 			return bad(c, SBX_EXIT_CONFLICT, 0, "the archive's data passes the size cap (max_bytes) here");
@@ -371,10 +399,12 @@ static int make_file(const struct ctx *c, struct archive *a, int pfd, const char
 	}
 	if (own(c, pfd, base, e) < 0)
 		return -1;
-	/* After chown, which clears setuid bits itself. */
+	/* After chown, which clears setuid bits and capabilities itself. */
 	if (fchmod(fd, perm_of(u, e)) < 0)
 		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the mode");
-	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, mtime_of(e) };
+	if (file_caps(c, fd, e) < 0)
+		return -1;
+	struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, mtime_of(e)};
 	if (futimens(fd, ts) < 0)
 		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the mtime");
 	return 0;
@@ -393,7 +423,7 @@ static int make_symlink(const struct ctx *c, int pfd, const char *base, struct a
 		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot make the symlink");
 	if (own(c, pfd, base, e) < 0)
 		return -1;
-	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, mtime_of(e) };
+	struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, mtime_of(e)};
 	if (utimensat(pfd, base, ts, AT_SYMLINK_NOFOLLOW) < 0)
 		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the mtime");
 	return 0;
@@ -473,7 +503,7 @@ static int whiteout(const struct ctx *c, char *path, const char *base)
 
 static int entry(struct unpack *u, struct archive *a, struct archive_entry *e, struct sbx_err *err)
 {
-	struct ctx c = { .u = u, .raw = archive_entry_pathname(e), .err = err };
+	struct ctx c = {.u = u, .raw = archive_entry_pathname(e), .err = err};
 	char path[NAME_MAX_LEN + 1];
 	const char *why, *base;
 	if (norm(c.raw, path, &why) < 0)
@@ -494,10 +524,10 @@ static int entry(struct unpack *u, struct archive *a, struct archive_entry *e, s
 	_cleanup_close_ int pfd = parent_open(&c, path, &base, true);
 	if (pfd < 0)
 		return -1;
-	int r = hl ? make_hardlink(&c, pfd, base, path, hl)
-	    : ft == AE_IFDIR ? make_dir(&c, pfd, base, path, e)
-	    : ft == AE_IFLNK ? make_symlink(&c, pfd, base, e)
-			     : make_file(&c, a, pfd, base, e);
+	int r = hl               ? make_hardlink(&c, pfd, base, path, hl)
+	        : ft == AE_IFDIR ? make_dir(&c, pfd, base, path, e)
+	        : ft == AE_IFLNK ? make_symlink(&c, pfd, base, e)
+	                         : make_file(&c, a, pfd, base, e);
 	if (r < 0)
 		return -1;
 	if (u->made.bytes > NAMES_MAX)
@@ -511,7 +541,7 @@ static int fix_dirs(struct unpack *u, struct sbx_err *err)
 {
 	for (size_t i = 0; i < u->nfix; i++) {
 		struct dirfix *f = &u->fix[i];
-		struct ctx c = { .u = u, .raw = f->path, .err = err };
+		struct ctx c = {.u = u, .raw = f->path, .err = err};
 		const char *base;
 		int pfd = parent_open(&c, f->path, &base, false);
 		if (pfd == -2 || (pfd < 0 && err->code == SBX_EXIT_INVALID))
@@ -522,7 +552,7 @@ static int fix_dirs(struct unpack *u, struct sbx_err *err)
 		close(pfd);
 		if (fd < 0)
 			continue;
-		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, f->mtime };
+		struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, f->mtime};
 		int r = fchmod(fd, f->mode) < 0 || futimens(fd, ts) < 0 ? -1 : 0;
 		int en = errno;
 		close(fd);
@@ -551,9 +581,9 @@ static struct archive *reader(bool filters)
 	if (!a)
 		return NULL;
 	if (archive_read_support_format_tar(a) != ARCHIVE_OK ||
-	    (filters && (archive_read_support_filter_gzip(a) != ARCHIVE_OK ||
-			 archive_read_support_filter_zstd(a) != ARCHIVE_OK ||
-			 archive_read_support_filter_xz(a) != ARCHIVE_OK))) {
+	    (filters &&
+	     (archive_read_support_filter_gzip(a) != ARCHIVE_OK || archive_read_support_filter_zstd(a) != ARCHIVE_OK ||
+	      archive_read_support_filter_xz(a) != ARCHIVE_OK))) {
 		archive_read_free(a);
 		return NULL;
 	}
@@ -580,13 +610,13 @@ static int apply(struct unpack *u, struct archive *a, struct sbx_err *err)
 			/* Warnings too: a header libarchive had to guess at is
 			 * not one to build a root from. */
 			const char *s = archive_error_string(a);
-			r = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%smalformed archive after %llu entries: %s",
-					u->what, (unsigned long long)u->entries, s ? s : "unreadable header");
+			r = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%smalformed archive after %llu entries: %s", u->what,
+			                (unsigned long long)u->entries, s ? s : "unreadable header");
 			break;
 		}
 		if (++u->entries > u->lim->max_entries) {
 			r = sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "%smore than %llu entries (max_entries)", u->what,
-					(unsigned long long)u->lim->max_entries);
+			                (unsigned long long)u->lim->max_entries);
 			break;
 		}
 		if ((r = entry(u, a, e, err)) < 0)
@@ -670,8 +700,8 @@ static bool image_name(const char *p)
 {
 	size_t l = strcspn(p, "/");
 	return (l == 5 && !strncmp(p, "blobs", 5)) || is_hex64(p, l) ||
-	       (!p[l] && (!strcmp(p, "oci-layout") || !strcmp(p, "repositories") ||
-			  (l > 5 && !strcmp(p + l - 5, ".json"))));
+	       (!p[l] &&
+	        (!strcmp(p, "oci-layout") || !strcmp(p, "repositories") || (l > 5 && !strcmp(p + l - 5, ".json"))));
 }
 
 /* Is the tarball an image?  1 with its member list, 0 (a rootfs: it is
@@ -704,10 +734,11 @@ static int sniff(struct image *im, struct sbx_err *err)
 			size_t l = strcspn(p, "/");
 			if ((l == 5 && !strncmp(p, "blobs", 5)) || is_hex64(p, l) || !strcmp(p, "oci-layout") ||
 			    !strcmp(p, "index.json") || !strcmp(p, "manifest.json"))
-				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "a compressed image tarball (it starts with %.80s): decompress it and "
-						   "import the .tar",
-						   p);
+				return sbx_err_set(
+				    err, SBX_EXIT_INVALID, 0,
+				    "a compressed image tarball (it starts with %.80s): decompress it and "
+				    "import the .tar",
+				    p);
 			return 0;
 		}
 		if (!image_name(p))
@@ -715,17 +746,15 @@ static int sniff(struct image *im, struct sbx_err *err)
 		char t[NAME_MAX_LEN + 1];
 		bool is_link = archive_entry_filetype(e) == AE_IFLNK;
 		if (is_link ? link_member(p, archive_entry_symlink(e), t) < 0
-			    : archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e))
+		            : archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e))
 			continue;
 		manifest |= !strcmp(p, "manifest.json");
 		index |= !strcmp(p, "index.json");
 		for (size_t i = 0; i < im->n; i++)
 			if (!strcmp(im->m[i].name, p))
-				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "image member %s appears twice", p);
+				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s appears twice", p);
 		if (im->n == MEMBERS_MAX)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "an image of more than %u files",
-					   MEMBERS_MAX);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "an image of more than %u files", MEMBERS_MAX);
 		if (!(im->n & 63)) {
 			struct member *m = realloc(im->m, (im->n + 64) * sizeof *m);
 			if (!m)
@@ -733,8 +762,8 @@ static int sniff(struct image *im, struct sbx_err *err)
 			im->m = m;
 		}
 		struct member *m = &im->m[im->n];
-		*m = (struct member){ .name = strdup(p), .link = is_link ? strdup(t) : NULL,
-				      .size = archive_entry_size(e) };
+		*m = (struct member){
+		    .name = strdup(p), .link = is_link ? strdup(t) : NULL, .size = archive_entry_size(e)};
 		im->n++;
 		if (!m->name || (is_link && !m->link))
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
@@ -762,8 +791,8 @@ static struct archive *member_open(const struct image *im, const char *name, str
 	if (m->link) { /* one hop, to a member that is a file */
 		const struct member *t = member_find(im, m->link);
 		if (!t || t->link) {
-			sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s links to %s, which is not a file it holds",
-				    name, m->link);
+			sbx_err_set(err, SBX_EXIT_INVALID, 0,
+			            "image member %s links to %s, which is not a file it holds", name, m->link);
 			return NULL;
 		}
 		name = t->name;
@@ -792,8 +821,8 @@ static struct archive *member_open(const struct image *im, const char *name, str
 
 /* sha256 (hex) of a member's bytes, and the bytes themselves into *buf
  * when buf (at most max of them, else 3). */
-static int member_read(const struct image *im, const char *name, size_t max, char **buf, size_t *len,
-		       char hex[65], struct sbx_err *err)
+static int member_read(const struct image *im, const char *name, size_t max, char **buf, size_t *len, char hex[65],
+                       struct sbx_err *err)
 {
 	_cleanup_archive_ struct archive *a = member_open(im, name, err);
 	if (!a)
@@ -811,12 +840,12 @@ static int member_read(const struct image *im, const char *name, size_t max, cha
 			break;
 		if (r < 0)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: %s", name,
-					   archive_error_string(a) ? archive_error_string(a) : "unreadable");
+			                   archive_error_string(a) ? archive_error_string(a) : "unreadable");
 		SHA256Update(&h, (const uint8_t *)chunk, (size_t)r);
 		if (buf) {
 			if ((size_t)r > max - n)
-				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "image member %s is larger than %zu bytes", name, max);
+				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s is larger than %zu bytes",
+				                   name, max);
 			memcpy(b + n, chunk, (size_t)r);
 		}
 		n += (size_t)r;
@@ -833,8 +862,7 @@ static int member_read(const struct image *im, const char *name, size_t max, cha
 	return 0;
 }
 
-static json_t *member_json(const struct image *im, const char *name, size_t max, const char *want,
-			   struct sbx_err *err)
+static json_t *member_json(const struct image *im, const char *name, size_t max, const char *want, struct sbx_err *err)
 {
 	_cleanup_free_ char *b = NULL;
 	size_t n;
@@ -842,18 +870,16 @@ static json_t *member_json(const struct image *im, const char *name, size_t max,
 	if (member_read(im, name, max, &b, &n, hex, err) < 0)
 		return NULL;
 	if (want && strcmp(want, hex)) {
-		sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: sha256 is %s, not %s (tampered?)",
-			    name, hex, want);
+		sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: sha256 is %s, not %s (tampered?)", name, hex,
+		            want);
 		return NULL;
 	}
 	json_error_t je;
 	json_t *j = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
 	if (!j)
-		sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: %d:%d: %s", name, je.line,
-			    je.column, je.text);
+		sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: %d:%d: %s", name, je.line, je.column, je.text);
 	return j;
 }
-
 
 /* A layer or config as the image names it, with the digest its bytes
  * must have ("" when the format gives none). */
@@ -867,8 +893,7 @@ static int oci_blob(json_t *desc, const char *what, struct blob *b, struct sbx_e
 {
 	const char *d = json_string_value(json_object_get(desc, "digest"));
 	if (!d || strncmp(d, "sha256:", 7) || !is_hex64(d + 7, strlen(d + 7)))
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: digest missing or not sha256:<64 hex>",
-				   what);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: digest missing or not sha256:<64 hex>", what);
 	snprintf(b->name, sizeof b->name, "blobs/sha256/%s", d + 7);
 	memcpy(b->sha, d + 7, 65);
 	return 0;
@@ -904,7 +929,7 @@ static bool platform_ok(json_t *desc)
 /* index.json (or a nested index) down to one image manifest, then its
  * config and layers. */
 static int oci_layout(const struct image *im, struct blob *config, struct blob **layers, size_t *nl,
-		      struct sbx_err *err)
+                      struct sbx_err *err)
 {
 	json_auto_t *j = member_json(im, "index.json", INDEX_JSON_MAX, NULL, err);
 	if (!j)
@@ -916,13 +941,11 @@ static int oci_layout(const struct image *im, struct blob *config, struct blob *
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "an OCI index without manifests");
 			json_t *pick = NULL, *m;
 			size_t i;
-			json_array_foreach (ms, i, m)
-				if (!pick && json_is_object(m) && platform_ok(m))
-					pick = m;
+			json_array_foreach(ms, i, m) if (!pick && json_is_object(m) && platform_ok(m)) pick = m;
 			struct blob b;
 			if (!pick)
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "the OCI index has no manifest for linux/amd64");
+				                   "the OCI index has no manifest for linux/amd64");
 			if (oci_blob(pick, "index manifest", &b, err) < 0)
 				return -1;
 			json_t *n = member_json(im, b.name, INDEX_JSON_MAX, b.sha, err);
@@ -949,14 +972,14 @@ static int oci_layout(const struct image *im, struct blob *config, struct blob *
 }
 
 static int docker_save(const struct image *im, struct blob *config, struct blob **layers, size_t *nl,
-		       struct sbx_err *err)
+                       struct sbx_err *err)
 {
 	json_auto_t *j = member_json(im, "manifest.json", INDEX_JSON_MAX, NULL, err);
 	if (!j)
 		return -1;
 	if (!json_is_array(j) || json_array_size(j) != 1)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "manifest.json must list exactly one image (save one image)");
+		                   "manifest.json must list exactly one image (save one image)");
 	json_t *m = json_array_get(j, 0), *ls = json_object_get(m, "Layers");
 	if (docker_blob(json_object_get(m, "Config"), "Config", config, err) < 0)
 		return -1;
@@ -1005,20 +1028,22 @@ static int read_config(json_t *j, struct sbx_rootfs_config *cfg, struct sbx_err 
 	if (env && !json_is_null(env)) {
 		if (!json_is_array(env) || json_array_size(env) > ENV_MAX)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "config Env is not a list of at most %u entries",
-					   ENV_MAX);
+			                   ENV_MAX);
 		json_t *o = json_object(), *v;
 		size_t i;
 		if (!o)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-		json_array_foreach (env, i, v) {
+		json_array_foreach(env, i, v)
+		{
 			const char *s = json_string_value(v), *eq = s ? strchr(s, '=') : NULL;
 			if (!s || strlen(s) != json_string_length(v) || !eq || !env_name_ok(s, (size_t)(eq - s)) ||
 			    strlen(eq + 1) > ENV_VAL_MAX) {
 				json_decref(o);
-				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "config Env entry %zu is not NAME=value (a name of [A-Za-z_][A-Za-z0-9_]*, "
-						   "at most %u bytes; a value of at most %u)",
-						   i, ENV_NAME_MAX, ENV_VAL_MAX);
+				return sbx_err_set(
+				    err, SBX_EXIT_INVALID, 0,
+				    "config Env entry %zu is not NAME=value (a name of [A-Za-z_][A-Za-z0-9_]*, "
+				    "at most %u bytes; a value of at most %u)",
+				    i, ENV_NAME_MAX, ENV_VAL_MAX);
 			}
 			char name[ENV_NAME_MAX + 1];
 			memcpy(name, s, (size_t)(eq - s));
@@ -1028,13 +1053,13 @@ static int read_config(json_t *j, struct sbx_rootfs_config *cfg, struct sbx_err 
 		cfg->env = o;
 	}
 	const char *u = json_string_value(user), *w = json_string_value(wd);
-	if ((user && !json_is_null(user) && (!u || json_string_length(user) >= sizeof cfg->user ||
-					     !clean_text(u, json_string_length(user)))) ||
+	if ((user && !json_is_null(user) &&
+	     (!u || json_string_length(user) >= sizeof cfg->user || !clean_text(u, json_string_length(user)))) ||
 	    (wd && !json_is_null(wd) &&
 	     (!w || json_string_length(wd) >= sizeof cfg->workdir || !clean_text(w, json_string_length(wd)) ||
 	      (*w && *w != '/'))))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "config User or WorkingDir is not a short clean string (WorkingDir absolute)");
+		                   "config User or WorkingDir is not a short clean string (WorkingDir absolute)");
 	snprintf(cfg->user, sizeof cfg->user, "%s", u ? u : "");
 	snprintf(cfg->workdir, sizeof cfg->workdir, "%s", w ? w : "");
 	return 0;
@@ -1056,7 +1081,7 @@ static la_ssize_t layer_read(struct archive *x, void *d, const void **buf)
 }
 
 static int apply_layer(struct unpack *u, const struct image *im, const struct blob *b, size_t i, size_t nl,
-		       struct sbx_err *err)
+                       struct sbx_err *err)
 {
 	_cleanup_archive_ struct archive *outer = member_open(im, b->name, err);
 	if (!outer)
@@ -1072,13 +1097,13 @@ static int apply_layer(struct unpack *u, const struct image *im, const struct bl
 	s->outer = outer;
 	if (archive_read_open(a, s, NULL, layer_read, NULL) != ARCHIVE_OK)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%snot a tar stream: %s", u->what,
-				   archive_error_string(a) ? archive_error_string(a) : "?");
+		                   archive_error_string(a) ? archive_error_string(a) : "?");
 	u->layer = true;
 	return apply(u, a, err);
 }
 
 static int unpack_image(struct unpack *u, struct image *im, int kind, struct sbx_rootfs_config *cfg,
-			struct sbx_err *err)
+                        struct sbx_err *err)
 {
 	struct blob config;
 	_cleanup_free_ struct blob *layers = NULL;
@@ -1104,9 +1129,8 @@ static int unpack_image(struct unpack *u, struct image *im, int kind, struct sbx
 		if (member_read(im, layers[i].name, 0, NULL, NULL, hex, err) < 0)
 			return -1;
 		if (strcmp(hex, want))
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "layer %zu (%s): sha256 is %s, not %s (tampered?)", i + 1,
-					   layers[i].name, hex, want);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "layer %zu (%s): sha256 is %s, not %s (tampered?)",
+			                   i + 1, layers[i].name, hex, want);
 	}
 	for (size_t i = 0; i < nl; i++)
 		if (apply_layer(u, im, &layers[i], i, nl, err) < 0)
@@ -1115,7 +1139,7 @@ static int unpack_image(struct unpack *u, struct image *im, int kind, struct sbx
 }
 
 int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_limits *lim,
-		      struct sbx_rootfs_config *cfg, struct sbx_err *err)
+                      struct sbx_rootfs_config *cfg, struct sbx_err *err)
 {
 	memset(cfg, 0, sizeof *cfg);
 	err->code = 0;
@@ -1135,8 +1159,8 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 	locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0), old = (locale_t)0;
 	if (utf8)
 		old = uselocale(utf8);
-	struct unpack u = { .root = root_dfd, .lim = lim, .root_user = geteuid() == 0 };
-	struct image im = { .fd = fd };
+	struct unpack u = {.root = root_dfd, .lim = lim, .root_user = geteuid() == 0};
+	struct image im = {.fd = fd};
 	int kind = sniff(&im, err), r;
 	if (kind < 0) {
 		r = -1;
@@ -1149,7 +1173,7 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 			r = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "libarchive lacks tar, gzip, zstd or xz");
 		} else if (lseek(fd, 0, SEEK_SET) < 0 || archive_read_open_fd(a, fd, CHUNK) != ARCHIVE_OK) {
 			r = sbx_err_set(err, SBX_EXIT_INVALID, 0, "not a tar archive: %s",
-					archive_error_string(a) ? archive_error_string(a) : "?");
+			                archive_error_string(a) ? archive_error_string(a) : "?");
 		} else {
 			r = apply(&u, a, err);
 		}
@@ -1170,12 +1194,15 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 	err->code = 0;
 	err->msg[0] = 0;
 	if (u.dropped && u.stripped)
-		sbx_err_set(err, SBX_EXIT_OK, 0, "dropped %u device nodes, FIFOs or sockets; stripped setuid/setgid from %u files",
-			    u.dropped, u.stripped);
+		sbx_err_set(err, SBX_EXIT_OK, 0,
+		            "dropped %u device nodes, FIFOs or sockets; stripped setuid/setgid bits or file "
+		            "capabilities from %u files",
+		            u.dropped, u.stripped);
 	else if (u.dropped)
 		sbx_err_set(err, SBX_EXIT_OK, 0, "dropped %u device nodes, FIFOs or sockets", u.dropped);
 	else if (u.stripped)
-		sbx_err_set(err, SBX_EXIT_OK, 0, "stripped setuid/setgid from %u files", u.stripped);
+		sbx_err_set(err, SBX_EXIT_OK, 0, "stripped setuid/setgid bits or file capabilities from %u files",
+		            u.stripped);
 	return 0;
 }
 

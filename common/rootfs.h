@@ -15,9 +15,11 @@
  * the one its name or descriptor says (every blob is checked before the
  * first layer is applied).  Device nodes, FIFOs and sockets are dropped
  * (the guest has devtmpfs); setuid/setgid bits are stripped from all but
- * directories unless lim->allow_setuid; extended attributes (file
- * capabilities included) are not restored.  Names are kept byte for byte
- * (pax UTF-8 names too: the read runs under C.UTF-8 for this thread).  Ownership is kept numerically, modes and mtimes kept.
+ * directories unless lim->allow_setuid, and so are file capabilities
+ * (security.capability, restored only then); other extended attributes
+ * are never restored.  Names are kept byte for byte
+ * (pax UTF-8 names too: the read runs under C.UTF-8 for this thread).
+ * Ownership is kept numerically, modes and mtimes kept.
  * The limits are checked as the archive is read: max_bytes over all
  * regular file data written (a file whose header is over the cap is
  * refused before a byte of it is written), max_entries over all entries
