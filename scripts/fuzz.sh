@@ -40,6 +40,10 @@ for src in tests/fuzz/fuzz-*.c; do
 	fuzz-audit)
 		deps=(common/audit.c common/state.c common/util.c common/err.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay libmd)" ;;
+	fuzz-rootfs)
+		# The import unpacker: libarchive, jansson and libmd's SHA-256.
+		deps=(common/rootfs.c common/err.c common/util.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson libarchive libbsd-overlay libmd)" ;;
 	*)
 		deps=(common/proto.c)
 		libs=() ;;
