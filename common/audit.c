@@ -826,6 +826,214 @@ static int check_fields(const char *type, json_t *fields, struct sbx_err *err)
 	return 0;
 }
 
+/* ---- durability: one fdatasync, shared ----
+ *
+ * A record is durable once an fdatasync of the log began after its write()
+ * returned.  Appenders write under LIB/audit.lock (exclusive), then sync
+ * under LIB/audit.sync (group commit): each takes a ticket (a counter of
+ * records written, kept in audit.sync's bytes) while it holds the append
+ * lock; whoever gets the sync lock first reads the latest ticket, syncs once
+ * for every record written so far, and publishes that ticket as synced; an
+ * appender whose ticket is already synced returns without a syscall to the
+ * disk.  The counters live only in the page cache: they carry this boot's
+ * ID, and after a reboot (or a mangled file) they start again at 0, as no
+ * appender of an earlier boot can still be waiting.
+ *
+ * audit.head is written by the syncing appender after the sync, through a
+ * rename but without an fsync of its own: after a crash it may be behind
+ * the log (or missing), never ahead of what is durable.  The next append
+ * continues from the log's own last record; verify accepts a head that is
+ * behind.  The directory is synced only when the log is created. */
+
+#define SYNC_MAGIC "sbxasyn1"
+
+struct sync_page {
+	char magic[8];
+	char boot[40];
+	uint64_t written;  /* tickets handed out (under audit.lock) */
+	uint64_t synced;   /* every ticket <= this is durable (under audit.sync) */
+	uint64_t last_seq; /* the record of ticket `written`, for audit.head */
+	uint8_t last_hash[HASH_LEN];
+};
+
+static const char *boot_id(void)
+{
+	static char id[40];
+	static int done;
+	if (!done) {
+		int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+		ssize_t r = fd >= 0 ? read(fd, id, sizeof id - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (r < 36)
+			memset(id, 0, sizeof id);
+		else
+			id[36] = 0;
+		done = 1;
+	}
+	return id[0] ? id : NULL;
+}
+
+static int sync_read(int fd, struct sync_page *pg)
+{
+	ssize_t r;
+	while ((r = pread(fd, pg, sizeof *pg, 0)) < 0 && errno == EINTR)
+		;
+	const char *b = boot_id();
+	return r == (ssize_t)sizeof *pg && b && !memcmp(pg->magic, SYNC_MAGIC, 8) && !strncmp(pg->boot, b, sizeof pg->boot)
+		       ? 0
+		       : -1;
+}
+
+static int sync_write(int fd, const struct sync_page *pg)
+{
+	ssize_t w;
+	while ((w = pwrite(fd, pg, sizeof *pg, 0)) < 0 && errno == EINTR)
+		;
+	return w == (ssize_t)sizeof *pg ? 0 : -1;
+}
+
+/* The sync file, or -1: then every appender syncs for itself (slower,
+ * never less durable). */
+static int sync_open(struct sbx_state *st)
+{
+	if (!boot_id())
+		return -1;
+	int fd = openat(st->lib_fd, "audit.sync", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	struct stat sb;
+	if (fd >= 0 && (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Under audit.lock: this record's ticket, or 0 when there is no sync file
+ * to share (the caller then syncs alone). */
+static uint64_t sync_ticket(int sfd, uint64_t seq, const uint8_t hash[HASH_LEN])
+{
+	struct sync_page pg;
+	if (sfd < 0)
+		return 0;
+	if (sync_read(sfd, &pg) < 0) {
+		/* First use in this boot: nobody of this boot holds a ticket,
+		 * so nobody is syncing against these counters either. */
+		memset(&pg, 0, sizeof pg);
+		memcpy(pg.magic, SYNC_MAGIC, 8);
+		snprintf(pg.boot, sizeof pg.boot, "%s", boot_id());
+	}
+	pg.written++;
+	pg.last_seq = seq;
+	memcpy(pg.last_hash, hash, HASH_LEN);
+	return sync_write(sfd, &pg) < 0 ? 0 : pg.written;
+}
+
+/* audit.head without an fsync: a rename, so a reader sees the old head or
+ * the new one, never a mix.  One writer at a time (the syncing appender,
+ * under audit.sync), so one temp name does. */
+static void write_head(struct sbx_state *st, uint64_t seq, const uint8_t hash[HASH_LEN])
+{
+	char head[100], hex[2 * HASH_LEN + 1];
+	hex_of(hash, hex);
+	int hn = snprintf(head, sizeof head, "%llu %s\n", (unsigned long long)seq, hex);
+	int fd = openat(st->lib_fd, ".audit.head.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return;
+	int bad = sbx_write_all(fd, head, (size_t)hn) < 0;
+	close(fd);
+	if (bad || renameat(st->lib_fd, ".audit.head.tmp", st->lib_fd, "audit.head") < 0)
+		unlinkat(st->lib_fd, ".audit.head.tmp", 0);
+}
+
+static int datasync(int fd, struct sbx_err *err)
+{
+	while (fdatasync(fd) < 0)
+		if (errno != EINTR)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot sync the audit log");
+	return 0;
+}
+
+static int lock(int fd, int how, struct sbx_err *err)
+{
+	while (flock(fd, how) < 0)
+		if (errno != EINTR)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot lock the audit log");
+	return 0;
+}
+
+/* After the record of ticket t was written and audit.lock released: make
+ * it durable, by our own fdatasync or by one that began after it. */
+static int group_commit(struct sbx_state *st, int lk, int fd, int sfd, uint64_t t, uint64_t seq,
+			const uint8_t hash[HASH_LEN], struct sbx_err *err)
+{
+	if (t == 0) {
+		if (datasync(fd, err) < 0)
+			return -1;
+		write_head(st, seq, hash);
+		return 0;
+	}
+	if (lock(sfd, LOCK_EX, err) < 0)
+		return -1;
+	struct sync_page pg;
+	if (sync_read(sfd, &pg) == 0 && pg.synced >= t)
+		return 0; /* a sync that began after our write covered it */
+	/* Lead: every record written so far is in the page cache of this
+	 * log (a rotation syncs the old one before renaming it), so one
+	 * fdatasync covers them all.  Read the counters without a writer
+	 * in the middle of them. */
+	if (lock(lk, LOCK_SH, err) < 0)
+		return -1;
+	int have = sync_read(sfd, &pg) == 0 && pg.written >= t;
+	/* Records after a rotation are in the new log, not in ours: sync
+	 * the log as it is now (the rotation synced the old one). */
+	_cleanup_close_ int cur = -1;
+	struct stat a, b;
+	if (fstat(fd, &a) == 0 && fstatat(st->lib_fd, "audit.log", &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    (a.st_ino != b.st_ino || a.st_dev != b.st_dev) && S_ISREG(b.st_mode))
+		cur = openat(st->lib_fd, "audit.log", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	flock(lk, LOCK_UN);
+	if (datasync(cur >= 0 ? cur : fd, err) < 0)
+		return -1;
+	if (!have) { /* the counters were reset under us: cover our own */
+		write_head(st, seq, hash);
+		return 0;
+	}
+	write_head(st, pg.last_seq, pg.last_hash);
+	struct sync_page now;
+	if (sync_read(sfd, &now) == 0) {
+		if (now.synced < pg.written)
+			now.synced = pg.written;
+		sync_write(sfd, &now);
+	}
+	return 0;
+}
+
+/* The log, opened for appending; made (and its directory synced, so the
+ * name is as durable as the records) when it does not exist yet. */
+static int open_log(struct sbx_state *st, struct sbx_err *err)
+{
+	int fd = openat(st->lib_fd, "audit.log", O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ENOENT) {
+		fd = openat(st->lib_fd, "audit.log", O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd >= 0 && fsync(st->lib_fd) < 0) {
+			close(fd);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot sync the audit log's directory");
+		}
+	}
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) < 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot open the audit log");
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		close(fd);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the audit log is not a regular file");
+	}
+	return fd;
+}
+
 int sbx_audit_append(struct sbx_state *st, const char *type, json_t *fields, struct sbx_err *err)
 {
 	if (check_fields(type, fields, err) < 0)
@@ -833,16 +1041,15 @@ int sbx_audit_append(struct sbx_state *st, const char *type, json_t *fields, str
 	_cleanup_close_ int lk = openat(st->lib_fd, "audit.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (lk < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the audit lock");
-	while (flock(lk, LOCK_EX) < 0)
-		if (errno != EINTR)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot lock the audit log");
-	_cleanup_close_ int fd =
-		openat(st->lib_fd, "audit.log", O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	_cleanup_close_ int sfd = sync_open(st);
+	if (lock(lk, LOCK_EX, err) < 0)
+		return -1;
+	_cleanup_close_ int fd = open_log(st, err);
+	if (fd < 0)
+		return -1;
 	struct stat sb;
-	if (fd < 0 || fstat(fd, &sb) < 0)
+	if (fstat(fd, &sb) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the audit log");
-	if (!S_ISREG(sb.st_mode))
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the audit log is not a regular file");
 	uint64_t size = (uint64_t)sb.st_size, seq, torn;
 	uint8_t prev[HASH_LEN];
 	_cleanup_free_ char *frag = NULL;
@@ -857,14 +1064,7 @@ int sbx_audit_append(struct sbx_state *st, const char *type, json_t *fields, str
 		return -1;
 	if (write_rec(fd, &size, &seq, prev, type, fields, err) < 0)
 		return -1;
-	if (fsync(fd) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot sync the audit log");
-	/* The head anchors the end of the chain for verify.  It is written
-	 * after the log is durable, so it is never ahead of it; if writing it
-	 * fails it is merely behind, which verify accepts. */
-	char head[100], hex[2 * HASH_LEN + 1];
-	hex_of(prev, hex);
-	int hn = snprintf(head, sizeof head, "%llu %s\n", (unsigned long long)seq, hex);
-	sbx_atomic_write_at(st->lib_fd, "audit.head", head, (size_t)hn, 0600, NULL);
-	return 0;
+	uint64_t t = sync_ticket(sfd, seq, prev);
+	flock(lk, LOCK_UN);
+	return group_commit(st, lk, fd, sfd, t, seq, prev, err);
 }

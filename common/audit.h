@@ -32,7 +32,8 @@
  * an object or NULL; it must not hold secrets, nor the keys the library
  * writes itself (seq, time, type, prev).  type is [a-z0-9_.], 1..63 bytes.
  * Serialised against every other appender by flock on LIB/audit.lock; the
- * record is durable (fsync) when this returns 0. */
+ * record is durable (an fdatasync of the log, possibly another appender's,
+ * began after its write) when this returns 0. */
 int sbx_audit_append(struct sbx_state *st, const char *type, json_t *fields, struct sbx_err *err);
 
 enum sbx_audit_problem {
