@@ -906,9 +906,14 @@ static int write_rec(int fd, uint64_t *size, uint64_t *seq, uint8_t prev[HASH_LE
  * tail: a torn fragment (a crash mid-append) is at most one record, and so
  * is the line before it.  *torn is the offset where a fragment starts, or
  * the size when there is none. */
-static int read_tail(int fd, uint64_t size, uint64_t *seq, uint8_t hash[HASH_LEN], uint64_t *torn, char **frag,
-		     size_t *frag_n, struct sbx_err *err)
+#define TAIL_SMALL 8192
+
+/* want: the window to read; 1 when it was too small for the last line
+ * (and the fragment after it), so the caller reads the full one. */
+static int read_tail_win(int fd, uint64_t size, size_t want, uint64_t *seq, uint8_t hash[HASH_LEN], uint64_t *torn,
+			 char **frag, size_t *frag_n, struct sbx_err *err)
 {
+	int small = want < 2 * SRC_CAP;
 	*seq = 0;
 	memset(hash, 0, HASH_LEN);
 	*torn = size;
@@ -916,7 +921,7 @@ static int read_tail(int fd, uint64_t size, uint64_t *seq, uint8_t hash[HASH_LEN
 	*frag_n = 0;
 	if (size == 0)
 		return 0;
-	size_t win = size < 2 * SRC_CAP ? (size_t)size : 2 * SRC_CAP;
+	size_t win = size < want ? (size_t)size : want;
 	uint64_t base = size - win;
 	_cleanup_free_ char *b = malloc(win);
 	if (!b)
@@ -932,6 +937,8 @@ static int read_tail(int fd, uint64_t size, uint64_t *seq, uint8_t hash[HASH_LEN
 	size_t end = win; /* just past the last newline */
 	if (b[win - 1] != '\n') {
 		char *nl = memrchr(b, '\n', win);
+		if (!nl && base && small)
+			return 1;
 		if (!nl && base)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
 					   "the audit log ends in a line too long to be a record; run sbx-audit verify");
@@ -945,6 +952,12 @@ static int read_tail(int fd, uint64_t size, uint64_t *seq, uint8_t hash[HASH_LEN
 	if (end == 0 && base == 0)
 		return 0;
 	char *nl = end >= 2 ? memrchr(b, '\n', end - 1) : NULL;
+	if (!nl && base && small) {
+		free(*frag);
+		*frag = NULL;
+		*frag_n = 0;
+		return 1;
+	}
 	if (!nl && base)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
 				   "the audit log's last record is too long; run sbx-audit verify");
@@ -958,6 +971,17 @@ static int read_tail(int fd, uint64_t size, uint64_t *seq, uint8_t hash[HASH_LEN
 	json_decref(o);
 	hash_bytes(b + start, end - 1 - start, hash);
 	return 0;
+}
+
+/* Most records are a few hundred bytes: read a small tail first, and the
+ * full window (two records of the largest size) only when it needs it. */
+static int read_tail(int fd, uint64_t size, uint64_t *seq, uint8_t hash[HASH_LEN], uint64_t *torn, char **frag,
+		     size_t *frag_n, struct sbx_err *err)
+{
+	int r = read_tail_win(fd, size, TAIL_SMALL, seq, hash, torn, frag, frag_n, err);
+	if (r != 1)
+		return r;
+	return read_tail_win(fd, size, 2 * SRC_CAP, seq, hash, torn, frag, frag_n, err);
 }
 
 /* A crash tore the last append; its caller never saw success.  Cut it

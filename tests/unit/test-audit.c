@@ -294,6 +294,18 @@ int main(void)
 	   "the next append writes it again, without a repair");
 	free(h);
 
+	/* A record longer than the small tail read (8 KiB): the next append
+	 * reads the full window and still chains onto it. */
+	char *big = malloc(20001);
+	memset(big, 'b', 20000);
+	big[20000] = 0;
+	json_t *bf = json_pack("{s:s}", "pad", big);
+	free(big);
+	ok(sbx_audit_append(&st, "exec.start", bf, &e) == 0 && sbx_audit_append(&st, "exec.end", NULL, &e) == 0,
+	   "a 20 KB record, then a small one");
+	json_decref(bf);
+	ok(sbx_audit_verify(&st, &r, &e) == 0 && r.ok && r.records == 25, "the chain goes on across it");
+
 	concurrency_test();
 
 	sbx_state_close(&st);
