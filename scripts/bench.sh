@@ -111,8 +111,15 @@ echo "bench: output stream x 3, sbx-cp of ${BENCH_CP_MIB:-256} MiB" >&2
 CP=${BENCH_CP_MIB:-256}
 head -c "$((CP << 20))" /dev/urandom >"$raw/big.bin"
 "$T" 1 sbx-cp "$raw/big.bin" "$id:/workspace/" >"$raw/cp-up.txt"
-"$T" 1 sbx-cp "$id:/workspace/big.bin" "$raw/down.bin" >"$raw/cp-down.txt"
-cmp -s "$raw/big.bin" "$raw/down.bin" || { echo "bench: sbx-cp round trip differs" >&2; exit 1; }
+# A download the client cannot keep up with is read on from the exec's
+# stored output, which output_cap bounds (64M by default): past it the
+# download fails today.  Said, not fatal, so the other rows still come.
+if "$T" 1 sbx-cp "$id:/workspace/big.bin" "$raw/down.bin" >"$raw/cp-down.txt"; then
+	cmp -s "$raw/big.bin" "$raw/down.bin" || { echo "bench: sbx-cp round trip differs" >&2; exit 1; }
+else
+	echo "bench: sbx-cp download of $CP MiB failed; no download row" >&2
+	: >"$raw/cp-down.txt"
+fi
 rm -f "$raw/down.bin"
 # The floors: tar moving the same file through the same disk in the
 # guest (read from it and written back; read from it into a pipe).
@@ -189,6 +196,8 @@ def load(name):
     return [float(x) for x in open(f"{raw}/{name}.txt") if x.strip()]
 byname = {r["name"]: r for r in rows}
 def add(name, v, unit):
+    if not v:
+        return None
     r = row(name, v, unit); rows.append(r); byname[name] = r; return r
 # Host-side overhead of an exec: end to end minus the raw EXEC round trip
 # (per percentile), and minus the harness's own spawn of a process.
@@ -237,6 +246,8 @@ pairs = [("create-to-ready (sbx-create)", "floor: qemu launch -> agent HELLO", "
          (f"sbx-cp download {cpb} MiB", f"floor: guest tar from its disk to a pipe, {cpb} MiB", "lower")]
 versus = []
 for a, b, better in pairs:
+    if a not in byname or b not in byname:
+        continue
     x, y = byname[a], byname[b]
     rp50 = x["p50"] / y["p50"] if better == "lower" else y["p50"] / x["p50"]
     rp95 = x["p95"] / y["p95"] if better == "lower" else y["p95"] / x["p95"]
