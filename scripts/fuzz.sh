@@ -38,8 +38,10 @@ for src in tests/fuzz/fuzz-*.c; do
 		deps=(common/egress.c)
 		read -ra libs <<<"$(pkg-config --cflags jansson)" ;;
 	fuzz-audit)
-		deps=(common/audit.c common/state.c common/util.c common/err.c)
-		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay libmd)" ;;
+		# hostconf.c (and its size parser) for audit retention's settings.
+		deps=(common/audit.c common/state.c common/util.c common/err.c common/hostconf.c common/policy.c
+			common/units.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-rootfs)
 		# The import unpacker: libarchive, jansson and libmd's SHA-256.
 		deps=(common/rootfs.c common/err.c common/util.c)
