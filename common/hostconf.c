@@ -20,153 +20,29 @@
 
 #include "policy.h"
 #include "units.h"
+#include "yamlstrict.h"
 #include "util.h"
 
 #define SCALAR_MAX 256
 #define DEPTH_MAX 8
 
-struct ctx {
-	yaml_parser_t y;
-	yaml_event_t ev;
-	bool have_ev;
-	const char *name;
-	const uint8_t *buf;
-	size_t n;
-	unsigned depth;
-	struct sbx_err *err;
-};
-
-/* Untrusted text for a message: printable ASCII only, cut at 48. */
-static const char *show(char out[64], const char *s)
-{
-	size_t i = 0;
-	for (; s[i] && i < 48; i++)
-		out[i] = s[i] > 0x20 && s[i] < 0x7f ? s[i] : '?';
-	if (s[i])
-		memcpy(out + i, "...", 3), i += 3;
-	out[i] = 0;
-	return out;
-}
-#define SHOW(s) show((char[64]){ 0 }, (s))
-
-__attribute__((format(printf, 3, 4))) static int fail(struct ctx *c, yaml_mark_t m, const char *fmt, ...)
-{
-	char msg[300];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	return sbx_err_set(c->err, SBX_EXIT_INVALID, 0, "%s:%zu:%zu: %s", c->name, m.line + 1, m.column + 1, msg);
-}
-
-static int syntax_error(struct ctx *c)
-{
-	if (c->y.error == YAML_MEMORY_ERROR)
-		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse %s", c->name);
-	yaml_mark_t m = c->y.problem_mark;
-	if (c->y.error == YAML_READER_ERROR) {
-		/* The reader reports a byte offset, not a mark. */
-		m.line = m.column = 0;
-		for (size_t i = 0; i < c->y.problem_offset && i < c->n; i++) {
-			if (c->buf[i] == '\n')
-				m.line++, m.column = 0;
-			else if ((c->buf[i] & 0xc0) != 0x80)
-				m.column++;
-		}
-	}
-	return fail(c, m, "%s", c->y.problem ? c->y.problem : "syntax error");
-}
-
-/* The next event, refusing what no configuration needs wherever it is. */
-static int next(struct ctx *c)
-{
-	if (c->have_ev)
-		yaml_event_delete(&c->ev);
-	c->have_ev = false;
-	if (!yaml_parser_parse(&c->y, &c->ev))
-		return syntax_error(c);
-	c->have_ev = true;
-	yaml_event_t *e = &c->ev;
-	const yaml_char_t *anchor = NULL, *tag = NULL;
-	switch (e->type) {
-	case YAML_ALIAS_EVENT:
-		return fail(c, e->start_mark, "aliases are not allowed");
-	case YAML_DOCUMENT_START_EVENT:
-		if (e->data.document_start.version_directive ||
-		    e->data.document_start.tag_directives.start != e->data.document_start.tag_directives.end)
-			return fail(c, e->start_mark, "directives are not allowed");
-		break;
-	case YAML_SCALAR_EVENT:
-		anchor = e->data.scalar.anchor, tag = e->data.scalar.tag;
-		if (e->data.scalar.length > SCALAR_MAX)
-			return fail(c, e->start_mark, "value longer than %d bytes", SCALAR_MAX);
-		if (memchr(e->data.scalar.value, 0, e->data.scalar.length))
-			return fail(c, e->start_mark, "NUL byte in a value");
-		break;
-	case YAML_SEQUENCE_START_EVENT:
-	case YAML_MAPPING_START_EVENT:
-		if (e->type == YAML_SEQUENCE_START_EVENT)
-			anchor = e->data.sequence_start.anchor, tag = e->data.sequence_start.tag;
-		else
-			anchor = e->data.mapping_start.anchor, tag = e->data.mapping_start.tag;
-		if (++c->depth > DEPTH_MAX)
-			return fail(c, e->start_mark, "nested deeper than %d levels", DEPTH_MAX);
-		break;
-	case YAML_SEQUENCE_END_EVENT:
-	case YAML_MAPPING_END_EVENT:
-		c->depth--;
-		break;
-	default:
-		break;
-	}
-	if (anchor)
-		return fail(c, e->start_mark, "anchors are not allowed");
-	if (tag)
-		return fail(c, e->start_mark, "tags are not allowed");
-	return 0;
-}
-
-static bool is_null(const yaml_event_t *e)
-{
-	if (e->type != YAML_SCALAR_EVENT || e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-		return false;
-	const char *s = (const char *)e->data.scalar.value;
-	return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
-}
-
-static int expect_map(struct ctx *c, const char *path)
-{
-	if (c->ev.type == YAML_MAPPING_START_EVENT)
-		return 0;
-	return fail(c, c->ev.start_mark, "%s: expected a mapping%s", path,
-		    is_null(&c->ev) ? " (write {} for an empty mapping)" : "");
-}
-
-static const char *scalar(struct ctx *c, const char *path)
-{
-	if (c->ev.type == YAML_SCALAR_EVENT && !is_null(&c->ev))
-		return (const char *)c->ev.data.scalar.value;
-	fail(c, c->ev.start_mark, "%s: expected a scalar value", path);
-	return NULL;
-}
-
 /* Walk a mapping whose keys are any of keys[] (NULL: any name, checked by
  * fn); fn is called with the value's first event current. */
-typedef int (*val_fn)(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path);
-static int walk_map(struct ctx *c, const char *path, const char *const *keys, val_fn fn, void *obj)
+typedef int (*val_fn)(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path);
+static int walk_map(struct sbx_yaml *c, const char *path, const char *const *keys, val_fn fn, void *obj)
 {
-	if (expect_map(c, path) < 0)
+	if (sbx_yaml_expect(c, YAML_MAPPING_START_EVENT, path) < 0)
 		return -1;
 	char seen[SBX_QUOTA_TENANTS_MAX + 8][SCALAR_MAX + 1];
 	unsigned nseen = 0;
 	for (;;) {
-		if (next(c) < 0)
+		if (sbx_yaml_next(c) < 0)
 			return -1;
 		if (c->ev.type == YAML_MAPPING_END_EVENT)
 			return 0;
 		yaml_mark_t km = c->ev.start_mark;
 		if (c->ev.type != YAML_SCALAR_EVENT)
-			return fail(c, km, "%s: keys must be scalars", path);
+			return sbx_yaml_failm(c, km, "%s: keys must be scalars", path);
 		char key[SCALAR_MAX + 1];
 		snprintf(key, sizeof key, "%s", (const char *)c->ev.data.scalar.value);
 		if (keys) {
@@ -178,16 +54,16 @@ static int walk_map(struct ctx *c, const char *path, const char *const *keys, va
 				for (size_t j = 0; keys[j]; j++)
 					snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
 						 keys[j]);
-				return fail(c, km, "unknown key '%s' in %s (expected one of: %s)", SHOW(key), path, list);
+				return sbx_yaml_failm(c, km, "unknown key '%s' in %s (expected one of: %s)", SBX_YAML_SHOW(key), path, list);
 			}
 		}
 		for (unsigned i = 0; i < nseen; i++)
 			if (!strcmp(seen[i], key))
-				return fail(c, km, "duplicate key '%s' in %s", SHOW(key), path);
+				return sbx_yaml_failm(c, km, "duplicate key '%s' in %s", SBX_YAML_SHOW(key), path);
 		if (nseen == SBX_ARRAY_LEN(seen))
-			return fail(c, km, "%s: too many keys", path);
+			return sbx_yaml_failm(c, km, "%s: too many keys", path);
 		memcpy(seen[nseen++], key, sizeof key);
-		if (next(c) < 0)
+		if (sbx_yaml_next(c) < 0)
 			return -1;
 		char sub[200];
 		snprintf(sub, sizeof sub, "%s.%s", path, key);
@@ -213,29 +89,29 @@ static int parse_uint(const char *s, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-static int pool_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int pool_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_pool_conf *p = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	uint64_t v;
 	if (!s)
 		return -1;
 	yaml_mark_t m = c->ev.start_mark;
 	if (!strcmp(key, "size")) {
 		if (parse_uint(s, SBX_POOL_SIZE_MAX, &v) < 0)
-			return fail(c, m, "%s: '%s' is not a whole number in 0..%d", path, SHOW(s), SBX_POOL_SIZE_MAX);
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 0..%d", path, SBX_YAML_SHOW(s), SBX_POOL_SIZE_MAX);
 		p->size = (unsigned)v;
 	} else if (!strcmp(key, "vcpus")) {
 		if (parse_uint(s, 64, &v) < 0 || v < 1)
-			return fail(c, m, "%s: '%s' is not a whole number in 1..64", path, SHOW(s));
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 1..64", path, SBX_YAML_SHOW(s));
 		p->vcpus = (unsigned)v;
 	} else if (!strcmp(key, "memory")) {
 		if (sbx_parse_size(s, &v) < 0 || v < 64 * MIB || v > (64ull << 30) || v % MIB)
-			return fail(c, m, "%s: '%s' is not a size of whole MiB in 64M..64G", path, SHOW(s));
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a size of whole MiB in 64M..64G", path, SBX_YAML_SHOW(s));
 		p->memory_mib = (unsigned)(v / MIB);
 	} else {
 		if (sbx_parse_size(s, &v) < 0 || v < 16 * MIB || v > (1ull << 40))
-			return fail(c, m, "%s: '%s' is not a size in 16M..1T", path, SHOW(s));
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a size in 16M..1T", path, SBX_YAML_SHOW(s));
 		p->disk = v;
 	}
 	(void)km;
@@ -255,15 +131,15 @@ static bool name_ok(const char *s, size_t n)
 	return true;
 }
 
-static int template_entry(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int template_entry(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf *hc = obj;
 	const char *at = strchr(key, '@');
 	size_t nl = at ? (size_t)(at - key) : strlen(key);
 	if (!name_ok(key, nl) || (at && !name_ok(at + 1, strlen(at + 1))) || strlen(key) >= sizeof hc->pool[0].tmpl)
-		return fail(c, km, "'%s' is not a template name (NAME or NAME@VERSION)", SHOW(key));
+		return sbx_yaml_failm(c, km, "'%s' is not a template name (NAME or NAME@VERSION)", SBX_YAML_SHOW(key));
 	if (hc->npool == SBX_POOL_TEMPLATES_MAX)
-		return fail(c, km, "pool.templates: more than %d templates", SBX_POOL_TEMPLATES_MAX);
+		return sbx_yaml_failm(c, km, "pool.templates: more than %d templates", SBX_POOL_TEMPLATES_MAX);
 	struct sbx_pool_conf *p = &hc->pool[hc->npool];
 	memset(p, 0, sizeof *p);
 	snprintf(p->tmpl, sizeof p->tmpl, "%s", key);
@@ -276,7 +152,7 @@ static int template_entry(struct ctx *c, const char *key, yaml_mark_t km, void *
 	if (walk_map(c, path, keys, pool_value, p) < 0)
 		return -1;
 	if (p->size == UINT32_MAX)
-		return fail(c, m, "%s: size is required", path);
+		return sbx_yaml_failm(c, m, "%s: size is required", path);
 	hc->npool++;
 	return 0;
 }
@@ -311,16 +187,16 @@ struct seq_ctx {
 	bool env;    /* environment variable names, else roots */
 };
 
-static int seq_items(struct ctx *c, const char *path, struct seq_ctx *q)
+static int seq_items(struct sbx_yaml *c, const char *path, struct seq_ctx *q)
 {
 	if (c->ev.type != YAML_SEQUENCE_START_EVENT)
-		return fail(c, c->ev.start_mark, "%s: expected a list", path);
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: expected a list", path);
 	for (;;) {
-		if (next(c) < 0)
+		if (sbx_yaml_next(c) < 0)
 			return -1;
 		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
 			return 0;
-		const char *s = scalar(c, path);
+		const char *s = sbx_yaml_scalar(c, path);
 		if (!s)
 			return -1;
 		yaml_mark_t m = c->ev.start_mark;
@@ -331,21 +207,21 @@ static int seq_items(struct ctx *c, const char *path, struct seq_ctx *q)
 				ok = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
 				     *p == '_';
 			if (!ok)
-				return fail(c, m, "%s: '%s' is not an environment variable name", path, SHOW(s));
+				return sbx_yaml_failm(c, m, "%s: '%s' is not an environment variable name", path, SBX_YAML_SHOW(s));
 		} else if (!root_ok(s) || strlen(s) >= q->len) {
-			return fail(c, m, "%s: '%s' is not an absolute, normalized directory other than /", path,
-				    SHOW(s));
+			return sbx_yaml_failm(c, m, "%s: '%s' is not an absolute, normalized directory other than /", path,
+				    SBX_YAML_SHOW(s));
 		}
 		for (unsigned i = 0; i < *q->n; i++)
 			if (!strcmp(q->v + i * q->len, s))
-				return fail(c, m, "%s: '%s' is listed twice", path, SHOW(s));
+				return sbx_yaml_failm(c, m, "%s: '%s' is listed twice", path, SBX_YAML_SHOW(s));
 		if (*q->n == q->max)
-			return fail(c, m, "%s: more than %u entries", path, q->max);
+			return sbx_yaml_failm(c, m, "%s: more than %u entries", path, q->max);
 		snprintf(q->v + (*q->n)++ * q->len, q->len, "%s", s);
 	}
 }
 
-static int host_paths_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int host_paths_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostpath_conf *hp = obj;
 	bool rd = !strcmp(key, "read");
@@ -355,7 +231,7 @@ static int host_paths_key(struct ctx *c, const char *key, yaml_mark_t km, void *
 	return seq_items(c, path, &q);
 }
 
-static int secrets_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int secrets_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostpath_conf *hp = obj;
 	struct seq_ctx q = { .v = hp->env_allow[0], .len = sizeof hp->env_allow[0], .max = SBX_ENV_ALLOW_MAX,
@@ -364,17 +240,17 @@ static int secrets_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj
 	return seq_items(c, path, &q);
 }
 
-static int pool_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int pool_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	return walk_map(c, path, NULL, template_entry, obj);
 }
 
 /* A quota's values are parsed over UINT32_MAX / UINT64_MAX markers so an
  * entry of tenants[] can tell what it sets. */
-static int quota_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int quota_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_quota *q = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	uint64_t v;
 	if (!s)
 		return -1;
@@ -382,7 +258,7 @@ static int quota_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj
 	(void)km;
 	if (!strcmp(key, "memory")) {
 		if (sbx_parse_size(s, &v) < 0 || v < 64 * MIB || v > (1ull << 50) || v % MIB)
-			return fail(c, m, "%s: '%s' is not a size of whole MiB from 64M", path, SHOW(s));
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a size of whole MiB from 64M", path, SBX_YAML_SHOW(s));
 		q->memory_mib = v / MIB;
 		return 0;
 	}
@@ -394,13 +270,13 @@ static int quota_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj
 		/* A workspace is at least 16M; a cache or snapshots, any size. */
 		uint64_t min = bytes == &q->workspace_bytes ? 16 * MIB : MIB;
 		if (sbx_parse_size(s, &v) < 0 || v < min || v > (1ull << 50))
-			return fail(c, m, "%s: '%s' is not a size from %lluM", path, SHOW(s),
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a size from %lluM", path, SBX_YAML_SHOW(s),
 				    (unsigned long long)(min / MIB));
 		*bytes = v;
 		return 0;
 	}
 	if (parse_uint(s, 1000000, &v) < 0 || v < 1)
-		return fail(c, m, "%s: '%s' is not a whole number in 1..1000000", path, SHOW(s));
+		return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 1..1000000", path, SBX_YAML_SHOW(s));
 	if (!strcmp(key, "vcpus"))
 		q->vcpus = (unsigned)v;
 	else
@@ -411,13 +287,13 @@ static int quota_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj
 static const char *const quota_keys[] = { "cache_bytes", "memory", "sessions", "snapshot_bytes", "vcpus",
 					   "workspace_bytes", NULL };
 
-static int quota_tenant(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int quota_tenant(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_quota_conf *qc = obj;
 	if (!name_ok(key, strlen(key)))
-		return fail(c, km, "quotas.tenants: '%s' is not a tenant ID", SHOW(key));
+		return sbx_yaml_failm(c, km, "quotas.tenants: '%s' is not a tenant ID", SBX_YAML_SHOW(key));
 	if (qc->ntenants == SBX_QUOTA_TENANTS_MAX)
-		return fail(c, km, "quotas.tenants: more than %d tenants", SBX_QUOTA_TENANTS_MAX);
+		return sbx_yaml_failm(c, km, "quotas.tenants: more than %d tenants", SBX_QUOTA_TENANTS_MAX);
 	struct sbx_tenant_quota *t = &qc->tenants[qc->ntenants];
 	snprintf(t->tenant, sizeof t->tenant, "%s", key);
 	t->q.sessions = t->q.vcpus = UINT32_MAX;
@@ -428,7 +304,7 @@ static int quota_tenant(struct ctx *c, const char *key, yaml_mark_t km, void *ob
 	return 0;
 }
 
-static int quotas_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int quotas_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_quota_conf *qc = obj;
 	(void)km;
@@ -470,15 +346,15 @@ void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struc
 }
 
 /* packages: what the package cache (pkgcache.h) may keep on this host. */
-static int packages_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int packages_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf_packages *p = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	uint64_t v;
 	if (!s)
 		return -1;
 	if (sbx_parse_size(s, &v) < 0 || v < MIB || v > (1ull << 50))
-		return fail(c, c->ev.start_mark, "%s: '%s' is not a size in 1M..1P", path, SHOW(s));
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a size in 1M..1P", path, SBX_YAML_SHOW(s));
 	p->cache_quota = v; /* the only key */
 	(void)key, (void)km;
 	return 0;
@@ -486,51 +362,51 @@ static int packages_value(struct ctx *c, const char *key, yaml_mark_t km, void *
 
 /* audit: max_size (a size, at least 64K so a segment holds a record of
  * the largest size) and keep (segments). */
-static int audit_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int audit_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf_audit *a = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	uint64_t v;
 	(void)km;
 	if (!s)
 		return -1;
 	if (!strcmp(key, "max_size")) {
 		if (sbx_parse_size(s, &v) < 0 || v < 65536 || v > (1ull << 50))
-			return fail(c, c->ev.start_mark, "%s: '%s' is not a size in 64K..1P", path, SHOW(s));
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a size in 64K..1P", path, SBX_YAML_SHOW(s));
 		a->max_size = v;
 		return 0;
 	}
 	if (parse_uint(s, 1000000, &v) < 0)
-		return fail(c, c->ev.start_mark, "%s: '%s' is not a count of segments in 0..1000000", path, SHOW(s));
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a count of segments in 0..1000000", path, SBX_YAML_SHOW(s));
 	a->keep = (unsigned)v;
 	return 0;
 }
 
 /* templates.publishers: a sequence of tenant IDs. */
-static int templates_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int templates_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf *hc = obj;
 	(void)key;
 	(void)km;
 	if (c->ev.type != YAML_SEQUENCE_START_EVENT)
-		return fail(c, c->ev.start_mark, "%s: expected a list of tenant IDs", path);
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: expected a list of tenant IDs", path);
 	for (;;) {
-		if (next(c) < 0)
+		if (sbx_yaml_next(c) < 0)
 			return -1;
 		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
 			return 0;
-		const char *s = scalar(c, path);
+		const char *s = sbx_yaml_scalar(c, path);
 		if (!s)
 			return -1;
 		if (!name_ok(s, strlen(s)) || !strcmp(s, "_") || !strcasecmp(s, "operator"))
-			return fail(c, c->ev.start_mark, "%s: '%s' is not a tenant ID", path, SHOW(s));
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a tenant ID", path, SBX_YAML_SHOW(s));
 		if (hc->npublishers == SBX_PUBLISHERS_MAX)
-			return fail(c, c->ev.start_mark, "%s: more than %d tenants", path, SBX_PUBLISHERS_MAX);
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d tenants", path, SBX_PUBLISHERS_MAX);
 		snprintf(hc->publishers[hc->npublishers++], sizeof hc->publishers[0], "%s", s);
 	}
 }
 
-static int top_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+static int top_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf *hc = obj;
 	if (!strcmp(key, "audit")) {
@@ -574,38 +450,36 @@ int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 {
 	memset(hc, 0, sizeof *hc);
 	snprintf(hc->source, sizeof hc->source, "%s", name);
-	struct ctx c = { .name = name, .buf = buf, .n = n, .err = err };
-	if (!yaml_parser_initialize(&c.y))
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse %s", name);
-	yaml_parser_set_input_string(&c.y, buf, n);
-	yaml_parser_set_encoding(&c.y, YAML_UTF8_ENCODING);
+	struct sbx_yaml c;
+	if (sbx_yaml_open(&c, name, buf, n, DEPTH_MAX, SCALAR_MAX, err) < 0) {
+		sbx_yaml_close(&c);
+		return -1;
+	}
 	int rc = -1;
 	static const char *const keys[] = { "audit", "host_paths", "packages", "pool", "quotas", "secrets", "templates", NULL };
-	if (next(&c) < 0 || next(&c) < 0)
+	if (sbx_yaml_next(&c) < 0 || sbx_yaml_next(&c) < 0)
 		goto out;
 	if (c.ev.type == YAML_STREAM_END_EVENT) {
 		rc = 0; /* nothing but comments: an empty configuration */
 		goto out;
 	}
-	if (next(&c) < 0) /* after DOCUMENT-START, the top node */
+	if (sbx_yaml_next(&c) < 0) /* after DOCUMENT-START, the top node */
 		goto out;
 	if (c.ev.type != YAML_MAPPING_START_EVENT) {
-		fail(&c, c.ev.start_mark, "the top level must be a mapping");
+		sbx_yaml_failm(&c, c.ev.start_mark, "the top level must be a mapping");
 		goto out;
 	}
-	if (walk_map(&c, "the top level", keys, top_key, hc) < 0 || next(&c) < 0)
+	if (walk_map(&c, "the top level", keys, top_key, hc) < 0 || sbx_yaml_next(&c) < 0)
 		goto out;
-	if (c.ev.type != YAML_DOCUMENT_END_EVENT || next(&c) < 0)
+	if (c.ev.type != YAML_DOCUMENT_END_EVENT || sbx_yaml_next(&c) < 0)
 		goto out;
 	if (c.ev.type != YAML_STREAM_END_EVENT) {
-		fail(&c, c.ev.start_mark, "only one document is allowed");
+		sbx_yaml_failm(&c, c.ev.start_mark, "only one document is allowed");
 		goto out;
 	}
 	rc = 0;
 out:
-	if (c.have_ev)
-		yaml_event_delete(&c.ev);
-	yaml_parser_delete(&c.y);
+	sbx_yaml_close(&c);
 	if (rc < 0) {
 		hc->npool = hc->npublishers = 0;
 		memset(&hc->paths, 0, sizeof hc->paths); /* a bad file grants nothing */

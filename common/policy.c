@@ -855,8 +855,10 @@ int sbx_policy_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_
 	sbx_yaml_show(shown, sizeof shown, name, 200);
 	if (n > SBX_POLICY_FILE_MAX)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load policy %s: larger than 1 MiB", shown);
-	if (sbx_yaml_open(&c, shown, buf, n, SBX_POLICY_DEPTH_MAX, SCALAR_MAX, err) < 0)
+	if (sbx_yaml_open(&c, shown, buf, n, SBX_POLICY_DEPTH_MAX, SCALAR_MAX, err) < 0) {
+		sbx_yaml_close(&c);
 		return -1;
+	}
 	int r = parse_stream(&c, p);
 	sbx_yaml_close(&c);
 	if (r == 0)

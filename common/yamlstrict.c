@@ -206,7 +206,7 @@ int sbx_yaml_next(struct sbx_yaml *c)
 		for (size_t i = 0; i < e->data.scalar.length;) {
 			uint32_t cp = 0;
 			size_t l = sbx_utf8_dec(e->data.scalar.value + i, e->data.scalar.length - i, &cp);
-			if (!l || sbx_text_bad_char(cp, 1))
+			if (!l || (sbx_text_bad_char(cp, 1) && !(cp == '\t' && c->value_tabs)))
 				return sbx_yaml_failm(c, m, "control or invalid character in a value");
 			i += l;
 		}
@@ -279,10 +279,12 @@ int sbx_yaml_open(struct sbx_yaml *c, const char *name, const uint8_t *buf, size
 {
 	*c = (struct sbx_yaml){ .name = name, .buf = buf, .n = n, .depth_max = depth_max, .scalar_max = scalar_max,
 				.err = err };
+	if (!yaml_parser_initialize(&c->y)) {
+		memset(&c->y, 0, sizeof c->y); /* what yaml_parser_delete can take */
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse %s", name);
+	}
 	if (check_text(c) < 0)
 		return -1;
-	if (!yaml_parser_initialize(&c->y))
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse %s", name);
 	yaml_parser_set_input_string(&c->y, buf, n);
 	/* No guessing: a UTF-16 BOM must not switch decoders on us. */
 	yaml_parser_set_encoding(&c->y, YAML_UTF8_ENCODING);

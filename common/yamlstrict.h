@@ -22,13 +22,14 @@ struct sbx_yaml {
 	size_t n;
 	unsigned depth, depth_max;
 	size_t scalar_max; /* longest value accepted */
+	bool value_tabs;   /* a value may hold a tab (set after sbx_yaml_open) */
 	struct sbx_err *err;
 };
 
 /* Check buf as text (valid UTF-8, no controls but tab and line ends: an
  * error has a position) and start a parser over it.  The caller's buf
- * and name must outlive c; sbx_yaml_close ends it (also after -1 from
- * any call but this one). */
+ * and name must outlive c; sbx_yaml_close ends it, after -1 from any
+ * call too. */
 int sbx_yaml_open(struct sbx_yaml *c, const char *name, const uint8_t *buf, size_t n, unsigned depth_max,
 		  size_t scalar_max, struct sbx_err *err);
 void sbx_yaml_close(struct sbx_yaml *c);

@@ -77,7 +77,7 @@ int main(void)
 		{ "pool: *a\n", "aliases are not allowed" },
 		{ "pool: !!map {templates: {}}\n", "tags are not allowed" },
 		{ "pool: {templates: {}}\n---\npool: {templates: {}}\n", "only one document" },
-		{ "pool:\n", "expected a mapping (write {} for an empty mapping)" },
+		{ "pool:\n", "expected a mapping, got null (write {} for an empty mapping)" },
 		{ "- pool\n", "the top level must be a mapping" },
 		{ "pool: {templates: {default: {size: [1]}}}\n", "expected a scalar" },
 		{ "pool: {templates: {default: {size: 1}\n", "h.yaml:2:1:" },

@@ -88,8 +88,8 @@ int main(void)
 	bad("from: debian:bookworm\nuser: ../root\n", "not a user name", "user with a path");
 	bad("from: debian:bookworm\nworkdir: work\n", "absolute", "relative workdir");
 	bad("from: debian:bookworm\nenv: {\"A=B\": x}\n", "not a variable name", "env name with =");
-	bad("from: debian:bookworm\nenv: {A: null}\n", "expected a value, got null", "env value null");
-	bad("from: debian:bookworm\nenv: {A: \"a\\x01\"}\n", "control character", "env value with a control");
+	bad("from: debian:bookworm\nenv: {A: null}\n", "expected a scalar value, got null", "env value null");
+	bad("from: debian:bookworm\nenv: {A: \"a\\x01\"}\n", "control or invalid character", "env value with a control");
 	bad("from: debian:bookworm\n---\nfrom: debian:bookworm\n", "only one YAML document", "two documents");
 	bad("- from\n", "a template spec is a mapping", "a list at the top");
 	bad("from: debian:bookworm\nenv: {A: b\n", "t.yaml:3:1", "a syntax error with a position");
