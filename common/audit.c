@@ -922,6 +922,8 @@ static int read_tail_win(int fd, uint64_t size, size_t want, uint64_t *seq, uint
 	if (size == 0)
 		return 0;
 	size_t win = size < want ? (size_t)size : want;
+	if (!win)
+		return 0;
 	uint64_t base = size - win;
 	_cleanup_free_ char *b = malloc(win);
 	if (!b)
