@@ -11,6 +11,11 @@ export SBX_BUILD=${SBX_BUILD:-$PWD/build}
 export SBX_TEMPLATES=${SBX_TEMPLATES:-$SBX_BUILD/templates}
 prove_opts=("$@")
 [ ${#prove_opts[@]} -gt 0 ] || prove_opts=(-v --timer)
+# Test files run SBX_CHECK_JOBS at a time (default 2): each has its own
+# SBX_ROOT, and the one host-wide resource they share, the test network's
+# addresses, is taken under a lock (test_net_hosts, tests/lib.sh).  prove
+# prints each file's output whole when it ends.
+prove_opts+=(-j "${SBX_CHECK_JOBS:-2}")
 
 # Why the VM tests cannot run on backend $1 here; nothing when they can.
 # For Cloud Hypervisor that takes a real boot under KVM: /dev/kvm existing

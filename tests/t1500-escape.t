@@ -19,6 +19,10 @@ A=$SBX_ROOT/var/lib/sbx/audit.log
 NS=sbxt1500-$$
 VETH=sbxe$$
 base=
+# The search and the set-up under test_net_hosts's lock (tests/lib.sh), so
+# a test running beside this one never picks the same addresses.
+exec {net_lock}>/run/lock/sbx-test-net.lock
+flock "$net_lock"
 for o in $(seq 128 16 240); do
 	used=0
 	for k in $(seq 0 15); do
@@ -48,6 +52,7 @@ for a in $WEB $IETF $BENCH; do
 	ip route add "$a/32" dev "$VETH" && ip -n "$NS" addr add "$a/32" dev eth0 || skip_all "cannot route to $a"
 done
 ip -n "$NS" route add "$HOSTIP/32" dev eth0 || skip_all "cannot route back"
+exec {net_lock}>&- # the host's end now holds the /28's addresses: the next search skips them
 # An HTTP/1.1 server with keep-alive that serves any Host, and writes down
 # every request it reads ("HOST PATH").
 cat >"$TEST_TMP/srv.py" <<'EOF'
