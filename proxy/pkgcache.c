@@ -711,13 +711,26 @@ static int send_file(struct conn *c, int fd, uint64_t size)
 	return 0;
 }
 
+/* The standard reason phrase of the statuses refuse() sends. */
+static const char *std_reason(int status)
+{
+	switch (status) {
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 500: return "Internal Server Error";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	default: return status >= 500 ? "Server Error" : "Client Error";
+	}
+}
+
 /* An error the guest should read.  pip logs an index page's HTTP error
  * only at debug level and then says just "from versions: none"; what it
  * does print is the Content-Type of a page that is not an index.  So to
  * pip, an index page that cannot be served is a 200 whose Content-Type
  * carries the reason; to everyone else it is an honest 4xx/5xx whose
- * reason phrase (curl, wget, pip downloads) and body (npm's "error") say
- * it. */
+ * reason phrase (curl, wget, pip downloads) says it, or on npm's routes
+ * the body's "error" (which npm prints after the standard phrase). */
 static int refuse(struct conn *c, struct outcome *o, int status, const char *msg, int audit)
 {
 	char text[600];
@@ -738,10 +751,13 @@ static int refuse(struct conn *c, struct outcome *o, int status, const char *msg
 		return send_mem(c, 200, "Refused", ct, body, (size_t)n);
 	}
 	if (c->npm) {
+		/* npm prints "STATUS REASON - GET URL - ERROR": the reason
+		 * phrase is the standard one, so the message is said once. */
 		json_t *e = json_pack("{s:s}", "error", text);
 		char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
 		json_decref(e);
-		int rc = send_mem(c, status, text, "application/json", s ? s : "{}", s ? strlen(s) : 2);
+		int rc = send_mem(c, status, c->head ? text : std_reason(status), "application/json", s ? s : "{}",
+		                  s ? strlen(s) : 2);
 		free(s);
 		return rc;
 	}
