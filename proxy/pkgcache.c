@@ -51,6 +51,7 @@
 #define LOG                  "packages.log"
 #define META                 "meta"  /* per entry: its hashes as last verified, and when last used */
 #define NAMES                "names" /* what each (registry, package, file) was stored as, for HEAD */
+#define NPM_META             "npm-meta" /* each npm package's metadata as last served with a tarball */
 #define CACHE_LOCK           ".lock" /* eviction, per cache scope */
 
 /* ---- process set-up ----------------------------------------------------- */
@@ -2023,10 +2024,50 @@ static int pypi_file(struct conn *c, const char *reg_url, const char *project, c
 
 /* ---- npm -------------------------------------------------------------------- */
 
-/* The package's metadata document from the registry, parsed.  NULL with
- * the response already sent. */
-static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, const char *pkg)
+/* NPM_META/m-HEX: the metadata document of (registry, package) as it was
+ * when one of its tarballs was last served, so that what the cache holds
+ * can still be installed while the registry cannot be reached.  Kept only
+ * beside a tarball served (not for every name a guest asks about), as the
+ * registry sent it: it names the hashes the cached tarballs are checked
+ * against, never their bytes. */
+static void npm_meta_name(const char *reg_url, const char *pkg, char out[70])
 {
+	SHA2_CTX h;
+	uint8_t d[32];
+	SHA256Init(&h);
+	SHA256Update(&h, (const uint8_t *)reg_url, strlen(reg_url) + 1);
+	SHA256Update(&h, (const uint8_t *)pkg, strlen(pkg) + 1);
+	SHA256Final(d, &h);
+	memcpy(out, "m-", 2);
+	to_hex(d, 32, out + 2);
+}
+
+static void npm_meta_keep(const struct conn *c, const char *reg_url, const char *pkg, const char *doc)
+{
+	char nm[70];
+	npm_meta_name(reg_url, pkg, nm);
+	_cleanup_close_ int dir = cache_dir(c);
+	_cleanup_close_ int md = dir < 0 ? -1 : subdir(dir, NPM_META);
+	if (md < 0 || sbx_atomic_write_at(md, nm, doc, strlen(doc), 0600, NULL) < 0)
+		diag(c, "cannot keep the metadata of %s for when registry %s is unreachable", pkg, c->registry);
+}
+
+static char *npm_meta_stale(const struct conn *c, const char *reg_url, const char *pkg, size_t *len)
+{
+	char nm[70];
+	npm_meta_name(reg_url, pkg, nm);
+	_cleanup_close_ int dir = cache_dir(c);
+	_cleanup_close_ int md = dir < 0 ? -1 : openat(dir, NPM_META, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	return md < 0 ? NULL : sbx_read_small_at(md, nm, INDEX_MAX, len);
+}
+
+/* The package's metadata document from the registry, parsed.  NULL with
+ * the response already sent.  A registry that gives no answer at all
+ * (refused, timed out: not an HTTP error, a deny, or a budget) stands in
+ * for by the document kept with the last tarball served (*stale set). */
+static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, const char *pkg, int *stale)
+{
+	*stale = 0;
 	char path[260], msg[URL_MAX + 300];
 	/* A scoped name travels as @scope%2fname, as npm itself sends it. */
 	const char *sl = strchr(pkg, '/');
@@ -2055,6 +2096,19 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 			snprintf(msg, sizeof msg, "no package %s at registry %s", pkg, c->registry);
 			return refuse(c, o, 404, msg, 0), NULL;
 		}
+		if (f.status == 0 && !f.denied[0] && !f.over && !f.broke && !f.oom) {
+			size_t n = 0;
+			_cleanup_free_ char *kept = npm_meta_stale(c, reg_url, pkg, &n);
+			json_t *doc = kept ? json_loadb(kept, n, 0, NULL) : NULL;
+			if (json_is_object(doc) && json_is_object(json_object_get(doc, "versions"))) {
+				diag(c, "registry %s unreachable (%s): the metadata of %s as kept with its last tarball",
+				     c->registry, f.error, pkg);
+				*stale = 1;
+				o->cache = "stale";
+				return doc; /* c->upstream stays the registry's URL of it */
+			}
+			json_decref(doc);
+		}
 		snprintf(msg, sizeof msg, "cannot fetch the metadata of %s from registry %s: %s", pkg, c->registry,
 		         f.error);
 		diag(c, "%s (%s)", msg, c->upstream);
@@ -2077,7 +2131,8 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 static int npm_metadata(struct conn *c, const char *reg_url, const char *pkg)
 {
 	struct outcome o = {0};
-	json_t *doc = npm_load(c, &o, reg_url, pkg);
+	int stale;
+	json_t *doc = npm_load(c, &o, reg_url, pkg, &stale);
 	if (!doc)
 		return 0;
 	json_t *vs = json_object_get(doc, "versions"), *v;
@@ -2109,9 +2164,11 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 	struct outcome o = {0};
 	char msg[600];
 	snprintf(c->version, sizeof c->version, "%s", ver);
-	json_t *doc = npm_load(c, &o, reg_url, pkg);
+	int stale;
+	json_t *doc = npm_load(c, &o, reg_url, pkg, &stale);
 	if (!doc)
 		return 0;
+	o.cache = NULL; /* the tarball's own: hit or miss */
 	json_t *dist = json_object_get(json_object_get(json_object_get(doc, "versions"), ver), "dist");
 	const char *tb = json_string_value(json_object_get(dist, "tarball"));
 	if (!tb) {
@@ -2150,13 +2207,17 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 		snprintf(w.key, sizeof w.key, "sha256-%s", w.sha256);
 	const char *slash = strrchr(url, '/');
 	snprintf(c->file, sizeof c->file, "%s", bad_url || !slash ? "?" : slash + 1);
+	_cleanup_free_ char *keep = stale || bad_url ? NULL : json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	if (bad_url) {
 		snprintf(msg, sizeof msg, "registry %s gives %s@%s a tarball URL that is not http(s)", c->registry, pkg,
 		         ver);
 		return refuse(c, &o, 502, msg, 1);
 	}
-	return serve_file(c, &o, url, &w);
+	int rc = serve_file(c, &o, url, &w);
+	if (keep && o.status == 200 && w.key[0])
+		npm_meta_keep(c, reg_url, pkg, keep);
+	return rc;
 }
 
 /* ---- routing ------------------------------------------------------------------ */
