@@ -1,5 +1,5 @@
 # bash completion for sbx: sbx-create, sbx-exec, sbx-ps, sbx-kill, sbx-cp,
-# sbx-gc, sbx-audit and sbx-snapshot.
+# sbx-gc, sbx-audit, sbx-snapshot and sbx-template.
 #
 # Installed as bash-completion/completions/sbx with one symlink per command
 # name (bash-completion loads it the first time a command is completed), or
@@ -11,7 +11,7 @@
 # nothing, silently, when that fails, e.g. without the rights to read the
 # state), exec IDs, templates (NAME and NAME@VERSION), snapshots,
 # workspaces, policy files (*.yaml, *.yml), sbx-cp's SESSION:PATH, and
-# sbx-snapshot's subcommands.  It runs sbx-ps and sbx-snapshot list, which
+# sbx-snapshot's and sbx-template's subcommands.  It runs sbx-ps and sbx-snapshot list, which
 # only read; never a command in a guest.
 
 # Options per command, and those of them that take a value.
@@ -31,11 +31,13 @@ _sbx_opts_audit='-H --no-headers -h --help -q --quiet --chain --json --jsonl --s
 _sbx_args_audit='--session --since --tenant --type --until'
 _sbx_opts_snapshot='-H --no-headers -f --force -h --help -q --quiet --json --template --tenant'
 _sbx_args_snapshot='--tenant'
+_sbx_opts_template='-H --no-headers -f --file -h --help -q --quiet --json --keep --tenant'
+_sbx_args_template='-f --file --keep --tenant'
 
 _sbx_states='creating running paused pooled stopped crashed expired corrupt'
 _sbx_ws_states='attached idle'
 _sbx_audit_types='session.create session.destroy session.expire session.crash session.stop session.pause
-	session.resume exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.rm workspace.create
+	session.resume exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.build template.rm workspace.create
 	workspace.attach workspace.remove net.connect net.close net.lost dns.query package.fetch gc.reclaim
 	policy.refused audit.repair session.* exec.* files.* snapshot.* template.* workspace.* net.*'
 
@@ -143,10 +145,10 @@ _sbx_files() {
 _sbx_value() {
 	local opt=$1 p=$2
 	case $_sbx_name:$opt in
-	*:--tenant | *:--id | *:--cpus | *:--memory | *:--disk | *:--ttl | *:--timeout | *:--grace | *:--since | \
+	*:--tenant | *:--keep | *:--id | *:--cpus | *:--memory | *:--disk | *:--ttl | *:--timeout | *:--grace | *:--since | \
 		*:--until | exec:-w | exec:--workdir)
 		return 1 ;;
-	create:-p | create:--policy)
+	create:-p | create:--policy | template:-f | template:--file)
 		_sbx_files "$p" '*.yaml' '*.yml' ;;
 	create:-s | create:--snapshot)
 		mapfile -t _sbx_w < <(_sbx_snapshots)
@@ -248,6 +250,17 @@ _sbx_operand() {
 		*) _sbx_w=() ;;
 		esac
 		_sbx_add "${_sbx_w[@]}" ;;
+	template)
+		if [ "$n" -eq 0 ]; then
+			_sbx_add build import inspect list prune rm
+			return
+		fi
+		case $_sbx_sub:$n in
+		import:2) _sbx_files '' ;;
+		rm:* | list:1 | ls:1 | inspect:1)
+			mapfile -t _sbx_w < <(_sbx_templates)
+			_sbx_add "${_sbx_w[@]}" ;;
+		esac ;;
 	esac
 }
 
@@ -359,4 +372,4 @@ _sbx() {
 	return 0
 }
 
-complete -F _sbx sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot
+complete -F _sbx sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template

@@ -13,6 +13,10 @@ for src in tests/fuzz/fuzz-*.c; do
 	fuzz-policy)
 		deps=(common/policy.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
+	fuzz-tmplspec)
+		# state.c for the ID allowlist.
+		deps=(common/tmplspec.c common/state.c common/err.c common/util.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson libbsd-overlay)" ;;
 	fuzz-hostconf)
 		# policy.c for its size parser.
 		deps=(common/hostconf.c common/policy.c common/err.c common/util.c)
