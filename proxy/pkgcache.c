@@ -2062,9 +2062,9 @@ static char *npm_meta_stale(const struct conn *c, const char *reg_url, const cha
 }
 
 /* The package's metadata document from the registry, parsed.  NULL with
- * the response already sent.  A registry that gives no answer at all
- * (refused, timed out: not an HTTP error, a deny, or a budget) stands in
- * for by the document kept with the last tarball served (*stale set). */
+ * the response already sent.  When the registry gives no answer at all
+ * (refused, timed out: not an HTTP error, a deny or a budget), the
+ * document kept with its last tarball served stands in (*stale set). */
 static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, const char *pkg, int *stale)
 {
 	*stale = 0;
