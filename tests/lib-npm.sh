@@ -90,9 +90,17 @@ npm_registry_publish() {
 		--cache "$TEST_TMP/npm-cache" --no-audit --no-fund --loglevel=error)
 }
 
+# TERM, and KILL if it has not ended within 10 s (it renames itself to
+# "verdaccio", so lib.sh's cleanup by command line would not find it).
 npm_registry_stop() {
 	[ -n "${NPM_REG_PID:-}" ] || return 0
+	local i
 	kill "$NPM_REG_PID" 2>/dev/null
+	for i in $(seq 100); do
+		case $(ps -o stat= -p "$NPM_REG_PID" 2>/dev/null) in '' | Z*) break ;; esac # ended (our child: a zombie until the wait)
+		sleep 0.1
+	done
+	kill -9 "$NPM_REG_PID" 2>/dev/null
 	wait "$NPM_REG_PID" 2>/dev/null
 	NPM_REG_PID=
 }
