@@ -115,7 +115,7 @@ static void refusal(const struct sbx_guest_cfg *cfg, const char *type, char *out
  * print is the Content-Type of a page that is not an index.  So pip's
  * index requests get a 200 whose Content-Type carries the refusal; every
  * other client an honest 403 whose reason phrase (curl, wget, pip's
- * downloads) and JSON "error" (npm) carry it. */
+ * downloads) or, on npm's routes, JSON "error" carries it. */
 static void answer(const struct sbx_guest_cfg *cfg, int fd)
 {
 	char req[4096], msg[256], out[1024];
@@ -160,10 +160,12 @@ static void answer(const struct sbx_guest_cfg *cfg, int fd)
 	} else {
 		bl = npm ? snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg)
 		         : snprintf(body, sizeof(body), "sbx: %s\n", msg);
+		/* npm prints "403 REASON - GET URL - ERROR": its reason phrase
+		 * is the standard one, so the refusal is said once. */
 		w = snprintf(out, sizeof(out),
 		             "HTTP/1.1 403 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
 		             "Cache-Control: no-store\r\nConnection: close\r\n\r\n%s",
-		             msg, npm ? "application/json" : "text/plain", bl, body);
+		             npm ? "Forbidden" : msg, npm ? "application/json" : "text/plain", bl, body);
 	}
 	if (w > 0 && (size_t)w < sizeof(out))
 		(void)!send(fd, out, (size_t)w, MSG_NOSIGNAL);

@@ -52,6 +52,7 @@
 #define LOG                  "packages.log"
 #define META                 "meta"  /* per entry: its hashes as last verified, and when last used */
 #define NAMES                "names" /* what each (registry, package, file) was stored as, for HEAD */
+#define NPM_META             "npm-meta" /* each npm package's metadata as last served with a tarball */
 #define CACHE_LOCK           ".lock" /* eviction, per cache scope */
 
 /* ---- process set-up ----------------------------------------------------- */
@@ -686,13 +687,26 @@ static int send_file(struct conn *c, int fd, uint64_t size)
 	return 0;
 }
 
+/* The standard reason phrase of the statuses refuse() sends. */
+static const char *std_reason(int status)
+{
+	switch (status) {
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 500: return "Internal Server Error";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	default: return status >= 500 ? "Server Error" : "Client Error";
+	}
+}
+
 /* An error the guest should read.  pip logs an index page's HTTP error
  * only at debug level and then says just "from versions: none"; what it
  * does print is the Content-Type of a page that is not an index.  So to
  * pip, an index page that cannot be served is a 200 whose Content-Type
  * carries the reason; to everyone else it is an honest 4xx/5xx whose
- * reason phrase (curl, wget, pip downloads) and body (npm's "error") say
- * it. */
+ * reason phrase (curl, wget, pip downloads) says it, or on npm's routes
+ * the body's "error" (which npm prints after the standard phrase). */
 static int refuse(struct conn *c, struct outcome *o, int status, const char *msg, int audit)
 {
 	char text[600];
@@ -713,10 +727,13 @@ static int refuse(struct conn *c, struct outcome *o, int status, const char *msg
 		return send_mem(c, 200, "Refused", ct, body, (size_t)n);
 	}
 	if (c->npm) {
+		/* npm prints "STATUS REASON - GET URL - ERROR": the reason
+		 * phrase is the standard one, so the message is said once. */
 		json_t *e = json_pack("{s:s}", "error", text);
 		char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
 		json_decref(e);
-		int rc = send_mem(c, status, text, "application/json", s ? s : "{}", s ? strlen(s) : 2);
+		int rc = send_mem(c, status, c->head ? text : std_reason(status), "application/json", s ? s : "{}",
+		                  s ? strlen(s) : 2);
 		free(s);
 		return rc;
 	}
@@ -1982,10 +1999,50 @@ static int pypi_file(struct conn *c, const char *reg_url, const char *project, c
 
 /* ---- npm -------------------------------------------------------------------- */
 
-/* The package's metadata document from the registry, parsed.  NULL with
- * the response already sent. */
-static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, const char *pkg)
+/* NPM_META/m-HEX: the metadata document of (registry, package) as it was
+ * when one of its tarballs was last served, so that what the cache holds
+ * can still be installed while the registry cannot be reached.  Kept only
+ * beside a tarball served (not for every name a guest asks about), as the
+ * registry sent it: it names the hashes the cached tarballs are checked
+ * against, never their bytes. */
+static void npm_meta_name(const char *reg_url, const char *pkg, char out[70])
 {
+	SHA2_CTX h;
+	uint8_t d[32];
+	SHA256Init(&h);
+	SHA256Update(&h, (const uint8_t *)reg_url, strlen(reg_url) + 1);
+	SHA256Update(&h, (const uint8_t *)pkg, strlen(pkg) + 1);
+	SHA256Final(d, &h);
+	memcpy(out, "m-", 2);
+	to_hex(d, 32, out + 2);
+}
+
+static void npm_meta_keep(const struct conn *c, const char *reg_url, const char *pkg, const char *doc)
+{
+	char nm[70];
+	npm_meta_name(reg_url, pkg, nm);
+	_cleanup_close_ int dir = cache_dir(c);
+	_cleanup_close_ int md = dir < 0 ? -1 : subdir(dir, NPM_META);
+	if (md < 0 || sbx_atomic_write_at(md, nm, doc, strlen(doc), 0600, NULL) < 0)
+		diag(c, "cannot keep the metadata of %s for when registry %s is unreachable", pkg, c->registry);
+}
+
+static char *npm_meta_stale(const struct conn *c, const char *reg_url, const char *pkg, size_t *len)
+{
+	char nm[70];
+	npm_meta_name(reg_url, pkg, nm);
+	_cleanup_close_ int dir = cache_dir(c);
+	_cleanup_close_ int md = dir < 0 ? -1 : openat(dir, NPM_META, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	return md < 0 ? NULL : sbx_read_small_at(md, nm, INDEX_MAX, len);
+}
+
+/* The package's metadata document from the registry, parsed.  NULL with
+ * the response already sent.  When the registry gives no answer at all
+ * (refused, timed out: not an HTTP error, a deny or a budget), the
+ * document kept with its last tarball served stands in (*stale set). */
+static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, const char *pkg, int *stale)
+{
+	*stale = 0;
 	char path[260], msg[URL_MAX + 300];
 	/* A scoped name travels as @scope%2fname, as npm itself sends it. */
 	const char *sl = strchr(pkg, '/');
@@ -2014,6 +2071,19 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 			snprintf(msg, sizeof msg, "no package %s at registry %s", pkg, c->registry);
 			return refuse(c, o, 404, msg, 0), NULL;
 		}
+		if (f.status == 0 && !f.denied[0] && !f.over && !f.broke && !f.oom) {
+			size_t n = 0;
+			_cleanup_free_ char *kept = npm_meta_stale(c, reg_url, pkg, &n);
+			json_t *doc = kept ? json_loadb(kept, n, 0, NULL) : NULL;
+			if (json_is_object(doc) && json_is_object(json_object_get(doc, "versions"))) {
+				diag(c, "registry %s unreachable (%s): the metadata of %s as kept with its last tarball",
+				     c->registry, f.error, pkg);
+				*stale = 1;
+				o->cache = "stale";
+				return doc; /* c->upstream stays the registry's URL of it */
+			}
+			json_decref(doc);
+		}
 		snprintf(msg, sizeof msg, "cannot fetch the metadata of %s from registry %s: %s", pkg, c->registry,
 		         f.error);
 		diag(c, "%s (%s)", msg, c->upstream);
@@ -2036,7 +2106,8 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 static int npm_metadata(struct conn *c, const char *reg_url, const char *pkg)
 {
 	struct outcome o = {0};
-	json_t *doc = npm_load(c, &o, reg_url, pkg);
+	int stale;
+	json_t *doc = npm_load(c, &o, reg_url, pkg, &stale);
 	if (!doc)
 		return 0;
 	json_t *vs = json_object_get(doc, "versions"), *v;
@@ -2068,9 +2139,11 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 	struct outcome o = {0};
 	char msg[600];
 	snprintf(c->version, sizeof c->version, "%s", ver);
-	json_t *doc = npm_load(c, &o, reg_url, pkg);
+	int stale;
+	json_t *doc = npm_load(c, &o, reg_url, pkg, &stale);
 	if (!doc)
 		return 0;
+	o.cache = NULL; /* the tarball's own: hit or miss */
 	json_t *dist = json_object_get(json_object_get(json_object_get(doc, "versions"), ver), "dist");
 	const char *tb = json_string_value(json_object_get(dist, "tarball"));
 	if (!tb) {
@@ -2109,13 +2182,17 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 		snprintf(w.key, sizeof w.key, "sha256-%s", w.sha256);
 	const char *slash = strrchr(url, '/');
 	snprintf(c->file, sizeof c->file, "%s", bad_url || !slash ? "?" : slash + 1);
+	_cleanup_free_ char *keep = stale || bad_url ? NULL : json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	if (bad_url) {
 		snprintf(msg, sizeof msg, "registry %s gives %s@%s a tarball URL that is not http(s)", c->registry, pkg,
 		         ver);
 		return refuse(c, &o, 502, msg, 1);
 	}
-	return serve_file(c, &o, url, &w);
+	int rc = serve_file(c, &o, url, &w);
+	if (keep && o.status == 200 && w.key[0])
+		npm_meta_keep(c, reg_url, pkg, keep);
+	return rc;
 }
 
 /* ---- routing ------------------------------------------------------------------ */

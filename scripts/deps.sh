@@ -8,12 +8,18 @@ PKGS=(
 	libcurl4-openssl-dev libxml2-dev
 	libnl-3-dev libnl-route-3-dev libnftables-dev nftables iproute2 util-linux
 	qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs lz4 zstd libzstd-dev
-	jq mandoc procps python3 python3-yaml clang libclang-rt-14-dev
+	jq mandoc procps python3 python3-yaml clang libclang-rt-14-dev curl
 )
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
+# The npm tests' registry (tests/lib-npm.sh) runs on the host's Node.js and
+# is installed with its npm.  A Node.js from elsewhere (NodeSource's brings
+# its own npm, and conflicts with Debian's) is kept.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "deps: installing ${missing[*]}" >&2
 	export DEBIAN_FRONTEND=noninteractive

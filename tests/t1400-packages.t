@@ -4,10 +4,14 @@
 # logged and verified, a second session is served from the cache, a
 # tampered file and a download past max_download are refused, npm metadata
 # and tarballs go through the cache too, and offline mode refuses at once,
-# naming the policy and the key.  The registry is a network namespace this
-# test makes (veth, a 198.51.100.0/24 address, `python3 -m http.server`
-# over an index of packages it builds itself); nothing is sent elsewhere.
+# naming the policy and the key.  The registries are in a network namespace
+# this test makes (veth, a 198.51.100.0/24 address): a static PEP 503 tree
+# of wheels it builds itself under `python3 -m http.server` (the way PyPI
+# mirrors are served), and a real npm registry (verdaccio, tests/lib-npm.sh)
+# it publishes a package to; nothing is sent elsewhere.  npm's own client
+# is in t1420-npm.t.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib-npm.sh"
 if ! ls "$SBX_TEMPLATES"/python@*/manifest.json >/dev/null 2>&1; then
 	[ "${SBX_REQUIRE_PYTHON:-0}" = 1 ] || skip_all "no python template built (make python-image)"
 	ok 1 "a python template in $SBX_TEMPLATES (make python-image)"
@@ -26,13 +30,13 @@ test_net_hosts pkg 1
 NS=$NET_NS HOSTIP=$NET_HOSTIP REG=${NET_IP[0]}
 pkg_cleanup() {
 	[ -n "${WEBPID:-}" ] && kill "$WEBPID" 2>/dev/null
+	npm_registry_stop
 }
 trap 'pkg_cleanup; _cleanup' EXIT
 UP=$TEST_TMP/registry
 python3 "$(dirname "$0")/tools/pkg-index.py" --out "$UP" --base "http://$REG:8000" \
-	--wheel sbxdemo:1.0 --wheel sbxbad:1.0::tamper --wheel sbxbig:1.0:1600000 \
-	--npm sbx-demo:1.0.0 >"$TEST_TMP/packages.jsonl"
-ok $? "the test registry is built (wheels, an npm tarball, their index)"
+	--wheel sbxdemo:1.0 --wheel sbxbad:1.0::tamper --wheel sbxbig:1.0:1600000 >"$TEST_TMP/packages.jsonl"
+ok $? "the test registry is built (wheels and their index)"
 want() { jq -r --arg n "$1" "select(.name == \$n) | .$2" "$TEST_TMP/packages.jsonl"; }
 (cd "$UP" && exec ip netns exec "$NS" python3 -m http.server --bind "$REG" 8000 >"$TEST_TMP/http.log" 2>&1) &
 WEBPID=$!
@@ -43,6 +47,15 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 ok $up "the registry answers on $REG:8000"
+npm_registry_install && npm_registry_start "$NS" "$REG" 4873 && npm_registry_user && {
+	mkdir -p "$TEST_TMP/sbx-demo"
+	echo '{"name": "sbx-demo", "version": "1.0.0", "main": "index.js", "license": "MIT"}' \
+		>"$TEST_TMP/sbx-demo/package.json"
+	echo 'module.exports = "sbx-demo-1.0.0-ok";' >"$TEST_TMP/sbx-demo/index.js"
+	npm_registry_publish "$TEST_TMP/sbx-demo" >"$TEST_TMP/publish.log" 2>&1
+}
+ok $? "an npm registry on $REG:4873 with sbx-demo 1.0.0 published to it ${NPM_WHY:-}"
+npm_tgz=$NPM_REG_STORAGE/sbx-demo/sbx-demo-1.0.0.tgz
 
 cat >"$TEST_TMP/pkgs.yaml" <<EOF
 resources:
@@ -51,7 +64,7 @@ packages:
   mode: allowlist
   registries:
     - {type: pypi, url: "http://$REG:8000/simple"}
-    - {type: npm, url: "http://$REG:8000/npm"}
+    - {type: npm, url: "$NPM_REG_URL"}
   max_download: 1M
 EOF
 cat >"$TEST_TMP/no-installs.yaml" <<EOF
@@ -155,7 +168,7 @@ m = json.load(urllib.request.urlopen("http://10.0.2.2:3141/npm/0/sbx-demo", time
 url = m["versions"]["1.0.0"]["dist"]["tarball"]
 data = urllib.request.urlopen(url, timeout=120).read()
 print(url, len(data), hashlib.sha256(data).hexdigest())' 2>&1)
-is "$out" "http://10.0.2.2:3141/npm/0/tarball/sbx-demo/1.0.0 $(want sbx-demo size) $(want sbx-demo sha256)" \
+is "$out" "http://10.0.2.2:3141/npm/0/tarball/sbx-demo/1.0.0 $(stat -c %s "$npm_tgz") $(sha256sum "$npm_tgz" | cut -d' ' -f1)" \
 	"npm metadata points the tarball at the cache, which serves the registry's bytes"
 is "$(jq -r 'select(.kind == "tarball") | [.package, .version, .cache, .verdict, .registry_hash[0:7]] | join(" ")' "$log")" \
 	"sbx-demo 1.0.0 miss ok sha512:" "packages.log has the tarball, checked against dist.integrity"
