@@ -596,6 +596,9 @@ int sbx_port_list_decode(const uint8_t *p, size_t n, uint32_t *op, struct sbx_po
 		case SBX_T_REFUSED:
 			bad = !e || sbx_tlv_as_u64(v, vn, &e->refused) < 0;
 			break;
+		case SBX_T_MSG: /* the entry's last connection error: see sbx_port_list */
+			bad = !e || vn > 1024 || memchr(v, 0, vn) != NULL;
+			break;
 		default:
 			bad = 1;
 		}

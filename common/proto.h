@@ -80,7 +80,8 @@ enum sbx_frame_type {
 	SBX_F_PORT_CLOSE = 29,   /* the connection is over, either way [CODE MSG] */
 	SBX_F_PORT = 30,         /* client->monitor: OP [PORT] [ADDR] (OPEN carries the listening
 				  * socket as SCM_RIGHTS); monitor->client: OP, then for each
-				  * forward PORT ADDR CONNS ACCEPTED REFUSED (or ERROR) */
+				  * forward PORT ADDR CONNS ACCEPTED REFUSED [MSG: its last
+				  * connection error] (or ERROR) */
 	SBX_F_TYPE_MAX = 30
 };
 
