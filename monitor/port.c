@@ -347,11 +347,13 @@ static void save(struct mon *m)
 
 static void audit_fwd(struct mon *m, const char *type, const struct fwd *f, unsigned uid, const char *reason)
 {
-	json_t *af = json_pack("{s:s, s:i, s:s, s:i, s:s?}", "session", m->s.id, "guest_port", (int)f->port, "address",
-			       f->addr, "uid", (int)uid, "reason", reason);
-	if (af && !strcmp(type, "port.close"))
-		json_object_set_new(af, "accepted", json_integer((json_int_t)f->accepted)),
-			json_object_set_new(af, "refused", json_integer((json_int_t)f->refused));
+	json_t *af = json_pack("{s:s, s:i, s:s, s:i}", "session", m->s.id, "guest_port", (int)f->port, "address",
+			       f->addr, "uid", (int)uid);
+	if (af && reason) {
+		json_object_set_new(af, "reason", json_string(reason));
+		json_object_set_new(af, "accepted", json_integer((json_int_t)f->accepted));
+		json_object_set_new(af, "refused", json_integer((json_int_t)f->refused));
+	}
 	mon_audit(m, type, af, NULL);
 	json_decref(af);
 }
