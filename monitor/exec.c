@@ -297,6 +297,8 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 		r.flags &= ~(uint32_t)SBX_EXEC_STDIN;
 	ex->next = m->execs;
 	m->execs = ex;
+	if (sbx_mono_ns() - m->time_synced > MON_TIME_SYNC_NS)
+		agent_time_sync(m, 0);
 	sbx_exec_req_encode(&m->aout, ex->n, &r);
 	agent_flush(m);
 	/* Recorded while the guest already starts it (off the critical path);
@@ -439,8 +441,7 @@ void mon_heartbeat(struct mon *m)
 		if (!execs_running(m) || now < m->hb.next)
 			return;
 		m->hb.token = 0x40000000u | (++m->hb.n & 0x3fffffffu);
-		sbx_frame_raw(&m->aout, SBX_F_PING, m->hb.token, NULL, 0);
-		agent_flush(m);
+		agent_time_sync(m, m->hb.token);
 		m->hb.sent = now;
 		return;
 	}
