@@ -1072,7 +1072,7 @@ static int fwd_item(struct ctx *c, void *obj, unsigned i, const char *path)
 		return -1;
 	dash = strchr(s, '-');
 	if (!dash) {
-		if (parse_uint(s, &lo) < 0)
+		if (sbx_parse_uint(s, &lo) < 0)
 			goto bad;
 		hi = lo;
 	} else {
@@ -1080,7 +1080,7 @@ static int fwd_item(struct ctx *c, void *obj, unsigned i, const char *path)
 			goto bad;
 		memcpy(a, s, (size_t)(dash - s));
 		a[dash - s] = 0;
-		if (parse_uint(a, &lo) < 0 || parse_uint(dash + 1, &hi) < 0)
+		if (sbx_parse_uint(a, &lo) < 0 || sbx_parse_uint(dash + 1, &hi) < 0)
 			goto bad;
 	}
 	if (lo < 1 || hi > 65535 || lo > hi)
