@@ -196,6 +196,15 @@ is "$(sbx-ps --json "$id" | jq -r --arg a "$addr" '.[0].ports[] | select(.addres
 	"with their guest ports"
 is "$(sbx-port --list --no-headers "$id" | awk -F'\t' -v a="$addr" '$2 == a {print $1}')" 8080 "--list: GUEST_PORT ADDRESS ..."
 
+# The JSON outputs against docs/schema/, strictly.
+schema() { python3 "$here/tools/json-schema-check.py" validate --strict "$here/../docs/schema" "$@"; }
+sbx-port --json "$id" 8080 >one.json; ok $? "sbx-port --json"
+schema port.json one.json; ok $? "sbx-port --json matches port.json"
+sbx-port --rm "$id" "$(jq -r .address one.json)"
+sbx-port --list --json "$id" >list.json && schema port-list.json list.json; ok $? "sbx-port --list --json matches port-list.json"
+sbx-ps --json "$id" | schema ps.json; ok $? "sbx-ps --json with forwards matches ps.json"
+sbx-audit --json --session "$id" | schema audit.json; ok $? "the port.open and port.close records match audit.json"
+
 # --- --rm ---------------------------------------------------------------------------
 sbx-port --rm "$id" "$dead"; ok $? "--rm by address"
 curl -s --max-time 10 "http://$dead/" >/dev/null; is $? 7 "its listener is closed (connection refused)"
