@@ -280,5 +280,6 @@ void port_agent_lost(struct mon *m);
 void port_client(struct mon *m, struct client *c, const struct sbx_frame *f);
 int port_read_client(struct client *c);
 void port_end(struct mon *m, const char *reason);
+unsigned port_connections(const struct mon *m);
 
 #endif

@@ -322,6 +322,12 @@ void port_agent_frame(struct mon *m, const struct sbx_frame *f)
 	}
 }
 
+/* Forwarded connections open now (for an idle check: one open is not idle). */
+unsigned port_connections(const struct mon *m)
+{
+	return m->ports ? m->ports->nconns : 0;
+}
+
 /* The agent channel is gone: so is every connection over it. */
 void port_agent_lost(struct mon *m)
 {

@@ -251,4 +251,85 @@ sbx-kill --tenant a "$ta"
 sbx-kill --tenant b "$tb"
 curl -s --max-time 10 "http://$b/" >/dev/null; is $? 7 "a killed tenant session's port is closed too"
 
+# --- a guest that lies about its connections ---------------------------------------
+# A template whose /init is a busybox script speaking the frame protocol on
+# the real agent port (as in t1520): what root in a guest that took PID 1
+# can send.  Frames from tests/tools/lying-port-guest.py.
+if [ "${SBX_VMM:-qemu}" != qemu ] || ! command -v busybox >/dev/null; then
+	diag "the lying agent speaks virtio-serial with the host's busybox: QEMU only"
+else
+	tmpl=$(ls -d "$SBX_TEMPLATES"/default@* | head -1)
+	mkdir -p "$TEST_TMP/templates"
+	ln -s "$tmpl" "$TEST_TMP/templates/"
+	d=$TEST_TMP/templates/default@liar root=$TEST_TMP/root-liar
+	mkdir -p "$d" "$root/bin"
+	(cd "$root" && busybox cpio -idm <"$tmpl/initrd.cpio" 2>/dev/null)
+	rm -f "$root/init"
+	cp "$(command -v busybox)" "$root/bin/busybox"
+	python3 "$here/tools/lying-port-guest.py" "$root"
+	cat >"$root/init" <<'EOF'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
+port=
+while [ -z "$port" ]; do
+	for p in /sys/class/virtio-ports/*; do
+		[ "$(cat "$p/name" 2>/dev/null)" = sbx.agent ] && port=/dev/${p##*/}
+	done
+	[ -n "$port" ] || sleep 0.05
+done
+exec 3<>"$port"
+cat /hello.bin >&3
+k=0
+while :; do
+	set -- $(dd bs=12 count=1 iflag=fullblock <&3 2>/dev/null | od -An -tu1 -v)
+	[ $# -eq 12 ] || continue
+	len=$(($1 + $2 * 256 + $3 * 65536 + $4 * 16777216))
+	[ "$len" -gt 0 ] && dd bs="$len" count=1 iflag=fullblock <&3 >/dev/null 2>&1
+	case $5 in
+	25) k=$((k + 1)); [ -f /port$k.bin ] && cat /port$k.bin >&3 ;;
+	16) poweroff -f ;;
+	esac
+done
+EOF
+	chmod +x "$root/init"
+	cp "$tmpl/manifest.json" "$tmpl/vmlinux" "$d/"
+	ln -s "$tmpl/rootfs.ext4" "$d/rootfs.ext4"
+	"$SBX_BUILD/tools/sbx-mkcpio" -o "$d/initrd.cpio" "$root"
+	liar=$(SBX_TEMPLATES=$TEST_TMP/templates sbx-create -q -t default@liar 2>/dev/null); ok $? "a session whose agent lies comes up"
+	la=$(sbx-port "$liar" 80); ok $? "a port is forwarded to it"
+	mpid=$(jq -r .monitor.pid "$SBX_ROOT/var/lib/sbx/sessions/$liar/session.json")
+	rss0=$(awk '/VmRSS/ { print $2 }' "/proc/$mpid/status")
+	cat >reader.py <<'EOF'
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+got = b""
+try:
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        got += b
+except OSError as e:
+    print("error", e)
+print(("%d %s" % (len(got), got[:16].decode(errors="replace"))).strip())
+EOF
+	is "$(python3 reader.py "${la%:*}" "${la##*:}")" "0" \
+		"data past the window: the client gets none of it, and the connection closes"
+	is "$(python3 reader.py "${la%:*}" "${la##*:}")" "0" "credit never owed: that connection closes"
+	is "$(python3 reader.py "${la%:*}" "${la##*:}")" "0" "data after the guest's EOF: that connection closes"
+	is "$(python3 reader.py "${la%:*}" "${la##*:}")" "0" "a refusal closes the connection"
+	is "$(python3 reader.py "${la%:*}" "${la##*:}")" "3 ok" "and an honest connection after all that is served"
+	j=$(sbx-port --list --json "$liar")
+	is "$(jq -r '.[0] | "\(.accepted) \(.refused) \(.connections)"' <<<"$j")" "5 1 0" \
+		"five accepted, one refused, none left open"
+	! LC_ALL=C grep -q "$(printf '[\001-\011\013-\037\177]')" <<<"$(jq -r '.[0].last_error' <<<"$j")"; ok $? \
+		"the guest's reason is kept without control bytes"
+	rss1=$(awk '/VmRSS/ { print $2 }' "/proc/$mpid/status")
+	diag "monitor RSS: ${rss0} kB before, ${rss1} kB after 12 MiB for streams never opened"
+	[ "$rss1" -lt $((rss0 + 16384)) ]; ok $? "the monitor kept none of it (RSS grew by less than 16 MiB)"
+	sbx-kill "$liar"; ok $? "the lying session is destroyed"
+fi
+
 done_testing
