@@ -108,6 +108,72 @@ is "$c" 0 "and none is left open"
 acc=$(sbx-port --list --json "$id" | jq --arg a "$addr" '.[] | select(.address == $a) | .accepted')
 [ "$acc" -ge 2002 ]; ok $? "the forward counted them ($acc accepted)"
 
+# --- the bounds: 128 connections at once per forward, 256 per session ------------
+# Clients that connect and say nothing (httpd waits for their request).
+# hold.py HOST PORT N WANT: N connections, wait (bounded) until WANT of
+# them are closed, print how many are, hold the rest until stdin ends.
+cat >hold.py <<'EOF'
+import select, socket, sys, time
+host, port, n, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+socks = [socket.create_connection((host, port), timeout=10) for _ in range(n)]
+closed, deadline = set(), time.monotonic() + (20 if want else 2)
+while len(closed) < max(want, 1) and time.monotonic() < deadline:
+    r, _, _ = select.select([s for s in socks if s not in closed], [], [], 1)
+    for s in r:
+        try:
+            if not s.recv(1):
+                closed.add(s)
+        except OSError:
+            closed.add(s)
+print(len(closed), flush=True)
+sys.stdin.read()  # hold the rest open until told
+EOF
+ref0=$(sbx-port --list --json "$id" | jq --arg a "$addr" '.[] | select(.address == $a) | .refused')
+mkfifo hold.in
+python3 hold.py "${addr%:*}" "${addr##*:}" 130 2 <hold.in >hold.out &
+hold=$!
+exec 5>hold.in
+for i in $(seq 300); do [ -s hold.out ] && break; sleep 0.1; done
+is "$(cat hold.out)" 2 "130 idle connections at once: the 2 past 128 are closed"
+j=$(sbx-port --list --json "$id" | jq -c --arg a "$addr" '.[] | select(.address == $a)')
+is "$(jq .connections <<<"$j")" 128 "128 are carried"
+is "$(jq ".refused - $ref0" <<<"$j")" 2 "and the 2 are counted as refused"
+like "$(jq -r .last_error <<<"$j")" "too many connections through this port" "saying why"
+is "$(sbx-exec "$id" -- echo busy)" busy "the session still runs commands"
+# A second forward of the same port takes the session to 256; a third
+# gets nothing more.
+a2=$(sbx-port "$id" 8080) a3=$(sbx-port "$id" 8080)
+mkfifo hold2.in hold3.in
+python3 hold.py "${a2%:*}" "${a2##*:}" 128 0 <hold2.in >hold2.out &
+h2=$!
+exec 6>hold2.in
+for i in $(seq 300); do [ -s hold2.out ] && break; sleep 0.1; done
+is "$(cat hold2.out)" 0 "128 more through a second forward are carried"
+# Accepted by the monitor, not only queued in the kernel's backlog:
+for i in $(seq 300); do
+	t=$(sbx-port --list --json "$id" | jq '[.[].connections] | add')
+	[ "$t" = 256 ] && break; sleep 0.1
+done
+is "$t" 256 "the session carries 256"
+python3 hold.py "${a3%:*}" "${a3##*:}" 1 1 <hold3.in >hold3.out &
+h3=$!
+exec 7>hold3.in
+for i in $(seq 300); do [ -s hold3.out ] && break; sleep 0.1; done
+is "$(cat hold3.out)" 1 "the 257th, through a third forward, is closed at once"
+like "$(sbx-port --list --json "$id" | jq -r --arg a "$a3" '.[] | select(.address == $a) | .last_error')" \
+	"too many forwarded connections in the session" "saying the session is at its bound"
+exec 5>&- 6>&- 7>&-
+wait "$hold" "$h2" "$h3"
+sbx-port --rm "$id" "$a2" && sbx-port --rm "$id" "$a3"; ok $? "the extra forwards are removed"
+# Each close travels to the guest and back, and 128 httpd children exit
+# under TCG: a generous bound.
+for i in $(seq 900); do
+	c=$(sbx-port --list --json "$id" | jq --arg a "$addr" '.[] | select(.address == $a) | .connections')
+	[ "$c" = 0 ] && break; sleep 0.1
+done
+is "$c" 0 "once the clients go, so do their connections"
+is "$(curl -s --max-time 20 "http://$addr/")" hello-from-guest "and the forward serves again"
+
 # --- a unix socket --------------------------------------------------------------
 sock=$TEST_TMP/web.sock
 is "$(sbx-port --unix "$sock" "$id" 8080)" "unix:$sock" "--unix binds a socket and prints unix:PATH"
