@@ -4,6 +4,7 @@
 #include "pool.h"
 #include "session.h"
 #include "snapshot.h"
+#include "tmplbuild.h"
 #include "util.h"
 #include "workspace.h"
 
@@ -256,7 +257,9 @@ int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb_u
 	free(ids);
 	gc_orphans(st, o, cb, ctx);
 	gc_workspaces(st, o, cb, ctx);
-	/* Leftovers of snapshot saves and removals that were interrupted. */
+	/* Build VMs of template builds that were killed (tmplbuild.h), then
+	 * leftovers of snapshot saves, removals and builds that were. */
+	sbx_tmplbuild_gc(st, o->dry_run, cb, ctx);
 	sbx_snapshot_gc(st, o->grace_ms, o->dry_run, cb, ctx);
 	/* Last, and under its own lock, since it may boot VMs for a while. */
 	close(gl);

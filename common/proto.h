@@ -127,13 +127,17 @@ enum sbx_tag {
 	SBX_T_RECORD = 39,   /* str: a session record (session.json), for CLAIM */
 	SBX_T_CLAIM_FLAGS = 40, /* u32 SBX_CLAIM_*, for CLAIM */
 	SBX_T_POLICY = 41,   /* str: the effective policy (policy.json), for CLAIM */
-	/* Port forwarding, sbx-port (42-46) */
-	SBX_T_PORT = 42,     /* u32: a guest TCP port, 1-65535 */
-	SBX_T_ADDR = 43,     /* str: a host address, "127.0.0.1:PORT", "[::1]:PORT" or "unix:PATH" */
-	SBX_T_CONNS = 44,    /* u32: connections open now */
-	SBX_T_ACCEPTED = 45, /* u64: connections accepted so far */
-	SBX_T_REFUSED = 46,  /* u64: connections the guest refused (nobody listening) or the bounds */
-	SBX_T_MAX = 46
+	/* A session's environment (env.h, issue 15.2) */
+	SBX_T_ENV_SECRET = 42, /* str NAME=SECRET, repeated, in EXEC: the guest sets NAME to
+				* the value of the session secret SECRET (/run/secrets) */
+	SBX_T_DISK_FULL = 43, /* u32 SBX_DISK_FULL_*: writable disks with no space left at an exec's end */
+	/* Port forwarding, sbx-port (44-48) */
+	SBX_T_PORT = 44,     /* u32: a guest TCP port, 1-65535 */
+	SBX_T_ADDR = 45,     /* str: a host address, "127.0.0.1:PORT", "[::1]:PORT" or "unix:PATH" */
+	SBX_T_CONNS = 46,    /* u32: connections open now */
+	SBX_T_ACCEPTED = 47, /* u64: connections accepted so far */
+	SBX_T_REFUSED = 48,  /* u64: connections the guest refused (nobody listening) or the bounds */
+	SBX_T_MAX = 48
 };
 
 /* SBX_F_PORT's OP */
@@ -232,6 +236,8 @@ struct sbx_exec_req {
 	size_t argc;
 	char **env; /* NULL-terminated */
 	size_t envc;
+	char **env_secret; /* NAME=SECRET, NULL-terminated (SBX_T_ENV_SECRET) */
+	size_t env_secretc;
 	char *cwd;
 	uint32_t timeout_ms, flags, rows, cols, uid, gid;
 	int have_uid, have_gid;
@@ -249,7 +255,10 @@ struct sbx_exit_info {
 	uint32_t status, signo, reason;
 	uint64_t wall_us, cpu_user_us, cpu_sys_us, mem_peak;
 	uint64_t pids_hit;
+	uint32_t disk_full; /* SBX_DISK_FULL_* */
 };
+#define SBX_DISK_FULL_SCRATCH 1u   /* the root's writable layer (the session's disk) */
+#define SBX_DISK_FULL_VOLUME 2u    /* a writable volume (a workspace) */
 int sbx_exit_decode(const uint8_t *p, size_t n, struct sbx_exit_info *e);
 int sbx_exit_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exit_info *e);
 

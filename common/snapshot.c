@@ -1178,7 +1178,7 @@ int sbx_snapshot_gc(struct sbx_state *st, uint64_t grace_ms, int dry_run,
 	sbx_templates_dir(st, base, sizeof base);
 	_cleanup_close_ int tdir = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	/* Only our own leftovers there: other tools build templates too. */
-	static const char *const ours[] = { ".tmp-snap-", NULL };
+	static const char *const ours[] = { ".tmp-snap-", ".tmp-build-", NULL }; /* tmplbuild.h */
 	if (tdir >= 0)
 		gc_dir(tdir, "templates", ours, grace_ms, dry_run, cb, ctx);
 	/* and in each tenant's own (template.h) */

@@ -614,6 +614,43 @@ static void exec_release(struct agent *a, struct exec *e)
 	a->nlive--;
 }
 
+/* Which writable disks have no space left (SBX_DISK_FULL_*): the root's
+ * (an overlay, whose statfs is its upper layer's, the session's disk) and
+ * every other read-write ext4 mount (volumes: workspaces).  Checked at an
+ * exec's end, so "the exec ran into a full disk" means it left one full;
+ * the kernel keeps no count of ENOSPC to ask instead.  Full: less than
+ * 1 MiB, or 1% of the disk, available (a write of a few KiB can still
+ * fail when ext4's last blocks are its own). */
+static int is_full(const char *dir)
+{
+	struct statfs sf;
+	if (statfs(dir, &sf) < 0 || !sf.f_blocks)
+		return 0;
+	uint64_t avail = (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize;
+	uint64_t pct = (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize / 100;
+	return avail < (pct < (1u << 20) ? pct : (1u << 20));
+}
+
+static uint32_t disks_full(void)
+{
+	uint32_t full = 0;
+	if (is_full("/"))
+		full |= SBX_DISK_FULL_SCRATCH;
+	FILE *f = fopen("/proc/self/mounts", "re");
+	char line[1024];
+	while (f && fgets(line, sizeof line, f)) {
+		char dev[256], dir[512], type[32], opts[256];
+		if (sscanf(line, "%255s %511s %31s %255s", dev, dir, type, opts) != 4 || strcmp(type, "ext4") ||
+		    strncmp(opts, "rw", 2) || (opts[2] && opts[2] != ','))
+			continue;
+		if (is_full(dir))
+			full |= SBX_DISK_FULL_VOLUME;
+	}
+	if (f)
+		fclose(f);
+	return full;
+}
+
 static void exec_finish(struct agent *a, struct exec *e)
 {
 	struct sbx_exit_info x = { 0 };
@@ -629,6 +666,7 @@ static void exec_finish(struct agent *a, struct exec *e)
 		x.reason = SBX_R_SIGNALLED;
 	}
 	exec_stats(a, e, &x, &oom);
+	x.disk_full = disks_full();
 	/* What we did to it wins over how it died: we sent that SIGKILL. */
 	if (e->forced) {
 		x.reason = e->forced;
@@ -1059,6 +1097,52 @@ out:
 	return err;
 }
 
+/* The session's environment names some values by their secret
+ * (SBX_T_ENV_SECRET, env.h on the host): each NAME=SECRET becomes
+ * NAME=<the value in /run/secrets/SECRET, less one trailing newline>,
+ * appended to the request's environment unless it sets NAME itself. */
+static int env_secrets(struct agent *a, struct sbx_exec_req *r, char *why, size_t cap)
+{
+	const char *dir = a->is_pid1 ? "/run/secrets" : getenv("SBX_AGENT_SECRETS_DIR");
+	for (size_t i = 0; i < r->env_secretc; i++) {
+		const char *kv = r->env_secret[i], *name = strchr(kv, '=') + 1;
+		size_t kl = (size_t)(name - kv) - 1;
+		char var[SBX_SECRET_NAME_MAX + 200];
+		snprintf(var, sizeof(var), "%.*s", (int)kl, kv);
+		if (has_var(r->env, r->envc, var, NULL)) /* never: the host leaves them out */
+			continue;
+		char path[128], *v = malloc(kl + 1 + SBX_SECRET_VALUE_MAX + 1);
+		snprintf(path, sizeof(path), "%s/%s", dir ? dir : "/nonexistent", name);
+		int fd = v ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+		ssize_t got = 0, rd = 0;
+		while (fd >= 0 && got <= (ssize_t)SBX_SECRET_VALUE_MAX &&
+		       (rd = read(fd, v + kl + 1 + got, SBX_SECRET_VALUE_MAX + 1 - (size_t)got)) > 0)
+			got += rd;
+		if (fd >= 0)
+			close(fd);
+		if (fd < 0 || rd < 0 || got > (ssize_t)SBX_SECRET_VALUE_MAX || memchr(v + kl + 1, 0, (size_t)got)) {
+			snprintf(why, cap, "the environment's %.*s names secret %s, which %s", (int)kl, kv, name,
+				 fd < 0 ? "this session does not have" : "cannot be an environment value");
+			free(v);
+			return -1;
+		}
+		if (got && v[kl + got] == '\n')
+			got--;
+		memcpy(v, kv, kl + 1);
+		v[kl + 1 + got] = 0;
+		char **nv = realloc(r->env, (r->envc + 2) * sizeof(*nv));
+		if (!nv) {
+			free(v);
+			snprintf(why, cap, "out of memory");
+			return -1;
+		}
+		r->env = nv;
+		nv[r->envc++] = v;
+		nv[r->envc] = NULL;
+	}
+	return 0;
+}
+
 static void exec_start(struct agent *a, uint32_t stream, const uint8_t *p, uint32_t n)
 {
 	struct sbx_exec_req r;
@@ -1080,6 +1164,13 @@ static void exec_start(struct agent *a, uint32_t stream, const uint8_t *p, uint3
 	}
 	if (sbx_exec_req_decode(p, n, &r, &why) < 0) {
 		send_error(a, stream, ERR_INVALID, why);
+		exec_release(a, e);
+		return;
+	}
+	char swhy[200];
+	if (env_secrets(a, &r, swhy, sizeof(swhy)) < 0) {
+		send_error(a, stream, ERR_INVALID, swhy);
+		sbx_exec_req_free(&r);
 		exec_release(a, e);
 		return;
 	}

@@ -13,6 +13,10 @@ for src in tests/fuzz/fuzz-*.c; do
 	fuzz-policy)
 		deps=(common/policy.c common/units.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
+	fuzz-tmplspec)
+		# state.c for the ID allowlist.
+		deps=(common/tmplspec.c common/state.c common/err.c common/util.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson libbsd-overlay)" ;;
 	fuzz-hostconf)
 		# policy.c for its size parser.
 		deps=(common/hostconf.c common/policy.c common/units.c common/err.c common/util.c)
@@ -36,6 +40,10 @@ for src in tests/fuzz/fuzz-*.c; do
 	fuzz-audit)
 		deps=(common/audit.c common/state.c common/util.c common/err.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay libmd)" ;;
+	fuzz-rootfs)
+		# The import unpacker: libarchive, jansson and libmd's SHA-256.
+		deps=(common/rootfs.c common/err.c common/util.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson libarchive libbsd-overlay libmd)" ;;
 	*)
 		deps=(common/proto.c)
 		libs=() ;;
