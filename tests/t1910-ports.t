@@ -211,7 +211,7 @@ is "$(sbx-port --list -q "$id" | sort)" "$after" "and nothing was added for them
 mon=$SBX_ROOT/run/sbx/sessions/$id/monitor.sock
 cat >handover.py <<'EOF'
 import socket, struct, sys
-F_PORT, T_OP, T_PORT, T_ADDR, T_CODE = 30, 35, 42, 43, 23
+F_PORT, T_OP, T_PORT, T_ADDR, T_CODE = 30, 35, 44, 45, 23
 def tlv(t, v):
     v = v.encode() if isinstance(v, str) else struct.pack("<I", v)
     return struct.pack("<HI", t, len(v)) + v

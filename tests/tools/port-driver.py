@@ -22,7 +22,7 @@ spec.loader.exec_module(ad)
 
 # Mirrors common/proto.h.
 F_PORT_CONNECT, F_PORT_DATA, F_PORT_WINDOW, F_PORT_EOF, F_PORT_CLOSE = range(25, 30)
-T_PORT = 42
+T_PORT = 44
 WINDOW = 64 << 10
 CONNS_MAX = 256
 
@@ -188,7 +188,7 @@ def main():
     tap.ok(t == F_PORT_CLOSE and code == 4 and "refused" in msg,
            "nothing listening: PORT_CLOSE 4 'connection refused' (%s)" % msg)
     for bad in (ad.tlv(T_PORT, 0), ad.tlv(T_PORT, 70000), b"", ad.tlv(T_PORT, es.port) + ad.tlv(T_PORT, 1),
-                b"\x2a\x00\xff\xff\xff\x7f"):
+                b"\x2c\x00\xff\xff\xff\x7f"):
         a.send(F_PORT_CONNECT, 1005, bad)
     closes = [a.recv(lambda f: f[1] == 1005) for _ in range(5)]
     tap.ok(all(t == F_PORT_CLOSE and close_info(p)[0] == 3 for t, _, p in closes),
