@@ -787,6 +787,11 @@ static int manifest_env(const struct sbx_template *t, struct sbx_session *s, str
 	const char *k;
 	json_t *v;
 	int rc = 0;
+	/* sbx-template writes "" for a workdir or user the spec left out. */
+	if (json_is_string(w) && !*json_string_value(w))
+		w = NULL;
+	if (json_is_string(u) && !*json_string_value(u))
+		u = NULL;
 	if (env && !json_is_object(env))
 		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: env is not an object", key);
 	json_object_foreach(env, k, v) {
