@@ -32,7 +32,7 @@ MON_SRC = $(filter-out monitor/main.c,$(wildcard monitor/*.c))
 MON_OBJ = $(MON_SRC:monitor/%.c=$(B)/obj/monitor/%.o)
 PROXY_SRC = $(filter-out proxy/main.c,$(wildcard proxy/*.c))
 PROXY_OBJ = $(PROXY_SRC:proxy/%.c=$(B)/obj/proxy/%.o)
-CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit sbx-snapshot sbx-template
+CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit sbx-snapshot sbx-template sbx-port
 LIBEXEC = sbx-monitor sbx-proxy sbx-template-helper
 BINS = $(CMDS:%=$(B)/bin/%) $(LIBEXEC:%=$(B)/libexec/sbx/%)
 UNIT_SRC = $(wildcard tests/unit/*.c)

@@ -15,6 +15,7 @@
 #include "cgroup.h"
 #include "egress.h"
 #include "execrec.h"
+#include "portfwd.h"
 #include "session.h"
 #include "template.h"
 #include "util.h"
@@ -126,6 +127,9 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 			      created, "kernel", s.kernel, "boot_ms", (json_int_t)s.boot_ms);
 	if (o && s.end_reason[0])
 		json_object_set_new(o, "end_reason", json_string(s.end_reason));
+	/* sbx-port's forwards live with the monitor: shown while it runs. */
+	if (o && sbx_state_up(live))
+		json_object_set_new(o, "ports", sbx_port_recorded(st, s.id));
 	if (o && s.snapshot[0])
 		json_object_set_new(o, "snapshot", json_string(s.snapshot));
 	if (o) {

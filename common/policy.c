@@ -783,6 +783,93 @@ static int v_workspace(struct sbx_yaml *c, void *obj, const char *path)
 	return parse_map(c, path, workspace_keys, SBX_ARRAY_LEN(workspace_keys), obj, NULL, NULL);
 }
 
+/* ---- ports (sbx-port) ---- */
+
+/* 8080, or a range "3000-3999". */
+static int fwd_item(struct ctx *c, void *obj, unsigned i, const char *path)
+{
+	struct sbx_policy *p = obj;
+	const char *s = scalar(c, path), *dash;
+	uint64_t lo, hi;
+	char a[16];
+	if (!s)
+		return -1;
+	dash = strchr(s, '-');
+	if (!dash) {
+		if (sbx_parse_uint(s, &lo) < 0)
+			goto bad;
+		hi = lo;
+	} else {
+		if ((size_t)(dash - s) >= sizeof a)
+			goto bad;
+		memcpy(a, s, (size_t)(dash - s));
+		a[dash - s] = 0;
+		if (sbx_parse_uint(a, &lo) < 0 || sbx_parse_uint(dash + 1, &hi) < 0)
+			goto bad;
+	}
+	if (lo < 1 || hi > 65535 || lo > hi)
+		goto bad;
+	p->ports.lo[i] = (uint16_t)lo;
+	p->ports.hi[i] = (uint16_t)hi;
+	return 0;
+bad:
+	return failm(c, c->ev.start_mark, "%s: '%s' is not a port (1..65535) or a range of them (LOW-HIGH)", path,
+		     SHOW(s));
+}
+
+static int v_fwd_ports(struct ctx *c, void *obj, const char *path)
+{
+	struct sbx_policy *p = obj;
+	if (parse_seq(c, path, SBX_POLICY_FWD_MAX, fwd_item, p, &p->ports.n) < 0)
+		return -1;
+	p->ports.set = true;
+	return 0;
+}
+
+bool sbx_policy_port_allowed(const struct sbx_policy *p, unsigned port, const char *tenant)
+{
+	if (!p->ports.set)
+		return !tenant || !*tenant;
+	for (unsigned i = 0; i < p->ports.n; i++)
+		if (port >= p->ports.lo[i] && port <= p->ports.hi[i])
+			return true;
+	return false;
+}
+
+int sbx_policy_ports_from_json(json_t *o, struct sbx_policy *p, struct sbx_err *err)
+{
+	json_t *a = json_object_get(o, "ports"), *e;
+	size_t i;
+	p->ports.set = false;
+	p->ports.n = 0;
+	if (!a || json_is_null(a))
+		return 0;
+	if (!json_is_array(a) || json_array_size(a) > SBX_POLICY_FWD_MAX)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the policy's ports are malformed");
+	json_array_foreach(a, i, e) {
+		json_t *f = json_object_get(e, "from"), *t = json_object_get(e, "to");
+		json_int_t lo = json_integer_value(f), hi = json_integer_value(t);
+		if (!json_is_object(e) || json_object_size(e) != 2 || !json_is_integer(f) || !json_is_integer(t) ||
+		    lo < 1 || hi > 65535 || lo > hi)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the policy's ports[%zu] is malformed", i);
+		p->ports.lo[i] = (uint16_t)lo;
+		p->ports.hi[i] = (uint16_t)hi;
+	}
+	p->ports.n = (unsigned)json_array_size(a);
+	p->ports.set = true;
+	return 0;
+}
+
+static json_t *fwd_json(const struct sbx_policy *p)
+{
+	if (!p->ports.set)
+		return json_null();
+	json_t *a = json_array();
+	for (unsigned i = 0; a && i < p->ports.n; i++)
+		json_array_append_new(a, json_pack("{s:i, s:i}", "from", (int)p->ports.lo[i], "to", (int)p->ports.hi[i]));
+	return a;
+}
+
 static const struct key root_keys[] = {
 	{ .name = "resources", .kind = K_FN, .fn = v_resources },
 	{ .name = "network", .kind = K_FN, .fn = v_network },
@@ -790,6 +877,7 @@ static const struct key root_keys[] = {
 	{ .name = "files", .kind = K_FN, .fn = v_files },
 	{ .name = "secrets", .kind = K_FN, .fn = v_secrets },
 	{ .name = "workspace", .kind = K_FN, .fn = v_workspace },
+	{ .name = "ports", .kind = K_FN, .fn = v_fwd_ports },
 };
 
 static int parse_stream(struct sbx_yaml *c, struct sbx_policy *p)
@@ -1040,7 +1128,7 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 				  paths_json(&p->files.exportable), "max_transfer", JI(p->files.max_transfer),
 				  "max_session_transfer", JI(p->files.max_session_transfer));
 	json_t *ws = json_pack("{s:I, s:I}", "size", JI(p->workspace.size), "retention", JI(p->workspace.retention_ms));
-	return json_pack("{s:i, s:s?, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", 1, "source",
+	return json_pack("{s:i, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", 1, "source",
 			 p->source[0] ? p->source : NULL, "resources", res, "network", net, "packages", pkg, "files",
-			 files, "secrets", secrets, "workspace", ws);
+			 files, "secrets", secrets, "workspace", ws, "ports", fwd_json(p));
 }

@@ -23,6 +23,7 @@
 #define SBX_POLICY_DEPTH_MAX 16        /* nested collections */
 #define SBX_POLICY_ALLOW_MAX 128
 #define SBX_POLICY_PORTS_MAX 16
+#define SBX_POLICY_FWD_MAX 64 /* ports: entries (sbx-port) */
 #define SBX_POLICY_REGISTRIES_MAX 16
 #define SBX_POLICY_PATHS_MAX 32
 #define SBX_POLICY_SECRETS_MAX 32
@@ -108,6 +109,11 @@ struct sbx_policy {
 		uint64_t size;         /* a new workspace's disk, bytes */
 		uint64_t retention_ms; /* idle this long, sbx-gc removes it */
 	} workspace;
+	struct { /* ports: the guest ports sbx-port may forward */
+		bool set;  /* the policy says (else: any for the operator, none for a tenant) */
+		unsigned n; /* set and n == 0: none */
+		uint16_t lo[SBX_POLICY_FWD_MAX], hi[SBX_POLICY_FWD_MAX];
+	} ports;
 };
 
 void sbx_policy_defaults(struct sbx_policy *p);
@@ -132,6 +138,13 @@ json_t *sbx_policy_json(const struct sbx_policy *p);
  * rest of p is left alone).  Errors are SBX_EXIT_INTERNAL: the file is
  * ours, so a bad one is corrupt, and nothing of it is used. */
 int sbx_policy_network_from_json(json_t *o, struct sbx_policy *p, struct sbx_err *err);
+
+/* ports: from an effective policy's JSON into p (the rest of p is left
+ * alone); SBX_EXIT_INTERNAL when malformed, as for the network section. */
+int sbx_policy_ports_from_json(json_t *o, struct sbx_policy *p, struct sbx_err *err);
+/* May sbx-port forward guest port `port` of a session with this policy?
+ * tenant: the session's ("" or NULL for the operator's). */
+bool sbx_policy_port_allowed(const struct sbx_policy *p, unsigned port, const char *tenant);
 
 /* Sizes and durations: units.h. */
 

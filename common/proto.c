@@ -522,3 +522,126 @@ int sbx_secrets_decode(const uint8_t *p, size_t n, struct sbx_secret_ref *out, c
 	}
 	return count;
 }
+
+/* ---- port forwarding (sbx-port) ------------------------------------------- */
+
+int sbx_port_req_encode(struct sbx_buf *b, const struct sbx_port_req *r)
+{
+	size_t off = sbx_frame_begin(b, SBX_F_PORT, 0);
+	sbx_tlv_u32(b, SBX_T_OP, r->op);
+	if (r->port)
+		sbx_tlv_u32(b, SBX_T_PORT, r->port);
+	if (r->addr[0])
+		sbx_tlv_str(b, SBX_T_ADDR, r->addr);
+	return sbx_frame_end(b, off);
+}
+
+int sbx_port_req_decode(const uint8_t *p, size_t n, struct sbx_port_req *r, const char **why)
+{
+	struct sbx_tlv_it it;
+	uint16_t tag;
+	const uint8_t *v;
+	uint32_t vn;
+	int rc, seen = 0;
+	memset(r, 0, sizeof *r);
+	*why = "malformed port request";
+	sbx_tlv_init(&it, p, n);
+	while ((rc = sbx_tlv_next(&it, &tag, &v, &vn)) == 1) {
+		int bit = tag == SBX_T_OP ? 1 : tag == SBX_T_PORT ? 2 : tag == SBX_T_ADDR ? 4 : 0;
+		if (!bit) {
+			*why = "unknown field in a port request";
+			return -1;
+		}
+		if (seen & bit) {
+			*why = "repeated field in a port request";
+			return -1;
+		}
+		seen |= bit;
+		if (tag == SBX_T_OP && (sbx_tlv_as_u32(v, vn, &r->op) < 0 || !r->op || r->op > SBX_PORT_OP_MAX)) {
+			*why = "unknown port operation";
+			return -1;
+		}
+		if (tag == SBX_T_PORT && (sbx_tlv_as_u32(v, vn, &r->port) < 0 || !r->port || r->port > 65535)) {
+			*why = "the guest port must be 1-65535";
+			return -1;
+		}
+		if (tag == SBX_T_ADDR && (!vn || sbx_tlv_as_str(v, vn, r->addr, sizeof r->addr) < 0)) {
+			*why = "bad or too long an address";
+			return -1;
+		}
+	}
+	if (rc < 0 || !(seen & 1))
+		return -1;
+	if (r->op == SBX_PORT_OPEN && (seen & 6) != 6) {
+		*why = "a port to open needs the guest port and the address";
+		return -1;
+	}
+	if (r->op == SBX_PORT_RM && !(seen & 6)) {
+		*why = "a port to remove needs the guest port or the address";
+		return -1;
+	}
+	return 0;
+}
+
+int sbx_port_entry_put(struct sbx_buf *b, const struct sbx_port_entry *e)
+{
+	sbx_tlv_u32(b, SBX_T_PORT, e->port);
+	sbx_tlv_str(b, SBX_T_ADDR, e->addr);
+	sbx_tlv_u32(b, SBX_T_CONNS, e->conns);
+	sbx_tlv_u64(b, SBX_T_ACCEPTED, e->accepted);
+	return sbx_tlv_u64(b, SBX_T_REFUSED, e->refused);
+}
+
+int sbx_port_list_decode(const uint8_t *p, size_t n, uint32_t *op, struct sbx_port_entry *out, size_t max,
+			 const char **why)
+{
+	struct sbx_tlv_it it;
+	uint16_t tag;
+	const uint8_t *v;
+	uint32_t vn;
+	int rc;
+	size_t k = 0;
+	*op = 0;
+	*why = "malformed port reply";
+	sbx_tlv_init(&it, p, n);
+	while ((rc = sbx_tlv_next(&it, &tag, &v, &vn)) == 1) {
+		struct sbx_port_entry *e = k ? &out[k - 1] : NULL;
+		int bad;
+		switch (tag) {
+		case SBX_T_OP:
+			bad = *op || k || sbx_tlv_as_u32(v, vn, op) < 0 || !*op || *op > SBX_PORT_OP_MAX;
+			break;
+		case SBX_T_PORT:
+			if (k == max) {
+				*why = "too many forwards in a port reply";
+				return -1;
+			}
+			e = &out[k++];
+			memset(e, 0, sizeof *e);
+			bad = sbx_tlv_as_u32(v, vn, &e->port) < 0 || !e->port || e->port > 65535;
+			break;
+		case SBX_T_ADDR:
+			bad = !e || sbx_tlv_as_str(v, vn, e->addr, sizeof e->addr) < 0;
+			break;
+		case SBX_T_CONNS:
+			bad = !e || sbx_tlv_as_u32(v, vn, &e->conns) < 0;
+			break;
+		case SBX_T_ACCEPTED:
+			bad = !e || sbx_tlv_as_u64(v, vn, &e->accepted) < 0;
+			break;
+		case SBX_T_REFUSED:
+			bad = !e || sbx_tlv_as_u64(v, vn, &e->refused) < 0;
+			break;
+		case SBX_T_MSG: /* the entry's last connection error: see sbx_port_list */
+			bad = !e || vn > 1024 || memchr(v, 0, vn) != NULL;
+			break;
+		default:
+			bad = 1;
+		}
+		if (bad)
+			return -1;
+	}
+	if (rc < 0 || !*op)
+		return -1;
+	return (int)k;
+}

@@ -66,7 +66,23 @@ enum sbx_frame_type {
 			     * SECRETS: send the SECRETS frame now; empty: committed, the
 			     * member is renamed to SESSION, its record rewritten (or ERROR) */
 	SBX_F_CLAIMED = 24, /* monitor->client: the claimed session is running (or ERROR) */
-	SBX_F_TYPE_MAX = 24
+	/* Port forwarding, sbx-port (25-30).  On the agent channel the stream
+	 * of a PORT_* frame is a forwarded connection, numbered by the monitor
+	 * in an id space of its own (never an exec).  Both directions are
+	 * under credit: a sender has SBX_PORT_WINDOW bytes per connection and
+	 * gets more only by PORT_WINDOW, so one slow reader stalls only its
+	 * own connection. */
+	SBX_F_PORT_CONNECT = 25, /* host->guest: PORT: connect to 127.0.0.1:PORT in the guest;
+				  * guest->host: empty, connected (or PORT_CLOSE with CODE MSG) */
+	SBX_F_PORT_DATA = 26,    /* raw bytes, at most SBX_DATA_CHUNK, within the window */
+	SBX_F_PORT_WINDOW = 27,  /* u32 LE: more bytes the receiver may send */
+	SBX_F_PORT_EOF = 28,     /* the sender's side is done writing (half close) */
+	SBX_F_PORT_CLOSE = 29,   /* the connection is over, either way [CODE MSG] */
+	SBX_F_PORT = 30,         /* client->monitor: OP [PORT] [ADDR] (OPEN carries the listening
+				  * socket as SCM_RIGHTS); monitor->client: OP, then for each
+				  * forward PORT ADDR CONNS ACCEPTED REFUSED [MSG: its last
+				  * connection error] (or ERROR) */
+	SBX_F_TYPE_MAX = 30
 };
 
 enum sbx_tag {
@@ -115,8 +131,25 @@ enum sbx_tag {
 	SBX_T_ENV_SECRET = 42, /* str NAME=SECRET, repeated, in EXEC: the guest sets NAME to
 				* the value of the session secret SECRET (/run/secrets) */
 	SBX_T_DISK_FULL = 43, /* u32 SBX_DISK_FULL_*: writable disks with no space left at an exec's end */
-	SBX_T_MAX = 43
+	/* Port forwarding, sbx-port (44-48) */
+	SBX_T_PORT = 44,     /* u32: a guest TCP port, 1-65535 */
+	SBX_T_ADDR = 45,     /* str: a host address, "127.0.0.1:PORT", "[::1]:PORT" or "unix:PATH" */
+	SBX_T_CONNS = 46,    /* u32: connections open now */
+	SBX_T_ACCEPTED = 47, /* u64: connections accepted so far */
+	SBX_T_REFUSED = 48,  /* u64: connections the guest refused (nobody listening) or the bounds */
+	SBX_T_MAX = 48
 };
+
+/* SBX_F_PORT's OP */
+enum sbx_port_op {
+	SBX_PORT_OPEN = 1, /* PORT ADDR (what the client bound; the fd is the truth) */
+	SBX_PORT_RM = 2,   /* PORT or ADDR: end that forward and its connections */
+	SBX_PORT_LIST = 3,
+	SBX_PORT_OP_MAX = 3
+};
+#define SBX_PORT_WINDOW (64u << 10) /* bytes in flight per connection and direction */
+#define SBX_PORT_CONNS_MAX 256      /* connections at once per session (both ends enforce it) */
+#define SBX_PORT_ADDR_MAX 128       /* an ADDR's bytes with the NUL (unix: sun_path fits) */
 
 enum sbx_claim_flags {
 	SBX_CLAIM_SECRETS = 1u << 0, /* the client has secrets; the monitor asks for them */
@@ -256,5 +289,30 @@ void sbx_error_decode(const uint8_t *p, size_t n, uint32_t *code, char *msg, siz
 /* Copy a TLV string value out as a NUL-terminated string; -1 when it holds a
  * NUL byte or exceeds cap-1 bytes. */
 int sbx_tlv_as_str(const uint8_t *val, uint32_t n, char *out, size_t cap);
+
+/* SBX_F_PORT payloads (sbx-port).  A request is OP, then PORT and/or
+ * ADDR as the op needs; a LIST or OPEN reply is OP then one entry per
+ * forward, each starting with its PORT. */
+struct sbx_port_entry {
+	uint32_t port;                /* guest port, 1-65535 */
+	char addr[SBX_PORT_ADDR_MAX]; /* host side */
+	uint32_t conns;
+	uint64_t accepted, refused;
+};
+struct sbx_port_req {
+	uint32_t op;
+	uint32_t port; /* 0: none given */
+	char addr[SBX_PORT_ADDR_MAX]; /* "": none given */
+};
+/* Returns 0, or -1 with a static message in *why: unknown op or tag, a
+ * port out of 1-65535, an address too long or with a NUL, repeated tags,
+ * or what the op needs missing (OPEN: PORT and ADDR; RM: PORT or ADDR). */
+int sbx_port_req_decode(const uint8_t *p, size_t n, struct sbx_port_req *r, const char **why);
+int sbx_port_req_encode(struct sbx_buf *b, const struct sbx_port_req *r);
+int sbx_port_entry_put(struct sbx_buf *b, const struct sbx_port_entry *e);
+/* A reply's entries into out[max]; returns their number (OP in *op) or -1
+ * with *why set: more than max, a field before its PORT, bad values. */
+int sbx_port_list_decode(const uint8_t *p, size_t n, uint32_t *op, struct sbx_port_entry *out, size_t max,
+			 const char **why);
 
 #endif

@@ -1,5 +1,5 @@
 # bash completion for sbx: sbx-create, sbx-exec, sbx-ps, sbx-kill, sbx-cp,
-# sbx-gc, sbx-audit, sbx-snapshot and sbx-template.
+# sbx-gc, sbx-audit, sbx-snapshot, sbx-template and sbx-port.
 #
 # Installed as bash-completion/completions/sbx with one symlink per command
 # name (bash-completion loads it the first time a command is completed), or
@@ -33,13 +33,16 @@ _sbx_opts_snapshot='-H --no-headers -f --force -h --help -q --quiet --json --tem
 _sbx_args_snapshot='--tenant'
 _sbx_opts_template='-H --no-headers -f --file -h --help -q --quiet --json --keep --tenant'
 _sbx_args_template='-f --file --keep --tenant'
+_sbx_opts_port='-h --help -q --quiet --json --list --listen --no-headers --rm --tenant --unix'
+_sbx_args_port='--listen --tenant --unix'
 
 _sbx_states='creating running paused pooled stopped crashed expired corrupt'
 _sbx_ws_states='attached idle'
 _sbx_audit_types='session.create session.destroy session.expire session.crash session.stop session.pause
 	session.resume exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.build template.rm workspace.create
 	workspace.attach workspace.remove net.connect net.close net.lost dns.query package.fetch gc.reclaim
-	policy.refused audit.repair session.* exec.* files.* snapshot.* template.* workspace.* net.*'
+	policy.refused audit.repair port.open port.close session.* exec.* files.* snapshot.* template.* workspace.* net.*
+	port.*'
 
 # A sibling of the command being completed, so ./build/bin/sbx-exec asks
 # ./build/bin/sbx-ps; else the one on PATH.
@@ -181,6 +184,10 @@ _sbx_value() {
 		_sbx_files "$p" ;;
 	exec:-u | exec:--user)
 		_sbx_add_prefixed "$p" root user ;;
+	port:--listen)
+		_sbx_add_prefixed "$p" 127.0.0.1:0 '[::1]:0' localhost:0 ;;
+	port:--unix)
+		_sbx_files "$p" ;;
 	exec:--wait | exec:--output | exec:--attach | kill:--exec)
 		# The session is named after the exec; use it when it is there.
 		[ -n "$_sbx_session" ] || return 1
@@ -224,6 +231,15 @@ _sbx_operand() {
 	ps | kill)
 		mapfile -t _sbx_w < <(_sbx_sessions)
 		_sbx_add "${_sbx_w[@]}" ;;
+	port)
+		# SESSION, then (with --rm) what the session forwards.
+		if [ "$n" -eq 0 ]; then
+			mapfile -t _sbx_w < <(_sbx_sessions running)
+			_sbx_add "${_sbx_w[@]}"
+		elif [ "$n" -eq 1 ] && [[ " ${_sbx_words[*]} " == *" --rm "* ]]; then
+			mapfile -t _sbx_w < <("$(_sbx_tool sbx-port)" --list --no-headers "$_sbx_sub" 2>/dev/null | cut -f1,2 | tr '\t' '\n' | sort -u)
+			_sbx_add "${_sbx_w[@]}"
+		fi ;;
 	audit)
 		[ "$n" -eq 0 ] && _sbx_add verify ;;
 	cp)
@@ -374,4 +390,4 @@ _sbx() {
 	return 0
 }
 
-complete -F _sbx sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template
+complete -F _sbx sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template sbx-port

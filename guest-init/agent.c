@@ -38,6 +38,7 @@
 #include <linux/vm_sockets.h>
 
 #include "init.h"
+#include "port.h"
 #include "proto.h"
 
 #define MAX_EXECS 256
@@ -61,7 +62,7 @@
 /* ERROR codes follow the commands' exit statuses (design.md). */
 enum { ERR_INVALID = 3, ERR_NOEXEC = 4, ERR_CONFLICT = 5, ERR_INTERNAL = 70, ERR_TEMP = 75 };
 enum { IO_IN, IO_OUT, IO_ERR, IO_N };
-enum { K_HOST = 1, K_SIG, K_IO, K_LISTEN };
+enum { K_HOST = 1, K_SIG, K_IO, K_LISTEN, K_PORT };
 
 enum { CGF_DIR, CGF_KILL, CGF_CPU, CGF_PEAK, CGF_EVENTS, CGF_N };
 
@@ -122,6 +123,7 @@ struct agent {
 	uint64_t pool_retry;
 	char *stack;
 	int ign[64], nign;       /* signals we inherited as ignored: reset in children */
+	struct sbx_gports *ports; /* sbx-port's connections (port.c) */
 };
 
 struct child_args {
@@ -188,6 +190,7 @@ static void send_hello(struct agent *a)
 
 static void host_lost(struct agent *a, int err)
 {
+	sbx_gports_reset(a->ports);
 	if (a->lfd >= 0) {
 		/* Listening (vsock): wait for the next host to connect, e.g.
 		 * the monitor of a session restored from a snapshot, whose VMM
@@ -338,6 +341,7 @@ static void io_close(struct agent *a, struct exec *e, int io)
 static void set_paused(struct agent *a, int paused)
 {
 	a->paused = paused;
+	sbx_gports_pause(a->ports, paused);
 	for (unsigned i = 0; i < MAX_EXECS; i++) {
 		if (!a->ex[i].used)
 			continue;
@@ -1639,6 +1643,13 @@ static void dispatch(struct agent *a, const struct sbx_frame *f)
 	case SBX_F_SECRETS:
 		on_secrets(a, f);
 		break;
+	case SBX_F_PORT_CONNECT:
+	case SBX_F_PORT_DATA:
+	case SBX_F_PORT_WINDOW:
+	case SBX_F_PORT_EOF:
+	case SBX_F_PORT_CLOSE:
+		sbx_gports_frame(a->ports, f, &a->out);
+		break;
 	case SBX_F_QUIESCE:
 		on_quiesce(a, f);
 		break;
@@ -1880,6 +1891,9 @@ static int handle_events(struct agent *a, int timeout_ms)
 		case K_IO:
 			on_io(a, tag);
 			break;
+		case K_PORT:
+			sbx_gports_io(a->ports, tag, ev[i].events, &a->out);
+			break;
 		}
 	}
 	return n;
@@ -1960,6 +1974,7 @@ static int agent_init(struct agent *a, int fd, int is_pid1)
 	    (a->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0 ||
 	    (a->sig = signalfd(-1, &ss, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
 	    (a->ep = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+	    (a->ports = sbx_gports_new(a->ep, K_PORT)) == NULL ||
 	    epoll_ctl(a->ep, EPOLL_CTL_ADD, fd, &ev) < 0)
 		return -1;
 	a->host_out = !listening;
@@ -1992,6 +2007,7 @@ static void agent_free(struct agent *a)
 	for (unsigned i = 0; i < MAX_EXECS; i++)
 		if (a->ex[i].used)
 			exec_release(a, &a->ex[i]);
+	sbx_gports_free(a->ports);
 	closep(&a->ep);
 	closep(&a->sig);
 	closep(&a->devnull);

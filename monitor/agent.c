@@ -77,8 +77,11 @@ void agent_secrets_then_ready(struct mon *m)
 
 static void agent_frame(struct mon *m, const struct sbx_frame *f)
 {
-	struct exec *ex = f->stream ? exec_find(m, f->stream) : NULL;
 	m->guest_spoke = 1;
+	/* sbx-port's connections number their streams apart from execs. */
+	if (f->type >= SBX_F_PORT_CONNECT && f->type <= SBX_F_PORT_CLOSE)
+		return port_agent_frame(m, f);
+	struct exec *ex = f->stream ? exec_find(m, f->stream) : NULL;
 	/* An exec that has ended (its EXIT still owed to a lagging client)
 	 * hears nothing more from the guest: another EXIT would rewrite its
 	 * record, append to the audit trail and grow its tail; more output
@@ -266,6 +269,7 @@ void agent_readable(struct mon *m)
 		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->agent.fd, NULL);
 		close(m->agent.fd);
 		m->agent.fd = -1;
+		port_agent_lost(m);
 		while (m->execs)
 			exec_abort(m, m->execs, SBX_R_SESSION_LOST);
 	}

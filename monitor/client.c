@@ -141,6 +141,9 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 	case SBX_F_VMCTL:
 		mon_vmctl(m, c, f);
 		return;
+	case SBX_F_PORT:
+		port_client(m, c, f);
+		return;
 	default:
 		break;
 	}
@@ -188,7 +191,7 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 
 void client_readable(struct mon *m, struct client *c)
 {
-	int r = mon_read_into(c->src.fd, &c->in);
+	int r = port_read_client(c); /* mon_read_into, and a handed-over socket */
 	/* Stop parsing while a STDIN frame is held: the rest waits in order. */
 	if (c->paused)
 		return;
@@ -218,6 +221,8 @@ void client_drop(struct mon *m, struct client *c)
 	sbx_buf_free(&c->in);
 	sbx_buf_free(&c->out);
 	sbx_buf_free(&c->held);
+	if (c->port_fd1)
+		close(c->port_fd1 - 1);
 	free(c);
 	m->nclients--;
 }

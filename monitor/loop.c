@@ -207,6 +207,10 @@ int mon_loop_once(struct mon *m, int timeout_ms)
 		case SRC_VMEV:
 			on_vm_event(m);
 			break;
+		case SRC_PORT_LISTEN:
+		case SRC_PORT_CONN:
+			port_event(m, s, ev[i].events);
+			break;
 		case SRC_VMMOUT:
 			vmmout_drain(m, s == &m->console.src ? &m->console
 					: s == &m->vmmlog.src ? &m->vmmlog
@@ -249,6 +253,7 @@ int mon_loop_once(struct mon *m, int timeout_ms)
 	for (struct client *c = m->clients; c && m->aout.len - m->aout_off < AGENT_BUF_MAX; c = c->next)
 		if (c->held.len && !c->dead)
 			client_resume(m, c);
+	port_tick(m);
 	return 0;
 }
 
@@ -373,6 +378,7 @@ static void ack_shutdowns(struct mon *m)
 /* Release everything: a clean exit lets the sanitizers see real leaks. */
 static void mon_free(struct mon *m)
 {
+	port_end(m, "session ended");
 	stop_proxy(m);
 	while (m->clients)
 		client_drop(m, m->clients);
@@ -505,6 +511,7 @@ ready:
 		exec_deadlines(&m);
 		mon_heartbeat(&m);
 	}
+	port_end(&m, "session ended"); /* before the record says it ended */
 
 	if (m.expired && !m.stopping && !m.vm_dead) {
 		/* TTL: the VM goes, the record and the output stay so the user

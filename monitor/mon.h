@@ -65,7 +65,7 @@
 #define MON_TIME_SYNC_NS (10ull * 1000000000u)
 
 enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY, SRC_PROXY,
-		SRC_VMEV, SRC_VMMOUT };
+		SRC_VMEV, SRC_VMMOUT, SRC_PORT_LISTEN, SRC_PORT_CONN };
 
 /* Warm pool: the stages of the member's side of a claim (claim.c). */
 enum { CLAIM_NONE, CLAIM_GUEST, CLAIM_DONE, CLAIM_FAILED };
@@ -134,6 +134,7 @@ struct client {
 	int shutdown_ack;    /* answer once the session is gone */
 	int dead;
 	int pool_era;        /* connected while the session was a pool member */
+	int port_fd1;        /* a listening socket handed over (port.c), plus 1; 0: none */
 };
 
 struct mon {
@@ -194,6 +195,7 @@ struct mon {
 		char err[256];  /* the restored guest refused its identity */
 		uint64_t progress_ns;
 	} snap;
+	struct mports *ports;   /* sbx-port's forwards (port.c); NULL: none yet */
 };
 
 /* An audit event of this session, with its tenant: a tenant-scoped view
@@ -269,5 +271,15 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f);
 void snap_boot_progress(void *ctx, const char *what, uint64_t done, uint64_t total);
 int snap_restored(struct mon *m, struct sbx_err *err);
 int snap_restore_disk(struct mon *m, const char *scratch, struct sbx_err *err);
+
+/* port.c */
+void port_event(struct mon *m, struct src *s, uint32_t events);
+void port_tick(struct mon *m);
+void port_agent_frame(struct mon *m, const struct sbx_frame *f);
+void port_agent_lost(struct mon *m);
+void port_client(struct mon *m, struct client *c, const struct sbx_frame *f);
+int port_read_client(struct client *c);
+void port_end(struct mon *m, const char *reason);
+unsigned port_connections(const struct mon *m);
 
 #endif

@@ -114,6 +114,9 @@ if vm_ok; then
 	has 'sbx-cp comp' "$id:" "sbx-cp offers SESSION: (no space after it)"
 	has 'sbx-cp ./x comp-1:/w' /workspace/ "sbx-cp SESSION:/w offers the policy's paths (after the colon)"
 	has "sbx-kill $id --exec " e1 "sbx-kill --exec offers the session's exec IDs"
+	has 'sbx-port comp' "$id" "sbx-port offers a running session"
+	sbx-port "$id" 8080 >/dev/null
+	has "sbx-port --rm $id " 8080 "sbx-port --rm offers what the session forwards"
 	has "sbx-exec --wait e $id" "$id" "and sbx-exec --wait, with the session anywhere"
 	PATH=/usr/bin:/bin has "$SBX_BUILD/bin/sbx-kill " "$id" "a command run by path asks the sbx-ps beside it"
 	is "$(comp "sbx-exec $id -- ")" "" "nothing is offered for the guest command"
@@ -128,7 +131,7 @@ ok $? "make install DESTDIR=... succeeds"
 f=$(find "$dest" -path '*/bash-completion/completions/sbx' | head -1)
 [ -n "$f" ] && cmp -s "$f" "$top/completions/sbx.bash"; ok $? "the completion is installed as .../bash-completion/completions/sbx"
 missing=
-for c in sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template; do
+for c in sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template sbx-port; do
 	[ "$(readlink "${f%/sbx}/$c" 2>/dev/null)" = sbx ] || missing+=" $c"
 done
 is "${missing# }" "" "a symlink per command name"

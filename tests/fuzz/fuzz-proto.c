@@ -1,5 +1,6 @@
 /* libFuzzer target: everything the monitor parses from a guest or a
- * client (frame headers, EXEC requests, EXIT reports, SECRETS, TLV strings). */
+ * client (frame headers, EXEC requests, EXIT reports, SECRETS, TLV strings,
+ * sbx-port's requests and listings). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (int i = 0; i < ns; i++)
 			if (sec[i].len && (sec[i].value < p || sec[i].value + sec[i].len > p + n))
 				abort(); /* a value must lie inside the payload */
+		struct sbx_port_req pr;
+		if (sbx_port_req_decode(p, n, &pr, &why) == 0 &&
+		    (!pr.op || pr.op > SBX_PORT_OP_MAX || pr.port > 65535 || memchr(pr.addr, 0, sizeof pr.addr) == NULL))
+			abort(); /* a decoded request holds only what was checked */
+		struct sbx_port_entry pe[4];
+		uint32_t op;
+		int np = sbx_port_list_decode(p, n, &op, pe, 4, &why);
+		if (np > 4)
+			abort();
 		struct sbx_tlv_it it;
 		uint16_t tag;
 		const uint8_t *v;

@@ -619,8 +619,69 @@ static void test_files(void)
 	rmdir(tmp);
 }
 
+/* ports: (sbx-port): ports and ranges, strict; the operator's default is
+ * any, a tenant's none; the JSON round trip is as strict. */
+static void test_ports(void)
+{
+	good("", "no ports:");
+	ok(!pol.ports.set && sbx_policy_port_allowed(&pol, 8080, NULL) && sbx_policy_port_allowed(&pol, 1, ""),
+	   "without ports: the operator may forward any port");
+	ok(!sbx_policy_port_allowed(&pol, 8080, "acme"), "and a tenant none");
+	good("ports: [8080, \"3000-3999\", 22]\n", "ports and a range");
+	ok(pol.ports.set && pol.ports.n == 3 && pol.ports.lo[1] == 3000 && pol.ports.hi[1] == 3999,
+	   "compiled as ranges");
+	ok(sbx_policy_port_allowed(&pol, 3000, "acme") && sbx_policy_port_allowed(&pol, 3999, "acme") &&
+		   sbx_policy_port_allowed(&pol, 22, NULL) && !sbx_policy_port_allowed(&pol, 4000, NULL) &&
+		   !sbx_policy_port_allowed(&pol, 2999, "acme"),
+	   "a range's ends are in it, its neighbours out, for tenants and the operator alike");
+	good("ports: []\n", "an empty list");
+	ok(pol.ports.set && !sbx_policy_port_allowed(&pol, 8080, NULL), "forwards nothing, even for the operator");
+	bad("ports: [0]\n", "p.yaml:1:9: ports[0]: '0' is not a port (1..65535) or a range", "port 0");
+	bad("ports: [65536]\n", "is not a port", "port 65536");
+	bad("ports: [\"9000-8000\"]\n", "is not a port", "a backwards range");
+	bad("ports: [\"1-\"]\n", "is not a port", "a range without its end");
+	bad("ports: [\"-5\"]\n", "is not a port", "a range without its start");
+	bad("ports: [\"1-2-3\"]\n", "is not a port", "two dashes");
+	bad("ports: [\"080\"]\n", "is not a port", "a leading zero");
+	bad("ports: [\" 80\"]\n", "is not a port", "a blank");
+	bad("ports: 8080\n", "ports", "not a list");
+	bad("ports: [{from: 1}]\n", "ports[0]", "a mapping entry");
+	bad("ports: [1]\nports: [2]\n", "duplicate key 'ports'", "ports twice");
+	char big[1024] = "ports: [";
+	for (int i = 0; i < SBX_POLICY_FWD_MAX + 1; i++)
+		snprintf(big + strlen(big), sizeof big - strlen(big), "%d,", i + 1);
+	strcat(big, "]\n");
+	bad(big, "more than 64 entries", "65 entries");
+
+	good("ports: [8080, \"3000-3999\"]\n", "for the JSON round trip");
+	json_t *o = sbx_policy_json(&pol);
+	struct sbx_policy back;
+	sbx_policy_defaults(&back);
+	ok(o && sbx_policy_ports_from_json(o, &back, &err) == 0 && back.ports.set && back.ports.n == 2 &&
+		   back.ports.lo[1] == 3000 && back.ports.hi[1] == 3999,
+	   "ports: survives policy.json");
+	json_decref(o);
+	good("", "no ports: for the JSON round trip");
+	o = sbx_policy_json(&pol);
+	ok(o && json_is_null(json_object_get(o, "ports")) && sbx_policy_ports_from_json(o, &back, &err) == 0 &&
+		   !back.ports.set,
+	   "no ports: is null in policy.json, and read back as not set");
+	json_decref(o);
+	const char *lies[] = { "{\"ports\": 5}", "{\"ports\": [{\"from\": 0, \"to\": 1}]}",
+			       "{\"ports\": [{\"from\": 2, \"to\": 1}]}", "{\"ports\": [{\"from\": 1, \"to\": 70000}]}",
+			       "{\"ports\": [{\"from\": 1, \"to\": 2, \"x\": 3}]}", "{\"ports\": [1]}" };
+	int refused = 0;
+	for (size_t i = 0; i < sizeof lies / sizeof *lies; i++) {
+		json_t *l = json_loads(lies[i], 0, NULL);
+		refused += l && sbx_policy_ports_from_json(l, &back, &err) < 0 && err.code == SBX_EXIT_INTERNAL;
+		json_decref(l);
+	}
+	ok(refused == (int)(sizeof lies / sizeof *lies), "a malformed ports in policy.json is refused, never a wider grant");
+}
+
 int main(void)
 {
+	test_ports();
 	test_units();
 	test_defaults();
 	test_values();

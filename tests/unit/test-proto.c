@@ -115,6 +115,74 @@ int main(void)
 	ok(sbx_exit_decode(b.data + SBX_FRAME_HDR, b.len - SBX_FRAME_HDR, &e2) < 0, "an unknown disk_full bit rejected");
 	ok(!strcmp(sbx_reason_name(SBX_R_SESSION_LOST), "session-lost") && !strcmp(sbx_reason_name(99), "unknown"),
 	   "reason names");
+
+	/* sbx-port's request and listing (SBX_F_PORT) */
+	struct sbx_port_req pr = { .op = SBX_PORT_OPEN, .port = 8080 }, pr2;
+	snprintf(pr.addr, sizeof pr.addr, "127.0.0.1:0");
+	sbx_buf_reset(&b);
+	sbx_port_req_encode(&b, &pr);
+	ok(sbx_frame_hdr_get(b.data, &f, SBX_FRAME_MAX) == 0 && f.type == SBX_F_PORT &&
+		   sbx_port_req_decode(b.data + SBX_FRAME_HDR, f.len, &pr2, &why) == 0 && pr2.op == SBX_PORT_OPEN &&
+		   pr2.port == 8080 && !strcmp(pr2.addr, "127.0.0.1:0"),
+	   "port request round trip");
+	struct {
+		const uint8_t *p;
+		size_t n;
+		const char *what;
+	} lies[] = {
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x09\x00\x00\x00", 10, "an unknown op" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x01\x00\x00\x00", 10, "OPEN without port and address" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x02\x00\x00\x00", 10, "RM without port or address" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x2c\x00\x04\x00\x00\x00\x00\x00\x00\x00", 20,
+		  "port 0" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x2c\x00\x04\x00\x00\x00\x00\x00\x01\x00", 20,
+		  "port 65536" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00", 20,
+		  "a repeated op" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x02\x00\x00\x00\x2d\x00\x03\x00\x00\x00a\x00b", 19,
+		  "an address with a NUL" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x18\x00\x01\x00\x00\x00x", 17, "an unknown tag" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00", 9, "a truncated TLV" },
+		{ (const uint8_t *)"", 0, "no op" },
+	};
+	int refused = 0;
+	for (size_t i = 0; i < sizeof lies / sizeof *lies; i++) {
+		int no = sbx_port_req_decode(lies[i].p, lies[i].n, &pr2, &why) < 0;
+		refused += no;
+		if (!no)
+			printf("#   accepted: %s\n", lies[i].what);
+	}
+	ok(refused == (int)(sizeof lies / sizeof *lies), "port requests that lie are refused");
+	char longaddr[SBX_PORT_ADDR_MAX + 8];
+	memset(longaddr, 'a', sizeof longaddr - 1);
+	longaddr[sizeof longaddr - 1] = 0;
+	sbx_buf_reset(&p);
+	sbx_tlv_u32(&p, SBX_T_OP, SBX_PORT_RM);
+	sbx_tlv_str(&p, SBX_T_ADDR, longaddr);
+	ok(sbx_port_req_decode(p.data, p.len, &pr2, &why) < 0, "an address past SBX_PORT_ADDR_MAX is refused");
+
+	struct sbx_port_entry pe[3] = { { .port = 80, .conns = 2, .accepted = 5, .refused = 1 }, { .port = 443 } }, got[2];
+	snprintf(pe[0].addr, sizeof pe[0].addr, "127.0.0.1:1234");
+	snprintf(pe[1].addr, sizeof pe[1].addr, "unix:/x.sock");
+	uint32_t op;
+	sbx_buf_reset(&p);
+	sbx_tlv_u32(&p, SBX_T_OP, SBX_PORT_LIST);
+	sbx_port_entry_put(&p, &pe[0]);
+	sbx_tlv_str(&p, SBX_T_MSG, "connection refused");
+	sbx_port_entry_put(&p, &pe[1]);
+	ok(sbx_port_list_decode(p.data, p.len, &op, got, 2, &why) == 2 && op == SBX_PORT_LIST && got[0].port == 80 &&
+		   got[0].accepted == 5 && got[0].refused == 1 && !strcmp(got[1].addr, "unix:/x.sock"),
+	   "port listing round trip, a last error between entries");
+	ok(sbx_port_list_decode(p.data, p.len, &op, got, 1, &why) < 0, "more entries than room are refused");
+	sbx_buf_reset(&p);
+	sbx_tlv_u32(&p, SBX_T_OP, SBX_PORT_LIST);
+	sbx_tlv_u32(&p, SBX_T_CONNS, 3);
+	ok(sbx_port_list_decode(p.data, p.len, &op, got, 2, &why) < 0, "a field before any entry's PORT is refused");
+	sbx_frame_hdr_put(hdr, SBX_F_PORT_CLOSE, 7, 0);
+	ok(sbx_frame_hdr_get(hdr, &f, SBX_FRAME_MAX) == 0, "PORT_* frame types are known");
+	sbx_frame_hdr_put(hdr, SBX_F_TYPE_MAX + 1, 7, 0);
+	ok(sbx_frame_hdr_get(hdr, &f, SBX_FRAME_MAX) < 0, "one past the last type is not");
+
 	sbx_buf_free(&b);
 	sbx_buf_free(&p);
 	printf("1..%d\n", n);

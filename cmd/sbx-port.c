@@ -1,0 +1,126 @@
+/* sbx-port: reach a TCP server in the guest from the host: bind a
+ * loopback port (or a unix socket), hand it to the session's monitor,
+ * print the address; --rm and --list manage the forwards. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "portfwd.h"
+
+#define USAGE                                                                                            \
+	"usage: sbx-port [--json] [--tenant TENANT] [--listen ADDRESS:PORT | --unix PATH] SESSION GUESTPORT\n" \
+	"       sbx-port --rm [--json] [--tenant TENANT] SESSION GUESTPORT|ADDRESS\n"                           \
+	"       sbx-port --list [-q] [--json] [--no-headers] [--tenant TENANT] SESSION\n"
+
+static json_t *entry_json(const char *session, const struct sbx_port_entry *e, const char *last_error)
+{
+	json_t *o = json_pack("{s:i, s:s, s:i, s:s, s:i, s:I, s:I}", "schema", 1, "session", session, "guest_port",
+			      (int)e->port, "address", e->addr, "connections", (int)e->conns, "accepted",
+			      (json_int_t)e->accepted, "refused", (json_int_t)e->refused);
+	if (o && last_error && *last_error)
+		json_object_set_new(o, "last_error", json_string(last_error));
+	return o;
+}
+
+static int list(struct sbx_state *st, const char *session, int json, int quiet, int headers)
+{
+	struct sbx_port_entry e[SBX_PORTFWD_LIST_MAX];
+	char errs[SBX_PORTFWD_LIST_MAX][160];
+	size_t n;
+	struct sbx_err err = { 0 };
+	if (sbx_port_list(st, session, e, &n, errs, &err) < 0) {
+		sbx_err_print("sbx-port", &err, json);
+		return err.code;
+	}
+	if (json) {
+		json_t *a = json_array();
+		for (size_t i = 0; i < n; i++)
+			json_array_append_new(a, entry_json(session, &e[i], errs[i]));
+		json_dumpf(a, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(a);
+		return 0;
+	}
+	if (headers && !quiet)
+		puts("GUEST_PORT\tADDRESS\tCONNECTIONS\tACCEPTED\tREFUSED");
+	for (size_t i = 0; i < n; i++)
+		if (quiet)
+			puts(e[i].addr);
+		else
+			printf("%u\t%s\t%u\t%llu\t%llu\n", e[i].port, e[i].addr, e[i].conns,
+			       (unsigned long long)e[i].accepted, (unsigned long long)e[i].refused);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "list", no_argument, NULL, 'l' },
+		{ "listen", required_argument, NULL, 'L' },
+		{ "no-headers", no_argument, NULL, 'H' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "rm", no_argument, NULL, 'r' },
+		{ "tenant", required_argument, NULL, 'U' },
+		{ "unix", required_argument, NULL, 'u' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int json = 0, quiet = 0, headers = 1, rm = 0, ls = 0, c;
+	const char *listen = NULL, *unix_path = NULL, *tenant = NULL;
+	while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h': fputs(USAGE, stdout); return 0;
+		case 'H': headers = 0; break;
+		case 'j': json = 1; break;
+		case 'l': ls = 1; break;
+		case 'L': listen = optarg; break;
+		case 'q': quiet = 1; break;
+		case 'r': rm = 1; break;
+		case 'U': tenant = optarg; break;
+		case 'u': unix_path = optarg; break;
+		default: fputs(USAGE, stderr); return SBX_EXIT_USAGE;
+		}
+	}
+	int nargs = argc - optind;
+	if (rm + ls > 1 || (listen && unix_path) || ((rm || ls) && (listen || unix_path)) || nargs != (ls ? 1 : 2)) {
+		fputs(USAGE, stderr);
+		return SBX_EXIT_USAGE;
+	}
+	const char *session = argv[optind];
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0) {
+		sbx_err_print("sbx-port", &err, json);
+		return err.code;
+	}
+	if (ls)
+		return list(&st, session, json, quiet, headers);
+	if (rm) {
+		if (sbx_port_rm(&st, session, argv[optind + 1], &err) < 0) {
+			sbx_err_print("sbx-port", &err, json);
+			return err.code;
+		}
+		return 0;
+	}
+	unsigned port;
+	if (sbx_cli_uint(argv[optind + 1], 1, 65535, &port) < 0)
+		return sbx_cli_fail("sbx-port", SBX_EXIT_USAGE, json, "GUESTPORT '%s' is not a port (1-65535)",
+				    argv[optind + 1]);
+	struct sbx_port_entry e;
+	if (sbx_port_open(&st, session, port, listen, unix_path, &e, &err) < 0) {
+		sbx_err_print("sbx-port", &err, json);
+		return err.code;
+	}
+	if (json) {
+		json_t *o = entry_json(session, &e, NULL);
+		json_dumpf(o, stdout, JSON_COMPACT);
+		putchar('\n');
+		json_decref(o);
+	} else {
+		puts(e.addr);
+	}
+	return 0;
+}

@@ -1,0 +1,54 @@
+/* sbx-monitor: what port.c (the connections) and portctl.c (the forwards
+ * and the requests that manage them) share.  Only those two include it. */
+#ifndef SBX_MON_PORT_H
+#define SBX_MON_PORT_H
+
+#include "mon.h"
+
+#define FWD_MAX 16        /* forwards per session */
+#define FWD_CONNS_MAX 128 /* connections at once per forward; SBX_PORT_CONNS_MAX per session */
+
+struct fwd {
+	struct src src; /* SRC_PORT_LISTEN: first, so the loop's src is the fwd */
+	struct fwd *next;
+	uint32_t port;
+	char addr[SBX_PORT_ADDR_MAX];
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* a unix socket's, "" for TCP */
+	dev_t dev;
+	ino_t ino;
+	unsigned uid;
+	unsigned nconns;
+	uint64_t accepted, refused;
+	char last_error[160];
+	int accepting; /* in epoll for EPOLLIN */
+};
+
+struct pconn {
+	struct src src; /* SRC_PORT_CONN */
+	struct pconn *next;
+	struct fwd *fwd;
+	uint32_t id;
+	int connected;        /* the guest said so */
+	uint32_t events;      /* in epoll now */
+	struct sbx_buf w;     /* from the guest, not yet written to the host socket */
+	size_t w_off;
+	uint32_t recv_used;   /* bytes from the guest not yet given back */
+	uint32_t send_credit; /* bytes the guest still has room for */
+	int guest_eof, guest_eof_done, guest_closed;
+	int sock_eof, hup;
+};
+
+struct mports {
+	struct fwd *fwds;
+	struct pconn *conns;
+	unsigned nfwds, nconns;
+	uint32_t next_id;
+	int starved; /* a connection waits for the agent queue to drain */
+};
+
+struct mports *port_state(struct mon *m);
+/* End a connection from the host side: the guest hears PORT_CLOSE (with
+ * why as its reason, when given). */
+void port_conn_abort(struct mon *m, struct pconn *p, const char *why);
+
+#endif
