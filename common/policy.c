@@ -786,10 +786,10 @@ static int v_workspace(struct sbx_yaml *c, void *obj, const char *path)
 /* ---- ports (sbx-port) ---- */
 
 /* 8080, or a range "3000-3999". */
-static int fwd_item(struct ctx *c, void *obj, unsigned i, const char *path)
+static int fwd_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
 {
 	struct sbx_policy *p = obj;
-	const char *s = scalar(c, path), *dash;
+	const char *s = sbx_yaml_scalar(c, path), *dash;
 	uint64_t lo, hi;
 	char a[16];
 	if (!s)
@@ -813,11 +813,11 @@ static int fwd_item(struct ctx *c, void *obj, unsigned i, const char *path)
 	p->ports.hi[i] = (uint16_t)hi;
 	return 0;
 bad:
-	return failm(c, c->ev.start_mark, "%s: '%s' is not a port (1..65535) or a range of them (LOW-HIGH)", path,
-		     SHOW(s));
+	return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a port (1..65535) or a range of them (LOW-HIGH)", path,
+		     SBX_YAML_SHOW(s));
 }
 
-static int v_fwd_ports(struct ctx *c, void *obj, const char *path)
+static int v_fwd_ports(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy *p = obj;
 	if (parse_seq(c, path, SBX_POLICY_FWD_MAX, fwd_item, p, &p->ports.n) < 0)
