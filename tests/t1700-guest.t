@@ -15,11 +15,26 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 gcc -static -O2 -o "$TEST_TMP/guest-check" "$top/tests/tools/guest-check.c" 2>/dev/null
 ok $? "the checker builds (static, so it runs on every template)"
 
+# ---- the guest's clock follows the host's -------------------------------
+# Under TCG the guest's TSC follows the host's, and the kernel is told to
+# trust it when the host's is invariant; the monitor's pings carry the
+# host's time and guest-init sets (no exec running) or slews the clock.
+# The guest's reading must fall between the host's before and after the
+# exec, give or take TOL ms (the channel's latency; a jiffies clock or an
+# RTC-only start is off by far more).
+TOL=250
+clock_ok() { # clock_ok SESSION WHAT
+	local b a g
+	b=$(date +%s%3N); g=$(sbx-exec "$1" -- /tmp/guest-check now); a=$(date +%s%3N)
+	[ -n "$g" ] && [ "$g" -ge $((b - TOL)) ] && [ "$g" -le $((a + TOL)) ]
+	ok $? "$2 (host $b..$a, guest $g)"
+}
 # check SESSION WHAT: the guest-side checks, in one session
 check() {
 	local id=$1 what=$2 out
 	sbx-cp "$TEST_TMP/guest-check" "$id":/tmp/ >/dev/null 2>"$TEST_TMP/err"
 	ok $? "$what: the checker is copied in"
+	clock_ok "$id" "$what: the guest's clock is the host's"
 	sbx-exec "$id" -- sh -c 'mkdir -p /workspace/d /tmp/d && touch /workspace/d/f /tmp/d/f'
 	out=$(sbx-exec "$id" -- /tmp/guest-check dino / /tmp /tmp/d /workspace /workspace/d /home/user 2>&1)
 	ok $? "$what: getdents64's d_ino is stat's st_ino in /, /tmp, /workspace and /home/user"
@@ -84,20 +99,6 @@ is "$rc" 3 "--timeout 3h is refused (3)"
 like "$(cat "$TEST_TMP/err")" "timeout 3h exceeds the policy's maximum of 1h" "in the units the user wrote"
 sbx-kill "$c" "$d" >/dev/null
 
-# ---- the guest's clock follows the host's -------------------------------
-# Under TCG the guest's TSC follows the host's, and the kernel is told to
-# trust it when the host's is invariant; the monitor's pings carry the
-# host's time and guest-init sets (no exec running) or slews the clock.
-# The guest's reading must fall between the host's before and after the
-# exec, give or take TOL ms (the channel's latency; a jiffies clock or an
-# RTC-only start is off by far more).
-TOL=250
-clock_ok() { # clock_ok SESSION WHAT
-	local b a g
-	b=$(date +%s%3N); g=$(sbx-exec "$1" -- /tmp/guest-check now); a=$(date +%s%3N)
-	[ -n "$g" ] && [ "$g" -ge $((b - TOL)) ] && [ "$g" -le $((a + TOL)) ]
-	ok $? "$2 (host $b..$a, guest $g)"
-}
 k=$(sbx-create -q); ok $? "a session for the clock"
 sbx-cp "$TEST_TMP/guest-check" "$k":/tmp/ >/dev/null
 if grep -m1 '^flags' /proc/cpuinfo | grep -q ' constant_tsc.* nonstop_tsc\| nonstop_tsc.* constant_tsc'; then
