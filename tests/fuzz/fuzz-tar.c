@@ -7,7 +7,7 @@
 
 #include <archive.h>
 
-#include "transfer.h"
+#include "tarcheck.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,0 +1,256 @@
+/* sbx-monitor: the agent channel: frames from the guest, output to it. */
+#include "mon.h"
+
+/* --- output to the agent ---------------------------------------------- */
+
+void agent_flush(struct mon *m)
+{
+	while (m->agent.fd >= 0 && m->aout_off < m->aout.len) {
+		ssize_t w = write(m->agent.fd, m->aout.data + m->aout_off, m->aout.len - m->aout_off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				m->aout_off = m->aout.len; /* the VM is going: drop */
+			break;
+		}
+		m->aout_off += (size_t)w;
+	}
+	if (m->aout_off == m->aout.len) {
+		sbx_buf_reset(&m->aout);
+		m->aout_off = 0;
+	}
+	int want = m->aout_off < m->aout.len;
+	if (m->agent.fd >= 0 && want != m->agent_want_out) {
+		mon_ep_mod(m, &m->agent, EPOLLIN | (want ? EPOLLOUT : 0), EPOLL_CTL_MOD);
+		m->agent_want_out = want;
+	}
+}
+
+
+/* The guest kernel's release, from a HELLO or an identity reply. */
+void agent_note_kernel(struct mon *m, const struct sbx_frame *f)
+{
+	struct sbx_tlv_it it;
+	uint16_t tag;
+	const uint8_t *v;
+	uint32_t n;
+	sbx_tlv_init(&it, f->payload, f->len);
+	while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
+		if (tag == SBX_T_KERNEL)
+			sbx_tlv_as_str(v, n, m->s.kernel, sizeof m->s.kernel);
+}
+
+/* The guest is up (HELLO, or a restore's identity applied): ready now, or
+ * secrets first and ready only once the guest has them in place, so no exec
+ * can ever run before its secrets exist.  Written into reserved room so no
+ * stale copy is left behind a realloc. */
+void agent_secrets_then_ready(struct mon *m)
+{
+	if (!m->sec.n) {
+		m->ready = 1;
+		return;
+	}
+	if (sbx_buf_reserve(&m->aout, m->sec.frame_len) == 0)
+		sbx_buf_put(&m->aout, m->sec.frame, m->sec.frame_len);
+	else
+		snprintf(m->secrets_err, sizeof m->secrets_err, "out of memory");
+	m->secrets_sent = 1;
+	agent_flush(m);
+}
+
+static void agent_frame(struct mon *m, const struct sbx_frame *f)
+{
+	struct exec *ex = f->stream ? exec_find(m, f->stream) : NULL;
+	m->guest_spoke = 1;
+	/* An exec that has ended (its EXIT still owed to a lagging client)
+	 * hears nothing more from the guest: another EXIT would rewrite its
+	 * record, append to the audit trail and grow its tail; more output
+	 * would land after the end. */
+	if (ex && ex->done)
+		return;
+	switch (f->type) {
+	case SBX_F_HELLO: {
+		agent_note_kernel(m, f);
+		if (m->ready || m->secrets_sent || m->snap.restoring)
+			break; /* a guest saying hello again (reconnect) gets nothing more */
+		agent_secrets_then_ready(m);
+		break;
+	}
+	case SBX_F_SECRETS:
+		if (m->claim.stage == CLAIM_GUEST && m->secrets_sent && !f->len) {
+			if (m->aout.data) /* as below */
+				explicit_bzero(m->aout.data + m->aout.len, m->aout.cap - m->aout.len);
+			m->claim.secrets_ok = 1;
+			break;
+		}
+		if (!m->secrets_sent || m->ready || f->len)
+			break;
+		/* The guest read the whole frame: wipe what is left of it here. */
+		if (m->aout.data)
+			explicit_bzero(m->aout.data + m->aout.len, m->aout.cap - m->aout.len);
+		m->ready = 1;
+		break;
+	case SBX_F_STARTED:
+		if (ex)
+			ex->started = 1;
+		break;
+	case SBX_F_STDOUT:
+	case SBX_F_STDERR:
+		if (ex)
+			exec_store_output(m, ex, f->type, f->payload, f->len);
+		break;
+	case SBX_F_WINDOW: {
+		uint32_t more;
+		if (ex && sbx_tlv_as_u32(f->payload, f->len, &more) == 0) {
+			ex->credit = ex->credit + more > SBX_STDIN_WINDOW ? SBX_STDIN_WINDOW : ex->credit + more;
+			if (ex->client)
+				client_resume(m, ex->client);
+		}
+		break;
+	}
+	case SBX_F_EXIT: {
+		struct sbx_exit_info e;
+		/* A lying guest cannot end another exec, forge a shape, or claim
+		 * the session was lost: only the host knows that. */
+		if (!ex || sbx_exit_decode(f->payload, f->len, &e) < 0 || e.reason == SBX_R_SESSION_LOST)
+			break;
+		exec_end(m, ex, &e);
+		break;
+	}
+	case SBX_F_QUIESCE:
+		if (m->snap.saving && !f->stream && !f->len)
+			snap_save_run(m);
+		break;
+	case SBX_F_IDENTITY:
+		snap_identity_reply(m, f);
+		break;
+	case SBX_F_ERROR: {
+		if (!f->stream && m->claim.stage == CLAIM_GUEST) {
+			char msg[200] = "refused";
+			uint32_t code = 0;
+			sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+			sbx_text_clean(msg); /* the guest's words, shown to people */
+			claim_fail(m, SBX_EXIT_UNAVAIL, "the guest refused the claim: %s", msg);
+			break;
+		}
+		if (snap_guest_error(m, f))
+			break;
+		if (!f->stream && m->secrets_sent && !m->ready) {
+			char msg[200] = "refused";
+			uint32_t code = 0;
+			sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+			sbx_text_clean(msg); /* the guest's words, shown to people */
+			snprintf(m->secrets_err, sizeof m->secrets_err, "%s", msg);
+			break;
+		}
+		if (!ex)
+			break;
+		char msg[256] = "the guest refused the command";
+		uint32_t code = SBX_EXIT_INTERNAL;
+		sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+		sbx_text_clean(msg); /* the guest's words, shown to people */
+		/* After STARTED an ERROR is only news: the guest ends the exec
+		 * and reports EXIT.  Before it, the exec never ran. */
+		if (ex->started || ex->done)
+			break;
+		if (code != SBX_EXIT_INVALID && code != SBX_EXIT_TEMPFAIL)
+			code = SBX_EXIT_INTERNAL;
+		if (ex->client)
+			client_error(m, ex->client, ex->n, (int)code, msg);
+		exec_abort(m, ex, SBX_R_SESSION_LOST);
+		break;
+	}
+	case SBX_F_PONG: {
+		if (m->claim.stage == CLAIM_GUEST && f->stream == m->claim.ping)
+			claim_guest_answered(m);
+		if (m->hb.sent && f->stream == m->hb.token) {
+			m->hb.sent = 0;
+			m->hb.next = sbx_mono_ns() + m->hb.interval;
+			if (m->s.agent_unresponsive_ns) {
+				m->s.agent_unresponsive_ns = 0;
+				sbx_record_save(&m->st, &m->s, NULL);
+				json_t *af = json_pack("{s:s}", "session", m->s.id);
+				mon_audit(m, "session.responsive", af, NULL);
+				json_decref(af);
+			}
+		}
+		for (struct client *c = m->clients; c; c = c->next)
+			if (c->ping_token && c->ping_token == f->stream) {
+				struct sbx_buf b = { 0 };
+				sbx_frame_raw(&b, SBX_F_PONG, 0, f->payload, f->len);
+				client_send(m, c, &b);
+				sbx_buf_free(&b);
+				c->ping_token = 0;
+			}
+		break;
+	}
+	default:
+		break; /* unexpected from a guest: ignore, never trust */
+	}
+}
+
+/* Parse whole frames out of buf; returns -1 when the stream is corrupt. */
+int mon_drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *),
+			struct mon *m, void *ctx, const int *stop)
+{
+	size_t off = 0;
+	int rc = 0;
+	/* stop: a client whose STDIN frame is held keeps the frames behind it
+	 * unparsed, so they cannot overtake it (an EOF before the data). */
+	while (in->len - off >= SBX_FRAME_HDR && !(stop && *stop)) {
+		struct sbx_frame f;
+		if (sbx_frame_hdr_get(in->data + off, &f, SBX_FRAME_MAX) < 0) {
+			rc = -1;
+			break;
+		}
+		if (in->len - off - SBX_FRAME_HDR < f.len)
+			break;
+		f.payload = in->data + off + SBX_FRAME_HDR;
+		off += SBX_FRAME_HDR + f.len;
+		fn(m, ctx, &f);
+	}
+	if (off) {
+		memmove(in->data, in->data + off, in->len - off);
+		in->len -= off;
+	}
+	return rc;
+}
+
+static void agent_frame_cb(struct mon *m, void *ctx, const struct sbx_frame *f)
+{
+	(void)ctx;
+	agent_frame(m, f);
+}
+
+int mon_read_into(int fd, struct sbx_buf *b)
+{
+	uint8_t tmp[SBX_DATA_CHUNK + SBX_FRAME_HDR];
+	for (int i = 0; i < 16; i++) {
+		ssize_t r = read(fd, tmp, sizeof tmp);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return errno == EAGAIN ? 1 : -1;
+		if (r == 0)
+			return 0;
+		if (sbx_buf_put(b, tmp, (size_t)r) < 0)
+			return -1;
+	}
+	return 1;
+}
+
+void agent_readable(struct mon *m)
+{
+	int r = mon_read_into(m->agent.fd, &m->ain);
+	if (mon_drain_frames(&m->ain, agent_frame_cb, m, NULL, NULL) < 0 || r <= 0) {
+		/* A corrupt stream or the guest closing the port: the agent is
+		 * gone; execs cannot finish.  The VMM's own exit says why. */
+		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->agent.fd, NULL);
+		close(m->agent.fd);
+		m->agent.fd = -1;
+		while (m->execs)
+			exec_abort(m, m->execs, SBX_R_SESSION_LOST);
+	}
+}
+

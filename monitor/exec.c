@@ -1,0 +1,490 @@
+/* sbx-monitor: execs: start, output kept and streamed, the end, deadlines and pings. */
+#include "mon.h"
+
+static void emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n);
+
+/* --- execs ------------------------------------------------------------- */
+
+struct exec *exec_find(struct mon *m, uint32_t n)
+{
+	for (struct exec *e = m->execs; e; e = e->next)
+		if (e->n == n)
+			return e;
+	return NULL;
+}
+
+void exec_free(struct mon *m, struct exec *ex)
+{
+	for (struct exec **pp = &m->execs; *pp; pp = &(*pp)->next)
+		if (*pp == ex) {
+			*pp = ex->next;
+			break;
+		}
+	if (ex->client)
+		ex->client->ex = NULL;
+	close(ex->out_fd);
+	close(ex->err_fd);
+	close(ex->dfd);
+	sbx_scrub_end(&ex->sc_out, NULL);
+	sbx_scrub_end(&ex->sc_err, NULL);
+	json_decref(ex->req);
+	sbx_buf_free(&ex->tail);
+	free(ex);
+}
+
+static uint64_t file_size(int dfd, const char *name)
+{
+	struct stat st;
+	return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Which of the session's limits the exec ran into, in one place for a
+ * caller to read (a timeout from an OOM from an attempted escape): the
+ * proxy's refusals while it ran (egress, DNS, package fetches; the
+ * session's, so an exec running beside another shares them), the guest's
+ * pids and memory limits, the output caps. */
+static json_t *violations(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
+{
+	json_t *v = sbx_netlog_violations(m->lib_dfd, ex->net_off, ex->pkg_off); /* no logs: zeros */
+	if (!v)
+		return json_null();
+	json_object_set_new(v, "pids_limit", json_boolean(e->pids_hit > 0));
+	json_object_set_new(v, "oom", json_boolean(e->reason == SBX_R_OOM));
+	json_object_set_new(v, "timeout", json_boolean(e->reason == SBX_R_TIMEOUT));
+	json_object_set_new(v, "output_truncated",
+			    json_boolean(ex->session_cut || ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size));
+	return v;
+}
+
+static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
+{
+	char t0[40], t1[40];
+	uint64_t now = sbx_now_ns();
+	sbx_fmt_time(ex->started_ns, t0, sizeof t0);
+	sbx_fmt_time(now, t1, sizeof t1);
+	json_t *o = json_pack("{s:i, s:s, s:s, s:O, s:i, s:s, s:i, s:s, s:s, s:f, s:f, s:f, s:{s:I, s:b},"
+			      " s:I, s:I, s:b}",
+			      "schema", 1, "exec", ex->id, "session", m->s.id, "request", ex->req, "status",
+			      (int)e->status, "reason", sbx_reason_name(e->reason), "signal", (int)e->signo,
+			      "started", t0, "ended", t1, "wall_s", (double)e->wall_us / 1e6, "cpu_user_s",
+			      (double)e->cpu_user_us / 1e6, "cpu_sys_s", (double)e->cpu_sys_us / 1e6,
+			      "memory_peak", "bytes", (json_int_t)e->mem_peak, "guest_reported", 1,
+			      "stdout_bytes", (json_int_t)ex->out_total, "stderr_bytes", (json_int_t)ex->err_total,
+			      "truncated", ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size);
+	if (o)
+		json_object_set_new(o, "pids_limit_hit", json_integer((json_int_t)e->pids_hit));
+	if (o && ex->host_timeout) /* the guest did not end it in time: the host did */
+		json_object_set_new(o, "enforced_by", json_string("host"));
+	if (o && ex->session_cut) /* which cap: the exec's own, or the session's total */
+		json_object_set_new(o, "truncated_by", json_string("output_session_cap"));
+	else if (o && (ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size))
+		json_object_set_new(o, "truncated_by", json_string("output_cap"));
+	if (o)
+		json_object_set_new(o, "violations", violations(m, ex, e));
+	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+	/* No fsync: an exec record is as durable as the session it belongs to. */
+	if (s) {
+		int fd = openat(ex->dfd, ".result.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			sbx_write_all(fd, s, strlen(s));
+			sbx_write_all(fd, "\n", 1);
+			close(fd);
+			renameat(ex->dfd, ".result.tmp", ex->dfd, "result.json");
+		}
+	}
+	free(s);
+	json_decref(o);
+}
+
+/* argv as the audit trail keeps it: bounded (an audit record is at most
+ * 64 KiB, a command line up to 1 MiB), with the SHA-256 of the whole
+ * argv so the record still names exactly what ran. */
+static void audit_argv(json_t *f, json_t *argv)
+{
+	SHA2_CTX c;
+	uint8_t d[SHA256_DIGEST_LENGTH];
+	char hex[2 * SHA256_DIGEST_LENGTH + 1];
+	json_t *out = json_array(), *a;
+	size_t i, total = 0;
+	int cut = 0;
+	SHA256Init(&c);
+	json_array_foreach(argv, i, a) {
+		const char *s = json_string_value(a);
+		size_t n = s ? strlen(s) : 0;
+		SHA256Update(&c, (const uint8_t *)(s ? s : ""), n + 1);
+		if (i >= 64 || total > 16384) {
+			cut = 1;
+			continue;
+		}
+		cut |= n > 512;
+		json_array_append_new(out, json_stringn(s ? s : "", n > 512 ? 512 : n));
+		total += n > 512 ? 512 : n;
+	}
+	SHA256Final(d, &c);
+	for (int k = 0; k < SHA256_DIGEST_LENGTH; k++)
+		snprintf(hex + 2 * k, 3, "%02x", d[k]);
+	json_object_set_new(f, "argv", out);
+	json_object_set_new(f, "argv_sha256", json_string(hex));
+	if (cut)
+		json_object_set_new(f, "argv_truncated", json_true());
+}
+
+/* exec.end in the audit trail: what ran, how it ended; never its output. */
+static void audit_exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
+{
+	json_t *f = json_pack("{s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:I, s:I, s:I}", "session", m->s.id, "exec",
+			      ex->id, "status", (int)e->status, "reason",
+			      sbx_reason_name(e->reason), "signal", (int)e->signo, "wall_s", (double)e->wall_us / 1e6,
+			      "cpu_s", (double)(e->cpu_user_us + e->cpu_sys_us) / 1e6, "memory_peak_bytes",
+			      (json_int_t)e->mem_peak, "stdout_bytes", (json_int_t)ex->out_total, "stderr_bytes",
+			      (json_int_t)ex->err_total);
+	if (f && ex->host_timeout)
+		json_object_set_new(f, "enforced_by", json_string("host"));
+	if (f && (ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size))
+		json_object_set_new(f, "output_truncated",
+				    json_string(ex->session_cut ? "output_session_cap" : "output_cap"));
+	if (f)
+		audit_argv(f, json_object_get(ex->req, "argv"));
+	mon_audit(m, "exec.end", f, NULL);
+	json_decref(f);
+}
+
+/* The exit report to the exec's attached client, if any. */
+static void send_exit(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
+{
+	if (!ex->client)
+		return;
+	struct sbx_buf b = { 0 };
+	sbx_exit_encode(&b, ex->n, e);
+	client_send(m, ex->client, &b);
+	sbx_buf_free(&b);
+}
+
+
+/* The bytes held back in case they began a secret are none: out they go. */
+static void scrub_flush(struct mon *m, struct exec *ex)
+{
+	struct sbx_buf b = { 0 };
+	sbx_scrub_end(&ex->sc_out, &b);
+	if (b.len && !b.oom)
+		emit_output(m, ex, SBX_F_STDOUT, b.data, (uint32_t)b.len);
+	sbx_buf_reset(&b);
+	sbx_scrub_end(&ex->sc_err, &b);
+	if (b.len && !b.oom)
+		emit_output(m, ex, SBX_F_STDERR, b.data, (uint32_t)b.len);
+	sbx_buf_free(&b);
+}
+
+/* End an exec from the host side (VM lost, session destroyed). */
+void exec_abort(struct mon *m, struct exec *ex, uint32_t reason)
+{
+	if (ex->done) {
+		exec_free(m, ex);
+		return;
+	}
+	struct sbx_exit_info e = { .status = reason == SBX_R_KILLED ? 137 : 255, .reason = reason };
+	e.wall_us = (sbx_now_ns() - ex->started_ns) / 1000u;
+	scrub_flush(m, ex);
+	exec_result(m, ex, &e);
+	send_exit(m, ex, &e);
+	audit_exec_end(m, ex, &e);
+	exec_free(m, ex);
+}
+
+/* What is recorded of a request (request.json, result.json, the audit
+ * trail): argv and cwd with the session's secrets scrubbed, env names only. */
+static json_t *req_json(struct mon *m, const struct sbx_exec_req *r)
+{
+	json_t *argv = json_array();
+	for (size_t i = 0; i < r->argc; i++) {
+		char *a = sbx_scrub_str(&m->sec, r->argv[i]);
+		json_array_append_new(argv, json_string(a ? a : "[unrecorded]"));
+		free(a);
+	}
+	json_t *env = json_array(); /* names only: values may be secrets */
+	for (size_t i = 0; i < r->envc; i++)
+		json_array_append_new(env, json_stringn(r->env[i], strcspn(r->env[i], "=")));
+	_cleanup_free_ char *cwd = r->cwd ? sbx_scrub_str(&m->sec, r->cwd) : NULL;
+	json_t *o = json_pack("{s:o, s:o, s:s?, s:I, s:b, s:b, s:i, s:s}", "argv", argv, "env", env, "cwd", cwd,
+			      "timeout_ms", (json_int_t)r->timeout_ms, "tty", !!(r->flags & SBX_EXEC_PTY), "stdin",
+			      !!(r->flags & SBX_EXEC_STDIN), "uid", r->have_uid ? (int)r->uid : 1000, "kind",
+			      r->flags & SBX_EXEC_COPY ? "copy" : "command");
+	return o;
+}
+
+void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
+{
+	struct sbx_exec_req r;
+	const char *why = "invalid request";
+	if (c->ex)
+		return client_error(m, c, f->stream, SBX_EXIT_INVALID, "one exec per connection");
+	if (m->stopping || m->vm_dead)
+		return client_error(m, c, f->stream, SBX_EXIT_NOENT, "the session is ending");
+	if (m->agent.fd < 0)
+		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, "the guest agent is gone");
+	snap_check_deadline(m);
+	if (m->snap.paused) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "session %s is paused: resume it (sbx-snapshot resume %s, or sbx-exec --resume)",
+			 m->s.id, m->s.id);
+		return client_error(m, c, f->stream, SBX_EXIT_NOENT, msg);
+	}
+	if (m->snap.saving)
+		return client_error(m, c, f->stream, SBX_EXIT_TEMPFAIL, "a snapshot of the session is being saved");
+	if (sbx_exec_req_decode(f->payload, f->len, &r, &why) < 0)
+		return client_error(m, c, f->stream, SBX_EXIT_INVALID, why);
+	const struct sbx_limits *lim = &m->s.limits;
+	/* Limits come from the session's policy, never from the client. */
+	r.pids_max = lim->pids_per_exec;
+	r.session_pids = lim->pids_per_session;
+	r.memory_max = lim->exec_memory;
+	if (!r.timeout_ms && lim->exec_timeout_default_ms)
+		r.timeout_ms = (uint32_t)(lim->exec_timeout_default_ms > UINT32_MAX ? UINT32_MAX
+										      : lim->exec_timeout_default_ms);
+	if (lim->exec_timeout_max_ms && (!r.timeout_ms || r.timeout_ms > lim->exec_timeout_max_ms)) {
+		char msg[200], max[32], asked[40] = "";
+		sbx_fmt_duration(max, sizeof max, lim->exec_timeout_max_ms);
+		if (r.timeout_ms) {
+			asked[0] = ' ';
+			sbx_fmt_duration(asked + 1, sizeof asked - 1, r.timeout_ms);
+		}
+		snprintf(msg, sizeof msg, "the exec timeout%s %s the policy's maximum of %s (resources.exec_timeout.max)",
+			 asked, r.timeout_ms ? "exceeds" : "must be set within", max);
+		sbx_exec_req_free(&r);
+		return client_error(m, c, f->stream, SBX_EXIT_INVALID, msg);
+	}
+	struct exec *ex = calloc(1, sizeof *ex);
+	if (!ex) {
+		sbx_exec_req_free(&r);
+		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, "out of memory");
+	}
+	ex->n = ++m->next_exec;
+	snprintf(ex->id, sizeof ex->id, "e%u", ex->n);
+	ex->out_fd = ex->err_fd = ex->dfd = -1;
+	if (mkdirat(m->execs_dfd, ex->id, 0700) < 0 ||
+	    (ex->dfd = openat(m->execs_dfd, ex->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    (ex->out_fd = openat(ex->dfd, "stdout", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0 ||
+	    (ex->err_fd = openat(ex->dfd, "stderr", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "cannot store exec output: %s", strerror(errno));
+		if (ex->out_fd >= 0)
+			close(ex->out_fd);
+		if (ex->dfd >= 0)
+			close(ex->dfd);
+		free(ex);
+		sbx_exec_req_free(&r);
+		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, msg);
+	}
+	ex->started_ns = sbx_now_ns();
+	ex->net_off = file_size(m->lib_dfd, "net.log");
+	ex->pkg_off = file_size(m->lib_dfd, "packages.log");
+	if (r.timeout_ms)
+		ex->deadline = sbx_mono_ns() + ((uint64_t)r.timeout_ms + EXEC_TIMEOUT_GRACE_MS) * 1000000u;
+	ex->credit = SBX_STDIN_WINDOW;
+	ex->flags = r.flags;
+	ex->req = req_json(m, &r);
+	/* What is running, for sbx-ps --execs, before any result exists. */
+	char *rq = json_dumps(ex->req, JSON_COMPACT);
+	int rfd = rq ? openat(ex->dfd, "request.json", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+	if (rfd >= 0) {
+		sbx_write_all(rfd, rq, strlen(rq));
+		close(rfd);
+	}
+	free(rq);
+	int detach = r.flags & SBX_EXEC_DETACH;
+	r.flags &= ~(uint32_t)(SBX_EXEC_DETACH | SBX_EXEC_COPY);
+	if (detach)
+		r.flags &= ~(uint32_t)SBX_EXEC_STDIN;
+	ex->next = m->execs;
+	m->execs = ex;
+	sbx_exec_req_encode(&m->aout, ex->n, &r);
+	agent_flush(m);
+	/* Recorded while the guest already starts it (off the critical path);
+	 * an exec that cannot be recorded does not run: fail closed. */
+	json_t *af = json_pack("{s:s, s:s, s:s?, s:i}", "session", m->s.id, "exec", ex->id, "cwd",
+			       json_string_value(json_object_get(ex->req, "cwd")), "user", r.have_uid ? (int)r.uid : 1000);
+	if (af)
+		audit_argv(af, json_object_get(ex->req, "argv"));
+	struct sbx_err aerr = { 0 };
+	int arc = mon_audit(m, "exec.start", af, &aerr);
+	json_decref(af);
+	sbx_exec_req_free(&r);
+	if (arc < 0) {
+		sbx_frame_raw(&m->aout, SBX_F_KILL, ex->n, NULL, 0);
+		agent_flush(m);
+		char msg[600];
+		snprintf(msg, sizeof msg, "cannot write the audit trail, the command was stopped: %s", aerr.msg);
+		return client_error(m, c, ex->n, SBX_EXIT_INTERNAL, msg);
+	}
+	if (!detach) {
+		ex->client = c;
+		c->ex = ex;
+	}
+	struct sbx_buf b = { 0 };
+	size_t off = sbx_frame_begin(&b, SBX_F_STARTED, ex->n);
+	sbx_tlv_str(&b, SBX_T_EXEC_ID, ex->id);
+	sbx_frame_end(&b, off);
+	client_send(m, c, &b);
+	sbx_buf_free(&b);
+}
+
+/* --- frames from the guest --------------------------------------------- */
+
+/* Output as stored and as streamed: the two are the same bytes (secrets
+ * already scrubbed), so a client that lags and reads on from the files
+ * resumes exactly where its stream stopped. */
+static void emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n)
+{
+	int out = type == SBX_F_STDOUT;
+	uint64_t *size = out ? &ex->out_size : &ex->err_size;
+	uint64_t before_out = ex->out_size, before_err = ex->err_size;
+	*(out ? &ex->out_emitted : &ex->err_emitted) += n;
+	uint32_t keep = *size >= m->output_cap ? 0 : (m->output_cap - *size < n ? (uint32_t)(m->output_cap - *size) : n);
+	/* ... and what the session as a whole may still keep. */
+	uint64_t room = m->output_kept >= m->output_session_cap ? 0 : m->output_session_cap - m->output_kept;
+	if (keep > room) {
+		keep = (uint32_t)room;
+		ex->session_cut = 1;
+	}
+	if (keep && pwrite(out ? ex->out_fd : ex->err_fd, p, keep, (off_t)*size) == (ssize_t)keep) {
+		*size += keep;
+		m->output_kept += keep;
+	}
+	struct client *c = ex->client;
+	if (!c)
+		return;
+	if (!c->lag && c->out.len - c->out_off < CLIENT_BUF_MAX) {
+		sbx_frame_raw(&c->out, type, ex->n, p, n);
+		client_flush(m, c);
+	} else if (!c->lag) {
+		c->lag = 1;
+		c->lag_out = before_out;
+		c->lag_err = before_err;
+		client_flush(m, c);
+	}
+}
+
+void exec_store_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n)
+{
+	int out = type == SBX_F_STDOUT;
+	*(out ? &ex->out_total : &ex->err_total) += n;
+	if (!m->sec.patmax)
+		return emit_output(m, ex, type, p, n);
+	struct sbx_buf b = { 0 };
+	/* Out of memory loses this chunk rather than store it unscrubbed. */
+	if (sbx_scrub(&m->sec, out ? &ex->sc_out : &ex->sc_err, p, n, &b) == 0 && b.len)
+		emit_output(m, ex, type, b.data, (uint32_t)(b.len < UINT32_MAX ? b.len : UINT32_MAX));
+	sbx_buf_free(&b);
+}
+
+/* The exec has ended (its EXIT, or the host's timeout): record it, tell
+ * its client, audit it; freed unless a lagging client is still owed it. */
+void exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
+{
+	scrub_flush(m, ex);
+	exec_result(m, ex, e);
+	if (ex->client && ex->client->lag) {
+		/* The client still reads from the files: the EXIT waits
+		 * behind the output it has not seen yet. */
+		sbx_buf_reset(&ex->tail);
+		sbx_exit_encode(&ex->tail, ex->n, e);
+		ex->done = 1;
+	} else {
+		send_exit(m, ex, e);
+	}
+	/* After the reply: the fsynced append is not the client's wait.
+	 * It still lands before this monitor handles anything else. */
+	audit_exec_end(m, ex, e);
+	if (!ex->done)
+		exec_free(m, ex);
+}
+
+/* Host backstop: an exec past its timeout and the grace is ended here, as
+ * "timeout" enforced by the host, and the guest is asked afresh to kill
+ * it; whatever the guest says of it later is ignored. */
+void exec_deadlines(struct mon *m)
+{
+	uint64_t now = sbx_mono_ns();
+	if (m->snap.paused || m->pool_paused)
+		return;
+	for (struct exec *ex = m->execs, *next; ex; ex = next) {
+		next = ex->next;
+		if (ex->done || !ex->deadline || now < ex->deadline)
+			continue;
+		sbx_frame_raw(&m->aout, SBX_F_KILL, ex->n, NULL, 0);
+		agent_flush(m);
+		struct sbx_exit_info e = { .status = 124, .reason = SBX_R_TIMEOUT };
+		e.wall_us = (sbx_now_ns() - ex->started_ns) / 1000u;
+		ex->host_timeout = 1;
+		exec_end(m, ex, &e);
+	}
+}
+
+static int execs_running(const struct mon *m)
+{
+	for (const struct exec *ex = m->execs; ex; ex = ex->next)
+		if (!ex->done)
+			return 1;
+	return 0;
+}
+
+/* Is the agent alive while execs run?  A PING (its own token space, apart
+ * from the clients' 0x80000000 one), and what an unanswered one means. */
+void mon_heartbeat(struct mon *m)
+{
+	uint64_t now = sbx_mono_ns(), iv = m->hb.interval;
+	if (!iv || m->snap.paused || m->pool_paused || m->agent.fd < 0)
+		return;
+	if (!m->hb.sent) {
+		if (!execs_running(m) || now < m->hb.next)
+			return;
+		m->hb.token = 0x40000000u | (++m->hb.n & 0x3fffffffu);
+		sbx_frame_raw(&m->aout, SBX_F_PING, m->hb.token, NULL, 0);
+		agent_flush(m);
+		m->hb.sent = now;
+		return;
+	}
+	uint64_t age = now - m->hb.sent;
+	if (age >= 3 * iv && !m->s.agent_unresponsive_ns) {
+		m->s.agent_unresponsive_ns = sbx_now_ns() - age;
+		sbx_record_save(&m->st, &m->s, NULL);
+		json_t *af = json_pack("{s:s, s:I}", "session", m->s.id, "silent_ms", (json_int_t)(age / 1000000u));
+		mon_audit(m, "session.unresponsive", af, NULL);
+		json_decref(af);
+	}
+	if (age >= 12 * iv)
+		for (struct exec *ex = m->execs, *next; ex; ex = next) {
+			next = ex->next;
+			if (!ex->done)
+				exec_abort(m, ex, SBX_R_SESSION_LOST);
+		}
+}
+
+int mon_heartbeat_wait_ms(const struct mon *m)
+{
+	uint64_t now = sbx_mono_ns(), iv = m->hb.interval, at;
+	if (!iv || m->snap.paused || m->pool_paused || m->agent.fd < 0 || (!m->hb.sent && !execs_running(m)))
+		return -1;
+	if (!m->hb.sent)
+		at = m->hb.next;
+	else if (now - m->hb.sent >= 12 * iv)
+		return -1; /* lost: a new exec, an event, wakes the loop anyway */
+	else
+		at = m->hb.sent + (m->s.agent_unresponsive_ns ? 12 : 3) * iv;
+	return at <= now ? 0 : (int)((at - now) / 1000000u) + 1;
+}
+
+/* Until the next exec deadline, ms, for epoll; -1: none. */
+int exec_wait_ms(const struct mon *m)
+{
+	uint64_t first = 0, now = sbx_mono_ns();
+	if (m->snap.paused || m->pool_paused)
+		return -1;
+	for (const struct exec *ex = m->execs; ex; ex = ex->next)
+		if (!ex->done && ex->deadline && (!first || ex->deadline < first))
+			first = ex->deadline;
+	if (!first)
+		return -1;
+	return first <= now ? 0 : (int)((first - now) / 1000000u) + 1;
+}
+

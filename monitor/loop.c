@@ -1,0 +1,590 @@
+/* sbx-monitor: set-up, the loop, the end of a session. */
+#include "mon.h"
+
+int mon_audit(struct mon *m, const char *type, json_t *f, struct sbx_err *err)
+{
+	if (f && m->s.tenant[0])
+		json_object_set_new(f, "tenant", json_string(m->s.tenant));
+	return sbx_audit_append(&m->st, type, f, err);
+}
+
+void mon_ep_mod(struct mon *m, struct src *s, uint32_t ev, int op)
+{
+	struct epoll_event e = { .events = ev, .data.ptr = s };
+	epoll_ctl(m->ep, op, s->fd, &e);
+}
+
+/* --- set-up, the loop, the end ----------------------------------------- */
+
+int mon_listen_unix(const char *name, struct sbx_err *err)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", name);
+	unlink(name);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 64) < 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot listen on %s", name);
+	}
+	return fd;
+}
+
+/* Did the guest kernel panic?  The panic line comes before its stack
+ * trace, so look further back than the tail shown in messages. */
+static int console_says_panic(int dfd)
+{
+	_cleanup_close_ int fd = openat(dfd, "console.log", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	static char buf[65536];
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t start = end > (off_t)sizeof buf - 1 ? end - (off_t)sizeof buf + 1 : 0;
+	ssize_t r = pread(fd, buf, sizeof buf - 1, start);
+	if (r <= 0)
+		return 0;
+	buf[r] = 0;
+	return memmem(buf, (size_t)r, "Kernel panic", 12) != NULL;
+}
+
+static void on_vmm_exit(struct mon *m)
+{
+	int status = 0;
+	if (waitpid(m->vm.pid, &status, WNOHANG) <= 0)
+		return;
+	m->vm.pid = 0;
+	m->vm_dead = 1;
+	/* The VMM is gone: what it wrote last is in the pipes still. */
+	uint64_t log_before = m->vmmlog.size + m->vmmlog.dropped;
+	vmmout_drain_all(m);
+	const struct sbx_vmm_ops *ops = m->vm.ops;
+	/* The guest's pvpanic device, which only its kernel drives (once
+	 * guest-init loaded the driver, so after the guest spoke); QEMU prints
+	 * nothing when it exits for it, and an error exit does. */
+	if (ops && ops->panic_status && WIFEXITED(status) && WEXITSTATUS(status) == ops->panic_status &&
+	    m->guest_spoke && m->vmmlog.size + m->vmmlog.dropped == log_before)
+		snprintf(m->vm_end, sizeof m->vm_end, "guest panic");
+	/* Text on the console is the guest's to write: it is reported as
+	 * what it is, never as a panic the host saw. */
+	else if (console_says_panic(m->run_dfd))
+		snprintf(m->vm_end, sizeof m->vm_end, "console reported a panic");
+	else if (WIFSIGNALED(status))
+		snprintf(m->vm_end, sizeof m->vm_end, "VMM killed by signal %d", WTERMSIG(status));
+	else if (WEXITSTATUS(status) && !m->vm_shutdown)
+		snprintf(m->vm_end, sizeof m->vm_end, "VMM exited with status %d", WEXITSTATUS(status));
+	else
+		snprintf(m->vm_end, sizeof m->vm_end, "guest powered off");
+}
+
+/* The VMM's own account (Cloud Hypervisor's event monitor).  A panic or a
+ * reset ends the session here, since that VMM would mon_boot the guest again
+ * (it has no -no-reboot); a power-off is noted, and the exit follows. */
+static void on_vm_event(struct mon *m)
+{
+	int ev = m->vm.ops && m->vm.ops->events ? m->vm.ops->events(&m->vm) : SBX_VM_EV_EOF;
+	if (ev == SBX_VM_EV_EOF) {
+		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->vmev.fd, NULL);
+		return;
+	}
+	if (ev == SBX_VM_EV_SHUTDOWN)
+		m->vm_shutdown = 1;
+	if ((ev != SBX_VM_EV_PANIC && ev != SBX_VM_EV_REBOOT) || !m->vm.pid)
+		return;
+	epoll_ctl(m->ep, EPOLL_CTL_DEL, m->vmev.fd, NULL);
+	sbx_vm_kill(&m->vm); /* closes the pidfd: it leaves the epoll set */
+	m->vmm.fd = -1;
+	m->vm_dead = 1;
+	vmmout_drain_all(m);
+	snprintf(m->vm_end, sizeof m->vm_end, "%s",
+		 ev == SBX_VM_EV_PANIC		    ? "guest panic"
+		 : console_says_panic(m->run_dfd) ? "console reported a panic"
+						  : "guest rebooted");
+}
+
+/* The proxy is the session's only way out: without it the guest's
+ * connections are refused in its namespace.  The session runs on, without
+ * network, and says so (net.lost in the record and the audit trail). */
+static void on_proxy_exit(struct mon *m)
+{
+	int status = 0;
+	if (m->proxy_pid <= 0 || waitpid(m->proxy_pid, &status, WNOHANG) <= 0)
+		return;
+	epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxy.fd, NULL);
+	close(m->proxy.fd);
+	m->proxy.fd = -1;
+	m->proxy_pid = 0;
+	if (WIFSIGNALED(status))
+		snprintf(m->s.net_lost, sizeof m->s.net_lost, "proxy killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(m->s.net_lost, sizeof m->s.net_lost, "proxy exited with status %d", WEXITSTATUS(status));
+	sbx_record_save(&m->st, &m->s, NULL);
+	json_t *f = json_pack("{s:s, s:s}", "session", m->s.id, "reason", m->s.net_lost);
+	mon_audit(m, "net.lost", f, NULL);
+	json_decref(f);
+}
+
+static void stop_proxy(struct mon *m)
+{
+	if (m->proxy.fd >= 0)
+		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxy.fd, NULL);
+	sbx_netns_stop_proxy(&m->proxy_pid, &m->proxy.fd);
+}
+
+/* A session with a NIC (its record has a MAC): its namespace, then its
+ * proxy, before the VMM; the VMM gets the TAP and the namespace.  The
+ * proxy's pid and start time go into the record at once, so sbx-kill and
+ * sbx-gc can end a proxy whose monitor died. */
+int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err)
+{
+	if (sbx_netns_create(n, err) < 0)
+		return -1;
+	_cleanup_close_ int log = -1;
+	if (vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err) < 0)
+		return -1;
+	mon_ep_mod(m, &m->proxylog.src, EPOLLIN, EPOLL_CTL_ADD);
+	uint64_t start = 0;
+	if (sbx_netns_spawn_proxy(m->s.id, n, log, &m->proxy_pid, &m->proxy.fd, &start, err) < 0)
+		return -1;
+	mon_ep_mod(m, &m->proxy, EPOLLIN, EPOLL_CTL_ADD);
+	m->s.proxy_pid = m->proxy_pid;
+	m->s.proxy_start = start;
+	if (sbx_record_save(&m->st, &m->s, err) < 0)
+		return -1;
+	c->netns_fd = n->netns_fd;
+	c->tap_fd = n->tap_fd;
+	c->tap_name = SBX_NET_TAP;
+	c->mac = m->s.mac;
+	return 0;
+}
+
+int mon_loop_once(struct mon *m, int timeout_ms)
+{
+	struct epoll_event ev[32];
+	int n = epoll_wait(m->ep, ev, 32, timeout_ms);
+	if (n < 0)
+		return errno == EINTR ? 0 : -1;
+	for (int i = 0; i < n; i++) {
+		struct src *s = ev[i].data.ptr;
+		switch (s->kind) {
+		case SRC_LISTEN:
+			client_accept(m);
+			break;
+		case SRC_AGENT_LISTEN: {
+			int fd = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+			if (fd >= 0 && m->agent.fd < 0) {
+				m->agent.fd = fd;
+				mon_ep_mod(m, &m->agent, EPOLLIN, EPOLL_CTL_ADD);
+				/* one VMM, one connection: stop listening */
+				epoll_ctl(m->ep, EPOLL_CTL_DEL, s->fd, NULL);
+			} else if (fd >= 0) {
+				close(fd);
+			}
+			break;
+		}
+		case SRC_AGENT:
+			if (ev[i].events & EPOLLOUT)
+				agent_flush(m);
+			if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+				agent_readable(m);
+			break;
+		case SRC_CLIENT: {
+			struct client *c = (struct client *)s;
+			if (ev[i].events & EPOLLOUT) {
+				client_catch_up(m, c);
+				client_flush(m, c);
+			}
+			if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+				client_readable(m, c);
+			break;
+		}
+		case SRC_VMM:
+			on_vmm_exit(m);
+			break;
+		case SRC_PROXY:
+			on_proxy_exit(m);
+			break;
+		case SRC_VMEV:
+			on_vm_event(m);
+			break;
+		case SRC_VMMOUT:
+			vmmout_drain(m, s == &m->console.src ? &m->console
+					: s == &m->vmmlog.src ? &m->vmmlog
+								: &m->proxylog);
+			break;
+		case SRC_SIGNAL: {
+			struct signalfd_siginfo si;
+			while (read(s->fd, &si, sizeof si) == sizeof si)
+				if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP) {
+					m->stopping = 1;
+					if (!m->ready)
+						m->killed_in_boot = 1; /* sbx-kill before we listened */
+				}
+			if (m->vm.pid)
+				on_vmm_exit(m);
+			break;
+		}
+		case SRC_READY:
+			/* sbx-create is gone (interrupted, killed): nobody will
+			 * learn this session's ID, so do not finish booting it. */
+			if (!m->ready)
+				m->stopping = 1;
+			epoll_ctl(m->ep, EPOLL_CTL_DEL, s->fd, NULL);
+			break;
+		case SRC_TIMER: {
+			uint64_t x;
+			if (read(s->fd, &x, sizeof x) == sizeof x && m->ready)
+				m->expired = 1; /* the session TTL */
+			break;
+		}
+		}
+	}
+	for (struct client *c = m->clients, *next; c; c = next) {
+		next = c->next;
+		if (c->dead && !c->shutdown_ack)
+			client_drop(m, c);
+	}
+	/* Stdin held back by AGENT_BUF_MAX goes once there is room again
+	 * (client_resume does nothing while there is none, or no credit). */
+	for (struct client *c = m->clients; c && m->aout.len - m->aout_off < AGENT_BUF_MAX; c = c->next)
+		if (c->held.len && !c->dead)
+			client_resume(m, c);
+	return 0;
+}
+
+static void report(int fd, const struct sbx_err *err)
+{
+	if (fd < 0)
+		return;
+	json_t *o = err ? json_pack("{s:b, s:i, s:s}", "ok", 0, "code", err->code, "message", err->msg)
+			: json_pack("{s:b}", "ok", 1);
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	if (s) {
+		sbx_write_all(fd, s, strlen(s));
+		sbx_write_all(fd, "\n", 1);
+	}
+	free(s);
+	json_decref(o);
+}
+
+/* --workspace: take it for the session's life (5 when another session
+ * got there first), made on first use; audited. */
+static void destroy_files(struct mon *m)
+{
+	stop_proxy(m);
+	/* Under the global lock, so a create of the same ID never sees half a
+	 * session.  No deadlock although we hold the session lock: whoever
+	 * holds the global lock takes session locks without waiting. */
+	int g = sbx_lock_global(&m->st, NULL);
+	sbx_cgroup_remove(sbx_session_cgroup(&m->s));
+	sbx_rm_rf_at(m->st.sessions_fd, m->s.id);
+	sbx_rm_rf_at(m->st.rsessions_fd, m->s.id);
+	if (g >= 0)
+		close(g);
+}
+
+static int setup(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err *err)
+{
+	/* First: sbx-create waits to hand them over.  Kept in memory only. */
+	if (a->secrets_fd >= 0) {
+		int rc = sbx_secrets_read_fd(a->secrets_fd, &m->sec, err);
+		close(a->secrets_fd);
+		if (rc < 0)
+			return -1;
+	}
+	if (sbx_state_open(&m->st, err) < 0)
+		return -1;
+	if (sbx_record_load(&m->st, a->id, &m->s, err) < 0)
+		return -1;
+	m->lib_dfd = openat(m->st.sessions_fd, a->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	m->run_dfd = openat(m->st.rsessions_fd, a->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (m->lib_dfd < 0 || m->run_dfd < 0 || fchdir(m->run_dfd) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the session directories");
+	if (mkdirat(m->lib_dfd, "execs", 0700) < 0 && errno != EEXIST)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create the exec directory");
+	m->execs_dfd = openat(m->lib_dfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (m->execs_dfd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the exec directory");
+	m->ep = epoll_create1(EPOLL_CLOEXEC);
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	m->sig.fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (m->ep < 0 || m->sig.fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set up the event loop");
+	mon_ep_mod(m, &m->sig, EPOLLIN, EPOLL_CTL_ADD);
+	m->s.monitor_pid = getpid();
+	m->s.monitor_start = sbx_proc_start_time(getpid());
+	/* Known from the start, so sbx-kill can end a monitor stuck in mon_boot. */
+	return sbx_record_save(&m->st, &m->s, err);
+}
+
+/* The TTL counts from creation, on the wall clock, so it also holds across
+ * a suspended host. */
+int mon_arm_ttl(struct mon *m)
+{
+	m->timer.fd = timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (m->timer.fd < 0)
+		return -1;
+	uint64_t at = m->s.created_ns + m->s.limits.ttl_ms * 1000000u;
+	struct itimerspec its = { .it_value = { .tv_sec = (time_t)(at / 1000000000u),
+						.tv_nsec = (long)(at % 1000000000u) } };
+	if (timerfd_settime(m->timer.fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
+		return -1;
+	mon_ep_mod(m, &m->timer, EPOLLIN, EPOLL_CTL_ADD);
+	return 0;
+}
+
+/* The VM is gone and the session ends without sbx-kill (TTL, crash,
+ * power-off): record it, keep the record and output for the user, release
+ * the host resources.  The audit fields are consumed. */
+static void end_session(struct mon *m, const char *state, const char *why, const char *event, json_t *fields)
+{
+	stop_proxy(m); /* its last lines in net.log before the record says "ended" */
+	snprintf(m->s.state, sizeof m->s.state, "%s", state);
+	snprintf(m->s.end_reason, sizeof m->s.end_reason, "%s", why);
+	m->s.ended_ns = sbx_now_ns();
+	mon_audit(m, event, fields, NULL);
+	json_decref(fields);
+	sbx_cgroup_usage(sbx_session_cgroup(&m->s), &m->s.cpu_ns, &m->s.mem_peak);
+	sbx_record_save(&m->st, &m->s, NULL);
+	sbx_cgroup_remove(sbx_session_cgroup(&m->s));
+	unlinkat(m->run_dfd, "monitor.sock", 0);
+	unlinkat(m->run_dfd, "agent.sock", 0);
+	unlinkat(m->run_dfd, "qmp.sock", 0);
+}
+
+/* Tell every sbx-kill waiting on us that the session is gone. */
+static void ack_shutdowns(struct mon *m)
+{
+	for (struct client *c = m->clients; c; c = c->next)
+		if (c->shutdown_ack) {
+			uint8_t h[SBX_FRAME_HDR];
+			sbx_frame_hdr_put(h, SBX_F_SHUTDOWN, 0, 0);
+			send(c->src.fd, h, sizeof h, MSG_NOSIGNAL);
+		}
+}
+
+/* Release everything: a clean exit lets the sanitizers see real leaks. */
+static void mon_free(struct mon *m)
+{
+	stop_proxy(m);
+	while (m->clients)
+		client_drop(m, m->clients);
+	while (m->execs)
+		exec_free(m, m->execs);
+	vmmout_close(&m->console);
+	vmmout_close(&m->vmmlog);
+	vmmout_close(&m->proxylog);
+	sbx_buf_free(&m->ain);
+	if (m->aout.data)
+		explicit_bzero(m->aout.data, m->aout.cap);
+	sbx_buf_free(&m->aout);
+	sbx_secrets_free(&m->sec);
+	int fds[] = { m->listen.fd, m->agent_listen.fd, m->agent.fd, m->sig.fd, m->timer.fd, m->ep,
+		      m->lib_dfd, m->run_dfd, m->execs_dfd };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++)
+		if (fds[i] > 0)
+			close(fds[i]);
+	if (m->vm.pidfd >= 0)
+		close(m->vm.pidfd);
+	m->vm.pidfd = -1;
+	if (m->vm.ops)
+		sbx_vm_kill(&m->vm); /* what the backend still holds (the VMM is gone) */
+	sbx_state_close(&m->st);
+}
+
+int sbx_monitor_main(const struct sbx_monitor_args *a)
+{
+	struct mon m = { 0 };
+	struct sbx_err err = { 0 };
+	int rc = 0;
+	m.listen = (struct src){ SRC_LISTEN, -1 };
+	m.agent_listen = (struct src){ SRC_AGENT_LISTEN, -1 };
+	m.agent = (struct src){ SRC_AGENT, -1 };
+	m.vmm = (struct src){ SRC_VMM, -1 };
+	m.sig = (struct src){ SRC_SIGNAL, -1 };
+	m.timer = (struct src){ SRC_TIMER, -1 };
+	m.readyp = (struct src){ SRC_READY, a->ready_fd };
+	m.proxy = (struct src){ SRC_PROXY, -1 };
+	m.vmev = (struct src){ SRC_VMEV, -1 };
+	m.console = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
+	m.vmmlog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
+	m.proxylog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
+	m.vm.pidfd = -1;
+	m.ws.lock_fd = m.ws.dir_fd = -1;
+
+	/* Inherited without O_CLOEXEC so they survive our exec; the VMM must
+	 * not hold the session lock or the readiness pipe. */
+	fcntl(a->lock_fd, F_SETFD, FD_CLOEXEC);
+	if (a->ready_fd >= 0)
+		fcntl(a->ready_fd, F_SETFD, FD_CLOEXEC);
+	if (a->secrets_fd >= 0)
+		fcntl(a->secrets_fd, F_SETFD, FD_CLOEXEC);
+	if (setup(&m, a, &err) < 0 || mon_boot(&m, &err) < 0) {
+		if (m.vm.pid)
+			sbx_vm_kill(&m.vm);
+		mon_drop_workspace(&m, 1);
+		if (m.st.lib_fd >= 0 && m.s.id[0]) {
+			json_t *ff = json_pack("{s:s, s:b, s:i, s:s}", "session", m.s.id, "ok", 0, "code", err.code,
+					       "error", err.msg);
+			mon_audit(&m, "session.create", ff, NULL);
+			json_decref(ff);
+		}
+		if (m.st.sessions_fd >= 0 && m.s.id[0])
+			destroy_files(&m);
+		report(a->ready_fd, &err);
+		ack_shutdowns(&m);
+		rc = err.code ? err.code : SBX_EXIT_INTERNAL;
+		goto out;
+	}
+	/* A warm-pool member waits for a claim, paused (pool.h). */
+	snprintf(m.s.state, sizeof m.s.state, m.s.pool ? "pooled" : "running");
+	m.s.ready_ns = sbx_now_ns();
+	/* The policy's cap as it is, 0 included (keep no output). */
+	m.output_cap = m.s.limits.output_cap;
+	m.output_session_cap = m.s.limits.output_session_cap;
+	if (m.s.limits.ttl_ms && mon_arm_ttl(&m) < 0) {
+		sbx_err_set(&err, SBX_EXIT_INTERNAL, errno, "cannot arm the session TTL");
+		sbx_vm_kill(&m.vm);
+		mon_drop_workspace(&m, 1);
+		destroy_files(&m);
+		report(a->ready_fd, &err);
+		rc = err.code;
+		goto out;
+	}
+	m.s.vmm_pid = m.vm.pid;
+	m.s.vmm_start = m.vm.start_time;
+	if (sbx_record_save(&m.st, &m.s, &err) < 0) {
+		sbx_vm_kill(&m.vm);
+		mon_drop_workspace(&m, 1);
+		destroy_files(&m);
+		report(a->ready_fd, &err);
+		rc = err.code;
+		goto out;
+	}
+	if (m.s.pool) {
+		/* No session.create for a member: it is nobody's session until
+		 * a claim makes it one. */
+		claim_pool_park(&m);
+		goto ready;
+	}
+	char tmpl[140];
+	snprintf(tmpl, sizeof tmpl, "%s@%s", m.s.tmpl_name, m.s.tmpl_version);
+	json_t *cf = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I}", "session", m.s.id, "template",
+			       tmpl, "vcpus", (int)m.s.vcpus, "memory_mib", (int)m.s.memory_mib, "accel", m.s.accel,
+			       "vmm", m.s.vmm, "boot_ms", (json_int_t)m.s.boot_ms, "ttl_s",
+			       (json_int_t)(m.s.limits.ttl_ms / 1000), "disk_bytes", (json_int_t)m.s.limits.disk_bytes,
+			       "volumes", (json_int_t)m.s.nvols);
+	if (cf && m.s.snapshot[0])
+		json_object_set_new(cf, "from_snapshot", json_string(m.s.snapshot));
+	if (cf && m.sec.n) {
+		json_t *names = json_array(); /* names only, never values */
+		for (unsigned i = 0; i < m.sec.n; i++)
+			json_array_append_new(names, json_string(m.sec.s[i].name));
+		json_object_set_new(cf, "secrets", names);
+	}
+	int crc = mon_audit(&m, "session.create", cf, &err);
+	json_decref(cf);
+	if (crc < 0) {
+		/* A session that cannot be audited is not handed out. */
+		sbx_err_wrap(&err, "cannot write the audit trail");
+		err.code = SBX_EXIT_INTERNAL;
+		sbx_vm_kill(&m.vm);
+		mon_drop_workspace(&m, 1);
+		destroy_files(&m);
+		report(a->ready_fd, &err);
+		rc = err.code;
+		goto out;
+	}
+ready:
+	report(a->ready_fd, NULL);
+	if (a->ready_fd >= 0) {
+		epoll_ctl(m.ep, EPOLL_CTL_DEL, a->ready_fd, NULL);
+		close(a->ready_fd);
+	}
+
+	const char *hbe = getenv("SBX_AGENT_PING_MS");
+	m.hb.interval = (hbe && atoi(hbe) > 0 ? (uint64_t)atoi(hbe) : AGENT_PING_MS) * 1000000u;
+	while (!m.stopping && !m.vm_dead && !m.expired) {
+		int w = claim_wait_ms(&m), x = exec_wait_ms(&m), h = mon_heartbeat_wait_ms(&m);
+		if (x >= 0 && (w < 0 || x < w))
+			w = x;
+		if (h >= 0 && (w < 0 || h < w))
+			w = h;
+		if (mon_loop_once(&m, w) < 0)
+			break;
+		claim_check_deadline(&m);
+		exec_deadlines(&m);
+		mon_heartbeat(&m);
+	}
+
+	if (m.expired && !m.stopping && !m.vm_dead) {
+		/* TTL: the VM goes, the record and the output stay so the user
+		 * sees what happened; sbx-kill (or sbx-gc) removes them. */
+		if (m.ws.lock_fd >= 0)
+			mon_guest_poweroff(&m);
+		sbx_vm_kill(&m.vm);
+		mon_drop_workspace(&m, 0);
+		while (m.execs)
+			exec_abort(&m, m.execs, SBX_R_KILLED);
+		char why[64];
+		snprintf(why, sizeof why, "ttl of %llu s expired", (unsigned long long)(m.s.limits.ttl_ms / 1000));
+		json_t *ef = json_pack("{s:s, s:I}", "session", m.s.id, "ttl_s", (json_int_t)(m.s.limits.ttl_ms / 1000));
+		end_session(&m, "expired", why, "session.expire", ef);
+		goto out;
+	}
+
+	if (m.stopping) {
+		if (m.ws.lock_fd >= 0)
+			mon_guest_poweroff(&m);
+		sbx_vm_kill(&m.vm);
+		mon_drop_workspace(&m, 0);
+		while (m.execs)
+			exec_abort(&m, m.execs, SBX_R_KILLED);
+		uint64_t cpu = 0, peak = 0;
+		sbx_cgroup_usage(sbx_session_cgroup(&m.s), &cpu, &peak);
+		destroy_files(&m);
+		if (m.claim.stage == CLAIM_FAILED) {
+			claim_abandoned(&m); /* its session.create ok:false is the record */
+			ack_shutdowns(&m);
+			goto out;
+		}
+		if (m.claim.stage == CLAIM_GUEST)
+			claim_abandoned(&m); /* sbx-kill came first: sbx-create exits 5 */
+		int left = faccessat(m.st.sessions_fd, m.s.id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
+			   faccessat(m.st.rsessions_fd, m.s.id, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+		json_t *df = json_pack("{s:s, s:s, s:f, s:f, s:s}", "session", m.s.id, "reason", "sbx-kill", "duration_s",
+				       (double)(sbx_now_ns() - m.s.created_ns) / 1e9, "cpu_s", (double)cpu / 1e9, "cleanup",
+				       left ? "incomplete" : "complete");
+		mon_audit(&m, "session.destroy", df, NULL);
+		json_decref(df);
+		ack_shutdowns(&m); /* after the record: sbx-kill returns on this */
+		goto out;
+	}
+	if (m.claim.stage == CLAIM_GUEST) {
+		/* Never half a claimed session: it goes, sbx-create boots cold. */
+		claim_fail(&m, SBX_EXIT_UNAVAIL, "the VM ended during the claim (%s)", m.vm_end);
+		destroy_files(&m);
+		claim_abandoned(&m);
+		goto out;
+	}
+	/* The VM ended on its own: keep the record and the output so the user
+	 * can see what happened; sbx-kill (or sbx-gc) reclaims the rest. */
+	while (m.execs)
+		exec_abort(&m, m.execs, SBX_R_SESSION_LOST);
+	mon_drop_workspace(&m, 0);
+	int crashed = strcmp(m.vm_end, "guest powered off") != 0;
+	json_t *xf = json_pack("{s:s, s:s}", "session", m.s.id, "reason", m.vm_end);
+	end_session(&m, crashed ? "crashed" : "stopped", m.vm_end, crashed ? "session.crash" : "session.stop", xf);
+out:
+	mon_drop_workspace(&m, rc != 0);
+	mon_free(&m);
+	return rc;
+}
+

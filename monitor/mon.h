@@ -1,0 +1,266 @@
+/* sbx-monitor's own header: the state of one session's monitor (struct
+ * mon) and the functions its files share.  Nothing outside monitor/
+ * includes it. */
+#ifndef SBX_MON_H
+#define SBX_MON_H
+
+#include "monitor.h"
+#include "netns.h"
+#include "egress.h"
+#include "audit.h"
+#include "cgroup.h"
+#include "disk.h"
+#include "pkgparams.h"
+#include "pool.h"
+#include "policy.h"
+#include "proto.h"
+#include "secrets.h"
+#include "session.h"
+#include "state.h"
+#include "template.h"
+#include "util.h"
+#include "vmm.h"
+#include "workspace.h"
+#include "zstream.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include <jansson.h>
+#include <sha2.h>
+
+#define CLIENT_BUF_MAX (8u << 20)   /* queued for one client before it lags */
+#define CLIENT_BUF_LOW (256u << 10) /* refill from the files below this */
+#define MAX_CLIENTS 1024
+/* Queued for the guest before clients' stdin waits: a guest that grants
+ * stdin credit but never reads cannot make the monitor hold a client's
+ * whole input. */
+#define AGENT_BUF_MAX (4u << 20)
+/* The guest enforces each exec's timeout; root in the guest can stop it.
+ * The host ends an exec whose EXIT has not come this long after its
+ * timeout: the guest's own kill and report come first when it works. */
+#define EXEC_TIMEOUT_GRACE_MS 5000u
+/* While execs run the monitor pings the agent every AGENT_PING_MS
+ * ($SBX_AGENT_PING_MS, for tests); a ping unanswered for 3 intervals makes
+ * the session "unresponsive" (sbx-ps), for 12 its execs end as
+ * session-lost: a guest that stops answering is not waited on until the
+ * TTL. */
+#define AGENT_PING_MS 10000u
+
+enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY, SRC_PROXY,
+		SRC_VMEV, SRC_VMMOUT };
+
+/* Warm pool: the stages of the member's side of a claim (claim.c). */
+enum { CLAIM_NONE, CLAIM_GUEST, CLAIM_DONE, CLAIM_FAILED };
+
+struct src {
+	enum src_kind kind;
+	int fd;
+};
+
+/* What the VMM writes (the guest's serial console on its stdout, its own
+ * messages on stderr) comes through a pipe the monitor reads, into a file
+ * in RUN that never grows past cap: when it would, its last cap/2 bytes
+ * move to the front behind one line saying how much was dropped.  A guest
+ * that floods its console costs the host at most cap bytes of /run. */
+#define CONSOLE_CAP (1u << 20)
+#define VMM_LOG_CAP (256u << 10)
+/* The proxy's stderr (LIB/sessions/ID/proxy.log): the same way, since the
+ * guest drives what it says (one line per refused package request). */
+#define PROXY_LOG_CAP (1u << 20)
+
+struct vmmout {
+	struct src src;   /* the pipe's read end, nonblocking; fd -1: closed */
+	const char *name; /* the file under RUN */
+	int fd;           /* the file */
+	uint64_t size, cap;
+	uint64_t dropped; /* bytes written that are no longer kept */
+};
+
+struct client;
+
+struct exec {
+	struct exec *next;
+	uint32_t n;
+	char id[16];
+	int dfd, out_fd, err_fd;
+	uint64_t out_size, err_size; /* bytes kept in the files */
+	uint64_t out_total, err_total; /* bytes the guest sent */
+	uint64_t out_emitted, err_emitted; /* the same, secrets scrubbed */
+	struct sbx_scrub sc_out, sc_err;
+	uint64_t started_ns;
+	uint64_t net_off, pkg_off; /* net.log's and packages.log's sizes at its start */
+	uint32_t credit; /* stdin bytes the guest will accept */
+	uint32_t flags;
+	int started;
+	struct client *client;
+	json_t *req; /* argv, cwd, ... for result.json */
+	int done;             /* ended; kept until its lagging client caught up */
+	int session_cut;      /* output dropped for the session's total cap */
+	uint64_t deadline;    /* CLOCK_MONOTONIC: the host ends it then (0: no timeout) */
+	int host_timeout;     /* ... which it did: enforced_by "host" */
+	struct sbx_buf tail;  /* the EXIT frame owed to that client */
+};
+
+struct client {
+	struct src src;
+	struct client *next;
+	struct sbx_buf in, out;
+	size_t out_off;
+	struct exec *ex;
+	int lag;
+	uint64_t lag_out, lag_err;
+	struct sbx_buf held; /* one STDIN frame waiting for guest credit */
+	int paused;          /* EPOLLIN off while a frame is held */
+	int want_out;
+	uint32_t ping_token;
+	int shutdown_ack;    /* answer once the session is gone */
+	int dead;
+	int pool_era;        /* connected while the session was a pool member */
+};
+
+struct mon {
+	struct sbx_state st;
+	struct sbx_session s;
+	int ep;
+	int lib_dfd, run_dfd, execs_dfd;
+	struct src listen, agent_listen, agent, vmm, sig, timer, readyp;
+	struct sbx_vm vm;
+	struct src vmev;  /* the VMM's event stream (vm.event_fd); fd -1: none */
+	struct vmmout console, vmmlog; /* the VMM's stdout (serial) and stderr */
+	struct vmmout proxylog;        /* the proxy's stderr */
+	int vm_shutdown;  /* it said the VM stopped (guest power-off) */
+	int guest_spoke;  /* a frame came from the guest agent: its kernel ran guest-init */
+	struct sbx_buf ain, aout;
+	size_t aout_off;
+	int agent_want_out;
+	int ready, stopping, vm_dead, expired;
+	int killed_in_boot; /* a SHUTDOWN arrived before the agent answered */
+	uint32_t next_exec, next_ping;
+	struct exec *execs;
+	struct client *clients;
+	unsigned nclients;
+	uint64_t output_cap;
+	uint64_t output_session_cap, output_kept; /* over every exec of the session */
+	char vm_end[128];
+	struct sbx_secrets sec; /* only to scrub stored output; see mon_boot() */
+	struct sbx_workspace ws; /* --workspace: held for the session's life */
+	struct src proxy;        /* the egress proxy's pidfd (netns.h); fd -1: none */
+	int proxy_pid;
+	int secrets_sent;
+	char secrets_err[256];  /* the guest refused them */
+	int pool_paused;        /* a pool member's vCPUs, stopped while it waits */
+	uint64_t paused_since;  /* sbx-snapshot pause: exec deadlines stand still */
+	struct {                /* pings while execs run, see mon_heartbeat() */
+		uint64_t interval, sent, next; /* ns; sent: CLOCK_MONOTONIC of the one unanswered, 0: none */
+		uint32_t token, n;
+	} hb;
+	struct {                /* a warm-pool claim (pool.h), see claim_begin */
+		int stage;      /* CLAIM_* */
+		struct client *c; /* the claimer, while connected */
+		uint64_t t0, deadline;
+		uint32_t ping;  /* the PING whose PONG says the guest took it all */
+		int secrets_ok, code;
+		char from[SBX_ID_MAX + 1], err[256];
+	} claim;
+	struct {                /* snapshots (snapshot.h), see mon_vmctl */
+		int paused;     /* the VM is stopped (sbx-snapshot pause) */
+		int saving;     /* QUIESCE sent for a save, awaiting the guest */
+		uint64_t deadline; /* ... until then */
+		int identity;   /* IDENTITY sent, awaiting the guest */
+		struct client *c; /* the client waiting for op, while connected */
+		unsigned op;
+		char dir[PATH_MAX]; /* where a save writes */
+		int restoring;  /* booted from a snapshot: ready after IDENTITY */
+		int told;       /* ... which was sent */
+		char err[256];  /* the restored guest refused its identity */
+		uint64_t progress_ns;
+	} snap;
+};
+
+/* An audit event of this session, with its tenant: a tenant-scoped view
+ * of the trail shows everything of that tenant. */
+
+/* exec.c */
+struct exec *exec_find(struct mon *m, uint32_t n);
+void exec_free(struct mon *m, struct exec *ex);
+void exec_abort(struct mon *m, struct exec *ex, uint32_t reason);
+void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f);
+void exec_store_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n);
+void exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e);
+void exec_deadlines(struct mon *m);
+void mon_heartbeat(struct mon *m);
+int mon_heartbeat_wait_ms(const struct mon *m);
+int exec_wait_ms(const struct mon *m);
+
+/* agent.c */
+void agent_flush(struct mon *m);
+void agent_note_kernel(struct mon *m, const struct sbx_frame *f);
+void agent_secrets_then_ready(struct mon *m);
+int mon_drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *),
+			struct mon *m, void *ctx, const int *stop);
+int mon_read_into(int fd, struct sbx_buf *b);
+void agent_readable(struct mon *m);
+
+/* client.c */
+void client_flush(struct mon *m, struct client *c);
+void client_catch_up(struct mon *m, struct client *c);
+void client_send(struct mon *m, struct client *c, struct sbx_buf *frame);
+void client_error(struct mon *m, struct client *c, uint32_t stream, int code, const char *msg);
+void client_resume(struct mon *m, struct client *c);
+void client_readable(struct mon *m, struct client *c);
+void client_drop(struct mon *m, struct client *c);
+void client_accept(struct mon *m);
+
+/* vmmout.c */
+int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *wr, struct sbx_err *err);
+void vmmout_drain(struct mon *m, struct vmmout *o);
+void vmmout_drain_all(struct mon *m);
+void vmmout_close(struct vmmout *o);
+
+/* loop.c */
+int mon_audit(struct mon *m, const char *type, json_t *f, struct sbx_err *err);
+void mon_ep_mod(struct mon *m, struct src *s, uint32_t ev, int op);
+int mon_listen_unix(const char *name, struct sbx_err *err);
+int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err);
+int mon_loop_once(struct mon *m, int timeout_ms);
+int mon_arm_ttl(struct mon *m);
+
+/* boot.c */
+void mon_drop_workspace(struct mon *m, int failed);
+void mon_guest_poweroff(struct mon *m);
+int mon_boot(struct mon *m, struct sbx_err *err);
+
+/* claim.c */
+void claim_pool_park(struct mon *m);
+int claim_wait_ms(const struct mon *m);
+void claim_fail(struct mon *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void claim_abandoned(struct mon *m);
+void claim_check_deadline(struct mon *m);
+void claim_guest_answered(struct mon *m);
+void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f);
+
+/* snap.c */
+int snap_identity_queue(struct mon *m, const char *hostname);
+void snap_identity_reply(struct mon *m, const struct sbx_frame *f);
+int snap_guest_error(struct mon *m, const struct sbx_frame *f);
+void snap_save_run(struct mon *m);
+void snap_check_deadline(struct mon *m);
+void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f);
+void snap_boot_progress(void *ctx, const char *what, uint64_t done, uint64_t total);
+int snap_restored(struct mon *m, struct sbx_err *err);
+int snap_restore_disk(struct mon *m, const char *scratch, struct sbx_err *err);
+
+#endif

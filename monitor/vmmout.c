@@ -1,0 +1,104 @@
+/* sbx-monitor: what the VMM writes: bounded files in RUN. */
+#include "mon.h"
+
+/* --- what the VMM writes: bounded files in RUN ------------------------- */
+
+int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *wr, struct sbx_err *err)
+{
+	int p[2];
+	o->name = name;
+	o->cap = cap;
+	o->fd = openat(dfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (o->fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create %s", name);
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe for %s", name);
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	/* Room for what the VMM writes while the monitor is busy elsewhere
+	 * (a restore's memory load): the VMM blocks when it is full, and so
+	 * does the guest's serial port; nothing is lost. */
+	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+	o->src.fd = p[0];
+	*wr = p[1];
+	return 0;
+}
+
+/* Keep the last cap/2 bytes, at the front, behind a line that counts what
+ * went.  Copied forward in place: the monitor is the file's only writer. */
+static void vmmout_compact(struct vmmout *o)
+{
+	uint8_t buf[SBX_DATA_CHUNK];
+	uint64_t keep = o->size < o->cap / 2 ? o->size : o->cap / 2, from = o->size - keep;
+	o->dropped += from;
+	char line[128];
+	int hl = snprintf(line, sizeof line, "[sbx: %llu earlier bytes of this log were dropped; it keeps at most %llu]\n",
+			  (unsigned long long)o->dropped, (unsigned long long)o->cap);
+	if (hl < 0 || (uint64_t)hl >= from) /* cannot happen: from >= cap/4 */
+		hl = 0;
+	for (uint64_t done = 0; done < keep;) {
+		size_t n = keep - done < sizeof buf ? (size_t)(keep - done) : sizeof buf;
+		ssize_t r = pread(o->fd, buf, n, (off_t)(from + done));
+		if (r <= 0 || pwrite(o->fd, buf, (size_t)r, (off_t)((uint64_t)hl + done)) != r) {
+			keep = done;
+			break;
+		}
+		done += (uint64_t)r;
+	}
+	if (hl)
+		pwrite(o->fd, line, (size_t)hl, 0);
+	o->size = (uint64_t)hl + keep;
+	if (ftruncate(o->fd, (off_t)o->size) < 0)
+		o->size = (uint64_t)lseek(o->fd, 0, SEEK_END);
+}
+
+static void vmmout_put(struct vmmout *o, const uint8_t *p, size_t n)
+{
+	if (o->fd < 0 || !n)
+		return;
+	if (n > o->cap / 4) { /* only the end of a chunk this big can stay */
+		o->dropped += n - o->cap / 4;
+		p += n - o->cap / 4;
+		n = o->cap / 4;
+	}
+	if (o->size + n > o->cap)
+		vmmout_compact(o);
+	if (pwrite(o->fd, p, n, (off_t)o->size) == (ssize_t)n)
+		o->size += n;
+}
+
+/* Everything the pipe has now (all of it once the VMM is gone). */
+void vmmout_drain(struct mon *m, struct vmmout *o)
+{
+	uint8_t buf[SBX_DATA_CHUNK];
+	for (int i = 0; o->src.fd >= 0 && i < 64; i++) {
+		ssize_t r = read(o->src.fd, buf, sizeof buf);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return;
+		if (r <= 0) {
+			epoll_ctl(m->ep, EPOLL_CTL_DEL, o->src.fd, NULL);
+			close(o->src.fd);
+			o->src.fd = -1;
+			return;
+		}
+		vmmout_put(o, buf, (size_t)r);
+	}
+}
+
+void vmmout_drain_all(struct mon *m)
+{
+	vmmout_drain(m, &m->console);
+	vmmout_drain(m, &m->vmmlog);
+	vmmout_drain(m, &m->proxylog);
+}
+
+void vmmout_close(struct vmmout *o)
+{
+	if (o->src.fd >= 0)
+		close(o->src.fd);
+	if (o->fd >= 0)
+		close(o->fd);
+	o->src.fd = o->fd = -1;
+}
+
