@@ -20,8 +20,8 @@
 #define EXEC_FAILED 125
 
 static const char usage_text[] =
-	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json] [--resume]\n"
-	"                [--tenant TENANT] SESSION [--] COMMAND [ARG]...\n"
+	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json]\n"
+	"                [--resume | --no-resume] [--tenant TENANT] SESSION [--] COMMAND [ARG]...\n"
 	"       sbx-exec --wait EXEC [--timeout DURATION] [--json] [--tenant TENANT] SESSION\n"
 	"       sbx-exec --output EXEC [--tenant TENANT] SESSION\n";
 
@@ -150,6 +150,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "interactive", no_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "no-resume", no_argument, NULL, 'N' },
 		{ "output", required_argument, NULL, 'O' },
 		{ "resume", no_argument, NULL, 'R' },
 		{ "tenant", required_argument, NULL, 'U' },
@@ -161,7 +162,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct sbx_exec_opts o = { .in_fd = -1, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
-	int json = 0, interactive = 0, tty = 0, resume = 0, c;
+	int json = 0, interactive = 0, tty = 0, resume = 0, no_resume = 0, c;
 	const char *wait_exec = NULL, *output_exec = NULL, *tenant = NULL;
 	long long ms;
 	while ((c = getopt_long(argc, argv, "+de:hijtu:w:", opts, NULL)) != -1) {
@@ -195,11 +196,14 @@ int main(int argc, char **argv)
 		case 'w': o.req.cwd = strdup(optarg); break;
 		case 'W': wait_exec = optarg; break;
 		case 'O': output_exec = optarg; break;
+		case 'N': no_resume = 1; break;
 		case 'R': resume = 1; break;
 		case 'U': tenant = optarg; break;
 		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
 		}
 	}
+	if (resume && no_resume)
+		return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "--resume and --no-resume contradict each other");
 	if (wait_exec || output_exec) {
 		if (argc - optind != 1 || (wait_exec && output_exec)) {
 			fputs(usage_text, stderr);
@@ -260,6 +264,8 @@ int main(int argc, char **argv)
 	int rc = sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0 ? -1 : 0;
 	if (rc == 0 && resume)
 		rc = sbx_session_vmctl(&st, session, NULL, SBX_VMCTL_RESUME, NULL, NULL, 0, &err);
+	if (rc == 0 && no_resume) /* a suspended session is 4, not woken */
+		rc = sbx_session_no_resume(&st, session, &err);
 	if (rc == 0)
 		rc = sbx_exec_run(&st, session, &o, &r, &err);
 	restore_tty();

@@ -419,7 +419,7 @@ int sbx_state_live(const char *live)
 void sbx_session_times(const struct sbx_session *s, uint64_t now_ns, double *running_s, double *paused_s,
 		       double *suspended_s)
 {
-	uint64_t start = s->ready_ns ? s->ready_ns : s->created_ns;
+	uint64_t start = s->created_ns; /* boot time is running time */
 	uint64_t end = s->ended_ns ? s->ended_ns : now_ns;
 	uint64_t paused = s->paused_ns, suspended = s->suspended_ns;
 	/* The current stretch, while it lasts. */

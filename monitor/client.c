@@ -121,6 +121,10 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 	if ((m->s.pool || m->claim.stage == CLAIM_GUEST) && f->type != SBX_F_SHUTDOWN && f->type != SBX_F_PING)
 		return client_error(m, c, f->stream, m->s.pool ? SBX_EXIT_NOENT : SBX_EXIT_TEMPFAIL,
 				    m->s.pool ? "a warm-pool member is not a session in use" : "the session is still being created");
+	/* A suspended (or idle-paused) session runs again for whatever needs
+	 * its guest (suspend.c). */
+	if (susp_wake(m, c, f) < 0)
+		return;
 	switch (f->type) {
 	case SBX_F_EXEC:
 		client_exec(m, c, f);
