@@ -17,13 +17,13 @@
 # Options per command, and those of them that take a value.
 _sbx_opts_create='-h --help -p --policy -q --quiet -s --snapshot -t --template -v --volume --cpus --disk --dry-run --id --json --memory --secret --tenant --ttl --workspace'
 _sbx_args_create='-p --policy -s --snapshot -t --template -v --volume --cpus --disk --id --memory --secret --tenant --ttl --workspace'
-_sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --output --resume --tenant --timeout --wait'
+_sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --no-resume --output --resume --tenant --timeout --wait'
 _sbx_args_exec='-e --env -u --user -w --workdir --output --tenant --timeout --wait'
 _sbx_opts_ps='-H --no-headers -h --help -q --quiet --all --capacity --execs --json --net --pool --prometheus --state --tenant --workspaces'
 _sbx_args_ps='--execs --net --state --tenant'
 _sbx_opts_kill='-h --help --exec --json --tenant'
 _sbx_args_kill='--exec --tenant'
-_sbx_opts_cp='-h --help -j --json --tenant'
+_sbx_opts_cp='-h --help -j --json --no-resume --tenant'
 _sbx_args_cp='--tenant'
 _sbx_opts_gc='-h --help -n --dry-run --grace --json --pool-only'
 _sbx_args_gc='--grace'
@@ -32,10 +32,10 @@ _sbx_args_audit='--session --since --tenant --type --until'
 _sbx_opts_snapshot='-H --no-headers -f --force -h --help -q --quiet --json --template --tenant'
 _sbx_args_snapshot='--tenant'
 
-_sbx_states='creating running paused pooled stopped crashed expired corrupt'
+_sbx_states='creating running paused suspended pooled stopped crashed expired corrupt'
 _sbx_ws_states='attached idle'
 _sbx_audit_types='session.create session.destroy session.expire session.crash session.stop session.pause
-	session.resume exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.rm workspace.create
+	session.resume session.suspend exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.rm workspace.create
 	workspace.attach workspace.remove net.connect net.close net.lost dns.query package.fetch gc.reclaim
 	policy.refused audit.repair session.* exec.* files.* snapshot.* template.* workspace.* net.*'
 
@@ -211,6 +211,11 @@ _sbx_operand() {
 		if [ "$n" -eq 0 ]; then
 			mapfile -t _sbx_w < <(_sbx_sessions running)
 			_sbx_add "${_sbx_w[@]}"
+			# a suspended one is resumed first, unless --no-resume
+			if [[ " ${_sbx_words[*]} " != *" --no-resume "* ]]; then
+				mapfile -t _sbx_w < <(_sbx_sessions suspended)
+				_sbx_add "${_sbx_w[@]}"
+			fi
 			# --resume runs a paused session again first
 			if [[ " ${_sbx_words[*]} " == *" --resume "* ]]; then
 				mapfile -t _sbx_w < <(_sbx_sessions paused)
@@ -236,12 +241,13 @@ _sbx_operand() {
 		fi ;;
 	snapshot)
 		if [ "$n" -eq 0 ]; then
-			_sbx_add pause resume save list rm template
+			_sbx_add pause resume suspend save list rm template
 			return
 		fi
 		case $_sbx_sub:$n in
 		pause:*) mapfile -t _sbx_w < <(_sbx_sessions running) ;;
-		resume:*) mapfile -t _sbx_w < <(_sbx_sessions paused) ;;
+		resume:*) mapfile -t _sbx_w < <(_sbx_sessions paused; _sbx_sessions suspended) ;;
+		suspend:*) mapfile -t _sbx_w < <(_sbx_sessions running; _sbx_sessions paused) ;;
 		save:1) mapfile -t _sbx_w < <(_sbx_sessions) ;;
 		rm:* | list:1 | ls:1) mapfile -t _sbx_w < <(_sbx_snapshots) ;;
 		template:1) _sbx_w=(list rm) ;;
