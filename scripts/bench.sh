@@ -8,7 +8,9 @@
 #  - create-to-ready from a snapshot (sbx-create -s) vs QEMU -incoming
 #    restores of the same saved VM, its disk unpacked, until the agent
 #    answers a PING (sbx-bench-floor's raw restore floor);
-#  - creates from a snapshot per second, 1, 4 and 16 at a time.
+#  - creates from a snapshot per second, 1, 4 and 16 at a time;
+#  - resume from suspend to first exec vs the same restore floor, and the
+#    cost of a suspended session (scripts/bench-suspend.sh).
 # Prints a table and writes $SBX_BUILD/bench.json.  Runs: BENCH_RUNS (10).
 set -euo pipefail
 B=${SBX_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
@@ -163,3 +165,7 @@ for k, v in ratios.items():
     print(f"{k:42} {v}")
 print(f"written: {out}")
 PY
+
+# Resume from suspend (its own file: scripts/bench-suspend.sh).
+. "$(dirname "$0")/bench-suspend.sh"
+bench_suspend "$raw" "$B/bench.json"
