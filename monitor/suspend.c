@@ -508,6 +508,10 @@ int susp_vmctl(struct mon *m, struct client *c, unsigned op)
 		wake_pending(m);
 		return 1;
 	}
+	/* Asked for in so many words, a pause (or resume) is no longer the
+	 * idle policy's to undo. */
+	if (op == SBX_VMCTL_PAUSE || op == SBX_VMCTL_RESUME)
+		m->susp.idle_paused = 0;
 	if (!m->susp.suspended)
 		return 0;
 	if (op == SBX_VMCTL_RESUME) {
