@@ -16,6 +16,7 @@
 #include "exec_client.h"
 #include "execrec.h"
 #include "snapshot.h"
+#include "units.h"
 
 #define EXEC_FAILED 125
 
@@ -32,30 +33,6 @@ static void restore_tty(void)
 {
 	if (tio_saved)
 		tcsetattr(0, TCSADRAIN, &saved_tio);
-}
-
-/* "1", "1.5", "500ms", "2s", "3m", "1h" -> milliseconds; -1 when bad. */
-static long long parse_duration_ms(const char *s)
-{
-	char *end;
-	if (!strchr("0123456789.", s[0]) || strspn(s, "0123456789.") == 0)
-		return -1; /* no sign, hex, inf or nan */
-	errno = 0;
-	double v = strtod(s, &end);
-	/* strtod also takes exponents, hex, inf and nan: allow digits and a dot */
-	if (errno || end == s || v < 0 || end != s + strspn(s, "0123456789."))
-		return -1;
-	double mul = 1000;
-	if (!strcmp(end, "ms"))
-		mul = 1;
-	else if (!strcmp(end, "m"))
-		mul = 60000;
-	else if (!strcmp(end, "h"))
-		mul = 3600000;
-	else if (*end && strcmp(end, "s"))
-		return -1;
-	double ms = v * mul;
-	return ms > 4294967295.0 ? -1 : (long long)(ms + 0.5);
 }
 
 static int add_env(struct sbx_exec_req *r, const char *kv)
@@ -164,7 +141,7 @@ int main(int argc, char **argv)
 	struct sbx_exec_opts o = { .in_fd = -1, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
 	int json = 0, interactive = 0, tty = 0, resume = 0, no_resume = 0, c;
 	const char *wait_exec = NULL, *output_exec = NULL, *tenant = NULL;
-	long long ms;
+	uint64_t ms;
 	while ((c = getopt_long(argc, argv, "+de:hijtu:w:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': o.detach = 1; break;
@@ -176,7 +153,7 @@ int main(int argc, char **argv)
 		case 'i': interactive = 1; break;
 		case 'j': json = 1; break;
 		case 'T':
-			if ((ms = parse_duration_ms(optarg)) < 0)
+			if (sbx_parse_duration_ms(optarg, &ms) < 0 || ms > UINT32_MAX)
 				return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "bad --timeout '%s'", optarg);
 			o.req.timeout_ms = (uint32_t)ms;
 			break;

@@ -18,10 +18,10 @@
 
 #include <yaml.h>
 
-#include "policy.h" /* sbx_parse_size */
+#include "policy.h"
+#include "units.h"
 #include "util.h"
 
-#define MIB (1ull << 20)
 #define SCALAR_MAX 256
 #define DEPTH_MAX 8
 

@@ -4,6 +4,7 @@
  * nesting deeper than the schema is a type error before libyaml has read
  * far.  Everything it does not understand is an error (sbx-policy(5)). */
 #include "policy.h"
+#include "units.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,148 +20,12 @@
 
 #include "util.h"
 
-#define KIB 1024ull
-#define MIB (KIB * 1024)
-#define GIB (MIB * 1024)
-#define TIB (GIB * 1024)
-#define SEC 1000ull
-#define MINUTE (60 * SEC)
-#define HOUR (60 * MINUTE)
-#define DAY (24 * HOUR)
 
 /* Longest scalar the schema can use (a URL); longer ones are refused
  * before any copying or quoting in messages. */
 #define SCALAR_MAX 1024
 
 /* ---- Numbers ---- */
-
-/* Decimal digits only: no sign, no "0x", no "1_000", and no leading zero,
- * which YAML 1.1 reads as octal.  Rejecting what YAML versions disagree on
- * keeps one meaning per file. */
-static int parse_digits(const char **sp, uint64_t *out)
-{
-	const char *s = *sp;
-	uint64_t v = 0;
-	if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] >= '0' && s[1] <= '9'))
-		return errno = EINVAL, -1;
-	for (; *s >= '0' && *s <= '9'; s++) {
-		unsigned d = (unsigned)(*s - '0');
-		if (v > (UINT64_MAX - d) / 10)
-			return errno = ERANGE, -1;
-		v = v * 10 + d;
-	}
-	*sp = s;
-	*out = v;
-	return 0;
-}
-
-static int parse_uint(const char *s, uint64_t *out)
-{
-	if (parse_digits(&s, out) < 0)
-		return -1;
-	return *s ? (errno = EINVAL, -1) : 0;
-}
-
-int sbx_parse_size(const char *s, uint64_t *out)
-{
-	uint64_t v, mult = 1;
-	if (parse_digits(&s, &v) < 0)
-		return -1;
-	/* Binary multiples whatever the spelling: "2GB" meaning 2*10^9 next to
-	 * "2G" meaning 2*2^30 would be a trap in a limits file. */
-	switch (*s) {
-	case 'K': case 'k': mult = KIB; break;
-	case 'M': case 'm': mult = MIB; break;
-	case 'G': case 'g': mult = GIB; break;
-	case 'T': case 't': mult = TIB; break;
-	}
-	if (mult > 1 && *++s == 'i')
-		s++;
-	if (*s == 'B')
-		s++;
-	if (*s)
-		return errno = EINVAL, -1;
-	if (v > UINT64_MAX / mult)
-		return errno = ERANGE, -1;
-	*out = v * mult;
-	return 0;
-}
-
-int sbx_parse_duration_ms(const char *s, uint64_t *out)
-{
-	uint64_t v, mult;
-	if (parse_digits(&s, &v) < 0)
-		return -1;
-	if (!*s || !strcmp(s, "s"))
-		mult = SEC;
-	else if (!strcmp(s, "ms"))
-		mult = 1;
-	else if (!strcmp(s, "m"))
-		mult = MINUTE;
-	else if (!strcmp(s, "h"))
-		mult = HOUR;
-	else if (!strcmp(s, "d"))
-		mult = DAY;
-	else
-		return errno = EINVAL, -1;
-	if (v > UINT64_MAX / mult)
-		return errno = ERANGE, -1;
-	*out = v * mult;
-	return 0;
-}
-
-/* "1", "0.05", "2.5": thousandths, so no float reaches the cgroup code. */
-static int parse_milli(const char *s, uint64_t *out)
-{
-	uint64_t v, frac = 0;
-	if (parse_digits(&s, &v) < 0)
-		return -1;
-	if (*s == '.') {
-		unsigned nd = 0;
-		for (s++; *s >= '0' && *s <= '9'; s++, nd++) {
-			if (nd == 3)
-				return errno = EINVAL, -1;
-			frac = frac * 10 + (unsigned)(*s - '0');
-		}
-		if (!nd)
-			return errno = EINVAL, -1;
-		for (; nd < 3; nd++)
-			frac *= 10;
-	}
-	if (*s)
-		return errno = EINVAL, -1;
-	if (v > (UINT64_MAX - frac) / 1000)
-		return errno = ERANGE, -1;
-	*out = v * 1000 + frac;
-	return 0;
-}
-
-static void fmt_size(char *b, size_t n, uint64_t v)
-{
-	static const char u[] = "KMGT";
-	int i = -1;
-	while (i < 3 && v && v % 1024 == 0) {
-		v /= 1024;
-		i++;
-	}
-	if (i < 0)
-		snprintf(b, n, "%llu", (unsigned long long)v);
-	else
-		snprintf(b, n, "%llu%c", (unsigned long long)v, u[i]);
-}
-
-void sbx_fmt_duration(char *b, size_t n, uint64_t ms)
-{
-	static const struct { uint64_t mult; const char *sfx; } u[] = {
-		{ DAY, "d" }, { HOUR, "h" }, { MINUTE, "m" }, { SEC, "s" },
-	};
-	for (size_t i = 0; i < SBX_ARRAY_LEN(u); i++)
-		if (ms && ms % u[i].mult == 0) {
-			snprintf(b, n, "%llu%s", (unsigned long long)(ms / u[i].mult), u[i].sfx);
-			return;
-		}
-	snprintf(b, n, "%llums", (unsigned long long)ms);
-}
 
 /* ---- Text ---- */
 
@@ -468,7 +333,7 @@ static int whyf(char *why, size_t n, const char *fmt, ...)
 static void fmt_val(char *b, size_t n, enum kind k, uint64_t v)
 {
 	if (k == K_SIZE)
-		fmt_size(b, n, v);
+		sbx_fmt_size(b, n, v);
 	else if (k == K_DUR)
 		sbx_fmt_duration(b, n, v);
 	else if (k == K_CPU)
@@ -499,10 +364,10 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 				return 0;
 			}
 		return whyf(why, n, "'%s' is not one of: %s, %s", SHOW(s), k->enums[0], k->enums[1]);
-	case K_U32: r = parse_uint(s, &v); break;
+	case K_U32: r = sbx_parse_uint(s, &v); break;
 	case K_SIZE: r = sbx_parse_size(s, &v); break;
 	case K_DUR: r = sbx_parse_duration_ms(s, &v); break;
-	case K_CPU: r = parse_milli(s, &v); break;
+	case K_CPU: r = sbx_parse_milli(s, &v); break;
 	case K_FN: return whyf(why, n, "not a scalar key");
 	}
 	if (r < 0 && errno == ERANGE)
@@ -778,7 +643,7 @@ static int check_cidr(const char *s, struct sbx_policy_rule *r, char *why, size_
 	if (r->family == AF_INET6 && !memcmp(r->addr, mapped, sizeof mapped))
 		return whyf(why, n, "'%s' is an IPv4-mapped address (write the IPv4 form)", SHOW(s));
 	uint64_t pfx = bits;
-	if (slash && (parse_uint(slash + 1, &pfx) < 0 || pfx > bits))
+	if (slash && (sbx_parse_uint(slash + 1, &pfx) < 0 || pfx > bits))
 		return whyf(why, n, "'%s' has a bad prefix length (0..%u)", SHOW(s), bits);
 	for (unsigned i = (unsigned)pfx; i < bits; i++)
 		if (r->addr[i / 8] & (0x80 >> (i % 8)))
@@ -817,7 +682,7 @@ static int port_item(struct ctx *c, void *obj, unsigned i, const char *path)
 	uint64_t v;
 	if (!s)
 		return -1;
-	if (parse_uint(s, &v) < 0 || v < 1 || v > 65535)
+	if (sbx_parse_uint(s, &v) < 0 || v < 1 || v > 65535)
 		return failm(c, c->ev.start_mark, "%s: '%s' is not a port (1..65535)", path, SHOW(s));
 	for (unsigned j = 0; j < i; j++)
 		if (r->ports[j] == v)
@@ -946,7 +811,7 @@ static int check_url(const char *s, char *why, size_t n)
 			return whyf(why, n, "URL '%s' has a bad port", SHOW(s));
 		memcpy(port, after + 1, pl);
 		port[pl] = 0;
-		if (parse_uint(port, &v) < 0 || v < 1 || v > 65535)
+		if (sbx_parse_uint(port, &v) < 0 || v < 1 || v > 65535)
 			return whyf(why, n, "URL '%s' has a bad port", SHOW(s));
 		after += 1 + pl;
 	}

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "err.h"
+#include "units.h"
 
 #define SBX_POLICY_FILE_MAX (1u << 20) /* bytes */
 #define SBX_POLICY_DEPTH_MAX 16        /* nested collections */
@@ -143,13 +144,6 @@ json_t *sbx_policy_json(const struct sbx_policy *p);
  * ours, so a bad one is corrupt, and nothing of it is used. */
 int sbx_policy_network_from_json(json_t *o, struct sbx_policy *p, struct sbx_err *err);
 
-/* "512M", "2GiB", "1048576": binary multiples only (K = 1024).  -1 with
- * errno EINVAL (syntax) or ERANGE (overflow). */
-int sbx_parse_size(const char *s, uint64_t *out);
-/* "500ms", "90s", "5m", "1h", "2d"; a bare number is seconds. */
-int sbx_parse_duration_ms(const char *s, uint64_t *out);
-/* ms as a user would write it, in the largest unit that divides it
- * ("1h", "90s", "1500ms"), which sbx_parse_duration_ms reads back. */
-void sbx_fmt_duration(char *b, size_t n, uint64_t ms);
+/* Sizes and durations: units.h. */
 
 #endif

@@ -382,13 +382,14 @@ int sbx_exit_decode(const uint8_t *p, size_t n, struct sbx_exit_info *e)
 		case SBX_T_CPU_SYS_US: bad = sbx_tlv_as_u64(val, vn, &e->cpu_sys_us); break;
 		case SBX_T_MEM_PEAK: bad = sbx_tlv_as_u64(val, vn, &e->mem_peak); break;
 		case SBX_T_PIDS_HIT: bad = sbx_tlv_as_u64(val, vn, &e->pids_hit); break;
+		case SBX_T_DISK_FULL: bad = sbx_tlv_as_u32(val, vn, &e->disk_full); break;
 		default: break; /* newer guests may report more; ignore */
 		}
 		if (bad)
 			return -1;
 	}
 	if (rc < 0 || e->reason == SBX_R_NONE || e->reason > SBX_R_MAX || e->status > 255 ||
-	    e->signo > 64)
+	    e->signo > 64 || (e->disk_full & ~(SBX_DISK_FULL_SCRATCH | SBX_DISK_FULL_VOLUME)))
 		return -1;
 	return 0;
 }
@@ -405,6 +406,8 @@ int sbx_exit_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exit_in
 	sbx_tlv_u64(b, SBX_T_MEM_PEAK, e->mem_peak);
 	if (e->pids_hit)
 		sbx_tlv_u64(b, SBX_T_PIDS_HIT, e->pids_hit);
+	if (e->disk_full)
+		sbx_tlv_u32(b, SBX_T_DISK_FULL, e->disk_full);
 	return sbx_frame_end(b, off);
 }
 

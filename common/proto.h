@@ -111,7 +111,8 @@ enum sbx_tag {
 	SBX_T_RECORD = 39,   /* str: a session record (session.json), for CLAIM */
 	SBX_T_CLAIM_FLAGS = 40, /* u32 SBX_CLAIM_*, for CLAIM */
 	SBX_T_POLICY = 41,   /* str: the effective policy (policy.json), for CLAIM */
-	SBX_T_MAX = 41
+	SBX_T_DISK_FULL = 42, /* u32 SBX_DISK_FULL_*: writable disks with no space left at an exec's end */
+	SBX_T_MAX = 42
 };
 
 enum sbx_claim_flags {
@@ -218,7 +219,10 @@ struct sbx_exit_info {
 	uint32_t status, signo, reason;
 	uint64_t wall_us, cpu_user_us, cpu_sys_us, mem_peak;
 	uint64_t pids_hit;
+	uint32_t disk_full; /* SBX_DISK_FULL_* */
 };
+#define SBX_DISK_FULL_SCRATCH 1u   /* the root's writable layer (the session's disk) */
+#define SBX_DISK_FULL_VOLUME 2u    /* a writable volume (a workspace) */
 int sbx_exit_decode(const uint8_t *p, size_t n, struct sbx_exit_info *e);
 int sbx_exit_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exit_info *e);
 

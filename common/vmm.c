@@ -24,7 +24,11 @@
 
 #include <linux/sched.h>
 
-static const struct sbx_vmm_ops *const backends[] = { &sbx_vmm_qemu, &sbx_vmm_cloud_hypervisor };
+/* The backends, in order of preference: the first that can run this
+ * session is taken (Cloud Hypervisor when there is KVM and no NIC, else
+ * QEMU).  A new VMM is one file and one entry here; what each can do is
+ * in its ops (kvm_only, nic). */
+static const struct sbx_vmm_ops *const backends[] = { &sbx_vmm_cloud_hypervisor, &sbx_vmm_qemu };
 
 const struct sbx_vmm_ops *sbx_vmm_lookup(const char *name)
 {
@@ -34,42 +38,80 @@ const struct sbx_vmm_ops *sbx_vmm_lookup(const char *name)
 	return NULL;
 }
 
+/* "qemu, cloud-hypervisor": the names, for messages. */
+static const char *backend_names(char *buf, size_t n)
+{
+	size_t len = 0;
+	buf[0] = 0;
+	for (size_t i = SBX_ARRAY_LEN(backends); i-- > 0 && len < n;)
+		len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? ", " : "", backends[i]->name);
+	return buf;
+}
+
+/* Why ops cannot run this session (NULL: it can), with err set when its
+ * binary is missing. */
+static const char *unfit(const struct sbx_vmm_ops *ops, enum sbx_accel accel, int needs_nic, struct sbx_err *err)
+{
+	if (ops->available(err) < 0)
+		return "is not installed";
+	if (ops->kvm_only && accel != SBX_ACCEL_KVM)
+		return "needs KVM, and this host runs guests under TCG";
+	if (needs_nic && !ops->nic)
+		return "cannot give a session a network interface (policy network.egress)";
+	return NULL;
+}
+
 int sbx_vmm_choose(enum sbx_accel accel, int needs_nic, const struct sbx_vmm_ops **ops, struct sbx_err *err)
 {
-	const char *want = getenv("SBX_VMM");
+	const char *want = getenv("SBX_VMM"), *why;
+	char names[128];
 	if (want && *want) {
 		*ops = sbx_vmm_lookup(want);
 		if (!*ops)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "SBX_VMM=%.40s: no such VMM backend (qemu, cloud-hypervisor)", want);
-		if ((*ops)->available(err) < 0)
-			return -1;
-		if ((*ops)->kvm_only && accel != SBX_ACCEL_KVM)
-			return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
-					   "SBX_VMM=%s needs KVM, and this host runs guests under TCG", want);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "SBX_VMM=%.40s: no such VMM backend (%s)", want,
+					   backend_names(names, sizeof names));
+		struct sbx_err avail = { 0 };
+		/* Asked for by name, a backend without a NIC still boots: its boot
+		 * says why it cannot attach one (vmm_ch.c). */
+		if ((why = unfit(*ops, accel, 0, &avail))) {
+			if (avail.code) {
+				*err = avail;
+				return -1;
+			}
+			return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "SBX_VMM=%s %s", want, why);
+		}
 		return 0;
 	}
-	/* Cloud Hypervisor needs KVM; under TCG only QEMU can run a guest.
-	 * And it cannot take the session's TAP inside the jail (vmm_ch.c), so
-	 * a session with a NIC goes to QEMU. */
-	struct sbx_err ignored = { 0 };
-	if (accel == SBX_ACCEL_KVM && !needs_nic && sbx_vmm_cloud_hypervisor.available(&ignored) == 0) {
-		*ops = &sbx_vmm_cloud_hypervisor;
-		return 0;
+	struct sbx_err last = { 0 };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(backends); i++) {
+		struct sbx_err e = { 0 };
+		if (!unfit(backends[i], accel, needs_nic, &e)) {
+			*ops = backends[i];
+			return 0;
+		}
+		if (e.code)
+			last = e; /* the last one tried (the most general) says why */
 	}
-	*ops = &sbx_vmm_qemu;
-	return (*ops)->available(err);
+	if (last.code) {
+		*err = last;
+		return -1;
+	}
+	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "no VMM backend (%s) can run this session here",
+			   backend_names(names, sizeof names));
 }
 
 const struct sbx_vmm_ops *sbx_vmm_for_probe(void)
 {
 	const char *want = getenv("SBX_VMM");
-	struct sbx_err ignored = { 0 };
 	if (want && *want)
 		return sbx_vmm_lookup(want);
-	if (sbx_vmm_cloud_hypervisor.available(&ignored) == 0)
-		return &sbx_vmm_cloud_hypervisor;
-	return &sbx_vmm_qemu;
+	/* The most preferred one installed: the probe finds out about KVM. */
+	for (size_t i = 0; i < SBX_ARRAY_LEN(backends); i++) {
+		struct sbx_err ignored = { 0 };
+		if (backends[i]->available(&ignored) == 0)
+			return backends[i];
+	}
+	return backends[SBX_ARRAY_LEN(backends) - 1];
 }
 
 int sbx_in_path(const char *bin)
@@ -102,6 +144,19 @@ unsigned long sbx_host_tsc_khz(void)
 		if (sscanf(line, "cpu MHz : %lf", &mhz) == 1 && mhz > 0)
 			return (unsigned long)(mhz * 1000.0 + 0.5);
 	}
+	return 0;
+}
+
+int sbx_host_tsc_invariant(void)
+{
+	/* constant_tsc and nonstop_tsc: the rate never changes and the counter
+	 * never stops, so a TCG guest's TSC (QEMU derives it from the host's)
+	 * keeps time. */
+	_cleanup_fclose_ FILE *f = fopen("/proc/cpuinfo", "re");
+	char line[4096];
+	while (f && fgets(line, sizeof line, f))
+		if (!strncmp(line, "flags", 5))
+			return strstr(line, " constant_tsc") && strstr(line, " nonstop_tsc");
 	return 0;
 }
 
@@ -166,6 +221,12 @@ int sbx_vm_cmdline(const struct sbx_vm_config *c, char *buf, size_t n, struct sb
 	    c->probe ? " sbx.probe=1" : "");
 	if (c->accel == SBX_ACCEL_TCG && c->tsc_khz)
 		cat(buf, n, &len, " tsc_early_khz=%lu", c->tsc_khz);
+	/* Under TCG with 2 vCPUs the clocksource watchdog, starved, marks the
+	 * TSC unstable and the guest falls back to jiffies, which lose time
+	 * under load (44 s in 35 minutes, issue 17).  The TSC QEMU gives a TCG
+	 * guest follows the host's, which is invariant here: trust it. */
+	if (c->accel == SBX_ACCEL_TCG && c->tsc_reliable)
+		cat(buf, n, &len, " tsc=reliable");
 	if (c->scratch)
 		cat(buf, n, &len, " sbx.scratch=1");
 	for (unsigned i = 0; i < c->nvols && i < 8; i++)

@@ -38,6 +38,7 @@ struct sbx_vm_config {
 	unsigned vcpus, memory_mib;
 	enum sbx_accel accel;
 	unsigned long tsc_khz;    /* TCG only; 0: unknown */
+	int tsc_reliable;         /* TCG only: the host TSC is invariant (tsc=reliable) */
 	int probe;                /* boot to the probe marker and power off */
 	int sandbox;              /* QEMU -sandbox (seccomp) */
 	int cg_fds[4];            /* cgroup.procs files the VMM joins before exec */
@@ -103,6 +104,7 @@ struct sbx_vmm_ops {
 	const char *name; /* as recorded in session.json's "vmm" */
 	enum sbx_agent_mode agent_mode;
 	int kvm_only;     /* runs no guest without KVM (no emulator) */
+	int nic;          /* can give the guest the session's TAP (network.egress) */
 	int panic_status; /* the VMM exits with it when the guest reports a
 			   * panic (pvpanic), and prints nothing; 0: it has no
 			   * such exit (Cloud Hypervisor says so in events) */
@@ -191,5 +193,7 @@ struct sbx_state;
 int sbx_accel_get(struct sbx_state *st, const char *kernel, const char *initrd, struct sbx_accel_info *ai,
 		  struct sbx_err *err);
 unsigned long sbx_host_tsc_khz(void);
+/* The host's TSC has a constant rate and never stops (1), or not (0). */
+int sbx_host_tsc_invariant(void);
 
 #endif

@@ -640,6 +640,7 @@ static void qemu_kill(struct sbx_vm *vm)
 const struct sbx_vmm_ops sbx_vmm_qemu = {
 	.name = "qemu",
 	.agent_mode = SBX_AGENT_ACCEPT,
+	.nic = 1,
 	.panic_status = 1,
 	.available = qemu_available,
 	.boot = qemu_boot,

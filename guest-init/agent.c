@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -609,6 +610,43 @@ static void exec_release(struct agent *a, struct exec *e)
 	a->nlive--;
 }
 
+/* Which writable disks have no space left (SBX_DISK_FULL_*): the root's
+ * (an overlay, whose statfs is its upper layer's, the session's disk) and
+ * every other read-write ext4 mount (volumes: workspaces).  Checked at an
+ * exec's end, so "the exec ran into a full disk" means it left one full;
+ * the kernel keeps no count of ENOSPC to ask instead.  Full: less than
+ * 1 MiB, or 1% of the disk, available (a write of a few KiB can still
+ * fail when ext4's last blocks are its own). */
+static int is_full(const char *dir)
+{
+	struct statfs sf;
+	if (statfs(dir, &sf) < 0 || !sf.f_blocks)
+		return 0;
+	uint64_t avail = (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize;
+	uint64_t pct = (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize / 100;
+	return avail < (pct < (1u << 20) ? pct : (1u << 20));
+}
+
+static uint32_t disks_full(void)
+{
+	uint32_t full = 0;
+	if (is_full("/"))
+		full |= SBX_DISK_FULL_SCRATCH;
+	FILE *f = fopen("/proc/self/mounts", "re");
+	char line[1024];
+	while (f && fgets(line, sizeof line, f)) {
+		char dev[256], dir[512], type[32], opts[256];
+		if (sscanf(line, "%255s %511s %31s %255s", dev, dir, type, opts) != 4 || strcmp(type, "ext4") ||
+		    strncmp(opts, "rw", 2) || (opts[2] && opts[2] != ','))
+			continue;
+		if (is_full(dir))
+			full |= SBX_DISK_FULL_VOLUME;
+	}
+	if (f)
+		fclose(f);
+	return full;
+}
+
 static void exec_finish(struct agent *a, struct exec *e)
 {
 	struct sbx_exit_info x = { 0 };
@@ -624,6 +662,7 @@ static void exec_finish(struct agent *a, struct exec *e)
 		x.reason = SBX_R_SIGNALLED;
 	}
 	exec_stats(a, e, &x, &oom);
+	x.disk_full = disks_full();
 	/* What we did to it wins over how it died: we sent that SIGKILL. */
 	if (e->forced) {
 		x.reason = e->forced;
@@ -1478,11 +1517,58 @@ static void on_identity(struct agent *a, const struct sbx_frame *f)
 	sbx_frame_end(&a->out, off);
 }
 
+/* The clock follows the host's (the monitor's PINGs carry its
+ * CLOCK_REALTIME; see monitor/agent.c).  With no exec running it is set;
+ * while one runs, an offset is slewed (adjtime: at most 0.5 ms a second,
+ * no jump a command could see) unless the guest is half a second or more
+ * behind, which is stepped forward; it never steps backwards under a
+ * command, which may time itself (make, timeouts).  The channel's latency
+ * (a millisecond or so) is below what is corrected. */
+#define CLOCK_SLEW_MIN_NS 2000000ll    /* below this: leave it */
+#define CLOCK_STEP_NS 500000000ll      /* from here: step */
+static void clock_follow(struct agent *a, uint64_t host_ns)
+{
+	struct timespec now;
+	if (!a->is_pid1 || !host_ns || clock_gettime(CLOCK_REALTIME, &now) < 0)
+		return;
+	int64_t off = (int64_t)(host_ns - ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec));
+	int64_t mag = off < 0 ? -off : off;
+	if (mag < CLOCK_SLEW_MIN_NS)
+		return;
+	if (!a->nlive || (mag >= CLOCK_STEP_NS && off > 0)) {
+		struct timespec ts = { .tv_sec = (time_t)(host_ns / 1000000000u),
+				       .tv_nsec = (long)(host_ns % 1000000000u) };
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+			sbx_guest_log("agent: clock: step: %s", strerror(errno));
+		return;
+	}
+	if (mag > CLOCK_STEP_NS)
+		off = off < 0 ? -CLOCK_STEP_NS : CLOCK_STEP_NS;
+	struct timeval d = { .tv_sec = (time_t)(off / 1000000000), .tv_usec = (suseconds_t)(off % 1000000000 / 1000) };
+	if (adjtime(&d, NULL) < 0)
+		sbx_guest_log("agent: clock: slew: %s", strerror(errno));
+}
+
+static void on_ping(struct agent *a, const struct sbx_frame *f)
+{
+	struct sbx_tlv_it it;
+	const uint8_t *val;
+	uint16_t tag;
+	uint32_t n;
+	uint64_t t = 0;
+	sbx_tlv_init(&it, f->payload, f->len);
+	while (sbx_tlv_next(&it, &tag, &val, &n) == 1)
+		if (tag == SBX_T_TIME_NS && sbx_tlv_as_u64(val, n, &t) == 0)
+			clock_follow(a, t);
+	/* Echoed whatever it holds: the host matches PONGs by stream. */
+	sbx_frame_raw(&a->out, SBX_F_PONG, f->stream, f->payload, f->len);
+}
+
 static void dispatch(struct agent *a, const struct sbx_frame *f)
 {
 	switch (f->type) {
 	case SBX_F_PING:
-		sbx_frame_raw(&a->out, SBX_F_PONG, f->stream, f->payload, f->len);
+		on_ping(a, f);
 		break;
 	case SBX_F_EXEC:
 		exec_start(a, f->stream, f->payload, f->len);

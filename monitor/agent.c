@@ -47,6 +47,22 @@ void agent_note_kernel(struct mon *m, const struct sbx_frame *f)
  * secrets first and ready only once the guest has them in place, so no exec
  * can ever run before its secrets exist.  Written into reserved room so no
  * stale copy is left behind a realloc. */
+/* The guest's clock follows the host's: a PING carrying CLOCK_REALTIME,
+ * which guest-init slews toward (guest-init/agent.c, clock_follow).  Its
+ * PONG, on a stream no one waits on, is dropped.  Sent when the guest says
+ * hello, with each heartbeat, after a resume, and before an exec when the
+ * last was long ago: under TCG a guest's clock loses time under load. */
+void agent_time_sync(struct mon *m, uint32_t token)
+{
+	if (m->agent.fd < 0)
+		return;
+	size_t off = sbx_frame_begin(&m->aout, SBX_F_PING, token ? token : MON_TIME_TOKEN);
+	sbx_tlv_u64(&m->aout, SBX_T_TIME_NS, sbx_now_ns());
+	sbx_frame_end(&m->aout, off);
+	m->time_synced = sbx_mono_ns();
+	agent_flush(m);
+}
+
 void agent_secrets_then_ready(struct mon *m)
 {
 	if (!m->sec.n) {
@@ -76,6 +92,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		agent_note_kernel(m, f);
 		if (m->ready || m->secrets_sent || m->snap.restoring)
 			break; /* a guest saying hello again (reconnect) gets nothing more */
+		agent_time_sync(m, 0);
 		agent_secrets_then_ready(m);
 		break;
 	}

@@ -124,7 +124,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 		.qmp_sock = "qmp.sock",
 		.hostname = m->s.id, .vcpus = m->s.vcpus, .memory_mib = m->s.memory_mib,
 		.accel = strcmp(m->s.accel, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM,
-		.tsc_khz = sbx_host_tsc_khz(), .sandbox = 1,
+		.tsc_khz = sbx_host_tsc_khz(), .tsc_reliable = sbx_host_tsc_invariant(), .sandbox = 1,
 	};
 	/* Where the guest's pip and npm go (pkgcache.h). */
 	char pkg_params[160];

@@ -51,6 +51,11 @@ static json_t *violations(struct mon *m, struct exec *ex, const struct sbx_exit_
 	json_object_set_new(v, "pids_limit", json_boolean(e->pids_hit > 0));
 	json_object_set_new(v, "oom", json_boolean(e->reason == SBX_R_OOM));
 	json_object_set_new(v, "timeout", json_boolean(e->reason == SBX_R_TIMEOUT));
+	json_object_set_new(v, "disk_full", json_boolean(e->disk_full != 0));
+	if (e->disk_full)
+		json_object_set_new(v, "disk_full_on",
+				    json_pack("[s*s*]", (e->disk_full & SBX_DISK_FULL_SCRATCH) ? "scratch" : NULL,
+					      (e->disk_full & SBX_DISK_FULL_VOLUME) ? "workspace" : NULL));
 	json_object_set_new(v, "output_truncated",
 			    json_boolean(ex->session_cut || ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size));
 	return v;
@@ -299,6 +304,8 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 		r.flags &= ~(uint32_t)SBX_EXEC_STDIN;
 	ex->next = m->execs;
 	m->execs = ex;
+	if (sbx_mono_ns() - m->time_synced > MON_TIME_SYNC_NS)
+		agent_time_sync(m, 0);
 	sbx_exec_req_encode(&m->aout, ex->n, &r);
 	agent_flush(m);
 	/* Recorded while the guest already starts it (off the critical path);
@@ -441,8 +448,7 @@ void mon_heartbeat(struct mon *m)
 		if (!execs_running(m) || now < m->hb.next)
 			return;
 		m->hb.token = 0x40000000u | (++m->hb.n & 0x3fffffffu);
-		sbx_frame_raw(&m->aout, SBX_F_PING, m->hb.token, NULL, 0);
-		agent_flush(m);
+		agent_time_sync(m, m->hb.token);
 		m->hb.sent = now;
 		return;
 	}

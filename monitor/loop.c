@@ -399,6 +399,19 @@ static void mon_free(struct mon *m)
 	sbx_state_close(&m->st);
 }
 
+/* The end of a session asked for (sbx-kill) or due (its TTL): a
+ * workspace's filesystem is synced by a guest power-off first, then the
+ * VM goes and its execs end as killed. */
+static void stop_vm(struct mon *m)
+{
+	if (m->ws.lock_fd >= 0)
+		mon_guest_poweroff(m);
+	sbx_vm_kill(&m->vm);
+	mon_drop_workspace(m, 0);
+	while (m->execs)
+		exec_abort(m, m->execs, SBX_R_KILLED);
+}
+
 int sbx_monitor_main(const struct sbx_monitor_args *a)
 {
 	struct mon m = { 0 };
@@ -426,23 +439,8 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		fcntl(a->ready_fd, F_SETFD, FD_CLOEXEC);
 	if (a->secrets_fd >= 0)
 		fcntl(a->secrets_fd, F_SETFD, FD_CLOEXEC);
-	if (setup(&m, a, &err) < 0 || mon_boot(&m, &err) < 0) {
-		if (m.vm.pid)
-			sbx_vm_kill(&m.vm);
-		mon_drop_workspace(&m, 1);
-		if (m.st.lib_fd >= 0 && m.s.id[0]) {
-			json_t *ff = json_pack("{s:s, s:b, s:i, s:s}", "session", m.s.id, "ok", 0, "code", err.code,
-					       "error", err.msg);
-			mon_audit(&m, "session.create", ff, NULL);
-			json_decref(ff);
-		}
-		if (m.st.sessions_fd >= 0 && m.s.id[0])
-			destroy_files(&m);
-		report(a->ready_fd, &err);
-		ack_shutdowns(&m);
-		rc = err.code ? err.code : SBX_EXIT_INTERNAL;
-		goto out;
-	}
+	if (setup(&m, a, &err) < 0 || mon_boot(&m, &err) < 0)
+		goto failed;
 	/* A warm-pool member waits for a claim, paused (pool.h). */
 	snprintf(m.s.state, sizeof m.s.state, m.s.pool ? "pooled" : "running");
 	m.s.ready_ns = m.s.state_since_ns = sbx_now_ns();
@@ -451,23 +449,12 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.output_session_cap = m.s.limits.output_session_cap;
 	if (m.s.limits.ttl_ms && mon_arm_ttl(&m) < 0) {
 		sbx_err_set(&err, SBX_EXIT_INTERNAL, errno, "cannot arm the session TTL");
-		sbx_vm_kill(&m.vm);
-		mon_drop_workspace(&m, 1);
-		destroy_files(&m);
-		report(a->ready_fd, &err);
-		rc = err.code;
-		goto out;
+		goto failed;
 	}
 	m.s.vmm_pid = m.vm.pid;
 	m.s.vmm_start = m.vm.start_time;
-	if (sbx_record_save(&m.st, &m.s, &err) < 0) {
-		sbx_vm_kill(&m.vm);
-		mon_drop_workspace(&m, 1);
-		destroy_files(&m);
-		report(a->ready_fd, &err);
-		rc = err.code;
-		goto out;
-	}
+	if (sbx_record_save(&m.st, &m.s, &err) < 0)
+		goto failed;
 	if (m.s.pool) {
 		/* No session.create for a member: it is nobody's session until
 		 * a claim makes it one. */
@@ -495,12 +482,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		/* A session that cannot be audited is not handed out. */
 		sbx_err_wrap(&err, "cannot write the audit trail");
 		err.code = SBX_EXIT_INTERNAL;
-		sbx_vm_kill(&m.vm);
-		mon_drop_workspace(&m, 1);
-		destroy_files(&m);
-		report(a->ready_fd, &err);
-		rc = err.code;
-		goto out;
+		goto failed;
 	}
 ready:
 	report(a->ready_fd, NULL);
@@ -530,12 +512,7 @@ ready:
 	if (m.expired && !m.stopping && !m.vm_dead) {
 		/* TTL: the VM goes, the record and the output stay so the user
 		 * sees what happened; sbx-kill (or sbx-gc) removes them. */
-		if (m.ws.lock_fd >= 0)
-			mon_guest_poweroff(&m);
-		sbx_vm_kill(&m.vm);
-		mon_drop_workspace(&m, 0);
-		while (m.execs)
-			exec_abort(&m, m.execs, SBX_R_KILLED);
+		stop_vm(&m);
 		char why[64];
 		snprintf(why, sizeof why, "ttl of %llu s expired", (unsigned long long)(m.s.limits.ttl_ms / 1000));
 		json_t *ef = json_pack("{s:s, s:I}", "session", m.s.id, "ttl_s", (json_int_t)(m.s.limits.ttl_ms / 1000));
@@ -545,12 +522,7 @@ ready:
 	}
 
 	if (m.stopping) {
-		if (m.ws.lock_fd >= 0)
-			mon_guest_poweroff(&m);
-		sbx_vm_kill(&m.vm);
-		mon_drop_workspace(&m, 0);
-		while (m.execs)
-			exec_abort(&m, m.execs, SBX_R_KILLED);
+		stop_vm(&m);
 		uint64_t cpu = 0, peak = 0;
 		sbx_cgroup_usage(sbx_session_cgroup(&m.s), &cpu, &peak);
 		destroy_files(&m);
@@ -586,6 +558,25 @@ ready:
 	int crashed = strcmp(m.vm_end, "guest powered off") != 0;
 	json_t *xf = json_pack("{s:s, s:s}", "session", m.s.id, "reason", m.vm_end);
 	end_session(&m, crashed ? "crashed" : "stopped", m.vm_end, crashed ? "session.crash" : "session.stop", xf);
+	goto out;
+
+failed:
+	/* The one unwind of a session that never became ready: nothing was
+	 * handed out, so nothing of it stays but its failed session.create. */
+	if (m.vm.pid)
+		sbx_vm_kill(&m.vm);
+	mon_drop_workspace(&m, 1);
+	if (m.st.lib_fd >= 0 && m.s.id[0]) {
+		json_t *ff = json_pack("{s:s, s:b, s:i, s:s}", "session", m.s.id, "ok", 0, "code", err.code,
+				       "error", err.msg);
+		mon_audit(&m, "session.create", ff, NULL);
+		json_decref(ff);
+	}
+	if (m.st.sessions_fd >= 0 && m.s.id[0])
+		destroy_files(&m);
+	report(a->ready_fd, &err);
+	ack_shutdowns(&m);
+	rc = err.code ? err.code : SBX_EXIT_INTERNAL;
 out:
 	mon_drop_workspace(&m, rc != 0);
 	mon_free(&m);

@@ -59,6 +59,11 @@
  * session-lost: a guest that stops answering is not waited on until the
  * TTL. */
 #define AGENT_PING_MS 10000u
+/* The clock (agent_time_sync): the PING's stream, apart from the
+ * heartbeat's (0x4...) and the claim's; and how stale a sync may be when
+ * an exec starts. */
+#define MON_TIME_TOKEN 0x20000000u
+#define MON_TIME_SYNC_NS (10ull * 1000000000u)
 
 enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY, SRC_PROXY,
 		SRC_VMEV, SRC_VMMOUT };
@@ -150,6 +155,7 @@ struct mon {
 	int ready, stopping, vm_dead, expired;
 	int killed_in_boot; /* a SHUTDOWN arrived before the agent answered */
 	uint32_t next_exec, next_ping;
+	uint64_t time_synced; /* CLOCK_MONOTONIC of the last agent_time_sync */
 	struct exec *execs;
 	struct client *clients;
 	unsigned nclients;
@@ -224,6 +230,7 @@ int exec_wait_ms(const struct mon *m);
 void agent_flush(struct mon *m);
 void agent_note_kernel(struct mon *m, const struct sbx_frame *f);
 void agent_secrets_then_ready(struct mon *m);
+void agent_time_sync(struct mon *m, uint32_t token);
 int mon_drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *),
 			struct mon *m, void *ctx, const int *stop);
 int mon_read_into(int fd, struct sbx_buf *b);

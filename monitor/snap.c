@@ -47,6 +47,7 @@ int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
 			if (ex->deadline)
 				ex->deadline += d;
 		m->paused_since = 0;
+		agent_time_sync(m, 0); /* ... and the guest's clock must catch up */
 	}
 	m->snap.paused = paused;
 	susp_note_state(m, paused ? "paused" : "running"); /* and the time spent in the last */

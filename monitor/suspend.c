@@ -131,7 +131,7 @@ static int suspendable(struct mon *m, struct sbx_err *err)
 /* Everything queued for the guest, a PING last, written and read by it. */
 static int barrier(struct mon *m, struct sbx_err *err)
 {
-	m->susp.token = 0x20000000u | (++m->susp.n & 0x0fffffffu);
+	m->susp.token = 0x10000000u | (++m->susp.n & 0x0fffffffu); /* apart from the clock's 0x20000000 */
 	m->susp.ponged = 0;
 	sbx_frame_raw(&m->aout, SBX_F_PING, m->susp.token, NULL, 0);
 	m->susp.hold_end = m->aout.len;
@@ -460,8 +460,10 @@ static int susp_resume(struct mon *m, const char *why, struct sbx_err *err)
 	m->susp.suspended = 0;
 	m->susp.idle_mono = 0;
 	m->susp.iv[(m->susp.niv - 1) % SBX_ARRAY_LEN(m->susp.iv)].to = sbx_now_ns();
-	/* What clients sent meanwhile goes now. */
+	/* What clients sent meanwhile goes now, and the guest's clock, which
+	 * stood still, catches up (agent_time_sync). */
 	release_hold(m);
+	agent_time_sync(m, 0);
 	susp_note_state(m, "running");
 	m->s.vmm_pid = m->vm.pid;
 	m->s.vmm_start = m->vm.start_time;

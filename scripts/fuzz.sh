@@ -11,11 +11,11 @@ for src in tests/fuzz/fuzz-*.c; do
 	name=$(basename "$src" .c)
 	case $name in
 	fuzz-policy)
-		deps=(common/policy.c common/err.c common/util.c)
+		deps=(common/policy.c common/units.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
 	fuzz-hostconf)
 		# policy.c for its size parser.
-		deps=(common/hostconf.c common/policy.c common/err.c common/util.c)
+		deps=(common/hostconf.c common/policy.c common/units.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
 	fuzz-record|fuzz-ch)
 		deps=(common/*.c)
@@ -24,7 +24,7 @@ for src in tests/fuzz/fuzz-*.c; do
 		# The cache's request head and index parsers; pkgcache.c links
 		# the audit trail and the deny list.
 		deps=(proxy/pkgcache.c common/audit.c common/state.c common/util.c common/err.c common/egress.c
-			common/policy.c common/hostconf.c)
+			common/policy.c common/units.c common/hostconf.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-tar)
 		# The checker alone (tarcheck.c is pure).

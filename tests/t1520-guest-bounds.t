@@ -18,6 +18,7 @@ mkdir -p "$TEST_TMP/templates"
 ln -s "$tmpl" "$TEST_TMP/templates/"
 export SBX_TEMPLATES=$TEST_TMP/templates
 lib=$SBX_ROOT/var/lib/sbx
+top=$(cd "$(dirname "$0")/.." && pwd)
 run=$SBX_ROOT/run/sbx
 
 # lying_template NAME MODE: default@NAME, the default kernel and root disk,
@@ -210,5 +211,21 @@ if [ "$backend" = qemu ]; then
 	   "a real kernel panic is reported by pvpanic: guest panic"
 	is "$(jq -r .state "$lib/sessions/$id/session.json")" crashed "... and the session crashed"
 fi
+
+# ---- a full disk is a violation the exec's record names ------------------
+printf 'resources: { disk: 32M }\nworkspace: { size: 32M, retention: 1h }\n' >"$TEST_TMP/small.yaml"
+id=$(sbx-create -q -p "$TEST_TMP/small.yaml" --workspace full-ws); ok $? "a session with a 32M disk and a 32M workspace"
+out=$(sbx-exec --json "$id" -- sh -c 'dd if=/dev/zero of=/tmp/fill bs=1M 2>/dev/null; true')
+is "$(printf '%s' "$out" | jq -c '[.violations.disk_full, .violations.disk_full_on]')" '[true,["scratch"]]' \
+	"filling the session's disk: violations.disk_full, on scratch"
+printf '%s' "$out" | python3 "$top/tests/tools/json-schema-check.py" validate --strict "$top/docs/schema" exec-result.json >/dev/null 2>&1
+ok $? "and the record matches its schema"
+out=$(sbx-exec --json "$id" -- sh -c 'rm /tmp/fill; dd if=/dev/zero of=/workspace/fill bs=1M 2>/dev/null; true')
+is "$(printf '%s' "$out" | jq -c '[.violations.disk_full, .violations.disk_full_on]')" '[true,["workspace"]]' \
+	"filling the workspace: on workspace"
+out=$(sbx-exec --json "$id" -- sh -c 'rm /workspace/fill')
+is "$(printf '%s' "$out" | jq -c '[.violations.disk_full, .violations.disk_full_on]')" '[false,null]' \
+	"with space again, an exec has no disk_full"
+sbx-kill "$id" >/dev/null
 
 done_testing

@@ -5,7 +5,8 @@
 # (the root overlay has xino), /etc/services and /etc/protocols exist, the
 # hostname resolves, the default locale is C.UTF-8; and on the host:
 # sbx-ps --execs keeps one row per exec whatever the command, labels sbx's
-# own copies, and durations in messages read as a user writes them.
+# own copies, and durations in messages read as a user writes them; the
+# guest's clock keeps the host's time.
 . "$(dirname "$0")/lib.sh"
 require_vm
 command -v gcc >/dev/null || skip_all "needs gcc (a static checker for the guest)"
@@ -82,4 +83,35 @@ sbx-exec --timeout 3h "$d" -- true 2>"$TEST_TMP/err"; rc=$?
 is "$rc" 3 "--timeout 3h is refused (3)"
 like "$(cat "$TEST_TMP/err")" "timeout 3h exceeds the policy's maximum of 1h" "in the units the user wrote"
 sbx-kill "$c" "$d" >/dev/null
+
+# ---- the guest's clock follows the host's -------------------------------
+# Under TCG the guest's TSC follows the host's, and the kernel is told to
+# trust it when the host's is invariant; the monitor's pings carry the
+# host's time and guest-init sets (no exec running) or slews the clock.
+# The guest's reading must fall between the host's before and after the
+# exec, give or take TOL ms (the channel's latency; a jiffies clock or an
+# RTC-only start is off by far more).
+TOL=250
+clock_ok() { # clock_ok SESSION WHAT
+	local b a g
+	b=$(date +%s%3N); g=$(sbx-exec "$1" -- /tmp/guest-check now); a=$(date +%s%3N)
+	[ -n "$g" ] && [ "$g" -ge $((b - TOL)) ] && [ "$g" -le $((a + TOL)) ]
+	ok $? "$2 (host $b..$a, guest $g)"
+}
+k=$(sbx-create -q); ok $? "a session for the clock"
+sbx-cp "$TEST_TMP/guest-check" "$k":/tmp/ >/dev/null
+if grep -m1 '^flags' /proc/cpuinfo | grep -q ' constant_tsc.* nonstop_tsc\| nonstop_tsc.* constant_tsc'; then
+	is "$(sbx-exec "$k" -- cat /sys/devices/system/clocksource/clocksource0/current_clocksource)" tsc \
+		"the host's TSC is invariant: the guest keeps the TSC as its clocksource"
+fi
+clock_ok "$k" "after boot the guest's clock is the host's"
+sbx-snapshot pause "$k" >/dev/null && sleep 3 && sbx-snapshot resume "$k" >/dev/null
+ok $? "paused for 3 s and resumed"
+clock_ok "$k" "after a resume the guest's clock caught up"
+sbx-exec -d "$k" -- sleep 30 >/dev/null
+sbx-exec "$k" -- sh -c 'date -s @$(( $(date +%s) - 5 )) >/dev/null'
+ok $? "with a command running, the guest's clock is set 5 s back"
+sleep 11 # one stale-sync interval (MON_TIME_SYNC_NS), so the next exec carries the time
+clock_ok "$k" "a command running, the clock is stepped forward again before the next exec"
+sbx-kill "$k" >/dev/null
 done_testing

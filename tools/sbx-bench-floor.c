@@ -75,7 +75,7 @@ static int boot_once(const struct sbx_template *t, const char *dir, struct sbx_v
 				   .agent_sock = "agent.sock", .qmp_sock = "qmp.sock",
 				   .console_path = "console.log", .log_path = "vmm.log", .hostname = "floor",
 				   .vcpus = 1, .memory_mib = 256, .accel = SBX_ACCEL_TCG,
-				   .tsc_khz = sbx_host_tsc_khz(), .sandbox = 1 };
+				   .tsc_khz = sbx_host_tsc_khz(), .tsc_reliable = sbx_host_tsc_invariant(), .sandbox = 1 };
 	const char *acc = getenv("SBX_FLOOR_ACCEL");
 	if (acc && !strcmp(acc, "kvm"))
 		c.accel = SBX_ACCEL_KVM;
@@ -142,7 +142,7 @@ static int restore_once(const struct sbx_template *t, const char *dir, double *m
 	struct sbx_vm_config c = { .kernel = t->kernel, .initrd = t->initrd, .rootfs = t->rootfs, .scratch = ov,
 				   .agent_sock = "agent.sock", .qmp_sock = "qmp.sock", .console_path = "console.log",
 				   .log_path = "vmm.log", .hostname = "floor", .vcpus = 1, .memory_mib = 256,
-				   .accel = SBX_ACCEL_TCG, .tsc_khz = sbx_host_tsc_khz(), .sandbox = 1,
+				   .accel = SBX_ACCEL_TCG, .tsc_khz = sbx_host_tsc_khz(), .tsc_reliable = sbx_host_tsc_invariant(), .sandbox = 1,
 				   .restore_dir = snap };
 	const char *acc = getenv("SBX_FLOOR_ACCEL");
 	if (acc && !strcmp(acc, "kvm"))

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <stdio.h>
+#include <time.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -65,6 +66,11 @@ int main(int argc, char **argv)
 	if (argc >= 3 && !strcmp(argv[1], "dino")) {
 		for (int i = 2; i < argc; i++)
 			bad |= dino(argv[i]);
+	} else if (argc == 2 && !strcmp(argv[1], "now")) {
+		/* CLOCK_REALTIME in ms (busybox date has no %N) */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		printf("%lld\n", (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 	} else if (argc == 2 && !strcmp(argv[1], "services")) {
 		struct servent *s = getservbyname("http", "tcp");
 		struct protoent *p = getprotobyname("tcp");

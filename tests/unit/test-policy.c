@@ -86,7 +86,7 @@ static void test_units(void)
 		   dur_of("2d") == 172800000,
 	   "duration units");
 	ok(dur_of("10") == 10000 && dur_of("0") == 0, "a bare number is seconds");
-	static const char *const baddurs[] = { "", "s", "1.5h", "1h30m", "5M", "-1", "1 s", "1S", "1w", "01s", "ms" };
+	static const char *const baddurs[] = { "", "s", "1.5h", "1h30m", "5M", "-1", "1 s", "1S", "1w", "01s", "ms", "1.5", "1.5s", ".5s" };
 	all = 1;
 	for (size_t i = 0; i < SBX_ARRAY_LEN(baddurs); i++)
 		if (sbx_parse_duration_ms(baddurs[i], &v) == 0) {

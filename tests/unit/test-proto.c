@@ -103,6 +103,16 @@ int main(void)
 	sbx_buf_reset(&b);
 	sbx_exit_encode(&b, 3, &e);
 	ok(sbx_exit_decode(b.data + SBX_FRAME_HDR, b.len - SBX_FRAME_HDR, &e2) < 0, "status > 255 rejected");
+	e.status = 1;
+	e.disk_full = SBX_DISK_FULL_SCRATCH | SBX_DISK_FULL_VOLUME;
+	sbx_buf_reset(&b);
+	sbx_exit_encode(&b, 3, &e);
+	ok(sbx_exit_decode(b.data + SBX_FRAME_HDR, b.len - SBX_FRAME_HDR, &e2) == 0 && e2.disk_full == 3,
+	   "disk_full round trip");
+	e.disk_full = 4;
+	sbx_buf_reset(&b);
+	sbx_exit_encode(&b, 3, &e);
+	ok(sbx_exit_decode(b.data + SBX_FRAME_HDR, b.len - SBX_FRAME_HDR, &e2) < 0, "an unknown disk_full bit rejected");
 	ok(!strcmp(sbx_reason_name(SBX_R_SESSION_LOST), "session-lost") && !strcmp(sbx_reason_name(99), "unknown"),
 	   "reason names");
 	sbx_buf_free(&b);
