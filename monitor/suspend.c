@@ -27,6 +27,7 @@
  * once its PONG is back, so nothing sent is in flight in the VMM; what
  * clients send meanwhile waits in aout for the resumed guest. */
 #include "mon.h"
+#include "capacity.h"
 
 #include <poll.h>
 
@@ -434,13 +435,37 @@ static int start_vmm(struct mon *m, struct sbx_err *err)
 	return 0;
 }
 
+/* A suspended session holds no room on the host (capacity.h counts it
+ * not); it asks for its vCPUs and memory back as a create would, and the
+ * record says "running" before the global lock is dropped, so two resumes
+ * (or a create) cannot both take the last room.  75 when it does not fit:
+ * it stays suspended. */
+static int take_room(struct mon *m, struct sbx_err *err)
+{
+	_cleanup_close_ int g = sbx_lock_global(&m->st, err);
+	if (g < 0 || sbx_capacity_admit(&m->st, m->s.tenant[0] ? m->s.tenant : NULL, m->s.vcpus, m->s.memory_mib, err) < 0)
+		return -1;
+	/* The record only: the time accounting follows in susp_resume. */
+	struct sbx_session *r = malloc(sizeof *r);
+	if (!r)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot resume");
+	*r = m->s;
+	snprintf(r->state, sizeof r->state, "running");
+	int rc = sbx_record_save(&m->st, r, err);
+	free(r);
+	return rc;
+}
+
 static int susp_resume(struct mon *m, const char *why, struct sbx_err *err)
 {
 	if (!m->susp.suspended)
 		return 0;
 	uint64_t t0 = sbx_mono_ns();
 	m->susp.busy = 1;
-	if (start_vmm(m, err) < 0) {
+	int room = take_room(m, err);
+	if (room < 0 || start_vmm(m, err) < 0) {
+		if (room == 0)
+			sbx_record_save(&m->st, &m->s, NULL); /* suspended still */
 		m->susp.busy = 0;
 		sbx_err_wrap(err, "cannot resume session %s", m->s.id);
 		json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:s}", "session", m->s.id, "from", "disk", "reason", why, "ok",

@@ -110,6 +110,22 @@ is "$(state "$id")" running "a running exec keeps it from being idle"
 sbx-exec --wait "$long" --timeout 30 "$id" >/dev/null
 sbx-kill "$id" >/dev/null
 
+# --- a resume takes room on the host, as a create does ---------------------------
+# SBX_MAX_SESSIONS=1 for the creates and so for their monitors, which
+# admit the resumes.
+a=$(SBX_MAX_SESSIONS=1 sbx-create -q); ok $? "with room for one session, one is created"
+sbx-exec "$a" -- sh -c 'echo a >/tmp/a'
+sbx-snapshot suspend "$a"
+b=$(SBX_MAX_SESSIONS=1 sbx-create -q); ok $? "and with it suspended, a second: a suspended session holds no room"
+sbx-snapshot resume "$a" 2>"$TEST_TMP/err"; rc=$?
+is "$rc" 75 "resuming the first does not fit: 75"
+like "$(cat "$TEST_TMP/err")" "cannot resume session $a" "saying why ($(head -c 160 "$TEST_TMP/err"))"
+is "$(state "$a")" suspended "it stays suspended"
+sbx-exec "$a" -- true 2>/dev/null; is "$?" 125 "an exec that would resume it fails before running (125)"
+sbx-kill "$b" >/dev/null
+is "$(sbx-exec "$a" -- cat /tmp/a)" a "with room again, an exec resumes it"
+sbx-kill "$a" >/dev/null
+
 # --- the monitor killed -9 during a suspend: crashed, reclaimed, never half ----------
 for point in save saved recorded; do
 	id=$(SBX_FAULT_SUSPEND=$point sbx-create -q); ok $? "[$point] a session whose monitor dies at '$point'"
