@@ -5,7 +5,8 @@
 # --no-resume refuses with 4; sbx-snapshot resume; the idle policy suspends
 # an idle session; a monitor killed -9 at three points of a suspend leaves
 # a crashed session sbx-gc reclaims whole, never half of one; a full disk
-# leaves the session running and says why.
+# leaves the session running and says why; a session with a NIC is
+# refused; a resume needs room on the host.
 . "$(dirname "$0")/lib.sh"
 require_vm
 L=$SBX_ROOT/var/lib/sbx
@@ -74,12 +75,18 @@ sbx-exec --wait "$e" --timeout 30 --json "$id" >"$TEST_TMP/res"
 is "$(jq -r '.suspends' "$TEST_TMP/res")" 1 "the background exec's record says it ran across one suspend"
 awk "BEGIN{exit !($(jq '.suspended_ms' "$TEST_TMP/res") > 0)}"; ok $? "and for how long ($(jq .suspended_ms "$TEST_TMP/res") ms)"
 is "$(jq -r '.suspends' "$L/sessions/$id/execs/e2/result.json")" 0 "an exec that ran before it says none"
+top=$(cd "$(dirname "$0")/.." && pwd)
+schema() { python3 "$top/tests/tools/json-schema-check.py" validate --strict ${2:-} "$top/docs/schema" "$1"; }
+schema exec-result.json <"$TEST_TMP/res"; ok $? "the exec's record is valid against exec-result.json"
+sbx-ps --json "$id" | schema ps.json; ok $? "sbx-ps --json is valid against ps.json"
+sbx-snapshot suspend --json "$id" | schema snapshot-state.json; ok $? "sbx-snapshot suspend --json against snapshot-state.json"
+sbx-exec "$id" -- true
 
 # --- sbx-snapshot resume, from paused and from suspended ------------------------
 sbx-snapshot pause "$id" && sbx-snapshot suspend "$id"; ok $? "a paused session can be suspended"
 is "$(sbx-snapshot resume --json "$id" | jq -r .state)" running "sbx-snapshot resume wakes it"
 is "$(sbx-exec "$id" -- cat /home/user/file)" kept "with its files"
-is "$(rec "$id" .lifecycle.suspends)" 2 "the record counts two suspends"
+is "$(rec "$id" .lifecycle.suspends)" 3 "the record counts three suspends"
 sbx-snapshot save "$id" nope >/dev/null 2>&1; ok $? "a resumed session can be saved as a snapshot"
 sbx-snapshot suspend "$id" >/dev/null
 sbx-snapshot save "$id" nope2 2>"$TEST_TMP/err"; is "$?" 5 "a suspended one cannot (5)"
@@ -108,6 +115,23 @@ long=$(sbx-exec -d "$id" -- sleep 8)
 sleep 5
 is "$(state "$id")" running "a running exec keeps it from being idle"
 sbx-exec --wait "$long" --timeout 30 "$id" >/dev/null
+sbx-kill "$id" >/dev/null
+
+# --- a session with a NIC: refused, it runs on ---------------------------------
+test_net_hosts susp 1
+cat >"$TEST_TMP/net.yaml" <<EOF
+network:
+  egress: allowlist
+  allow:
+    - {cidr: ${NET_IP[0]}/32, ports: [80]}
+lifecycle: {idle_suspend: 1s}
+EOF
+id=$(sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "a session with a network device (and idle_suspend: 1s)"
+sbx-snapshot suspend "$id" 2>"$TEST_TMP/err"; is "$?" 5 "suspending it is refused (5)"
+like "$(cat "$TEST_TMP/err")" "has a network device: it cannot be suspended yet" "saying why"
+sleep 3
+is "$(state "$id")" running "the idle policy leaves it running too (its proxy's connections are not seen)"
+is "$(sbx-exec "$id" -- cat /sys/class/net/eth0/address)" "$(rec "$id" .net.mac)" "and it runs on, NIC and all"
 sbx-kill "$id" >/dev/null
 
 # --- a resume takes room on the host, as a create does ---------------------------
@@ -164,6 +188,15 @@ is "$(ls -A "$F/var/lib/sbx/sessions/$id" | grep -c suspend)" 0 "nothing half-wr
 rm -f "$F/var/lib/sbx/filler"
 SBX_ROOT=$F sbx-snapshot suspend "$id"; ok $? "with room again, the suspend works"
 is "$(SBX_ROOT=$F sbx-exec "$id" -- cat /home/user/f)" before "and so does the resume"
+SBX_ROOT=$F sbx-audit --jsonl | schema 'audit.json#/$defs/record' --lines
+ok $? "its audit records are valid against audit.json"
+like "$(SBX_ROOT=$F sbx-audit --json --type session.suspend | jq -r '.[0] | [.ok, .error] | map(tostring) | join(" ")')" \
+	"^false no space for the memory image" "the failed suspend is audited with ok false and why"
 full_cleanup
+
+sbx-audit --jsonl | schema 'audit.json#/$defs/record' --lines
+ok $? "every audit record (session.suspend, session.resume, ok or not) is valid against audit.json"
+is "$(sbx-audit --json --type session.suspend | jq -r '[.[] | .reason + ":" + (.ok|tostring)] | unique | join(",")')" \
+	"idle:true,sbx-snapshot:true" "suspends by hand and by the idle policy"
 
 done_testing
