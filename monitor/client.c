@@ -217,6 +217,8 @@ void client_drop(struct mon *m, struct client *c)
 		m->claim.c = NULL;
 	if (m->snap.c == c)
 		m->snap.c = NULL; /* a save goes on: its directory is sbx-gc's */
+	if (m->susp.c == c)
+		m->susp.c = NULL; /* and so does a suspend */
 	epoll_ctl(m->ep, EPOLL_CTL_DEL, c->src.fd, NULL);
 	close(c->src.fd);
 	sbx_buf_free(&c->in);

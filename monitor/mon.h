@@ -201,6 +201,8 @@ struct mon {
 		int hold;       /* nothing past hold_end is written to the agent (agent_flush) */
 		size_t hold_end;
 		int wake;       /* a client wants the guest meanwhile: resume at once */
+		int want;       /* VMCTL SUSPEND asked: done from the main loop (susp_tick) */
+		struct client *c; /* ... for this client, while connected */
 		uint32_t token, n; /* the PING whose PONG ends the agent's traffic */
 		int ponged;
 		uint64_t since_mono; /* suspended since (CLOCK_MONOTONIC) */

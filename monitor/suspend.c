@@ -277,6 +277,7 @@ static int susp_suspend(struct mon *m, const char *why, struct sbx_err *err)
 			m->s.suspends--;
 			m->s.vmm_pid = m->vm.pid;
 			m->s.vmm_start = m->vm.start_time;
+			susp_arm_ttl(m);
 			rc = -1;
 		}
 	}
@@ -520,19 +521,38 @@ static void wake_pending(struct mon *m)
 
 /* --- the hooks -------------------------------------------------------------- */
 
+/* VMCTL SUSPEND, asked for by m->susp.c: run from the main loop, never
+ * from inside a client's frame (the barrier runs the event loop, which
+ * reads that client too). */
+static void suspend_asked(struct mon *m)
+{
+	struct sbx_err err = { 0 };
+	m->susp.want = 0;
+	int rc = susp_suspend(m, "sbx-snapshot", &err);
+	if (m->susp.c && rc < 0)
+		client_error(m, m->susp.c, 0, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
+	else if (m->susp.c)
+		susp_reply(m, m->susp.c, SBX_VMCTL_SUSPEND, "suspended");
+	m->susp.c = NULL;
+	wake_pending(m);
+}
+
 int susp_vmctl(struct mon *m, struct client *c, unsigned op)
 {
 	struct sbx_err err = { 0 };
-	if (m->susp.busy) {
+	if (m->susp.busy || m->susp.want) {
 		client_error(m, c, 0, SBX_EXIT_TEMPFAIL, "the session is being suspended or resumed; try again");
 		return 1;
 	}
 	if (op == SBX_VMCTL_SUSPEND) {
-		if (susp_suspend(m, "sbx-snapshot", &err) < 0)
-			client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
-		else
+		if (m->susp.suspended)
 			susp_reply(m, c, op, "suspended");
-		wake_pending(m);
+		else if (suspendable(m, &err) < 0)
+			client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
+		else {
+			m->susp.want = 1;
+			m->susp.c = c;
+		}
 		return 1;
 	}
 	/* Asked for in so many words, a pause (or resume) is no longer the
@@ -604,6 +624,8 @@ static int idle_policy(const struct mon *m)
 
 int susp_wait_ms(struct mon *m)
 {
+	if (m->susp.want)
+		return 0;
 	if (!idle_policy(m) || m->susp.suspended || m->susp.busy)
 		return -1;
 	uint64_t now = sbx_mono_ns();
@@ -627,6 +649,8 @@ int susp_wait_ms(struct mon *m)
 
 void susp_tick(struct mon *m)
 {
+	if (m->susp.want && !m->susp.busy)
+		return suspend_asked(m);
 	if (susp_wait_ms(m) != 0)
 		return;
 	const struct sbx_limits *l = &m->s.limits;
