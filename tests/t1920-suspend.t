@@ -94,6 +94,15 @@ like "$(cat "$TEST_TMP/err")" "is suspended: resume it first" "saying so"
 sbx-snapshot suspend nosuch 2>/dev/null; is "$?" 4 "suspending a session that does not exist is 4"
 sbx-snapshot suspend 2>/dev/null; is "$?" 2 "suspend without a session is a usage error"
 sbx-snapshot suspend "../$id" 2>/dev/null; is "$?" 3 "a malformed ID is 3"
+# The client killed while its suspend runs: the monitor carries on, and
+# the session is either suspended or running, whole, and answers.
+sbx-snapshot resume "$id" >/dev/null
+sbx-snapshot suspend "$id" & sp=$!
+sleep 0.1; kill -9 "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+for i in $(seq 100); do s=$(state "$id"); [ "$s" = suspended ] || [ "$s" = running ] && break; sleep 0.1; done
+like "$(state "$id")" '^(suspended|running)$' "a suspend whose client was killed leaves the session whole ($(state "$id"))"
+is "$(sbx-exec "$id" -- cat /home/user/file)" kept "and it answers"
+sbx-snapshot suspend "$id" >/dev/null
 sbx-kill "$id"; ok $? "sbx-kill ends a suspended session"
 [ ! -d "$L/sessions/$id" ]; ok $? "and removes everything, its image too"
 
