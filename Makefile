@@ -32,8 +32,8 @@ MON_SRC = $(filter-out monitor/main.c,$(wildcard monitor/*.c))
 MON_OBJ = $(MON_SRC:monitor/%.c=$(B)/obj/monitor/%.o)
 PROXY_SRC = $(filter-out proxy/main.c,$(wildcard proxy/*.c))
 PROXY_OBJ = $(PROXY_SRC:proxy/%.c=$(B)/obj/proxy/%.o)
-CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit sbx-snapshot
-LIBEXEC = sbx-monitor sbx-proxy
+CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit sbx-snapshot sbx-template
+LIBEXEC = sbx-monitor sbx-proxy sbx-template-helper
 BINS = $(CMDS:%=$(B)/bin/%) $(LIBEXEC:%=$(B)/libexec/sbx/%)
 UNIT_SRC = $(wildcard tests/unit/*.c)
 UNITS = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
@@ -68,6 +68,12 @@ $(B)/libexec/sbx/sbx-monitor: monitor/main.c $(MON_OBJ) $(B)/libsbx.a
 $(B)/libexec/sbx/sbx-proxy: proxy/main.c $(PROXY_OBJ) $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -Iproxy $< $(PROXY_OBJ) $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+
+# The build steps that are other programs' work (tmplbuild.h): lib-image.sh
+# and the steps, one script.
+$(B)/libexec/sbx/sbx-template-helper: scripts/lib-image.sh scripts/template-helper.sh
+	@mkdir -p $(@D)
+	{ echo '#!/bin/bash'; cat $^; } >$@.tmp && chmod 0755 $@.tmp && mv $@.tmp $@
 
 $(B)/tests/%: tests/unit/%.c $(B)/libsbx.a
 	@mkdir -p $(@D)

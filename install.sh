@@ -42,13 +42,19 @@ echo "install.sh: template $tmpl" >&2
 tmpl=$(scripts/build-python-template.sh --out "$templates" --guest-init build/guest-init \
 	--mkcpio build/tools/sbx-mkcpio)
 echo "install.sh: template $tmpl" >&2
+# The host configuration: a warm pool of one default session (unless there
+# is an sbx.yaml already), filled now, so the first sbx-create is a claim.
+scripts/default-sbx-yaml.sh
+"$PREFIX/bin/sbx-gc" --pool-only >/dev/null ||
+	echo "install.sh: warning: the warm pool could not be filled now (sbx-gc will retry)" >&2
 
 if [ "$smoke" = 1 ]; then
 	export PATH="$PREFIX/bin:$PATH"
 	echo "install.sh: booting a session end to end" >&2
-	id=$(sbx-create)
+	j=$(sbx-create --json)
+	id=$(jq -r .session <<<"$j")
 	trap 'sbx-kill "$id"' EXIT
-	echo "session:      $id"
+	echo "session:      $id ($(jq -r 'if .from_pool then "claimed from the warm pool in \(.claim_ms) ms" else "booted" end' <<<"$j"))"
 	echo "guest kernel: $(sbx-exec "$id" -- uname -r)"
 	echo "host kernel:  $(uname -r)"
 	sbx-ps

@@ -170,12 +170,12 @@ static int verify(struct sbx_state *st, int json, int quiet)
 		return err.code;
 	}
 	if (json) {
-		json_t *o = r.ok ? json_pack("{s:i, s:b, s:I, s:I, s:s}", "schema", 1, "ok", 1, "records",
+		json_t *o = r.ok ? json_pack("{s:i, s:b, s:I, s:I, s:s, s:I}", "schema", 1, "ok", 1, "records",
 					     (json_int_t)r.records, "last_seq", (json_int_t)r.last_seq, "last_hash",
-					     r.last_hash)
-				 : json_pack("{s:i, s:b, s:I, s:I, s:s, s:s}", "schema", 1, "ok", 0, "records",
+					     r.last_hash, "segments", (json_int_t)r.segments)
+				 : json_pack("{s:i, s:b, s:I, s:I, s:s, s:s, s:s}", "schema", 1, "ok", 0, "records",
 					     (json_int_t)r.records, "line", (json_int_t)r.line, "problem",
-					     sbx_audit_problem_name(r.problem), "detail", r.detail);
+					     sbx_audit_problem_name(r.problem), "detail", r.detail, "file", r.file);
 		if (o && f.tenant) {
 			json_object_set_new(o, "tenant", json_string(f.tenant));
 			json_object_set_new(o, "tenant_records", json_integer((json_int_t)mine));
@@ -189,7 +189,7 @@ static int verify(struct sbx_state *st, int json, int quiet)
 	} else if (r.ok && !quiet) {
 		printf("ok %llu records\n", (unsigned long long)r.records);
 	} else if (!r.ok) {
-		fprintf(stderr, "%s: audit.log line %llu: %s: %s\n", PROG, (unsigned long long)r.line,
+		fprintf(stderr, "%s: %s line %llu: %s: %s\n", PROG, r.file, (unsigned long long)r.line,
 			sbx_audit_problem_name(r.problem), r.detail);
 	}
 	return r.ok ? 0 : SBX_EXIT_FALSE;

@@ -102,7 +102,7 @@ int main(int argc, char **argv)
 	 * sbx.yaml grants that tenant. */
 	o.tenant = st.tenant[0] ? st.tenant : NULL;
 	if (rc == 0 && no_resume) /* a suspended session is 4, not woken */
-		rc = sbx_session_no_resume(&st, o.session, &err);
+		rc = sbx_session_wake(&st, o.session, 1, &err);
 	if (rc == 0)
 		rc = upload ? sbx_cp_upload(&st, &o, &result, &err) : sbx_cp_download(&st, &o, &result, &err);
 	if (rc == 0) {

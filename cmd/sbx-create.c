@@ -22,7 +22,7 @@ static void usage(FILE *f)
 	      "                  [-t TEMPLATE[@VERSION] | -s SNAPSHOT[@VERSION]]\n"
 	      "                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION] [--tenant TENANT]\n"
 	      "                  [--workspace NAME] [-v HOSTDIR:GUESTPATH:ro]...\n"
-	      "                  [--secret NAME=@FILE]...\n",
+	      "                  [--secret NAME=@FILE]... [-e NAME[=VALUE]]... [--env-file FILE]... [-w DIR]\n",
 	      f);
 }
 
@@ -144,6 +144,8 @@ int main(int argc, char **argv)
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "disk", required_argument, NULL, 'D' },
 		{ "dry-run", no_argument, NULL, 'n' },
+		{ "env", required_argument, NULL, 'e' },
+		{ "env-file", required_argument, NULL, 'E' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "id", required_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, 'j' },
@@ -156,6 +158,7 @@ int main(int argc, char **argv)
 		{ "tenant", required_argument, NULL, 'U' },
 		{ "ttl", required_argument, NULL, 'T' },
 		{ "volume", required_argument, NULL, 'v' },
+		{ "workdir", required_argument, NULL, 'w' },
 		{ "workspace", required_argument, NULL, 'W' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -165,13 +168,25 @@ int main(int argc, char **argv)
 	struct sbx_err err = { 0 };
 	const char *policy = NULL;
 	int json = 0, quiet = 0, dry_run = 0, c;
-	while ((c = getopt_long(argc, argv, "hp:qs:t:v:", opts, NULL)) != -1) {
+	const char *env[SBX_ENV_MAX], *env_files[8];
+	while ((c = getopt_long(argc, argv, "e:hp:qs:t:v:w:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			if (sbx_cli_uint(optarg, 1, 64, &ov.vcpus) < 0)
 				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "--cpus must be 1..64");
 			break;
 		case 'D': ov.disk = optarg; break;
+		case 'e':
+			if (o.nenv >= SBX_ENV_MAX)
+				return sbx_cli_fail("sbx-create", SBX_EXIT_INVALID, json, "at most %d -e", SBX_ENV_MAX);
+			env[o.nenv++] = optarg;
+			break;
+		case 'E':
+			if (o.nenv_files >= 8)
+				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "at most 8 --env-file");
+			env_files[o.nenv_files++] = optarg;
+			break;
+		case 'w': o.workdir = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case 'i': o.id = optarg; break;
 		case 'j': json = 1; break;
@@ -205,6 +220,8 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return SBX_EXIT_USAGE;
 	}
+	o.env = env;
+	o.env_files = env_files;
 	if (effective_policy(policy, &ov, &pol, &err) < 0) {
 		sbx_err_print("sbx-create", &err, json);
 		return err.code;

@@ -1,4 +1,5 @@
 /* sbx-exec: run a command in a session; exit with the command's status. */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -24,7 +25,8 @@ static const char usage_text[] =
 	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json]\n"
 	"                [--resume | --no-resume] [--tenant TENANT] SESSION [--] COMMAND [ARG]...\n"
 	"       sbx-exec --wait EXEC [--timeout DURATION] [--json] [--tenant TENANT] SESSION\n"
-	"       sbx-exec --output EXEC [--tenant TENANT] SESSION\n";
+	"       sbx-exec --output EXEC [--tenant TENANT] SESSION\n"
+	"       sbx-exec --attach EXEC [--since BYTES[,BYTES]] [--no-resume] [--tenant TENANT] SESSION\n";
 
 static struct termios saved_tio;
 static int tio_saved;
@@ -56,6 +58,67 @@ static int add_env(struct sbx_exec_req *r, const char *kv)
 	nv[r->envc++] = s;
 	nv[r->envc] = NULL;
 	return 0;
+}
+
+/* --since N (both streams) or OUT,ERR; -1 when bad. */
+static int parse_since(const char *s, uint64_t *out, uint64_t *err)
+{
+	char *end;
+	if (!isdigit((unsigned char)s[0]))
+		return -1; /* no sign or space, which strtoull would take */
+	errno = 0;
+	unsigned long long a = strtoull(s, &end, 10), b = a;
+	if (*end == ',') {
+		if (!isdigit((unsigned char)end[1]))
+			return -1;
+		b = strtoull(end + 1, &end, 10);
+	}
+	if (errno || *end)
+		return -1;
+	*out = a;
+	*err = b;
+	return 0;
+}
+
+/* --attach: follow a detached exec to its end; a signal only detaches. */
+/* A session suspended to disk (sbx-snapshot suspend) runs again before
+ * anything is asked of it, or, with --no-resume, is 4.  0, or the exit
+ * status, reported. */
+static int suspend_hook(const char *session, const char *tenant, int no_resume, int json)
+{
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	if (sbx_state_open(&st, &err) == 0 && sbx_state_scope(&st, tenant, &err) == 0 &&
+	    sbx_session_wake(&st, session, no_resume, &err) == 0) {
+		sbx_state_close(&st);
+		return 0;
+	}
+	snprintf(err.session, sizeof err.session, "%s", session);
+	sbx_err_print("sbx-exec", &err, json);
+	return err.code == SBX_EXIT_USAGE || err.code == SBX_EXIT_INVALID || err.code == SBX_EXIT_NOENT ? err.code
+												   : EXEC_FAILED;
+}
+
+static int attach(const char *session, const char *exec, const struct sbx_attach_opts *ao, const char *tenant)
+{
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	int status, lost, rc;
+	signal(SIGPIPE, SIG_IGN);
+	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0 ||
+	    (rc = sbx_exec_attach(&st, session, exec, ao, &status, &lost, &err)) < 0) {
+		sbx_err_print("sbx-exec", &err, 0);
+		return err.code == SBX_EXIT_USAGE || err.code == SBX_EXIT_INVALID || err.code == SBX_EXIT_NOENT
+			       ? err.code
+			       : EXEC_FAILED;
+	}
+	if (rc > 0) {
+		fprintf(stderr, "sbx-exec: detached from %s, which goes on running\n", exec);
+		return 128 + rc;
+	}
+	if (lost)
+		fprintf(stderr, "sbx-exec: error: session %s was lost while %s ran\n", session, exec);
+	return status;
 }
 
 static int exit_status(const struct sbx_exit_info *e)
@@ -122,6 +185,7 @@ fail:
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "attach", required_argument, NULL, 'A' },
 		{ "detach", no_argument, NULL, 'd' },
 		{ "env", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
@@ -130,6 +194,7 @@ int main(int argc, char **argv)
 		{ "no-resume", no_argument, NULL, 'N' },
 		{ "output", required_argument, NULL, 'O' },
 		{ "resume", no_argument, NULL, 'R' },
+		{ "since", required_argument, NULL, 'S' },
 		{ "tenant", required_argument, NULL, 'U' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "tty", no_argument, NULL, 't' },
@@ -140,10 +205,12 @@ int main(int argc, char **argv)
 	};
 	struct sbx_exec_opts o = { .in_fd = -1, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
 	int json = 0, interactive = 0, tty = 0, resume = 0, no_resume = 0, c;
-	const char *wait_exec = NULL, *output_exec = NULL, *tenant = NULL;
+	const char *wait_exec = NULL, *output_exec = NULL, *attach_exec = NULL, *since = NULL, *tenant = NULL;
+	struct sbx_attach_opts ao = { .out_fd = 1, .err_fd = 2, .detach_signals = 1 };
 	uint64_t ms;
 	while ((c = getopt_long(argc, argv, "+de:hijtu:w:", opts, NULL)) != -1) {
 		switch (c) {
+		case 'A': attach_exec = optarg; break;
 		case 'd': o.detach = 1; break;
 		case 'e':
 			if (add_env(&o.req, optarg) < 0)
@@ -175,12 +242,28 @@ int main(int argc, char **argv)
 		case 'O': output_exec = optarg; break;
 		case 'N': no_resume = 1; break;
 		case 'R': resume = 1; break;
+		case 'S':
+			if (parse_since(optarg, &ao.since_out, &ao.since_err) < 0)
+				return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json,
+						    "--since takes BYTES or STDOUT_BYTES,STDERR_BYTES, not '%s'", optarg);
+			since = optarg;
+			break;
 		case 'U': tenant = optarg; break;
 		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
 		}
 	}
 	if (resume && no_resume)
 		return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "--resume and --no-resume contradict each other");
+	if (attach_exec) {
+		if (argc - optind != 1 || wait_exec || output_exec || o.detach || json) {
+			fputs(usage_text, stderr);
+			return SBX_EXIT_USAGE;
+		}
+		int w = suspend_hook(argv[optind], tenant, no_resume, json); /* a suspended session runs first */
+		return w ? w : attach(argv[optind], attach_exec, &ao, tenant);
+	}
+	if (since)
+		return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "--since goes with --attach");
 	if (wait_exec || output_exec) {
 		if (argc - optind != 1 || (wait_exec && output_exec)) {
 			fputs(usage_text, stderr);
@@ -241,8 +324,8 @@ int main(int argc, char **argv)
 	int rc = sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0 ? -1 : 0;
 	if (rc == 0 && resume)
 		rc = sbx_session_vmctl(&st, session, NULL, SBX_VMCTL_RESUME, NULL, NULL, 0, &err);
-	if (rc == 0 && no_resume) /* a suspended session is 4, not woken */
-		rc = sbx_session_no_resume(&st, session, &err);
+	if (rc == 0 && no_resume) /* a suspended session is 4, not woken (else the exec wakes it) */
+		rc = sbx_session_wake(&st, session, 1, &err);
 	if (rc == 0)
 		rc = sbx_exec_run(&st, session, &o, &r, &err);
 	restore_tty();

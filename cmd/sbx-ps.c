@@ -159,6 +159,14 @@ static json_t *session_json(struct sbx_state *st, const char *id)
 		json_object_set_new(o, "from_pool", json_true());
 		json_object_set_new(o, "claim_ms", json_integer((json_int_t)s.claim_ms));
 	}
+	/* What its execs inherit (sbx-create -e, -w, the template's); a
+	 * value that is a secret shows as "[secret:NAME]", never itself. */
+	if (o && s.env.n)
+		json_object_set_new(o, "env", sbx_env_show(&s.env));
+	if (o && s.workdir[0])
+		json_object_set_new(o, "workdir", json_string(s.workdir));
+	if (o && s.user[0])
+		json_object_set_new(o, "user", json_string(s.user));
 	if (o)
 		add_metrics(st, &s, o, now);
 	return o;

@@ -10,7 +10,9 @@
  * files.upload, files.download, gc.reclaim, policy.refused, package.fetch,
  * workspace.create, workspace.attach, workspace.remove, session.pause,
  * session.resume, snapshot.save, snapshot.rm, template.rm, net.connect,
- * net.close, dns.query, net.lost (the session proxy's, egress.h), and
+ * net.close, dns.query, net.lost (the session proxy's, egress.h),
+ * audit.segment (the first record after a rotation), audit.retention
+ * (sbx-gc dropped old segments), and
  * audit.repair (written by the library itself when it discards a record
  * torn by a crash). */
 #ifndef SBX_AUDIT_H
@@ -32,8 +34,17 @@
  * an object or NULL; it must not hold secrets, nor the keys the library
  * writes itself (seq, time, type, prev).  type is [a-z0-9_.], 1..63 bytes.
  * Serialised against every other appender by flock on LIB/audit.lock; the
- * record is durable (fsync) when this returns 0. */
+ * record is durable (an fdatasync of the log, possibly another appender's,
+ * began after its write) when this returns 0. */
 int sbx_audit_append(struct sbx_state *st, const char *type, json_t *fields, struct sbx_err *err);
+
+/* Retention (sbx.yaml audit: max_size, keep; sbx-gc): drop the oldest
+ * segments beyond keep (0: none), recording it first as audit.retention
+ * (dropped, dropped_through_seq, kept_from_seq), which is what lets verify
+ * accept a trail that no longer starts at seq 1.  cb (may be NULL) hears
+ * each segment's name; dry_run only tells.  Returns how many go, or -1. */
+int sbx_audit_retain(struct sbx_state *st, unsigned keep, int dry_run, void (*cb)(const char *segment, void *ctx),
+		     void *ctx, struct sbx_err *err);
 
 enum sbx_audit_problem {
 	SBX_AUDIT_INTACT = 0,
@@ -52,6 +63,8 @@ struct sbx_audit_report {
 	char detail[256];
 	uint64_t last_seq; /* the last good record, an anchor to keep elsewhere */
 	char last_hash[65];
+	char file[40];     /* the file of line: audit.log or a segment, audit.log.<seq> */
+	uint64_t segments; /* segments read before audit.log */
 };
 
 const char *sbx_audit_problem_name(enum sbx_audit_problem p);

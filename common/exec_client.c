@@ -1,4 +1,5 @@
 #include "exec_client.h"
+#include "execrec.h"
 #include "session.h"
 #include "util.h"
 
@@ -8,9 +9,13 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <termios.h>
+#include <unistd.h>
+
+#include <jansson.h>
 
 struct conn {
 	int fd;
@@ -88,6 +93,52 @@ static int read_more(struct conn *c)
 	return sbx_buf_put(&c->in, tmp, (size_t)r) < 0 ? -1 : 1;
 }
 
+static int has_name(char *const *env, size_t n, const char *kv, size_t nl)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strncmp(env[i], kv, nl) && env[i][nl] == '=')
+			return 1;
+	return 0;
+}
+
+/* The request as sent: the session's environment (env.h) beneath the
+ * exec's own -e, its workdir and user where the exec names none.  req's
+ * strings stay the caller's; *env and *sec (arrays only) are ours. */
+static int with_session_env(const struct sbx_session *s, struct sbx_exec_req *req, char ***env, char ***sec,
+			    struct sbx_err *err)
+{
+	*env = calloc(s->env.n + req->envc + 1, sizeof **env);
+	*sec = calloc(s->env.n + 1, sizeof **sec);
+	if (!*env || !*sec)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	size_t n = 0, m = 0;
+	for (unsigned i = 0; i < s->env.n; i++) {
+		size_t nl;
+		const char *v;
+		const char *kv = sbx_env_entry(&s->env, i, &nl, &v);
+		if (has_name(req->env, req->envc, kv, nl))
+			continue; /* sbx-exec -e wins */
+		if (s->env.secret & (1ull << i))
+			(*sec)[m++] = (char *)kv;
+		else
+			(*env)[n++] = (char *)kv;
+	}
+	for (size_t i = 0; i < req->envc; i++)
+		(*env)[n++] = req->env[i];
+	req->env = *env;
+	req->envc = n;
+	req->env_secret = *sec;
+	req->env_secretc = m;
+	if (!req->cwd && s->workdir[0])
+		req->cwd = (char *)s->workdir;
+	uint32_t uid;
+	if (!req->have_uid && s->user[0] && sbx_user_parse(s->user, &uid) == 0) {
+		req->uid = req->gid = uid;
+		req->have_uid = req->have_gid = 1;
+	}
+	return 0;
+}
+
 int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts *o, struct sbx_exec_result *r,
 		 struct sbx_err *err)
 {
@@ -105,7 +156,20 @@ int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts
 		o->req.flags |= SBX_EXEC_DETACH;
 	if (in_open && !o->detach)
 		o->req.flags |= SBX_EXEC_STDIN;
-	if (sbx_exec_req_encode(&c.out, 0, &o->req) < 0) {
+	/* sbx's own execs (sbx-cp's tar) run as sbx means them, whatever
+	 * the session's environment says. */
+	struct sbx_exec_req req = o->req;
+	_cleanup_free_ char **env = NULL, **sec = NULL;
+	_cleanup_free_ struct sbx_session *s = NULL;
+	if (!(req.flags & SBX_EXEC_COPY)) {
+		if (!(s = malloc(sizeof *s))) {
+			sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+			goto out;
+		}
+		if (sbx_record_load(st, session, s, err) < 0 || with_session_env(s, &req, &env, &sec, err) < 0)
+			goto out;
+	}
+	if (sbx_exec_req_encode(&c.out, 0, &req) < 0) {
 		sbx_err_set(err, SBX_EXIT_INVALID, E2BIG, "the command and its environment are too large");
 		goto out;
 	}
@@ -234,5 +298,132 @@ out:
 	close(c.fd);
 	sbx_buf_free(&c.in);
 	sbx_buf_free(&c.out);
+	return rc;
+}
+
+/* --- attach ------------------------------------------------------------ */
+
+/* Copy what the file holds past *off to out (-1: nowhere, after a failed
+ * write: the exec's status still comes). */
+static void follow_copy(int fd, uint64_t *off, int *out)
+{
+	uint8_t buf[SBX_DATA_CHUNK];
+	ssize_t r;
+	while (fd >= 0 && (r = pread(fd, buf, sizeof buf, (off_t)*off)) > 0) {
+		*off += (uint64_t)r;
+		if (*out >= 0 && sbx_write_all(*out, buf, (size_t)r) < 0)
+			*out = -1;
+	}
+}
+
+static int open_stream(int efd, const char *name)
+{
+	return openat(efd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+}
+
+static json_t *attach_result(int efd)
+{
+	_cleanup_free_ char *txt = sbx_read_small_at(efd, "result.json", 1 << 20, NULL);
+	return txt ? json_loads(txt, 0, NULL) : NULL;
+}
+
+/* The exec's directory, seen through the caller's tenant scope: another
+ * tenant's session, and an exec the session never had, are both 4. */
+static int attach_open(struct sbx_state *st, const char *session, const char *exec, struct sbx_err *err)
+{
+	if (sbx_id_check(session, "session", err) < 0 || sbx_exec_id_check(exec, err) < 0 ||
+	    sbx_session_visible(st, session, err) < 0)
+		return -1;
+	_cleanup_close_ int sfd = openat(st->sessions_fd, session, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_close_ int xfd = sfd < 0 ? -1 : openat(sfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	int efd = xfd < 0 ? -1 : openat(xfd, exec, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (efd < 0)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such exec: %s in session %s", exec, session);
+	return efd;
+}
+
+int sbx_exec_attach(struct sbx_state *st, const char *session, const char *exec, const struct sbx_attach_opts *o,
+		    int *status, int *lost, struct sbx_err *err)
+{
+	*status = *lost = 0;
+	_cleanup_close_ int efd = attach_open(st, session, exec, err);
+	if (efd < 0)
+		return -1;
+	/* inotify wakes us for new output and for result.json's rename; the
+	 * bounded poll checks that the session still lives (a monitor that
+	 * died writes no result). */
+	_cleanup_close_ int in = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/fd/%d", efd);
+	if (in < 0 || inotify_add_watch(in, path, IN_MODIFY | IN_MOVED_TO | IN_CREATE) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot watch exec %s", exec);
+	sigset_t set, old;
+	sigemptyset(&set);
+	if (o->detach_signals) {
+		sigaddset(&set, SIGINT);
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGHUP);
+	}
+	sigprocmask(SIG_BLOCK, &set, &old);
+	_cleanup_close_ int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	_cleanup_close_ int ofd = open_stream(efd, "stdout");
+	_cleanup_close_ int rfd = open_stream(efd, "stderr");
+	uint64_t off_out = o->since_out, off_err = o->since_err;
+	int out = o->out_fd, errfd = o->err_fd, rc = -1, timed_out = 0;
+	for (;;) {
+		/* Looked at before the copy: the result is renamed in after the
+		 * last byte was stored, so what follows it is everything. */
+		int ended = faccessat(efd, "result.json", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+		int gone = 0;
+		if (!ended && timed_out) {
+			struct sbx_session s;
+			gone = sbx_record_load(st, session, &s, NULL) < 0 ||
+			       !sbx_state_up(sbx_session_live_state(st, &s));
+			ended = faccessat(efd, "result.json", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+		}
+		if (ofd < 0)
+			ofd = open_stream(efd, "stdout");
+		if (rfd < 0)
+			rfd = open_stream(efd, "stderr");
+		follow_copy(ofd, &off_out, &out);
+		follow_copy(rfd, &off_err, &errfd);
+		if (ended) {
+			json_t *r = attach_result(efd);
+			if (!r) {
+				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the result of %s", exec);
+				break;
+			}
+			*status = sbx_exec_result_status(r);
+			const char *reason = json_string_value(json_object_get(r, "reason"));
+			*lost = reason && !strcmp(reason, "session-lost");
+			json_decref(r);
+			rc = 0;
+			break;
+		}
+		if (gone) { /* nobody will write its result: as sbx_exec_wait says */
+			*status = 125;
+			*lost = 1;
+			rc = 0;
+			break;
+		}
+		struct pollfd p[2] = { { .fd = in, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
+		int n = poll(p, 2, 500);
+		if (n < 0 && errno != EINTR) {
+			sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "poll");
+			break;
+		}
+		timed_out = n == 0;
+		if (p[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof si) == sizeof si) /* all of them, none left pending */
+				rc = (int)si.ssi_signo;
+			if (rc > 0)
+				break;
+		}
+		char buf[4096];
+		while (read(in, buf, sizeof buf) > 0)
+			;
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	return rc;
 }

@@ -1,9 +1,11 @@
 #include "gc.h"
 #include "audit.h"
+#include "hostconf.h"
 #include "cgroup.h"
 #include "pool.h"
 #include "session.h"
 #include "snapshot.h"
+#include "tmplbuild.h"
 #include "util.h"
 #include "workspace.h"
 
@@ -225,6 +227,39 @@ static void audit_cb(const struct sbx_gc_action *a, void *ctx)
 		x->cb(a, x->ctx);
 }
 
+struct seg_report {
+	sbx_gc_cb cb;
+	void *ctx;
+	unsigned keep;
+};
+
+static void seg_dropped(const char *segment, void *ctx)
+{
+	struct seg_report *r = ctx;
+	struct sbx_gc_action a = { .action = "drop-audit-segment", .session = "-" };
+	snprintf(a.detail, sizeof a.detail, "%s: beyond audit.keep %u", segment, r->keep);
+	if (r->cb)
+		r->cb(&a, r->ctx);
+}
+
+/* Audit retention (sbx.yaml audit.keep): the oldest segments beyond it
+ * go; sbx_audit_retain records that in the trail itself (audit.retention),
+ * so these actions are not recorded again as gc.reclaim. */
+static void gc_audit(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb, void *ctx)
+{
+	struct sbx_hostconf hc;
+	if (sbx_hostconf_load(&hc, NULL) < 0 || !hc.audit.keep)
+		return;
+	struct seg_report r = { cb, ctx, hc.audit.keep };
+	struct sbx_err e = { 0 };
+	if (sbx_audit_retain(st, hc.audit.keep, o->dry_run, seg_dropped, &r, &e) < 0) {
+		struct sbx_gc_action a = { .action = "audit-error", .session = "-" };
+		snprintf(a.detail, sizeof a.detail, "audit retention: %s", e.msg);
+		if (cb)
+			cb(&a, ctx);
+	}
+}
+
 int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb_user, void *ctx_user,
 	       struct sbx_err *err)
 {
@@ -261,8 +296,11 @@ int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb_u
 	free(ids);
 	gc_orphans(st, o, cb, ctx);
 	gc_workspaces(st, o, cb, ctx);
-	/* Leftovers of snapshot saves and removals that were interrupted. */
+	/* Build VMs of template builds that were killed (tmplbuild.h), then
+	 * leftovers of snapshot saves, removals and builds that were. */
+	sbx_tmplbuild_gc(st, o->dry_run, cb, ctx);
 	sbx_snapshot_gc(st, o->grace_ms, o->dry_run, cb, ctx);
+	gc_audit(st, o, cb_user, ctx_user);
 	/* Last, and under its own lock, since it may boot VMs for a while. */
 	close(gl);
 	gl = -1;

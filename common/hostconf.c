@@ -484,6 +484,28 @@ static int packages_value(struct ctx *c, const char *key, yaml_mark_t km, void *
 	return 0;
 }
 
+/* audit: max_size (a size, at least 64K so a segment holds a record of
+ * the largest size) and keep (segments). */
+static int audit_value(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf_audit *a = obj;
+	const char *s = scalar(c, path);
+	uint64_t v;
+	(void)km;
+	if (!s)
+		return -1;
+	if (!strcmp(key, "max_size")) {
+		if (sbx_parse_size(s, &v) < 0 || v < 65536 || v > (1ull << 50))
+			return fail(c, c->ev.start_mark, "%s: '%s' is not a size in 64K..1P", path, SHOW(s));
+		a->max_size = v;
+		return 0;
+	}
+	if (parse_uint(s, 1000000, &v) < 0)
+		return fail(c, c->ev.start_mark, "%s: '%s' is not a count of segments in 0..1000000", path, SHOW(s));
+	a->keep = (unsigned)v;
+	return 0;
+}
+
 /* templates.publishers: a sequence of tenant IDs. */
 static int templates_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
@@ -511,6 +533,10 @@ static int templates_key(struct ctx *c, const char *key, yaml_mark_t km, void *o
 static int top_key(struct ctx *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf *hc = obj;
+	if (!strcmp(key, "audit")) {
+		static const char *const audit_keys[] = { "keep", "max_size", NULL };
+		return walk_map(c, "audit", audit_keys, audit_value, &hc->audit);
+	}
 	if (!strcmp(key, "packages")) {
 		static const char *const pkg_keys[] = { "cache_quota", NULL };
 		return walk_map(c, "packages", pkg_keys, packages_value, &hc->packages);
@@ -554,7 +580,7 @@ int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 	yaml_parser_set_input_string(&c.y, buf, n);
 	yaml_parser_set_encoding(&c.y, YAML_UTF8_ENCODING);
 	int rc = -1;
-	static const char *const keys[] = { "host_paths", "packages", "pool", "quotas", "secrets", "templates", NULL };
+	static const char *const keys[] = { "audit", "host_paths", "packages", "pool", "quotas", "secrets", "templates", NULL };
 	if (next(&c) < 0 || next(&c) < 0)
 		goto out;
 	if (c.ev.type == YAML_STREAM_END_EVENT) {

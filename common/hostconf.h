@@ -69,8 +69,17 @@ struct sbx_hostconf_packages {
 };
 #define SBX_PUBLISHERS_MAX 64
 
+/* audit: retention of the trail (audit.h).  max_size: the log rotates
+ * into a segment once it holds this many bytes (0: never); keep: sbx-gc
+ * drops the oldest segments beyond this many (0: keeps them all). */
+struct sbx_hostconf_audit {
+	uint64_t max_size;
+	unsigned keep;
+};
+
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */
+	struct sbx_hostconf_audit audit;
 	struct sbx_pool_conf pool[SBX_POOL_TEMPLATES_MAX];
 	unsigned npool;
 	struct sbx_hostconf_packages packages;

@@ -5,6 +5,7 @@
  * far.  Everything it does not understand is an error (sbx-policy(5)). */
 #include "policy.h"
 #include "units.h"
+#include "yamlstrict.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,283 +28,6 @@
 
 /* ---- Numbers ---- */
 
-/* ---- Text ---- */
-
-/* One UTF-8 sequence at p (at most n bytes): its length, or 0 when it is
- * malformed, overlong, a surrogate or beyond U+10FFFF. */
-static size_t utf8_dec(const unsigned char *p, size_t n, uint32_t *cp)
-{
-	if (!n)
-		return 0;
-	if (p[0] < 0x80) {
-		*cp = p[0];
-		return 1;
-	}
-	size_t len;
-	uint32_t v, min;
-	if ((p[0] & 0xe0) == 0xc0)
-		len = 2, v = p[0] & 0x1f, min = 0x80;
-	else if ((p[0] & 0xf0) == 0xe0)
-		len = 3, v = p[0] & 0x0f, min = 0x800;
-	else if ((p[0] & 0xf8) == 0xf0)
-		len = 4, v = p[0] & 0x07, min = 0x10000;
-	else
-		return 0;
-	if (n < len)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		v = v << 6 | (p[i] & 0x3f);
-	}
-	if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-		return 0;
-	*cp = v;
-	return len;
-}
-
-/* Characters a policy never needs and that would make line numbers or
- * messages ambiguous: controls (C0 but tab and line ends, DEL, C1, which
- * holds YAML 1.1's NEL line break), the Unicode line and paragraph
- * separators (also YAML 1.1 breaks) and non-characters. */
-static int bad_char(uint32_t cp, int in_scalar)
-{
-	if (cp < 0x20)
-		return in_scalar || (cp != '\t' && cp != '\n' && cp != '\r');
-	return (cp >= 0x7f && cp < 0xa0) || cp == 0x2028 || cp == 0x2029 || cp == 0xfffe || cp == 0xffff;
-}
-
-/* Untrusted text made fit for a message: valid UTF-8 (so a JSON error can
- * carry it), anything odd shown as '?', cut after max characters. */
-static const char *show(char *out, size_t outn, const char *s, size_t max)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	size_t o = 0, chars = 0;
-	while (*p && chars < max && o + 8 < outn) {
-		uint32_t cp;
-		size_t l = utf8_dec(p, 4, &cp);
-		if (!l || bad_char(cp, 1)) {
-			out[o++] = '?';
-			p++;
-		} else {
-			memcpy(out + o, p, l);
-			o += l;
-			p += l;
-		}
-		chars++;
-	}
-	if (*p)
-		memcpy(out + o, "...", 3), o += 3;
-	out[o] = 0;
-	return out;
-}
-
-/* A message cut to fit its buffer may end inside a UTF-8 sequence, which a
- * JSON error could not carry: drop the partial sequence. */
-static void utf8_trim(char *s)
-{
-	size_t n = strlen(s), i = n, back = 0;
-	while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xc0) == 0x80)
-		i--, back++;
-	if (i == 0 || (unsigned char)s[i - 1] < 0x80)
-		return;
-	uint32_t cp;
-	if (!utf8_dec((const unsigned char *)s + i - 1, n - i + 1, &cp))
-		s[i - 1] = 0;
-}
-
-#define SHOW(s) show((char[256]){ 0 }, 256, (s), 48)
-
-/* ---- Event stream ---- */
-
-struct ctx {
-	yaml_parser_t y;
-	yaml_event_t ev;
-	bool have_ev;
-	const char *name; /* for messages, already shown() */
-	const uint8_t *buf;
-	size_t n;
-	unsigned depth;
-	struct sbx_err *err;
-};
-
-__attribute__((format(printf, 4, 0))) static int failv(struct ctx *c, size_t line, size_t col, const char *fmt,
-							 va_list ap)
-{
-	char msg[400];
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	sbx_err_set(c->err, SBX_EXIT_INVALID, 0, "%s:%zu:%zu: %s", c->name, line, col, msg);
-	if (c->err)
-		utf8_trim(c->err->msg);
-	return -1;
-}
-
-__attribute__((format(printf, 3, 4))) static int failm(struct ctx *c, yaml_mark_t m, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	failv(c, m.line + 1, m.column + 1, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-__attribute__((format(printf, 4, 5))) static int failat(struct ctx *c, size_t line, size_t col, const char *fmt,
-							 ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	failv(c, line, col, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-/* Line and column (1-based, columns in characters as libyaml counts them)
- * of byte offset off; the text before it is known to be valid. */
-static void pos_at(const uint8_t *b, size_t n, size_t off, size_t *line, size_t *col)
-{
-	*line = 1;
-	*col = 1;
-	for (size_t i = 0; i < off && i < n; i++) {
-		if (b[i] == '\n' || (b[i] == '\r' && (i + 1 >= n || b[i + 1] != '\n')))
-			++*line, *col = 1;
-		else if ((b[i] & 0xc0) != 0x80)
-			++*col;
-	}
-}
-
-/* libyaml checks encoding too, but refusing here first gives every class
- * of bad byte the same message and a position. */
-static int check_text(struct ctx *c)
-{
-	for (size_t i = 0; i < c->n;) {
-		uint32_t cp = 0;
-		size_t l = utf8_dec(c->buf + i, c->n - i, &cp), line, col;
-		if (!l || bad_char(cp, 0)) {
-			pos_at(c->buf, c->n, i, &line, &col);
-			if (!l)
-				return failat(c, line, col, "invalid UTF-8");
-			if (!cp)
-				return failat(c, line, col, "NUL byte");
-			return failat(c, line, col, "character U+%04X is not allowed", (unsigned)cp);
-		}
-		i += l;
-	}
-	return 0;
-}
-
-static int syntax_error(struct ctx *c)
-{
-	yaml_parser_t *y = &c->y;
-	if (y->error == YAML_MEMORY_ERROR)
-		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse policy %s", c->name);
-	size_t line = y->problem_mark.line + 1, col = y->problem_mark.column + 1;
-	if (y->error == YAML_READER_ERROR)
-		pos_at(c->buf, c->n, y->problem_offset, &line, &col);
-	const char *problem = y->problem ? y->problem : "syntax error";
-	if (y->context)
-		return failat(c, line, col, "%s (%s at %zu:%zu)", problem, y->context, y->context_mark.line + 1,
-			      y->context_mark.column + 1);
-	return failat(c, line, col, "%s", problem);
-}
-
-/* Advance to the next event, refusing what no policy needs wherever it
- * appears: anchors, aliases, tags, directives, deep nesting, controls. */
-static int next(struct ctx *c)
-{
-	if (c->have_ev)
-		yaml_event_delete(&c->ev);
-	c->have_ev = false;
-	if (!yaml_parser_parse(&c->y, &c->ev))
-		return syntax_error(c);
-	c->have_ev = true;
-	yaml_event_t *e = &c->ev;
-	yaml_mark_t m = e->start_mark;
-	const yaml_char_t *anchor = NULL, *tag = NULL;
-	switch (e->type) {
-	case YAML_ALIAS_EVENT:
-		return failm(c, m, "aliases are not allowed");
-	case YAML_DOCUMENT_START_EVENT:
-		if (e->data.document_start.version_directive ||
-		    e->data.document_start.tag_directives.start != e->data.document_start.tag_directives.end)
-			return failm(c, m, "directives are not allowed");
-		break;
-	case YAML_SCALAR_EVENT:
-		anchor = e->data.scalar.anchor;
-		tag = e->data.scalar.tag;
-		if (e->data.scalar.length > SCALAR_MAX)
-			return failm(c, m, "value longer than %d bytes", SCALAR_MAX);
-		/* Escapes in quoted scalars ("\0", "\e") reach past check_text. */
-		for (size_t i = 0; i < e->data.scalar.length;) {
-			uint32_t cp = 0;
-			size_t l = utf8_dec(e->data.scalar.value + i, e->data.scalar.length - i, &cp);
-			if (!l || bad_char(cp, 1))
-				return failm(c, m, "control or invalid character in a value");
-			i += l;
-		}
-		break;
-	case YAML_SEQUENCE_START_EVENT:
-	case YAML_MAPPING_START_EVENT:
-		if (e->type == YAML_SEQUENCE_START_EVENT)
-			anchor = e->data.sequence_start.anchor, tag = e->data.sequence_start.tag;
-		else
-			anchor = e->data.mapping_start.anchor, tag = e->data.mapping_start.tag;
-		if (++c->depth > SBX_POLICY_DEPTH_MAX)
-			return failm(c, m, "nested deeper than %d levels", SBX_POLICY_DEPTH_MAX);
-		break;
-	case YAML_SEQUENCE_END_EVENT:
-	case YAML_MAPPING_END_EVENT:
-		c->depth--;
-		break;
-	default:
-		break;
-	}
-	if (anchor)
-		return failm(c, m, "anchors are not allowed (&%s)", SHOW((const char *)anchor));
-	if (tag)
-		return failm(c, m, "tags are not allowed (%s)", SHOW((const char *)tag));
-	return 0;
-}
-
-static bool is_null(const yaml_event_t *e)
-{
-	if (e->type != YAML_SCALAR_EVENT || e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-		return false;
-	const char *s = (const char *)e->data.scalar.value;
-	return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
-}
-
-static const char *kind_of(const yaml_event_t *e)
-{
-	switch (e->type) {
-	case YAML_MAPPING_START_EVENT: return "a mapping";
-	case YAML_SEQUENCE_START_EVENT: return "a list";
-	case YAML_SCALAR_EVENT: return is_null(e) ? "null" : "a scalar";
-	default: return "nothing";
-	}
-}
-
-/* The current event must start a node of this type; null is never taken
- * for an empty collection, so a half-deleted section is an error. */
-static int expect(struct ctx *c, yaml_event_type_t t, const char *path)
-{
-	if (c->ev.type == t && !is_null(&c->ev))
-		return 0;
-	const char *want = "a scalar value", *hint = "";
-	if (t == YAML_MAPPING_START_EVENT)
-		want = "a mapping", hint = " (write {} for an empty mapping)";
-	else if (t == YAML_SEQUENCE_START_EVENT)
-		want = "a list", hint = " (write [] for an empty list)";
-	return failm(c, c->ev.start_mark, "%s%sexpected %s, got %s%s", path, *path ? ": " : "", want, kind_of(&c->ev),
-		     is_null(&c->ev) ? hint : "");
-}
-
-static const char *scalar(struct ctx *c, const char *path)
-{
-	if (expect(c, YAML_SCALAR_EVENT, path) < 0)
-		return NULL;
-	return (const char *)c->ev.data.scalar.value;
-}
-
 /* ---- Schema ---- */
 
 enum kind { K_U32, K_SIZE, K_DUR, K_BOOL, K_CPU, K_ENUM, K_FN };
@@ -317,7 +41,7 @@ struct key {
 	uint64_t min, max;
 	unsigned flags;
 	const char *const *enums;
-	int (*fn)(struct ctx *c, void *obj, const char *path);
+	int (*fn)(struct sbx_yaml *c, void *obj, const char *path);
 };
 
 static int whyf(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -354,7 +78,7 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 		/* Only YAML 1.2's spelling: yes/no/on/off mean booleans to some
 		 * readers and strings to others. */
 		if (strcmp(s, "true") && strcmp(s, "false"))
-			return whyf(why, n, "'%s' is not a boolean (true or false)", SHOW(s));
+			return whyf(why, n, "'%s' is not a boolean (true or false)", SBX_YAML_SHOW(s));
 		*(bool *)f = !strcmp(s, "true");
 		return 0;
 	case K_ENUM:
@@ -363,7 +87,7 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 				memcpy(f, &i, sizeof i);
 				return 0;
 			}
-		return whyf(why, n, "'%s' is not one of: %s, %s", SHOW(s), k->enums[0], k->enums[1]);
+		return whyf(why, n, "'%s' is not one of: %s, %s", SBX_YAML_SHOW(s), k->enums[0], k->enums[1]);
 	case K_U32: r = sbx_parse_uint(s, &v); break;
 	case K_SIZE: r = sbx_parse_size(s, &v); break;
 	case K_DUR: r = sbx_parse_duration_ms(s, &v); break;
@@ -371,7 +95,7 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 	case K_FN: return whyf(why, n, "not a scalar key");
 	}
 	if (r < 0 && errno == ERANGE)
-		return whyf(why, n, "'%s' is too large", SHOW(s));
+		return whyf(why, n, "'%s' is too large", SBX_YAML_SHOW(s));
 	if (r < 0) {
 		static const char *const what[] = {
 			[K_U32] = "a whole number",
@@ -379,16 +103,16 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 			[K_DUR] = "a duration (a number with an optional ms, s, m, h or d suffix)",
 			[K_CPU] = "a number of CPUs (at most 3 decimals)",
 		};
-		return whyf(why, n, "'%s' is not %s", SHOW(s), what[k->kind]);
+		return whyf(why, n, "'%s' is not %s", SBX_YAML_SHOW(s), what[k->kind]);
 	}
 	if (!(v == 0 && (k->flags & F_ZERO)) && (v < k->min || v > k->max)) {
 		char lo[32], hi[32];
 		fmt_val(lo, sizeof lo, k->kind, k->min);
 		fmt_val(hi, sizeof hi, k->kind, k->max);
-		return whyf(why, n, "'%s' is out of range (%s..%s%s)", SHOW(s), lo, hi, k->flags & F_ZERO ? ", or 0" : "");
+		return whyf(why, n, "'%s' is out of range (%s..%s%s)", SBX_YAML_SHOW(s), lo, hi, k->flags & F_ZERO ? ", or 0" : "");
 	}
 	if ((k->flags & F_MIB) && v % MIB)
-		return whyf(why, n, "'%s' is not a whole number of MiB", SHOW(s));
+		return whyf(why, n, "'%s' is not a whole number of MiB", SBX_YAML_SHOW(s));
 	if (k->kind == K_U32 || k->kind == K_CPU) {
 		unsigned u = (unsigned)v;
 		memcpy(f, &u, sizeof u);
@@ -405,20 +129,20 @@ static void join(char *out, size_t n, const char *where, const char *key)
 
 /* Walk a mapping (the current event starts it) whose keys must come from
  * keys[]; seen and marks (if non-NULL) report which keys it held and where. */
-static int parse_map(struct ctx *c, const char *where, const struct key *keys, size_t nkeys, void *obj,
+static int parse_map(struct sbx_yaml *c, const char *where, const struct key *keys, size_t nkeys, void *obj,
 		     unsigned *seen_out, yaml_mark_t *marks)
 {
 	unsigned seen = 0;
-	if (expect(c, YAML_MAPPING_START_EVENT, where) < 0)
+	if (sbx_yaml_expect(c, YAML_MAPPING_START_EVENT, where) < 0)
 		return -1;
 	for (;;) {
-		if (next(c) < 0)
+		if (sbx_yaml_next(c) < 0)
 			return -1;
 		if (c->ev.type == YAML_MAPPING_END_EVENT)
 			break;
 		yaml_mark_t km = c->ev.start_mark;
 		if (c->ev.type != YAML_SCALAR_EVENT)
-			return failm(c, km, "keys must be scalars%s%s", *where ? " in " : "", where);
+			return sbx_yaml_failm(c, km, "keys must be scalars%s%s", *where ? " in " : "", where);
 		const char *name = (const char *)c->ev.data.scalar.value;
 		size_t i;
 		for (i = 0; i < nkeys && strcmp(keys[i].name, name); i++)
@@ -428,50 +152,50 @@ static int parse_map(struct ctx *c, const char *where, const struct key *keys, s
 			for (size_t j = 0; j < nkeys; j++)
 				snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
 					 keys[j].name);
-			return failm(c, km, "unknown key '%s' %s%s (expected one of: %s)", SHOW(name),
+			return sbx_yaml_failm(c, km, "unknown key '%s' %s%s (expected one of: %s)", SBX_YAML_SHOW(name),
 				     *where ? "in " : "at the top level", where, list);
 		}
 		if (seen & (1u << i))
-			return failm(c, km, "duplicate key '%s'%s%s", keys[i].name, *where ? " in " : "", where);
+			return sbx_yaml_failm(c, km, "duplicate key '%s'%s%s", keys[i].name, *where ? " in " : "", where);
 		seen |= 1u << i;
 		if (marks)
 			marks[i] = km;
 		char path[160];
 		join(path, sizeof path, where, keys[i].name);
-		if (next(c) < 0)
+		if (sbx_yaml_next(c) < 0)
 			return -1;
 		if (keys[i].kind == K_FN) {
 			if (keys[i].fn(c, obj, path) < 0)
 				return -1;
 			continue;
 		}
-		const char *s = scalar(c, path);
+		const char *s = sbx_yaml_scalar(c, path);
 		char why[300];
 		if (!s)
 			return -1;
 		if (set_scalar(&keys[i], obj, s, why, sizeof why) < 0)
-			return failm(c, c->ev.start_mark, "%s: %s", path, why);
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	}
 	if (seen_out)
 		*seen_out = seen;
 	return 0;
 }
 
-typedef int (*item_fn)(struct ctx *c, void *obj, unsigned i, const char *path);
+typedef int (*item_fn)(struct sbx_yaml *c, void *obj, unsigned i, const char *path);
 
 /* Walk a list (the current event starts it) of at most max items. */
-static int parse_seq(struct ctx *c, const char *path, unsigned max, item_fn fn, void *obj, unsigned *count)
+static int parse_seq(struct sbx_yaml *c, const char *path, unsigned max, item_fn fn, void *obj, unsigned *count)
 {
-	if (expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
+	if (sbx_yaml_expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
 		return -1;
 	unsigned i = 0;
 	for (;; i++) {
-		if (next(c) < 0)
+		if (sbx_yaml_next(c) < 0)
 			return -1;
 		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
 			break;
 		if (i == max)
-			return failm(c, c->ev.start_mark, "%s: more than %u entries", path, max);
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %u entries", path, max);
 		char ipath[176];
 		snprintf(ipath, sizeof ipath, "%s[%u]", path, i);
 		if (fn(c, obj, i, ipath) < 0)
@@ -504,7 +228,7 @@ static bool conflict(uint64_t lo, uint64_t hi, bool zero_is_none)
 	return lo == 0 || lo > hi; /* "none" exceeds any maximum */
 }
 
-static int fit_pair(struct ctx *c, yaml_mark_t m, bool lo_given, bool hi_given, uint64_t *lo, uint64_t hi,
+static int fit_pair(struct sbx_yaml *c, yaml_mark_t m, bool lo_given, bool hi_given, uint64_t *lo, uint64_t hi,
 		    bool zero_is_none, const char *what)
 {
 	if (!conflict(*lo, hi, zero_is_none))
@@ -513,7 +237,7 @@ static int fit_pair(struct ctx *c, yaml_mark_t m, bool lo_given, bool hi_given, 
 		*lo = hi;
 		return 0;
 	}
-	return failm(c, m, "%s", what);
+	return sbx_yaml_failm(c, m, "%s", what);
 }
 
 static const struct key pids_keys[] = {
@@ -521,7 +245,7 @@ static const struct key pids_keys[] = {
 	{ .name = "per_session", .kind = K_U32, .off = P(resources.pids_per_session), .min = 1, .max = 1048576 },
 };
 
-static int v_pids(struct ctx *c, void *obj, const char *path)
+static int v_pids(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy *p = obj;
 	yaml_mark_t m = c->ev.start_mark;
@@ -543,7 +267,7 @@ static const struct key timeout_keys[] = {
 	  .flags = F_ZERO },
 };
 
-static int v_exec_timeout(struct ctx *c, void *obj, const char *path)
+static int v_exec_timeout(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy *p = obj;
 	yaml_mark_t m = c->ev.start_mark;
@@ -572,7 +296,7 @@ static const struct key resources_keys[] = {
 	{ .name = "require_kvm", .kind = K_BOOL, .off = P(resources.require_kvm) },
 };
 
-static int v_resources(struct ctx *c, void *obj, const char *path)
+static int v_resources(struct sbx_yaml *c, void *obj, const char *path)
 {
 	return parse_map(c, path, resources_keys, SBX_ARRAY_LEN(resources_keys), obj, NULL, NULL);
 }
@@ -587,7 +311,7 @@ static int check_domain(const char *s, bool wild_ok, char *out, size_t outn, cha
 {
 	size_t len = strlen(s);
 	if (len > 253 || len + 1 > outn)
-		return whyf(why, n, "domain '%s' is longer than 253 characters", SHOW(s));
+		return whyf(why, n, "domain '%s' is longer than 253 characters", SBX_YAML_SHOW(s));
 	const char *d = s;
 	if (wild_ok && !strncmp(s, "*.", 2))
 		d += 2;
@@ -596,16 +320,16 @@ static int check_domain(const char *s, bool wild_ok, char *out, size_t outn, cha
 	for (const char *l = d;; l++) {
 		size_t ll = strcspn(l, ".");
 		if (ll < 1 || ll > 63)
-			return whyf(why, n, "domain '%s' has a label that is empty or longer than 63 characters", SHOW(s));
+			return whyf(why, n, "domain '%s' has a label that is empty or longer than 63 characters", SBX_YAML_SHOW(s));
 		numeric = true;
 		for (size_t i = 0; i < ll; i++) {
 			char ch = l[i];
 			bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
 			if (!alnum && ch != '-')
-				return whyf(why, n, "domain '%s' may hold only letters, digits, '-' and '.'%s", SHOW(s),
+				return whyf(why, n, "domain '%s' may hold only letters, digits, '-' and '.'%s", SBX_YAML_SHOW(s),
 					    wild_ok ? " (and a leading '*.')" : "");
 			if (ch == '-' && (i == 0 || i == ll - 1))
-				return whyf(why, n, "domain '%s' has a label that starts or ends with '-'", SHOW(s));
+				return whyf(why, n, "domain '%s' has a label that starts or ends with '-'", SBX_YAML_SHOW(s));
 			if (!(ch >= '0' && ch <= '9'))
 				numeric = false;
 		}
@@ -615,9 +339,9 @@ static int check_domain(const char *s, bool wild_ok, char *out, size_t outn, cha
 			break;
 	}
 	if (labels < 2)
-		return whyf(why, n, "domain '%s' needs at least two labels", SHOW(s));
+		return whyf(why, n, "domain '%s' needs at least two labels", SBX_YAML_SHOW(s));
 	if (numeric)
-		return whyf(why, n, "domain '%s' ends in a numeric label (use cidr for addresses)", SHOW(s));
+		return whyf(why, n, "domain '%s' ends in a numeric label (use cidr for addresses)", SBX_YAML_SHOW(s));
 	for (size_t i = 0; i <= len; i++)
 		out[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] - 'A' + 'a' : s[i]);
 	return 0;
@@ -629,7 +353,7 @@ static int check_cidr(const char *s, struct sbx_policy_rule *r, char *why, size_
 	const char *slash = strchr(s, '/');
 	size_t al = slash ? (size_t)(slash - s) : strlen(s);
 	if (al >= sizeof a)
-		return whyf(why, n, "'%s' is not an address block", SHOW(s));
+		return whyf(why, n, "'%s' is not an address block", SBX_YAML_SHOW(s));
 	memcpy(a, s, al);
 	a[al] = 0;
 	unsigned bits;
@@ -638,66 +362,66 @@ static int check_cidr(const char *s, struct sbx_policy_rule *r, char *why, size_
 	else if (inet_pton(AF_INET6, a, r->addr) == 1)
 		r->family = AF_INET6, bits = 128;
 	else
-		return whyf(why, n, "'%s' is not an IPv4 or IPv6 address block", SHOW(s));
+		return whyf(why, n, "'%s' is not an IPv4 or IPv6 address block", SBX_YAML_SHOW(s));
 	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 	if (r->family == AF_INET6 && !memcmp(r->addr, mapped, sizeof mapped))
-		return whyf(why, n, "'%s' is an IPv4-mapped address (write the IPv4 form)", SHOW(s));
+		return whyf(why, n, "'%s' is an IPv4-mapped address (write the IPv4 form)", SBX_YAML_SHOW(s));
 	uint64_t pfx = bits;
 	if (slash && (sbx_parse_uint(slash + 1, &pfx) < 0 || pfx > bits))
-		return whyf(why, n, "'%s' has a bad prefix length (0..%u)", SHOW(s), bits);
+		return whyf(why, n, "'%s' has a bad prefix length (0..%u)", SBX_YAML_SHOW(s), bits);
 	for (unsigned i = (unsigned)pfx; i < bits; i++)
 		if (r->addr[i / 8] & (0x80 >> (i % 8)))
-			return whyf(why, n, "'%s' has bits set after the prefix", SHOW(s));
+			return whyf(why, n, "'%s' has bits set after the prefix", SBX_YAML_SHOW(s));
 	r->prefix = (unsigned)pfx;
 	return 0;
 }
 
-static int v_domain(struct ctx *c, void *obj, const char *path)
+static int v_domain(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_rule *r = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	char why[300];
 	if (!s)
 		return -1;
 	if (check_domain(s, true, r->domain, sizeof r->domain, why, sizeof why) < 0)
-		return failm(c, c->ev.start_mark, "%s: %s", path, why);
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	return 0;
 }
 
-static int v_cidr(struct ctx *c, void *obj, const char *path)
+static int v_cidr(struct sbx_yaml *c, void *obj, const char *path)
 {
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	char why[300];
 	if (!s)
 		return -1;
 	if (check_cidr(s, obj, why, sizeof why) < 0)
-		return failm(c, c->ev.start_mark, "%s: %s", path, why);
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	return 0;
 }
 
-static int port_item(struct ctx *c, void *obj, unsigned i, const char *path)
+static int port_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
 {
 	struct sbx_policy_rule *r = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	uint64_t v;
 	if (!s)
 		return -1;
 	if (sbx_parse_uint(s, &v) < 0 || v < 1 || v > 65535)
-		return failm(c, c->ev.start_mark, "%s: '%s' is not a port (1..65535)", path, SHOW(s));
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a port (1..65535)", path, SBX_YAML_SHOW(s));
 	for (unsigned j = 0; j < i; j++)
 		if (r->ports[j] == v)
-			return failm(c, c->ev.start_mark, "%s: port %u is listed twice", path, (unsigned)v);
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: port %u is listed twice", path, (unsigned)v);
 	r->ports[i] = (uint16_t)v;
 	return 0;
 }
 
-static int v_ports(struct ctx *c, void *obj, const char *path)
+static int v_ports(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_rule *r = obj;
 	yaml_mark_t m = c->ev.start_mark;
 	if (parse_seq(c, path, SBX_POLICY_PORTS_MAX, port_item, r, &r->nports) < 0)
 		return -1;
-	return r->nports ? 0 : failm(c, m, "%s: empty (leave it out for the default, 80 and 443)", path);
+	return r->nports ? 0 : sbx_yaml_failm(c, m, "%s: empty (leave it out for the default, 80 and 443)", path);
 }
 
 static const struct key rule_keys[] = {
@@ -706,7 +430,7 @@ static const struct key rule_keys[] = {
 	{ .name = "ports", .kind = K_FN, .fn = v_ports },
 };
 
-static int allow_item(struct ctx *c, void *obj, unsigned i, const char *path)
+static int allow_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
 {
 	struct sbx_policy_rule *r = &((struct sbx_policy *)obj)->network.allow[i];
 	yaml_mark_t m = c->ev.start_mark;
@@ -715,7 +439,7 @@ static int allow_item(struct ctx *c, void *obj, unsigned i, const char *path)
 	if (parse_map(c, path, rule_keys, SBX_ARRAY_LEN(rule_keys), r, &seen, NULL) < 0)
 		return -1;
 	if (!(seen & 1) == !(seen & 2))
-		return failm(c, m, "%s: needs exactly one of domain and cidr", path);
+		return sbx_yaml_failm(c, m, "%s: needs exactly one of domain and cidr", path);
 	if (!(seen & 4)) {
 		r->ports[0] = 80;
 		r->ports[1] = 443;
@@ -724,7 +448,7 @@ static int allow_item(struct ctx *c, void *obj, unsigned i, const char *path)
 	return 0;
 }
 
-static int v_allow(struct ctx *c, void *obj, const char *path)
+static int v_allow(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy *p = obj;
 	return parse_seq(c, path, SBX_POLICY_ALLOW_MAX, allow_item, p, &p->network.nallow);
@@ -740,7 +464,7 @@ static const struct key network_keys[] = {
 	{ .name = "max_bytes", .kind = K_SIZE, .off = P(network.max_bytes), .min = MIB, .max = TIB },
 };
 
-static int v_network(struct ctx *c, void *obj, const char *path)
+static int v_network(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy *p = obj;
 	yaml_mark_t marks[SBX_ARRAY_LEN(network_keys)], m = c->ev.start_mark;
@@ -748,9 +472,9 @@ static int v_network(struct ctx *c, void *obj, const char *path)
 	if (parse_map(c, path, network_keys, SBX_ARRAY_LEN(network_keys), obj, &seen, marks) < 0)
 		return -1;
 	if (p->network.egress == SBX_EGRESS_NONE && (seen & BIT(network_keys, "allow")))
-		return failm(c, marks[1], "network.allow is set but network.egress is not allowlist");
+		return sbx_yaml_failm(c, marks[1], "network.allow is set but network.egress is not allowlist");
 	if (p->network.egress == SBX_EGRESS_ALLOWLIST && !p->network.nallow)
-		return failm(c, seen & BIT(network_keys, "allow") ? marks[1] : m,
+		return sbx_yaml_failm(c, seen & BIT(network_keys, "allow") ? marks[1] : m,
 			     "network.egress is allowlist but network.allow is empty");
 	return 0;
 }
@@ -768,12 +492,12 @@ static int check_url(const char *s, char *why, size_t n)
 	else if (!strncmp(s, "http://", 7))
 		p = s + 7;
 	else
-		return whyf(why, n, "'%s' is not an http:// or https:// URL", SHOW(s));
+		return whyf(why, n, "'%s' is not an http:// or https:// URL", SBX_YAML_SHOW(s));
 	if (strlen(s) >= SBX_POLICY_URL_LEN)
-		return whyf(why, n, "URL '%s' is longer than %d bytes", SHOW(s), SBX_POLICY_URL_LEN - 1);
+		return whyf(why, n, "URL '%s' is longer than %d bytes", SBX_YAML_SHOW(s), SBX_POLICY_URL_LEN - 1);
 	size_t auth = strcspn(p, "/");
 	if (memchr(p, '@', auth))
-		return whyf(why, n, "URL '%s' carries user info", SHOW(s));
+		return whyf(why, n, "URL '%s' carries user info", SBX_YAML_SHOW(s));
 	char host[256], dom[256];
 	size_t hl;
 	const char *after;
@@ -782,22 +506,22 @@ static int check_url(const char *s, char *why, size_t n)
 		uint8_t a6[16];
 		hl = e ? (size_t)(e - p - 1) : 0;
 		if (!e || hl >= sizeof host)
-			return whyf(why, n, "URL '%s' has a bad host", SHOW(s));
+			return whyf(why, n, "URL '%s' has a bad host", SBX_YAML_SHOW(s));
 		memcpy(host, p + 1, hl);
 		host[hl] = 0;
 		if (inet_pton(AF_INET6, host, a6) != 1)
-			return whyf(why, n, "URL '%s' has a bad IPv6 address", SHOW(s));
+			return whyf(why, n, "URL '%s' has a bad IPv6 address", SBX_YAML_SHOW(s));
 		after = e + 1;
 	} else {
 		hl = strcspn(p, ":/");
 		if (!hl || hl >= sizeof host)
-			return whyf(why, n, "URL '%s' has a bad host", SHOW(s));
+			return whyf(why, n, "URL '%s' has a bad host", SBX_YAML_SHOW(s));
 		memcpy(host, p, hl);
 		host[hl] = 0;
 		uint8_t a4[4];
 		if (strspn(host, "0123456789.") == hl) {
 			if (inet_pton(AF_INET, host, a4) != 1)
-				return whyf(why, n, "URL '%s' has a bad IPv4 address", SHOW(s));
+				return whyf(why, n, "URL '%s' has a bad IPv4 address", SBX_YAML_SHOW(s));
 		} else if (check_domain(host, false, dom, sizeof dom, why, n) < 0) {
 			return -1;
 		}
@@ -808,37 +532,37 @@ static int check_url(const char *s, char *why, size_t n)
 		size_t pl = strcspn(after + 1, "/");
 		uint64_t v;
 		if (!pl || pl >= sizeof port)
-			return whyf(why, n, "URL '%s' has a bad port", SHOW(s));
+			return whyf(why, n, "URL '%s' has a bad port", SBX_YAML_SHOW(s));
 		memcpy(port, after + 1, pl);
 		port[pl] = 0;
 		if (sbx_parse_uint(port, &v) < 0 || v < 1 || v > 65535)
-			return whyf(why, n, "URL '%s' has a bad port", SHOW(s));
+			return whyf(why, n, "URL '%s' has a bad port", SBX_YAML_SHOW(s));
 		after += 1 + pl;
 	}
 	if (*after && *after != '/')
-		return whyf(why, n, "URL '%s' has a bad host", SHOW(s));
+		return whyf(why, n, "URL '%s' has a bad host", SBX_YAML_SHOW(s));
 	for (const char *q = after; *q; q++) {
 		if (*q == '%') {
 			if (!strchr("0123456789abcdefABCDEF", q[1]) || !q[1] || !strchr("0123456789abcdefABCDEF", q[2]) ||
 			    !q[2])
-				return whyf(why, n, "URL '%s' has a bad %%-escape", SHOW(s));
+				return whyf(why, n, "URL '%s' has a bad %%-escape", SBX_YAML_SHOW(s));
 		} else if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
 			     strchr("-._~!$&'()*+,;=:@/", *q))) {
-			return whyf(why, n, "URL '%s' has a character not allowed in a registry path", SHOW(s));
+			return whyf(why, n, "URL '%s' has a character not allowed in a registry path", SBX_YAML_SHOW(s));
 		}
 	}
 	return 0;
 }
 
-static int v_url(struct ctx *c, void *obj, const char *path)
+static int v_url(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_registry *r = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	char why[300];
 	if (!s)
 		return -1;
 	if (check_url(s, why, sizeof why) < 0)
-		return failm(c, c->ev.start_mark, "%s: %s", path, why);
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	snprintf(r->url, sizeof r->url, "%s", s);
 	return 0;
 }
@@ -850,7 +574,7 @@ static const struct key registry_keys[] = {
 	{ .name = "url", .kind = K_FN, .fn = v_url },
 };
 
-static int registry_item(struct ctx *c, void *obj, unsigned i, const char *path)
+static int registry_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
 {
 	struct sbx_policy_registry *r = &((struct sbx_policy *)obj)->packages.registries[i];
 	yaml_mark_t m = c->ev.start_mark;
@@ -858,10 +582,10 @@ static int registry_item(struct ctx *c, void *obj, unsigned i, const char *path)
 	memset(r, 0, sizeof *r);
 	if (parse_map(c, path, registry_keys, SBX_ARRAY_LEN(registry_keys), r, &seen, NULL) < 0)
 		return -1;
-	return seen == 3 ? 0 : failm(c, m, "%s: needs both type and url", path);
+	return seen == 3 ? 0 : sbx_yaml_failm(c, m, "%s: needs both type and url", path);
 }
 
-static int v_registries(struct ctx *c, void *obj, const char *path)
+static int v_registries(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy *p = obj;
 	return parse_seq(c, path, SBX_POLICY_REGISTRIES_MAX, registry_item, p, &p->packages.nregistries);
@@ -876,7 +600,7 @@ static const struct key packages_keys[] = {
 	{ .name = "require_hashes", .kind = K_BOOL, .off = P(packages.require_hashes) },
 };
 
-static int v_packages(struct ctx *c, void *obj, const char *path)
+static int v_packages(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy *p = obj;
 	yaml_mark_t marks[SBX_ARRAY_LEN(packages_keys)], m = c->ev.start_mark;
@@ -884,9 +608,9 @@ static int v_packages(struct ctx *c, void *obj, const char *path)
 	if (parse_map(c, path, packages_keys, SBX_ARRAY_LEN(packages_keys), obj, &seen, marks) < 0)
 		return -1;
 	if (p->packages.mode == SBX_PKG_OFFLINE && (seen & BIT(packages_keys, "registries")))
-		return failm(c, marks[1], "packages.registries is set but packages.mode is not allowlist");
+		return sbx_yaml_failm(c, marks[1], "packages.registries is set but packages.mode is not allowlist");
 	if (p->packages.mode == SBX_PKG_ALLOWLIST && !p->packages.nregistries)
-		return failm(c, seen & BIT(packages_keys, "registries") ? marks[1] : m,
+		return sbx_yaml_failm(c, seen & BIT(packages_keys, "registries") ? marks[1] : m,
 			     "packages.mode is allowlist but packages.registries is empty");
 	return 0;
 }
@@ -898,46 +622,46 @@ static int v_packages(struct ctx *c, void *obj, const char *path)
 static int check_path(const char *s, char *why, size_t n)
 {
 	if (s[0] != '/')
-		return whyf(why, n, "'%s' is not an absolute path", SHOW(s));
+		return whyf(why, n, "'%s' is not an absolute path", SBX_YAML_SHOW(s));
 	if (strlen(s) >= SBX_POLICY_PATH_LEN)
-		return whyf(why, n, "'%s' is longer than %d bytes", SHOW(s), SBX_POLICY_PATH_LEN - 1);
+		return whyf(why, n, "'%s' is longer than %d bytes", SBX_YAML_SHOW(s), SBX_POLICY_PATH_LEN - 1);
 	if (!s[1])
 		return 0;
 	for (const char *c = s + 1;; c++) {
 		size_t l = strcspn(c, "/");
 		if (!l)
-			return whyf(why, n, "'%s' is not normalized (empty component or trailing '/')", SHOW(s));
+			return whyf(why, n, "'%s' is not normalized (empty component or trailing '/')", SBX_YAML_SHOW(s));
 		if ((l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.'))
-			return whyf(why, n, "'%s' is not normalized ('.' or '..')", SHOW(s));
+			return whyf(why, n, "'%s' is not normalized ('.' or '..')", SBX_YAML_SHOW(s));
 		c += l;
 		if (!*c)
 			return 0;
 	}
 }
 
-static int path_item(struct ctx *c, void *obj, unsigned i, const char *path)
+static int path_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
 {
 	struct sbx_policy_paths *ps = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	char why[300];
 	if (!s)
 		return -1;
 	if (check_path(s, why, sizeof why) < 0)
-		return failm(c, c->ev.start_mark, "%s: %s", path, why);
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	for (unsigned j = 0; j < i; j++)
 		if (!strcmp(ps->path[j], s))
-			return failm(c, c->ev.start_mark, "%s: '%s' is listed twice", path, SHOW(s));
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is listed twice", path, SBX_YAML_SHOW(s));
 	snprintf(ps->path[i], sizeof ps->path[i], "%s", s);
 	return 0;
 }
 
-static int v_writable(struct ctx *c, void *obj, const char *path)
+static int v_writable(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_paths *ps = &((struct sbx_policy *)obj)->files.writable;
 	return parse_seq(c, path, SBX_POLICY_PATHS_MAX, path_item, ps, &ps->n);
 }
 
-static int v_exportable(struct ctx *c, void *obj, const char *path)
+static int v_exportable(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_paths *ps = &((struct sbx_policy *)obj)->files.exportable;
 	return parse_seq(c, path, SBX_POLICY_PATHS_MAX, path_item, ps, &ps->n);
@@ -950,7 +674,7 @@ static const struct key files_keys[] = {
 	{ .name = "max_session_transfer", .kind = K_SIZE, .off = P(files.max_session_transfer), .min = 0, .max = TIB },
 };
 
-static int v_files(struct ctx *c, void *obj, const char *path)
+static int v_files(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy *p = obj;
 	yaml_mark_t m = c->ev.start_mark;
@@ -978,40 +702,40 @@ static int check_ident(const char *s, bool upper_only, size_t max)
 	return 0;
 }
 
-static int v_secret_name(struct ctx *c, void *obj, const char *path)
+static int v_secret_name(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_secret *sec = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	if (!s)
 		return -1;
 	if (check_ident(s, true, SBX_POLICY_NAME_LEN - 1) < 0)
-		return failm(c, c->ev.start_mark, "%s: '%s' is not a secret name ([A-Z_][A-Z0-9_]*, at most %d)", path,
-			     SHOW(s), SBX_POLICY_NAME_LEN - 1);
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a secret name ([A-Z_][A-Z0-9_]*, at most %d)", path,
+			     SBX_YAML_SHOW(s), SBX_POLICY_NAME_LEN - 1);
 	snprintf(sec->name, sizeof sec->name, "%s", s);
 	return 0;
 }
 
-static int v_from_env(struct ctx *c, void *obj, const char *path)
+static int v_from_env(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_secret *sec = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	if (!s)
 		return -1;
 	if (check_ident(s, false, sizeof sec->from_env - 1) < 0)
-		return failm(c, c->ev.start_mark, "%s: '%s' is not an environment variable name", path, SHOW(s));
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not an environment variable name", path, SBX_YAML_SHOW(s));
 	snprintf(sec->from_env, sizeof sec->from_env, "%s", s);
 	return 0;
 }
 
-static int v_from_file(struct ctx *c, void *obj, const char *path)
+static int v_from_file(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_secret *sec = obj;
-	const char *s = scalar(c, path);
+	const char *s = sbx_yaml_scalar(c, path);
 	char why[300];
 	if (!s)
 		return -1;
 	if (check_path(s, why, sizeof why) < 0)
-		return failm(c, c->ev.start_mark, "%s: %s", path, why);
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	snprintf(sec->from_file, sizeof sec->from_file, "%s", s);
 	return 0;
 }
@@ -1022,7 +746,7 @@ static const struct key secret_keys[] = {
 	{ .name = "from_file", .kind = K_FN, .fn = v_from_file },
 };
 
-static int secret_item(struct ctx *c, void *obj, unsigned i, const char *path)
+static int secret_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
 {
 	struct sbx_policy *p = obj;
 	struct sbx_policy_secret *sec = &p->secrets[i];
@@ -1032,16 +756,16 @@ static int secret_item(struct ctx *c, void *obj, unsigned i, const char *path)
 	if (parse_map(c, path, secret_keys, SBX_ARRAY_LEN(secret_keys), sec, &seen, NULL) < 0)
 		return -1;
 	if (!(seen & 1))
-		return failm(c, m, "%s: needs a name", path);
+		return sbx_yaml_failm(c, m, "%s: needs a name", path);
 	if (!(seen & 2) == !(seen & 4))
-		return failm(c, m, "%s: needs exactly one of from_env and from_file", path);
+		return sbx_yaml_failm(c, m, "%s: needs exactly one of from_env and from_file", path);
 	for (unsigned j = 0; j < i; j++)
 		if (!strcmp(p->secrets[j].name, sec->name))
-			return failm(c, m, "%s: secret %s is defined twice", path, sec->name);
+			return sbx_yaml_failm(c, m, "%s: secret %s is defined twice", path, sec->name);
 	return 0;
 }
 
-static int v_secrets(struct ctx *c, void *obj, const char *path)
+static int v_secrets(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy *p = obj;
 	return parse_seq(c, path, SBX_POLICY_SECRETS_MAX, secret_item, p, &p->nsecrets);
@@ -1054,7 +778,7 @@ static const struct key workspace_keys[] = {
 	{ .name = "retention", .kind = K_DUR, .off = P(workspace.retention_ms), .min = SEC, .max = 365 * DAY },
 };
 
-static int v_workspace(struct ctx *c, void *obj, const char *path)
+static int v_workspace(struct sbx_yaml *c, void *obj, const char *path)
 {
 	return parse_map(c, path, workspace_keys, SBX_ARRAY_LEN(workspace_keys), obj, NULL, NULL);
 }
@@ -1071,7 +795,7 @@ static const struct key lifecycle_keys[] = {
 	{ .name = "ttl_counts", .kind = K_ENUM, .off = P(lifecycle.ttl_counts), .enums = ttl_counts_names },
 };
 
-static int v_lifecycle(struct ctx *c, void *obj, const char *path)
+static int v_lifecycle(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy *p = obj;
 	yaml_mark_t marks[SBX_ARRAY_LEN(lifecycle_keys)], m = c->ev.start_mark;
@@ -1087,9 +811,10 @@ static int v_lifecycle(struct ctx *c, void *obj, const char *path)
 		char a[32], b[32];
 		sbx_fmt_duration(a, sizeof a, ip);
 		sbx_fmt_duration(b, sizeof b, is);
-		return failm(c, m, "%s.idle_pause (%s) must be shorter than %s.idle_suspend (%s): a session is paused "
-			     "first, then suspended",
-			     path, a, path, b);
+		return sbx_yaml_failm(c, m,
+				      "%s.idle_pause (%s) must be shorter than %s.idle_suspend (%s): a session is paused "
+				      "first, then suspended",
+				      path, a, path, b);
 	}
 	return 0;
 }
@@ -1104,26 +829,26 @@ static const struct key root_keys[] = {
 	{ .name = "lifecycle", .kind = K_FN, .fn = v_lifecycle },
 };
 
-static int parse_stream(struct ctx *c, struct sbx_policy *p)
+static int parse_stream(struct sbx_yaml *c, struct sbx_policy *p)
 {
-	if (next(c) < 0 || next(c) < 0) /* stream start, then a document or the end */
+	if (sbx_yaml_next(c) < 0 || sbx_yaml_next(c) < 0) /* stream start, then a document or the end */
 		return -1;
 	if (c->ev.type == YAML_STREAM_END_EVENT)
 		return 0; /* empty or comments only: the defaults */
-	if (next(c) < 0)
+	if (sbx_yaml_next(c) < 0)
 		return -1;
-	if (is_null(&c->ev)) {
+	if (sbx_yaml_is_null(&c->ev)) {
 		/* a bare "---": the defaults */
 	} else if (c->ev.type != YAML_MAPPING_START_EVENT) {
-		return failm(c, c->ev.start_mark, "a policy is a mapping (of resources, network, ...), not %s",
-			     kind_of(&c->ev));
+		return sbx_yaml_failm(c, c->ev.start_mark, "a policy is a mapping (of resources, network, ...), not %s",
+			     sbx_yaml_kind(&c->ev));
 	} else if (parse_map(c, "", root_keys, SBX_ARRAY_LEN(root_keys), p, NULL, NULL) < 0) {
 		return -1;
 	}
-	if (next(c) < 0 || next(c) < 0) /* document end, then the stream's */
+	if (sbx_yaml_next(c) < 0 || sbx_yaml_next(c) < 0) /* document end, then the stream's */
 		return -1;
 	if (c->ev.type != YAML_STREAM_END_EVENT)
-		return failm(c, c->ev.start_mark, "only one YAML document is allowed");
+		return sbx_yaml_failm(c, c->ev.start_mark, "only one YAML document is allowed");
 	return 0;
 }
 
@@ -1163,20 +888,14 @@ void sbx_policy_defaults(struct sbx_policy *p)
 int sbx_policy_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_policy *p, struct sbx_err *err)
 {
 	char shown[256];
-	struct ctx c = { .name = show(shown, sizeof shown, name, 200), .buf = buf, .n = n, .err = err };
+	struct sbx_yaml c;
+	sbx_yaml_show(shown, sizeof shown, name, 200);
 	if (n > SBX_POLICY_FILE_MAX)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load policy %s: larger than 1 MiB", c.name);
-	if (check_text(&c) < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load policy %s: larger than 1 MiB", shown);
+	if (sbx_yaml_open(&c, shown, buf, n, SBX_POLICY_DEPTH_MAX, SCALAR_MAX, err) < 0)
 		return -1;
-	if (!yaml_parser_initialize(&c.y))
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse policy %s", c.name);
-	yaml_parser_set_input_string(&c.y, buf, n);
-	/* No guessing: a UTF-16 BOM must not switch decoders on us. */
-	yaml_parser_set_encoding(&c.y, YAML_UTF8_ENCODING);
 	int r = parse_stream(&c, p);
-	if (c.have_ev)
-		yaml_event_delete(&c.ev);
-	yaml_parser_delete(&c.y);
+	sbx_yaml_close(&c);
 	if (r == 0)
 		snprintf(p->source, sizeof p->source, "%s", c.name);
 	return r;
@@ -1185,7 +904,7 @@ int sbx_policy_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_
 int sbx_policy_load(const char *path, struct sbx_policy *p, struct sbx_err *err)
 {
 	char shown[256];
-	show(shown, sizeof shown, path, 200);
+	sbx_yaml_show(shown, sizeof shown, path, 200);
 	sbx_policy_defaults(p);
 	/* Symlinks are followed: the user named this file.  O_NONBLOCK so a
 	 * FIFO is refused by the fstat below instead of hanging the open. */

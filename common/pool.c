@@ -1,6 +1,7 @@
 /* The warm pool, seen from the commands: sbx-create's claim and refill,
  * sbx-gc's upkeep.  The member's side of a claim is in monitor.c. */
 #include "pool.h"
+#include "trace.h"
 #include "capacity.h"
 #include "hostconf.h"
 #include "policy.h"
@@ -160,6 +161,8 @@ static int claim_one(struct sbx_state *st, int *g, const char *member, struct sb
 		     const struct sbx_secrets *sec, struct sbx_err *err)
 {
 	struct sbx_err e = { 0 };
+	struct sbx_trace tr;
+	sbx_trace_begin(&tr, "claim.client");
 	_cleanup_close_ int fd = sbx_monitor_connect(st, member, &e);
 	if (fd < 0)
 		return TRY_ANOTHER;
@@ -167,6 +170,7 @@ static int claim_one(struct sbx_state *st, int *g, const char *member, struct sb
 	struct sbx_frame f;
 	if (recv_frame(fd, sbx_mono_ns() + 5000 * MS, &f, buf, sizeof buf) < 0 || f.type != SBX_F_HELLO)
 		return TRY_ANOTHER;
+	sbx_trace_step(&tr, "connect_hello");
 	_cleanup_free_ char *rec = sbx_record_text(s);
 	struct sbx_buf b = { 0 };
 	size_t off = sbx_frame_begin(&b, SBX_F_CLAIM, 0);
@@ -189,7 +193,9 @@ static int claim_one(struct sbx_state *st, int *g, const char *member, struct sb
 			return TRY_ANOTHER;
 		r = recv_frame(fd, sbx_mono_ns() + 10000 * MS, &f, buf, sizeof buf);
 	}
+	sbx_trace_step(&tr, "commit");
 	if (r < 0 || f.type != SBX_F_CLAIM || f.len) {
+		sbx_trace_end(&tr, 0);
 		/* Refused (or no answer).  We hold the global lock, so if the ID
 		 * exists now, it is the member's doing: undo it. */
 		if (faccessat(st->sessions_fd, s->id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
@@ -212,11 +218,17 @@ static int claim_one(struct sbx_state *st, int *g, const char *member, struct sb
 		if (code == SBX_EXIT_CONFLICT)
 			return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "%s", msg);
 	}
-	if (r < 0 || f.type != SBX_F_CLAIMED)
+	sbx_trace_step(&tr, "claimed");
+	if (r < 0 || f.type != SBX_F_CLAIMED) {
+		sbx_trace_end(&tr, 0);
 		return undo(st, g, s->id, err);
+	}
 	char id[SBX_ID_MAX + 1];
 	snprintf(id, sizeof id, "%s", s->id);
-	return sbx_record_load(st, id, s, err) < 0 ? -1 : CLAIMED;
+	r = sbx_record_load(st, id, s, err);
+	sbx_trace_step(&tr, "record_load");
+	sbx_trace_end(&tr, r == 0);
+	return r < 0 ? -1 : CLAIMED;
 }
 
 int sbx_pool_claim(struct sbx_state *st, int *g, struct sbx_session *s, const struct sbx_policy *p,

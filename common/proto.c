@@ -229,10 +229,26 @@ void sbx_exec_req_free(struct sbx_exec_req *r)
 		free(r->argv[i]);
 	for (size_t i = 0; i < r->envc; i++)
 		free(r->env[i]);
+	for (size_t i = 0; i < r->env_secretc; i++)
+		free(r->env_secret[i]);
 	free(r->argv);
 	free(r->env);
+	free(r->env_secret);
 	free(r->cwd);
 	memset(r, 0, sizeof *r);
+}
+
+/* A variable name as env.h has it, [A-Za-z_][A-Za-z0-9_]*, at most 128. */
+static int env_name_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > 128)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || (i && c >= '0' && c <= '9')))
+			return 0;
+	}
+	return 1;
 }
 
 int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, const char **why)
@@ -267,6 +283,21 @@ int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, cons
 				goto bad;
 			}
 			break;
+		case SBX_T_ENV_SECRET: {
+			const char *eq;
+			if (!(s = dupstr(val, vn)) || !(eq = strchr(s, '=')) || !env_name_ok(s, (size_t)(eq - s)) ||
+			    !sbx_secret_name_ok(eq + 1, strlen(eq + 1))) {
+				free(s);
+				*why = "secret environment entry is not NAME=SECRET";
+				goto bad;
+			}
+			if (push(&r->env_secret, &r->env_secretc, SBX_SECRETS_MAX * 2u, s)) {
+				free(s);
+				*why = "too many secret environment entries";
+				goto bad;
+			}
+			break;
+		}
 		case SBX_T_CWD:
 			if (r->cwd || !(r->cwd = dupstr(val, vn)) || r->cwd[0] != '/') {
 				*why = "working directory must be one absolute path";
@@ -325,6 +356,8 @@ int sbx_exec_req_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exe
 		sbx_tlv_str(b, SBX_T_ARGV, r->argv[i]);
 	for (size_t i = 0; i < r->envc; i++)
 		sbx_tlv_str(b, SBX_T_ENV, r->env[i]);
+	for (size_t i = 0; i < r->env_secretc; i++)
+		sbx_tlv_str(b, SBX_T_ENV_SECRET, r->env_secret[i]);
 	if (r->cwd)
 		sbx_tlv_str(b, SBX_T_CWD, r->cwd);
 	sbx_tlv_u32(b, SBX_T_TIMEOUT_MS, r->timeout_ms);

@@ -111,8 +111,11 @@ enum sbx_tag {
 	SBX_T_RECORD = 39,   /* str: a session record (session.json), for CLAIM */
 	SBX_T_CLAIM_FLAGS = 40, /* u32 SBX_CLAIM_*, for CLAIM */
 	SBX_T_POLICY = 41,   /* str: the effective policy (policy.json), for CLAIM */
-	SBX_T_DISK_FULL = 42, /* u32 SBX_DISK_FULL_*: writable disks with no space left at an exec's end */
-	SBX_T_MAX = 42
+	/* A session's environment (env.h, issue 15.2) */
+	SBX_T_ENV_SECRET = 42, /* str NAME=SECRET, repeated, in EXEC: the guest sets NAME to
+				* the value of the session secret SECRET (/run/secrets) */
+	SBX_T_DISK_FULL = 43, /* u32 SBX_DISK_FULL_*: writable disks with no space left at an exec's end */
+	SBX_T_MAX = 43
 };
 
 enum sbx_claim_flags {
@@ -202,6 +205,8 @@ struct sbx_exec_req {
 	size_t argc;
 	char **env; /* NULL-terminated */
 	size_t envc;
+	char **env_secret; /* NAME=SECRET, NULL-terminated (SBX_T_ENV_SECRET) */
+	size_t env_secretc;
 	char *cwd;
 	uint32_t timeout_ms, flags, rows, cols, uid, gid;
 	int have_uid, have_gid;

@@ -189,6 +189,16 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	sbx_json_str(o, "state", s->state, sizeof s->state);
 	sbx_json_str(o, "tenant", s->tenant, sizeof s->tenant);
 	sbx_json_str(o, "workspace", s->workspace, sizeof s->workspace);
+	/* The environment as sbx-create checked it: anything else is not a
+	 * record of ours. */
+	sbx_json_str(o, "workdir", s->workdir, sizeof s->workdir);
+	sbx_json_str(o, "user", s->user, sizeof s->user);
+	uint32_t uid;
+	if (sbx_env_from_json(&s->env, o) < 0 || (s->workdir[0] && sbx_workdir_check(s->workdir, "workdir", NULL) < 0) ||
+	    (s->user[0] && sbx_user_parse(s->user, &uid) < 0)) {
+		json_decref(o);
+		return -1;
+	}
 	s->pool = json_is_true(json_object_get(o, "pool"));
 	s->from_pool = json_is_true(json_object_get(o, "from_pool"));
 	s->claim_ms = sbx_json_u64(o, "claim_ms");
@@ -350,6 +360,11 @@ char *sbx_record_text(const struct sbx_session *s)
 				      (json_int_t)s->paused_ns, "suspended_ns", (json_int_t)s->suspended_ns,
 				      "state_since_ns", (json_int_t)s->state_since_ns, "resume_ms",
 				      (json_int_t)s->resume_ms));
+	sbx_env_to_json(&s->env, o);
+	if (s->workdir[0])
+		json_object_set_new(o, "workdir", json_string(s->workdir));
+	if (s->user[0])
+		json_object_set_new(o, "user", json_string(s->user));
 	char *txt = json_dumps(o, JSON_INDENT(2));
 	json_decref(o);
 	return txt;
@@ -601,6 +616,15 @@ static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, c
 	uint8_t d[SHA256_DIGEST_LENGTH];
 	SHA256Init(&c);
 	SHA256Update(&c, (const uint8_t *)txt, strlen(txt));
+	/* The environment too, when there is one (so specs without one hash
+	 * as before): the same --id with another environment is a conflict. */
+	if (s->env.n || s->workdir[0] || s->user[0]) {
+		SHA256Update(&c, (const uint8_t *)"env\n", 4);
+		SHA256Update(&c, (const uint8_t *)s->env.buf, s->env.len);
+		SHA256Update(&c, (const uint8_t *)&s->env.secret, sizeof s->env.secret);
+		SHA256Update(&c, (const uint8_t *)s->workdir, strlen(s->workdir) + 1);
+		SHA256Update(&c, (const uint8_t *)s->user, strlen(s->user) + 1);
+	}
 	for (unsigned i = 0; i < s->nvols; i++) {
 		SHA256Update(&c, (const uint8_t *)s->vols[i].host, strlen(s->vols[i].host) + 1);
 		SHA256Update(&c, (const uint8_t *)s->vols[i].guest, strlen(s->vols[i].guest) + 1);
@@ -796,6 +820,87 @@ int sbx_session_reclaim(struct sbx_state *st, const char *id)
 	return rc;
 }
 
+/* The template manifest's defaults (env, workdir, user), checked as the
+ * caller's own input is: a tenant may publish templates. */
+static int manifest_env(const struct sbx_template *t, struct sbx_session *s, struct sbx_err *err)
+{
+	_cleanup_close_ int dfd = open(t->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_free_ char *txt = dfd < 0 ? NULL : sbx_read_small_at(dfd, "manifest.json", 1 << 20, NULL);
+	json_t *m = txt ? json_loads(txt, 0, NULL) : NULL;
+	if (!m)
+		return 0; /* no manifest: resolve and the launch say so */
+	char key[200];
+	snprintf(key, sizeof key, "template %s@%s: manifest", t->ref, t->version);
+	json_t *env = json_object_get(m, "env"), *w = json_object_get(m, "workdir"), *u = json_object_get(m, "user");
+	const char *k;
+	json_t *v;
+	int rc = 0;
+	/* sbx-template writes "" for a workdir or user the spec left out. */
+	if (json_is_string(w) && !*json_string_value(w))
+		w = NULL;
+	if (json_is_string(u) && !*json_string_value(u))
+		u = NULL;
+	if (env && !json_is_object(env))
+		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: env is not an object", key);
+	json_object_foreach(env, k, v) {
+		char kv[SBX_ENV_KEY_MAX + SBX_ENV_VALUE_MAX + 2];
+		if (rc < 0)
+			break;
+		if (!json_is_string(v) || strchr(k, '=') || strlen(k) > SBX_ENV_KEY_MAX ||
+		    json_string_length(v) > SBX_ENV_VALUE_MAX) {
+			rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: env: '%.64s' is not NAME: \"VALUE\"", key, k);
+			break;
+		}
+		snprintf(kv, sizeof kv, "%s=%s", k, json_string_value(v));
+		rc = sbx_env_set(&s->env, kv, 0, key, err);
+	}
+	if (rc == 0 && w && (!json_is_string(w) || sbx_workdir_check(json_string_value(w), key, err) < 0))
+		rc = json_is_string(w) ? -1 : sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: workdir is not a string", key);
+	else if (rc == 0 && w)
+		snprintf(s->workdir, sizeof s->workdir, "%s", json_string_value(w));
+	uint32_t uid;
+	if (rc == 0 && u && (!json_is_string(u) || sbx_user_parse(json_string_value(u), &uid) < 0))
+		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: user must be root, user or a uid 0..65534", key);
+	else if (rc == 0 && u)
+		snprintf(s->user, sizeof s->user, "%s", json_string_value(u));
+	json_decref(m);
+	return rc;
+}
+
+/* The session's environment: the template's beneath the caller's, and
+ * values that are secrets bound to them (env.h).  Before anything exists. */
+static int session_env(const struct sbx_template *t, const struct sbx_create_opts *o, const struct sbx_secrets *sec,
+		       struct sbx_session *s, struct sbx_err *err)
+{
+	memset(&s->env, 0, sizeof s->env);
+	s->workdir[0] = s->user[0] = 0;
+	if (manifest_env(t, s, err) < 0)
+		return -1;
+	for (unsigned i = 0; i < o->nenv_files; i++)
+		if (sbx_env_file_load(&s->env, o->env_files[i], o->tenant, err) < 0)
+			return -1;
+	for (unsigned i = 0; i < o->nenv; i++) {
+		const char *kv = o->env[i];
+		_cleanup_free_ char *copy = NULL;
+		if (!strchr(kv, '=')) { /* -e NAME: the caller's own, as sbx-exec -e */
+			const char *v = getenv(kv);
+			if (!v)
+				continue;
+			if (asprintf(&copy, "%s=%s", kv, v) < 0)
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+			kv = copy;
+		}
+		if (sbx_env_set(&s->env, kv, 0, "-e", err) < 0)
+			return -1;
+	}
+	if (o->workdir) {
+		if (sbx_workdir_check(o->workdir, "-w", err) < 0)
+			return -1;
+		snprintf(s->workdir, sizeof s->workdir, "%s", o->workdir);
+	}
+	return sbx_env_bind_secrets(&s->env, sec, err);
+}
+
 int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s,
 		       int *existed, struct sbx_err *err)
 {
@@ -886,6 +991,8 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		s->limits.ttl_ms = 0; /* a claim gives it the TTL of its session */
 	}
 	if (restore && sbx_snapshot_apply(&snap, o, pol, s, err) < 0)
+		return -1;
+	if (session_env(&t, o, &sec, s, err) < 0)
 		return -1;
 	spec_hash(s, pol, s->spec);
 

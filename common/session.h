@@ -5,6 +5,7 @@
 #define SBX_SESSION_H
 
 #include <stdint.h>
+#include "env.h"
 #include "err.h"
 #include "state.h"
 
@@ -73,6 +74,12 @@ struct sbx_session {
 	unsigned suspends;
 	uint64_t paused_ns, suspended_ns, state_since_ns;
 	uint64_t resume_ms; /* the last resume from disk: its VMM start to the agent answering */
+	/* What every exec inherits unless it says otherwise (env.h): the
+	 * template manifest's env, workdir and user beneath sbx-create's
+	 * --env-file, -e and -w.  "" for the guest's defaults. */
+	struct sbx_env env;
+	char workdir[SBX_WORKDIR_MAX];
+	char user[8]; /* root, user or a uid */
 	struct sbx_limits {  /* compiled from the policy at create; the monitor enforces */
 		uint64_t ttl_ms;                 /* 0: none */
 		uint64_t exec_timeout_default_ms; /* 0: none */
@@ -133,6 +140,13 @@ struct sbx_create_opts {
 	int progress_fd;      /* a restore's progress is drawn there when a terminal; -1: never
 			       * (0, as in a zeroed struct, is never a terminal we draw on) */
 	int pool;             /* a warm-pool member (pool.h): ID pool-..., no TTL */
+	/* The session's environment (env.h): the files first, then -e, the
+	 * later winning; -e NAME alone takes the caller's $NAME. */
+	const char *const *env_files;
+	unsigned nenv_files;
+	const char *const *env;
+	unsigned nenv;
+	const char *workdir;  /* -w; NULL: the template's, else the guest's */
 };
 
 #define SBX_SHAPE_VCPUS 1u

@@ -484,16 +484,18 @@ int sbx_session_vmctl(struct sbx_state *st, const char *id, const char *tenant, 
 
 /* --- suspend to disk ------------------------------------------------------ */
 
-int sbx_session_no_resume(struct sbx_state *st, const char *id, struct sbx_err *err)
+int sbx_session_wake(struct sbx_state *st, const char *id, int no_resume, struct sbx_err *err)
 {
 	struct sbx_session s;
 	if (sbx_id_check(id, "session", err) < 0 || sbx_session_lookup(st, id, &s, err) < 0)
 		return -1;
-	if (!strcmp(sbx_session_live_state(st, &s), "suspended"))
+	if (strcmp(sbx_session_live_state(st, &s), "suspended"))
+		return 0;
+	if (no_resume)
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0,
 				   "session %s is suspended and --no-resume was given (sbx-snapshot resume %s runs it again)",
 				   id, id);
-	return 0;
+	return vmctl_run(st, id, SBX_VMCTL_RESUME, NULL, NULL, -1, VMCTL_TIMEOUT_MS, NULL, 0, err);
 }
 
 int sbx_suspend_leftovers(struct sbx_state *st, const char *id, int remove)
@@ -1209,7 +1211,7 @@ int sbx_snapshot_gc(struct sbx_state *st, uint64_t grace_ms, int dry_run,
 	sbx_templates_dir(st, base, sizeof base);
 	_cleanup_close_ int tdir = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	/* Only our own leftovers there: other tools build templates too. */
-	static const char *const ours[] = { ".tmp-snap-", NULL };
+	static const char *const ours[] = { ".tmp-snap-", ".tmp-build-", NULL }; /* tmplbuild.h */
 	if (tdir >= 0)
 		gc_dir(tdir, "templates", ours, grace_ms, dry_run, cb, ctx);
 	/* and in each tenant's own (template.h) */

@@ -125,9 +125,11 @@ int sbx_session_vmctl(struct sbx_state *st, const char *id, const char *tenant, 
  * does any guest operation (sbx-exec, sbx-cp).  A session with a NIC is
  * refused (5); a full disk leaves it running (75, saying so).  Audited by
  * the monitor (session.suspend, session.resume). */
-/* sbx-exec --no-resume, sbx-cp --no-resume: 4 when the session is
- * suspended, rather than resuming it. */
-int sbx_session_no_resume(struct sbx_state *st, const char *id, struct sbx_err *err);
+/* A session suspended to disk runs again (VMCTL RESUME), or, with
+ * no_resume (sbx-exec, sbx-cp --no-resume), is 4; any other session is
+ * left as it is.  For clients that read the session's files rather than
+ * ask its guest (sbx-exec --attach); a guest operation wakes it anyway. */
+int sbx_session_wake(struct sbx_state *st, const char *id, int no_resume, struct sbx_err *err);
 /* Remove a suspend's image (whole or half) of a session whose monitor is
  * gone; 1 when there was one (sbx-gc, when remove). */
 int sbx_suspend_leftovers(struct sbx_state *st, const char *id, int remove);

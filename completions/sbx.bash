@@ -1,5 +1,5 @@
 # bash completion for sbx: sbx-create, sbx-exec, sbx-ps, sbx-kill, sbx-cp,
-# sbx-gc, sbx-audit and sbx-snapshot.
+# sbx-gc, sbx-audit, sbx-snapshot and sbx-template.
 #
 # Installed as bash-completion/completions/sbx with one symlink per command
 # name (bash-completion loads it the first time a command is completed), or
@@ -11,14 +11,14 @@
 # nothing, silently, when that fails, e.g. without the rights to read the
 # state), exec IDs, templates (NAME and NAME@VERSION), snapshots,
 # workspaces, policy files (*.yaml, *.yml), sbx-cp's SESSION:PATH, and
-# sbx-snapshot's subcommands.  It runs sbx-ps and sbx-snapshot list, which
+# sbx-snapshot's and sbx-template's subcommands.  It runs sbx-ps and sbx-snapshot list, which
 # only read; never a command in a guest.
 
 # Options per command, and those of them that take a value.
-_sbx_opts_create='-h --help -p --policy -q --quiet -s --snapshot -t --template -v --volume --cpus --disk --dry-run --id --json --memory --secret --tenant --ttl --workspace'
-_sbx_args_create='-p --policy -s --snapshot -t --template -v --volume --cpus --disk --id --memory --secret --tenant --ttl --workspace'
-_sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --no-resume --output --resume --tenant --timeout --wait'
-_sbx_args_exec='-e --env -u --user -w --workdir --output --tenant --timeout --wait'
+_sbx_opts_create='-e --env -h --help -p --policy -q --quiet -s --snapshot -t --template -v --volume -w --workdir --cpus --disk --dry-run --env-file --id --json --memory --secret --tenant --ttl --workspace'
+_sbx_args_create='-e --env -p --policy -s --snapshot -t --template -v --volume -w --workdir --cpus --disk --env-file --id --memory --secret --tenant --ttl --workspace'
+_sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --attach --no-resume --output --resume --since --tenant --timeout --wait'
+_sbx_args_exec='-e --env -u --user -w --workdir --attach --output --since --tenant --timeout --wait'
 _sbx_opts_ps='-H --no-headers -h --help -q --quiet --all --capacity --execs --json --net --pool --prometheus --state --tenant --workspaces'
 _sbx_args_ps='--execs --net --state --tenant'
 _sbx_opts_kill='-h --help --exec --json --tenant'
@@ -31,11 +31,13 @@ _sbx_opts_audit='-H --no-headers -h --help -q --quiet --chain --json --jsonl --s
 _sbx_args_audit='--session --since --tenant --type --until'
 _sbx_opts_snapshot='-H --no-headers -f --force -h --help -q --quiet --json --template --tenant'
 _sbx_args_snapshot='--tenant'
+_sbx_opts_template='-H --no-headers -f --file -h --help -q --quiet --json --keep --tenant'
+_sbx_args_template='-f --file --keep --tenant'
 
 _sbx_states='creating running paused suspended pooled stopped crashed expired corrupt'
 _sbx_ws_states='attached idle'
 _sbx_audit_types='session.create session.destroy session.expire session.crash session.stop session.pause
-	session.resume session.suspend exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.rm workspace.create
+	session.resume session.suspend exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.build template.rm workspace.create
 	workspace.attach workspace.remove net.connect net.close net.lost dns.query package.fetch gc.reclaim
 	policy.refused audit.repair session.* exec.* files.* snapshot.* template.* workspace.* net.*'
 
@@ -143,10 +145,10 @@ _sbx_files() {
 _sbx_value() {
 	local opt=$1 p=$2
 	case $_sbx_name:$opt in
-	*:--tenant | *:--id | *:--cpus | *:--memory | *:--disk | *:--ttl | *:--timeout | *:--grace | *:--since | \
+	*:--tenant | *:--keep | *:--id | *:--cpus | *:--memory | *:--disk | *:--ttl | *:--timeout | *:--grace | *:--since | \
 		*:--until | exec:-w | exec:--workdir)
 		return 1 ;;
-	create:-p | create:--policy)
+	create:-p | create:--policy | template:-f | template:--file)
 		_sbx_files "$p" '*.yaml' '*.yml' ;;
 	create:-s | create:--snapshot)
 		mapfile -t _sbx_w < <(_sbx_snapshots)
@@ -172,12 +174,14 @@ _sbx_value() {
 			_sbx_files "$p${rest%%=@*}=@"
 			_sbx_add_prefixed "$p${rest%%=@*}=@" -
 		fi ;;
-	exec:-e | exec:--env)
+	exec:-e | exec:--env | create:-e | create:--env)
 		mapfile -t _sbx_w < <(compgen -e)
 		_sbx_add_prefixed "$p" "${_sbx_w[@]}" ;;
+	create:--env-file)
+		_sbx_files "$p" ;;
 	exec:-u | exec:--user)
 		_sbx_add_prefixed "$p" root user ;;
-	exec:--wait | exec:--output | kill:--exec)
+	exec:--wait | exec:--output | exec:--attach | kill:--exec)
 		# The session is named after the exec; use it when it is there.
 		[ -n "$_sbx_session" ] || return 1
 		mapfile -t _sbx_w < <(_sbx_execs "$_sbx_session")
@@ -254,6 +258,17 @@ _sbx_operand() {
 		*) _sbx_w=() ;;
 		esac
 		_sbx_add "${_sbx_w[@]}" ;;
+	template)
+		if [ "$n" -eq 0 ]; then
+			_sbx_add build import inspect list prune rm
+			return
+		fi
+		case $_sbx_sub:$n in
+		import:2) _sbx_files '' ;;
+		rm:* | list:1 | ls:1 | inspect:1)
+			mapfile -t _sbx_w < <(_sbx_templates)
+			_sbx_add "${_sbx_w[@]}" ;;
+		esac ;;
 	esac
 }
 
@@ -312,7 +327,7 @@ _sbx() {
 		[[ $_sbx_name == exec || $_sbx_name == cp ]] && opts_done=1
 	done
 	((_sbx_cword > 1)) && prev=${_sbx_words[_sbx_cword - 1]}
-	# The session of exec's and kill's --wait/--output/--exec, wherever it is.
+	# The session of exec's and kill's --wait/--output/--attach/--exec, wherever it is.
 	if [[ $_sbx_name == exec || $_sbx_name == kill ]]; then
 		for ((i = 1; i < ${#_sbx_words[@]}; i++)); do
 			w=${_sbx_words[i]}
@@ -365,4 +380,4 @@ _sbx() {
 	return 0
 }
 
-complete -F _sbx sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot
+complete -F _sbx sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template

@@ -1093,6 +1093,52 @@ out:
 	return err;
 }
 
+/* The session's environment names some values by their secret
+ * (SBX_T_ENV_SECRET, env.h on the host): each NAME=SECRET becomes
+ * NAME=<the value in /run/secrets/SECRET, less one trailing newline>,
+ * appended to the request's environment unless it sets NAME itself. */
+static int env_secrets(struct agent *a, struct sbx_exec_req *r, char *why, size_t cap)
+{
+	const char *dir = a->is_pid1 ? "/run/secrets" : getenv("SBX_AGENT_SECRETS_DIR");
+	for (size_t i = 0; i < r->env_secretc; i++) {
+		const char *kv = r->env_secret[i], *name = strchr(kv, '=') + 1;
+		size_t kl = (size_t)(name - kv) - 1;
+		char var[SBX_SECRET_NAME_MAX + 200];
+		snprintf(var, sizeof(var), "%.*s", (int)kl, kv);
+		if (has_var(r->env, r->envc, var, NULL)) /* never: the host leaves them out */
+			continue;
+		char path[128], *v = malloc(kl + 1 + SBX_SECRET_VALUE_MAX + 1);
+		snprintf(path, sizeof(path), "%s/%s", dir ? dir : "/nonexistent", name);
+		int fd = v ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+		ssize_t got = 0, rd = 0;
+		while (fd >= 0 && got <= (ssize_t)SBX_SECRET_VALUE_MAX &&
+		       (rd = read(fd, v + kl + 1 + got, SBX_SECRET_VALUE_MAX + 1 - (size_t)got)) > 0)
+			got += rd;
+		if (fd >= 0)
+			close(fd);
+		if (fd < 0 || rd < 0 || got > (ssize_t)SBX_SECRET_VALUE_MAX || memchr(v + kl + 1, 0, (size_t)got)) {
+			snprintf(why, cap, "the environment's %.*s names secret %s, which %s", (int)kl, kv, name,
+				 fd < 0 ? "this session does not have" : "cannot be an environment value");
+			free(v);
+			return -1;
+		}
+		if (got && v[kl + got] == '\n')
+			got--;
+		memcpy(v, kv, kl + 1);
+		v[kl + 1 + got] = 0;
+		char **nv = realloc(r->env, (r->envc + 2) * sizeof(*nv));
+		if (!nv) {
+			free(v);
+			snprintf(why, cap, "out of memory");
+			return -1;
+		}
+		r->env = nv;
+		nv[r->envc++] = v;
+		nv[r->envc] = NULL;
+	}
+	return 0;
+}
+
 static void exec_start(struct agent *a, uint32_t stream, const uint8_t *p, uint32_t n)
 {
 	struct sbx_exec_req r;
@@ -1114,6 +1160,13 @@ static void exec_start(struct agent *a, uint32_t stream, const uint8_t *p, uint3
 	}
 	if (sbx_exec_req_decode(p, n, &r, &why) < 0) {
 		send_error(a, stream, ERR_INVALID, why);
+		exec_release(a, e);
+		return;
+	}
+	char swhy[200];
+	if (env_secrets(a, &r, swhy, sizeof(swhy)) < 0) {
+		send_error(a, stream, ERR_INVALID, swhy);
+		sbx_exec_req_free(&r);
 		exec_release(a, e);
 		return;
 	}

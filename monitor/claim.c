@@ -1,5 +1,10 @@
 /* sbx-monitor: warm pool (pool.h): the member's side of a claim. */
 #include "mon.h"
+#include "trace.h"
+
+/* SBX_TRACE (trace.h): the claim's steps, for make bench.  One claim per
+ * monitor, so one trace. */
+static struct sbx_trace trace;
 
 /* --- warm pool (pool.h): the member's side of a claim ------------------ */
 
@@ -40,6 +45,7 @@ void claim_fail(struct mon *m, int code, const char *fmt, ...)
 	va_end(ap);
 	m->claim.code = code;
 	m->claim.stage = CLAIM_FAILED;
+	sbx_trace_end(&trace, 0);
 	m->stopping = 1; /* destroyed, then sbx-create boots the session cold */
 }
 
@@ -79,6 +85,7 @@ void claim_guest_answered(struct mon *m)
 		return claim_fail(m, SBX_EXIT_UNAVAIL, "the guest did not take its new identity");
 	if (m->sec.n && !m->claim.secrets_ok)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "the guest did not take the secrets");
+	sbx_trace_step(&trace, "guest_answer");
 	snprintf(m->s.state, sizeof m->s.state, "running");
 	m->s.ready_ns = sbx_now_ns();
 	m->s.claim_ms = (sbx_mono_ns() - m->claim.t0) / 1000000u;
@@ -88,6 +95,7 @@ void claim_guest_answered(struct mon *m)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot arm the session TTL");
 	if (sbx_record_save(&m->st, &m->s, &err) < 0)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "%s", err.msg);
+	sbx_trace_step(&trace, "record_save");
 	char tmpl[140];
 	snprintf(tmpl, sizeof tmpl, "%s@%s", m->s.tmpl_name, m->s.tmpl_version);
 	json_t *cf = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:s, s:I}", "session", m->s.id,
@@ -108,6 +116,7 @@ void claim_guest_answered(struct mon *m)
 	json_decref(cf);
 	if (rc < 0)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot write the audit trail: %s", err.msg);
+	sbx_trace_step(&trace, "audit");
 	m->claim.stage = CLAIM_DONE;
 	if (m->claim.c) {
 		struct sbx_buf b = { 0 };
@@ -116,6 +125,8 @@ void claim_guest_answered(struct mon *m)
 		sbx_buf_free(&b);
 		m->claim.c = NULL;
 	}
+	sbx_trace_step(&trace, "reply");
+	sbx_trace_end(&trace, 1);
 }
 
 /* After the commit: the host side first (the CPU cap of the new policy),
@@ -127,11 +138,13 @@ static void claim_guest(struct mon *m, unsigned member_cpu)
 	unsigned cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
 	if (cpu != member_cpu && sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), cpu) < 0)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot set the CPU cap of the host cgroup: %s", strerror(errno));
+	sbx_trace_step(&trace, "cgroup_cpu");
 	if (m->pool_paused) {
 		if (sbx_vm_resume(&m->vm, &e) < 0)
 			return claim_fail(m, SBX_EXIT_UNAVAIL, "cannot resume the VM: %s", e.msg);
 		m->pool_paused = 0;
 	}
+	sbx_trace_step(&trace, "resume");
 	if (m->agent.fd < 0)
 		return claim_fail(m, SBX_EXIT_UNAVAIL, "the guest agent is gone");
 	/* Its own hostname (the session ID), the host's clock (the guest's
@@ -147,6 +160,7 @@ static void claim_guest(struct mon *m, unsigned member_cpu)
 	m->claim.ping = 0x80000000u | (++m->next_ping & 0x7fffffffu);
 	sbx_frame_raw(&m->aout, SBX_F_PING, m->claim.ping, "claim", 5);
 	agent_flush(m);
+	sbx_trace_step(&trace, "identity_sent");
 }
 
 /* CLAIM from sbx-create, which holds the global lock and has checked that
@@ -202,6 +216,8 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 			return client_error(m, c, 0, SBX_EXIT_INTERNAL, e.msg);
 		}
 	}
+	sbx_trace_begin_at(&trace, "claim.member", t0);
+	sbx_trace_step(&trace, "parse");
 	unsigned member_cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
 	/* The request's record; what only this monitor knows, from its own.
 	 * The host cgroups follow the ID where the kernel lets them (v1);
@@ -211,6 +227,7 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	char cg[SBX_ID_MAX + 1];
 	snprintf(cg, sizeof cg, "%s", sbx_session_cgroup(&m->s));
 	int cg_renamed = sbx_cgroup_rename(cg, id) == 0;
+	sbx_trace_step(&trace, "cgroup_rename");
 	snprintf(ns.cgroup, sizeof ns.cgroup, "%s", cg_renamed ? "" : cg);
 	snprintf(ns.state, sizeof ns.state, "creating");
 	ns.pool = 0;
@@ -233,6 +250,7 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	int rc = claim_write_aside(m, ".claim.json", txt);
 	if (rc == 0)
 		rc = claim_write_aside(m, ".claim-policy.json", pol);
+	sbx_trace_step(&trace, "write_aside");
 	if (rc == 0 && renameat2(m->st.sessions_fd, from, m->st.sessions_fd, id, RENAME_NOREPLACE) < 0) {
 		code = errno == EEXIST ? SBX_EXIT_CONFLICT : SBX_EXIT_INTERNAL;
 		rc = -1;
@@ -252,11 +270,14 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 		unlinkat(m->lib_dfd, ".claim-policy.json", 0);
 		if (cg_renamed)
 			sbx_cgroup_rename(id, cg);
+		sbx_trace_end(&trace, 0);
 		return client_error(m, c, 0, code, "cannot take the session's ID");
 	}
+	sbx_trace_step(&trace, "rename_dirs");
 	int unmoved = renameat(m->lib_dfd, ".claim.json", m->lib_dfd, "session.json") == 0 ? 0 : errno;
 	if (!unmoved && renameat(m->lib_dfd, ".claim-policy.json", m->lib_dfd, "policy.json") < 0)
 		unmoved = errno;
+	sbx_trace_step(&trace, "rename_files");
 	m->s = ns;
 	m->claim.stage = CLAIM_GUEST;
 	m->claim.t0 = t0;

@@ -211,6 +211,10 @@ static json_t *req_json(struct mon *m, const struct sbx_exec_req *r)
 	json_t *env = json_array(); /* names only: values may be secrets */
 	for (size_t i = 0; i < r->envc; i++)
 		json_array_append_new(env, json_stringn(r->env[i], strcspn(r->env[i], "=")));
+	/* ... and the session's variables whose values the guest takes from a
+	 * secret (env.h): their names too, never which secret or its value. */
+	for (size_t i = 0; i < r->env_secretc; i++)
+		json_array_append_new(env, json_stringn(r->env_secret[i], strcspn(r->env_secret[i], "=")));
 	_cleanup_free_ char *cwd = r->cwd ? sbx_scrub_str(&m->sec, r->cwd) : NULL;
 	json_t *o = json_pack("{s:o, s:o, s:s?, s:I, s:b, s:b, s:i, s:s}", "argv", argv, "env", env, "cwd", cwd,
 			      "timeout_ms", (json_int_t)r->timeout_ms, "tty", !!(r->flags & SBX_EXEC_PTY), "stdin",

@@ -8,6 +8,7 @@
  * index.  Every byte sent to the guest is counted against
  * packages.max_download before it is sent. */
 #include "pkgcache.h"
+#include "budget.h"
 #include "audit.h"
 #include "egress.h"
 #include "hostconf.h"
@@ -584,35 +585,9 @@ static int budget_op(const struct conn *c, uint64_t take, uint64_t give, uint64_
 	_cleanup_close_ int dfd = session_dir(c);
 	if (dfd < 0)
 		return -1;
-	_cleanup_close_ int lk = openat(dfd, BUDGET_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (lk < 0 || flock(lk, LOCK_EX) < 0)
-		return -1;
-	_cleanup_free_ char *txt = sbx_read_small_at(dfd, BUDGET, 4096, NULL);
-	uint64_t u = 0;
-	if (txt) {
-		json_t *o = json_loads(txt, 0, NULL);
-		json_int_t v = json_integer_value(json_object_get(o, "bytes"));
-		json_decref(o);
-		if (!o || v < 0)
-			return -1;
-		u = (uint64_t)v;
-	} else if (errno != ENOENT) {
-		return -1;
-	}
-	uint64_t u0 = u;
-	u = give < u ? u - give : 0;
-	*used = u;
-	uint64_t max = c->cfg->pkg->max_download;
-	int rc = 0;
-	if (take > max || u > max - take)
-		rc = 1;
-	else
-		u += take;
-	if (u == u0)
-		return rc;
-	char out[96];
-	int w = snprintf(out, sizeof out, "{\"schema\":1,\"bytes\":%llu}\n", (unsigned long long)u);
-	return sbx_atomic_write_at(dfd, BUDGET, out, (size_t)w, 0600, NULL) < 0 ? -1 : rc;
+	struct sbx_err ignored = { 0 };
+	return sbx_counter_take(dfd, BUDGET, BUDGET_LOCK, c->cfg->pkg->max_download, give, take, 0, NULL, used,
+				&ignored);
 }
 
 static int budget_take(const struct conn *c, uint64_t n, uint64_t *used)

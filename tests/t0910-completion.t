@@ -71,6 +71,7 @@ has 'sbx-audit --type exec.' exec.start "sbx-audit --type offers event types"
 is "$(comp 'sbx-audit ver')" "verify" "sbx-audit offers verify"
 is "$(comp 'sbx-snapshot ')" "$(printf '%s\n' list pause resume rm save suspend template)" "sbx-snapshot offers its subcommands"
 is "$(comp 'sbx-snapshot template ')" "$(printf '%s\n' list rm)" "and template's"
+is "$(comp 'sbx-template ')" "$(printf '%s\n' build import inspect list prune rm)" "sbx-template offers its subcommands"
 is "$(comp 'sbx-create --cpus ')" "" "free-form values (--cpus) offer nothing"
 mkdir -p "$TEST_TMP/pol/dir"
 touch "$TEST_TMP/pol/a.yaml" "$TEST_TMP/pol/b.yml" "$TEST_TMP/pol/c.txt"
@@ -87,6 +88,8 @@ if have_template; then
 	has 'sbx-create -t ' default "sbx-create -t offers a template's NAME"
 	has 'sbx-create -t ' "$v" "and NAME@VERSION"
 	has 'sbx-create -t default@' "${v#default@}" "after NAME@, the versions (what readline replaces)"
+	has 'sbx-template rm ' "$v" "sbx-template rm offers templates"
+	has 'sbx-template inspect ' default "and so does inspect"
 fi
 mkdir -p "$SBX_ROOT/var/lib/sbx/templates/py@3.11-1" "$SBX_ROOT/var/lib/sbx/templates/half@1"
 echo '{}' >"$SBX_ROOT/var/lib/sbx/templates/py@3.11-1/manifest.json"
@@ -125,7 +128,7 @@ ok $? "make install DESTDIR=... succeeds"
 f=$(find "$dest" -path '*/bash-completion/completions/sbx' | head -1)
 [ -n "$f" ] && cmp -s "$f" "$top/completions/sbx.bash"; ok $? "the completion is installed as .../bash-completion/completions/sbx"
 missing=
-for c in sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot; do
+for c in sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template; do
 	[ "$(readlink "${f%/sbx}/$c" 2>/dev/null)" = sbx ] || missing+=" $c"
 done
 is "${missing# }" "" "a symlink per command name"

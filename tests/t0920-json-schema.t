@@ -176,4 +176,20 @@ sed -i '2s/"time":"2/"time":"3/' "$r2/var/lib/sbx/audit.log"
 SBX_ROOT=$r2 sbx-audit --json verify >"$T/broken.json"
 is "$?" 1 "verify of an edited trail exits 1"
 check audit-verify.json "sbx-audit verify --json of an edited trail" <"$T/broken.json"
+# sbx-template, in a root and templates directory of its own (its audit
+# records stay out of the trail checked above).
+r3=$T/r3
+mkdir -p "$r3/tpl"
+ln -s "$SBX_TEMPLATES"/default@* "$r3/tpl/"
+printf 'from: default\nenv: {A: b}\nuser: user\nworkdir: /workspace\n' >"$r3/a.yaml"
+printf 'from: default\nenv: {A: c}\n' >"$r3/b.yaml"
+tt() { SBX_ROOT=$r3 SBX_TEMPLATES=$r3/tpl sbx-template "$@"; }
+tt build --json t -f "$r3/a.yaml" | check template-build.json "sbx-template build --json"
+tt build --json t -f "$r3/b.yaml" >/dev/null
+tt list --json | check template-list.json "sbx-template list --json"
+tt inspect --json t | check template-inspect.json "sbx-template inspect --json (a built one)"
+tt inspect --json default | check template-inspect.json "sbx-template inspect --json (a shipped one)"
+tt prune --json | check template-rm.json "sbx-template prune --json"
+tt rm --json t | check template-rm.json "sbx-template rm --json"
+err "sbx-template build of a bad spec" 3 env SBX_ROOT="$r3" SBX_TEMPLATES="$r3/tpl" sbx-template build --json t -f "$r3/none.yaml"
 done_testing

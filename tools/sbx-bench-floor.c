@@ -1,7 +1,9 @@
 /* The raw floor for `make bench`: the same QEMU, kernel, initramfs and
  * disk overlay sbx-create uses, launched directly (no sbx-create, no
  * monitor) until the agent's HELLO; then PING and EXEC `true` round trips
- * straight on the agent channel; then, with RESTORES, the raw restore
+ * straight on the agent channel, and 32 MiB of output streamed back
+ * (SBX_FLOOR_STREAMS runs, 3), and BOOTS pause + cont + PING (a claim's
+ * floor); then, with RESTORES, the raw restore
  * floor: that VM saved (the same VMM operations and files a snapshot
  * has), and QEMU -incoming restores of it, each with its disk unpacked,
  * until the agent answers a PING.  Prints one JSON object. */
@@ -235,6 +237,55 @@ int main(int argc, char **argv)
 			if (type == SBX_F_EXIT || type == SBX_F_ERROR)
 				break;
 		}
+		printf("%s%.2f", i ? "," : "", (double)(sbx_mono_ns() - t0) / 1e6);
+	}
+	/* The raw output stream: what the agent and the VMM move from the
+	 * guest to the host with nobody else in the way, in MB/s (10^6). */
+	printf("],\"stream_mb_s\":[");
+	char *hv[] = { "head", "-c", "33554432", "/dev/zero", NULL };
+	int streams = getenv("SBX_FLOOR_STREAMS") ? atoi(getenv("SBX_FLOOR_STREAMS")) : 3;
+	for (int i = 0; i < streams; i++) {
+		struct sbx_exec_req r = { .argv = hv, .argc = 4 };
+		sbx_buf_reset(&out);
+		sbx_exec_req_encode(&out, (uint32_t)(execs + i) + 1, &r);
+		uint64_t t0 = sbx_mono_ns(), bytes = 0;
+		sbx_write_all(agent, out.data, out.len);
+		for (;;) {
+			if (read_frame(agent, &in, &f, &used, 60000) < 0)
+				return 1;
+			int type = f.type;
+			if (type == SBX_F_STDOUT)
+				bytes += f.len;
+			consume(&in, used);
+			if (type == SBX_F_EXIT || type == SBX_F_ERROR)
+				break;
+		}
+		double secs = (double)(sbx_mono_ns() - t0) / 1e9;
+		if (bytes != 33554432u) {
+			fprintf(stderr, "floor: stream: %llu bytes, not 32 MiB\n", (unsigned long long)bytes);
+			return 1;
+		}
+		printf("%s%.2f", i ? "," : "", (double)bytes / 1e6 / secs);
+	}
+	/* A pool claim's floor: a paused VM's cont and one PING answered. */
+	printf("],\"cont_ping_ms\":[");
+	for (int i = 0; i < boots; i++) {
+		struct sbx_err perr = { 0 };
+		if (sbx_vm_pause(&vm, &perr) < 0) {
+			fprintf(stderr, "floor: pause: %s\n", perr.msg);
+			return 1;
+		}
+		sbx_buf_reset(&out);
+		sbx_frame_raw(&out, SBX_F_PING, 0, "ping", 4);
+		uint64_t t0 = sbx_mono_ns();
+		if (sbx_vm_resume(&vm, &perr) < 0) {
+			fprintf(stderr, "floor: resume: %s\n", perr.msg);
+			return 1;
+		}
+		sbx_write_all(agent, out.data, out.len);
+		if (read_frame(agent, &in, &f, &used, 10000) < 0)
+			return 1;
+		consume(&in, used);
 		printf("%s%.2f", i ? "," : "", (double)(sbx_mono_ns() - t0) / 1e6);
 	}
 	printf("]");

@@ -23,7 +23,8 @@ import re
 import sys
 
 KNOWN = {'$schema', '$id', '$defs', '$ref', 'title', 'description', 'type', 'const', 'enum', 'pattern',
-         'minimum', 'maximum', 'properties', 'required', 'items', 'allOf', 'oneOf', 'if', 'then'}
+         'minimum', 'maximum', 'properties', 'required', 'items', 'allOf', 'oneOf', 'if', 'then',
+         'additionalProperties'}
 
 
 class Schemas:
@@ -106,6 +107,13 @@ class Validator:
             for k, sub in props.items():
                 if k in v:
                     errs += self.check(sub, base, v[k], '%s.%s' % (path, k))
+            # A map (NAME to VALUE): its members are the caller's names,
+            # each checked against one schema.
+            if isinstance(sch.get('additionalProperties'), dict):
+                for k in v:
+                    if k not in props:
+                        errs += self.check(sch['additionalProperties'], base, v[k], '%s.%s' % (path, k))
+                        allowed.add(k)
         if isinstance(v, list) and 'items' in sch:
             for i, x in enumerate(v):
                 errs += self.check(sch['items'], base, x, '%s[%d]' % (path, i))

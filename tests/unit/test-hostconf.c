@@ -52,6 +52,11 @@ int main(void)
 	ok(parse("pool: {templates: {}}\ntemplates: {publishers: []}\n", &hc, &e) == 0 && hc.npublishers == 0,
 	   "pool and templates side by side, no publishers");
 	ok(parse("", &hc, &e) == 0 && !sbx_hostconf_publisher(&hc, "acme"), "by default nobody publishes");
+	ok(parse("", &hc, &e) == 0 && hc.audit.max_size == 0 && hc.audit.keep == 0,
+	   "by default the audit log never rotates and gc drops no segment");
+	ok(parse("audit: {max_size: 64M, keep: 30}\n", &hc, &e) == 0 && hc.audit.max_size == 64ull << 20 &&
+		   hc.audit.keep == 30,
+	   "audit: max_size and keep");
 
 	static const struct {
 		const char *txt, *msg;
@@ -95,6 +100,13 @@ int main(void)
 		{ "quotas: {per_tenant: {disks: 1}}\n", "unknown key 'disks'" },
 		{ "quotas: {tenants: {../x: {vcpus: 1}}}\n", "not a tenant ID" },
 		{ "quotas: {tenant: {}}\n", "unknown key 'tenant' in quotas" },
+		{ "audit: {max_size: 1K}\n", "not a size in 64K..1P" },
+		{ "audit: {max_size: lots}\n", "not a size in 64K..1P" },
+		{ "audit: {keep: -1}\n", "not a count of segments" },
+		{ "audit: {keep: 010}\n", "not a count of segments" },
+		{ "audit: {keep: 2000000}\n", "not a count of segments" },
+		{ "audit: {max_sizes: 1M}\n", "unknown key 'max_sizes' in audit" },
+		{ "audit: 64M\n", "audit" },
 		{ "templates: {publishers: [operator]}\n", "'operator' is not a tenant ID" },
 		{ "templates: {publishers: [_]}\n", "'_' is not a tenant ID" },
 		{ "templates: {publishers: [../x]}\n", "not a tenant ID" },

@@ -1,0 +1,266 @@
+/* sbx-template: build templates from specs, import root trees, list,
+ * inspect, remove and prune them. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "template.h"
+#include "tmplbuild.h"
+#include "util.h"
+
+#define PROG "sbx-template"
+
+static const char usage_text[] =
+	"usage: sbx-template build [--tenant TENANT] [--json] NAME -f SPEC\n"
+	"       sbx-template import [--tenant TENANT] [--json] NAME FILE\n"
+	"       sbx-template list [--tenant TENANT] [-q] [--json] [--no-headers] [[OWNER/]NAME[@VERSION]]\n"
+	"       sbx-template inspect [--tenant TENANT] [--json] [OWNER/]NAME[@VERSION]\n"
+	"       sbx-template rm [--tenant TENANT] [--json] [OWNER/]NAME[@VERSION]...\n"
+	"       sbx-template prune [--tenant TENANT] [--json] [--keep N]\n";
+
+struct opts {
+	const char *tenant, *spec;
+	int json, quiet, headers;
+	unsigned keep;
+};
+
+static void print_json(json_t *o)
+{
+	json_dumpf(o, stdout, JSON_COMPACT);
+	putchar('\n');
+}
+
+static void print_built(const struct opts *o, const struct sbx_tmplbuild_result *r)
+{
+	if (!o->json) {
+		printf("%s@%s\n", r->name, r->version); /* what -t takes */
+		return;
+	}
+	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:I, s:b}", "schema", 1, "template", r->ref, "name", r->name,
+			      "version", r->version, "size_bytes", (json_int_t)r->size, "existed", r->existed);
+	print_json(j);
+	json_decref(j);
+}
+
+static int build(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	if (n != 1 || !o->spec)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "build takes NAME and -f SPEC");
+	struct sbx_tmplbuild_opts bo = { .name = args[0], .spec = o->spec, .tenant = o->tenant, .progress_fd = 2 };
+	struct sbx_tmplbuild_result r;
+	if (sbx_template_build(st, &bo, &r, err) < 0)
+		return -1;
+	print_built(o, &r);
+	return 0;
+}
+
+static int import(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	if (n != 2)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "import takes NAME FILE");
+	struct sbx_tmplbuild_opts bo = { .name = args[0], .import = args[1], .tenant = o->tenant, .progress_fd = 2 };
+	struct sbx_tmplbuild_result r;
+	if (sbx_template_build(st, &bo, &r, err) < 0)
+		return -1;
+	print_built(o, &r);
+	return 0;
+}
+
+static const char *const cols[] = { "name", "version", "owner", "created", "snapshot", "in_use", "kernel" };
+
+static int list(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	if (n > 1)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "list takes at most one NAME");
+	json_t *all;
+	if (sbx_template_list(st, o->tenant, n ? args[0] : NULL, &all, err) < 0)
+		return -1;
+	if (o->json) {
+		json_dumpf(all, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(all);
+		return 0;
+	}
+	if (o->headers && !o->quiet)
+		puts("NAME\tVERSION\tOWNER\tCREATED\tSNAPSHOT\tIN_USE\tKERNEL");
+	size_t k;
+	json_t *t;
+	json_array_foreach(all, k, t) {
+		const char *ref = json_string_value(json_object_get(t, "template"));
+		if (o->quiet) {
+			puts(ref);
+			continue;
+		}
+		/* NAME is the reference -t takes: OWNER/NAME for a tenant's. */
+		const char *at = ref ? strrchr(ref, '@') : NULL;
+		for (size_t i = 0; i < SBX_ARRAY_LEN(cols); i++) {
+			json_t *v = json_object_get(t, cols[i]);
+			const char *str = json_string_value(v);
+			if (i)
+				putchar('\t');
+			if (i == 0 && at)
+				printf("%.*s", (int)(at - ref), ref);
+			else if (json_is_boolean(v))
+				fputs(json_is_true(v) ? "yes" : "no", stdout);
+			else if (json_is_integer(v))
+				printf("%lld", (long long)json_integer_value(v));
+			else
+				fputs(str && *str ? str : "-", stdout);
+		}
+		putchar('\n');
+	}
+	json_decref(all);
+	return 0;
+}
+
+static int inspect(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	if (n != 1)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "inspect takes one NAME[@VERSION]");
+	json_t *m;
+	if (sbx_template_inspect(st, o->tenant, args[0], &m, err) < 0)
+		return -1;
+	if (o->json) {
+		print_json(m);
+	} else {
+		/* KEY<TAB>VALUE, the scalars first, then lists one per line */
+		static const char *const keys[] = { "template", "name", "version", "owner", "created", "kernel", "base",
+						    "size_bytes", "content_sha256", "user", "workdir", "in_use" };
+		for (size_t i = 0; i < SBX_ARRAY_LEN(keys); i++) {
+			json_t *v = json_object_get(m, keys[i]);
+			if (json_is_integer(v))
+				printf("%s\t%lld\n", keys[i], (long long)json_integer_value(v));
+			else
+				printf("%s\t%s\n", keys[i], json_string_value(v) && *json_string_value(v) ? json_string_value(v) : "-");
+		}
+		json_t *src = json_object_get(m, "source"), *v;
+		printf("source\t%s\t%s\n", json_string_value(json_object_get(src, "kind")),
+		       *json_string_value(json_object_get(src, "path")) ? json_string_value(json_object_get(src, "path")) : "-");
+		size_t i;
+		json_array_foreach(json_object_get(m, "env"), i, v)
+			printf("env\t%s=%s\n", json_string_value(json_object_get(v, "name")),
+			       json_string_value(json_object_get(v, "value")));
+		json_array_foreach(json_object_get(m, "packages"), i, v)
+			printf("package\t%s\t%s\n", json_string_value(json_object_get(v, "name")),
+			       json_string_value(json_object_get(v, "version")));
+		json_array_foreach(json_object_get(m, "files"), i, v)
+			printf("file\t%s\t%lld\t%s\n", json_string_value(json_object_get(v, "name")),
+			       (long long)json_integer_value(json_object_get(v, "size")),
+			       json_string_value(json_object_get(v, "sha256")));
+		json_array_foreach(json_object_get(m, "used_by"), i, v) printf("used_by\t%s\n", json_string_value(v));
+	}
+	json_decref(m);
+	return 0;
+}
+
+static int rm(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	if (n < 1)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "rm takes [OWNER/]NAME[@VERSION]...");
+	json_t *all = json_array();
+	int rc = 0;
+	for (int i = 0; i < n && rc == 0; i++) {
+		json_t *removed = NULL;
+		if (sbx_template_rm(st, o->tenant, args[i], &removed, err) < 0)
+			rc = -1;
+		json_array_extend(all, removed);
+		json_decref(removed);
+	}
+	if (o->json && rc == 0) {
+		json_t *j = json_pack("{s:i, s:O}", "schema", 1, "removed", all);
+		print_json(j);
+		json_decref(j);
+	}
+	json_decref(all);
+	return rc;
+}
+
+static int prune(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	if (n)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "prune takes no operands");
+	json_t *removed;
+	if (sbx_template_prune(st, o->tenant, o->keep, &removed, err) < 0)
+		return -1;
+	if (o->json) {
+		json_t *j = json_pack("{s:i, s:O}", "schema", 1, "removed", removed);
+		print_json(j);
+		json_decref(j);
+	} else {
+		size_t k;
+		json_t *v;
+		json_array_foreach(removed, k, v) puts(json_string_value(v));
+	}
+	json_decref(removed);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "file", required_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "keep", required_argument, NULL, 'k' },
+		{ "no-headers", no_argument, NULL, 'H' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "tenant", required_argument, NULL, 't' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct opts o = { .headers = 1, .keep = 1 };
+	if (argc < 2 || argv[1][0] == '-') {
+		int help = argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
+		fputs(usage_text, help ? stdout : stderr);
+		return help ? 0 : SBX_EXIT_USAGE;
+	}
+	const char *verb = argv[1];
+	optind = 2;
+	for (int c; (c = getopt_long(argc, argv, "f:hq", longopts, NULL)) != -1;) {
+		char *end;
+		switch (c) {
+		case 'f': o.spec = optarg; break;
+		case 'h': fputs(usage_text, stdout); return 0;
+		case 'H': o.headers = 0; break;
+		case 'j': o.json = 1; break;
+		case 'k':
+			o.keep = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || !*optarg || optarg[0] == '-' || strlen(optarg) > 6)
+				return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o.json, "bad --keep '%.20s'", optarg);
+			break;
+		case 'q': o.quiet = 1; break;
+		case 't': o.tenant = optarg; break;
+		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
+		}
+	}
+	static const struct {
+		const char *verb;
+		int (*fn)(struct sbx_state *, const struct opts *, char **, int, struct sbx_err *);
+	} verbs[] = { { "build", build }, { "import", import }, { "list", list },     { "ls", list },
+		      { "inspect", inspect }, { "rm", rm },       { "prune", prune } };
+	size_t v = 0;
+	while (v < SBX_ARRAY_LEN(verbs) && strcmp(verbs[v].verb, verb))
+		v++;
+	if (v == SBX_ARRAY_LEN(verbs))
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o.json,
+				    "unknown command '%s' (build, import, list, inspect, rm, prune)", verb);
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, o.tenant, &err) < 0) {
+		sbx_err_print(PROG, &err, o.json);
+		return err.code;
+	}
+	o.tenant = sbx_state_tenant(&st);
+	int rc = verbs[v].fn(&st, &o, argv + optind, argc - optind, &err);
+	if (rc > 0)
+		return rc; /* a usage error, already reported */
+	if (rc < 0) {
+		sbx_err_print(PROG, &err, o.json);
+		return err.code ? err.code : SBX_EXIT_INTERNAL;
+	}
+	return 0;
+}

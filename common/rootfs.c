@@ -1,0 +1,1215 @@
+/* The rootfs and image unpacker (see rootfs.h).  libarchive reads; every
+ * entry is created here, under the root's directory fd, one component at
+ * a time with O_NOFOLLOW, so no name, symlink or hardlink in the archive
+ * can reach outside the root. */
+#include "rootfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <locale.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <sha2.h>
+
+#include "util.h"
+
+#define NAME_MAX_LEN    4095u        /* bytes of a normalized path or link target */
+#define DEPTH_MAX       256u         /* components of one path */
+#define NAMES_MAX       (256u << 20) /* bytes of all names remembered for one layer */
+#define MEMBERS_MAX     4096u        /* members of an image tarball */
+#define LAYERS_MAX      256u
+#define INDEX_JSON_MAX  (1u << 20) /* manifest.json, index.json, an OCI manifest */
+#define CONFIG_JSON_MAX (4u << 20)
+/* An image's Env is held to a spec's env: (tmplspec.h) so both reach an
+ * exec alike: at most 64 names like [A-Za-z_][A-Za-z0-9_]*, 128 bytes,
+ * values at most 4096 bytes. */
+#define ENV_MAX      64u
+#define ENV_NAME_MAX 128u
+#define ENV_VAL_MAX  4096u
+#define CHUNK        65536
+
+/* Paths made by the archive (layer) being applied: hardlinks may only
+ * point at them and whiteouts never hide them.  Open addressing. */
+struct pathset {
+	char **slot;
+	size_t cap, n, bytes;
+};
+
+static uint64_t fnv(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+static bool set_has(const struct pathset *p, const char *s)
+{
+	if (!p->cap)
+		return false;
+	for (size_t i = fnv(s) & (p->cap - 1);; i = (i + 1) & (p->cap - 1)) {
+		if (!p->slot[i])
+			return false;
+		if (!strcmp(p->slot[i], s))
+			return true;
+	}
+}
+
+static int set_add(struct pathset *p, const char *s)
+{
+	if (set_has(p, s))
+		return 0;
+	if ((p->n + 1) * 2 > p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 1024;
+		char **v = calloc(cap, sizeof *v);
+		if (!v)
+			return -1;
+		for (size_t i = 0; i < p->cap; i++) {
+			if (!p->slot[i])
+				continue;
+			size_t j = fnv(p->slot[i]) & (cap - 1);
+			while (v[j])
+				j = (j + 1) & (cap - 1);
+			v[j] = p->slot[i];
+		}
+		free(p->slot);
+		p->slot = v;
+		p->cap = cap;
+	}
+	char *d = strdup(s);
+	if (!d)
+		return -1;
+	size_t i = fnv(s) & (p->cap - 1);
+	while (p->slot[i])
+		i = (i + 1) & (p->cap - 1);
+	p->slot[i] = d;
+	p->n++;
+	p->bytes += strlen(s) + 1;
+	return 0;
+}
+
+static void set_clear(struct pathset *p)
+{
+	for (size_t i = 0; i < p->cap; i++)
+		free(p->slot[i]);
+	free(p->slot);
+	memset(p, 0, sizeof *p);
+}
+
+/* A directory's mode and mtime are set once the archive is done, so that
+ * creating its children neither changes the mtime nor meets a read-only
+ * mode. */
+struct dirfix {
+	char *path;
+	mode_t mode;
+	struct timespec mtime;
+};
+
+struct unpack {
+	int root;
+	const struct sbx_rootfs_limits *lim;
+	uint64_t bytes, entries;
+	unsigned dropped, stripped;
+	bool layer;     /* whiteouts honoured */
+	char what[160]; /* "layer 2 of 3 (blobs/sha256/...): " or "" */
+	struct pathset made;
+	struct dirfix *fix;
+	size_t nfix, capfix;
+	bool root_user;
+};
+
+/* An entry's name shown in a message: cleaned of control bytes, cut. */
+static void shown(const char *raw, char *out, size_t n)
+{
+	snprintf(out, n, "%s", raw ? raw : "(none)");
+	if (strlen(raw ? raw : "") >= n && n > 4)
+		memcpy(out + n - 4, "...", 4);
+	sbx_text_clean(out);
+}
+
+/* Normalize an archive name into out: "./" and "//" dropped, "" for the
+ * root itself.  Absolute names and ".." are refused (3), not stripped,
+ * so the operator learns the archive is not what it claims. */
+static int norm(const char *raw, char *out, const char **why)
+{
+	if (!raw || !*raw)
+		return *why = "empty name", -1;
+	if (raw[0] == '/')
+		return *why = "absolute name (refused, not stripped)", -1;
+	size_t o = 0, depth = 0;
+	for (const char *p = raw; *p;) {
+		const char *e = strchrnul(p, '/');
+		size_t l = (size_t)(e - p);
+		if (l == 2 && p[0] == '.' && p[1] == '.')
+			return *why = "a \"..\" component (refused, not stripped)", -1;
+		if (l && !(l == 1 && p[0] == '.')) {
+			if (l > NAME_MAX)
+				return *why = "a component longer than 255 bytes", -1;
+			if (++depth > DEPTH_MAX || o + l + 1 > NAME_MAX_LEN)
+				return *why = "name too long or too deep", -1;
+			if (o)
+				out[o++] = '/';
+			memcpy(out + o, p, l);
+			o += l;
+		}
+		p = *e ? e + 1 : e;
+	}
+	out[o] = 0;
+	return 0;
+}
+
+struct ctx {
+	struct unpack *u;
+	const char *raw; /* the entry's name as the archive has it */
+	struct sbx_err *err;
+};
+
+static int bad(const struct ctx *c, int code, int errnum, const char *why)
+{
+	char s[200];
+	shown(c->raw, s, sizeof s);
+	return sbx_err_set(c->err, code, errnum, "%sentry \"%s\": %s", c->u->what, s, why);
+}
+
+/* The parent directory of path (normalized, not "") opened O_RDONLY
+ * under the root, one component at a time with O_NOFOLLOW: a symlink on
+ * the way is ELOOP, a file ENOTDIR, and both refuse the entry.  Missing
+ * parents are made (0755, owned by whoever runs the import) when create.
+ * *base points at the last component.  Returns the fd, -1 with err, or
+ * -2 when !create and a component is missing. */
+static int parent_open(const struct ctx *c, char *path, const char **base, bool create)
+{
+	struct unpack *u = c->u;
+	char *slash = strrchr(path, '/');
+	_cleanup_close_ int fd = openat(u->root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot open the root");
+	*base = slash ? slash + 1 : path;
+	if (!slash)
+		return sbx_steal_fd(&fd);
+	*slash = 0;
+	int ret = -1;
+	for (char *p = path;;) {
+		char *e = strchrnul(p, '/');
+		char sv = *e;
+		*e = 0;
+		int n = openat(fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (n < 0 && errno == ENOENT && create) {
+			if (mkdirat(fd, p, 0755) < 0 && errno != EEXIST) {
+				bad(c, SBX_EXIT_INTERNAL, errno, "cannot make a parent directory");
+				*e = sv;
+				break;
+			}
+			/* Made by this layer (path ends at e): an opaque
+			 * marker must not hide it. */
+			if (set_add(&u->made, path) < 0) {
+				sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+				*e = sv;
+				break;
+			}
+			n = openat(fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		*e = sv;
+		if (n < 0) {
+			int en = errno;
+			struct stat st;
+			/* O_DIRECTORY wins over O_NOFOLLOW: a symlink is ENOTDIR. */
+			*e = 0;
+			if (en == ENOTDIR && fstatat(fd, p, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+				en = ELOOP;
+			*e = sv;
+			if (en == ENOENT && !create)
+				ret = -2;
+			else if (en == ELOOP)
+				bad(c, SBX_EXIT_INVALID, 0,
+				    "a parent directory is a symlink (entries through symlinks are refused)");
+			else if (en == ENOTDIR)
+				bad(c, SBX_EXIT_INVALID, 0, "a parent is not a directory");
+			else
+				bad(c, SBX_EXIT_INTERNAL, en, "cannot open a parent directory");
+			break;
+		}
+		close(fd);
+		fd = n;
+		if (!sv) {
+			ret = sbx_steal_fd(&fd);
+			break;
+		}
+		p = e + 1;
+	}
+	*slash = '/';
+	return ret;
+}
+
+/* Remove name under dfd and, if a directory, everything in it; never
+ * follows a symlink (unlinkat removes the link, subdirectories are opened
+ * O_NOFOLLOW).  depth bounds the recursion. */
+static int remove_tree(int dfd, const char *name, unsigned depth)
+{
+	if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+		return 0;
+	if (errno != EISDIR && errno != EPERM)
+		return -1;
+	if (depth > DEPTH_MAX + 8)
+		return errno = ELOOP, -1;
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -1;
+	}
+	for (struct dirent *de; (de = readdir(d));) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (remove_tree(dirfd(d), de->d_name, depth + 1) < 0)
+			return -1;
+	}
+	return unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+/* Make room for a new entry called base: whatever is there goes (a later
+ * entry or layer replaces an earlier one, as tar and overlayfs do). */
+static int clear_dest(const struct ctx *c, int pfd, const char *base)
+{
+	if (remove_tree(pfd, base, 0) < 0)
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot replace what an earlier entry made");
+	return 0;
+}
+
+static int own(const struct ctx *c, int pfd, const char *base, struct archive_entry *e)
+{
+	int64_t uid = archive_entry_uid(e), gid = archive_entry_gid(e);
+	if (uid < 0 || gid < 0 || uid >= UINT32_MAX || gid >= UINT32_MAX)
+		return bad(c, SBX_EXIT_INVALID, 0, "uid or gid out of range");
+	if (fchownat(pfd, base, (uid_t)uid, (gid_t)gid, AT_SYMLINK_NOFOLLOW) < 0 &&
+	    !(errno == EPERM && !c->u->root_user))
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the owner");
+	return 0;
+}
+
+static struct timespec mtime_of(struct archive_entry *e)
+{
+	if (!archive_entry_mtime_is_set(e))
+		return (struct timespec){.tv_nsec = UTIME_OMIT};
+	return (struct timespec){.tv_sec = archive_entry_mtime(e), .tv_nsec = archive_entry_mtime_nsec(e)};
+}
+
+/* setuid/setgid grant privilege only on files that run; a setgid
+ * directory (Debian's /var/mail, /var/local) just passes its group on. */
+static mode_t perm_of(struct unpack *u, struct archive_entry *e)
+{
+	mode_t m = archive_entry_perm(e) & 07777;
+	if ((m & 06000) && !u->lim->allow_setuid && archive_entry_filetype(e) != AE_IFDIR) {
+		m &= ~(mode_t)06000;
+		u->stripped++;
+	}
+	return m;
+}
+
+static int make_dir(const struct ctx *c, int pfd, const char *base, const char *path, struct archive_entry *e)
+{
+	struct unpack *u = c->u;
+	struct stat st;
+	if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) && clear_dest(c, pfd, base) < 0)
+		return -1;
+	if (mkdirat(pfd, base, 0700) < 0 && errno != EEXIST)
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot make the directory");
+	if (own(c, pfd, base, e) < 0)
+		return -1;
+	if (u->nfix == u->capfix) {
+		size_t cap = u->capfix ? u->capfix * 2 : 256;
+		struct dirfix *f = realloc(u->fix, cap * sizeof *f);
+		if (!f)
+			return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+		u->fix = f;
+		u->capfix = cap;
+	}
+	char *p = strdup(path);
+	if (!p)
+		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	u->fix[u->nfix++] = (struct dirfix){.path = p, .mode = perm_of(u, e), .mtime = mtime_of(e)};
+	return 0;
+}
+
+/* Of the extended attributes only file capabilities (ping's cap_net_raw)
+ * survive, and only where setuid bits would: they are privilege in the
+ * same way (a file counts once among the stripped).  Everything else (ACLs, SELinux labels, user.*) is the
+ * guest's business, not the archive's. */
+static int file_caps(const struct ctx *c, int fd, struct archive_entry *e)
+{
+	const char *name;
+	const void *v;
+	size_t n;
+	archive_entry_xattr_reset(e);
+	while (archive_entry_xattr_next(e, &name, &v, &n) == ARCHIVE_OK) {
+		if (strcmp(name, "security.capability"))
+			continue;
+		if (!c->u->lim->allow_setuid) {
+			c->u->stripped++; /* once per file, however often it is named */
+			return 0;
+		}
+		if (fsetxattr(fd, name, v, n, 0) < 0)
+			return bad(c, errno == EINVAL || errno == ERANGE ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL, errno,
+			           "cannot set its file capabilities");
+	}
+	return 0;
+}
+
+static int make_file(const struct ctx *c, struct archive *a, int pfd, const char *base, struct archive_entry *e)
+{
+	struct unpack *u = c->u;
+	if (archive_entry_size_is_set(e) && archive_entry_size(e) > 0 &&
+	    (uint64_t)archive_entry_size(e) > u->lim->max_bytes - u->bytes) {
+		char m[160];
+		snprintf(m, sizeof m,
+		         "its %lld bytes would pass the cap of %llu bytes (max_bytes): refused before any is written",
+		         (long long)archive_entry_size(e), (unsigned long long)u->lim->max_bytes);
+		return bad(c, SBX_EXIT_CONFLICT, 0, m);
+	}
+	if (clear_dest(c, pfd, base) < 0)
+		return -1;
+	_cleanup_close_ int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot create the file");
+	_cleanup_free_ char *buf = malloc(CHUNK);
+	if (!buf)
+		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	for (;;) {
+		la_ssize_t n = archive_read_data(a, buf, CHUNK);
+		if (n == 0)
+			break;
+		if (n < 0)
+			return bad(c, SBX_EXIT_INVALID, 0,
+			           archive_error_string(a) ? archive_error_string(a) : "bad data");
+		/* Counted before it is written: a bomb stops at the cap. */
+		if ((uint64_t)n > u->lim->max_bytes - u->bytes)
+			return bad(c, SBX_EXIT_CONFLICT, 0, "the archive's data passes the size cap (max_bytes) here");
+		u->bytes += (uint64_t)n;
+		if (sbx_write_all(fd, buf, (size_t)n) < 0)
+			return bad(c, SBX_EXIT_INTERNAL, errno, "cannot write the file");
+	}
+	if (own(c, pfd, base, e) < 0)
+		return -1;
+	/* After chown, which clears setuid bits and capabilities itself. */
+	if (fchmod(fd, perm_of(u, e)) < 0)
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the mode");
+	if (file_caps(c, fd, e) < 0)
+		return -1;
+	struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, mtime_of(e)};
+	if (futimens(fd, ts) < 0)
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the mtime");
+	return 0;
+}
+
+static int make_symlink(const struct ctx *c, int pfd, const char *base, struct archive_entry *e)
+{
+	/* The target is only stored, never followed here; absolute targets
+	 * are normal in a rootfs and resolve inside the guest. */
+	const char *t = archive_entry_symlink(e);
+	if (!t || !*t || strlen(t) > NAME_MAX_LEN)
+		return bad(c, SBX_EXIT_INVALID, 0, "symlink with an empty or too long target");
+	if (clear_dest(c, pfd, base) < 0)
+		return -1;
+	if (symlinkat(t, pfd, base) < 0)
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot make the symlink");
+	if (own(c, pfd, base, e) < 0)
+		return -1;
+	struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, mtime_of(e)};
+	if (utimensat(pfd, base, ts, AT_SYMLINK_NOFOLLOW) < 0)
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the mtime");
+	return 0;
+}
+
+static int make_hardlink(const struct ctx *c, int pfd, const char *base, const char *path, const char *rawt)
+{
+	char t[NAME_MAX_LEN + 1];
+	const char *why = "the root";
+	if (norm(rawt, t, &why) < 0 || !*t) {
+		char m[300], s[160];
+		shown(rawt, s, sizeof s);
+		snprintf(m, sizeof m, "hardlink to \"%s\": %s", s, why);
+		return bad(c, SBX_EXIT_INVALID, 0, m);
+	}
+	if (!set_has(&c->u->made, t))
+		return bad(c, SBX_EXIT_INVALID, 0, "hardlink to something this archive has not extracted (yet)");
+	if (!strcmp(t, path))
+		return 0;
+	const char *tbase;
+	_cleanup_close_ int tfd = parent_open(c, t, &tbase, false);
+	if (tfd == -2)
+		return bad(c, SBX_EXIT_INVALID, 0, "hardlink to something no longer there");
+	if (tfd < 0)
+		return -1;
+	struct stat st;
+	if (fstatat(tfd, tbase, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+		return bad(c, SBX_EXIT_INVALID, 0, "hardlink to a directory or to nothing");
+	if (clear_dest(c, pfd, base) < 0)
+		return -1;
+	/* flags 0: a symlink target is linked itself, never followed. */
+	if (linkat(tfd, tbase, pfd, base, 0) < 0)
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot make the hardlink");
+	return 0;
+}
+
+/* .wh.NAME and .wh..wh..opq in an image layer: hide what lower layers
+ * have, never what this layer made. */
+static int whiteout(const struct ctx *c, char *path, const char *base)
+{
+	struct unpack *u = c->u;
+	bool opaque = !strcmp(base, ".wh..wh..opq");
+	if (!opaque && !strncmp(base, ".wh..wh.", 8))
+		return 0; /* aufs bookkeeping (.wh..wh.plnk and the like) */
+	const char *name = base + 4;
+	if (!opaque && (!*name || !strcmp(name, ".") || !strcmp(name, "..")))
+		return bad(c, SBX_EXIT_INVALID, 0, "whiteout without a name");
+	const char *b;
+	_cleanup_close_ int pfd = parent_open(c, path, &b, false);
+	if (pfd == -2)
+		return 0; /* nothing below to hide */
+	if (pfd < 0)
+		return -1;
+	size_t pl = (size_t)(b - path);
+	char full[NAME_MAX_LEN + 1 + NAME_MAX + 1];
+	if (!opaque) {
+		snprintf(full, sizeof full, "%.*s%s", (int)pl, path, name);
+		return set_has(&u->made, full) ? 0 : clear_dest(c, pfd, name);
+	}
+	int dfd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot open the opaque directory");
+	_cleanup_closedir_ DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot open the opaque directory");
+	}
+	for (struct dirent *de; (de = readdir(d));) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(full, sizeof full, "%.*s%s", (int)pl, path, de->d_name);
+		if (!set_has(&u->made, full) && clear_dest(c, dirfd(d), de->d_name) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int entry(struct unpack *u, struct archive *a, struct archive_entry *e, struct sbx_err *err)
+{
+	struct ctx c = {.u = u, .raw = archive_entry_pathname(e), .err = err};
+	char path[NAME_MAX_LEN + 1];
+	const char *why, *base;
+	if (norm(c.raw, path, &why) < 0)
+		return bad(&c, SBX_EXIT_INVALID, 0, why);
+	if (!*path)
+		return 0; /* "./": the root is the caller's */
+	const char *hl = archive_entry_hardlink(e);
+	unsigned ft = archive_entry_filetype(e);
+	if (!hl && (ft == AE_IFCHR || ft == AE_IFBLK || ft == AE_IFIFO || ft == AE_IFSOCK)) {
+		u->dropped++;
+		return 0;
+	}
+	if (!hl && ft != AE_IFREG && ft != AE_IFDIR && ft != AE_IFLNK)
+		return bad(&c, SBX_EXIT_INVALID, 0, "unknown entry type");
+	const char *slash = strrchr(path, '/');
+	if (u->layer && !strncmp(slash ? slash + 1 : path, ".wh.", 4))
+		return whiteout(&c, path, slash ? slash + 1 : path);
+	_cleanup_close_ int pfd = parent_open(&c, path, &base, true);
+	if (pfd < 0)
+		return -1;
+	int r = hl               ? make_hardlink(&c, pfd, base, path, hl)
+	        : ft == AE_IFDIR ? make_dir(&c, pfd, base, path, e)
+	        : ft == AE_IFLNK ? make_symlink(&c, pfd, base, e)
+	                         : make_file(&c, a, pfd, base, e);
+	if (r < 0)
+		return -1;
+	if (u->made.bytes > NAMES_MAX)
+		return bad(&c, SBX_EXIT_CONFLICT, 0, "the names of one layer exceed 256 MiB");
+	if (set_add(&u->made, path) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	return 0;
+}
+
+static int fix_dirs(struct unpack *u, struct sbx_err *err)
+{
+	for (size_t i = 0; i < u->nfix; i++) {
+		struct dirfix *f = &u->fix[i];
+		struct ctx c = {.u = u, .raw = f->path, .err = err};
+		const char *base;
+		int pfd = parent_open(&c, f->path, &base, false);
+		if (pfd == -2 || (pfd < 0 && err->code == SBX_EXIT_INVALID))
+			continue; /* removed or replaced by a later entry */
+		if (pfd < 0)
+			return -1;
+		int fd = openat(pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		close(pfd);
+		if (fd < 0)
+			continue;
+		struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, f->mtime};
+		int r = fchmod(fd, f->mode) < 0 || futimens(fd, ts) < 0 ? -1 : 0;
+		int en = errno;
+		close(fd);
+		if (r < 0)
+			return bad(&c, SBX_EXIT_INTERNAL, en, "cannot set the directory's mode or mtime");
+	}
+	return 0;
+}
+
+static void unpack_reset(struct unpack *u)
+{
+	set_clear(&u->made);
+	for (size_t i = 0; i < u->nfix; i++)
+		free(u->fix[i].path);
+	free(u->fix);
+	u->fix = NULL;
+	u->nfix = u->capfix = 0;
+}
+
+/* A reader for the tar streams we accept: tar (ustar, pax, GNU) only,
+ * plain or gzip/zstd/xz.  Only built-in filters: support_filter_all
+ * would run external programs on hostile input. */
+static struct archive *reader(bool filters)
+{
+	struct archive *a = archive_read_new();
+	if (!a)
+		return NULL;
+	if (archive_read_support_format_tar(a) != ARCHIVE_OK ||
+	    (filters &&
+	     (archive_read_support_filter_gzip(a) != ARCHIVE_OK || archive_read_support_filter_zstd(a) != ARCHIVE_OK ||
+	      archive_read_support_filter_xz(a) != ARCHIVE_OK))) {
+		archive_read_free(a);
+		return NULL;
+	}
+	return a;
+}
+
+static void archive_freep(struct archive **a)
+{
+	if (*a)
+		archive_read_free(*a);
+}
+#define _cleanup_archive_ __attribute__((cleanup(archive_freep)))
+
+/* Apply every entry of an open archive, then the directories' modes. */
+static int apply(struct unpack *u, struct archive *a, struct sbx_err *err)
+{
+	int r = 0;
+	for (;;) {
+		struct archive_entry *e;
+		int h = archive_read_next_header(a, &e);
+		if (h == ARCHIVE_EOF)
+			break;
+		if (h != ARCHIVE_OK) {
+			/* Warnings too: a header libarchive had to guess at is
+			 * not one to build a root from. */
+			const char *s = archive_error_string(a);
+			r = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%smalformed archive after %llu entries: %s", u->what,
+			                (unsigned long long)u->entries, s ? s : "unreadable header");
+			break;
+		}
+		if (++u->entries > u->lim->max_entries) {
+			r = sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "%smore than %llu entries (max_entries)", u->what,
+			                (unsigned long long)u->lim->max_entries);
+			break;
+		}
+		if ((r = entry(u, a, e, err)) < 0)
+			break;
+	}
+	if (r == 0)
+		r = fix_dirs(u, err);
+	unpack_reset(u);
+	return r;
+}
+
+/* ---- images ---------------------------------------------------------- */
+
+struct member {
+	char *name;
+	char *link; /* a symlinked member: the member it names */
+	int64_t size;
+};
+
+/* docker save links a layer it holds twice ("../ID/layer.tar"): the
+ * member that symlink names, resolved by name alone, never leaving the
+ * image's top.  -1 when it would. */
+static int link_member(const char *member, const char *target, char *out)
+{
+	char buf[2 * NAME_MAX_LEN + 8];
+	if (!target || !*target || *target == '/' || strlen(member) + strlen(target) + 5 > sizeof buf)
+		return -1;
+	snprintf(buf, sizeof buf, "%s/../%s", member, target);
+	size_t o = 0;
+	for (char *p = buf; *p;) {
+		char *e = strchrnul(p, '/');
+		size_t l = (size_t)(e - p);
+		if (l == 2 && p[0] == '.' && p[1] == '.') {
+			if (!o)
+				return -1;
+			while (o && out[o - 1] != '/')
+				o--;
+			if (o)
+				o--;
+		} else if (l && !(l == 1 && *p == '.')) {
+			if (o + l + 2 > NAME_MAX_LEN)
+				return -1;
+			if (o)
+				out[o++] = '/';
+			memcpy(out + o, p, l);
+			o += l;
+		}
+		p = *e ? e + 1 : e;
+	}
+	out[o] = 0;
+	return o ? 0 : -1;
+}
+
+struct image {
+	int fd;
+	struct member *m;
+	size_t n;
+};
+
+static void image_free(struct image *im)
+{
+	for (size_t i = 0; i < im->n; i++) {
+		free(im->m[i].name);
+		free(im->m[i].link);
+	}
+	free(im->m);
+}
+
+static bool is_hex64(const char *s, size_t n)
+{
+	if (n != 64)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* Could this top-level name belong to a docker save or OCI layout? */
+static bool image_name(const char *p)
+{
+	size_t l = strcspn(p, "/");
+	return (l == 5 && !strncmp(p, "blobs", 5)) || is_hex64(p, l) ||
+	       (!p[l] &&
+	        (!strcmp(p, "oci-layout") || !strcmp(p, "repositories") || (l > 5 && !strcmp(p + l - 5, ".json"))));
+}
+
+/* Is the tarball an image?  1 with its member list, 0 (a rootfs: it is
+ * compressed or has a name an image does not), -1 with err.  Reading
+ * headers of an uncompressed tar seeks over the data, so this is cheap;
+ * a rootfs usually answers at its first entry. */
+static int sniff(struct image *im, struct sbx_err *err)
+{
+	_cleanup_archive_ struct archive *a = reader(true);
+	if (!a)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "libarchive lacks tar, gzip, zstd or xz");
+	if (lseek(im->fd, 0, SEEK_SET) < 0 || archive_read_open_fd(a, im->fd, CHUNK) != ARCHIVE_OK)
+		return 0; /* the rootfs pass reports it */
+	bool manifest = false, index = false;
+	for (;;) {
+		struct archive_entry *e;
+		int h = archive_read_next_header(a, &e);
+		if (h != ARCHIVE_OK)
+			break;
+		char p[NAME_MAX_LEN + 1];
+		const char *why;
+		if (norm(archive_entry_pathname(e), p, &why) < 0)
+			return 0;
+		if (!*p)
+			continue;
+		if (archive_filter_count(a) > 1) {
+			/* Images are read in place, so plain tar only; a
+			 * compressed one would otherwise import as a root made
+			 * of its blobs.  Its first member gives it away. */
+			size_t l = strcspn(p, "/");
+			if ((l == 5 && !strncmp(p, "blobs", 5)) || is_hex64(p, l) || !strcmp(p, "oci-layout") ||
+			    !strcmp(p, "index.json") || !strcmp(p, "manifest.json"))
+				return sbx_err_set(
+				    err, SBX_EXIT_INVALID, 0,
+				    "a compressed image tarball (it starts with %.80s): decompress it and "
+				    "import the .tar",
+				    p);
+			return 0;
+		}
+		if (!image_name(p))
+			return 0;
+		char t[NAME_MAX_LEN + 1];
+		bool is_link = archive_entry_filetype(e) == AE_IFLNK;
+		if (is_link ? link_member(p, archive_entry_symlink(e), t) < 0
+		            : archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e))
+			continue;
+		manifest |= !strcmp(p, "manifest.json");
+		index |= !strcmp(p, "index.json");
+		for (size_t i = 0; i < im->n; i++)
+			if (!strcmp(im->m[i].name, p))
+				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s appears twice", p);
+		if (im->n == MEMBERS_MAX)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "an image of more than %u files", MEMBERS_MAX);
+		if (!(im->n & 63)) {
+			struct member *m = realloc(im->m, (im->n + 64) * sizeof *m);
+			if (!m)
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+			im->m = m;
+		}
+		struct member *m = &im->m[im->n];
+		*m = (struct member){
+		    .name = strdup(p), .link = is_link ? strdup(t) : NULL, .size = archive_entry_size(e)};
+		im->n++;
+		if (!m->name || (is_link && !m->link))
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	}
+	return index ? 2 : manifest ? 1 : 0;
+}
+
+static const struct member *member_find(const struct image *im, const char *name)
+{
+	for (size_t i = 0; i < im->n; i++)
+		if (!strcmp(im->m[i].name, name))
+			return &im->m[i];
+	return NULL;
+}
+
+/* An archive positioned at member name's data (the outer tar is plain,
+ * so the walk there seeks). */
+static struct archive *member_open(const struct image *im, const char *name, struct sbx_err *err)
+{
+	const struct member *m = member_find(im, name);
+	if (!m) {
+		sbx_err_set(err, SBX_EXIT_INVALID, 0, "the image names %s, which it does not hold", name);
+		return NULL;
+	}
+	if (m->link) { /* one hop, to a member that is a file */
+		const struct member *t = member_find(im, m->link);
+		if (!t || t->link) {
+			sbx_err_set(err, SBX_EXIT_INVALID, 0,
+			            "image member %s links to %s, which is not a file it holds", name, m->link);
+			return NULL;
+		}
+		name = t->name;
+	}
+	struct archive *a = reader(false);
+	if (!a || lseek(im->fd, 0, SEEK_SET) < 0 || archive_read_open_fd(a, im->fd, CHUNK) != ARCHIVE_OK) {
+		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot reopen the image");
+		if (a)
+			archive_read_free(a);
+		return NULL;
+	}
+	for (;;) {
+		struct archive_entry *e;
+		if (archive_read_next_header(a, &e) != ARCHIVE_OK)
+			break;
+		char p[NAME_MAX_LEN + 1];
+		const char *why;
+		if (norm(archive_entry_pathname(e), p, &why) == 0 && !strcmp(p, name) &&
+		    archive_entry_filetype(e) == AE_IFREG && !archive_entry_hardlink(e))
+			return a;
+	}
+	sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s is unreadable", name);
+	archive_read_free(a);
+	return NULL;
+}
+
+/* sha256 (hex) of a member's bytes, and the bytes themselves into *buf
+ * when buf (at most max of them, else 3). */
+static int member_read(const struct image *im, const char *name, size_t max, char **buf, size_t *len, char hex[65],
+                       struct sbx_err *err)
+{
+	_cleanup_archive_ struct archive *a = member_open(im, name, err);
+	if (!a)
+		return -1;
+	SHA2_CTX h;
+	SHA256Init(&h);
+	_cleanup_free_ char *b = buf ? malloc(max + 1) : NULL;
+	_cleanup_free_ char *chunk = malloc(CHUNK);
+	if ((buf && !b) || !chunk)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	size_t n = 0;
+	for (;;) {
+		la_ssize_t r = archive_read_data(a, chunk, CHUNK);
+		if (r == 0)
+			break;
+		if (r < 0)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: %s", name,
+			                   archive_error_string(a) ? archive_error_string(a) : "unreadable");
+		SHA256Update(&h, (const uint8_t *)chunk, (size_t)r);
+		if (buf) {
+			if ((size_t)r > max - n)
+				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s is larger than %zu bytes",
+				                   name, max);
+			memcpy(b + n, chunk, (size_t)r);
+		}
+		n += (size_t)r;
+	}
+	uint8_t d[SHA256_DIGEST_LENGTH];
+	SHA256Final(d, &h);
+	for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
+		snprintf(hex + 2 * i, 3, "%02x", d[i]);
+	if (buf) {
+		b[n] = 0;
+		*buf = steal_pointer(&b);
+		*len = n;
+	}
+	return 0;
+}
+
+static json_t *member_json(const struct image *im, const char *name, size_t max, const char *want, struct sbx_err *err)
+{
+	_cleanup_free_ char *b = NULL;
+	size_t n;
+	char hex[65];
+	if (member_read(im, name, max, &b, &n, hex, err) < 0)
+		return NULL;
+	if (want && strcmp(want, hex)) {
+		sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: sha256 is %s, not %s (tampered?)", name, hex,
+		            want);
+		return NULL;
+	}
+	json_error_t je;
+	json_t *j = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
+	if (!j)
+		sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: %d:%d: %s", name, je.line, je.column, je.text);
+	return j;
+}
+
+/* A layer or config as the image names it, with the digest its bytes
+ * must have ("" when the format gives none). */
+struct blob {
+	char name[NAME_MAX_LEN + 1];
+	char sha[65];
+};
+
+/* "sha256:HEX" into blobs/sha256/HEX. */
+static int oci_blob(json_t *desc, const char *what, struct blob *b, struct sbx_err *err)
+{
+	const char *d = json_string_value(json_object_get(desc, "digest"));
+	if (!d || strncmp(d, "sha256:", 7) || !is_hex64(d + 7, strlen(d + 7)))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: digest missing or not sha256:<64 hex>", what);
+	snprintf(b->name, sizeof b->name, "blobs/sha256/%s", d + 7);
+	memcpy(b->sha, d + 7, 65);
+	return 0;
+}
+
+/* A docker save path: digest-checked when its name carries one. */
+static int docker_blob(json_t *v, const char *what, struct blob *b, struct sbx_err *err)
+{
+	const char *s = json_string_value(v), *why;
+	if (!s || norm(s, b->name, &why) < 0 || !*b->name)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "manifest.json: %s is not a member name", what);
+	b->sha[0] = 0;
+	const char *base = strrchr(b->name, '/');
+	base = base ? base + 1 : b->name;
+	size_t l = strlen(base);
+	if (!strncmp(b->name, "blobs/sha256/", 13) && is_hex64(base, l))
+		memcpy(b->sha, base, 65);
+	else if (l == 69 && !strcmp(base + 64, ".json") && is_hex64(base, 64))
+		memcpy(b->sha, base, 64), b->sha[64] = 0;
+	return 0;
+}
+
+static bool platform_ok(json_t *desc)
+{
+	json_t *p = json_object_get(desc, "platform");
+	if (!p)
+		return true;
+	const char *os = json_string_value(json_object_get(p, "os"));
+	const char *ar = json_string_value(json_object_get(p, "architecture"));
+	return os && ar && !strcmp(os, "linux") && !strcmp(ar, "amd64");
+}
+
+/* index.json (or a nested index) down to one image manifest, then its
+ * config and layers. */
+static int oci_layout(const struct image *im, struct blob *config, struct blob **layers, size_t *nl,
+                      struct sbx_err *err)
+{
+	json_auto_t *j = member_json(im, "index.json", INDEX_JSON_MAX, NULL, err);
+	if (!j)
+		return -1;
+	for (int depth = 0;; depth++) {
+		json_t *ms = json_object_get(j, "manifests");
+		if (ms) {
+			if (depth > 4 || !json_is_array(ms))
+				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "an OCI index without manifests");
+			json_t *pick = NULL, *m;
+			size_t i;
+			json_array_foreach(ms, i, m) if (!pick && json_is_object(m) && platform_ok(m)) pick = m;
+			struct blob b;
+			if (!pick)
+				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				                   "the OCI index has no manifest for linux/amd64");
+			if (oci_blob(pick, "index manifest", &b, err) < 0)
+				return -1;
+			json_t *n = member_json(im, b.name, INDEX_JSON_MAX, b.sha, err);
+			if (!n)
+				return -1;
+			json_decref(j);
+			j = n;
+			continue;
+		}
+		json_t *ls = json_object_get(j, "layers");
+		if (!json_is_array(ls) || oci_blob(json_object_get(j, "config"), "config", config, err) < 0)
+			return ls ? -1 : sbx_err_set(err, SBX_EXIT_INVALID, 0, "an OCI manifest without layers");
+		size_t n = json_array_size(ls);
+		if (n > LAYERS_MAX)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "more than %u layers", LAYERS_MAX);
+		if (!(*layers = calloc(n ? n : 1, sizeof **layers)))
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+		for (size_t i = 0; i < n; i++)
+			if (oci_blob(json_array_get(ls, i), "layer", &(*layers)[i], err) < 0)
+				return -1;
+		*nl = n;
+		return 0;
+	}
+}
+
+static int docker_save(const struct image *im, struct blob *config, struct blob **layers, size_t *nl,
+                       struct sbx_err *err)
+{
+	json_auto_t *j = member_json(im, "manifest.json", INDEX_JSON_MAX, NULL, err);
+	if (!j)
+		return -1;
+	if (!json_is_array(j) || json_array_size(j) != 1)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+		                   "manifest.json must list exactly one image (save one image)");
+	json_t *m = json_array_get(j, 0), *ls = json_object_get(m, "Layers");
+	if (docker_blob(json_object_get(m, "Config"), "Config", config, err) < 0)
+		return -1;
+	if (!json_is_array(ls))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "manifest.json has no Layers");
+	size_t n = json_array_size(ls);
+	if (n > LAYERS_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "more than %u layers", LAYERS_MAX);
+	if (!(*layers = calloc(n ? n : 1, sizeof **layers)))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		if (docker_blob(json_array_get(ls, i), "a layer", &(*layers)[i], err) < 0)
+			return -1;
+	*nl = n;
+	return 0;
+}
+
+static bool env_name_ok(const char *s, size_t n)
+{
+	if (!n || n > ENV_NAME_MAX || !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+		return false;
+	for (size_t i = 1; i < n; i++)
+		if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+		      s[i] == '_'))
+			return false;
+	return true;
+}
+
+static bool clean_text(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return false;
+	return true;
+}
+
+/* The config's Env, User and WorkingDir, checked: they reach every exec
+ * of every session from the template. */
+static int read_config(json_t *j, struct sbx_rootfs_config *cfg, struct sbx_err *err)
+{
+	json_t *c = json_object_get(j, "config");
+	if (!json_is_object(j) || (c && !json_is_object(c) && !json_is_null(c)))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "the image config is not an object");
+	json_t *env = json_object_get(c, "Env"), *user = json_object_get(c, "User"),
+	       *wd = json_object_get(c, "WorkingDir");
+	if (env && !json_is_null(env)) {
+		if (!json_is_array(env) || json_array_size(env) > ENV_MAX)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "config Env is not a list of at most %u entries",
+			                   ENV_MAX);
+		json_t *o = json_object(), *v;
+		size_t i;
+		if (!o)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+		json_array_foreach(env, i, v)
+		{
+			const char *s = json_string_value(v), *eq = s ? strchr(s, '=') : NULL;
+			if (!s || strlen(s) != json_string_length(v) || !eq || !env_name_ok(s, (size_t)(eq - s)) ||
+			    strlen(eq + 1) > ENV_VAL_MAX) {
+				json_decref(o);
+				return sbx_err_set(
+				    err, SBX_EXIT_INVALID, 0,
+				    "config Env entry %zu is not NAME=value (a name of [A-Za-z_][A-Za-z0-9_]*, "
+				    "at most %u bytes; a value of at most %u)",
+				    i, ENV_NAME_MAX, ENV_VAL_MAX);
+			}
+			char name[ENV_NAME_MAX + 1];
+			memcpy(name, s, (size_t)(eq - s));
+			name[eq - s] = 0;
+			json_object_set_new(o, name, json_string(eq + 1));
+		}
+		cfg->env = o;
+	}
+	const char *u = json_string_value(user), *w = json_string_value(wd);
+	if ((user && !json_is_null(user) &&
+	     (!u || json_string_length(user) >= sizeof cfg->user || !clean_text(u, json_string_length(user)))) ||
+	    (wd && !json_is_null(wd) &&
+	     (!w || json_string_length(wd) >= sizeof cfg->workdir || !clean_text(w, json_string_length(wd)) ||
+	      (*w && *w != '/'))))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+		                   "config User or WorkingDir is not a short clean string (WorkingDir absolute)");
+	snprintf(cfg->user, sizeof cfg->user, "%s", u ? u : "");
+	snprintf(cfg->workdir, sizeof cfg->workdir, "%s", w ? w : "");
+	return 0;
+}
+
+struct layer_src {
+	struct archive *outer;
+	char buf[CHUNK];
+};
+
+static la_ssize_t layer_read(struct archive *x, void *d, const void **buf)
+{
+	struct layer_src *s = d;
+	*buf = s->buf;
+	la_ssize_t n = archive_read_data(s->outer, s->buf, CHUNK);
+	if (n < 0)
+		archive_set_error(x, EINVAL, "the image's tar is truncated or damaged");
+	return n;
+}
+
+static int apply_layer(struct unpack *u, const struct image *im, const struct blob *b, size_t i, size_t nl,
+                       struct sbx_err *err)
+{
+	_cleanup_archive_ struct archive *outer = member_open(im, b->name, err);
+	if (!outer)
+		return -1;
+	_cleanup_archive_ struct archive *a = reader(true);
+	if (!a)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "libarchive lacks tar, gzip, zstd or xz");
+	snprintf(u->what, sizeof u->what, "layer %zu of %zu (%.120s): ", i + 1, nl, b->name);
+	/* The layer's bytes come straight from the outer archive's entry. */
+	_cleanup_free_ struct layer_src *s = malloc(sizeof *s);
+	if (!s)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	s->outer = outer;
+	if (archive_read_open(a, s, NULL, layer_read, NULL) != ARCHIVE_OK)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%snot a tar stream: %s", u->what,
+		                   archive_error_string(a) ? archive_error_string(a) : "?");
+	u->layer = true;
+	return apply(u, a, err);
+}
+
+static int unpack_image(struct unpack *u, struct image *im, int kind, struct sbx_rootfs_config *cfg,
+                        struct sbx_err *err)
+{
+	struct blob config;
+	_cleanup_free_ struct blob *layers = NULL;
+	size_t nl = 0;
+	if ((kind == 2 ? oci_layout(im, &config, &layers, &nl, err) : docker_save(im, &config, &layers, &nl, err)) < 0)
+		return -1;
+	snprintf(cfg->format, sizeof cfg->format, "%s", kind == 2 ? "oci" : "docker");
+	json_auto_t *c = member_json(im, config.name, CONFIG_JSON_MAX, config.sha[0] ? config.sha : NULL, err);
+	if (!c || read_config(c, cfg, err) < 0)
+		return -1;
+	/* docker save's layer.tar names carry no digest; the config's
+	 * diff_ids (sha256 of each uncompressed layer) do. */
+	json_t *diff = json_object_get(json_object_get(c, "rootfs"), "diff_ids");
+	/* Every blob is checked before anything is written. */
+	for (size_t i = 0; i < nl; i++) {
+		const char *want = layers[i].sha;
+		const char *d = json_string_value(json_array_get(diff, i));
+		if (!*want && kind == 1 && json_array_size(diff) == nl && d && !strncmp(d, "sha256:", 7))
+			want = d + 7;
+		if (!*want)
+			continue;
+		char hex[65];
+		if (member_read(im, layers[i].name, 0, NULL, NULL, hex, err) < 0)
+			return -1;
+		if (strcmp(hex, want))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "layer %zu (%s): sha256 is %s, not %s (tampered?)",
+			                   i + 1, layers[i].name, hex, want);
+	}
+	for (size_t i = 0; i < nl; i++)
+		if (apply_layer(u, im, &layers[i], i, nl, err) < 0)
+			return -1;
+	return 0;
+}
+
+int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_limits *lim,
+                      struct sbx_rootfs_config *cfg, struct sbx_err *err)
+{
+	memset(cfg, 0, sizeof *cfg);
+	err->code = 0;
+	err->msg[0] = 0;
+	/* O_NONBLOCK: a FIFO given as the archive must not hang the open. */
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		/* 3, not 4: a missing archive is bad input, 4 is for what sbx
+		 * keeps (sessions, templates). */
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read %s", path);
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import %s: not a regular file", path);
+	/* pax headers carry names in UTF-8, which libarchive converts to the
+	 * current locale's charset: under "C" any non-ASCII name would fail
+	 * the import.  UTF-8 for this thread only, while we read. */
+	locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0), old = (locale_t)0;
+	if (utf8)
+		old = uselocale(utf8);
+	struct unpack u = {.root = root_dfd, .lim = lim, .root_user = geteuid() == 0};
+	struct image im = {.fd = fd};
+	int kind = sniff(&im, err), r;
+	if (kind < 0) {
+		r = -1;
+	} else if (kind) {
+		r = unpack_image(&u, &im, kind, cfg, err);
+	} else {
+		snprintf(cfg->format, sizeof cfg->format, "rootfs");
+		struct archive *a = reader(true);
+		if (!a) {
+			r = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "libarchive lacks tar, gzip, zstd or xz");
+		} else if (lseek(fd, 0, SEEK_SET) < 0 || archive_read_open_fd(a, fd, CHUNK) != ARCHIVE_OK) {
+			r = sbx_err_set(err, SBX_EXIT_INVALID, 0, "not a tar archive: %s",
+			                archive_error_string(a) ? archive_error_string(a) : "?");
+		} else {
+			r = apply(&u, a, err);
+		}
+		if (a)
+			archive_read_free(a);
+	}
+	unpack_reset(&u);
+	image_free(&im);
+	if (utf8) {
+		uselocale(old);
+		freelocale(utf8);
+	}
+	if (r < 0) {
+		sbx_rootfs_config_free(cfg);
+		sbx_err_wrap(err, "cannot import %s", path);
+		return -1;
+	}
+	err->code = 0;
+	err->msg[0] = 0;
+	if (u.dropped && u.stripped)
+		sbx_err_set(err, SBX_EXIT_OK, 0,
+		            "dropped %u device nodes, FIFOs or sockets; stripped setuid/setgid bits or file "
+		            "capabilities from %u files",
+		            u.dropped, u.stripped);
+	else if (u.dropped)
+		sbx_err_set(err, SBX_EXIT_OK, 0, "dropped %u device nodes, FIFOs or sockets", u.dropped);
+	else if (u.stripped)
+		sbx_err_set(err, SBX_EXIT_OK, 0, "stripped setuid/setgid bits or file capabilities from %u files",
+		            u.stripped);
+	return 0;
+}
+
+void sbx_rootfs_config_free(struct sbx_rootfs_config *cfg)
+{
+	if (cfg) {
+		json_decref(cfg->env);
+		cfg->env = NULL;
+	}
+}

@@ -1,0 +1,983 @@
+#include "tmplbuild.h"
+#include "audit.h"
+#include "exec_client.h"
+#include "policy.h"
+#include "hostconf.h"
+#include "rootfs.h"
+#include "session.h"
+#include "template.h"
+#include "tmplspec.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <linux/openat2.h>
+#include <sha2.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HELPER "sbx-template-helper"
+#define WORK_PREFIX ".tmp-build-" /* sbx-gc reclaims these (snapshot.c) */
+
+struct build {
+	struct sbx_state *st;
+	const struct sbx_tmplbuild_opts *o;
+	struct sbx_tmplspec spec;
+	struct sbx_template base;
+	json_t *base_manifest;
+	char owner[SBX_ID_MAX + 1];
+	char helper[700];
+	char specdir[600];
+	int tdir;          /* the owner's templates namespace */
+	char work[120];    /* its name under tdir */
+	int wfd;           /* the work directory, locked; inherited by the helper */
+	char wpath[1400];  /* its path, for the helper's arguments */
+	char root[1500];   /* wpath/root */
+	int rootfd;
+	int logfd;         /* wpath/log */
+	char format[16];   /* of an import */
+};
+
+/* What an import may unpack: the whole root under 8 GiB, a million
+ * entries, no setuid bits (the operator's to add, in a spec). */
+static const struct sbx_rootfs_limits import_limits = { .max_bytes = 8ull << 30, .max_entries = 1000000,
+							 .allow_setuid = 0 };
+
+static void progress(const struct build *b, const char *what)
+{
+	if (b->o->progress_fd >= 0 && isatty(b->o->progress_fd))
+		dprintf(b->o->progress_fd, "sbx-template: %s: %s\n", b->o->name, what);
+}
+
+/* Run the helper (or another program) with the work directory's lock
+ * inherited, so the directory stays locked until every process of the
+ * step is gone; output to the log (stdout to out_name when given).  The
+ * step dies with us. */
+static int run(struct build *b, const char *what, char *const argv[], const char *out_name, struct sbx_err *err)
+{
+	progress(b, what);
+	/* The log holds this step's output only: its tail is the message. */
+	if (ftruncate(b->logfd, 0) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
+	_cleanup_close_ int out = -1;
+	if (out_name && (out = openat(b->wfd, out_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
+	pid_t parent = getpid(), pid = fork();
+	if (pid < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (null < 0 || dup2(null, 0) < 0 || dup2(out >= 0 ? out : b->logfd, 1) < 0 || dup2(b->logfd, 2) < 0)
+			_exit(127);
+		int fl = fcntl(b->wfd, F_GETFD);
+		fcntl(b->wfd, F_SETFD, fl & ~FD_CLOEXEC);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		char stamp[1500];
+		snprintf(stamp, sizeof stamp, "%s/stamp", b->wpath);
+		setenv("SBX_BUILD_STAMP", stamp, 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	char tail[400];
+	sbx_log_tail(b->wfd, "log", tail, sizeof tail);
+	/* The helper exits 3 when the input is at fault (a package apt does
+	 * not have, a root it refuses); anything else is ours. */
+	int code = WIFEXITED(status) && WEXITSTATUS(status) == 3 ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL;
+	return sbx_err_set(err, code, 0, "cannot %s: %s", what, tail[0] ? tail : "the step failed");
+}
+
+/* src of the spec (relative, checked) as a path the kernel resolved
+ * beneath the spec's directory: no '..', no symlink out. */
+static int resolve_src(struct build *b, const char *src, char *out, size_t n, struct sbx_err *err)
+{
+	_cleanup_close_ int d = open(b->specdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
+	_cleanup_close_ int fd = d < 0 ? -1 : (int)syscall(SYS_openat2, d, src, &how, sizeof how);
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno == EXDEV ? 0 : errno,
+				   "%s: files: src '%.100s' %s", b->spec.source, src,
+				   errno == EXDEV ? "leaves the spec's directory" : "cannot be opened");
+	char link[64];
+	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+	ssize_t l = readlink(link, out, n - 1);
+	if (l < 0 || (size_t)l >= n - 1)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot resolve %s", src);
+	out[l] = 0;
+	return 0;
+}
+
+/* The directory for dst (absolute in the guest) made and resolved inside
+ * the root: a symlink in the tree (/etc -> /host) resolves in the root. */
+static int guest_dir(struct build *b, const char *dir, char *out, size_t n, struct sbx_err *err)
+{
+	char cur[SBX_TMPLSPEC_PATH_LEN] = "";
+	for (const char *p = dir; *p;) {
+		while (*p == '/')
+			p++;
+		size_t l = strcspn(p, "/");
+		if (!l)
+			break;
+		size_t cl = strlen(cur);
+		snprintf(cur + cl, sizeof cur - cl, "/%.*s", (int)l, p);
+		p += l;
+		struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+					.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+		int fd = (int)syscall(SYS_openat2, b->rootfd, cur + 1, &how, sizeof how);
+		if (fd < 0 && errno == ENOENT) {
+			/* mkdir the last component under its resolved parent */
+			char parent[SBX_TMPLSPEC_PATH_LEN];
+			snprintf(parent, sizeof parent, "%s", cur);
+			char *slash = strrchr(parent, '/');
+			*slash = 0;
+			int pfd = parent[0] ? (int)syscall(SYS_openat2, b->rootfd, parent + 1, &how, sizeof how)
+					    : fcntl(b->rootfd, F_DUPFD_CLOEXEC, 0);
+			if (pfd < 0 || (mkdirat(pfd, slash + 1, 0755) < 0 && errno != EEXIST)) {
+				int e = errno;
+				if (pfd >= 0)
+					close(pfd);
+				return sbx_err_set(err, SBX_EXIT_INVALID, e, "%s: files: cannot make %s in the root",
+						   b->spec.source, cur);
+			}
+			close(pfd);
+			fd = (int)syscall(SYS_openat2, b->rootfd, cur + 1, &how, sizeof how);
+		}
+		if (fd < 0)
+			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "%s: files: %s is not a directory in the root",
+					   b->spec.source, cur);
+		if (!*p) {
+			char link[64];
+			snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+			ssize_t rl = readlink(link, out, n - 1);
+			close(fd);
+			if (rl < 0)
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot resolve %s", cur);
+			out[rl] = 0;
+			return 0;
+		}
+		close(fd);
+	}
+	snprintf(out, n, "%s", b->root);
+	return 0;
+}
+
+static int add_files(struct build *b, struct sbx_err *err)
+{
+	for (unsigned i = 0; i < b->spec.nfiles; i++) {
+		const struct sbx_tmplspec_file *f = &b->spec.files[i];
+		char src[1024], dir[SBX_TMPLSPEC_PATH_LEN], ddir[1600], dst[1900];
+		if (resolve_src(b, f->src, src, sizeof src, err) < 0)
+			return -1;
+		snprintf(dir, sizeof dir, "%s", f->dst);
+		char *slash = strrchr(dir, '/');
+		const char *base = slash + 1;
+		char basebuf[SBX_TMPLSPEC_PATH_LEN];
+		snprintf(basebuf, sizeof basebuf, "%s", base);
+		*slash = 0;
+		if (guest_dir(b, dir, ddir, sizeof ddir, err) < 0)
+			return -1;
+		snprintf(dst, sizeof dst, "%s/%s", ddir, basebuf);
+		/* Never through a symlink at the last component either. */
+		struct stat sb;
+		if (lstat(dst, &sb) == 0 && S_ISLNK(sb.st_mode) && unlink(dst) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot replace %s", f->dst);
+		char what[400];
+		snprintf(what, sizeof what, "copy %.100s to %.100s", f->src, f->dst);
+		char *argv[] = { "/bin/cp", "-R", "--no-dereference", "--preserve=mode,timestamps", "--no-target-directory",
+				 "--", src, dst, NULL };
+		if (run(b, what, argv, NULL, err) < 0)
+			return -1;
+		if (f->mode >= 0 && fchmodat(AT_FDCWD, dst, (mode_t)f->mode, AT_SYMLINK_NOFOLLOW) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot chmod %s", f->dst);
+	}
+	return 0;
+}
+
+/* uid and gid of user in the root's /etc/passwd; -1 when absent. */
+static int root_user(struct build *b, const char *user, unsigned *uid, unsigned *gid)
+{
+	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+	_cleanup_close_ int fd = (int)syscall(SYS_openat2, b->rootfd, "etc/passwd", &how, sizeof how);
+	if (fd < 0)
+		return -1;
+	FILE *f = fdopen(fd, "r");
+	if (!f)
+		return -1;
+	fd = -1;
+	char line[512];
+	int found = -1;
+	size_t ul = strlen(user);
+	while (found < 0 && fgets(line, sizeof line, f))
+		if (!strncmp(line, user, ul) && line[ul] == ':' && sscanf(line + ul, ":%*[^:]:%u:%u:", uid, gid) == 2)
+			found = 0;
+	fclose(f);
+	return found;
+}
+
+static int set_user(struct build *b, struct sbx_err *err)
+{
+	unsigned uid = 0, gid = 0;
+	if (b->spec.user[0] && root_user(b, b->spec.user, &uid, &gid) < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: user: no user '%s' in the root's /etc/passwd",
+				   b->spec.source, b->spec.user);
+	for (unsigned i = 0; i < b->spec.nrun; i++) {
+		unsigned u, g;
+		if (b->spec.run[i].user[0] && root_user(b, b->spec.run[i].user, &u, &g) < 0)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: run[%u]: no user '%s' in the root's /etc/passwd",
+					   b->spec.source, i, b->spec.run[i].user);
+	}
+	if (!b->spec.workdir[0])
+		return 0;
+	char wd[1600];
+	if (guest_dir(b, b->spec.workdir, wd, sizeof wd, err) < 0)
+		return -1;
+	if (b->spec.user[0] && lchown(wd, uid, gid) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot chown %s", b->spec.workdir);
+	return 0;
+}
+
+static void hex(const uint8_t *d, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static int sha256_at(int dfd, const char *name, char out[65], unsigned long long *size)
+{
+	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	SHA2_CTX c;
+	SHA256Init(&c);
+	static uint8_t buf[1 << 16];
+	ssize_t r;
+	*size = 0;
+	while ((r = read(fd, buf, sizeof buf)) > 0) {
+		SHA256Update(&c, buf, (size_t)r);
+		*size += (unsigned long long)r;
+	}
+	if (r < 0)
+		return -1;
+	uint8_t d[SHA256_DIGEST_LENGTH];
+	SHA256Final(d, &c);
+	hex(d, sizeof d, out);
+	return 0;
+}
+
+static void sha256_str(const char *s, char out[65])
+{
+	uint8_t d[SHA256_DIGEST_LENGTH];
+	SHA2_CTX c;
+	SHA256Init(&c);
+	SHA256Update(&c, (const uint8_t *)s, strlen(s));
+	SHA256Final(d, &c);
+	hex(d, sizeof d, out);
+}
+
+/* The base: a template, or for debian:SUITE the default template's
+ * kernel and initramfs. */
+static int find_base(struct build *b, struct sbx_err *err)
+{
+	const char *ref = b->spec.from == SBX_FROM_TEMPLATE ? b->spec.from_ref : "default";
+	if (sbx_template_resolve(b->st, b->o->tenant, ref, &b->base, err) < 0)
+		return sbx_err_wrap(err, "%s: from: %s", b->spec.source,
+				    b->spec.from == SBX_FROM_DEBIAN ? "the kernel and initramfs come from template default"
+								    : b->spec.from_ref);
+	if (b->base.snapshot)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "%s: from: %s@%s is a snapshot (a saved session), not a root to build on", b->spec.source,
+				   b->base.ref, b->base.version);
+	_cleanup_close_ int d = open(b->base.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_free_ char *txt = d < 0 ? NULL : sbx_read_small_at(d, "manifest.json", 1 << 20, NULL);
+	if (!txt || !(b->base_manifest = json_loads(txt, 0, NULL)))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the manifest of %s@%s", b->base.ref,
+				   b->base.version);
+	return 0;
+}
+
+static int publish_check(struct build *b, struct sbx_err *err)
+{
+	const char *caller = b->o->tenant;
+	b->owner[0] = 0;
+	if (caller) {
+		static struct sbx_hostconf hc;
+		if (sbx_hostconf_load(&hc, err) < 0)
+			return -1;
+		if (!sbx_hostconf_publisher(&hc, caller))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "building a template is the operator's: tenant %s is not in templates.publishers of %s",
+					   caller, hc.source[0] ? hc.source : "sbx.yaml (there is none)");
+		snprintf(b->owner, sizeof b->owner, "%s", caller);
+	}
+	if (strlen(b->owner) + 1 + strlen(b->o->name) >= 64)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "template name %s is too long (at most 63 bytes with its owner)",
+				   b->o->name);
+	char who[SBX_ID_MAX + 1];
+	if (sbx_template_holder(b->st, b->owner, b->o->name, who))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "template %s belongs to %s%s: a build never shadows another owner's template", b->o->name,
+				   who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
+	return 0;
+}
+
+/* --- run: steps, in a build microVM of the new root ------------------------ */
+
+#define STAGE "stage"                  /* under the work directory: a templates dir */
+#define STAGE_TMPL "sbx-build@stage"   /* the one template in it */
+
+/* The root as it stands, as a template of its own in work/stage. */
+static int stage(struct build *b, struct sbx_err *err)
+{
+	char dir[1700], img[1800];
+	snprintf(dir, sizeof dir, "%s/" STAGE "/" STAGE_TMPL, b->wpath);
+	snprintf(img, sizeof img, "%s/rootfs.ext4", dir);
+	if (mkdirat(b->wfd, STAGE, 0755) < 0 || mkdirat(b->wfd, STAGE "/" STAGE_TMPL, 0755) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot stage the build VM");
+	char *argv[] = { b->helper, "mkfs", b->root, img, NULL };
+	if (run(b, "make the build VM's root", argv, NULL, err) < 0)
+		return -1;
+	_cleanup_close_ int bdir = open(b->base.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int sd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	static const char *const shared[] = { "vmlinux", "initrd.cpio" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(shared); i++) {
+		if (bdir >= 0 && sd >= 0 && linkat(bdir, shared[i], sd, shared[i], 0) == 0)
+			continue;
+		char from[800], to[1900];
+		snprintf(from, sizeof from, "%s/%s", b->base.dir, shared[i]);
+		snprintf(to, sizeof to, "%s/%s", dir, shared[i]);
+		char *cp[] = { "/bin/cp", "--reflink=auto", "--", from, to, NULL };
+		if (run(b, "copy the kernel and initramfs", cp, NULL, err) < 0)
+			return -1;
+	}
+	json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:O}", "schema", 1, "name", "sbx-build", "version", "stage", "created",
+			      "1970-01-01T00:00:00Z", "kernel", json_object_get(b->base_manifest, "kernel") ?: json_null());
+	_cleanup_free_ char *txt = m ? json_dumps(m, 0) : NULL;
+	json_decref(m);
+	return txt ? sbx_atomic_write_at(sd, "manifest.json", txt, strlen(txt), 0644, err)
+		   : sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot stage the build VM");
+}
+
+/* The build policy: sbx's defaults (no network), room for the steps and
+ * for the root coming back as one exec's output. */
+static void build_policy(struct sbx_policy *p)
+{
+	sbx_policy_defaults(p);
+	p->resources.disk = 8ull << 30;
+	p->resources.output_cap = p->resources.output_session_cap = 16ull << 30;
+	p->resources.exec_timeout_default_ms = p->resources.exec_timeout_max_ms = 60ull * 60 * 1000;
+	snprintf(p->source, sizeof p->source, "template build");
+}
+
+static int exec_in(struct build *b, const char *id, const char *cmd, unsigned uid, unsigned gid, int out_fd,
+		   struct sbx_exit_info *ex, struct sbx_err *err)
+{
+	char *argv[] = { "/bin/sh", "-c", (char *)cmd, NULL };
+	struct sbx_exec_opts eo = { .req = { .argv = argv, .argc = 3, .cwd = "/", .uid = uid, .gid = gid,
+					     .have_uid = 1, .have_gid = 1 },
+				    .in_fd = -1, .out_fd = out_fd, .err_fd = b->logfd, .tty_fd = -1 };
+	struct sbx_exec_result r;
+	if (sbx_exec_run(b->st, id, &eo, &r, err) < 0)
+		return -1;
+	*ex = r.exit;
+	return 0;
+}
+
+/* The top-level entries but the guest's mounts, tarred by the guest. */
+#define CAPTURE "cd / && exec tar -cf - --numeric-owner $(ls -A | grep -vxE 'proc|dev|sys|run|lost\\+found')"
+
+static int run_steps(struct build *b, struct sbx_err *err)
+{
+	if (stage(b, err) < 0)
+		return -1;
+	struct sbx_policy pol;
+	build_policy(&pol);
+	char stagedir[1500];
+	snprintf(stagedir, sizeof stagedir, "%s/" STAGE, b->wpath);
+	/* The create (and its monitor) find the staged template there. */
+	const char *was = getenv("SBX_TEMPLATES");
+	_cleanup_free_ char *saved = was ? strdup(was) : NULL;
+	setenv("SBX_TEMPLATES", stagedir, 1);
+	/* Named for what it is in sbx-ps while it runs. */
+	char id[40];
+	snprintf(id, sizeof id, "tmplbuild-%08x", arc4random());
+	struct sbx_create_opts co = { .id = id, .tmpl = STAGE_TMPL, .policy = &pol, .progress_fd = -1 };
+	struct sbx_session s;
+	int existed = 0;
+	progress(b, "boot the build VM");
+	int rc = sbx_session_create(b->st, &co, &s, &existed, err);
+	if (saved)
+		setenv("SBX_TEMPLATES", saved, 1);
+	else
+		unsetenv("SBX_TEMPLATES");
+	if (rc < 0)
+		return sbx_err_wrap(err, "cannot boot the build VM");
+	for (unsigned i = 0; rc == 0 && i < b->spec.nrun; i++) {
+		const struct sbx_tmplspec_run *r = &b->spec.run[i];
+		unsigned uid = 0, gid = 0;
+		if (r->user[0] && root_user(b, r->user, &uid, &gid) < 0) {
+			rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: run[%u]: no user '%s' in the root's /etc/passwd",
+					 b->spec.source, i, r->user);
+			break;
+		}
+		char what[200];
+		snprintf(what, sizeof what, "run[%u]: %.150s", i, r->cmd);
+		progress(b, what);
+		if (ftruncate(b->logfd, 0) < 0) {
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot run %s", what);
+			break;
+		}
+		struct sbx_exit_info ex;
+		if ((rc = exec_in(b, s.id, r->cmd, uid, gid, b->logfd, &ex, err)) < 0)
+			break;
+		if (ex.reason != SBX_R_EXITED || ex.status) {
+			static const char *const why[] = { "ended", "exited", "was killed by a signal", "timed out",
+							   "was killed", "ran out of memory", "lost its VM" };
+			char tail[300], how[80];
+			sbx_log_tail(b->wfd, "log", tail, sizeof tail);
+			if (ex.reason == SBX_R_EXITED)
+				snprintf(how, sizeof how, "exited %u", ex.status);
+			else
+				snprintf(how, sizeof how, "%s", why[ex.reason <= SBX_R_MAX ? ex.reason : 0]);
+			rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: %s %s%s%s; nothing was published", b->spec.source, what,
+					 how, tail[0] ? ": " : "", tail);
+		}
+	}
+	if (rc == 0) {
+		progress(b, "capture the root");
+		_cleanup_close_ int out = openat(b->wfd, "capture.tar", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		struct sbx_exit_info ex;
+		if (ftruncate(b->logfd, 0) < 0 || out < 0)
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot capture the root");
+		else if ((rc = exec_in(b, s.id, "sync; " CAPTURE, 0, 0, out, &ex, err)) == 0 &&
+			 (ex.reason != SBX_R_EXITED || ex.status)) {
+			char tail[300];
+			sbx_log_tail(b->wfd, "log", tail, sizeof tail);
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot capture the root: %s", tail);
+		}
+	}
+	int gone;
+	sbx_session_destroy(b->st, s.id, &gone, NULL);
+	if (rc < 0)
+		return -1;
+	char tar[1500];
+	snprintf(tar, sizeof tar, "%s/capture.tar", b->wpath);
+	char *argv[] = { b->helper, "replace-root", tar, b->root, NULL };
+	close(b->rootfd);
+	b->rootfd = -1;
+	rc = run(b, "take the root from the build VM", argv, NULL, err);
+	if ((b->rootfd = openat(b->wfd, "root", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0 && rc == 0)
+		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the new root");
+	unlinkat(b->wfd, "capture.tar", 0);
+	return rc;
+}
+
+void sbx_tmplbuild_gc(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx)
+{
+	char **ids;
+	size_t n;
+	if (sbx_session_list(st, &ids, &n, NULL) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct sbx_session s;
+		if (!strncmp(ids[i], "tmplbuild-", 10) && sbx_record_load(st, ids[i], &s, NULL) == 0) {
+			/* tmpl_dir is WORK/stage/sbx-build@stage */
+			char work[sizeof s.tmpl_dir];
+			snprintf(work, sizeof work, "%s", s.tmpl_dir);
+			for (int k = 0; k < 2; k++) {
+				char *sl = strrchr(work, '/');
+				if (sl)
+					*sl = 0;
+			}
+			int fd = open(work, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			int orphan = fd < 0 || flock(fd, LOCK_SH | LOCK_NB) == 0;
+			if (fd >= 0)
+				close(fd);
+			if (orphan) {
+				sbx_gc_report(cb, ctx, "reclaim-build-vm", ids[i], "the build that booted it is gone (%s)",
+					      work);
+				int gone;
+				if (!dry_run)
+					sbx_session_destroy(st, ids[i], &gone, NULL);
+			}
+		}
+		free(ids[i]);
+	}
+	free(ids);
+}
+
+/* Before anything is made: the name, the spec, the base, every src. */
+static int check_inputs(struct build *b, struct sbx_err *err)
+{
+	if (sbx_id_check(b->o->name, "template", err) < 0)
+		return -1;
+	if (strlen(b->o->name) >= 64)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid template name '%.80s': longer than 63", b->o->name);
+	if (b->o->import) {
+		/* An import is a spec of its own: the tree from the file, the
+		 * kernel and initramfs from the default template. */
+		memset(&b->spec, 0, sizeof b->spec);
+		b->spec.from = SBX_FROM_DEBIAN;
+		snprintf(b->spec.from_ref, sizeof b->spec.from_ref, "import");
+		snprintf(b->spec.source, sizeof b->spec.source, "%s", b->o->import);
+		if (!(b->spec.env = json_object()))
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
+		if (access(b->o->import, R_OK) < 0)
+			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read %.200s", b->o->import);
+		if (publish_check(b, err) < 0 || find_base(b, err) < 0)
+			return -1;
+		if (sbx_libexec_path(HELPER, b->helper, sizeof b->helper) < 0 || access(b->helper, X_OK) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot find libexec/sbx/" HELPER);
+		return 0;
+	}
+	if (sbx_tmplspec_load(b->o->spec, &b->spec, err) < 0)
+		return -1;
+	char tmp[600];
+	snprintf(tmp, sizeof tmp, "%s", b->o->spec);
+	if (!realpath(dirname(tmp), b->specdir))
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot resolve the directory of %s", b->o->spec);
+	if (publish_check(b, err) < 0 || find_base(b, err) < 0)
+		return -1;
+	for (unsigned i = 0; i < b->spec.nfiles; i++) {
+		char p[1024];
+		if (resolve_src(b, b->spec.files[i].src, p, sizeof p, err) < 0)
+			return -1;
+	}
+	if (sbx_libexec_path(HELPER, b->helper, sizeof b->helper) < 0 || access(b->helper, X_OK) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot find libexec/sbx/" HELPER);
+	return 0;
+}
+
+static int make_work(struct build *b, struct sbx_err *err)
+{
+	if ((b->tdir = sbx_template_ns(b->st, b->owner, 1, err)) < 0)
+		return -1;
+	snprintf(b->work, sizeof b->work, WORK_PREFIX "%s-%08x", b->o->name, arc4random());
+	/* 0755: the jailed VMM of a build VM reads the staged template in it */
+	if (mkdirat(b->tdir, b->work, 0755) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create a build directory");
+	b->wfd = openat(b->tdir, b->work, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (b->wfd < 0 || flock(b->wfd, LOCK_EX | LOCK_NB) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot lock the build directory");
+	char link[64];
+	snprintf(link, sizeof link, "/proc/self/fd/%d", b->wfd);
+	ssize_t l = readlink(link, b->wpath, sizeof b->wpath - 1);
+	if (l < 0 || (size_t)l >= sizeof b->root - 6)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot resolve the build directory");
+	b->wpath[l] = 0;
+	snprintf(b->root, sizeof b->root, "%s/root", b->wpath);
+	if (mkdirat(b->wfd, "root", 0755) < 0 || mkdirat(b->wfd, "tpl", 0755) < 0 ||
+	    (b->rootfd = openat(b->wfd, "root", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0 ||
+	    (b->logfd = openat(b->wfd, "log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot prepare the build directory");
+	_cleanup_close_ int s = openat(b->wfd, "stamp", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	return s < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot prepare the build directory") : 0;
+}
+
+static json_t *read_packages(struct build *b)
+{
+	json_t *a = json_array();
+	_cleanup_free_ char *txt = sbx_read_small_at(b->wfd, "packages.tsv", 8 << 20, NULL);
+	for (char *save = NULL, *line = txt ? strtok_r(txt, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+		char *tab = strchr(line, '\t');
+		if (tab) {
+			*tab = 0;
+			json_array_append_new(a, json_pack("{s:s, s:s}", "name", line, "version", tab + 1));
+		}
+	}
+	if (!json_array_size(a) && !b->o->import) {
+		/* no dpkg database (busybox roots): the base's list */
+		json_decref(a);
+		a = json_deep_copy(json_object_get(b->base_manifest, "packages"));
+		if (!json_is_array(a)) {
+			json_decref(a);
+			a = json_array();
+		}
+		return a;
+	}
+	json_t *k = json_object_get(b->base_manifest, "kernel");
+	const char *kp = json_string_value(json_object_get(k, "package"));
+	const char *kv = json_string_value(json_object_get(k, "version"));
+	if (kp && kv)
+		json_array_append_new(a, json_pack("{s:s, s:s}", "name", kp, "version", kv));
+	return a;
+}
+
+/* The base's kernel and initramfs (immutable: linked, copied across file
+ * systems), the new root, hashes and the manifest, all in tpl/. */
+static int assemble(struct build *b, json_t **manifest, char version[64], char content[65],
+		    unsigned long long *total, struct sbx_err *err)
+{
+	_cleanup_close_ int bdir = open(b->base.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int tpl = openat(b->wfd, "tpl", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (bdir < 0 || tpl < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s", b->base.dir);
+	static const char *const shared[] = { "vmlinux", "initrd.cpio" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(shared); i++) {
+		if (linkat(bdir, shared[i], tpl, shared[i], 0) == 0)
+			continue;
+		char from[800], to[1600];
+		snprintf(from, sizeof from, "%s/%s", b->base.dir, shared[i]);
+		snprintf(to, sizeof to, "%s/tpl/%s", b->wpath, shared[i]);
+		char *argv[] = { "/bin/cp", "--reflink=auto", "--", from, to, NULL };
+		if (run(b, "copy the kernel and initramfs", argv, NULL, err) < 0)
+			return -1;
+	}
+	json_t *files = json_object();
+	static const char *const names[] = { "initrd.cpio", "rootfs.ext4", "vmlinux" };
+	char sums[600] = "";
+	*total = 0;
+	for (size_t i = 0; i < SBX_ARRAY_LEN(names); i++) {
+		char sum[65];
+		unsigned long long size;
+		if (sha256_at(tpl, names[i], sum, &size) < 0) {
+			json_decref(files);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hash %s", names[i]);
+		}
+		fchmodat(tpl, names[i], 0644, 0);
+		json_object_set_new(files, names[i], json_pack("{s:I, s:s}", "size", (json_int_t)size, "sha256", sum));
+		snprintf(sums + strlen(sums), sizeof sums - strlen(sums), "%s %s\n", names[i], sum);
+		*total += size;
+	}
+	sha256_str(sums, content); /* as lib-image.sh: over "file sha" lines, sorted */
+	json_t *spec = sbx_tmplspec_json(&b->spec);
+	_cleanup_free_ char *spec_txt = json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
+	_cleanup_free_ char *spec_file =
+		b->o->spec ? sbx_read_small_at(AT_FDCWD, b->o->spec, SBX_TMPLSPEC_FILE_MAX, NULL) : NULL;
+	char spec_sha[65], vsha[65];
+	sha256_str(spec_file ? spec_file : "", spec_sha);
+	/* The version: the inputs (the spec as parsed, the base) and the result. */
+	char *all = NULL;
+	if (asprintf(&all, "%s\n%s@%s\n%s\n", spec_txt ? spec_txt : "", b->base.ref, b->base.version, content) < 0) {
+		json_decref(spec);
+		json_decref(files);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot hash the inputs");
+	}
+	sha256_str(all, vsha);
+	free(all);
+	snprintf(version, 64, "%.12s", vsha);
+	char created[40];
+	time_t now = time(NULL);
+	struct tm tm;
+	gmtime_r(&now, &tm);
+	strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	json_t *kernel = json_deep_copy(json_object_get(b->base_manifest, "kernel"));
+	json_t *gi = json_object_get(b->base_manifest, "guest_init_sha256");
+	char base_ref[140];
+	snprintf(base_ref, sizeof base_ref, "%s@%s", b->base.ref, b->base.version);
+	json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:s, s:s, s:I,"
+			      " s:{s:s, s:s, s:s}, s:o, s:s, s:O, s:s, s:s}",
+			      "schema", 1, "name", b->o->name, "version", version, "created", created, "kernel",
+			      kernel ? kernel : json_null(), "packages", read_packages(b), "files", files, "content_sha256",
+			      content, "guest_init_sha256", json_is_string(gi) ? json_string_value(gi) : "", "owner", sbx_template_owner_name(b->owner), "size_bytes", (json_int_t)*total,
+			      "source", "kind", "spec", "path", b->o->spec ? b->o->spec : "", "sha256", spec_sha, "spec", spec, "base", base_ref,
+			      "env", b->spec.env, "user", b->spec.user, "workdir", b->spec.workdir);
+	if (!m)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot write the manifest");
+	if (b->o->import) {
+		json_object_set_new(m, "source", json_pack("{s:s, s:s, s:s}", "kind", "import", "path", b->o->import,
+							   "format", b->format));
+		json_object_del(m, "spec");
+	}
+	_cleanup_free_ char *txt = json_dumps(m, JSON_INDENT(2));
+	if (!txt || sbx_atomic_write_at(tpl, "manifest.json", txt, strlen(txt), 0644, err) < 0) {
+		json_decref(m);
+		return txt ? -1 : sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot write the manifest");
+	}
+	fchmod(tpl, 0755);
+	*manifest = m;
+	return 0;
+}
+
+/* Same NAME@VERSION already there with the same content: nothing to do. */
+static int same_content(int tdir, const char *entry, const char *content)
+{
+	_cleanup_close_ int d = openat(tdir, entry, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_free_ char *txt = d < 0 ? NULL : sbx_read_small_at(d, "manifest.json", 1 << 20, NULL);
+	json_t *m = txt ? json_loads(txt, 0, NULL) : NULL;
+	const char *c = json_string_value(json_object_get(m, "content_sha256"));
+	int same = c && !strcmp(c, content);
+	json_decref(m);
+	return same;
+}
+
+static int commit(struct build *b, const char *version, const char *content, struct sbx_tmplbuild_result *r,
+		  struct sbx_err *err)
+{
+	char final[140], tplrel[200];
+	snprintf(final, sizeof final, "%s@%s", b->o->name, version);
+	snprintf(tplrel, sizeof tplrel, "%s/tpl", b->work);
+	_cleanup_close_ int g = sbx_lock_global(b->st, err);
+	if (g < 0)
+		return -1;
+	char who[SBX_ID_MAX + 1];
+	if (sbx_template_holder(b->st, b->owner, b->o->name, who))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "template %s belongs to %s%s: a build never shadows another owner's template", b->o->name,
+				   who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
+	if (same_content(b->tdir, final, content)) {
+		r->existed = 1;
+		return 0;
+	}
+	if (renameat2(b->tdir, tplrel, b->tdir, final, RENAME_NOREPLACE) < 0)
+		return errno == EEXIST || errno == ENOTEMPTY
+			       ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "template %s already exists with other content", final)
+			       : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot publish template %s", final);
+	fsync(b->tdir);
+	return 0;
+}
+
+int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o, struct sbx_tmplbuild_result *r,
+		       struct sbx_err *err)
+{
+	struct build b = { .st = st, .o = o, .tdir = -1, .wfd = -1, .rootfd = -1, .logfd = -1 };
+	memset(r, 0, sizeof *r);
+	int rc = check_inputs(&b, err);
+	/* One build of a name at a time (per owner): the second waits. */
+	_cleanup_close_ int lk = -1;
+	if (rc == 0) {
+		char lname[200];
+		snprintf(lname, sizeof lname, "template-build-%s-%s.lock", b.owner[0] ? b.owner : "_", o->name);
+		lk = openat(st->run_fd, lname, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (lk < 0 || flock(lk, LOCK_EX) < 0)
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot lock the build of %s", o->name);
+	}
+	if (rc == 0)
+		rc = make_work(&b, err);
+	if (rc == 0 && o->import) {
+		struct sbx_rootfs_config cfg = { 0 };
+		progress(&b, "unpack the archive");
+		rc = sbx_rootfs_unpack(b.rootfd, o->import, &import_limits, &cfg, err);
+		if (rc == 0) {
+			if (cfg.env) {
+				json_decref(b.spec.env);
+				b.spec.env = json_incref(cfg.env);
+			}
+			snprintf(b.spec.user, sizeof b.spec.user, "%s", cfg.user);
+			snprintf(b.spec.workdir, sizeof b.spec.workdir, "%s", cfg.workdir);
+			snprintf(b.format, sizeof b.format, "%s", cfg.format);
+		}
+		sbx_rootfs_config_free(&cfg);
+		char *argv[] = { b.helper, "prepare", b.root, NULL };
+		if (rc == 0)
+			rc = run(&b, "prepare the root for guest-init", argv, NULL, err);
+	} else if (rc == 0) {
+		char *argv[] = { b.helper, "root-template", b.base.rootfs, b.root, NULL };
+		char *dargv[] = { b.helper, "root-debian", b.spec.from_ref, b.root, NULL };
+		rc = b.spec.from == SBX_FROM_TEMPLATE ? run(&b, "unpack the base's root", argv, NULL, err)
+						      : run(&b, "bootstrap Debian", dargv, NULL, err);
+	}
+	if (rc == 0 && b.spec.npackages) {
+		char **argv = calloc(b.spec.npackages + 4, sizeof *argv);
+		if (!argv)
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot install packages");
+		else {
+			argv[0] = b.helper;
+			argv[1] = "apt";
+			argv[2] = b.root;
+			for (unsigned i = 0; i < b.spec.npackages; i++)
+				argv[3 + i] = b.spec.packages[i];
+			rc = run(&b, "install packages", argv, NULL, err);
+			free(argv);
+		}
+	}
+	if (rc == 0)
+		rc = add_files(&b, err);
+	if (rc == 0 && b.spec.nrun)
+		rc = run_steps(&b, err);
+	if (rc == 0 && !o->import)
+		rc = set_user(&b, err);
+	if (rc == 0) {
+		char *argv[] = { b.helper, "packages", b.root, NULL };
+		rc = run(&b, "list packages", argv, "packages.tsv", err);
+	}
+	char img[1600];
+	snprintf(img, sizeof img, "%s/tpl/rootfs.ext4", b.wpath);
+	if (rc == 0) {
+		char *argv[] = { b.helper, "mkfs", b.root, img, NULL };
+		rc = run(&b, "make rootfs.ext4", argv, NULL, err);
+	}
+	json_t *m = NULL;
+	char version[64] = "", content[65] = "";
+	unsigned long long total = 0;
+	if (rc == 0)
+		rc = assemble(&b, &m, version, content, &total, err);
+	if (rc == 0)
+		rc = commit(&b, version, content, r, err);
+	if (rc == 0) {
+		snprintf(r->name, sizeof r->name, "%s", o->name);
+		snprintf(r->version, sizeof r->version, "%s", version);
+		snprintf(r->ref, sizeof r->ref, "%s%s%s@%s", b.owner, b.owner[0] ? "/" : "", o->name, version);
+		r->size = total;
+		json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:b, s:s, s:s}", "template", r->ref, "name", o->name,
+				      "version", version, "owner", sbx_template_owner_name(b.owner), "content_sha256", content,
+				      "size", (json_int_t)total, "existed", r->existed, "source", o->import ? "import" : "spec",
+				      "path", o->import ? o->import : o->spec);
+		if (f && b.owner[0])
+			json_object_set_new(f, "tenant", json_string(b.owner));
+		sbx_audit_append(st, "template.build", f, NULL);
+		json_decref(f);
+	}
+	json_decref(m);
+	if (b.rootfd >= 0)
+		close(b.rootfd);
+	if (b.logfd >= 0)
+		close(b.logfd);
+	if (b.wfd >= 0) {
+		sbx_rm_rf_at(b.tdir, b.work);
+		close(b.wfd);
+	}
+	if (b.tdir >= 0)
+		close(b.tdir);
+	json_decref(b.base_manifest);
+	sbx_tmplspec_free(&b.spec);
+	return rc;
+}
+
+/* --- inspect and prune ------------------------------------------------------ */
+
+static const char *jstr(json_t *o, const char *k)
+{
+	const char *v = json_string_value(json_object_get(o, k));
+	return v ? v : "";
+}
+
+/* One shape for every template, whoever made it (tmplbuild, the shipped
+ * scripts, sbx-snapshot save --template): docs/schema/template-inspect.json. */
+static json_t *inspect_json(const struct sbx_template *t, json_t *m, int d, json_t *used_by /* stolen */)
+{
+	unsigned long long size = 0;
+	json_t *files = json_array();
+	static const char *const names[] = { "vmlinux", "initrd.cpio", "rootfs.ext4", "memory.zst", "scratch.zst" };
+	json_t *mf = json_object_get(m, "files");
+	for (size_t i = 0; i < SBX_ARRAY_LEN(names); i++) {
+		struct stat sb;
+		if (fstatat(d, names[i], &sb, 0) < 0)
+			continue;
+		size += (unsigned long long)sb.st_size;
+		json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", names[i], "size", (json_int_t)sb.st_size,
+						       "sha256", jstr(json_object_get(mf, names[i]), "sha256")));
+	}
+	json_t *pk = json_array(), *v;
+	size_t i;
+	json_array_foreach(json_object_get(m, "packages"), i, v)
+		json_array_append_new(pk, json_pack("{s:s, s:s}", "name", jstr(v, "name"), "version", jstr(v, "version")));
+	json_t *env = json_array();
+	const char *k;
+	json_object_foreach(json_object_get(m, "env"), k, v)
+		if (json_is_string(v))
+			json_array_append_new(env, json_pack("{s:s, s:s}", "name", k, "value", json_string_value(v)));
+	json_t *src = json_object_get(m, "source");
+	const char *kind = json_is_object(src) ? jstr(src, "kind") : t->snapshot ? "session" : "script";
+	json_t *base = json_object_get(m, "base");
+	char ref[140];
+	snprintf(ref, sizeof ref, "%s@%s", t->ref, t->version);
+	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:s, s:I, s:s, s:{s:s, s:s, s:s, s:s}, s:o, s:o,"
+			 " s:o, s:s, s:s, s:i, s:o}",
+			 "schema", 1, "template", ref, "name", t->name, "version", t->version, "owner",
+			 sbx_template_owner_name(t->owner), "created", t->created, "kernel", t->kernel_release, "snapshot",
+			 t->snapshot, "base", json_is_string(base) ? json_string_value(base) : "", "size_bytes",
+			 (json_int_t)size, "content_sha256", jstr(m, "content_sha256"), "source", "kind", kind, "path",
+			 jstr(src, "path"), "sha256", jstr(src, "sha256"), "format", jstr(src, "format"), "packages", pk,
+			 "files", files, "env", env, "user", jstr(m, "user"), "workdir", jstr(m, "workdir"), "in_use",
+			 (int)json_array_size(used_by), "used_by", used_by);
+}
+
+int sbx_template_inspect(struct sbx_state *st, const char *tenant, const char *spec, json_t **out,
+			 struct sbx_err *err)
+{
+	struct sbx_template t;
+	*out = NULL;
+	if (sbx_template_resolve(st, tenant, spec, &t, err) < 0)
+		return -1;
+	_cleanup_close_ int d = open(t.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_free_ char *txt = d < 0 ? NULL : sbx_read_small_at(d, "manifest.json", 1 << 20, NULL);
+	json_t *m = txt ? json_loads(txt, 0, NULL) : NULL;
+	if (!json_is_object(m)) {
+		json_decref(m);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the manifest of %s@%s", t.ref, t.version);
+	}
+	char ref[140];
+	snprintf(ref, sizeof ref, "%s@%s", t.ref, t.version);
+	json_t *users = NULL, *used_by = NULL;
+	if (sbx_template_list(st, tenant, ref, &users, NULL) == 0)
+		used_by = json_object_get(json_array_get(users, 0), "used_by");
+	json_t *j = inspect_json(&t, m, d, json_is_array(used_by) ? json_incref(used_by) : json_array());
+	json_decref(users);
+	json_decref(m);
+	if (!j)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot inspect %s", ref);
+	*out = j;
+	return 0;
+}
+
+int sbx_template_prune(struct sbx_state *st, const char *tenant, unsigned keep, json_t **removed,
+		       struct sbx_err *err)
+{
+	json_t *all;
+	*removed = NULL;
+	if (sbx_template_list(st, tenant, NULL, &all, err) < 0)
+		return -1;
+	const char *mine = sbx_template_owner_name(tenant);
+	json_t *done = json_array();
+	size_t n = json_array_size(all);
+	int rc = 0;
+	/* sorted by owner, name, then age (oldest first) */
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		json_t *t = json_array_get(all, i);
+		const char *owner = json_string_value(json_object_get(t, "owner"));
+		const char *name = json_string_value(json_object_get(t, "name"));
+		if (!owner || !name || strcmp(owner, mine))
+			continue;
+		size_t newer = 0;
+		for (size_t j = i + 1; j < n; j++) {
+			json_t *u = json_array_get(all, j);
+			if (!strcmp(owner, json_string_value(json_object_get(u, "owner")) ?: "") &&
+			    !strcmp(name, json_string_value(json_object_get(u, "name")) ?: ""))
+				newer++;
+		}
+		if (newer < keep || json_integer_value(json_object_get(t, "in_use")) > 0)
+			continue;
+		char spec[200];
+		snprintf(spec, sizeof spec, "%s@%s", name, json_string_value(json_object_get(t, "version")));
+		json_t *gone = NULL;
+		struct sbx_err e = { 0 };
+		if (sbx_template_rm(st, tenant, spec, &gone, &e) < 0) {
+			/* taken into use since the listing: kept */
+			if (e.code != SBX_EXIT_CONFLICT) {
+				if (err)
+					*err = e;
+				rc = -1;
+			}
+			continue;
+		}
+		json_array_extend(done, gone);
+		json_decref(gone);
+	}
+	json_decref(all);
+	if (rc < 0) {
+		json_decref(done);
+		return -1;
+	}
+	*removed = done;
+	return 0;
+}

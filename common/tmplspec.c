@@ -1,0 +1,627 @@
+/* Template specs: see tmplspec.h.  The event handling follows policy.c's
+ * rules (refuse anchors, aliases, tags, directives, deep nesting, control
+ * characters, duplicate and unknown keys; null is never an empty
+ * collection) so a spec fails closed exactly as a policy does. */
+#include "tmplspec.h"
+#include "state.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#define DEPTH_MAX 8
+#define SCALAR_MAX SBX_TMPLSPEC_CMD_MAX
+
+struct ctx {
+	yaml_parser_t y;
+	yaml_event_t ev;
+	bool have_ev;
+	char name[200];
+	unsigned depth;
+	struct sbx_err *err;
+};
+
+__attribute__((format(printf, 3, 4))) static int failm(struct ctx *c, yaml_mark_t m, const char *fmt, ...)
+{
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	sbx_err_set(c->err, SBX_EXIT_INVALID, 0, "%s:%zu:%zu: %s", c->name, m.line + 1, m.column + 1, msg);
+	if (c->err)
+		sbx_text_clean(c->err->msg);
+	return -1;
+}
+
+static int syntax_error(struct ctx *c)
+{
+	yaml_parser_t *y = &c->y;
+	if (y->error == YAML_MEMORY_ERROR)
+		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse template spec %s", c->name);
+	yaml_mark_t m = y->problem_mark;
+	if (y->error == YAML_READER_ERROR) {
+		m.line = 0;
+		m.column = y->problem_offset; /* the reader knows only the byte */
+		return failm(c, m, "%s (at byte %zu)", y->problem ? y->problem : "invalid text", y->problem_offset);
+	}
+	if (y->context)
+		return failm(c, m, "%s (%s at %zu:%zu)", y->problem ? y->problem : "syntax error", y->context,
+			     y->context_mark.line + 1, y->context_mark.column + 1);
+	return failm(c, m, "%s", y->problem ? y->problem : "syntax error");
+}
+
+/* Tab is the only control a value may hold (a run: line may be indented). */
+static bool clean_value(const unsigned char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((s[i] < 0x20 && s[i] != '\t') || s[i] == 0x7f)
+			return false;
+	return true;
+}
+
+static int next(struct ctx *c)
+{
+	if (c->have_ev)
+		yaml_event_delete(&c->ev);
+	c->have_ev = false;
+	if (!yaml_parser_parse(&c->y, &c->ev))
+		return syntax_error(c);
+	c->have_ev = true;
+	yaml_event_t *e = &c->ev;
+	yaml_mark_t m = e->start_mark;
+	const yaml_char_t *anchor = NULL, *tag = NULL;
+	switch (e->type) {
+	case YAML_ALIAS_EVENT:
+		return failm(c, m, "aliases are not allowed");
+	case YAML_DOCUMENT_START_EVENT:
+		if (e->data.document_start.version_directive ||
+		    e->data.document_start.tag_directives.start != e->data.document_start.tag_directives.end)
+			return failm(c, m, "directives are not allowed");
+		break;
+	case YAML_SCALAR_EVENT:
+		anchor = e->data.scalar.anchor;
+		tag = e->data.scalar.tag;
+		if (e->data.scalar.length > SCALAR_MAX)
+			return failm(c, m, "value longer than %d bytes", SCALAR_MAX);
+		if (!clean_value(e->data.scalar.value, e->data.scalar.length))
+			return failm(c, m, "control character in a value");
+		break;
+	case YAML_SEQUENCE_START_EVENT:
+	case YAML_MAPPING_START_EVENT:
+		if (e->type == YAML_SEQUENCE_START_EVENT)
+			anchor = e->data.sequence_start.anchor, tag = e->data.sequence_start.tag;
+		else
+			anchor = e->data.mapping_start.anchor, tag = e->data.mapping_start.tag;
+		if (++c->depth > DEPTH_MAX)
+			return failm(c, m, "nested deeper than %d levels", DEPTH_MAX);
+		break;
+	case YAML_SEQUENCE_END_EVENT:
+	case YAML_MAPPING_END_EVENT:
+		c->depth--;
+		break;
+	default:
+		break;
+	}
+	if (anchor)
+		return failm(c, m, "anchors are not allowed");
+	if (tag)
+		return failm(c, m, "tags are not allowed");
+	return 0;
+}
+
+static bool is_null(const yaml_event_t *e)
+{
+	if (e->type != YAML_SCALAR_EVENT || e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return false;
+	const char *s = (const char *)e->data.scalar.value;
+	return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
+}
+
+static const char *kind_of(const yaml_event_t *e)
+{
+	switch (e->type) {
+	case YAML_MAPPING_START_EVENT: return "a mapping";
+	case YAML_SEQUENCE_START_EVENT: return "a list";
+	case YAML_SCALAR_EVENT: return is_null(e) ? "null" : "a scalar";
+	default: return "nothing";
+	}
+}
+
+static int expect(struct ctx *c, yaml_event_type_t t, const char *path)
+{
+	if (c->ev.type == t && !is_null(&c->ev))
+		return 0;
+	const char *want = t == YAML_MAPPING_START_EVENT ? "a mapping" : t == YAML_SEQUENCE_START_EVENT ? "a list" : "a value";
+	return failm(c, c->ev.start_mark, "%s: expected %s, got %s", path, want, kind_of(&c->ev));
+}
+
+static const char *scalar(struct ctx *c, const char *path)
+{
+	return expect(c, YAML_SCALAR_EVENT, path) < 0 ? NULL : (const char *)c->ev.data.scalar.value;
+}
+
+/* ---- checks ---- */
+
+int sbx_tmplspec_check_relpath(const char *s, char *why, size_t n)
+{
+	size_t len = strlen(s);
+	if (!len || len >= SBX_TMPLSPEC_PATH_LEN)
+		return snprintf(why, n, "must be 1 to %d bytes", SBX_TMPLSPEC_PATH_LEN - 1), -1;
+	if (s[0] == '/')
+		return snprintf(why, n, "must be relative to the spec's directory"), -1;
+	for (const char *p = s; *p;) {
+		size_t l = strcspn(p, "/");
+		if (l == 2 && !strncmp(p, "..", 2))
+			return snprintf(why, n, "must not leave the spec's directory ('..')"), -1;
+		p += l;
+		while (*p == '/')
+			p++;
+	}
+	return 0;
+}
+
+/* Absolute, no '.' or '..' components, normalised ("//" and a trailing '/'
+ * dropped) into out. */
+int sbx_tmplspec_check_guestpath(const char *s, char *out, size_t outn, char *why, size_t n)
+{
+	if (s[0] != '/')
+		return snprintf(why, n, "must be an absolute path"), -1;
+	size_t o = 0;
+	for (const char *p = s; *p;) {
+		while (*p == '/')
+			p++;
+		size_t l = strcspn(p, "/");
+		if (!l)
+			break;
+		if ((l == 1 && p[0] == '.') || (l == 2 && !strncmp(p, "..", 2)))
+			return snprintf(why, n, "must not have '.' or '..' components"), -1;
+		if (o + 1 + l + 1 > outn || o + 1 + l + 1 > SBX_TMPLSPEC_PATH_LEN)
+			return snprintf(why, n, "longer than %d bytes", SBX_TMPLSPEC_PATH_LEN - 1), -1;
+		out[o++] = '/';
+		memcpy(out + o, p, l);
+		o += l;
+		p += l;
+	}
+	if (!o)
+		out[o++] = '/';
+	out[o] = 0;
+	return 0;
+}
+
+/* A POSIX-portable user name, as Debian's adduser takes by default. */
+int sbx_tmplspec_check_user(const char *s)
+{
+	size_t n = strlen(s);
+	if (!n || n >= SBX_TMPLSPEC_USER_LEN || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+		return -1;
+	for (size_t i = 1; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
+			return -1;
+	return 0;
+}
+
+/* Debian policy 5.6.1: lower case, digits, + - . ; two or more; starting
+ * alphanumeric (so never an option to apt). */
+int sbx_tmplspec_check_package(const char *s)
+{
+	size_t n = strlen(s);
+	if (n < 2 || n >= SBX_TMPLSPEC_PKG_LEN || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= '0' && s[0] <= '9')))
+		return -1;
+	for (size_t i = 1; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '+' || s[i] == '-' ||
+		      s[i] == '.'))
+			return -1;
+	return 0;
+}
+
+static int check_env_name(const char *s)
+{
+	size_t n = strlen(s);
+	if (!n || n > 128 || !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+		return -1;
+	for (size_t i = 1; i < n; i++)
+		if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+		      s[i] == '_'))
+			return -1;
+	return 0;
+}
+
+/* NAME[@VERSION], each an ID (state.c's allowlist); no owner. */
+static int check_ref(const char *s, char *why, size_t n)
+{
+	char buf[128];
+	if (strlen(s) >= sizeof buf)
+		return snprintf(why, n, "longer than %zu bytes", sizeof buf - 1), -1;
+	snprintf(buf, sizeof buf, "%s", s);
+	char *at = strchr(buf, '@');
+	if (at)
+		*at++ = 0;
+	if (sbx_id_check(buf, "template", NULL) < 0 || strlen(buf) >= 64 ||
+	    (at && (sbx_id_check(at, "template version", NULL) < 0 || strchr(at, '@'))))
+		return snprintf(why, n, "must be debian:SUITE or TEMPLATE[@VERSION] (letters, digits, '_', '-', '.')"), -1;
+	return 0;
+}
+
+/* ---- the schema ---- */
+
+/* Walk a mapping: for each key call fn with the value's event current;
+ * seen[] catches duplicates (keys is the list of allowed names). */
+typedef int (*key_fn)(struct ctx *c, struct sbx_tmplspec *s, void *item, unsigned k, const char *path);
+
+static int parse_map(struct ctx *c, const char *path, const char *const *keys, size_t nkeys, struct sbx_tmplspec *s,
+		     void *item, key_fn fn, unsigned *seen_mask)
+{
+	if (expect(c, YAML_MAPPING_START_EVENT, path) < 0)
+		return -1;
+	unsigned seen = 0;
+	for (;;) {
+		if (next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_MAPPING_END_EVENT)
+			break;
+		const char *key = scalar(c, path);
+		if (!key)
+			return -1;
+		yaml_mark_t km = c->ev.start_mark;
+		unsigned k = 0;
+		while (k < nkeys && strcmp(keys[k], key))
+			k++;
+		if (k == nkeys) {
+			char list[200] = "";
+			for (size_t i = 0; i < nkeys; i++)
+				snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", keys[i]);
+			return failm(c, km, "%s%sunknown key '%.60s' (expected one of: %s)", path, *path ? ": " : "", key,
+				     list);
+		}
+		if (seen & (1u << k))
+			return failm(c, km, "%s%sduplicate key '%s'", path, *path ? ": " : "", keys[k]);
+		seen |= 1u << k;
+		char sub[160];
+		snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", keys[k]);
+		if (next(c) < 0 || fn(c, s, item, k, sub) < 0)
+			return -1;
+	}
+	if (seen_mask)
+		*seen_mask = seen;
+	return 0;
+}
+
+static int v_packages(struct ctx *c, struct sbx_tmplspec *s, const char *path)
+{
+	if (expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
+		return -1;
+	for (;;) {
+		if (next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
+			return 0;
+		const char *v = scalar(c, path);
+		if (!v)
+			return -1;
+		if (sbx_tmplspec_check_package(v) < 0)
+			return failm(c, c->ev.start_mark,
+				     "%s: '%.60s' is not a Debian package name (lower case, digits, '+', '-', '.')", path, v);
+		for (unsigned i = 0; i < s->npackages; i++)
+			if (!strcmp(s->packages[i], v))
+				return failm(c, c->ev.start_mark, "%s: '%s' is listed twice", path, v);
+		if (s->npackages == SBX_TMPLSPEC_PACKAGES_MAX)
+			return failm(c, c->ev.start_mark, "%s: more than %d packages", path, SBX_TMPLSPEC_PACKAGES_MAX);
+		snprintf(s->packages[s->npackages++], SBX_TMPLSPEC_PKG_LEN, "%s", v);
+	}
+}
+
+static const char *const file_keys[] = { "src", "dst", "mode" };
+
+static int file_key(struct ctx *c, struct sbx_tmplspec *s, void *item, unsigned k, const char *path)
+{
+	struct sbx_tmplspec_file *f = item;
+	const char *v = scalar(c, path);
+	char why[120];
+	if (!v)
+		return -1;
+	if (k == 0) {
+		if (sbx_tmplspec_check_relpath(v, why, sizeof why) < 0)
+			return failm(c, c->ev.start_mark, "%s: '%.60s' %s", path, v, why);
+		snprintf(f->src, sizeof f->src, "%s", v);
+	} else if (k == 1) {
+		if (sbx_tmplspec_check_guestpath(v, f->dst, sizeof f->dst, why, sizeof why) < 0)
+			return failm(c, c->ev.start_mark, "%s: '%.60s' %s", path, v, why);
+		if (!strcmp(f->dst, "/"))
+			return failm(c, c->ev.start_mark, "%s: must name a path below /", path);
+	} else {
+		/* An octal string ("0755"); setuid and setgid bits are the
+		 * operator's to give, not a spec's. */
+		char *end;
+		errno = 0;
+		long m = strtol(v, &end, 8);
+		if (errno || *end || end == v || strlen(v) > 5 || m < 0 || m > 07777)
+			return failm(c, c->ev.start_mark, "%s: '%.20s' is not an octal mode (\"0644\")", path, v);
+		if (m & 06000)
+			return failm(c, c->ev.start_mark, "%s: setuid and setgid bits are not allowed (%04lo)", path, m);
+		f->mode = (int)m;
+	}
+	(void)s;
+	return 0;
+}
+
+static int v_files(struct ctx *c, struct sbx_tmplspec *s, const char *path)
+{
+	if (expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
+		return -1;
+	for (unsigned i = 0;; i++) {
+		if (next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
+			return 0;
+		if (s->nfiles == SBX_TMPLSPEC_FILES_MAX)
+			return failm(c, c->ev.start_mark, "%s: more than %d entries", path, SBX_TMPLSPEC_FILES_MAX);
+		char sub[180];
+		snprintf(sub, sizeof sub, "%s[%u]", path, i);
+		yaml_mark_t m = c->ev.start_mark;
+		struct sbx_tmplspec_file *f = &s->files[s->nfiles];
+		memset(f, 0, sizeof *f);
+		f->mode = -1;
+		unsigned seen = 0;
+		if (parse_map(c, sub, file_keys, SBX_ARRAY_LEN(file_keys), s, f, file_key, &seen) < 0)
+			return -1;
+		if ((seen & 3u) != 3u)
+			return failm(c, m, "%s: needs both src and dst", sub);
+		s->nfiles++;
+	}
+}
+
+static const char *const run_keys[] = { "cmd", "user" };
+
+static int run_key(struct ctx *c, struct sbx_tmplspec *s, void *item, unsigned k, const char *path)
+{
+	struct sbx_tmplspec_run *r = item;
+	const char *v = scalar(c, path);
+	if (!v)
+		return -1;
+	if (k == 0) {
+		if (!*v)
+			return failm(c, c->ev.start_mark, "%s: empty command", path);
+		free(r->cmd);
+		if (!(r->cmd = strdup(v)))
+			return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse %s", c->name);
+	} else {
+		if (sbx_tmplspec_check_user(v) < 0)
+			return failm(c, c->ev.start_mark, "%s: '%.40s' is not a user name", path, v);
+		snprintf(r->user, sizeof r->user, "%s", v);
+	}
+	(void)s;
+	return 0;
+}
+
+static int v_run(struct ctx *c, struct sbx_tmplspec *s, const char *path)
+{
+	if (expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
+		return -1;
+	for (unsigned i = 0;; i++) {
+		if (next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
+			return 0;
+		if (s->nrun == SBX_TMPLSPEC_RUN_MAX)
+			return failm(c, c->ev.start_mark, "%s: more than %d steps", path, SBX_TMPLSPEC_RUN_MAX);
+		char sub[180];
+		snprintf(sub, sizeof sub, "%s[%u]", path, i);
+		struct sbx_tmplspec_run *r = &s->run[s->nrun];
+		memset(r, 0, sizeof *r);
+		s->nrun++; /* owned from here, so an error frees it */
+		if (c->ev.type == YAML_SCALAR_EVENT && !is_null(&c->ev)) {
+			if (run_key(c, s, r, 0, sub) < 0)
+				return -1;
+			continue;
+		}
+		yaml_mark_t m = c->ev.start_mark;
+		if (c->ev.type != YAML_MAPPING_START_EVENT)
+			return failm(c, m, "%s: expected a command line or {cmd, user}, got %s", sub, kind_of(&c->ev));
+		if (parse_map(c, sub, run_keys, SBX_ARRAY_LEN(run_keys), s, r, run_key, NULL) < 0)
+			return -1;
+		if (!r->cmd)
+			return failm(c, m, "%s: needs cmd", sub);
+	}
+}
+
+static int v_env(struct ctx *c, struct sbx_tmplspec *s, const char *path)
+{
+	if (expect(c, YAML_MAPPING_START_EVENT, path) < 0)
+		return -1;
+	for (;;) {
+		if (next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_MAPPING_END_EVENT)
+			return 0;
+		const char *k = scalar(c, path);
+		if (!k)
+			return -1;
+		yaml_mark_t km = c->ev.start_mark;
+		if (check_env_name(k) < 0)
+			return failm(c, km, "%s: '%.60s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 128)", path,
+				     k);
+		if (json_object_get(s->env, k))
+			return failm(c, km, "%s: duplicate key '%s'", path, k);
+		if (json_object_size(s->env) == SBX_TMPLSPEC_ENV_MAX)
+			return failm(c, km, "%s: more than %d variables", path, SBX_TMPLSPEC_ENV_MAX);
+		char name[130];
+		snprintf(name, sizeof name, "%s", k);
+		if (next(c) < 0)
+			return -1;
+		/* A plain null is a mistake, not an empty value: write "". */
+		const char *v = scalar(c, path);
+		if (!v)
+			return -1;
+		if (strlen(v) > SBX_TMPLSPEC_ENV_VAL_MAX)
+			return failm(c, c->ev.start_mark, "%s.%s: longer than %d bytes", path, name, SBX_TMPLSPEC_ENV_VAL_MAX);
+		json_object_set_new(s->env, name, json_string(v));
+	}
+}
+
+static const char *const root_keys[] = { "from", "packages", "files", "run", "env", "user", "workdir" };
+
+static int root_key(struct ctx *c, struct sbx_tmplspec *s, void *item, unsigned k, const char *path)
+{
+	char why[160];
+	const char *v;
+	(void)item;
+	switch (k) {
+	case 0:
+		if (!(v = scalar(c, path)))
+			return -1;
+		if (!strncmp(v, "debian:", 7)) {
+			const char *suite = v + 7;
+			size_t n = strlen(suite);
+			bool ok = n >= 2 && n <= 32;
+			for (size_t i = 0; ok && i < n; i++)
+				ok = suite[i] >= 'a' && suite[i] <= 'z';
+			if (!ok)
+				return failm(c, c->ev.start_mark, "from: '%.40s' is not a Debian suite (debian:bookworm)", v);
+			s->from = SBX_FROM_DEBIAN;
+			snprintf(s->from_ref, sizeof s->from_ref, "%s", suite);
+		} else {
+			if (check_ref(v, why, sizeof why) < 0)
+				return failm(c, c->ev.start_mark, "from: '%.60s' %s", v, why);
+			s->from = SBX_FROM_TEMPLATE;
+			snprintf(s->from_ref, sizeof s->from_ref, "%s", v);
+		}
+		return 0;
+	case 1: return v_packages(c, s, path);
+	case 2: return v_files(c, s, path);
+	case 3: return v_run(c, s, path);
+	case 4: return v_env(c, s, path);
+	case 5:
+		if (!(v = scalar(c, path)))
+			return -1;
+		if (sbx_tmplspec_check_user(v) < 0)
+			return failm(c, c->ev.start_mark, "user: '%.40s' is not a user name ([a-z_][a-z0-9_-]*, at most 32)", v);
+		snprintf(s->user, sizeof s->user, "%s", v);
+		return 0;
+	default:
+		if (!(v = scalar(c, path)))
+			return -1;
+		if (sbx_tmplspec_check_guestpath(v, s->workdir, sizeof s->workdir, why, sizeof why) < 0)
+			return failm(c, c->ev.start_mark, "workdir: '%.60s' %s", v, why);
+		return 0;
+	}
+}
+
+static int parse_stream(struct ctx *c, struct sbx_tmplspec *s)
+{
+	yaml_mark_t top = { 0 };
+	if (next(c) < 0 || next(c) < 0)
+		return -1;
+	if (c->ev.type == YAML_STREAM_END_EVENT)
+		return failm(c, top, "empty spec: it needs at least from:");
+	if (next(c) < 0)
+		return -1;
+	if (c->ev.type != YAML_MAPPING_START_EVENT || is_null(&c->ev))
+		return failm(c, c->ev.start_mark, "a template spec is a mapping (from, packages, ...), not %s",
+			     kind_of(&c->ev));
+	unsigned seen = 0;
+	if (parse_map(c, "", root_keys, SBX_ARRAY_LEN(root_keys), s, NULL, root_key, &seen) < 0)
+		return -1;
+	if (!(seen & 1u))
+		return failm(c, top, "from: is required (debian:bookworm or TEMPLATE[@VERSION])");
+	if (next(c) < 0 || next(c) < 0)
+		return -1;
+	if (c->ev.type != YAML_STREAM_END_EVENT)
+		return failm(c, c->ev.start_mark, "only one YAML document is allowed");
+	return 0;
+}
+
+void sbx_tmplspec_free(struct sbx_tmplspec *s)
+{
+	if (!s)
+		return;
+	for (unsigned i = 0; s->run && i < s->nrun; i++)
+		free(s->run[i].cmd);
+	free(s->packages);
+	free(s->files);
+	free(s->run);
+	json_decref(s->env);
+	memset(s, 0, sizeof *s);
+}
+
+int sbx_tmplspec_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_tmplspec *s, struct sbx_err *err)
+{
+	struct ctx c = { .err = err };
+	memset(s, 0, sizeof *s);
+	snprintf(c.name, sizeof c.name, "%s", name);
+	sbx_text_clean(c.name);
+	if (n > SBX_TMPLSPEC_FILE_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load template spec %s: larger than %u KiB", c.name,
+				   SBX_TMPLSPEC_FILE_MAX >> 10);
+	s->packages = calloc(SBX_TMPLSPEC_PACKAGES_MAX, sizeof *s->packages);
+	s->files = calloc(SBX_TMPLSPEC_FILES_MAX, sizeof *s->files);
+	s->run = calloc(SBX_TMPLSPEC_RUN_MAX, sizeof *s->run);
+	s->env = json_object();
+	if (!s->packages || !s->files || !s->run || !s->env || !yaml_parser_initialize(&c.y)) {
+		sbx_tmplspec_free(s);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse template spec %s", c.name);
+	}
+	yaml_parser_set_input_string(&c.y, buf, n);
+	yaml_parser_set_encoding(&c.y, YAML_UTF8_ENCODING);
+	int r = parse_stream(&c, s);
+	if (c.have_ev)
+		yaml_event_delete(&c.ev);
+	yaml_parser_delete(&c.y);
+	if (r < 0) {
+		sbx_tmplspec_free(s);
+		return -1;
+	}
+	snprintf(s->source, sizeof s->source, "%s", c.name);
+	return 0;
+}
+
+int sbx_tmplspec_load(const char *path, struct sbx_tmplspec *s, struct sbx_err *err)
+{
+	memset(s, 0, sizeof *s);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read template spec %.200s", path);
+	if (!S_ISREG(sb.st_mode))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load template spec %.200s: not a regular file", path);
+	if (sb.st_size > (off_t)SBX_TMPLSPEC_FILE_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load template spec %.200s: larger than %u KiB", path,
+				   SBX_TMPLSPEC_FILE_MAX >> 10);
+	_cleanup_free_ char *txt = malloc((size_t)sb.st_size + 1);
+	if (!txt)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot read template spec %.200s", path);
+	ssize_t got = pread(fd, txt, (size_t)sb.st_size, 0);
+	if (got < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read template spec %.200s", path);
+	size_t len = (size_t)got;
+	return sbx_tmplspec_parse(path, (const uint8_t *)txt, len, s, err);
+}
+
+json_t *sbx_tmplspec_json(const struct sbx_tmplspec *s)
+{
+	json_t *pk = json_array(), *fl = json_array(), *rn = json_array();
+	for (unsigned i = 0; i < s->npackages; i++)
+		json_array_append_new(pk, json_string(s->packages[i]));
+	for (unsigned i = 0; i < s->nfiles; i++) {
+		json_t *f = json_pack("{s:s, s:s}", "src", s->files[i].src, "dst", s->files[i].dst);
+		if (s->files[i].mode >= 0)
+			json_object_set_new(f, "mode", json_sprintf("%04o", (unsigned)s->files[i].mode));
+		json_array_append_new(fl, f);
+	}
+	for (unsigned i = 0; i < s->nrun; i++)
+		json_array_append_new(rn, json_pack("{s:s, s:s}", "cmd", s->run[i].cmd, "user",
+						    s->run[i].user[0] ? s->run[i].user : "root"));
+	char from[160];
+	snprintf(from, sizeof from, "%s%s", s->from == SBX_FROM_DEBIAN ? "debian:" : "", s->from_ref);
+	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:s, s:s}", "from", from, "packages", pk, "files", fl, "run", rn,
+			 "env", s->env, "user", s->user, "workdir", s->workdir);
+}
