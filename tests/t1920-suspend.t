@@ -94,6 +94,13 @@ like "$(cat "$TEST_TMP/err")" "is suspended: resume it first" "saying so"
 sbx-snapshot suspend nosuch 2>/dev/null; is "$?" 4 "suspending a session that does not exist is 4"
 sbx-snapshot suspend 2>/dev/null; is "$?" 2 "suspend without a session is a usage error"
 sbx-snapshot suspend "../$id" 2>/dev/null; is "$?" 3 "a malformed ID is 3"
+# --attach follows an exec's files: it wakes a suspended session first, so
+# the exec it follows runs on; --no-resume is 4 there too.
+ea=$(sbx-exec -d "$id" -- sh -c 'sleep 1; echo attached-done')
+sbx-snapshot suspend "$id" >/dev/null
+sbx-exec --attach "$ea" --no-resume "$id" >/dev/null 2>&1; is "$?" 4 "sbx-exec --attach --no-resume on a suspended session exits 4"
+out=$(timeout 120 sbx-exec --attach "$ea" "$id"); rc=$?
+is "$rc $out" "0 attached-done" "sbx-exec --attach resumes it and follows the exec to its end"
 # The client killed while its suspend runs: the monitor carries on, and
 # the session is either suspended or running, whole, and answers.
 sbx-snapshot resume "$id" >/dev/null
