@@ -10,11 +10,12 @@
 #include "audit.h"
 #include "hostpath.h"
 #include "session.h"
+#include "snapshot.h"
 #include "transfer.h"
 
-static const char usage_text[] = "usage: sbx-cp [--json] [--tenant TENANT] SRC... SESSION:DEST\n"
-				 "       sbx-cp [--json] [--tenant TENANT] - SESSION:DEST\n"
-				 "       sbx-cp [--json] [--tenant TENANT] SESSION:SRC DEST|-\n";
+static const char usage_text[] = "usage: sbx-cp [--json] [--no-resume] [--tenant TENANT] SRC... SESSION:DEST\n"
+				 "       sbx-cp [--json] [--no-resume] [--tenant TENANT] - SESSION:DEST\n"
+				 "       sbx-cp [--json] [--no-resume] [--tenant TENANT] SESSION:SRC DEST|-\n";
 
 /* "SESSION:/path": a valid session ID, a colon, an absolute path.  Anything
  * else is a host path ("./a:/b" names a host file). */
@@ -45,15 +46,17 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "no-resume", no_argument, NULL, 'N' },
 		{ "tenant", required_argument, NULL, 'U' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *tenant = NULL;
-	int json = 0, c;
+	int json = 0, no_resume = 0, c;
 	while ((c = getopt_long(argc, argv, "+hj", opts, NULL)) != -1) {
 		switch (c) {
 		case 'h': fputs(usage_text, stdout); return 0;
 		case 'j': json = 1; break;
+		case 'N': no_resume = 1; break;
 		case 'U': tenant = optarg; break;
 		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
 		}
@@ -98,6 +101,8 @@ int main(int argc, char **argv)
 	/* The scope is also whose host paths these are: confined to what
 	 * sbx.yaml grants that tenant. */
 	o.tenant = st.tenant[0] ? st.tenant : NULL;
+	if (rc == 0 && no_resume) /* a suspended session is 4, not woken */
+		rc = sbx_session_wake(&st, o.session, 1, &err);
 	if (rc == 0)
 		rc = upload ? sbx_cp_upload(&st, &o, &result, &err) : sbx_cp_download(&st, &o, &result, &err);
 	if (rc == 0) {

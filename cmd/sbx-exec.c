@@ -22,11 +22,11 @@
 #define EXEC_FAILED 125
 
 static const char usage_text[] =
-	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json] [--resume]\n"
-	"                [--tenant TENANT] SESSION [--] COMMAND [ARG]...\n"
+	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json]\n"
+	"                [--resume | --no-resume] [--tenant TENANT] SESSION [--] COMMAND [ARG]...\n"
 	"       sbx-exec --wait EXEC [--timeout DURATION] [--json] [--tenant TENANT] SESSION\n"
 	"       sbx-exec --output EXEC [--tenant TENANT] SESSION\n"
-	"       sbx-exec --attach EXEC [--since BYTES[,BYTES]] [--tenant TENANT] SESSION\n";
+	"       sbx-exec --attach EXEC [--since BYTES[,BYTES]] [--no-resume] [--tenant TENANT] SESSION\n";
 
 static struct termios saved_tio;
 static int tio_saved;
@@ -81,6 +81,24 @@ static int parse_since(const char *s, uint64_t *out, uint64_t *err)
 }
 
 /* --attach: follow a detached exec to its end; a signal only detaches. */
+/* A session suspended to disk (sbx-snapshot suspend) runs again before
+ * anything is asked of it, or, with --no-resume, is 4.  0, or the exit
+ * status, reported. */
+static int suspend_hook(const char *session, const char *tenant, int no_resume, int json)
+{
+	struct sbx_state st;
+	struct sbx_err err = { 0 };
+	if (sbx_state_open(&st, &err) == 0 && sbx_state_scope(&st, tenant, &err) == 0 &&
+	    sbx_session_wake(&st, session, no_resume, &err) == 0) {
+		sbx_state_close(&st);
+		return 0;
+	}
+	snprintf(err.session, sizeof err.session, "%s", session);
+	sbx_err_print("sbx-exec", &err, json);
+	return err.code == SBX_EXIT_USAGE || err.code == SBX_EXIT_INVALID || err.code == SBX_EXIT_NOENT ? err.code
+												   : EXEC_FAILED;
+}
+
 static int attach(const char *session, const char *exec, const struct sbx_attach_opts *ao, const char *tenant)
 {
 	struct sbx_state st;
@@ -173,6 +191,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "interactive", no_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "no-resume", no_argument, NULL, 'N' },
 		{ "output", required_argument, NULL, 'O' },
 		{ "resume", no_argument, NULL, 'R' },
 		{ "since", required_argument, NULL, 'S' },
@@ -185,7 +204,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct sbx_exec_opts o = { .in_fd = -1, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
-	int json = 0, interactive = 0, tty = 0, resume = 0, c;
+	int json = 0, interactive = 0, tty = 0, resume = 0, no_resume = 0, c;
 	const char *wait_exec = NULL, *output_exec = NULL, *attach_exec = NULL, *since = NULL, *tenant = NULL;
 	struct sbx_attach_opts ao = { .out_fd = 1, .err_fd = 2, .detach_signals = 1 };
 	uint64_t ms;
@@ -221,6 +240,7 @@ int main(int argc, char **argv)
 		case 'w': o.req.cwd = strdup(optarg); break;
 		case 'W': wait_exec = optarg; break;
 		case 'O': output_exec = optarg; break;
+		case 'N': no_resume = 1; break;
 		case 'R': resume = 1; break;
 		case 'S':
 			if (parse_since(optarg, &ao.since_out, &ao.since_err) < 0)
@@ -232,12 +252,15 @@ int main(int argc, char **argv)
 		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
 		}
 	}
+	if (resume && no_resume)
+		return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "--resume and --no-resume contradict each other");
 	if (attach_exec) {
 		if (argc - optind != 1 || wait_exec || output_exec || o.detach || json) {
 			fputs(usage_text, stderr);
 			return SBX_EXIT_USAGE;
 		}
-		return attach(argv[optind], attach_exec, &ao, tenant);
+		int w = suspend_hook(argv[optind], tenant, no_resume, json); /* a suspended session runs first */
+		return w ? w : attach(argv[optind], attach_exec, &ao, tenant);
 	}
 	if (since)
 		return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "--since goes with --attach");
@@ -301,6 +324,8 @@ int main(int argc, char **argv)
 	int rc = sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0 ? -1 : 0;
 	if (rc == 0 && resume)
 		rc = sbx_session_vmctl(&st, session, NULL, SBX_VMCTL_RESUME, NULL, NULL, 0, &err);
+	if (rc == 0 && no_resume) /* a suspended session is 4, not woken (else the exec wakes it) */
+		rc = sbx_session_wake(&st, session, 1, &err);
 	if (rc == 0)
 		rc = sbx_exec_run(&st, session, &o, &r, &err);
 	restore_tty();

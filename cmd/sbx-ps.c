@@ -44,13 +44,30 @@ static void add_metrics(struct sbx_state *st, const struct sbx_session *s, json_
 	json_object_set_new(o, "cpu_s", json_real((double)cpu_ns / 1e9));
 	json_object_set_new(o, "memory_peak_bytes", json_integer((json_int_t)peak));
 	json_object_set_new(o, "disk_written_bytes", json_integer((json_int_t)disk));
-	json_object_set_new(o, "vcpu_seconds", json_real(life * s->vcpus));
-	json_object_set_new(o, "gib_seconds", json_real(life * s->memory_mib / 1024.0));
+	/* Its life split by what the VM held: vCPUs only while running, its
+	 * memory while running or paused, neither while suspended to disk. */
+	double run, paused, susp;
+	sbx_session_times(s, now, &run, &paused, &susp);
+	(void)life;
+	json_object_set_new(o, "running_s", json_real(run));
+	json_object_set_new(o, "paused_s", json_real(paused));
+	json_object_set_new(o, "suspended_s", json_real(susp));
+	json_object_set_new(o, "suspends", json_integer(s->suspends));
+	json_object_set_new(o, "vcpu_seconds", json_real(run * s->vcpus));
+	json_object_set_new(o, "gib_seconds", json_real((run + paused) * s->memory_mib / 1024.0));
 	json_object_set_new(o, "cpu_seconds_used", json_real((double)cpu_ns / 1e9));
-	/* The TTL runs on while a session is paused. */
-	if (s->limits.ttl_ms && state && sbx_state_up(state)) {
-		uint64_t exp = s->created_ns + s->limits.ttl_ms * 1000000u;
-		json_object_set_new(o, "ttl_left_s", json_integer(exp > now ? (json_int_t)((exp - now) / 1000000000u) : 0));
+	/* The TTL runs on the wall clock, or (lifecycle.ttl_counts: running)
+	 * only while the VM runs. */
+	if (s->limits.ttl_ms && state && sbx_state_live(state)) {
+		uint64_t ttl = s->limits.ttl_ms * 1000000u, left;
+		if (s->limits.ttl_running) {
+			uint64_t used = (uint64_t)(run * 1e9);
+			left = used < ttl ? ttl - used : 0;
+		} else {
+			uint64_t exp = s->created_ns + ttl;
+			left = exp > now ? exp - now : 0;
+		}
+		json_object_set_new(o, "ttl_left_s", json_integer((json_int_t)(left / 1000000000u)));
 	}
 }
 
@@ -70,6 +87,10 @@ static void print_prometheus(json_t *all)
 		{ "vcpu_seconds", "sbx_session_vcpu_seconds_total", "counter", "vCPU-seconds allocated." },
 		{ "gib_seconds", "sbx_session_memory_gib_seconds_total", "counter", "GiB-seconds of memory allocated." },
 		{ "ttl_left_s", "sbx_session_ttl_left_seconds", "gauge", "Seconds until the session's TTL expires." },
+		{ "running_s", "sbx_session_running_seconds_total", "counter", "Seconds the session's VM ran." },
+		{ "paused_s", "sbx_session_paused_seconds_total", "counter", "Seconds the session's VM was paused (RAM kept)." },
+		{ "suspended_s", "sbx_session_suspended_seconds_total", "counter", "Seconds the session was suspended to disk (no RAM, no CPU)." },
+		{ "suspends", "sbx_session_suspends_total", "counter", "Times the session was suspended to disk." },
 	};
 	for (size_t i = 0; i < SBX_ARRAY_LEN(m); i++) {
 		printf("# HELP %s %s\n# TYPE %s %s\n", m[i].name, m[i].help, m[i].name, m[i].type);

@@ -1,4 +1,4 @@
-/* sbx-snapshot: pause and resume sessions; save them as snapshots (or
+/* sbx-snapshot: pause, suspend to disk and resume sessions; save them as snapshots (or
  * templates), list and remove snapshots. */
 #include <getopt.h>
 #include <stdio.h>
@@ -18,6 +18,7 @@
 static const char usage_text[] =
 	"usage: sbx-snapshot pause [--tenant TENANT] [--json] SESSION\n"
 	"       sbx-snapshot resume [--tenant TENANT] [--json] SESSION\n"
+	"       sbx-snapshot suspend [--tenant TENANT] [--json] SESSION\n"
 	"       sbx-snapshot save [--tenant TENANT] [--template] [--json] SESSION NAME[@VERSION]\n"
 	"       sbx-snapshot list [--tenant TENANT] [-q] [--json] [--no-headers] [NAME[@VERSION]]\n"
 	"       sbx-snapshot rm [--tenant TENANT] [--force] [--json] NAME[@VERSION]...\n"
@@ -35,12 +36,14 @@ static void print_json(json_t *o)
 	putchar('\n');
 }
 
+/* pause, resume, suspend: one VMCTL each (resume wakes a paused or a
+ * suspended session). */
 static int pause_resume(struct sbx_state *st, const struct opts *o, unsigned op, char **args, int n,
 			struct sbx_err *err)
 {
 	if (n != 1)
 		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "%s takes one SESSION",
-				    op == SBX_VMCTL_PAUSE ? "pause" : "resume");
+				    op == SBX_VMCTL_PAUSE ? "pause" : op == SBX_VMCTL_SUSPEND ? "suspend" : "resume");
 	char state[16] = "";
 	if (sbx_session_vmctl(st, args[0], o->tenant, op, NULL, state, sizeof state, err) < 0)
 		return -1;
@@ -256,6 +259,8 @@ int main(int argc, char **argv)
 		rc = pause_resume(&st, &o, SBX_VMCTL_PAUSE, args, n, &err);
 	else if (!strcmp(verb, "resume"))
 		rc = pause_resume(&st, &o, SBX_VMCTL_RESUME, args, n, &err);
+	else if (!strcmp(verb, "suspend"))
+		rc = pause_resume(&st, &o, SBX_VMCTL_SUSPEND, args, n, &err);
 	else if (!strcmp(verb, "save"))
 		rc = save(&st, &o, args, n, &err);
 	else if (!strcmp(verb, "list") || !strcmp(verb, "ls"))
@@ -266,7 +271,7 @@ int main(int argc, char **argv)
 		rc = templates(&st, &o, args, n, &err);
 	else
 		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o.json,
-				    "unknown command '%s' (pause, resume, save, list, rm, template)", verb);
+				    "unknown command '%s' (pause, resume, suspend, save, list, rm, template)", verb);
 	if (rc > 0)
 		return rc; /* a usage error, already reported */
 	if (rc < 0) {

@@ -68,7 +68,7 @@ int sbx_exec_list(struct sbx_state *st, const char *session, json_t **out, struc
 	if (x < 0)
 		return -1;
 	struct sbx_session s;
-	int live = sbx_record_load(st, session, &s, NULL) == 0 && sbx_state_up(sbx_session_live_state(st, &s));
+	int live = sbx_record_load(st, session, &s, NULL) == 0 && sbx_state_live(sbx_session_live_state(st, &s));
 	DIR *d = fdopendir(dup(x));
 	if (!d)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list execs");
@@ -136,7 +136,7 @@ int sbx_exec_wait(struct sbx_state *st, const char *session, const char *exec, u
 			return 0;
 		}
 		struct sbx_session s;
-		if (sbx_record_load(st, session, &s, NULL) < 0 || !sbx_state_up(sbx_session_live_state(st, &s))) {
+		if (sbx_record_load(st, session, &s, NULL) < 0 || !sbx_state_live(sbx_session_live_state(st, &s))) {
 			if ((r = load_result(efd))) { /* written just before the end */
 				*result = r;
 				return 0;

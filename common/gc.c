@@ -70,7 +70,8 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 	char boot[40] = "";
 	sbx_boot_id(boot, sizeof boot);
 	int rebooted = s.boot_id[0] && boot[0] && strcmp(s.boot_id, boot);
-	if (!strcmp(s.state, "running") || !strcmp(s.state, "creating") || !strcmp(s.state, "paused")) {
+	if (!strcmp(s.state, "running") || !strcmp(s.state, "creating") || !strcmp(s.state, "paused") ||
+	    !strcmp(s.state, "suspended")) {
 		/* Unlocked yet "running": the monitor died (killed), or the host
 		 * rebooted under it (another boot ID: nothing of it can live). */
 		sbx_gc_report(cb, ctx, rebooted ? "mark-stopped" : "mark-crashed", id, "state %s but %s", s.state,
@@ -86,6 +87,10 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 		sbx_record_save(st, &s, NULL);
 		sbx_rm_rf_at(st->rsessions_fd, id);
 		sbx_cgroup_remove(sbx_session_cgroup(&s));
+		/* A suspend's memory image, whole or half: only its monitor
+		 * could have resumed it. */
+		if (sbx_suspend_leftovers(st, id, 1))
+			sbx_gc_report(cb, ctx, "reclaim-suspend", id, "the memory image of a suspend");
 	}
 	if (ended(s.state) && s.ended_ns + grace <= now) {
 		sbx_gc_report(cb, ctx, "reclaim", id, "%s: %s", s.state, s.end_reason[0] ? s.end_reason : "-");

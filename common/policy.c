@@ -870,6 +870,42 @@ static json_t *fwd_json(const struct sbx_policy *p)
 	return a;
 }
 
+/* ---- lifecycle ---- */
+
+static const char *const ttl_counts_names[] = { "wall", "running", NULL };
+
+static const struct key lifecycle_keys[] = {
+	{ .name = "idle_pause", .kind = K_DUR, .off = P(lifecycle.idle_pause_ms), .min = SEC, .max = 30 * DAY,
+	  .flags = F_ZERO },
+	{ .name = "idle_suspend", .kind = K_DUR, .off = P(lifecycle.idle_suspend_ms), .min = SEC, .max = 30 * DAY,
+	  .flags = F_ZERO },
+	{ .name = "ttl_counts", .kind = K_ENUM, .off = P(lifecycle.ttl_counts), .enums = ttl_counts_names },
+};
+
+static int v_lifecycle(struct sbx_yaml *c, void *obj, const char *path)
+{
+	struct sbx_policy *p = obj;
+	yaml_mark_t marks[SBX_ARRAY_LEN(lifecycle_keys)], m = c->ev.start_mark;
+	unsigned seen = 0;
+	if (parse_map(c, path, lifecycle_keys, SBX_ARRAY_LEN(lifecycle_keys), obj, &seen, marks) < 0)
+		return -1;
+	if (seen & 1u)
+		m = marks[0];
+	/* A pause after the suspend would never happen: a mistake, not a
+	 * wish, so it is said rather than quietly ignored. */
+	uint64_t ip = p->lifecycle.idle_pause_ms, is = p->lifecycle.idle_suspend_ms;
+	if (ip && is && ip >= is) {
+		char a[32], b[32];
+		sbx_fmt_duration(a, sizeof a, ip);
+		sbx_fmt_duration(b, sizeof b, is);
+		return sbx_yaml_failm(c, m,
+				      "%s.idle_pause (%s) must be shorter than %s.idle_suspend (%s): a session is paused "
+				      "first, then suspended",
+				      path, a, path, b);
+	}
+	return 0;
+}
+
 static const struct key root_keys[] = {
 	{ .name = "resources", .kind = K_FN, .fn = v_resources },
 	{ .name = "network", .kind = K_FN, .fn = v_network },
@@ -878,6 +914,7 @@ static const struct key root_keys[] = {
 	{ .name = "secrets", .kind = K_FN, .fn = v_secrets },
 	{ .name = "workspace", .kind = K_FN, .fn = v_workspace },
 	{ .name = "ports", .kind = K_FN, .fn = v_fwd_ports },
+	{ .name = "lifecycle", .kind = K_FN, .fn = v_lifecycle },
 };
 
 static int parse_stream(struct sbx_yaml *c, struct sbx_policy *p)
@@ -1002,6 +1039,7 @@ int sbx_policy_set(struct sbx_policy *p, const char *key, const char *value, str
 		{ "network", network_keys, SBX_ARRAY_LEN(network_keys) },
 		{ "packages", packages_keys, SBX_ARRAY_LEN(packages_keys) },
 		{ "files", files_keys, SBX_ARRAY_LEN(files_keys) },
+		{ "lifecycle", lifecycle_keys, SBX_ARRAY_LEN(lifecycle_keys) },
 	};
 	const char *dot = strrchr(key, '.');
 	for (size_t i = 0; dot && i < SBX_ARRAY_LEN(sections); i++) {
@@ -1128,7 +1166,9 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 				  paths_json(&p->files.exportable), "max_transfer", JI(p->files.max_transfer),
 				  "max_session_transfer", JI(p->files.max_session_transfer));
 	json_t *ws = json_pack("{s:I, s:I}", "size", JI(p->workspace.size), "retention", JI(p->workspace.retention_ms));
-	return json_pack("{s:i, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", 1, "source",
+	json_t *lc = json_pack("{s:I, s:I, s:s}", "idle_pause", JI(p->lifecycle.idle_pause_ms), "idle_suspend",
+			       JI(p->lifecycle.idle_suspend_ms), "ttl_counts", ttl_counts_names[p->lifecycle.ttl_counts]);
+	return json_pack("{s:i, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", 1, "source",
 			 p->source[0] ? p->source : NULL, "resources", res, "network", net, "packages", pkg, "files",
-			 files, "secrets", secrets, "workspace", ws, "ports", fwd_json(p));
+			 files, "secrets", secrets, "workspace", ws, "ports", fwd_json(p), "lifecycle", lc);
 }

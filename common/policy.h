@@ -35,6 +35,9 @@
 enum sbx_egress { SBX_EGRESS_NONE, SBX_EGRESS_ALLOWLIST };
 enum sbx_pkg_mode { SBX_PKG_OFFLINE, SBX_PKG_ALLOWLIST };
 enum sbx_registry_type { SBX_REG_PYPI, SBX_REG_NPM };
+/* lifecycle.ttl_counts: the TTL runs on the wall clock from creation, or
+ * only while the VM runs (paused and suspended time not counted). */
+enum sbx_ttl_counts { SBX_TTL_WALL, SBX_TTL_RUNNING };
 
 struct sbx_policy_rule {
 	/* Either a domain ("pypi.org", or "*.example.com" for any name below
@@ -114,6 +117,14 @@ struct sbx_policy {
 		unsigned n; /* set and n == 0: none */
 		uint16_t lo[SBX_POLICY_FWD_MAX], hi[SBX_POLICY_FWD_MAX];
 	} ports;
+	/* lifecycle: what the monitor does with an idle session (no exec
+	 * running, no client attached, no proxied or forwarded connection):
+	 * pause it (RAM kept) after idle_pause, suspend it to disk after
+	 * idle_suspend; 0: never.  With both, idle_suspend comes later. */
+	struct {
+		uint64_t idle_pause_ms, idle_suspend_ms;
+		enum sbx_ttl_counts ttl_counts;
+	} lifecycle;
 };
 
 void sbx_policy_defaults(struct sbx_policy *p);

@@ -160,7 +160,9 @@ enum sbx_vmctl_op {
 	SBX_VMCTL_RESUME = 2,
 	SBX_VMCTL_SAVE = 3,     /* PATH: write the snapshot's data files there */
 	SBX_VMCTL_IDENTITY = 4, /* a fresh identity (HOSTNAME: default the session ID) */
-	SBX_VMCTL_MAX = 4
+	SBX_VMCTL_SUSPEND = 5,  /* save memory into the session's directory, stop the VMM
+				 * (RESUME, or any guest operation, restores it) */
+	SBX_VMCTL_MAX = 5
 };
 
 enum sbx_exec_flags {

@@ -250,6 +250,15 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	sbx_json_str(net, "mac", s->mac, sizeof s->mac);
 	sbx_json_str(net, "lost", s->net_lost, sizeof s->net_lost);
 	s->agent_unresponsive_ns = sbx_json_u64(o, "agent_unresponsive_ns");
+	json_t *lc = json_object_get(o, "lifecycle");
+	s->suspends = (unsigned)sbx_json_u64(lc, "suspends");
+	s->paused_ns = sbx_json_u64(lc, "paused_ns");
+	s->suspended_ns = sbx_json_u64(lc, "suspended_ns");
+	s->state_since_ns = sbx_json_u64(lc, "state_since_ns");
+	s->resume_ms = sbx_json_u64(lc, "resume_ms");
+	s->limits.idle_pause_ms = sbx_json_u64(lo, "idle_pause_ms");
+	s->limits.idle_suspend_ms = sbx_json_u64(lo, "idle_suspend_ms");
+	s->limits.ttl_running = json_is_true(json_object_get(lo, "ttl_running"));
 	s->limits.egress = json_is_string(json_object_get(net, "egress")) &&
 			   !strcmp(json_string_value(json_object_get(net, "egress")), "allowlist");
 	s->limits.max_connections = (unsigned)sbx_json_u64(net, "max_connections");
@@ -342,6 +351,15 @@ char *sbx_record_text(const struct sbx_session *s)
 	}
 	if (s->agent_unresponsive_ns)
 		json_object_set_new(o, "agent_unresponsive_ns", json_integer((json_int_t)s->agent_unresponsive_ns));
+	json_t *lim = json_object_get(o, "limits");
+	json_object_set_new(lim, "idle_pause_ms", json_integer((json_int_t)l->idle_pause_ms));
+	json_object_set_new(lim, "idle_suspend_ms", json_integer((json_int_t)l->idle_suspend_ms));
+	json_object_set_new(lim, "ttl_running", json_boolean(l->ttl_running));
+	json_object_set_new(o, "lifecycle",
+			    json_pack("{s:i, s:I, s:I, s:I, s:I}", "suspends", (int)s->suspends, "paused_ns",
+				      (json_int_t)s->paused_ns, "suspended_ns", (json_int_t)s->suspended_ns,
+				      "state_since_ns", (json_int_t)s->state_since_ns, "resume_ms",
+				      (json_int_t)s->resume_ms));
 	sbx_env_to_json(&s->env, o);
 	if (s->workdir[0])
 		json_object_set_new(o, "workdir", json_string(s->workdir));
@@ -395,8 +413,10 @@ unsigned sbx_boot_timeout_s(void)
 const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_session *s)
 {
 	int locked = sbx_session_locked(st, s->id);
+	/* "suspended" too: its monitor holds the lock while the memory image
+	 * waits on disk; one that died left nothing that could resume it. */
 	if (!strcmp(s->state, "running") || !strcmp(s->state, "creating") || !strcmp(s->state, "pooled") ||
-	    !strcmp(s->state, "paused"))
+	    !strcmp(s->state, "paused") || !strcmp(s->state, "suspended"))
 		return locked ? s->state : "crashed";
 	return s->state;
 }
@@ -404,6 +424,31 @@ const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_sessio
 int sbx_state_up(const char *live)
 {
 	return !strcmp(live, "running") || !strcmp(live, "paused");
+}
+
+int sbx_state_live(const char *live)
+{
+	return sbx_state_up(live) || !strcmp(live, "suspended");
+}
+
+void sbx_session_times(const struct sbx_session *s, uint64_t now_ns, double *running_s, double *paused_s,
+		       double *suspended_s)
+{
+	uint64_t start = s->created_ns; /* boot time is running time */
+	uint64_t end = s->ended_ns ? s->ended_ns : now_ns;
+	uint64_t paused = s->paused_ns, suspended = s->suspended_ns;
+	/* The current stretch, while it lasts. */
+	if (!s->ended_ns && s->state_since_ns && s->state_since_ns < end) {
+		if (!strcmp(s->state, "paused"))
+			paused += end - s->state_since_ns;
+		else if (!strcmp(s->state, "suspended"))
+			suspended += end - s->state_since_ns;
+	}
+	uint64_t total = end > start ? end - start : 0;
+	uint64_t off = paused + suspended > total ? total : paused + suspended;
+	*running_s = (double)(total - off) / 1e9;
+	*paused_s = (double)paused / 1e9;
+	*suspended_s = (double)suspended / 1e9;
 }
 
 /* What this build cannot enforce yet is refused, never ignored: a policy
@@ -485,6 +530,9 @@ static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 	l->max_bytes = p->network.max_bytes;
 	l->workspace_size = p->workspace.size;
 	l->workspace_retention_ms = p->workspace.retention_ms;
+	l->idle_pause_ms = p->lifecycle.idle_pause_ms;
+	l->idle_suspend_ms = p->lifecycle.idle_suspend_ms;
+	l->ttl_running = p->lifecycle.ttl_counts == SBX_TTL_RUNNING;
 	struct sbx_limit_packages *k = &l->packages;
 	memset(k, 0, sizeof *k);
 	k->mode = p->packages.mode;

@@ -17,7 +17,7 @@ struct sbx_policy;
 
 struct sbx_session {
 	char id[SBX_ID_MAX + 1];
-	char state[16];     /* creating running crashed stopped */
+	char state[16];     /* creating running paused suspended crashed stopped expired */
 	uint64_t created_ns, ready_ns, ended_ns;
 	/* tmpl_name is the template's reference: NAME for the operator's,
 	 * TENANT/NAME for a tenant's own (template.h); tmpl_owner "" for the
@@ -66,6 +66,14 @@ struct sbx_session {
 	 * monitor's pings while execs ran; 0: it answers.  sbx-ps shows the
 	 * session as "unresponsive". */
 	uint64_t agent_unresponsive_ns;
+	/* Suspend to disk (snapshot.h): how often, the time spent paused and
+	 * suspended so far (ns, not counting the current stretch), and since
+	 * when (CLOCK_REALTIME ns) the session is in its current state, so
+	 * sbx-ps splits running, paused and suspended seconds.  A suspended
+	 * session's memory image is LIB/sessions/ID/suspend/memory.zst. */
+	unsigned suspends;
+	uint64_t paused_ns, suspended_ns, state_since_ns;
+	uint64_t resume_ms; /* the last resume from disk: its VMM start to the agent answering */
 	/* What every exec inherits unless it says otherwise (env.h): the
 	 * template manifest's env, workdir and user beneath sbx-create's
 	 * --env-file, -e and -w.  "" for the guest's defaults. */
@@ -111,6 +119,10 @@ struct sbx_session {
 			uint64_t max_download; /* bytes */
 			int require_hashes;
 		} packages;
+		/* lifecycle: (policy.h) 0: never; ttl_running: the TTL counts
+		 * only running time */
+		uint64_t idle_pause_ms, idle_suspend_ms;
+		int ttl_running;
 	} limits;
 };
 
@@ -177,8 +189,16 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
  * directories.  The caller holds the session lock. */
 int sbx_session_reclaim(struct sbx_state *st, const char *id);
 /* A live state in which the session has its VM: running, or paused
- * (sbx-snapshot pause). */
+ * (sbx-snapshot pause).  A suspended session has none (its monitor lives
+ * on, holding the lock; sbx_state_live says so). */
 int sbx_state_up(const char *live);
+/* A live state in which the session exists and its monitor answers:
+ * up, or suspended to disk. */
+int sbx_state_live(const char *live);
+/* Seconds spent running, paused and suspended by a session so far (its
+ * current stretch included, up to now or its end). */
+void sbx_session_times(const struct sbx_session *s, uint64_t now_ns, double *running_s, double *paused_s,
+		       double *suspended_s);
 /* Live state: "running" only while the monitor holds the lock. */
 const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_session *s);
 /* IDs of every session directory, sorted; free each and the array. */

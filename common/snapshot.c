@@ -482,6 +482,36 @@ int sbx_session_vmctl(struct sbx_state *st, const char *id, const char *tenant, 
 	return vmctl_run(st, id, op, NULL, hostname, -1, VMCTL_TIMEOUT_MS, state, n, err);
 }
 
+/* --- suspend to disk ------------------------------------------------------ */
+
+int sbx_session_wake(struct sbx_state *st, const char *id, int no_resume, struct sbx_err *err)
+{
+	struct sbx_session s;
+	if (sbx_id_check(id, "session", err) < 0 || sbx_session_lookup(st, id, &s, err) < 0)
+		return -1;
+	if (strcmp(sbx_session_live_state(st, &s), "suspended"))
+		return 0;
+	if (no_resume)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0,
+				   "session %s is suspended and --no-resume was given (sbx-snapshot resume %s runs it again)",
+				   id, id);
+	return vmctl_run(st, id, SBX_VMCTL_RESUME, NULL, NULL, -1, VMCTL_TIMEOUT_MS, NULL, 0, err);
+}
+
+int sbx_suspend_leftovers(struct sbx_state *st, const char *id, int remove)
+{
+	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	int found = 0;
+	static const char *const names[] = { SBX_SUSPEND_TMP, SBX_SUSPEND_DIR };
+	for (size_t i = 0; dfd >= 0 && i < SBX_ARRAY_LEN(names); i++)
+		if (faccessat(dfd, names[i], F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+			found = 1;
+			if (remove)
+				sbx_rm_rf_at(dfd, names[i]);
+		}
+	return found;
+}
+
 /* --- saving --------------------------------------------------------------- */
 
 /* A default version: the time, UTC to the millisecond, which sorts as it
@@ -752,6 +782,9 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 	if (session_of(st, o->session, o->tenant, &src, err) < 0)
 		return -1;
 	const char *live = sbx_session_live_state(st, &src);
+	if (!strcmp(live, "suspended"))
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s is suspended: resume it first (sbx-snapshot resume %s)",
+				   src.id, src.id);
 	if (!sbx_state_up(live))
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s)", src.id, live);
 	/* The snapshot is the session's tenant's: its memory never changes
@@ -909,7 +942,7 @@ static json_t *users_of(struct sbx_state *st, const char *ref)
 		struct sbx_session s;
 		if (sbx_record_load(st, ids[i], &s, NULL) == 0 && !strcmp(s.snapshot, ref)) {
 			const char *live = sbx_session_live_state(st, &s);
-			if (sbx_state_up(live) || !strcmp(live, "creating") || !strcmp(live, "pooled"))
+			if (sbx_state_live(live) || !strcmp(live, "creating") || !strcmp(live, "pooled"))
 				json_array_append_new(a, json_string(s.id));
 		}
 		free(ids[i]);

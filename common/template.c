@@ -434,7 +434,7 @@ static json_t *users_of(struct sbx_state *st, const struct sbx_template *t, cons
 			if (sbx_record_load(st, ids[i], &s, NULL) == 0 && !strcmp(s.tmpl_name, t->ref) &&
 			    !strcmp(s.tmpl_version, t->version) && (!tenant || !strcmp(tenant, s.tenant))) {
 				const char *live = sbx_session_live_state(st, &s);
-				if (sbx_state_up(live) || !strcmp(live, "creating") || !strcmp(live, "pooled"))
+				if (sbx_state_live(live) || !strcmp(live, "creating") || !strcmp(live, "pooled"))
 					json_array_append_new(a, json_sprintf("session:%s", s.id));
 			}
 			free(ids[i]);

@@ -17,13 +17,13 @@
 # Options per command, and those of them that take a value.
 _sbx_opts_create='-e --env -h --help -p --policy -q --quiet -s --snapshot -t --template -v --volume -w --workdir --cpus --disk --dry-run --env-file --id --json --memory --secret --tenant --ttl --workspace'
 _sbx_args_create='-e --env -p --policy -s --snapshot -t --template -v --volume -w --workdir --cpus --disk --env-file --id --memory --secret --tenant --ttl --workspace'
-_sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --attach --output --resume --since --tenant --timeout --wait'
+_sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --attach --no-resume --output --resume --since --tenant --timeout --wait'
 _sbx_args_exec='-e --env -u --user -w --workdir --attach --output --since --tenant --timeout --wait'
 _sbx_opts_ps='-H --no-headers -h --help -q --quiet --all --capacity --execs --json --net --pool --prometheus --state --tenant --workspaces'
 _sbx_args_ps='--execs --net --state --tenant'
 _sbx_opts_kill='-h --help --exec --json --tenant'
 _sbx_args_kill='--exec --tenant'
-_sbx_opts_cp='-h --help -j --json --tenant'
+_sbx_opts_cp='-h --help -j --json --no-resume --tenant'
 _sbx_args_cp='--tenant'
 _sbx_opts_gc='-h --help -n --dry-run --grace --json --pool-only'
 _sbx_args_gc='--grace'
@@ -36,10 +36,10 @@ _sbx_args_template='-f --file --keep --tenant'
 _sbx_opts_port='-h --help -q --quiet --json --list --listen --no-headers --rm --tenant --unix'
 _sbx_args_port='--listen --tenant --unix'
 
-_sbx_states='creating running paused pooled stopped crashed expired corrupt'
+_sbx_states='creating running paused suspended pooled stopped crashed expired corrupt'
 _sbx_ws_states='attached idle'
 _sbx_audit_types='session.create session.destroy session.expire session.crash session.stop session.pause
-	session.resume exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.build template.rm workspace.create
+	session.resume session.suspend exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.build template.rm workspace.create
 	workspace.attach workspace.remove net.connect net.close net.lost dns.query package.fetch gc.reclaim
 	policy.refused audit.repair port.open port.close session.* exec.* files.* snapshot.* template.* workspace.* net.*
 	port.*'
@@ -222,6 +222,11 @@ _sbx_operand() {
 		if [ "$n" -eq 0 ]; then
 			mapfile -t _sbx_w < <(_sbx_sessions running)
 			_sbx_add "${_sbx_w[@]}"
+			# a suspended one is resumed first, unless --no-resume
+			if [[ " ${_sbx_words[*]} " != *" --no-resume "* ]]; then
+				mapfile -t _sbx_w < <(_sbx_sessions suspended)
+				_sbx_add "${_sbx_w[@]}"
+			fi
 			# --resume runs a paused session again first
 			if [[ " ${_sbx_words[*]} " == *" --resume "* ]]; then
 				mapfile -t _sbx_w < <(_sbx_sessions paused)
@@ -256,12 +261,13 @@ _sbx_operand() {
 		fi ;;
 	snapshot)
 		if [ "$n" -eq 0 ]; then
-			_sbx_add pause resume save list rm template
+			_sbx_add pause resume suspend save list rm template
 			return
 		fi
 		case $_sbx_sub:$n in
 		pause:*) mapfile -t _sbx_w < <(_sbx_sessions running) ;;
-		resume:*) mapfile -t _sbx_w < <(_sbx_sessions paused) ;;
+		resume:*) mapfile -t _sbx_w < <(_sbx_sessions paused; _sbx_sessions suspended) ;;
+		suspend:*) mapfile -t _sbx_w < <(_sbx_sessions running; _sbx_sessions paused) ;;
 		save:1) mapfile -t _sbx_w < <(_sbx_sessions) ;;
 		rm:* | list:1 | ls:1) mapfile -t _sbx_w < <(_sbx_snapshots) ;;
 		template:1) _sbx_w=(list rm) ;;

@@ -5,8 +5,10 @@
 
 void agent_flush(struct mon *m)
 {
-	while (m->agent.fd >= 0 && m->aout_off < m->aout.len) {
-		ssize_t w = write(m->agent.fd, m->aout.data + m->aout_off, m->aout.len - m->aout_off);
+	/* A suspend's PING is the last thing the guest gets (suspend.c). */
+	size_t end = m->susp.hold ? m->susp.hold_end : m->aout.len;
+	while (m->agent.fd >= 0 && m->aout_off < end) {
+		ssize_t w = write(m->agent.fd, m->aout.data + m->aout_off, end - m->aout_off);
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
@@ -18,9 +20,9 @@ void agent_flush(struct mon *m)
 	}
 	if (m->aout_off == m->aout.len) {
 		sbx_buf_reset(&m->aout);
-		m->aout_off = 0;
+		m->aout_off = m->susp.hold_end = 0;
 	}
-	int want = m->aout_off < m->aout.len;
+	int want = m->aout_off < end;
 	if (m->agent.fd >= 0 && want != m->agent_want_out) {
 		mon_ep_mod(m, &m->agent, EPOLLIN | (want ? EPOLLOUT : 0), EPOLL_CTL_MOD);
 		m->agent_want_out = want;
@@ -182,6 +184,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		break;
 	}
 	case SBX_F_PONG: {
+		susp_pong(m, f->stream);
 		if (m->claim.stage == CLAIM_GUEST && f->stream == m->claim.ping)
 			claim_guest_answered(m);
 		if (m->hb.sent && f->stream == m->hb.token) {

@@ -121,6 +121,10 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 	if ((m->s.pool || m->claim.stage == CLAIM_GUEST) && f->type != SBX_F_SHUTDOWN && f->type != SBX_F_PING)
 		return client_error(m, c, f->stream, m->s.pool ? SBX_EXIT_NOENT : SBX_EXIT_TEMPFAIL,
 				    m->s.pool ? "a warm-pool member is not a session in use" : "the session is still being created");
+	/* A suspended (or idle-paused) session runs again for whatever needs
+	 * its guest (suspend.c). */
+	if (susp_wake(m, c, f) < 0)
+		return;
 	switch (f->type) {
 	case SBX_F_EXEC:
 		client_exec(m, c, f);
@@ -216,6 +220,8 @@ void client_drop(struct mon *m, struct client *c)
 		m->claim.c = NULL;
 	if (m->snap.c == c)
 		m->snap.c = NULL; /* a save goes on: its directory is sbx-gc's */
+	if (m->susp.c == c)
+		m->susp.c = NULL; /* and so does a suspend */
 	epoll_ctl(m->ep, EPOLL_CTL_DEL, c->src.fd, NULL);
 	close(c->src.fd);
 	sbx_buf_free(&c->in);

@@ -86,6 +86,8 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 		json_object_set_new(o, "truncated_by", json_string("output_cap"));
 	if (o)
 		json_object_set_new(o, "violations", violations(m, ex, e));
+	if (o)
+		susp_exec_fields(m, ex, o); /* ran across a suspend? */
 	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 	/* No fsync: an exec record is as durable as the session it belongs to. */
 	if (s) {
@@ -416,7 +418,7 @@ void exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
 void exec_deadlines(struct mon *m)
 {
 	uint64_t now = sbx_mono_ns();
-	if (m->snap.paused || m->pool_paused)
+	if (m->snap.paused || m->pool_paused || m->susp.suspended)
 		return;
 	for (struct exec *ex = m->execs, *next; ex; ex = next) {
 		next = ex->next;
@@ -444,7 +446,7 @@ static int execs_running(const struct mon *m)
 void mon_heartbeat(struct mon *m)
 {
 	uint64_t now = sbx_mono_ns(), iv = m->hb.interval;
-	if (!iv || m->snap.paused || m->pool_paused || m->agent.fd < 0)
+	if (!iv || m->snap.paused || m->pool_paused || m->susp.suspended || m->agent.fd < 0)
 		return;
 	if (!m->hb.sent) {
 		if (!execs_running(m) || now < m->hb.next)
@@ -488,7 +490,7 @@ int mon_heartbeat_wait_ms(const struct mon *m)
 int exec_wait_ms(const struct mon *m)
 {
 	uint64_t first = 0, now = sbx_mono_ns();
-	if (m->snap.paused || m->pool_paused)
+	if (m->snap.paused || m->pool_paused || m->susp.suspended)
 		return -1;
 	for (const struct exec *ex = m->execs; ex; ex = ex->next)
 		if (!ex->done && ex->deadline && (!first || ex->deadline < first))

@@ -449,7 +449,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		goto failed;
 	/* A warm-pool member waits for a claim, paused (pool.h). */
 	snprintf(m.s.state, sizeof m.s.state, m.s.pool ? "pooled" : "running");
-	m.s.ready_ns = sbx_now_ns();
+	m.s.ready_ns = m.s.state_since_ns = sbx_now_ns();
 	/* The policy's cap as it is, 0 included (keep no output). */
 	m.output_cap = m.s.limits.output_cap;
 	m.output_session_cap = m.s.limits.output_session_cap;
@@ -505,11 +505,14 @@ ready:
 			w = x;
 		if (h >= 0 && (w < 0 || h < w))
 			w = h;
+		if ((h = susp_wait_ms(&m)) >= 0 && (w < 0 || h < w))
+			w = h;
 		if (mon_loop_once(&m, w) < 0)
 			break;
 		claim_check_deadline(&m);
 		exec_deadlines(&m);
 		mon_heartbeat(&m);
+		susp_tick(&m);
 	}
 	port_end(&m, "session ended"); /* before the record says it ended */
 
@@ -520,6 +523,7 @@ ready:
 		char why[64];
 		snprintf(why, sizeof why, "ttl of %llu s expired", (unsigned long long)(m.s.limits.ttl_ms / 1000));
 		json_t *ef = json_pack("{s:s, s:I}", "session", m.s.id, "ttl_s", (json_int_t)(m.s.limits.ttl_ms / 1000));
+		susp_discard(&m);
 		end_session(&m, "expired", why, "session.expire", ef);
 		goto out;
 	}

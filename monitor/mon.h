@@ -15,6 +15,7 @@
 #include "policy.h"
 #include "proto.h"
 #include "secrets.h"
+#include "snapshot.h"
 #include "session.h"
 #include "state.h"
 #include "template.h"
@@ -196,6 +197,22 @@ struct mon {
 		uint64_t progress_ns;
 	} snap;
 	struct mports *ports;   /* sbx-port's forwards (port.c); NULL: none yet */
+	struct {                /* suspend to disk, the idle policy: see suspend.c */
+		int suspended;  /* no VMM: its memory is in LIB/sessions/ID/suspend */
+		int busy;       /* a suspend or resume is under way */
+		int hold;       /* nothing past hold_end is written to the agent (agent_flush) */
+		size_t hold_end;
+		int wake;       /* a client wants the guest meanwhile: resume at once */
+		int want;       /* VMCTL SUSPEND asked: done from the main loop (susp_tick) */
+		struct client *c; /* ... for this client, while connected */
+		uint32_t token, n; /* the PING whose PONG ends the agent's traffic */
+		int ponged;
+		uint64_t since_mono; /* suspended since (CLOCK_MONOTONIC) */
+		uint64_t idle_mono;  /* last seen busy (CLOCK_MONOTONIC) */
+		int idle_paused;     /* the idle policy paused it */
+		struct { uint64_t from, to; } iv[32]; /* recent suspends (CLOCK_REALTIME), for exec records */
+		unsigned niv;
+	} susp;
 };
 
 /* An audit event of this session, with its tenant: a tenant-scoped view
@@ -271,6 +288,18 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f);
 void snap_boot_progress(void *ctx, const char *what, uint64_t done, uint64_t total);
 int snap_restored(struct mon *m, struct sbx_err *err);
 int snap_restore_disk(struct mon *m, const char *scratch, struct sbx_err *err);
+int snap_set_paused(struct mon *m, int paused, struct sbx_err *err);
+
+/* suspend.c */
+int susp_vmctl(struct mon *m, struct client *c, unsigned op);
+int susp_wake(struct mon *m, struct client *c, const struct sbx_frame *f);
+void susp_pong(struct mon *m, uint32_t token);
+int susp_wait_ms(struct mon *m);
+void susp_tick(struct mon *m);
+void susp_discard(struct mon *m);
+void susp_exec_fields(struct mon *m, const struct exec *ex, json_t *o);
+void susp_note_state(struct mon *m, const char *state);
+int susp_arm_ttl(struct mon *m);
 
 /* port.c */
 void port_event(struct mon *m, struct src *s, uint32_t events);

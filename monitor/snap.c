@@ -19,7 +19,7 @@ static void snap_reply(struct mon *m, struct client *c, unsigned op)
 
 /* The record's state follows the VM's (sbx-ps shows it); a change that
  * cannot be audited is undone. */
-static int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
+int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
 {
 	if (m->snap.paused == paused)
 		return 0;
@@ -50,7 +50,7 @@ static int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
 		agent_time_sync(m, 0); /* ... and the guest's clock must catch up */
 	}
 	m->snap.paused = paused;
-	snprintf(m->s.state, sizeof m->s.state, "%s", paused ? "paused" : "running");
+	susp_note_state(m, paused ? "paused" : "running"); /* and the time spent in the last */
 	sbx_record_save(&m->st, &m->s, NULL);
 	return 0;
 }
@@ -329,6 +329,8 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
 		return client_error(m, c, 0, SBX_EXIT_NOENT, "the session is not running");
 	if (m->snap.c || m->snap.saving || m->snap.identity)
 		return client_error(m, c, 0, SBX_EXIT_TEMPFAIL, "another snapshot operation is in progress; try again");
+	if (susp_vmctl(m, c, op)) /* suspend, and what a suspended session may do */
+		return;
 	switch (op) {
 	case SBX_VMCTL_PAUSE:
 	case SBX_VMCTL_RESUME:

@@ -14,7 +14,9 @@
 #    sbx-create) vs a paused VM's cont + PING;
 #  - guest-to-host output (sbx-exec of head -c 32M) vs the raw stream;
 #  - sbx-cp upload and download of BENCH_CP_MIB (256) MiB vs tar moving the
-#    same file through the same guest disk.
+#    same file through the same guest disk;
+#  - resume from suspend to first exec vs the same restore floor, and the
+#    cost of a suspended session (scripts/bench-suspend.sh).
 # Prints a table, then each figure beside its floor with the ratio, and
 # writes $SBX_BUILD/bench.json.  Runs: BENCH_RUNS (10).
 set -euo pipefail
@@ -283,3 +285,7 @@ for k, v in ratios.items():
     print(f"{k:42} {v}")
 print(f"written: {out}")
 PY
+
+# Resume from suspend (its own file: scripts/bench-suspend.sh).
+. "$(dirname "$0")/bench-suspend.sh"
+bench_suspend "$raw" "$B/bench.json"

@@ -679,9 +679,49 @@ static void test_ports(void)
 	ok(refused == (int)(sizeof lies / sizeof *lies), "a malformed ports in policy.json is refused, never a wider grant");
 }
 
+/* lifecycle: (issue 15.4): durations with 0 for never, an enum, and a
+ * pause that would come after the suspend refused. */
+static void test_lifecycle(void)
+{
+	good("", "no lifecycle section");
+	ok(pol.lifecycle.idle_pause_ms == 0 && pol.lifecycle.idle_suspend_ms == 0 &&
+		   pol.lifecycle.ttl_counts == SBX_TTL_WALL,
+	   "defaults: never idle-paused or suspended, the TTL on the wall clock");
+	good("lifecycle: {idle_pause: 30s, idle_suspend: 5m, ttl_counts: running}\n", "a full lifecycle section");
+	ok(pol.lifecycle.idle_pause_ms == 30000 && pol.lifecycle.idle_suspend_ms == 300000 &&
+		   pol.lifecycle.ttl_counts == SBX_TTL_RUNNING,
+	   "its values");
+	good("lifecycle: {idle_suspend: 2s}\n", "idle_suspend alone");
+	good("lifecycle: {idle_pause: 0, idle_suspend: 0, ttl_counts: wall}\n", "0 is never");
+	bad("lifecycle: {idle_pause: 5m, idle_suspend: 30s}\n", "must be shorter than lifecycle.idle_suspend",
+	    "a pause after the suspend is refused");
+	bad("lifecycle: {idle_pause: 1m, idle_suspend: 1m}\n", "must be shorter", "so is one at the same moment");
+	bad("lifecycle: {idle_suspend: 500ms}\n", "out of range", "less than a second is refused");
+	bad("lifecycle: {idle_suspend: 31d}\n", "out of range", "more than 30 days is refused");
+	bad("lifecycle: {idle_suspend: -1}\n", "is not a duration", "a negative duration is refused");
+	bad("lifecycle: {ttl_counts: cpu}\n", "is not one of: wall, running", "an unknown ttl_counts is refused");
+	bad("lifecycle: {idle_susp: 1m}\n", "unknown key 'idle_susp'", "a misspelled key is refused");
+	bad("lifecycle: {idle_suspend: 1m, idle_suspend: 2m}\n", "duplicate key", "a duplicate key is refused");
+	bad("lifecycle: [idle_suspend]\n", "lifecycle", "a list is refused");
+	bad("lifecycle: {idle_suspend: {a: 1}}\n", "lifecycle.idle_suspend", "a mapping as a value is refused");
+	good("lifecycle: {idle_suspend: 90s}\n", "for the JSON");
+	json_t *j = sbx_policy_json(&pol);
+	json_t *l = json_object_get(j, "lifecycle");
+	ok(json_integer_value(json_object_get(l, "idle_suspend")) == 90000 &&
+		   json_integer_value(json_object_get(l, "idle_pause")) == 0 &&
+		   !strcmp(json_string_value(json_object_get(l, "ttl_counts")) ?: "", "wall"),
+	   "the effective policy's JSON has the lifecycle section");
+	json_decref(j);
+	sbx_policy_defaults(&pol);
+	memset(&err, 0, sizeof err);
+	ok(sbx_policy_set(&pol, "lifecycle.idle_suspend", "10m", &err) == 0 && pol.lifecycle.idle_suspend_ms == 600000,
+	   "lifecycle.idle_suspend can be set from the command line");
+}
+
 int main(void)
 {
 	test_ports();
+	test_lifecycle();
 	test_units();
 	test_defaults();
 	test_values();

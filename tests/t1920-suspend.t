@@ -1,0 +1,218 @@
+#!/bin/bash
+# Suspend to disk and resume on demand (issue 15.3, 15.4): a suspended
+# session has no VMM (no RAM, no CPU) and is the same session when an exec
+# wakes it: ID, files, a background exec still running, exec records;
+# --no-resume refuses with 4; sbx-snapshot resume; the idle policy suspends
+# an idle session; a monitor killed -9 at three points of a suspend leaves
+# a crashed session sbx-gc reclaims whole, never half of one; a full disk
+# leaves the session running and says why; a session with a NIC is
+# refused; a resume needs room on the host.
+. "$(dirname "$0")/lib.sh"
+require_vm
+L=$SBX_ROOT/var/lib/sbx
+A=$L/audit.log
+rec() { jq -r "$2" "$L/sessions/$1/session.json"; }
+state() { sbx-ps --json "$1" | jq -r '.[0].state'; }
+# wait_state ID STATE [SECONDS]: until sbx-ps says so, at most that long.
+wait_state() {
+	local i
+	for i in $(seq $((${3:-60} * 10))); do
+		[ "$(state "$1")" = "$2" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+count() { sbx-exec "$1" -- sh -c 'wc -l </tmp/count'; }
+
+# --- suspend, and an exec that wakes it --------------------------------------
+id=$(sbx-create -q); ok $? "a session is created"
+e=$(sbx-exec -d "$id" -- sh -c 'while :; do echo x >>/tmp/count; sleep 0.2; done')
+ok $? "with a background exec ($e)"
+sbx-exec "$id" -- sh -c 'echo kept >/home/user/file'; ok $? "and a file on its disk"
+n1=$(count "$id")
+vmm=$(rec "$id" .vmm_process.pid)
+kill -0 "$vmm" 2>/dev/null; ok $? "its VMM runs (pid $vmm)"
+out=$(sbx-snapshot suspend --json "$id"); ok $? "sbx-snapshot suspend exits 0"
+is "$(jq -r .state <<<"$out")" suspended "and says suspended (--json)"
+is "$(state "$id")" suspended "sbx-ps shows it suspended"
+like "$(sbx-ps --no-headers "$id")" "^$id	suspended	" "in the text listing too"
+! kill -0 "$vmm" 2>/dev/null; ok $? "its VMM is gone: no guest RAM, no CPU"
+is "$(rec "$id" .vmm_process.pid)" 0 "the record has no VMM"
+img=$L/sessions/$id/suspend/memory.zst
+[ -s "$img" ]; ok $? "the memory image is in the session's directory"
+is "$(stat -c %a "$L/sessions/$id/suspend") $(stat -c %a "$img")" "700 600" "directory 0700, image 0600"
+mon=$(rec "$id" .monitor.pid)
+diag "per suspended session: memory image $(du -k "$img" | cut -f1) KiB on disk, disk $(du -k "$L/sessions/$id/scratch.img" | cut -f1) KiB, monitor RSS $(ps -o rss= -p "$mon") KiB"
+sbx-snapshot suspend "$id"; ok $? "suspending it again is a no-op"
+grep -q '"type":"session.suspend".*"ok":true' "$A"; ok $? "the suspend is audited"
+
+sbx-exec --no-resume "$id" -- true 2>"$TEST_TMP/err"; rc=$?
+is "$rc" 4 "sbx-exec --no-resume on a suspended session exits 4"
+like "$(cat "$TEST_TMP/err")" "is suspended and --no-resume" "saying why"
+sbx-cp --no-resume "$id:/home/user/file" - >/dev/null 2>&1; is "$?" 4 "so does sbx-cp --no-resume"
+is "$(state "$id")" suspended "and the session stays suspended"
+sbx-exec --resume --no-resume "$id" -- true 2>/dev/null; is "$?" 2 "--resume with --no-resume is a usage error"
+
+is "$(sbx-exec "$id" -- cat /home/user/file)" kept "a plain sbx-exec resumes it: the file is there"
+is "$(state "$id")" running "it runs again"
+is "$(sbx-ps --json | jq -r '.[].id' | grep -c "^$id\$")" 1 "under the same ID"
+n2=$(count "$id")
+[ "$n2" -ge "$n1" ]; ok $? "the background exec's output survived ($n1 -> $n2 lines)"
+for i in $(seq 100); do [ "$(count "$id")" -gt "$n2" ] && break; sleep 0.1; done
+[ "$(count "$id")" -gt "$n2" ]; ok $? "and it still runs after the resume"
+is "$(sbx-ps --execs "$id" --json | jq -r ".[] | select(.exec == \"$e\") | .state")" running \
+	"sbx-ps --execs still lists it running"
+[ ! -e "$L/sessions/$id/suspend" ]; ok $? "the image is gone once resumed"
+grep -q '"type":"session.resume".*"from":"disk"' "$A"; ok $? "the resume is audited"
+j=$(sbx-ps --json "$id")
+is "$(jq -r '.[0].suspends' <<<"$j")" 1 "sbx-ps --json counts one suspend"
+awk "BEGIN{exit !($(jq '.[0].suspended_s' <<<"$j") > 0 && $(jq '.[0].running_s' <<<"$j") > 0)}"
+ok $? "and splits running and suspended seconds ($(jq -c '.[0] | [.running_s, .paused_s, .suspended_s]' <<<"$j"))"
+sbx-ps --prometheus "$id" | grep -q "^sbx_session_suspended_seconds_total{session=\"$id\""
+ok $? "the Prometheus output has suspended seconds"
+sbx-kill --exec "$e" "$id"
+sbx-exec --wait "$e" --timeout 30 --json "$id" >"$TEST_TMP/res"
+is "$(jq -r '.suspends' "$TEST_TMP/res")" 1 "the background exec's record says it ran across one suspend"
+awk "BEGIN{exit !($(jq '.suspended_ms' "$TEST_TMP/res") > 0)}"; ok $? "and for how long ($(jq .suspended_ms "$TEST_TMP/res") ms)"
+is "$(jq -r '.suspends' "$L/sessions/$id/execs/e2/result.json")" 0 "an exec that ran before it says none"
+top=$(cd "$(dirname "$0")/.." && pwd)
+schema() { python3 "$top/tests/tools/json-schema-check.py" validate --strict ${2:-} "$top/docs/schema" "$1"; }
+schema exec-result.json <"$TEST_TMP/res"; ok $? "the exec's record is valid against exec-result.json"
+sbx-ps --json "$id" | schema ps.json; ok $? "sbx-ps --json is valid against ps.json"
+sbx-snapshot suspend --json "$id" | schema snapshot-state.json; ok $? "sbx-snapshot suspend --json against snapshot-state.json"
+sbx-exec "$id" -- true
+
+# --- sbx-snapshot resume, from paused and from suspended ------------------------
+sbx-snapshot pause "$id" && sbx-snapshot suspend "$id"; ok $? "a paused session can be suspended"
+is "$(sbx-snapshot resume --json "$id" | jq -r .state)" running "sbx-snapshot resume wakes it"
+is "$(sbx-exec "$id" -- cat /home/user/file)" kept "with its files"
+is "$(rec "$id" .lifecycle.suspends)" 3 "the record counts three suspends"
+sbx-snapshot save "$id" nope >/dev/null 2>&1; ok $? "a resumed session can be saved as a snapshot"
+sbx-snapshot suspend "$id" >/dev/null
+sbx-snapshot save "$id" nope2 2>"$TEST_TMP/err"; is "$?" 5 "a suspended one cannot (5)"
+like "$(cat "$TEST_TMP/err")" "is suspended: resume it first" "saying so"
+sbx-snapshot suspend nosuch 2>/dev/null; is "$?" 4 "suspending a session that does not exist is 4"
+sbx-snapshot suspend 2>/dev/null; is "$?" 2 "suspend without a session is a usage error"
+sbx-snapshot suspend "../$id" 2>/dev/null; is "$?" 3 "a malformed ID is 3"
+# --attach follows an exec's files: it wakes a suspended session first, so
+# the exec it follows runs on; --no-resume is 4 there too.
+ea=$(sbx-exec -d "$id" -- sh -c 'sleep 1; echo attached-done')
+sbx-snapshot suspend "$id" >/dev/null
+sbx-exec --attach "$ea" --no-resume "$id" >/dev/null 2>&1; is "$?" 4 "sbx-exec --attach --no-resume on a suspended session exits 4"
+out=$(timeout 120 sbx-exec --attach "$ea" "$id"); rc=$?
+is "$rc $out" "0 attached-done" "sbx-exec --attach resumes it and follows the exec to its end"
+# The client killed while its suspend runs: the monitor carries on, and
+# the session is either suspended or running, whole, and answers.
+sbx-snapshot resume "$id" >/dev/null
+sbx-snapshot suspend "$id" & sp=$!
+sleep 0.1; kill -9 "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+for i in $(seq 100); do s=$(state "$id"); [ "$s" = suspended ] || [ "$s" = running ] && break; sleep 0.1; done
+like "$(state "$id")" '^(suspended|running)$' "a suspend whose client was killed leaves the session whole ($(state "$id"))"
+is "$(sbx-exec "$id" -- cat /home/user/file)" kept "and it answers"
+sbx-snapshot suspend "$id" >/dev/null
+sbx-kill "$id"; ok $? "sbx-kill ends a suspended session"
+[ ! -d "$L/sessions/$id" ]; ok $? "and removes everything, its image too"
+
+# --- the idle policy ---------------------------------------------------------------
+cat >"$TEST_TMP/idle.yaml" <<'EOF'
+lifecycle: {idle_pause: 1s, idle_suspend: 3s, ttl_counts: running}
+EOF
+id=$(sbx-create -q -p "$TEST_TMP/idle.yaml"); ok $? "a session with lifecycle: {idle_pause: 1s, idle_suspend: 3s}"
+sbx-exec "$id" -- sh -c 'echo idle >/tmp/i'
+wait_state "$id" suspended 60; ok $? "left idle, the policy suspends it (paused first: $(rec "$id" .lifecycle.paused_ns) ns)"
+grep -q "\"type\":\"session.suspend\".*\"reason\":\"idle\"" "$A"; ok $? "audited as an idle suspend"
+grep -q "\"type\":\"session.pause\".*\"$id\"" "$A"; ok $? "after an idle pause"
+is "$(sbx-exec "$id" -- cat /tmp/i)" idle "an exec resumes it transparently"
+j=$(sbx-ps --json "$id")
+ttl=$(jq '.[0].ttl_left_s' <<<"$j") run=$(jq '.[0].running_s' <<<"$j") idle=$(jq '.[0].paused_s + .[0].suspended_s' <<<"$j")
+awk "BEGIN{exit !($idle > 0 && $ttl + $run >= 3598 && $ttl + $run <= 3601)}"
+ok $? "ttl_counts: running: only running time is taken from the TTL ($ttl s left, $run s run, $idle s idle)"
+long=$(sbx-exec -d "$id" -- sleep 8)
+sleep 5
+is "$(state "$id")" running "a running exec keeps it from being idle"
+sbx-exec --wait "$long" --timeout 30 "$id" >/dev/null
+sbx-kill "$id" >/dev/null
+
+# --- a session with a NIC: refused, it runs on ---------------------------------
+test_net_hosts susp 1
+cat >"$TEST_TMP/net.yaml" <<EOF
+network:
+  egress: allowlist
+  allow:
+    - {cidr: ${NET_IP[0]}/32, ports: [80]}
+lifecycle: {idle_suspend: 1s}
+EOF
+id=$(sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "a session with a network device (and idle_suspend: 1s)"
+sbx-snapshot suspend "$id" 2>"$TEST_TMP/err"; is "$?" 5 "suspending it is refused (5)"
+like "$(cat "$TEST_TMP/err")" "has a network device: it cannot be suspended yet" "saying why"
+sleep 3
+is "$(state "$id")" running "the idle policy leaves it running too (its proxy's connections are not seen)"
+is "$(sbx-exec "$id" -- cat /sys/class/net/eth0/address)" "$(rec "$id" .net.mac)" "and it runs on, NIC and all"
+sbx-kill "$id" >/dev/null
+
+# --- a resume takes room on the host, as a create does ---------------------------
+# SBX_MAX_SESSIONS=1 for the creates and so for their monitors, which
+# admit the resumes.
+a=$(SBX_MAX_SESSIONS=1 sbx-create -q); ok $? "with room for one session, one is created"
+sbx-exec "$a" -- sh -c 'echo a >/tmp/a'
+sbx-snapshot suspend "$a"
+b=$(SBX_MAX_SESSIONS=1 sbx-create -q); ok $? "and with it suspended, a second: a suspended session holds no room"
+sbx-snapshot resume "$a" 2>"$TEST_TMP/err"; rc=$?
+is "$rc" 75 "resuming the first does not fit: 75"
+like "$(cat "$TEST_TMP/err")" "cannot resume session $a" "saying why ($(head -c 160 "$TEST_TMP/err"))"
+is "$(state "$a")" suspended "it stays suspended"
+sbx-exec "$a" -- true 2>/dev/null; is "$?" 125 "an exec that would resume it fails before running (125)"
+sbx-kill "$b" >/dev/null
+is "$(sbx-exec "$a" -- cat /tmp/a)" a "with room again, an exec resumes it"
+sbx-kill "$a" >/dev/null
+
+# --- the monitor killed -9 during a suspend: crashed, reclaimed, never half ----------
+for point in save saved recorded; do
+	id=$(SBX_FAULT_SUSPEND=$point sbx-create -q); ok $? "[$point] a session whose monitor dies at '$point'"
+	vmm=$(rec "$id" .vmm_process.pid)
+	sbx-snapshot suspend "$id" 2>"$TEST_TMP/err"; rc=$?
+	[ "$rc" -ne 0 ]; ok $? "[$point] the suspend fails ($rc: $(head -c 100 "$TEST_TMP/err"))"
+	is "$(state "$id")" crashed "[$point] the session is crashed, not half suspended"
+	for i in $(seq 100); do kill -0 "$vmm" 2>/dev/null || break; sleep 0.1; done
+	! kill -0 "$vmm" 2>/dev/null; ok $? "[$point] its VMM went with the monitor"
+	sbx-exec "$id" -- true 2>/dev/null; is "$?" 4 "[$point] an exec finds it not running (4)"
+	sbx-gc --grace 0 >"$TEST_TMP/gc" 2>&1
+	[ ! -e "$L/sessions/$id" ]; ok $? "[$point] sbx-gc reclaims it, image and all"
+done
+
+# --- a full disk during a suspend -------------------------------------------------
+# A LIB of its own on a small tmpfs, filled up to 2 MiB: the memory image
+# cannot fit.
+F=$TEST_TMP/full
+mkdir -p "$F/var/lib/sbx"
+mount -t tmpfs -o size=96m sbx-t1920 "$F/var/lib/sbx"; ok $? "a 96 MiB tmpfs for LIB"
+full_cleanup() {
+	ls "$F/var/lib/sbx/sessions" 2>/dev/null | SBX_ROOT=$F sbx-kill >/dev/null 2>&1
+	umount -l "$F/var/lib/sbx" 2>/dev/null
+}
+trap 'full_cleanup; _cleanup' EXIT
+id=$(SBX_ROOT=$F sbx-create -q); ok $? "a session there"
+SBX_ROOT=$F sbx-exec "$id" -- sh -c 'echo before >/home/user/f'
+avail=$(df -B1 --output=avail "$F/var/lib/sbx" | tail -1)
+fallocate -l $((avail - (2 << 20))) "$F/var/lib/sbx/filler"; ok $? "filled to 2 MiB free"
+SBX_ROOT=$F sbx-snapshot suspend "$id" 2>"$TEST_TMP/err"; rc=$?
+is "$rc" 75 "the suspend fails with 75 (temporary)"
+like "$(cat "$TEST_TMP/err")" "no space for the memory image.*No space left on device.*the session runs on" "saying why"
+is "$(SBX_ROOT=$F sbx-ps --json "$id" | jq -r '.[0].state')" running "the session keeps running"
+is "$(SBX_ROOT=$F sbx-exec "$id" -- cat /home/user/f)" before "and answers"
+is "$(ls -A "$F/var/lib/sbx/sessions/$id" | grep -c suspend)" 0 "nothing half-written is left"
+rm -f "$F/var/lib/sbx/filler"
+SBX_ROOT=$F sbx-snapshot suspend "$id"; ok $? "with room again, the suspend works"
+is "$(SBX_ROOT=$F sbx-exec "$id" -- cat /home/user/f)" before "and so does the resume"
+SBX_ROOT=$F sbx-audit --jsonl | schema 'audit.json#/$defs/record' --lines
+ok $? "its audit records are valid against audit.json"
+like "$(SBX_ROOT=$F sbx-audit --json --type session.suspend | jq -r '.[0] | [.ok, .error] | map(tostring) | join(" ")')" \
+	"^false no space for the memory image" "the failed suspend is audited with ok false and why"
+full_cleanup
+
+sbx-audit --jsonl | schema 'audit.json#/$defs/record' --lines
+ok $? "every audit record (session.suspend, session.resume, ok or not) is valid against audit.json"
+is "$(sbx-audit --json --type session.suspend | jq -r '[.[] | .reason + ":" + (.ok|tostring)] | unique | join(",")')" \
+	"idle:true,sbx-snapshot:true" "suspends by hand and by the idle policy"
+
+done_testing
