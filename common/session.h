@@ -215,4 +215,7 @@ unsigned sbx_boot_timeout_s(void);
 /* Connect to a running session's monitor; 4 when the session does not
  * exist or is not running, 75 when it runs but does not answer. */
 int sbx_monitor_connect(struct sbx_state *st, const char *id, struct sbx_err *err);
+/* The same without the visibility check or a message: a connected fd, or
+ * -1 (errno). */
+int sbx_monitor_socket(struct sbx_state *st, const char *id);
 #endif
