@@ -150,6 +150,27 @@ is "$(state "$id")" running "the idle policy leaves it running too (its proxy's 
 is "$(sbx-exec "$id" -- cat /sys/class/net/eth0/address)" "$(rec "$id" .net.mac)" "and it runs on, NIC and all"
 sbx-kill "$id" >/dev/null
 
+# --- a session with secrets, or with a forward: refused; idle, it is paused ------
+printf 'tok3n' >"$TEST_TMP/tok"
+printf 'secrets:\n  - {name: TOK, from_file: %s}\nlifecycle: {idle_suspend: 1s}\n' "$TEST_TMP/tok" >"$TEST_TMP/sec.yaml"
+id=$(sbx-create -q -p "$TEST_TMP/sec.yaml"); ok $? "a session with a secret (and idle_suspend: 1s)"
+sbx-snapshot suspend "$id" 2>"$TEST_TMP/err"; is "$?" 5 "suspending it is refused (5)"
+like "$(cat "$TEST_TMP/err")" "has secrets: it cannot be suspended" "saying why: its image would hold them on the host's disk"
+for i in $(seq 100); do [ "$(state "$id")" = paused ] && break; sleep 0.1; done
+is "$(state "$id")" paused "the idle policy pauses it instead"
+[ ! -e "$SBX_ROOT/var/lib/sbx/sessions/$id/suspend" ]; ok $? "and writes no memory image"
+# (output holding a secret's value is scrubbed: compare hashes)
+is "$(sbx-exec "$id" -- sh -c 'sha256sum </run/secrets/TOK' | cut -d' ' -f1)" "$(printf tok3n | sha256sum | cut -d' ' -f1)" \
+	"the next command resumes it, its secret in place"
+sbx-kill "$id" >/dev/null
+id=$(sbx-create -q); ok $? "a session"
+addr=$(sbx-port "$id" 8080); ok $? "with a forward ($addr)"
+sbx-snapshot suspend "$id" 2>"$TEST_TMP/err"; is "$?" 5 "suspending it is refused (5)"
+like "$(cat "$TEST_TMP/err")" "has forwarded ports" "saying why"
+sbx-port --rm "$id" 8080 >/dev/null && sbx-snapshot suspend "$id" >/dev/null
+ok $? "without the forward it suspends"
+sbx-kill "$id" >/dev/null
+
 # --- a resume takes room on the host, as a create does ---------------------------
 # SBX_MAX_SESSIONS=1 for the creates and so for their monitors, which
 # admit the resumes.
