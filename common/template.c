@@ -310,7 +310,6 @@ struct coll {
 static int collect_cb(const struct sbx_template *t, const struct timespec *m, void *ctx)
 {
 	struct coll *c = ctx;
-	(void)m;
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? c->cap * 2 : 16;
 		struct sbx_template *nv = realloc(c->v, cap * sizeof *nv);
@@ -321,7 +320,8 @@ static int collect_cb(const struct sbx_template *t, const struct timespec *m, vo
 		c->v = nv;
 		c->cap = cap;
 	}
-	c->v[c->n++] = *t;
+	c->v[c->n] = *t;
+	c->v[c->n++].manifest_mtime = *m;
 	return 0;
 }
 
@@ -384,9 +384,9 @@ static int cmp_tmpl(const void *a, const void *b)
 		return c;
 	if ((c = strcmp(x->name, y->name)))
 		return c;
-	if ((c = strcmp(x->created, y->created)))
-		return c;
-	return strcmp(x->version, y->version);
+	/* oldest first, as sbx_template_find picks the newest */
+	return newer(x, &x->manifest_mtime, y, &y->manifest_mtime) ? 1 :
+	       newer(y, &y->manifest_mtime, x, &x->manifest_mtime) ? -1 : 0;
 }
 
 /* Every template tenant sees, matching the spec's parts. */

@@ -22,6 +22,8 @@
 #ifndef SBX_TEMPLATE_H
 #define SBX_TEMPLATE_H
 
+#include <time.h>
+
 #include <jansson.h>
 
 #include "err.h"
@@ -39,6 +41,7 @@ struct sbx_template {
 	char created[40];
 	char kernel_release[80];
 	int snapshot; /* manifest.json has "snapshot": restore it (snapshot.h) */
+	struct timespec manifest_mtime; /* orders versions made in one second (listings) */
 };
 
 /* [OWNER/]NAME[@VERSION] in exactly that owner's namespace (no OWNER:

@@ -219,6 +219,14 @@ bp=$!
 vm=
 for _ in $(seq 600); do vm=$(sbx-ps -q | grep '^tmplbuild-') && break; sleep 0.1; done
 like "$vm" '^tmplbuild-' "the build VM is a session while it runs ($vm)"
+# Killed only once the step runs: a build killed while its VM still boots
+# leaves nothing for gc (the monitor abandons a boot nobody waits for).
+for _ in $(seq 1200); do
+	[ -n "$vm" ] && [ "$(sbx-ps --json --execs "$vm" 2>/dev/null | jq -r '[.[] | select(.state == "running")] | length')" = 1 ] &&
+		break
+	sleep 0.1
+done
+is "$(sbx-ps --json --execs "$vm" | jq -r '[.[] | select(.state == "running")] | length')" 1 "its step is running"
 sbx-gc --grace 0 >/dev/null 2>&1
 is "$(sbx-ps -q | grep -c '^tmplbuild-')" 1 "sbx-gc leaves a live build's VM alone"
 kill -9 "$bp"; wait "$bp" 2>/dev/null
