@@ -141,8 +141,6 @@ static int rm(struct sbx_state *st, const struct opts *o, char **args, int n, st
 	return rc;
 }
 
-static const char *const tcols[] = { "name", "version", "owner", "created", "snapshot", "in_use", "kernel" };
-
 /* sbx-snapshot template list|rm: the templates the caller sees. */
 static int templates(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
 {
@@ -173,40 +171,7 @@ static int templates(struct sbx_state *st, const struct opts *o, char **args, in
 	json_t *all;
 	if (sbx_template_list(st, o->tenant, n > 1 ? args[1] : NULL, &all, err) < 0)
 		return -1;
-	if (o->json) {
-		json_dumpf(all, stdout, JSON_INDENT(2));
-		putchar('\n');
-		json_decref(all);
-		return 0;
-	}
-	if (o->headers && !o->quiet)
-		puts("NAME\tVERSION\tOWNER\tCREATED\tSNAPSHOT\tIN_USE\tKERNEL");
-	size_t k;
-	json_t *t;
-	json_array_foreach(all, k, t) {
-		if (o->quiet) {
-			puts(json_string_value(json_object_get(t, "template")));
-			continue;
-		}
-		/* NAME is the reference -t takes: OWNER/NAME for a tenant's. */
-		const char *ref = json_string_value(json_object_get(t, "template"));
-		const char *at = ref ? strrchr(ref, '@') : NULL;
-		for (size_t i = 0; i < SBX_ARRAY_LEN(tcols); i++) {
-			json_t *v = json_object_get(t, tcols[i]);
-			const char *str = json_string_value(v);
-			if (i)
-				putchar('\t');
-			if (i == 0 && at)
-				printf("%.*s", (int)(at - ref), ref);
-			else if (json_is_boolean(v))
-				fputs(json_is_true(v) ? "yes" : "no", stdout);
-			else if (json_is_integer(v))
-				printf("%lld", (long long)json_integer_value(v));
-			else
-				fputs(str && *str ? str : "-", stdout);
-		}
-		putchar('\n');
-	}
+	sbx_cli_print_table(&sbx_cli_template_table, all, o->json, o->quiet, o->headers);
 	json_decref(all);
 	return 0;
 }

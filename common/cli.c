@@ -71,3 +71,50 @@ void sbx_cli_free_ids(char **ids)
 		free(ids[i]);
 	free(ids);
 }
+
+void sbx_cli_print_table(const struct sbx_cli_table *t, json_t *rows, int json, int quiet, int headers)
+{
+	if (json) {
+		json_dumpf(rows, stdout, JSON_INDENT(2));
+		putchar('\n');
+		return;
+	}
+	if (headers && !quiet)
+		puts(t->header);
+	size_t k;
+	json_t *row;
+	json_array_foreach(rows, k, row) {
+		if (quiet) {
+			const char *key = json_string_value(json_object_get(row, t->key_col));
+			puts(key ? key : "-");
+			continue;
+		}
+		const char *ref = t->ref_col ? json_string_value(json_object_get(row, t->ref_col)) : NULL;
+		const char *at = ref ? strrchr(ref, '@') : NULL;
+		for (size_t i = 0; i < t->ncols; i++) {
+			json_t *v = json_object_get(row, t->cols[i]);
+			const char *str = json_string_value(v);
+			if (i)
+				putchar('\t');
+			if (i == 0 && at)
+				printf("%.*s", (int)(at - ref), ref);
+			else if (json_is_boolean(v))
+				fputs(json_is_true(v) ? "yes" : "no", stdout);
+			else if (json_is_integer(v))
+				printf("%lld", (long long)json_integer_value(v));
+			else
+				fputs(str && *str ? str : "-", stdout);
+		}
+		putchar('\n');
+	}
+}
+
+static const char *const template_cols[] = { "name", "version", "owner", "created", "snapshot", "in_use", "kernel" };
+const struct sbx_cli_table sbx_cli_template_table = {
+	.cols = template_cols,
+	.ncols = sizeof template_cols / sizeof *template_cols,
+	.header = "NAME\tVERSION\tOWNER\tCREATED\tSNAPSHOT\tIN_USE\tKERNEL",
+	.key_col = "template",
+	/* NAME is the reference -t takes: OWNER/NAME for a tenant's. */
+	.ref_col = "template",
+};

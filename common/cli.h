@@ -4,6 +4,9 @@
 #define SBX_CLI_H
 
 #include <stdio.h>
+
+#include <jansson.h>
+
 #include "err.h"
 
 int sbx_cli_uint(const char *s, unsigned min, unsigned max, unsigned *out);
@@ -14,5 +17,22 @@ int sbx_cli_fail(const char *prog, int code, int json, const char *fmt, ...) __a
  * array (free with sbx_cli_free_ids) or NULL on error. */
 char **sbx_cli_ids(int argc, char **argv, size_t *n);
 void sbx_cli_free_ids(char **ids);
+
+/* A JSON array of objects as the commands print it: with json, the array
+ * itself; with quiet, the value of key_col of each, one per line; else a
+ * header line (unless headers is 0), then a tab-separated row per object
+ * of cols[] (booleans as yes/no, numbers as they are, strings with "-"
+ * for empty or absent).  With ref_col, column 0 shows that string key's
+ * value up to its last '@' (a NAME@VERSION reference's NAME part). */
+struct sbx_cli_table {
+	const char *const *cols; /* JSON keys */
+	const char *header;      /* "NAME\tVERSION..." */
+	size_t ncols;
+	const char *key_col;     /* for -q */
+	const char *ref_col;     /* NULL: none */
+};
+void sbx_cli_print_table(const struct sbx_cli_table *t, json_t *rows, int json, int quiet, int headers);
+/* sbx-template list and sbx-snapshot template list (sbx_template_list's rows). */
+extern const struct sbx_cli_table sbx_cli_template_table;
 
 #endif
