@@ -15,7 +15,7 @@ for src in tests/fuzz/fuzz-*.c; do
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
 	fuzz-tmplspec)
 		# state.c for the ID allowlist.
-		deps=(common/tmplspec.c common/state.c common/err.c common/util.c)
+		deps=(common/tmplspec.c common/yamlstrict.c common/state.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson libbsd-overlay)" ;;
 	fuzz-hostconf)
 		# policy.c for its size parser.
@@ -28,7 +28,7 @@ for src in tests/fuzz/fuzz-*.c; do
 		# The cache's request head and index parsers; pkgcache.c links
 		# the audit trail and the deny list.
 		deps=(proxy/pkgcache.c common/audit.c common/state.c common/util.c common/err.c common/egress.c
-			common/policy.c common/units.c common/yamlstrict.c common/hostconf.c)
+			common/policy.c common/units.c common/yamlstrict.c common/hostconf.c common/budget.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-tar)
 		# The checker alone (tarcheck.c is pure).
@@ -40,7 +40,7 @@ for src in tests/fuzz/fuzz-*.c; do
 	fuzz-audit)
 		# hostconf.c (and its size parser) for audit retention's settings.
 		deps=(common/audit.c common/state.c common/util.c common/err.c common/hostconf.c common/policy.c
-			common/units.c)
+			common/units.c common/yamlstrict.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-rootfs)
 		# The import unpacker: libarchive, jansson and libmd's SHA-256.
