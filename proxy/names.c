@@ -1,10 +1,11 @@
 /* The package cache's names and encodings (pkgcache.h): what a project,
- * package, version and file name may be, and the percent, hex and base64
- * the requests and registries use. */
+ * package, version and file name may be, the percent, hex and base64
+ * the requests and registries use, and a growing buffer. */
 #include "pkgc.h"
 #include "util.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- names ------------------------------------------------------------------ */
@@ -162,4 +163,27 @@ int pc_b64_decode(const char *s, uint8_t *out, size_t n)
 	while (*s == '=')
 		s++;
 	return *s ? -1 : (int)o;
+}
+
+/* ---- a growing buffer ---------------------------------------------------- */
+
+void pc_sb_add(struct sbuf *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->n + n + 1 > b->cap) {
+		size_t nc = b->cap ? b->cap : 4096;
+		while (nc < b->n + n + 1)
+			nc *= 2;
+		char *p = realloc(b->p, nc);
+		if (!p) {
+			b->oom = 1;
+			return;
+		}
+		b->p = p;
+		b->cap = nc;
+	}
+	memcpy(b->p + b->n, s, n);
+	b->n += n;
+	b->p[b->n] = 0;
 }

@@ -76,7 +76,7 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 	int frc = pc_fetch(&f);
 	c->charged_up += f.bytes;
 	if (frc < 0) {
-		free(f.mem);
+		free(f.body.p);
 		if (pc_refuse_page_budget(c, o, &f, what) < 0)
 			return NULL;
 		if (f.status == 404 || f.status == 410) {
@@ -102,8 +102,8 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 		return pc_refuse(c, o, 502, msg, 0), NULL;
 	}
 	json_error_t je;
-	json_t *doc = json_loadb(f.mem ? f.mem : "", f.len, 0, &je);
-	free(f.mem);
+	json_t *doc = json_loadb(f.body.p ? f.body.p : "", f.body.n, 0, &je);
+	free(f.body.p);
 	if (!json_is_object(doc) || !json_is_object(json_object_get(doc, "versions"))) {
 		json_decref(doc);
 		snprintf(msg, sizeof msg, "the metadata of %s from registry %s is not an npm document", pkg,

@@ -3,7 +3,7 @@
  *   pkgcache.c  set-up, one connection's context and records (packages.log,
  *               the audit trail, the download budget), routing, serving
  *   http.c      the request head, responses
- *   names.c     names and encodings
+ *   names.c     names and encodings, a growing buffer
  *   upstream.c  upstream slots, fetches through libcurl, the deny list
  *   pypi.c      PEP 503 index pages and the files they name
  *   npm.c       npm metadata and tarballs
@@ -60,6 +60,14 @@ struct outcome {
 	int prepaid;          /* size is already charged: it was downloaded for this request */
 };
 
+/* A growing, NUL-terminated buffer (names.c: pc_sb_add); oom set once an
+ * allocation failed, after which nothing more is added. */
+struct sbuf {
+	char *p;
+	size_t n, cap;
+	int oom;
+};
+
 /* ---- one fetch (upstream.c) ---- */
 
 struct links;     /* pypi.c */
@@ -74,8 +82,7 @@ struct fetch {
 	struct links *links;  /* non-NULL: parse the body as a PEP 503 page as it arrives,
 	                       * into links, instead of keeping it */
 	/* out */
-	char *mem;
-	size_t len, cap;
+	struct sbuf body; /* the body, when fd < 0 and links is NULL */
 	uint64_t bytes;
 	uint64_t reserved; /* of the budget, for this fetch; bytes of it are used */
 	long status;
@@ -134,6 +141,7 @@ int pc_pct_decode(const char *s, size_t len, char *out, size_t n);
 void pc_to_hex(const uint8_t *d, size_t n, char *out);
 int pc_hex_ok(const char *s, size_t len);
 int pc_b64_decode(const char *s, uint8_t *out, size_t n);
+void pc_sb_add(struct sbuf *b, const char *s, size_t n);
 
 /* upstream.c */
 void pc_slots_init(void);

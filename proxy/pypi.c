@@ -238,36 +238,9 @@ int sbx_pkgcache_index_links(const char *html, size_t n, const char *base, size_
 	return rc;
 }
 
-struct sbuf {
-	char *p;
-	size_t n, cap;
-	int oom;
-};
-
-static void sb_add(struct sbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t nc = b->cap ? b->cap : 4096;
-		while (nc < b->n + n + 1)
-			nc *= 2;
-		char *p = realloc(b->p, nc);
-		if (!p) {
-			b->oom = 1;
-			return;
-		}
-		b->p = p;
-		b->cap = nc;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = 0;
-}
-
 static void sb_str(struct sbuf *b, const char *s)
 {
-	sb_add(b, s, strlen(s));
+	pc_sb_add(b, s, strlen(s));
 }
 
 static void sb_esc(struct sbuf *b, const char *s)
@@ -281,7 +254,7 @@ static void sb_esc(struct sbuf *b, const char *s)
 		case '\'': sb_str(b, "&#39;"); break;
 		default:
 			if ((unsigned char)*s >= 0x20 || *s == '\t')
-				sb_add(b, s, 1);
+				pc_sb_add(b, s, 1);
 		}
 	}
 }

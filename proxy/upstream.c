@@ -145,21 +145,11 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
 		SHA1Update(&f->s1, (const uint8_t *)p, n);
 		return n;
 	}
-	if (f->len + n + 1 > f->cap) {
-		size_t nc = f->cap ? f->cap : 65536;
-		while (nc < f->len + n + 1)
-			nc *= 2;
-		char *m = realloc(f->mem, nc);
-		if (!m) {
-			f->oom = 1;
-			return 0;
-		}
-		f->mem = m;
-		f->cap = nc;
+	pc_sb_add(&f->body, p, n);
+	if (f->body.oom) {
+		f->oom = 1;
+		return 0;
 	}
-	memcpy(f->mem + f->len, p, n);
-	f->len += n;
-	f->mem[f->len] = 0;
 	return n;
 }
 

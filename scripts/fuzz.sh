@@ -30,7 +30,8 @@ for src in tests/fuzz/fuzz-*.c; do
 		# the deny list.
 		deps=(proxy/pkgcache.c proxy/http.c proxy/names.c proxy/upstream.c proxy/pypi.c proxy/npm.c
 			proxy/store.c common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c
-			common/err.c common/egress.c common/policy.c common/units.c common/yamlstrict.c common/hostconf.c common/budget.c)
+			common/err.c common/egress.c common/policy.c common/units.c common/yamlstrict.c common/hostconf.c
+			common/budget.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-tar)
 		# The checker alone (tarcheck.c is pure).
