@@ -387,11 +387,16 @@ void *px_tcp_thread(void *arg)
 	free(flow);
 	free(buf);
 	close(c.fd);
+	/* The slot is free before net.close is in the trail, so whoever reads
+	 * that record as "the connection is over" can connect again at once. */
+	if (a.slot) {
+		pthread_mutex_lock(&px->mu);
+		px->active--;
+		pthread_mutex_unlock(&px->mu);
+	}
 	close_log(px, &a, in, out, t0);
 	pthread_mutex_lock(&px->mu);
 	px->threads--;
-	if (a.slot)
-		px->active--;
 	pthread_mutex_unlock(&px->mu);
 	return NULL;
 }
