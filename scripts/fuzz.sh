@@ -44,7 +44,7 @@ for src in tests/fuzz/fuzz-*.c; do
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-rootfs)
 		# The import unpacker: libarchive, jansson and libmd's SHA-256.
-		deps=(common/rootfs.c common/err.c common/util.c)
+		deps=(common/rootfs.c common/rootfs_tar.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libarchive libbsd-overlay libmd)" ;;
 	*)
 		deps=(common/proto.c)
