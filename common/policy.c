@@ -182,28 +182,12 @@ static int parse_map(struct sbx_yaml *c, const char *where, const struct key *ke
 	return 0;
 }
 
-typedef int (*item_fn)(struct sbx_yaml *c, void *obj, unsigned i, const char *path);
+typedef sbx_yaml_item_fn item_fn;
 
 /* Walk a list (the current event starts it) of at most max items. */
 static int parse_seq(struct sbx_yaml *c, const char *path, unsigned max, item_fn fn, void *obj, unsigned *count)
 {
-	if (sbx_yaml_expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
-		return -1;
-	unsigned i = 0;
-	for (;; i++) {
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
-			break;
-		if (i == max)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %u entries", path, max);
-		char ipath[176];
-		snprintf(ipath, sizeof ipath, "%s[%u]", path, i);
-		if (fn(c, obj, i, ipath) < 0)
-			return -1;
-	}
-	*count = i;
-	return 0;
+	return sbx_yaml_seq(c, path, max, "entries", fn, obj, count);
 }
 
 #define P(field) offsetof(struct sbx_policy, field)
