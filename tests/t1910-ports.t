@@ -327,42 +327,8 @@ else
 	tmpl=$(ls -d "$SBX_TEMPLATES"/default@* | head -1)
 	mkdir -p "$TEST_TMP/templates"
 	ln -s "$tmpl" "$TEST_TMP/templates/"
-	d=$TEST_TMP/templates/default@liar root=$TEST_TMP/root-liar
-	mkdir -p "$d" "$root/bin"
-	(cd "$root" && busybox cpio -idm <"$tmpl/initrd.cpio" 2>/dev/null)
-	rm -f "$root/init"
-	cp "$(command -v busybox)" "$root/bin/busybox"
-	python3 "$here/tools/lying-port-guest.py" "$root"
-	cat >"$root/init" <<'EOF'
-#!/bin/busybox sh
-/bin/busybox --install -s /bin
-mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
-for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
-port=
-while [ -z "$port" ]; do
-	for p in /sys/class/virtio-ports/*; do
-		[ "$(cat "$p/name" 2>/dev/null)" = sbx.agent ] && port=/dev/${p##*/}
-	done
-	[ -n "$port" ] || sleep 0.05
-done
-exec 3<>"$port"
-cat /hello.bin >&3
-k=0
-while :; do
-	set -- $(dd bs=12 count=1 iflag=fullblock <&3 2>/dev/null | od -An -tu1 -v)
-	[ $# -eq 12 ] || continue
-	len=$(($1 + $2 * 256 + $3 * 65536 + $4 * 16777216))
-	[ "$len" -gt 0 ] && dd bs="$len" count=1 iflag=fullblock <&3 >/dev/null 2>&1
-	case $5 in
-	25) k=$((k + 1)); [ -f /port$k.bin ] && cat /port$k.bin >&3 ;;
-	16) poweroff -f ;;
-	esac
-done
-EOF
-	chmod +x "$root/init"
-	cp "$tmpl/manifest.json" "$tmpl/vmlinux" "$d/"
-	ln -s "$tmpl/rootfs.ext4" "$d/rootfs.ext4"
-	"$SBX_BUILD/tools/sbx-mkcpio" -o "$d/initrd.cpio" "$root"
+	d=$TEST_TMP/templates/default@liar
+	lying_template "$tmpl" "$d" "$here/tools/lying-port-guest.py"
 	liar=$(SBX_TEMPLATES=$TEST_TMP/templates sbx-create -q -t default@liar 2>/dev/null); ok $? "a session whose agent lies comes up"
 	la=$(sbx-port "$liar" 80); ok $? "a port is forwarded to it"
 	mpid=$(jq -r .monitor.pid "$SBX_ROOT/var/lib/sbx/sessions/$liar/session.json")
