@@ -4,7 +4,7 @@
 # the default policy).  Real sessions, busybox httpd and nc in the guest,
 # curl and python on the host: fetches, a big download and upload intact,
 # a slow reader that stalls only itself, 1,000 connections one by one and
-# 1,000 more 50 at a time, a host port taken, a guest port nobody listens
+# 1,000 more 8 at a time, a host port taken, a guest port nobody listens
 # on, --rm, the end of the session, public addresses refused (in the
 # command and, handed a socket directly, in the monitor), policy for
 # tenants, sbx-ps --json, the audit trail.  The guest end alone, against a
@@ -92,15 +92,22 @@ is "$(sbx-exec "$id" -- echo alive)" alive "an exec runs while a connection's re
 is "$(curl -s --max-time 20 "http://$addr/")" hello-from-guest "and another connection is served"
 kill "$slow" 2>/dev/null; wait "$slow" 2>/dev/null
 
-# --- 1,000 connections one after another, 1,000 more 50 at a time -----------
+# --- 1,000 connections one after another, 1,000 more 8 at a time ------------
 n=0
 for i in $(seq 1000); do
 	[ "$(curl -s --max-time 20 "http://$addr/")" = hello-from-guest ] && n=$((n + 1))
 done
 is "$n" 1000 "1,000 sequential connections are all answered correctly"
-n=$(seq 1000 | xargs -P 50 -I{} curl -s --max-time 60 "http://$addr/" | grep -cx hello-from-guest)
-is "$n" 1000 "1,000 connections 50 at a time are all answered correctly"
-for i in $(seq 100); do
+# 8 at a time: busybox httpd listens with a backlog of 9 (xlisten(fd, 9)), so
+# more than that overflows its accept queue inside the guest; under a loaded
+# host TCG forks it slowly enough that some of those connections end in the
+# guest kernel's reset (ListenOverflows in the guest), which a client talking
+# to that server directly would see too.  What this checks is sbx's side:
+# concurrent forwarded connections, each answered, none lost.
+n=$(seq 1000 | xargs -P 8 -I{} curl -s --max-time 60 "http://$addr/" | grep -cx hello-from-guest)
+is "$n" 1000 "1,000 connections 8 at a time are all answered correctly"
+# Each close travels to the guest and back: a bound, generous for a loaded host.
+for i in $(seq 600); do
 	c=$(sbx-port --list --json "$id" | jq --arg a "$addr" '.[] | select(.address == $a) | .connections')
 	[ "$c" = 0 ] && break; sleep 0.1
 done
