@@ -263,6 +263,22 @@ static void gc_audit(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_c
 	}
 }
 
+/* RUN/NAME.lock, taken (blocking): one collector, or one pool keeper, at a
+ * time. */
+static int keeper_lock(struct sbx_state *st, const char *name, struct sbx_err *err)
+{
+	char file[32];
+	snprintf(file, sizeof file, "%s.lock", name);
+	int fd = openat(st->run_fd, file, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX) < 0) {
+		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot take the %s lock", name);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 /* ---- leftovers of snapshot saves and removals (snapshot.h) ---------- */
 
 /* A leftover in dfd (.tmp-*, .rm-*) that nobody holds locked and that is
@@ -397,8 +413,9 @@ static int reap_dead(struct sbx_state *st, const char *id, int dry_run, sbx_gc_c
 	return rc;
 }
 
-/* Boot one member of pool entry pc (template t resolved). */
-static int add_member(struct sbx_state *st, const struct sbx_pool_conf *pc, char *id, size_t idn,
+/* Boot one member of pool entry pc (template t resolved), with a NIC
+ * when nic. */
+static int add_member(struct sbx_state *st, const struct sbx_pool_conf *pc, int nic, char *id, size_t idn,
 		      struct sbx_err *err)
 {
 	_cleanup_free_ struct sbx_policy *p = malloc(sizeof *p);
@@ -409,13 +426,19 @@ static int add_member(struct sbx_state *st, const struct sbx_pool_conf *pc, char
 	p->resources.memory = (uint64_t)pc->memory_mib << 20;
 	p->resources.disk = pc->disk;
 	struct sbx_create_opts o = { .tmpl = pc->tmpl, .vcpus = pc->vcpus, .memory_mib = pc->memory_mib,
-				     .policy = p, .pool = 1 };
+				     .policy = p, .pool = 1, .pool_nic = nic };
 	struct sbx_session s;
 	int existed;
 	if (sbx_session_create(st, &o, &s, &existed, err) < 0)
 		return -1;
 	snprintf(id, idn, "%s", s.id);
 	return 0;
+}
+
+/* How many members of entry pc the pool keeps with (nic) or without a NIC. */
+static unsigned pool_want(const struct sbx_pool_conf *pc, int nic)
+{
+	return nic ? pc->network : pc->size - pc->network;
 }
 
 static int conf_fits(const struct sbx_session *m, const struct sbx_template *t, const struct sbx_pool_conf *pc)
@@ -428,9 +451,9 @@ int sbx_gc_pool(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx, stru
 {
 	/* One keeper at a time: a refill started by a claim waits for the
 	 * one running, then finds the pool as that one left it. */
-	_cleanup_close_ int pl = openat(st->run_fd, "pool.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (pl < 0 || flock(pl, LOCK_EX) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot take the pool lock");
+	_cleanup_close_ int pl = keeper_lock(st, "pool", err);
+	if (pl < 0)
+		return -1;
 	char **ids;
 	size_t n;
 	if (sbx_session_list(st, &ids, &n, err) < 0)
@@ -456,7 +479,7 @@ int sbx_gc_pool(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx, stru
 		return -1;
 	struct sbx_template t[SBX_POOL_TEMPLATES_MAX];
 	int resolved[SBX_POOL_TEMPLATES_MAX] = { 0 };
-	unsigned have[SBX_POOL_TEMPLATES_MAX] = { 0 };
+	unsigned have[SBX_POOL_TEMPLATES_MAX][2] = { { 0 } }; /* without, with a NIC */
 	for (unsigned i = 0; i < hc.npool; i++) {
 		struct sbx_err e = { 0 };
 		resolved[i] = sbx_template_find(st, hc.pool[i].tmpl, &t[i], &e) == 0;
@@ -473,13 +496,14 @@ int sbx_gc_pool(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx, stru
 			if (resolved[i] && conf_fits(m, &t[i], &hc.pool[i]))
 				mem[k].conf = (int)i;
 		char why[200];
-		if (mem[k].conf >= 0 && have[mem[k].conf] < hc.pool[mem[k].conf].size) {
-			have[mem[k].conf]++;
+		int nic = m->mac[0] != 0, c = mem[k].conf;
+		if (c >= 0 && have[c][nic] < pool_want(&hc.pool[c], nic)) {
+			have[c][nic]++;
 			continue;
 		}
-		if (mem[k].conf >= 0)
-			snprintf(why, sizeof why, "the pool of %s holds %u", hc.pool[mem[k].conf].tmpl,
-				 hc.pool[mem[k].conf].size);
+		if (c >= 0)
+			snprintf(why, sizeof why, "the pool of %s holds %u %s a network", hc.pool[c].tmpl,
+				 pool_want(&hc.pool[c], nic), nic ? "with" : "without");
 		else
 			snprintf(why, sizeof why, "no pool is configured for %s@%s with %u vCPU, %u MiB, %llu MiB of disk",
 				 m->tmpl_name, m->tmpl_version, m->vcpus, m->memory_mib,
@@ -490,17 +514,19 @@ int sbx_gc_pool(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx, stru
 			sbx_session_destroy(st, m->id, &gone, NULL);
 	}
 	for (unsigned i = 0; i < hc.npool; i++) {
-		for (; resolved[i] && have[i] < hc.pool[i].size; have[i]++) {
-			char id[SBX_ID_MAX + 1] = "-";
-			struct sbx_err e = { 0 };
-			if (!dry_run && add_member(st, &hc.pool[i], id, sizeof id, &e) < 0) {
-				sbx_gc_report(cb, ctx, "pool-error", hc.pool[i].tmpl, "cannot boot a member: %s", e.msg);
-				if (e.code == SBX_EXIT_TEMPFAIL)
-					return 0; /* the host is full: the next run tries again */
-				break;
+		for (int nic = 0; nic < 2; nic++) {
+			for (; resolved[i] && have[i][nic] < pool_want(&hc.pool[i], nic); have[i][nic]++) {
+				char id[SBX_ID_MAX + 1] = "-";
+				struct sbx_err e = { 0 };
+				if (!dry_run && add_member(st, &hc.pool[i], nic, id, sizeof id, &e) < 0) {
+					sbx_gc_report(cb, ctx, "pool-error", hc.pool[i].tmpl, "cannot boot a member: %s", e.msg);
+					if (e.code == SBX_EXIT_TEMPFAIL)
+						return 0; /* the host is full: the next run tries again */
+					break;
+				}
+				sbx_gc_report(cb, ctx, "pool-add", id, "%s@%s, %u vCPU, %u MiB%s", t[i].name, t[i].version,
+					      hc.pool[i].vcpus, hc.pool[i].memory_mib, nic ? ", network" : "");
 			}
-			sbx_gc_report(cb, ctx, "pool-add", id, "%s@%s, %u vCPU, %u MiB", t[i].name, t[i].version, hc.pool[i].vcpus,
-			       hc.pool[i].memory_mib);
 		}
 	}
 	return 0;
@@ -515,9 +541,9 @@ int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb_u
 	if (o->pool_only)
 		return sbx_gc_pool(st, o->dry_run, cb, ctx, err);
 	/* One collector at a time; a second one waits its turn. */
-	_cleanup_close_ int gl = openat(st->run_fd, "gc.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (gl < 0 || flock(gl, LOCK_EX) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot take the gc lock");
+	_cleanup_close_ int gl = keeper_lock(st, "gc", err);
+	if (gl < 0)
+		return -1;
 	char **ids;
 	size_t n;
 	if (sbx_session_list(st, &ids, &n, err) < 0)

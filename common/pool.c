@@ -37,8 +37,7 @@ void sbx_pool_id_new(char *buf, size_t n)
 
 int sbx_pool_request_fits(const struct sbx_create_opts *o, const struct sbx_policy *p)
 {
-	return o->nvols == 0 && !o->workspace && p->network.egress == SBX_EGRESS_NONE &&
-	       p->packages.mode == SBX_PKG_OFFLINE;
+	return o->nvols == 0 && !o->workspace;
 }
 
 int sbx_pool_member_fits(const struct sbx_session *m, const struct sbx_session *s)
@@ -47,8 +46,9 @@ int sbx_pool_member_fits(const struct sbx_session *m, const struct sbx_session *
 	       m->vcpus == s->vcpus && m->memory_mib == s->memory_mib && m->limits.disk_bytes == s->limits.disk_bytes &&
 	       !m->nvols && !s->nvols && !m->workspace[0] && !s->workspace[0] && !strcmp(m->accel, s->accel) &&
 	       !strcmp(m->vmm, s->vmm) && !strcmp(m->boot_id, s->boot_id) && !strcmp(m->snapshot, s->snapshot) &&
-	       /* the guest names this policy when it refuses installs (pkgcache.h) */
-	       !strcmp(m->limits.packages.policy, s->limits.packages.policy);
+	       /* a NIC exactly when the session needs one (egress, package
+	        * registries); its package policy travels in the claim */
+	       !m->mac[0] == !s->mac[0];
 }
 
 /* ---- sbx-create's side of a claim ---------------------------------- */

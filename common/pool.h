@@ -34,11 +34,14 @@ struct sbx_secrets;
 int sbx_pool_member_id(const char *id);
 void sbx_pool_id_new(char *buf, size_t n);
 
-/* Could a member serve this request at all?  Not with volumes, a
- * workspace, network egress or the package cache: a member has none. */
+/* Could a member serve this request at all?  Not with volumes or a
+ * workspace: a member has none.  Egress and the package cache a member
+ * with a NIC serves (sbx.yaml's network: N; sbx_pool_member_fits). */
 int sbx_pool_request_fits(const struct sbx_create_opts *o, const struct sbx_policy *p);
 /* Does member m fit the session s is to be (template name@version, vCPUs,
- * memory, disk quota, accel and VMM)? */
+ * memory, disk quota, accel and VMM; a NIC exactly if s has one)?  Not
+ * one with a NIC for a session without: its VM would keep the device (a
+ * suspend, a snapshot and their restores describe the VM by its record). */
 int sbx_pool_member_fits(const struct sbx_session *m, const struct sbx_session *s);
 
 /* sbx-create: claim a member for s (its record, ID chosen and free, p its
