@@ -152,12 +152,16 @@ static int claim_network(struct mon *m)
 
 /* What a claim adds to the guest's IDENTITY (snap_identity_queue): the
  * session's package policy, which guest-init writes pip.conf and npmrc
- * from as a boot does from the kernel command line. */
+ * from as a boot does from the kernel command line; not when it is the
+ * member's own (a plain create's), which the guest has already, unless the
+ * member was restored from a snapshot (its guest has the files of the
+ * session that was saved). */
 void claim_identity_tlvs(struct mon *m)
 {
-	char pkg[160];
+	char pkg[sizeof m->claim.pkg];
 	sbx_pkgcache_guest_params(&m->s.limits.packages, pkg, sizeof pkg);
-	sbx_tlv_str(&m->aout, SBX_T_PKG, pkg);
+	if (strcmp(pkg, m->claim.pkg) || m->s.snapshot[0])
+		sbx_tlv_str(&m->aout, SBX_T_PKG, pkg);
 }
 
 /* After the commit: the host side first (the CPU cap of the new policy),
@@ -275,6 +279,7 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	snprintf(ns.kernel, sizeof ns.kernel, "%s", m->s.kernel);
 	snprintf(ns.tmpl_dir, sizeof ns.tmpl_dir, "%s", m->s.tmpl_dir);
 	snprintf(ns.mac, sizeof ns.mac, "%s", m->s.mac); /* the VM's NIC is the member's */
+	sbx_pkgcache_guest_params(&m->s.limits.packages, m->claim.pkg, sizeof m->claim.pkg);
 	/* The commit, in an order that never shows a record of one ID under
 	 * the other's name: the new record and policy written aside, both
 	 * directories renamed (RENAME_NOREPLACE: an ID that exists after all

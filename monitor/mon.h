@@ -183,6 +183,7 @@ struct mon {
 		uint32_t ping;  /* the PING whose PONG says the guest took it all */
 		int secrets_ok, code;
 		char from[SBX_ID_MAX + 1], err[256];
+		char pkg[160];  /* the member's sbx.pkg* parameters, as it booted */
 	} claim;
 	struct {                /* snapshots (snapshot.h), see mon_vmctl */
 		int paused;     /* the VM is stopped (sbx-snapshot pause) */
