@@ -500,7 +500,13 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		pol = &defaults;
 	}
 	const struct sbx_vmm_ops *vmm;
-	int needs_nic = pol->network.egress != SBX_EGRESS_NONE || pol->packages.mode != SBX_PKG_OFFLINE;
+	int needs_nic = pol->network.egress != SBX_EGRESS_NONE || pol->packages.mode != SBX_PKG_OFFLINE ||
+			(o->pool && o->pool_nic);
+	/* A snapshot has no NIC, and a restore cannot add one (snapshot.h). */
+	if (o->pool && o->pool_nic && restore)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "template %s@%s holds a snapshot: its pool members cannot have a network", t.ref,
+				   t.version);
 	if (sbx_vmm_choose(ai.accel, needs_nic, &vmm, err) < 0)
 		return -1;
 	if (policy_supported(st, pol, &ai, err) < 0)
@@ -534,8 +540,9 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		if (parse_volume(o->vols[i], o->tenant, &s->vols[s->nvols++], err) < 0)
 			return -1;
 	limits_from_policy(pol, &s->limits);
-	/* A NIC for egress and for the package cache, both in the proxy. */
-	if (pol->network.egress == SBX_EGRESS_ALLOWLIST || pol->packages.mode == SBX_PKG_ALLOWLIST)
+	/* A NIC for egress and for the package cache, both in the proxy; a
+	 * warm-pool member's leads nowhere until its claim (pool.h). */
+	if (needs_nic)
 		sbx_netns_mac_new(s->mac);
 	if (o->pool) {
 		s->pool = 1;

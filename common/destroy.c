@@ -1,7 +1,6 @@
 /* Ending a session (session.h): sbx-kill's destroy through the monitor, and the reclaim of what a dead one left. */
 #include "session.h"
 #include "audit.h"
-#include "capacity.h"
 #include "policy.h"
 #include "cgroup.h"
 #include "proto.h"
@@ -13,9 +12,7 @@
 #include "vmm.h"
 #include "netns.h"
 #include "workspace.h"
-#include "pool.h"
 #include "progress.h"
-#include "snapshot.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -32,4 +32,11 @@ int sbx_gc_run(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb, 
 void sbx_gc_report(sbx_gc_cb cb, void *ctx, const char *action, const char *id, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 
+/* The warm pool's upkeep (pool.h), the whole of `sbx-gc --pool-only` and
+ * the last step of sbx_gc_run: replace dead members, trim to the
+ * configured sizes, then boot the missing ones (one at a time, under
+ * RUN/pool.lock).  Actions go to cb: reclaim, pool-trim, pool-add,
+ * pool-error. */
+int sbx_gc_pool(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx, struct sbx_err *err);
+
 #endif

@@ -105,6 +105,10 @@ static int pool_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void 
 		if (parse_uint(s, 64, &v) < 0 || v < 1)
 			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 1..64", path, SBX_YAML_SHOW(s));
 		p->vcpus = (unsigned)v;
+	} else if (!strcmp(key, "network")) {
+		if (parse_uint(s, SBX_POOL_SIZE_MAX, &v) < 0)
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 0..%d", path, SBX_YAML_SHOW(s), SBX_POOL_SIZE_MAX);
+		p->network = (unsigned)v;
 	} else if (!strcmp(key, "memory")) {
 		if (sbx_parse_size(s, &v) < 0 || v < 64 * MIB || v > (64ull << 30) || v % MIB)
 			return sbx_yaml_failm(c, m, "%s: '%s' is not a size of whole MiB in 64M..64G", path, SBX_YAML_SHOW(s));
@@ -147,12 +151,14 @@ static int template_entry(struct sbx_yaml *c, const char *key, yaml_mark_t km, v
 	p->memory_mib = 256;
 	p->disk = 1ull << 30;
 	p->size = UINT32_MAX; /* required */
-	static const char *const keys[] = { "disk", "memory", "size", "vcpus", NULL };
+	static const char *const keys[] = { "disk", "memory", "network", "size", "vcpus", NULL };
 	yaml_mark_t m = c->ev.start_mark;
 	if (walk_map(c, path, keys, pool_value, p) < 0)
 		return -1;
 	if (p->size == UINT32_MAX)
 		return sbx_yaml_failm(c, m, "%s: size is required", path);
+	if (p->network > p->size)
+		return sbx_yaml_failm(c, m, "%s: network (%u) is more than size (%u)", path, p->network, p->size);
 	hc->npool++;
 	return 0;
 }

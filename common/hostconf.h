@@ -24,6 +24,8 @@ struct sbx_pool_conf {
 	unsigned vcpus;      /* the members' shape: a create is served from the */
 	unsigned memory_mib; /* pool only when it asks for exactly this */
 	uint64_t disk;       /* bytes of writable disk (resources.disk) */
+	unsigned network;    /* of the size, members with a NIC (for sessions with egress or
+			      * package registries; the others serve the rest) */
 };
 
 /* Host paths a tenant may name (hostpath.h): roots beneath which a

@@ -197,8 +197,9 @@ static void write_sysctl(const char *path, const char *v)
 	}
 }
 
-/* Everything of the namespace, in order; fds[] gets what netns.h lists. */
-static int child_setup(int fds[6], char *why, size_t n)
+/* The namespace and its TAP, nothing else: sbx0 down, no address, no
+ * rules, no listener (what a warm-pool member boots with). */
+static int child_bare(int fds[6], char *why, size_t n)
 {
 	if (unshare(CLONE_NEWNET) < 0)
 		return fail(why, n, "cannot create a network namespace");
@@ -208,17 +209,28 @@ static int child_setup(int fds[6], char *why, size_t n)
 	/* The guest gets IPv4 only: no IPv6 link-local chatter on sbx0. */
 	write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1");
 	write_sysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1");
-	if ((fds[1] = make_tap(why, n)) < 0)
-		return -1;
+	return (fds[1] = make_tap(why, n)) < 0 ? -1 : 0;
+}
+
+/* In a namespace holding sbx0 (ours, made by child_bare): its address,
+ * the ruleset, the listeners. */
+static int child_configure(int fds[6], char *why, size_t n)
+{
 	struct nl_sock *sk = nl_socket_alloc();
 	if (!sk || nl_connect(sk, NETLINK_ROUTE) < 0) {
+		if (sk)
+			nl_socket_free(sk);
 		errno = 0;
 		return fail(why, n, "cannot open a netlink socket");
 	}
-	int ifindex = 0;
+	int ifindex = (int)if_nametoindex(SBX_NET_TAP);
 	int rc = link_up(sk, "lo", NULL, why, n);
+	if (rc == 0 && !ifindex) {
+		errno = 0;
+		rc = fail(why, n, "the namespace has no %s", SBX_NET_TAP);
+	}
 	if (rc == 0)
-		rc = add_addr(sk, (ifindex = (int)if_nametoindex(SBX_NET_TAP)), why, n);
+		rc = add_addr(sk, ifindex, why, n);
 	if (rc == 0)
 		rc = link_up(sk, SBX_NET_TAP, NULL, why, n);
 	nl_socket_free(sk);
@@ -232,33 +244,53 @@ static int child_setup(int fds[6], char *why, size_t n)
 	return 0;
 }
 
-static void child(int sock, int parent)
+/* What a helper child makes: all of it, the bare namespace, or the rest
+ * of a bare one it joins. */
+enum { NS_FULL, NS_BARE, NS_COMPLETE };
+
+static int child_setup(int mode, int join_fd, int fds[6], char *why, size_t n)
+{
+	if (mode == NS_COMPLETE) {
+		if (setns(join_fd, CLONE_NEWNET) < 0)
+			return fail(why, n, "cannot enter the session's network namespace");
+		return child_configure(fds, why, n);
+	}
+	if (child_bare(fds, why, n) < 0)
+		return -1;
+	return mode == NS_BARE ? 0 : child_configure(fds, why, n);
+}
+
+/* The fds a mode hands back, in netns.h's order. */
+static const unsigned mode_first[] = { 0, 0, 2 }, mode_count[] = { 6, 2, 4 };
+
+static void child(int sock, int parent, int mode, int join_fd)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(1);
 	int fds[6] = { -1, -1, -1, -1, -1, -1 };
 	char why[512] = "";
-	if (child_setup(fds, why, sizeof why) < 0) {
+	if (child_setup(mode, join_fd, fds, why, sizeof why) < 0) {
 		sbx_write_all(sock, why, strlen(why));
 		_exit(1);
 	}
+	size_t len = mode_count[mode] * sizeof(int);
 	char c = 'k';
 	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
 	union {
-		char buf[CMSG_SPACE(sizeof fds)];
+		char buf[CMSG_SPACE(6 * sizeof(int))];
 		struct cmsghdr align;
 	} u;
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = CMSG_SPACE(len) };
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof fds);
-	memcpy(CMSG_DATA(cm), fds, sizeof fds);
+	cm->cmsg_len = CMSG_LEN(len);
+	memcpy(CMSG_DATA(cm), fds + mode_first[mode], len);
 	_exit(sendmsg(sock, &m, 0) == 1 ? 0 : 1);
 }
 
-int sbx_netns_create(struct sbx_netns *n, struct sbx_err *err)
+static int run_helper(int mode, int join_fd, struct sbx_netns *n, struct sbx_err *err)
 {
 	*n = (struct sbx_netns){ -1, -1, -1, -1, -1, -1 };
 	int sp[2];
@@ -273,7 +305,7 @@ int sbx_netns_create(struct sbx_netns *n, struct sbx_err *err)
 	}
 	if (pid == 0) {
 		close(sp[0]);
-		child(sp[1], parent);
+		child(sp[1], parent, mode, join_fd);
 	}
 	close(sp[1]);
 	char msg[512];
@@ -290,11 +322,11 @@ int sbx_netns_create(struct sbx_netns *n, struct sbx_err *err)
 	int status = 0;
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
+	size_t len = mode_count[mode] * sizeof(int);
 	struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&m) : NULL;
-	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-	    cm->cmsg_len == CMSG_LEN(6 * sizeof(int))) {
-		int fds[6];
-		memcpy(fds, CMSG_DATA(cm), sizeof fds);
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(len)) {
+		int fds[6] = { -1, -1, -1, -1, -1, -1 };
+		memcpy(fds + mode_first[mode], CMSG_DATA(cm), len);
 		*n = (struct sbx_netns){ fds[0], fds[1], fds[2], fds[3], fds[4], fds[5] };
 		if (!WIFEXITED(status) || WEXITSTATUS(status)) {
 			sbx_netns_close(n);
@@ -305,6 +337,21 @@ int sbx_netns_create(struct sbx_netns *n, struct sbx_err *err)
 	msg[r > 0 ? r : 0] = 0;
 	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "cannot give the session a network: %s",
 			   msg[0] ? msg : "the set-up helper died");
+}
+
+int sbx_netns_create(struct sbx_netns *n, struct sbx_err *err)
+{
+	return run_helper(NS_FULL, -1, n, err);
+}
+
+int sbx_netns_create_bare(struct sbx_netns *n, struct sbx_err *err)
+{
+	return run_helper(NS_BARE, -1, n, err);
+}
+
+int sbx_netns_complete(int netns_fd, struct sbx_netns *n, struct sbx_err *err)
+{
+	return run_helper(NS_COMPLETE, netns_fd, n, err);
 }
 
 int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd,

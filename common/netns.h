@@ -40,6 +40,16 @@ struct sbx_netns {
  * ruleset (libnftables), the listening sockets.  Every fd is O_CLOEXEC.
  * Failures are 69 (the host cannot give sessions a network) or 70. */
 int sbx_netns_create(struct sbx_netns *n, struct sbx_err *err);
+/* A namespace holding only sbx0 (down, no address, no rules, no
+ * listener: nothing reaches anything through it), for a VM whose egress
+ * is decided later: n gets netns_fd and tap_fd, the rest -1.  A warm-pool
+ * member boots with it (pool.h). */
+int sbx_netns_create_bare(struct sbx_netns *n, struct sbx_err *err);
+/* Finish a namespace made by sbx_netns_create_bare, whose TAP the VMM
+ * holds: what sbx_netns_create does after the TAP (addresses, the
+ * ruleset, the listeners), in a child that joins it.  n gets the four
+ * listeners (netns_fd and tap_fd -1).  Failures as sbx_netns_create's. */
+int sbx_netns_complete(int netns_fd, struct sbx_netns *n, struct sbx_err *err);
 /* Close whatever n still holds (fds < 0 are skipped) and set them to -1. */
 void sbx_netns_close(struct sbx_netns *n);
 /* The session's proxy (libexec/sbx/sbx-proxy, egress.h), started with the

@@ -1,15 +1,14 @@
-/* The warm pool, seen from the commands: sbx-create's claim and refill,
- * sbx-gc's upkeep.  The member's side of a claim is in monitor.c. */
+/* The warm pool, seen from the commands: sbx-create's claim and refill.
+ * The member's side of a claim is in monitor/claim.c, the pool's upkeep
+ * in gc.c (sbx_gc_pool). */
 #include "pool.h"
 #include "trace.h"
 #include "capacity.h"
-#include "hostconf.h"
 #include "monclient.h"
 #include "policy.h"
 #include "proto.h"
 #include "secrets.h"
 #include "session.h"
-#include "template.h"
 #include "util.h"
 
 #include <errno.h>
@@ -35,8 +34,7 @@ void sbx_pool_id_new(char *buf, size_t n)
 
 int sbx_pool_request_fits(const struct sbx_create_opts *o, const struct sbx_policy *p)
 {
-	return o->nvols == 0 && !o->workspace && p->network.egress == SBX_EGRESS_NONE &&
-	       p->packages.mode == SBX_PKG_OFFLINE;
+	return o->nvols == 0 && !o->workspace;
 }
 
 int sbx_pool_member_fits(const struct sbx_session *m, const struct sbx_session *s)
@@ -45,8 +43,9 @@ int sbx_pool_member_fits(const struct sbx_session *m, const struct sbx_session *
 	       m->vcpus == s->vcpus && m->memory_mib == s->memory_mib && m->limits.disk_bytes == s->limits.disk_bytes &&
 	       !m->nvols && !s->nvols && !m->workspace[0] && !s->workspace[0] && !strcmp(m->accel, s->accel) &&
 	       !strcmp(m->vmm, s->vmm) && !strcmp(m->boot_id, s->boot_id) && !strcmp(m->snapshot, s->snapshot) &&
-	       /* the guest names this policy when it refuses installs (pkgcache.h) */
-	       !strcmp(m->limits.packages.policy, s->limits.packages.policy);
+	       /* a NIC exactly when the session needs one (egress, package
+	        * registries); its package policy travels in the claim */
+	       !m->mac[0] == !s->mac[0];
 }
 
 /* ---- sbx-create's side of a claim ---------------------------------- */
@@ -256,152 +255,4 @@ void sbx_pool_refill(const struct sbx_policy *p)
 	posix_spawn(&pid, path, &fa, &at, argv, env);
 	posix_spawnattr_destroy(&at);
 	posix_spawn_file_actions_destroy(&fa);
-}
-
-/* ---- sbx-gc's upkeep ------------------------------------------------ */
-
-struct member {
-	struct sbx_session s;
-	int conf; /* index into the configuration; -1: none fits */
-};
-
-static int member_by_age(const void *a, const void *b)
-{
-	const struct member *x = a, *y = b;
-	return x->s.created_ns < y->s.created_ns ? -1 : x->s.created_ns > y->s.created_ns;
-}
-
-/* A member whose monitor is gone, or whose VM ended: nothing of it is
- * anyone's, so it goes at once (no grace), under the global lock and its
- * own, as sbx-gc handles any session.  0: it was alive. */
-static int reap_dead(struct sbx_state *st, const char *id, int dry_run, sbx_gc_cb cb, void *ctx)
-{
-	_cleanup_close_ int g = sbx_lock_global(st, NULL);
-	if (g < 0)
-		return 0;
-	int lock = sbx_lock_session(st, id, 1, 0, NULL);
-	if (lock == -2)
-		return 0;
-	struct sbx_session s;
-	struct sbx_err e = { 0 };
-	int rc = 0;
-	if (sbx_record_load(st, id, &s, &e) == 0 && s.pool) {
-		sbx_gc_report(cb, ctx, "reclaim", id, "pool member %s%s%s", !strcmp(s.state, "pooled") || !strcmp(s.state, "creating")
-			      ? "without a monitor" : s.state, s.end_reason[0] ? ": " : "", s.end_reason);
-		if (!dry_run)
-			sbx_session_reclaim(st, id);
-		rc = 1;
-	}
-	if (lock >= 0)
-		close(lock);
-	return rc;
-}
-
-/* Boot one member of pool entry pc (template t resolved). */
-static int add_member(struct sbx_state *st, const struct sbx_pool_conf *pc, char *id, size_t idn,
-		      struct sbx_err *err)
-{
-	_cleanup_free_ struct sbx_policy *p = malloc(sizeof *p);
-	if (!p)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot boot a pool member");
-	sbx_policy_defaults(p);
-	p->resources.vcpus = pc->vcpus;
-	p->resources.memory = (uint64_t)pc->memory_mib << 20;
-	p->resources.disk = pc->disk;
-	struct sbx_create_opts o = { .tmpl = pc->tmpl, .vcpus = pc->vcpus, .memory_mib = pc->memory_mib,
-				     .policy = p, .pool = 1 };
-	struct sbx_session s;
-	int existed;
-	if (sbx_session_create(st, &o, &s, &existed, err) < 0)
-		return -1;
-	snprintf(id, idn, "%s", s.id);
-	return 0;
-}
-
-static int conf_fits(const struct sbx_session *m, const struct sbx_template *t, const struct sbx_pool_conf *pc)
-{
-	return !strcmp(m->tmpl_name, t->name) && !strcmp(m->tmpl_version, t->version) && m->vcpus == pc->vcpus &&
-	       m->memory_mib == pc->memory_mib && m->limits.disk_bytes == pc->disk;
-}
-
-int sbx_pool_maintain(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx, struct sbx_err *err)
-{
-	/* One keeper at a time: a refill started by a claim waits for the
-	 * one running, then finds the pool as that one left it. */
-	_cleanup_close_ int pl = openat(st->run_fd, "pool.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (pl < 0 || flock(pl, LOCK_EX) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot take the pool lock");
-	char **ids;
-	size_t n;
-	if (sbx_session_list(st, &ids, &n, err) < 0)
-		return -1;
-	_cleanup_free_ struct member *mem = calloc(n ? n : 1, sizeof *mem);
-	size_t nm = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (mem && sbx_pool_member_id(ids[i]) && !reap_dead(st, ids[i], dry_run, cb, ctx) &&
-		    sbx_record_load(st, ids[i], &mem[nm].s, NULL) == 0 && mem[nm].s.pool) {
-			const char *live = sbx_session_live_state(st, &mem[nm].s);
-			if (!strcmp(live, "pooled") || !strcmp(live, "creating"))
-				nm++;
-		}
-		free(ids[i]);
-	}
-	free(ids);
-	if (!mem)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot list the pool");
-	/* Dead members are gone whatever the configuration says; the rest
-	 * needs it. */
-	static struct sbx_hostconf hc;
-	if (sbx_hostconf_load(&hc, err) < 0)
-		return -1;
-	struct sbx_template t[SBX_POOL_TEMPLATES_MAX];
-	int resolved[SBX_POOL_TEMPLATES_MAX] = { 0 };
-	unsigned have[SBX_POOL_TEMPLATES_MAX] = { 0 };
-	for (unsigned i = 0; i < hc.npool; i++) {
-		struct sbx_err e = { 0 };
-		resolved[i] = sbx_template_find(st, hc.pool[i].tmpl, &t[i], &e) == 0;
-		if (!resolved[i] && hc.pool[i].size)
-			sbx_gc_report(cb, ctx, "pool-error", hc.pool[i].tmpl, "%s", e.msg);
-	}
-	/* Keep the oldest members that fit the configuration, up to its size;
-	 * the rest go (a template upgraded, a size lowered, a shape changed). */
-	qsort(mem, nm, sizeof *mem, member_by_age);
-	for (size_t k = 0; k < nm; k++) {
-		struct sbx_session *m = &mem[k].s;
-		mem[k].conf = -1;
-		for (unsigned i = 0; i < hc.npool && mem[k].conf < 0; i++)
-			if (resolved[i] && conf_fits(m, &t[i], &hc.pool[i]))
-				mem[k].conf = (int)i;
-		char why[200];
-		if (mem[k].conf >= 0 && have[mem[k].conf] < hc.pool[mem[k].conf].size) {
-			have[mem[k].conf]++;
-			continue;
-		}
-		if (mem[k].conf >= 0)
-			snprintf(why, sizeof why, "the pool of %s holds %u", hc.pool[mem[k].conf].tmpl,
-				 hc.pool[mem[k].conf].size);
-		else
-			snprintf(why, sizeof why, "no pool is configured for %s@%s with %u vCPU, %u MiB, %llu MiB of disk",
-				 m->tmpl_name, m->tmpl_version, m->vcpus, m->memory_mib,
-				 (unsigned long long)(m->limits.disk_bytes >> 20));
-		sbx_gc_report(cb, ctx, "pool-trim", m->id, "%s", why);
-		int gone;
-		if (!dry_run)
-			sbx_session_destroy(st, m->id, &gone, NULL);
-	}
-	for (unsigned i = 0; i < hc.npool; i++) {
-		for (; resolved[i] && have[i] < hc.pool[i].size; have[i]++) {
-			char id[SBX_ID_MAX + 1] = "-";
-			struct sbx_err e = { 0 };
-			if (!dry_run && add_member(st, &hc.pool[i], id, sizeof id, &e) < 0) {
-				sbx_gc_report(cb, ctx, "pool-error", hc.pool[i].tmpl, "cannot boot a member: %s", e.msg);
-				if (e.code == SBX_EXIT_TEMPFAIL)
-					return 0; /* the host is full: the next run tries again */
-				break;
-			}
-			sbx_gc_report(cb, ctx, "pool-add", id, "%s@%s, %u vCPU, %u MiB", t[i].name, t[i].version, hc.pool[i].vcpus,
-			       hc.pool[i].memory_mib);
-		}
-	}
-	return 0;
 }

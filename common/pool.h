@@ -1,8 +1,8 @@
 /* The warm pool: per template, sessions booted ahead (state "pooled", ID
  * pool-<hex>, paused where the VMM can pause) that sbx-create claims
  * instead of booting when the request fits one.  Sizes come from the host
- * configuration (hostconf.h); sbx-gc keeps the pool at them, and every
- * claim starts a background refill.
+ * configuration (hostconf.h); sbx-gc keeps the pool at them (its upkeep,
+ * sbx_gc_pool, is in gc.c), and every claim starts a background refill.
  *
  * A claim (client side here, monitor side in monitor.c): under the global
  * lock sbx-create picks a fitting member and sends its monitor CLAIM with
@@ -19,7 +19,6 @@
 #define SBX_POOL_H
 
 #include "err.h"
-#include "gc.h"
 #include "state.h"
 
 #define SBX_POOL_PREFIX "pool-"
@@ -35,11 +34,14 @@ struct sbx_secrets;
 int sbx_pool_member_id(const char *id);
 void sbx_pool_id_new(char *buf, size_t n);
 
-/* Could a member serve this request at all?  Not with volumes, a
- * workspace, network egress or the package cache: a member has none. */
+/* Could a member serve this request at all?  Not with volumes or a
+ * workspace: a member has none.  Egress and the package cache a member
+ * with a NIC serves (sbx.yaml's network: N; sbx_pool_member_fits). */
 int sbx_pool_request_fits(const struct sbx_create_opts *o, const struct sbx_policy *p);
 /* Does member m fit the session s is to be (template name@version, vCPUs,
- * memory, disk quota, accel and VMM)? */
+ * memory, disk quota, accel and VMM; a NIC exactly if s has one)?  Not
+ * one with a NIC for a session without: its VM would keep the device (a
+ * suspend, a snapshot and their restores describe the VM by its record). */
 int sbx_pool_member_fits(const struct sbx_session *m, const struct sbx_session *s);
 
 /* sbx-create: claim a member for s (its record, ID chosen and free, p its
@@ -54,10 +56,5 @@ int sbx_pool_claim(struct sbx_state *st, int *g, struct sbx_session *s, const st
  * on /dev/null), so a claim's member is replaced without delaying the
  * create.  p's from_env secrets stay behind. */
 void sbx_pool_refill(const struct sbx_policy *p);
-
-/* sbx-gc: replace dead members, trim to the configured sizes, then boot
- * the missing ones (one at a time, under RUN/pool.lock).  Actions go to cb
- * as gc actions: reclaim, pool-trim, pool-add, pool-error. */
-int sbx_pool_maintain(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx, struct sbx_err *err);
 
 #endif

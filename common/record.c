@@ -1,7 +1,6 @@
 /* The session record (session.h): session.json parsed, written (atomically) and loaded, the sessions listed, and their live state (the monitor's socket is monclient.c's). */
 #include "session.h"
 #include "audit.h"
-#include "capacity.h"
 #include "policy.h"
 #include "cgroup.h"
 #include "proto.h"
@@ -12,9 +11,7 @@
 #include "vmm.h"
 #include "netns.h"
 #include "workspace.h"
-#include "pool.h"
 #include "progress.h"
-#include "snapshot.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -140,6 +140,7 @@ struct sbx_create_opts {
 	int progress_fd;      /* a restore's progress is drawn there when a terminal; -1: never
 			       * (0, as in a zeroed struct, is never a terminal we draw on) */
 	int pool;             /* a warm-pool member (pool.h): ID pool-..., no TTL */
+	int pool_nic;         /* ... with a NIC, its namespace bare until a claim */
 	/* The session's environment (env.h): the files first, then -e, the
 	 * later winning; -e NAME alone takes the caller's $NAME. */
 	const char *const *env_files;

@@ -1,6 +1,5 @@
 #include "snapshot.h"
 #include "audit.h"
-#include "gc.h"
 #include "hostconf.h"
 #include "policy.h"
 #include "proto.h"
@@ -986,102 +985,5 @@ int sbx_snapshot_rm(struct sbx_state *st, const char *tenant, const char *spec, 
 		return -1;
 	}
 	*removed = done;
-	return 0;
-}
-
-/* --- sbx-gc ---------------------------------------------------------------- */
-
-/* A leftover in dfd (.tmp-*, .rm-*) that nobody holds locked and that is
- * older than the grace period. */
-static void gc_dir(int dfd, const char *where, const char *const *prefixes, uint64_t grace_ms, int dry_run,
-		   void (*cb)(const struct sbx_gc_action *a, void *ctx), void *ctx)
-{
-	DIR *d = fdopendir(dup(dfd));
-	if (!d)
-		return;
-	rewinddir(d);
-	uint64_t now = sbx_now_ns();
-	for (struct dirent *de; (de = readdir(d));) {
-		const char *nm = de->d_name;
-		int ours = 0;
-		for (const char *const *p = prefixes; *p; p++)
-			ours |= !strncmp(nm, *p, strlen(*p));
-		if (!ours)
-			continue;
-		int fd = openat(dfd, nm, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		struct stat sb;
-		if (fd < 0 || fstat(fd, &sb) < 0) {
-			if (fd >= 0)
-				close(fd);
-			continue;
-		}
-		uint64_t mt = (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec;
-		/* A save at work holds its directory locked. */
-		int busy = flock(fd, LOCK_EX | LOCK_NB) < 0;
-		close(fd);
-		if (busy || mt + grace_ms * 1000000u > now)
-			continue;
-		struct sbx_gc_action a = { .action = "reclaim-snapshot-tmp", .session = "-" };
-		snprintf(a.detail, sizeof a.detail, "%s/%s: left by an interrupted save or removal", where, nm);
-		if (cb)
-			cb(&a, ctx);
-		if (!dry_run)
-			sbx_rm_rf_at(dfd, nm);
-	}
-	closedir(d);
-}
-
-int sbx_snapshot_gc(struct sbx_state *st, uint64_t grace_ms, int dry_run,
-		    void (*cb)(const struct sbx_gc_action *a, void *ctx), void *ctx)
-{
-	_cleanup_close_ int top = openat(st->lib_fd, "snapshots", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (top >= 0) {
-		DIR *d = fdopendir(dup(top));
-		if (d) {
-			rewinddir(d);
-			for (struct dirent *de; (de = readdir(d));) {
-				if (de->d_name[0] == '.')
-					continue;
-				int t = openat(top, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-				if (t < 0)
-					continue;
-				char where[100];
-				snprintf(where, sizeof where, "snapshots/%s", de->d_name);
-				static const char *const ours[] = { ".tmp-", ".rm-", NULL };
-				gc_dir(t, where, ours, grace_ms, dry_run, cb, ctx);
-				close(t);
-			}
-			closedir(d);
-		}
-	}
-	char base[600];
-	sbx_templates_dir(st, base, sizeof base);
-	_cleanup_close_ int tdir = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	/* Only our own leftovers there: other tools build templates too. */
-	static const char *const ours[] = { ".tmp-snap-", ".tmp-build-", NULL }; /* tmplbuild.h */
-	if (tdir >= 0)
-		gc_dir(tdir, "templates", ours, grace_ms, dry_run, cb, ctx);
-	/* and in each tenant's own (template.h) */
-	int tt = tdir >= 0 ? openat(tdir, SBX_TEMPLATE_TENANTS, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
-	DIR *d = tt >= 0 ? fdopendir(tt) : NULL;
-	char **ids;
-	size_t n;
-	if (!d) {
-		if (tt >= 0)
-			close(tt);
-	} else if (sbx_dir_ids(d, 1, &ids, &n) == 0) {
-		_cleanup_close_ int again = openat(tdir, SBX_TEMPLATE_TENANTS, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		for (size_t i = 0; i < n; i++) {
-			int t = again >= 0 ? openat(again, ids[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
-			if (t >= 0) {
-				char where[100];
-				snprintf(where, sizeof where, "templates/" SBX_TEMPLATE_TENANTS "/%s", ids[i]);
-				gc_dir(t, where, ours, grace_ms, dry_run, cb, ctx);
-				close(t);
-			}
-			free(ids[i]);
-		}
-		free(ids);
-	}
 	return 0;
 }

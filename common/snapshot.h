@@ -121,11 +121,4 @@ int sbx_snapshot_rm(struct sbx_state *st, const char *tenant, const char *spec, 
  * gone; 1 when there was one (sbx-gc, when remove). */
 int sbx_suspend_leftovers(struct sbx_state *st, const char *id, int remove);
 
-/* sbx-gc: leftovers of saves and removals nobody is working on (the
- * .tmp-* of a killed save, the .rm-* of a killed removal).  cb is told of
- * each, as a gc action "reclaim-snapshot-tmp". */
-struct sbx_gc_action;
-int sbx_snapshot_gc(struct sbx_state *st, uint64_t grace_ms, int dry_run,
-		    void (*cb)(const struct sbx_gc_action *a, void *ctx), void *ctx);
-
 #endif

@@ -180,9 +180,22 @@ void on_quiesce(struct agent *a, const struct sbx_frame *f)
 	sbx_frame_raw(&a->out, SBX_F_QUIESCE, 0, NULL, 0);
 }
 
-static int identity_parse(const struct sbx_frame *f, char *host, size_t cap, const uint8_t **seed,
-			  uint32_t *seed_len, uint64_t *t_ns)
+/* What IDENTITY says; pkg only in a warm-pool claim's. */
+struct identity {
+	char host[64];
+	const uint8_t *seed;
+	uint32_t seed_len;
+	uint64_t t_ns;
+	char pkg[256]; /* sbx.pkg* parameters, "": none */
+};
+
+static int identity_parse(const struct sbx_frame *f, struct identity *id)
 {
+	char *host = id->host;
+	size_t cap = sizeof(id->host);
+	const uint8_t **seed = &id->seed;
+	uint32_t *seed_len = &id->seed_len;
+	uint64_t *t_ns = &id->t_ns;
 	struct sbx_tlv_it it;
 	const uint8_t *val;
 	uint16_t tag;
@@ -200,11 +213,30 @@ static int identity_parse(const struct sbx_frame *f, char *host, size_t cap, con
 		} else if (tag == SBX_T_SEED && n >= 16 && n <= 512) {
 			*seed = val;
 			*seed_len = n;
+		} else if (tag == SBX_T_PKG) {
+			if (sbx_tlv_as_str(val, n, id->pkg, sizeof(id->pkg)) < 0)
+				return -1;
 		} else if (tag != SBX_T_TIME_NS || sbx_tlv_as_u64(val, n, t_ns) < 0) {
 			return -1;
 		}
 	}
 	return rc < 0 || !host[0] || !*seed || !*t_ns ? -1 : 0;
+}
+
+/* A claimed warm-pool member takes its session's package policy: the
+ * files a boot writes from the kernel command line, written the same way. */
+static int identity_claim(const struct identity *id, const char **why)
+{
+	if (id->pkg[0]) {
+		struct sbx_guest_cfg cfg;
+		memset(&cfg, 0, sizeof(cfg));
+		if (sbx_guest_pkg_params(&cfg, id->pkg) < 0) {
+			*why = "malformed package parameters";
+			return -1;
+		}
+		sbx_guest_packages(&cfg);
+	}
+	return 0;
 }
 
 /* A restored VM (or a warm-pool member being claimed) becomes a session
@@ -215,19 +247,17 @@ static int identity_parse(const struct sbx_frame *f, char *host, size_t cap, con
  * is the host's own system. */
 void on_identity(struct agent *a, const struct sbx_frame *f)
 {
-	char host[64] = "";
-	const uint8_t *seed = NULL;
-	uint32_t seed_len = 0;
-	uint64_t t_ns = 0;
+	struct identity id = { 0 };
+	char *host = id.host;
 	struct utsname u;
 	size_t off;
 
-	if (f->stream || identity_parse(f, host, sizeof(host), &seed, &seed_len, &t_ns) < 0) {
+	if (f->stream || identity_parse(f, &id) < 0) {
 		send_error(a, f->stream, ERR_INVALID, "malformed identity");
 		return;
 	}
 	if (a->is_pid1) {
-		struct timespec ts = { .tv_sec = (time_t)(t_ns / 1000000000u), .tv_nsec = (long)(t_ns % 1000000000u) };
+		struct timespec ts = { .tv_sec = (time_t)(id.t_ns / 1000000000u), .tv_nsec = (long)(id.t_ns % 1000000000u) };
 		struct {
 			struct rand_pool_info info;
 			uint8_t buf[512];
@@ -237,9 +267,9 @@ void on_identity(struct agent *a, const struct sbx_frame *f)
 		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
 			sbx_guest_log("agent: identity: clock: %s", strerror(errno));
 		sbx_guest_set_hostname(host);
-		rp.info.entropy_count = (int)seed_len * 8;
-		rp.info.buf_size = (int)seed_len;
-		memcpy(rp.buf, seed, seed_len);
+		rp.info.entropy_count = (int)id.seed_len * 8;
+		rp.info.buf_size = (int)id.seed_len;
+		memcpy(rp.buf, id.seed, id.seed_len);
 		fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
 		if (fd < 0 || ioctl(fd, RNDADDENTROPY, &rp) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0) {
 			sbx_guest_log("agent: identity: reseed: %s", strerror(errno));
@@ -251,8 +281,15 @@ void on_identity(struct agent *a, const struct sbx_frame *f)
 		}
 		close(fd);
 		explicit_bzero(&rp, sizeof(rp));
+		const char *why = NULL;
+		if (identity_claim(&id, &why) < 0) {
+			sbx_guest_log("agent: identity: %s", why);
+			explicit_bzero((void *)id.seed, id.seed_len);
+			send_error(a, 0, ERR_INTERNAL, why);
+			return;
+		}
 	}
-	explicit_bzero((void *)seed, seed_len);
+	explicit_bzero((void *)id.seed, id.seed_len);
 	/* The new host numbers its execs from 1 and may set other limits:
 	 * nothing of the source's exec bookkeeping carries over. */
 	shutdown_all(a);

@@ -52,6 +52,9 @@ int sbx_agent_run(int fd, int is_pid1);
 int sbx_guest_net_up(void);
 /* pkg.c: take one sbx.pkg* kernel parameter (1), or say it is none (0). */
 int sbx_guest_pkg_param(struct sbx_guest_cfg *cfg, const char *tok, size_t len);
+/* pkg.c: take a space-separated list of sbx.pkg* parameters (a claim's
+ * IDENTITY); -1 on a word that is none. */
+int sbx_guest_pkg_params(struct sbx_guest_cfg *cfg, const char *s);
 /* pkg.c: write /etc/pip.conf and npmrc for the session's package policy,
  * and start the local responder for what it refuses. */
 void sbx_guest_packages(const struct sbx_guest_cfg *cfg);

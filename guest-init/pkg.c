@@ -7,7 +7,9 @@
  *
  * At boot we write /etc/pip.conf and the global npmrc into the overlay
  * root, so every pip and npm, whoever runs it and with whatever
- * environment, looks there first.  What the policy forbids is answered
+ * environment, looks there first.  A warm-pool member is told its
+ * session's parameters again at its claim (IDENTITY's PKG, the same
+ * words) and writes them the same way (sbx_guest_pkg_params).  What the policy forbids is answered
  * here, at once, by a tiny responder on 127.0.0.1:3141 running as nobody:
  * a refusal naming the policy and its key, instead of a connection error
  * after pip's retries.  A session without a network device could not get
@@ -80,6 +82,18 @@ int sbx_guest_pkg_param(struct sbx_guest_cfg *cfg, const char *tok, size_t len)
 			sbx_guest_log("ignoring invalid sbx.pkgreg");
 		}
 		return 1;
+	}
+	return 0;
+}
+
+int sbx_guest_pkg_params(struct sbx_guest_cfg *cfg, const char *s)
+{
+	while (*s) {
+		size_t len = strcspn(s, " ");
+		if (len && !sbx_guest_pkg_param(cfg, s, len))
+			return -1;
+		s += len;
+		s += strspn(s, " ");
 	}
 	return 0;
 }
@@ -172,6 +186,30 @@ static void answer(const struct sbx_guest_cfg *cfg, int fd)
 	shutdown(fd, SHUT_WR);
 }
 
+/* The responder's socket, made once and kept by PID 1: a claim that
+ * brings another policy replaces the responder, and connections made
+ * meanwhile wait in its backlog for the new one. */
+static int responder_fd = -1;
+static pid_t responder_pid;
+
+static int responder_listen(void)
+{
+	if (responder_fd >= 0)
+		return 0;
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	struct sockaddr_in a = {
+	    .sin_family = AF_INET, .sin_port = htons(3141), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 64) < 0) {
+		sbx_guest_log("package responder: cannot listen on 127.0.0.1:3141: %s", strerror(errno));
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	responder_fd = s;
+	return 0;
+}
+
 static void __attribute__((noreturn)) responder(const struct sbx_guest_cfg *cfg)
 {
 	sigset_t none;
@@ -179,14 +217,12 @@ static void __attribute__((noreturn)) responder(const struct sbx_guest_cfg *cfg)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	prctl(PR_SET_NAME, "sbx-pkg-refuse");
-	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-	struct sockaddr_in a = {
-	    .sin_family = AF_INET, .sin_port = htons(3141), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 64) < 0) {
-		sbx_guest_log("package responder: cannot listen on 127.0.0.1:3141: %s", strerror(errno));
+	/* Forked from the agent at a claim: none of its descriptors. */
+	int s = dup2(responder_fd, 3);
+	for (int fd = 4; fd < 1024; fd++)
+		close(fd);
+	if (s < 0)
 		_exit(1);
-	}
 	/* Nothing left to do as root: it answers strangers. */
 	if (setgroups(0, NULL) < 0 || setresgid(NOBODY, NOBODY, NOBODY) < 0 || setresuid(NOBODY, NOBODY, NOBODY) < 0) {
 		sbx_guest_log("package responder: cannot drop privileges: %s", strerror(errno));
@@ -213,7 +249,7 @@ void sbx_guest_packages(const struct sbx_guest_cfg *cfg)
 
 	/* pip: the cache's indexes in policy order, or the responder. */
 	w += (size_t)snprintf(text + w, sizeof(text) - w,
-	                      "# Written by sbx at boot: pip follows policy %s (sbx-policy(5), packages).\n"
+	                      "# Written by sbx: pip follows policy %s (sbx-policy(5), packages).\n"
 	                      "[global]\nindex-url = %s/pypi/0/simple\n",
 	                      pol, np ? cfg->pkg : LOCAL);
 	for (unsigned i = 1; i < np && i < 16 && w < sizeof(text); i++)
@@ -227,7 +263,7 @@ void sbx_guest_packages(const struct sbx_guest_cfg *cfg)
 	/* npm: one default registry; npm's audit and update checks would ask
 	 * for endpoints no cache serves. */
 	snprintf(text, sizeof(text),
-	         "# Written by sbx at boot: npm follows policy %s (sbx-policy(5), packages).\n"
+	         "# Written by sbx: npm follows policy %s (sbx-policy(5), packages).\n"
 	         "registry=%s/npm/0/\naudit=false\nfund=false\nupdate-notifier=false\n",
 	         pol, nn ? cfg->pkg : LOCAL);
 	put_file("/etc/npmrc", text);
@@ -238,11 +274,18 @@ void sbx_guest_packages(const struct sbx_guest_cfg *cfg)
 		put_file("/usr/etc/npmrc", text);
 	}
 
-	if (np && nn)
+	/* Again at a claim: the old responder's policy is not this one's
+	 * (PID 1 reaps it). */
+	if (responder_pid > 0)
+		kill(responder_pid, SIGKILL);
+	responder_pid = 0;
+	if ((np && nn) || responder_listen() < 0)
 		return; /* nothing to refuse locally */
 	pid_t pid = fork();
 	if (pid < 0)
 		sbx_guest_log("package responder: fork: %s", strerror(errno));
 	else if (pid == 0)
 		responder(cfg);
+	else
+		responder_pid = pid;
 }

@@ -129,6 +129,41 @@ void claim_guest_answered(struct mon *m)
 	sbx_trace_end(&trace, 1);
 }
 
+/* A member with a NIC (its TAP in a bare namespace) serves only sessions
+ * with one (sbx_pool_member_fits): the namespace is finished and the proxy
+ * started from the session's record and policy.  Fail closed: a session
+ * is never handed out half networked; the claim fails, the member is
+ * destroyed. */
+static int claim_network(struct mon *m)
+{
+	struct sbx_err e = { 0 };
+	if (m->bare_netns < 0)
+		return 0;
+	int rc = mon_attach_network(m, m->bare_netns, &e);
+	close(m->bare_netns);
+	m->bare_netns = -1;
+	if (rc < 0) {
+		claim_fail(m, SBX_EXIT_UNAVAIL, "%s", e.msg);
+		return -1;
+	}
+	sbx_trace_step(&trace, "network");
+	return 0;
+}
+
+/* What a claim adds to the guest's IDENTITY (snap_identity_queue): the
+ * session's package policy, which guest-init writes pip.conf and npmrc
+ * from as a boot does from the kernel command line; not when it is the
+ * member's own (a plain create's), which the guest has already, unless the
+ * member was restored from a snapshot (its guest has the files of the
+ * session that was saved). */
+void claim_identity_tlvs(struct mon *m)
+{
+	char pkg[sizeof m->claim.pkg];
+	sbx_pkgcache_guest_params(&m->s.limits.packages, pkg, sizeof pkg);
+	if (strcmp(pkg, m->claim.pkg) || m->s.snapshot[0])
+		sbx_tlv_str(&m->aout, SBX_T_PKG, pkg);
+}
+
 /* After the commit: the host side first (the CPU cap of the new policy),
  * then the guest (running again, a new identity, the secrets), then a PING
  * whose PONG says it has taken all of it. */
@@ -139,6 +174,8 @@ static void claim_guest(struct mon *m, unsigned member_cpu)
 	if (cpu != member_cpu && sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), cpu) < 0)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot set the CPU cap of the host cgroup: %s", strerror(errno));
 	sbx_trace_step(&trace, "cgroup_cpu");
+	if (claim_network(m) < 0)
+		return;
 	if (m->pool_paused) {
 		if (sbx_vm_resume(&m->vm, &e) < 0)
 			return claim_fail(m, SBX_EXIT_UNAVAIL, "cannot resume the VM: %s", e.msg);
@@ -241,6 +278,8 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	snprintf(ns.boot_id, sizeof ns.boot_id, "%s", m->s.boot_id);
 	snprintf(ns.kernel, sizeof ns.kernel, "%s", m->s.kernel);
 	snprintf(ns.tmpl_dir, sizeof ns.tmpl_dir, "%s", m->s.tmpl_dir);
+	snprintf(ns.mac, sizeof ns.mac, "%s", m->s.mac); /* the VM's NIC is the member's */
+	sbx_pkgcache_guest_params(&m->s.limits.packages, m->claim.pkg, sizeof m->claim.pkg);
 	/* The commit, in an order that never shows a record of one ID under
 	 * the other's name: the new record and policy written aside, both
 	 * directories renamed (RENAME_NOREPLACE: an ID that exists after all

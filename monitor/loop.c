@@ -131,14 +131,11 @@ static void stop_proxy(struct mon *m)
 	sbx_netns_stop_proxy(&m->proxy_pid, &m->proxy.fd);
 }
 
-/* A session with a NIC (its record has a MAC): its namespace, then its
- * proxy, before the VMM; the VMM gets the TAP and the namespace.  The
- * proxy's pid and start time go into the record at once, so sbx-kill and
- * sbx-gc can end a proxy whose monitor died. */
-int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err)
+/* The session's proxy on the listeners of n, its stderr kept as
+ * proxy.log; its pid and start time in m->s (the caller saves the
+ * record). */
+static int spawn_proxy(struct mon *m, const struct sbx_netns *n, struct sbx_err *err)
 {
-	if (sbx_netns_create(n, err) < 0)
-		return -1;
 	_cleanup_close_ int log = -1;
 	if (vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err) < 0)
 		return -1;
@@ -149,13 +146,48 @@ int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *
 	mon_ep_mod(m, &m->proxy, EPOLLIN, EPOLL_CTL_ADD);
 	m->s.proxy_pid = m->proxy_pid;
 	m->s.proxy_start = start;
-	if (sbx_record_save(&m->st, &m->s, err) < 0)
+	return 0;
+}
+
+/* A session with a NIC (its record has a MAC): its namespace, then its
+ * proxy, before the VMM; the VMM gets the TAP and the namespace.  The
+ * proxy's pid and start time go into the record at once, so sbx-kill and
+ * sbx-gc can end a proxy whose monitor died.  A warm-pool member gets a
+ * bare namespace instead (the TAP alone: nothing behind it), which its
+ * claim finishes (mon_attach_network); the monitor keeps it for that.  Its
+ * guest configures eth0 at boot as any: the gateway answers from then. */
+int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err)
+{
+	if (m->s.pool) {
+		if (sbx_netns_create_bare(n, err) < 0)
+			return -1;
+		if ((m->bare_netns = fcntl(n->netns_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot keep the network namespace");
+	} else if (sbx_netns_create(n, err) < 0 || spawn_proxy(m, n, err) < 0 ||
+		   sbx_record_save(&m->st, &m->s, err) < 0) {
 		return -1;
+	}
 	c->netns_fd = n->netns_fd;
 	c->tap_fd = n->tap_fd;
 	c->tap_name = SBX_NET_TAP;
 	c->mac = m->s.mac;
 	return 0;
+}
+
+/* Egress for a VM whose NIC exists already: its TAP in netns_fd, a bare
+ * namespace (sbx_netns_create_bare) the VMM holds.  The namespace gets
+ * what sbx_netns_create gives a new one (address, rules, listeners) and
+ * the session's proxy is started on them, from the record and policy.json
+ * under m->s.id (the caller saves the record).  -1: err set, nothing
+ * started (the namespace may be half configured: the caller ends the VM). */
+int mon_attach_network(struct mon *m, int netns_fd, struct sbx_err *err)
+{
+	struct sbx_netns n;
+	if (sbx_netns_complete(netns_fd, &n, err) < 0)
+		return -1;
+	int rc = spawn_proxy(m, &n, err);
+	sbx_netns_close(&n); /* the proxy's now */
+	return rc;
 }
 
 int mon_loop_once(struct mon *m, int timeout_ms)
@@ -392,7 +424,7 @@ static void mon_free(struct mon *m)
 		explicit_bzero(m->aout.data, m->aout.cap);
 	sbx_buf_free(&m->aout);
 	sbx_secrets_free(&m->sec);
-	int fds[] = { m->listen.fd, m->agent_listen.fd, m->agent.fd, m->sig.fd, m->timer.fd, m->ep,
+	int fds[] = { m->bare_netns, m->listen.fd, m->agent_listen.fd, m->agent.fd, m->sig.fd, m->timer.fd, m->ep,
 		      m->lib_dfd, m->run_dfd, m->execs_dfd };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++)
 		if (fds[i] > 0)
@@ -436,6 +468,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.vmmlog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
 	m.proxylog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
 	m.vm.pidfd = -1;
+	m.bare_netns = -1;
 	m.ws.lock_fd = m.ws.dir_fd = -1;
 
 	/* Inherited without O_CLOEXEC so they survive our exec; the VMM must

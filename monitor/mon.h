@@ -170,6 +170,7 @@ struct mon {
 	int secrets_sent;
 	char secrets_err[256];  /* the guest refused them */
 	int pool_paused;        /* a pool member's vCPUs, stopped while it waits */
+	int bare_netns;         /* a pool member's namespace, its TAP only (mon_start_network); -1: none */
 	uint64_t paused_since;  /* sbx-snapshot pause: exec deadlines stand still */
 	struct {                /* pings while execs run, see mon_heartbeat() */
 		uint64_t interval, sent, next; /* ns; sent: CLOCK_MONOTONIC of the one unanswered, 0: none */
@@ -182,6 +183,7 @@ struct mon {
 		uint32_t ping;  /* the PING whose PONG says the guest took it all */
 		int secrets_ok, code;
 		char from[SBX_ID_MAX + 1], err[256];
+		char pkg[160];  /* the member's sbx.pkg* parameters, as it booted */
 	} claim;
 	struct {                /* snapshots (snapshot.h), see mon_vmctl */
 		int paused;     /* the VM is stopped (sbx-snapshot pause) */
@@ -262,6 +264,7 @@ int mon_audit(struct mon *m, const char *type, json_t *f, struct sbx_err *err);
 void mon_ep_mod(struct mon *m, struct src *s, uint32_t ev, int op);
 int mon_listen_unix(const char *name, struct sbx_err *err);
 int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err);
+int mon_attach_network(struct mon *m, int netns_fd, struct sbx_err *err);
 int mon_loop_once(struct mon *m, int timeout_ms);
 int mon_arm_ttl(struct mon *m);
 
@@ -272,6 +275,7 @@ int mon_boot(struct mon *m, struct sbx_err *err);
 void mon_vm_volumes(struct mon *m, struct sbx_vm_config *c, char (*vols)[1200]);
 
 /* claim.c */
+void claim_identity_tlvs(struct mon *m);
 void claim_pool_park(struct mon *m);
 int claim_wait_ms(const struct mon *m);
 void claim_fail(struct mon *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -4,19 +4,39 @@
 # secrets) and a refill follows; a request that does not fit boots cold;
 # sbx-gc replaces a dead member and trims to size; a claim that fails
 # boots cold; sbx-create killed -9 around the commit leaves exactly one of
-# the member or the session.
+# the member or the session; members serve policies with egress (the
+# namespace is finished at the claim) and package policies (told at the
+# claim), and one whose namespace cannot be finished is not handed out;
+# the pool holds no more than the host's capacity.
 . "$(dirname "$0")/lib.sh"
 require_vm
+[ "$(id -u)" = 0 ] || skip_all "needs root (network namespaces)"
+command -v ip >/dev/null && command -v python3 >/dev/null && command -v nsenter >/dev/null ||
+	skip_all "needs ip, nsenter and python3"
+# Test hosts for the egress claims (tests/lib.sh), and one web server.
+test_net_hosts pool 2
+WEB=${NET_IP[0]} OTHER=${NET_IP[1]}
+mkdir -p "$TEST_TMP/www" && echo "hello from the allowed host" >"$TEST_TMP/www/index.html"
+(cd "$TEST_TMP/www" && exec ip netns exec "$NET_NS" python3 -m http.server 80 >"$TEST_TMP/http.log" 2>&1) &
+WEBPID=$!
+trap 'kill "$WEBPID" 2>/dev/null; _cleanup' EXIT
+for _ in $(seq 50); do timeout 1 bash -c "exec 3<>/dev/tcp/$WEB/80" 2>/dev/null && break; sleep 0.1; done
+# Members' monitors (booted by sbx-gc) start a claimed session's proxy:
+# it reads the names from the environment they were started with.
+export SBX_HOSTS_FILE=$TEST_TMP/hosts
+printf '%s web.example.test\n%s other.example.test\n' "$WEB" "$OTHER" >"$SBX_HOSTS_FILE"
 h=$(printf '%s' "$SBX_ROOT" | sha256sum | cut -c1-8)
 S=$SBX_ROOT/var/lib/sbx/sessions
 R=$SBX_ROOT/run/sbx/sessions
 CONF=$SBX_ROOT/etc/sbx/sbx.yaml
 mkdir -p "$SBX_ROOT/etc/sbx"
 # The claim below reads a tenant's secret from TEST_TMP: granted (sbx.yaml(5) Host paths).
+# pool_size SIZE [NETWORK]: of SIZE members, NETWORK with a NIC
 pool_size() {
-	printf 'pool:\n  templates:\n    default: {size: %s, vcpus: 1, memory: 256M}\nhost_paths:\n  read: ["%s"]\n' \
-		"$1" "$TEST_TMP" >"$CONF"
+	printf 'pool:\n  templates:\n    default: {size: %s, network: %s, vcpus: 1, memory: 256M}\nhost_paths:\n  read: ["%s"]\n' \
+		"$1" "${2:-0}" "$TEST_TMP" >"$CONF"
 }
+nic_members() { for m in $(members); do [ -n "$(rec "$m" '.net.mac // empty')" ] && echo "$m"; done; }
 members() { sbx-ps --pool -q --state=pooled 2>/dev/null; }
 rec() { jq -r "$2" "$S/$1/session.json" 2>/dev/null; }
 # Wait (up to $2 s) for the pool to hold $1 pooled members.
@@ -97,9 +117,13 @@ is "$(members)" "$m2" "and leaves the member alone"
 sbx-kill "$(jq -r .id <<<"$j")"
 
 # --- sbx-gc replaces a dead member ----------------------------------------
+mon=$(rec "$m2" .monitor.pid)
 kill -9 "$(rec "$m2" .vmm_process.pid)"
 for _ in $(seq 50); do [ "$(sbx-ps --no-headers "$m2" | cut -f2)" = crashed ] && break; sleep 0.1; done
 is "$(sbx-ps --no-headers "$m2" | cut -f2)" crashed "a member whose VMM was killed is crashed"
+# Its monitor records that, then ends; until it has, the member is its
+# (sbx-gc leaves a locked session alone) and a run now would leave it to the next.
+for _ in $(seq 300); do kill -0 "$mon" 2>/dev/null || break; sleep 0.1; done
 out=$(sbx-gc)
 like "$out" "reclaim	$m2	pool member crashed" "sbx-gc reclaims it at once"
 like "$out" "pool-add	pool-" "and boots a replacement"
@@ -134,9 +158,10 @@ is "$(sbx-exec k2 -- hostname)" k2 "and the session works"
 is "$(sbx-ps -q | sort | tr '\n' ' ')" "job1 k2 " "sessions: job1 and k2, nothing half-made"
 
 # --- a claim that fails boots cold ---------------------------------------
-sbx-gc --pool-only >/dev/null
+out=$(sbx-gc --pool-only 2>&1)
 m4=$(members)
 like "$m4" "^pool-" "sbx-gc --pool-only refills the pool"
+[ -n "$m4" ] || diag "sbx-gc --pool-only: $out"
 vmm=$(rec "$m4" .vmm_process.pid)
 kill -STOP "$vmm" # never resumed: the claim times out
 j=$(sbx-create --json --id k3); rc=$?
@@ -180,6 +205,106 @@ is "$(sbx-exec w1 -- sh -c 'hostname; cat /workspace/marker' | tr '\n' ' ')" "w1
 rm "$CONF"
 sbx-gc --pool-only >/dev/null # waits for the refill, then trims it
 sbx-kill w1
+is "$(sbx-ps --all -q)" "job1" "only job1 is left"
+
+# --- a member serves a policy with egress: the namespace is built at claim
+cat >"$TEST_TMP/net.yaml" <<EOF
+network:
+  egress: allowlist
+  allow:
+    - {domain: web.example.test, ports: [80]}
+EOF
+pool_size 1 1
+like "$(sbx-gc --pool-only)" "^pool-add	pool-[0-9a-f]{12}	default@[^ ]*, 1 vCPU, 256 MiB, network" "sbx-gc boots a member with a NIC (network: 1)"
+m6=$(members)
+mac6=$(rec "$m6" .net.mac)
+like "$mac6" '^[0-9a-f]{2}(:[0-9a-f]{2}){5}$' "its record has a MAC"
+vmm=$(rec "$m6" .vmm_process.pid)
+is "$(nsenter --net=/proc/"$vmm"/ns/net ip -o -4 addr | wc -l):$(nsenter --net=/proc/"$vmm"/ns/net ip -o route | wc -l)" "0:0" \
+   "whose namespace holds no address and no route while it waits"
+is "$(rec "$m6" '.proxy_process.pid // 0')" 0 "and no proxy"
+j=$(sbx-create --json --id net1 -p "$TEST_TMP/net.yaml"); rc=$?
+is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:true" "a create with network.egress: allowlist is a claim"
+is "$(rec net1 .net.mac):$(rec net1 .net.egress)" "$mac6:allowlist" "its record has the member's NIC and the policy's egress"
+ppid=$(rec net1 .proxy_process.pid)
+is "$(tr '\0' ' ' </proc/"$ppid"/cmdline 2>/dev/null | cut -d' ' -f1-3)" "sbx-proxy --id net1" "its proxy runs, for the session"
+is "$(sbx-exec net1 -- sh -c 'ip -4 addr show eth0 | grep -o "inet [0-9./]*"; cat /etc/resolv.conf')" \
+   "inet 10.0.2.15/24
+nameserver 10.0.2.2" "eth0 came up at the claim, with the session's resolver"
+out=$(sbx-exec --timeout 60s net1 -- wget -q -O- http://web.example.test/ 2>&1)
+is "$out" "hello from the allowed host" "the allowed host is reached"
+out=$(sbx-exec --timeout 60s net1 -- sh -c "printf 'GET / HTTP/1.0\r\nHost: other.example.test\r\n\r\n' | nc $OTHER 80" 2>&1)
+is "$(grep -c 'allowed host' <<<"$out")" 0 "another host is refused"
+# (the proxy writes refusals from its main thread, once a second)
+for _ in $(seq 50); do grep -q '"other.example.test"' "$S/net1/net.log" 2>/dev/null && break; sleep 0.1; done
+like "$(jq -r 'select(.domain == "other.example.test") | "\(.verdict) \(.reason)"' "$S/net1/net.log")" \
+   "^deny not in the allowlist" "and the refusal is in net.log"
+is "$(sbx-audit --session net1 --type session.create --json | jq -r '.[-1] | [.from_pool, .member] | join(" ")')" \
+   "true $m6" "session.create says it came from the pool"
+
+# --- a member with a NIC serves only sessions with one ---------------------
+wait_members 1 90
+m=$(members)
+j=$(sbx-create --json --id plain1); rc=$?
+is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:false" "a default create does not take a member with a NIC: it boots cold"
+is "$(sbx-exec plain1 -- ls /sys/class/net | tr '\n' ' '):$(members)" "lo :$m" "with no network device, the member left alone"
+
+# --- a package policy (-p) travels in the claim ----------------------------
+cat >"$TEST_TMP/no-installs.yaml" <<EOF
+packages:
+  mode: offline
+EOF
+cat >"$TEST_TMP/pkgs.yaml" <<EOF
+packages:
+  mode: allowlist
+  registries:
+    - {type: pypi, url: "http://web.example.test/simple"}
+EOF
+pool_size 2 1
+sbx-gc --pool-only >/dev/null
+is "$(members | wc -l):$(nic_members | wc -l)" "2:1" "a pool of 2 with network: 1 has one member with a NIC and one without"
+j=$(sbx-create --json --id pkg1 -p "$TEST_TMP/no-installs.yaml"); rc=$?
+is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:true" "a create with -p (packages offline) is a claim"
+like "$(sbx-exec pkg1 -- cat /etc/pip.conf)" "follows policy no-installs.yaml" "its pip.conf names the session's policy"
+out=$(sbx-exec pkg1 -- wget -q -O- http://127.0.0.1:3141/pypi/0/simple/six/ 2>&1)
+like "$out" "packages.mode: offline in policy no-installs.yaml" "and the guest's refusal names it too"
+wait_members 2 90
+j=$(sbx-create --json --id pkg2 -p "$TEST_TMP/pkgs.yaml"); rc=$?
+is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:true" "a create with a package registry is a claim"
+like "$(sbx-exec pkg2 -- cat /etc/pip.conf)" 'index-url = http://10\.0\.2\.2:3141/pypi/0/simple' \
+   "its pip.conf points at the session's cache"
+like "$(sbx-exec pkg2 -- cat /etc/npmrc)" 'registry=http://127\.0\.0\.1:3141/npm/0/' \
+   "its npmrc at the guest's refusal (the policy has no npm registry)"
+ppid=$(rec pkg2 .proxy_process.pid)
+is "$(tr '\0' ' ' </proc/"$ppid"/cmdline 2>/dev/null | cut -d' ' -f1-3)" "sbx-proxy --id pkg2" "whose proxy serves the cache"
+sbx-kill net1 plain1 pkg1 pkg2
+
+# --- a namespace that cannot be finished at the claim: never handed out ---
+wait_members 2 90
+m7=$(nic_members)
+vmm=$(rec "$m7" .vmm_process.pid)
+nsenter --net=/proc/"$vmm"/ns/net ip link set sbx0 name sbxgone; ok $? "the member's TAP is renamed under it"
+j=$(sbx-create --json --id net2 -p "$TEST_TMP/net.yaml"); rc=$?
+is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:false" "the claim fails and the create boots cold"
+[ ! -e "$S/$m7" ] && ! kill -0 "$vmm" 2>/dev/null; ok $? "the member was destroyed, VMM and all"
+like "$(sbx-audit --type session.create --json | jq -r --arg m "$m7" '.[] | select(.member == $m) | [.ok, .error] | join(" ")')" \
+   "^false .*sbx0" "the failed claim is audited, saying why"
+out=$(sbx-exec --timeout 60s net2 -- wget -q -O- http://web.example.test/ 2>&1)
+is "$out" "hello from the allowed host" "the cold session's egress works"
+sbx-kill net2
+rm "$CONF"
+sbx-gc --pool-only >/dev/null
+
+# --- the pool holds no more than the host can afford ----------------------
+# job1 holds 256 + 512 MiB; 1600 MiB leave room for one member, not three.
+pool_size 3
+out=$(SBX_MAX_MEMORY=1600M sbx-gc --pool-only)
+is "$(grep -c '^pool-add' <<<"$out")" 1 "a pool of 3 on a host with room for one more session gets one member"
+like "$out" "pool-error	default	cannot boot a member: " "and says why it stopped"
+is "$(SBX_MAX_MEMORY=1600M sbx-ps --capacity --json | jq -c '[.sessions.used, .pooled]')" \
+   "[2,1]" "sbx-ps --capacity counts the member"
+rm "$CONF"
+sbx-gc --pool-only >/dev/null
 is "$(sbx-ps --all -q)" "job1" "only job1 is left"
 
 sbx-kill job1

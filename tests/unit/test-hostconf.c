@@ -28,6 +28,10 @@ int main(void)
 	ok(!strcmp(hc.pool[1].tmpl, "python@3.11-1") && hc.pool[1].vcpus == 2 && hc.pool[1].memory_mib == 1024 &&
 		   hc.pool[1].disk == 4ull << 30,
 	   "a pinned version with its own shape");
+	ok(hc.pool[0].network == 0, "no member has a network unless asked for");
+	ok(parse("pool: {templates: {default: {size: 3, network: 2}}}\n", &hc, &e) == 0 && hc.pool[0].size == 3 &&
+		   hc.pool[0].network == 2,
+	   "network: how many of the members have a NIC");
 	ok(parse("pool: {templates: {}}\n", &hc, &e) == 0 && hc.npool == 0, "an empty pool");
 	ok(parse("host_paths:\n  read: [/srv/in, \"/srv/{tenant}/in\"]\n  write:\n    - /srv/out\n"
 		 "secrets: {env_allow: [TOKEN, _x1]}\n",
@@ -70,6 +74,8 @@ int main(void)
 		{ "pool: {templates: {default: {size: 1, memory: 100M5}}}\n", "not a size" },
 		{ "pool: {templates: {default: {size: 1, memory: 32M}}}\n", "64M..64G" },
 		{ "pool: {templates: {default: {size: 1, vcpus: 0}}}\n", "1..64" },
+		{ "pool: {templates: {default: {size: 1, network: 2}}}\n", "network (2) is more than size (1)" },
+		{ "pool: {templates: {default: {size: 1, network: yes}}}\n", "not a whole number" },
 		{ "pool: {templates: {default: {size: 1}, default: {size: 2}}}\n", "duplicate key 'default'" },
 		{ "pool: {templates: {../x: {size: 1}}}\n", "not a template name" },
 		{ "pool: {templates: {a@: {size: 1}}}\n", "not a template name" },
