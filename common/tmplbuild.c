@@ -344,8 +344,9 @@ static void sha256_str(const char *s, char out[65])
 	hex(d, sizeof d, out);
 }
 
-/* The base: a template, or for debian:SUITE the default template's
- * kernel and initramfs. */
+/* The base: a template, or for debian:SUITE, busybox and imports the
+ * default template's kernel and initramfs; none for a spec with a kernel
+ * of its own that is not from a template. */
 static int find_base(struct build *b, struct sbx_err *err)
 {
 	if (b->spec.kernel[0] && b->spec.from != SBX_FROM_TEMPLATE) {

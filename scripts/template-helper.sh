@@ -246,7 +246,7 @@ root_apt() {
 	local d=$1
 	shift
 	[ -x "$d/usr/bin/apt-get" ] || bad "packages: the base has no apt-get (build from debian:SUITE or a Debian-based template)"
-	no_links "$d" etc proc dev var/lib/apt/lists var/cache/apt var/log var/cache/debconf var/lib/dpkg
+	no_links "$d" etc proc dev var/lib/apt/lists var/cache/apt var/log var/cache/debconf var/cache/ldconfig var/lib/dpkg
 	# The host's resolver for apt only; the guest gets its own at boot.
 	rm -f "$d/etc/resolv.conf"
 	cp /etc/resolv.conf "$d/etc/resolv.conf"
@@ -257,7 +257,9 @@ root_apt() {
 	inroot "$d" sh -c 'o="-q -y --no-install-recommends -o Dpkg::Use-Pty=0 -o Dpkg::Options::=--force-confold"
 		apt-get -q update >/dev/null && apt-get $o upgrade >/dev/null && apt-get $o install "$@" &&
 		apt-get clean' sh "$@" >&2 || exit 3
-	rm -rf "$d"/var/lib/apt/lists/* "$d"/var/cache/apt/*.bin
+	# ldconfig's aux-cache records inode numbers and times of this host's
+	# unpack: the one file two builds of the same packages would differ in.
+	rm -rf "$d"/var/lib/apt/lists/* "$d"/var/cache/apt/*.bin "$d/var/cache/ldconfig/aux-cache"
 	find "$d/var/log" -mindepth 1 ! -type d -delete 2>/dev/null || true
 	find "$d/var/cache/debconf" "$d/var/lib/dpkg" -maxdepth 1 -name '*-old' -delete 2>/dev/null || true
 	rm -f "$d/etc/resolv.conf"
