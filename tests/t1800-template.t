@@ -85,13 +85,13 @@ sbx-kill "$a" >/dev/null
 
 # from: busybox (the default template's root) on the default template's
 # kernel: the packages are the two .debs', remove: takes what it names.
-spec bb.yaml 'from: busybox\nremove: [/usr/bin/vi]\n'
+spec bb.yaml 'from: busybox\nremove: [/bin/vi]\n'
 rb=$(sbx-template build bb -f "$S/bb.yaml"); ok $? "from: busybox builds ($rb)"
 is "$(jq -r '[.packages[].name] | join(" ")' "$T/$rb/manifest.json")" \
 	"busybox-static netbase $(jq -r .kernel.package "$T/$ref/manifest.json")" "its packages: busybox, netbase, the kernel"
 like "$(jq -r '.base + " " + .spec.from' "$T/$rb/manifest.json")" '^default@[0-9a-f]+ busybox$' \
 	"the kernel and initramfs are the default template's"
-debugfs -R 'stat /usr/bin/vi' "$T/$rb/rootfs.ext4" 2>&1 | grep -q 'File not found'; ok $? "and /usr/bin/vi is gone"
+debugfs -R 'stat /bin/vi' "$T/$rb/rootfs.ext4" 2>&1 | grep -q 'File not found'; ok $? "and /bin/vi is gone"
 # The shipped default template's spec, built twice: the same version (the
 # rootfs is reproducible).
 d1=$(sbx-template build dflt -f "$top/templates/default.yaml"); ok $? "templates/default.yaml builds ($d1)"
