@@ -169,7 +169,10 @@ static int parse_map(struct sbx_yaml *c, const char *path, const char *const *ke
 	return 0;
 }
 
-static int v_packages(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path)
+/* A list of scalars, each handed to fn (which adds it to s). */
+typedef int (*item_fn)(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path, const char *v);
+
+static int each_scalar(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path, item_fn fn)
 {
 	if (sbx_yaml_expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
 		return -1;
@@ -179,18 +182,23 @@ static int v_packages(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *pa
 		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
 			return 0;
 		const char *v = sbx_yaml_scalar(c, path);
-		if (!v)
+		if (!v || fn(c, s, path, v) < 0)
 			return -1;
-		if (sbx_tmplspec_check_package(v) < 0)
-			return sbx_yaml_failm(c, c->ev.start_mark,
-				     "%s: '%.60s' is not a Debian package name (lower case, digits, '+', '-', '.')", path, v);
-		for (unsigned i = 0; i < s->npackages; i++)
-			if (!strcmp(s->packages[i], v))
-				return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is listed twice", path, v);
-		if (s->npackages == SBX_TMPLSPEC_PACKAGES_MAX)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d packages", path, SBX_TMPLSPEC_PACKAGES_MAX);
-		snprintf(s->packages[s->npackages++], SBX_TMPLSPEC_PKG_LEN, "%s", v);
 	}
+}
+
+static int package_item(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path, const char *v)
+{
+	if (sbx_tmplspec_check_package(v) < 0)
+		return sbx_yaml_failm(c, c->ev.start_mark,
+			     "%s: '%.60s' is not a Debian package name (lower case, digits, '+', '-', '.')", path, v);
+	for (unsigned i = 0; i < s->npackages; i++)
+		if (!strcmp(s->packages[i], v))
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is listed twice", path, v);
+	if (s->npackages == SBX_TMPLSPEC_PACKAGES_MAX)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d packages", path, SBX_TMPLSPEC_PACKAGES_MAX);
+	snprintf(s->packages[s->npackages++], SBX_TMPLSPEC_PKG_LEN, "%s", v);
+	return 0;
 }
 
 static const char *const file_keys[] = { "src", "dst", "mode" };
@@ -341,27 +349,17 @@ static int v_env(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path)
 	}
 }
 
-static int v_remove(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path)
+static int remove_item(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path, const char *v)
 {
-	if (sbx_yaml_expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
-		return -1;
-	for (;;) {
-		char why[120], norm[SBX_TMPLSPEC_PATH_LEN];
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
-			return 0;
-		const char *v = sbx_yaml_scalar(c, path);
-		if (!v)
-			return -1;
-		if (sbx_tmplspec_check_guestpath(v, norm, sizeof norm, why, sizeof why) < 0)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%.60s' %s", path, v, why);
-		if (!strcmp(norm, "/"))
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: must name a path below /", path);
-		if (s->nremove == SBX_TMPLSPEC_REMOVE_MAX)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d paths", path, SBX_TMPLSPEC_REMOVE_MAX);
-		snprintf(s->remove[s->nremove++], SBX_TMPLSPEC_PATH_LEN, "%s", norm);
-	}
+	char why[120], norm[SBX_TMPLSPEC_PATH_LEN];
+	if (sbx_tmplspec_check_guestpath(v, norm, sizeof norm, why, sizeof why) < 0)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%.60s' %s", path, v, why);
+	if (!strcmp(norm, "/"))
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: must name a path below /", path);
+	if (s->nremove == SBX_TMPLSPEC_REMOVE_MAX)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d paths", path, SBX_TMPLSPEC_REMOVE_MAX);
+	snprintf(s->remove[s->nremove++], SBX_TMPLSPEC_PATH_LEN, "%s", norm);
+	return 0;
 }
 
 /* A spec's user: a name of the root's /etc/passwd, or a uid (what a
@@ -405,7 +403,7 @@ static int root_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsi
 			snprintf(s->from_ref, sizeof s->from_ref, "%s", v);
 		}
 		return 0;
-	case 1: return v_packages(c, s, path);
+	case 1: return each_scalar(c, s, path, package_item);
 	case 2: return v_files(c, s, path);
 	case 3: return v_run(c, s, path);
 	case 4: return v_env(c, s, path);
@@ -425,7 +423,7 @@ static int root_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsi
 				     "kernel: '%.60s' is not a kernel sbx boots (the one is " SBX_TMPLSPEC_KERNEL ")", v);
 		snprintf(s->kernel, sizeof s->kernel, "%s", v);
 		return 0;
-	case 8: return v_remove(c, s, path);
+	case 8: return each_scalar(c, s, path, remove_item);
 	default:
 		if (!(v = sbx_yaml_scalar(c, path)))
 			return -1;
