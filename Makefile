@@ -33,7 +33,9 @@ MON_OBJ = $(MON_SRC:monitor/%.c=$(B)/obj/monitor/%.o)
 PROXY_SRC = $(filter-out proxy/main.c,$(wildcard proxy/*.c))
 PROXY_OBJ = $(PROXY_SRC:proxy/%.c=$(B)/obj/proxy/%.o)
 CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit sbx-snapshot sbx-template sbx-port
-LIBEXEC = sbx-monitor sbx-proxy sbx-template-helper
+# guest-init and sbx-mkcpio beside the helper: its kernel step makes a
+# template's initramfs from them.
+LIBEXEC = sbx-monitor sbx-proxy sbx-template-helper guest-init sbx-mkcpio
 BINS = $(CMDS:%=$(B)/bin/%) $(LIBEXEC:%=$(B)/libexec/sbx/%)
 UNIT_SRC = $(wildcard tests/unit/*.c)
 UNITS = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
@@ -75,6 +77,14 @@ $(B)/libexec/sbx/sbx-template-helper: scripts/lib-image.sh scripts/template-help
 	@mkdir -p $(@D)
 	{ echo '#!/bin/bash'; cat $^; } >$@.tmp && chmod 0755 $@.tmp && mv $@.tmp $@
 
+$(B)/libexec/sbx/guest-init: $(B)/guest-init
+	@mkdir -p $(@D)
+	cp $< $@.tmp && mv $@.tmp $@
+
+$(B)/libexec/sbx/sbx-mkcpio: $(B)/tools/sbx-mkcpio
+	@mkdir -p $(@D)
+	cp $< $@.tmp && mv $@.tmp $@
+
 $(B)/tests/%: tests/unit/%.c $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
@@ -106,16 +116,19 @@ $(B)/tools/sbx-audit-append: tools/sbx-audit-append.c $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 
-# The default template: kernel from Debian's package, busybox + guest-init.
-image: $(B)/guest-init $(B)/tools/sbx-mkcpio
-	scripts/build-image.sh --out $(B)/templates --guest-init $(B)/guest-init \
-		--mkcpio $(B)/tools/sbx-mkcpio
+# The default and python templates (templates/*.yaml), built by
+# sbx-template into $(B)/templates, in a state root of their own (locks,
+# audit log) so the machine's /var/lib/sbx is not touched.  python needs
+# root (debootstrap, apt in a chroot) and the Debian archive the first
+# time; both are seconds once the .debs and the bootstrap are cached
+# under SBX_CACHE.
+TEMPLATE_BUILD = r=$$(mktemp -d /tmp/sbx-tpl.XXXXXX) && mkdir -p $(B)/templates && \
+	SBX_ROOT=$$r SBX_TEMPLATES=$(abspath $(B))/templates $(B)/bin/sbx-template build
+image: $(BINS)
+	$(TEMPLATE_BUILD) default -f templates/default.yaml; rc=$$?; rm -rf "$$r"; exit $$rc
 
-# The python template: the same kernel and initramfs, a debootstrap root
-# with python3 and pip (cached under SBX_CACHE; root only).
-python-image: $(B)/guest-init $(B)/tools/sbx-mkcpio
-	scripts/build-python-template.sh --out $(B)/templates --guest-init $(B)/guest-init \
-		--mkcpio $(B)/tools/sbx-mkcpio
+python-image: $(BINS)
+	$(TEMPLATE_BUILD) python -f templates/python.yaml; rc=$$?; rm -rf "$$r"; exit $$rc
 
 # Everything with QEMU, then the VM tests with Cloud Hypervisor (each a
 # skip with the reason where it cannot run).

@@ -34,14 +34,14 @@ make install PREFIX="$PREFIX"
 # make install puts the bash completion (completions/sbx.bash) where
 # bash-completion loads it from in new shells.
 echo "install.sh: commands in $PREFIX/bin, bash completion for them in new shells" >&2
-templates="${SBX_ROOT:-}/var/lib/sbx/templates"
-mkdir -p "$templates"
-tmpl=$(scripts/build-image.sh --out "$templates" --guest-init build/guest-init --mkcpio build/tools/sbx-mkcpio)
-echo "install.sh: template $tmpl" >&2
-# debootstrap: a few minutes the first time, seconds once cached.
-tmpl=$(scripts/build-python-template.sh --out "$templates" --guest-init build/guest-init \
-	--mkcpio build/tools/sbx-mkcpio)
-echo "install.sh: template $tmpl" >&2
+# The templates, built by the installed sbx-template from their specs
+# (under SBX_ROOT's templates directory; the build is audited there).
+# python: debootstrap and apt, a few minutes the first time, seconds once
+# cached under /var/cache/sbx.
+for t in default python; do
+	tmpl=$("$PREFIX/bin/sbx-template" build "$t" -f "templates/$t.yaml")
+	echo "install.sh: template $tmpl" >&2
+done
 # The host configuration: a warm pool of one default session (unless there
 # is an sbx.yaml already), filled now, so the first sbx-create is a claim.
 scripts/default-sbx-yaml.sh

@@ -1,5 +1,6 @@
 #include "tmplbuild.h"
 #include "audit.h"
+#include "env.h"
 #include "exec_client.h"
 #include "policy.h"
 #include "hostconf.h"
@@ -46,6 +47,9 @@ struct build {
 	int rootfd;
 	int logfd;         /* wpath/log */
 	char format[16];   /* of an import */
+	char boot[1500];   /* the directory the vmlinux and initrd.cpio come from */
+	json_t *kernel;    /* the manifest's kernel: {package, version, release} */
+	char gi_sha[65];   /* guest_init_sha256 of that initramfs */
 };
 
 /* What an import may unpack: the whole root under 8 GiB, a million
@@ -213,9 +217,12 @@ static int add_files(struct build *b, struct sbx_err *err)
 	return 0;
 }
 
-/* uid and gid of user in the root's /etc/passwd; -1 when absent. */
+/* uid and gid of user (a name, or a uid) in the root's /etc/passwd; -1
+ * when absent. */
 static int root_user(struct build *b, const char *user, unsigned *uid, unsigned *gid)
 {
+	size_t ul = strlen(user);
+	int numeric = ul && strspn(user, "0123456789") == ul;
 	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
 	_cleanup_close_ int fd = (int)syscall(SYS_openat2, b->rootfd, "etc/passwd", &how, sizeof how);
 	if (fd < 0)
@@ -226,20 +233,62 @@ static int root_user(struct build *b, const char *user, unsigned *uid, unsigned 
 	fd = -1;
 	char line[512];
 	int found = -1;
-	size_t ul = strlen(user);
-	while (found < 0 && fgets(line, sizeof line, f))
-		if (!strncmp(line, user, ul) && line[ul] == ':' && sscanf(line + ul, ":%*[^:]:%u:%u:", uid, gid) == 2)
+	while (found < 0 && fgets(line, sizeof line, f)) {
+		unsigned u, g;
+		if (numeric) {
+			if (sscanf(line, "%*[^:]:%*[^:]:%u:%u:", &u, &g) == 2 && u == strtoul(user, NULL, 10))
+				*uid = u, *gid = g, found = 0;
+		} else if (!strncmp(line, user, ul) && line[ul] == ':' && sscanf(line + ul, ":%*[^:]:%u:%u:", uid, gid) == 2)
 			found = 0;
+	}
 	fclose(f);
 	return found;
+}
+
+/* The user execs run as, in the form a session takes it (sbx_user_parse,
+ * create.c): root, user or a uid.  Another name of the root's /etc/passwd
+ * becomes its uid; USER:GROUP (an image's User) only with the user's own
+ * group, the one a session's user runs with. */
+static int manifest_user(struct build *b, const char *what, char *user, unsigned *uid, unsigned *gid,
+			 struct sbx_err *err)
+{
+	char u[SBX_TMPLSPEC_USER_LEN];
+	snprintf(u, sizeof u, "%s", user);
+	char *grp = strchr(u, ':');
+	if (grp)
+		*grp++ = 0;
+	uint32_t num;
+	int simple = sbx_user_parse(u, &num) == 0;
+	if (root_user(b, u, uid, gid) < 0) {
+		if (!simple || !strcmp(u, "user"))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "%s: user '%.40s' is not root, user, a uid or a user of the root's /etc/passwd", what,
+					   user);
+		*uid = *gid = num;
+	}
+	if (grp) {
+		char *end;
+		errno = 0;
+		unsigned long g = strtoul(grp, &end, 10);
+		if (!*grp || *end || errno || g != *gid)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "%s: user '%.40s': a session runs as a user with its own group (%u), not another",
+					   what, user, *gid);
+	}
+	if (simple && (strcmp(u, "user") || *uid == 1000))
+		snprintf(user, SBX_TMPLSPEC_USER_LEN, "%s", u);
+	else
+		snprintf(user, SBX_TMPLSPEC_USER_LEN, "%u", *uid);
+	return 0;
 }
 
 static int set_user(struct build *b, struct sbx_err *err)
 {
 	unsigned uid = 0, gid = 0;
-	if (b->spec.user[0] && root_user(b, b->spec.user, &uid, &gid) < 0)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: user: no user '%s' in the root's /etc/passwd",
-				   b->spec.source, b->spec.user);
+	char what[SBX_TMPLSPEC_PATH_LEN + 40];
+	snprintf(what, sizeof what, "%s: %s", b->spec.source, b->o->import ? "the image config's User" : "user");
+	if (b->spec.user[0] && manifest_user(b, what, b->spec.user, &uid, &gid, err) < 0)
+		return -1;
 	for (unsigned i = 0; i < b->spec.nrun; i++) {
 		unsigned u, g;
 		if (b->spec.run[i].user[0] && root_user(b, b->spec.run[i].user, &u, &g) < 0)
@@ -251,7 +300,8 @@ static int set_user(struct build *b, struct sbx_err *err)
 	char wd[1600];
 	if (guest_dir(b, b->spec.workdir, wd, sizeof wd, err) < 0)
 		return -1;
-	if (b->spec.user[0] && lchown(wd, uid, gid) < 0)
+	/* An image's WorkingDir keeps its owner, as a container's does. */
+	if (b->spec.user[0] && !b->o->import && strcmp(b->spec.workdir, "/") && lchown(wd, uid, gid) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot chown %s", b->spec.workdir);
 	return 0;
 }
@@ -294,15 +344,22 @@ static void sha256_str(const char *s, char out[65])
 	hex(d, sizeof d, out);
 }
 
-/* The base: a template, or for debian:SUITE the default template's
- * kernel and initramfs. */
+/* The base: a template, or for debian:SUITE, busybox and imports the
+ * default template's kernel and initramfs; none for a spec with a kernel
+ * of its own that is not from a template. */
 static int find_base(struct build *b, struct sbx_err *err)
 {
+	if (b->spec.kernel[0] && b->spec.from != SBX_FROM_TEMPLATE) {
+		/* Nothing comes from another template. */
+		b->base_manifest = json_object();
+		return b->base_manifest ? 0 : sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot build");
+	}
 	const char *ref = b->spec.from == SBX_FROM_TEMPLATE ? b->spec.from_ref : "default";
 	if (sbx_template_resolve(b->st, b->o->tenant, ref, &b->base, err) < 0)
 		return sbx_err_wrap(err, "%s: from: %s", b->spec.source,
-				    b->spec.from == SBX_FROM_DEBIAN ? "the kernel and initramfs come from template default"
-								    : b->spec.from_ref);
+				    b->spec.from != SBX_FROM_TEMPLATE
+					    ? "the kernel and initramfs come from template default (or give kernel:)"
+					    : b->spec.from_ref);
 	if (b->base.snapshot)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
 				   "%s: from: %s@%s is a snapshot (a saved session), not a root to build on", b->spec.source,
@@ -356,21 +413,21 @@ static int stage(struct build *b, struct sbx_err *err)
 	char *argv[] = { b->helper, "mkfs", b->root, img, NULL };
 	if (run(b, "make the build VM's root", argv, NULL, err) < 0)
 		return -1;
-	_cleanup_close_ int bdir = open(b->base.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int bdir = open(b->boot, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int sd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	static const char *const shared[] = { "vmlinux", "initrd.cpio" };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(shared); i++) {
 		if (bdir >= 0 && sd >= 0 && linkat(bdir, shared[i], sd, shared[i], 0) == 0)
 			continue;
-		char from[800], to[1900];
-		snprintf(from, sizeof from, "%s/%s", b->base.dir, shared[i]);
+		char from[1600], to[1900];
+		snprintf(from, sizeof from, "%s/%s", b->boot, shared[i]);
 		snprintf(to, sizeof to, "%s/%s", dir, shared[i]);
 		char *cp[] = { "/bin/cp", "--reflink=auto", "--", from, to, NULL };
 		if (run(b, "copy the kernel and initramfs", cp, NULL, err) < 0)
 			return -1;
 	}
 	json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:O}", "schema", 1, "name", "sbx-build", "version", "stage", "created",
-			      "1970-01-01T00:00:00Z", "kernel", json_object_get(b->base_manifest, "kernel") ?: json_null());
+			      "1970-01-01T00:00:00Z", "kernel", b->kernel ?: json_null());
 	_cleanup_free_ char *txt = m ? json_dumps(m, 0) : NULL;
 	json_decref(m);
 	return txt ? sbx_atomic_write_at(sd, "manifest.json", txt, strlen(txt), 0644, err)
@@ -593,16 +650,56 @@ static int make_work(struct build *b, struct sbx_err *err)
 	return s < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot prepare the build directory") : 0;
 }
 
-static json_t *read_packages(struct build *b)
+/* NAME<TAB>VALUE lines of a helper's output in the work directory, as
+ * an array of {kname: NAME, vname: VALUE}. */
+static json_t *read_tsv(struct build *b, const char *file, const char *kname, const char *vname)
 {
 	json_t *a = json_array();
-	_cleanup_free_ char *txt = sbx_read_small_at(b->wfd, "packages.tsv", 8 << 20, NULL);
+	_cleanup_free_ char *txt = sbx_read_small_at(b->wfd, file, 8 << 20, NULL);
 	for (char *save = NULL, *line = txt ? strtok_r(txt, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
 		char *tab = strchr(line, '\t');
 		if (tab) {
 			*tab = 0;
-			json_array_append_new(a, json_pack("{s:s, s:s}", "name", line, "version", tab + 1));
+			json_array_append_new(a, json_pack("{s:s, s:s}", kname, line, vname, tab + 1));
 		}
+	}
+	return a;
+}
+
+/* The template's own kernel and initramfs (spec kernel:), made in tpl/
+ * before anything else so a build VM boots them too. */
+static int own_kernel(struct build *b, struct sbx_err *err)
+{
+	char tpl[1600];
+	snprintf(tpl, sizeof tpl, "%s/tpl", b->wpath);
+	char *argv[] = { b->helper, "kernel", b->spec.kernel, tpl, NULL };
+	if (run(b, "make the kernel and initramfs", argv, "kernel.tsv", err) < 0)
+		return -1;
+	json_t *kv = read_tsv(b, "kernel.tsv", "k", "v"), *v;
+	size_t i;
+	b->kernel = json_object();
+	json_array_foreach(kv, i, v) {
+		const char *k = json_string_value(json_object_get(v, "k"));
+		const char *val = json_string_value(json_object_get(v, "v"));
+		if (!strcmp(k, "guest_init_sha256"))
+			snprintf(b->gi_sha, sizeof b->gi_sha, "%s", val);
+		else
+			json_object_set_new(b->kernel, k, json_string(val));
+	}
+	json_decref(kv);
+	snprintf(b->boot, sizeof b->boot, "%s", tpl);
+	if (!json_is_string(json_object_get(b->kernel, "release")) || strlen(b->gi_sha) != 64)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot make the kernel and initramfs: the helper said no release");
+	return 0;
+}
+
+static json_t *read_packages(struct build *b)
+{
+	json_t *a = read_tsv(b, "packages.tsv", "name", "version");
+	if (!json_array_size(a)) {
+		/* no dpkg database: what the busybox root was made of */
+		json_decref(a);
+		a = read_tsv(b, "base-packages.tsv", "name", "version");
 	}
 	if (!json_array_size(a) && !b->o->import) {
 		/* no dpkg database (busybox roots): the base's list */
@@ -614,9 +711,8 @@ static json_t *read_packages(struct build *b)
 		}
 		return a;
 	}
-	json_t *k = json_object_get(b->base_manifest, "kernel");
-	const char *kp = json_string_value(json_object_get(k, "package"));
-	const char *kv = json_string_value(json_object_get(k, "version"));
+	const char *kp = json_string_value(json_object_get(b->kernel, "package"));
+	const char *kv = json_string_value(json_object_get(b->kernel, "version"));
 	if (kp && kv)
 		json_array_append_new(a, json_pack("{s:s, s:s}", "name", kp, "version", kv));
 	return a;
@@ -627,12 +723,12 @@ static json_t *read_packages(struct build *b)
 static int assemble(struct build *b, json_t **manifest, char version[64], char content[65],
 		    unsigned long long *total, struct sbx_err *err)
 {
-	_cleanup_close_ int bdir = open(b->base.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int tpl = openat(b->wfd, "tpl", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (bdir < 0 || tpl < 0)
+	_cleanup_close_ int bdir = b->spec.kernel[0] ? -1 : open(b->base.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if ((bdir < 0 && !b->spec.kernel[0]) || tpl < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s", b->base.dir);
 	static const char *const shared[] = { "vmlinux", "initrd.cpio" };
-	for (size_t i = 0; i < SBX_ARRAY_LEN(shared); i++) {
+	for (size_t i = 0; !b->spec.kernel[0] && i < SBX_ARRAY_LEN(shared); i++) {
 		if (linkat(bdir, shared[i], tpl, shared[i], 0) == 0)
 			continue;
 		char from[800], to[1600];
@@ -666,8 +762,11 @@ static int assemble(struct build *b, json_t **manifest, char version[64], char c
 	char spec_sha[65], vsha[65];
 	sha256_str(spec_file ? spec_file : "", spec_sha);
 	/* The version: the inputs (the spec as parsed, the base) and the result. */
+	char base_ref[140] = "";
+	if (b->base.ref[0])
+		snprintf(base_ref, sizeof base_ref, "%s@%s", b->base.ref, b->base.version);
 	char *all = NULL;
-	if (asprintf(&all, "%s\n%s@%s\n%s\n", spec_txt ? spec_txt : "", b->base.ref, b->base.version, content) < 0) {
+	if (asprintf(&all, "%s\n%s\n%s\n", spec_txt ? spec_txt : "", base_ref, content) < 0) {
 		json_decref(spec);
 		json_decref(files);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot hash the inputs");
@@ -680,15 +779,12 @@ static int assemble(struct build *b, json_t **manifest, char version[64], char c
 	struct tm tm;
 	gmtime_r(&now, &tm);
 	strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
-	json_t *kernel = json_deep_copy(json_object_get(b->base_manifest, "kernel"));
-	json_t *gi = json_object_get(b->base_manifest, "guest_init_sha256");
-	char base_ref[140];
-	snprintf(base_ref, sizeof base_ref, "%s@%s", b->base.ref, b->base.version);
+	json_t *kernel = json_deep_copy(b->kernel);
 	json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:s, s:s, s:I,"
 			      " s:{s:s, s:s, s:s}, s:o, s:s, s:O, s:s, s:s}",
 			      "schema", 1, "name", b->o->name, "version", version, "created", created, "kernel",
 			      kernel ? kernel : json_null(), "packages", read_packages(b), "files", files, "content_sha256",
-			      content, "guest_init_sha256", json_is_string(gi) ? json_string_value(gi) : "", "owner", sbx_template_owner_name(b->owner), "size_bytes", (json_int_t)*total,
+			      content, "guest_init_sha256", b->gi_sha, "owner", sbx_template_owner_name(b->owner), "size_bytes", (json_int_t)*total,
 			      "source", "kind", "spec", "path", b->o->spec ? b->o->spec : "", "sha256", spec_sha, "spec", spec, "base", base_ref,
 			      "env", b->spec.env, "user", b->spec.user, "workdir", b->spec.workdir);
 	if (!m)
@@ -763,6 +859,15 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 	}
 	if (rc == 0)
 		rc = make_work(&b, err);
+	if (rc == 0 && b.spec.kernel[0])
+		rc = own_kernel(&b, err);
+	else if (rc == 0) {
+		/* The base's, which must say which kernel it is. */
+		json_t *gi = json_object_get(b.base_manifest, "guest_init_sha256");
+		b.kernel = json_deep_copy(json_object_get(b.base_manifest, "kernel"));
+		snprintf(b.gi_sha, sizeof b.gi_sha, "%s", json_is_string(gi) ? json_string_value(gi) : "");
+		snprintf(b.boot, sizeof b.boot, "%s", b.base.dir);
+	}
 	if (rc == 0 && o->import) {
 		struct sbx_rootfs_config cfg = { 0 };
 		progress(&b, "unpack the archive");
@@ -783,8 +888,10 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 	} else if (rc == 0) {
 		char *argv[] = { b.helper, "root-template", b.base.rootfs, b.root, NULL };
 		char *dargv[] = { b.helper, "root-debian", b.spec.from_ref, b.root, NULL };
+		char *bargv[] = { b.helper, "root-busybox", b.root, NULL };
 		rc = b.spec.from == SBX_FROM_TEMPLATE ? run(&b, "unpack the base's root", argv, NULL, err)
-						      : run(&b, "bootstrap Debian", dargv, NULL, err);
+		     : b.spec.from == SBX_FROM_BUSYBOX ? run(&b, "unpack busybox", bargv, "base-packages.tsv", err)
+						       : run(&b, "bootstrap Debian", dargv, NULL, err);
 	}
 	if (rc == 0 && b.spec.npackages) {
 		char **argv = calloc(b.spec.npackages + 4, sizeof *argv);
@@ -800,11 +907,17 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 			free(argv);
 		}
 	}
+	if (rc == 0 && b.spec.nremove) {
+		char *argv[3 + SBX_TMPLSPEC_REMOVE_MAX + 1] = { b.helper, "remove", b.root };
+		for (unsigned i = 0; i < b.spec.nremove; i++)
+			argv[3 + i] = b.spec.remove[i];
+		rc = run(&b, "remove paths", argv, NULL, err);
+	}
 	if (rc == 0)
 		rc = add_files(&b, err);
 	if (rc == 0 && b.spec.nrun)
 		rc = run_steps(&b, err);
-	if (rc == 0 && !o->import)
+	if (rc == 0)
 		rc = set_user(&b, err);
 	if (rc == 0) {
 		char *argv[] = { b.helper, "packages", b.root, NULL };
@@ -849,6 +962,7 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 	if (b.tdir >= 0)
 		close(b.tdir);
 	json_decref(b.base_manifest);
+	json_decref(b.kernel);
 	sbx_tmplspec_free(&b.spec);
 	return rc;
 }

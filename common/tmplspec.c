@@ -121,7 +121,7 @@ static int check_ref(const char *s, char *why, size_t n)
 		*at++ = 0;
 	if (sbx_id_check(buf, "template", NULL) < 0 || strlen(buf) >= 64 ||
 	    (at && (sbx_id_check(at, "template version", NULL) < 0 || strchr(at, '@'))))
-		return snprintf(why, n, "must be debian:SUITE or TEMPLATE[@VERSION] (letters, digits, '_', '-', '.')"), -1;
+		return snprintf(why, n, "must be debian:SUITE, busybox or TEMPLATE[@VERSION] (letters, digits, '_', '-', '.')"), -1;
 	return 0;
 }
 
@@ -169,7 +169,10 @@ static int parse_map(struct sbx_yaml *c, const char *path, const char *const *ke
 	return 0;
 }
 
-static int v_packages(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path)
+/* A list of scalars, each handed to fn (which adds it to s). */
+typedef int (*item_fn)(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path, const char *v);
+
+static int each_scalar(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path, item_fn fn)
 {
 	if (sbx_yaml_expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
 		return -1;
@@ -179,18 +182,23 @@ static int v_packages(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *pa
 		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
 			return 0;
 		const char *v = sbx_yaml_scalar(c, path);
-		if (!v)
+		if (!v || fn(c, s, path, v) < 0)
 			return -1;
-		if (sbx_tmplspec_check_package(v) < 0)
-			return sbx_yaml_failm(c, c->ev.start_mark,
-				     "%s: '%.60s' is not a Debian package name (lower case, digits, '+', '-', '.')", path, v);
-		for (unsigned i = 0; i < s->npackages; i++)
-			if (!strcmp(s->packages[i], v))
-				return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is listed twice", path, v);
-		if (s->npackages == SBX_TMPLSPEC_PACKAGES_MAX)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d packages", path, SBX_TMPLSPEC_PACKAGES_MAX);
-		snprintf(s->packages[s->npackages++], SBX_TMPLSPEC_PKG_LEN, "%s", v);
 	}
+}
+
+static int package_item(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path, const char *v)
+{
+	if (sbx_tmplspec_check_package(v) < 0)
+		return sbx_yaml_failm(c, c->ev.start_mark,
+			     "%s: '%.60s' is not a Debian package name (lower case, digits, '+', '-', '.')", path, v);
+	for (unsigned i = 0; i < s->npackages; i++)
+		if (!strcmp(s->packages[i], v))
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is listed twice", path, v);
+	if (s->npackages == SBX_TMPLSPEC_PACKAGES_MAX)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d packages", path, SBX_TMPLSPEC_PACKAGES_MAX);
+	snprintf(s->packages[s->npackages++], SBX_TMPLSPEC_PKG_LEN, "%s", v);
+	return 0;
 }
 
 static const char *const file_keys[] = { "src", "dst", "mode" };
@@ -328,7 +336,30 @@ static int v_env(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path)
 	}
 }
 
-static const char *const root_keys[] = { "from", "packages", "files", "run", "env", "user", "workdir" };
+static int remove_item(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path, const char *v)
+{
+	char why[120], norm[SBX_TMPLSPEC_PATH_LEN];
+	if (sbx_tmplspec_check_guestpath(v, norm, sizeof norm, why, sizeof why) < 0)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%.60s' %s", path, v, why);
+	if (!strcmp(norm, "/"))
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: must name a path below /", path);
+	if (s->nremove == SBX_TMPLSPEC_REMOVE_MAX)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d paths", path, SBX_TMPLSPEC_REMOVE_MAX);
+	snprintf(s->remove[s->nremove++], SBX_TMPLSPEC_PATH_LEN, "%s", norm);
+	return 0;
+}
+
+/* A spec's user: a name of the root's /etc/passwd, or a uid (what a
+ * session's user may be: sbx_user_parse). */
+static int check_spec_user(const char *v)
+{
+	size_t n = strlen(v);
+	if (n && n <= 5 && strspn(v, "0123456789") == n)
+		return strtoul(v, NULL, 10) <= 65534 ? 0 : -1;
+	return sbx_tmplspec_check_user(v);
+}
+
+static const char *const root_keys[] = { "from", "packages", "files", "run", "env", "user", "workdir", "kernel", "remove" };
 
 static int root_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsigned k, const char *path)
 {
@@ -339,7 +370,10 @@ static int root_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsi
 	case 0:
 		if (!(v = sbx_yaml_scalar(c, path)))
 			return -1;
-		if (!strncmp(v, "debian:", 7)) {
+		if (!strcmp(v, "busybox")) {
+			s->from = SBX_FROM_BUSYBOX;
+			snprintf(s->from_ref, sizeof s->from_ref, "busybox");
+		} else if (!strncmp(v, "debian:", 7)) {
 			const char *suite = v + 7;
 			size_t n = strlen(suite);
 			bool ok = n >= 2 && n <= 32;
@@ -356,17 +390,27 @@ static int root_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsi
 			snprintf(s->from_ref, sizeof s->from_ref, "%s", v);
 		}
 		return 0;
-	case 1: return v_packages(c, s, path);
+	case 1: return each_scalar(c, s, path, package_item);
 	case 2: return v_files(c, s, path);
 	case 3: return v_run(c, s, path);
 	case 4: return v_env(c, s, path);
 	case 5:
 		if (!(v = sbx_yaml_scalar(c, path)))
 			return -1;
-		if (sbx_tmplspec_check_user(v) < 0)
-			return sbx_yaml_failm(c, c->ev.start_mark, "user: '%.40s' is not a user name ([a-z_][a-z0-9_-]*, at most 32)", v);
+		if (check_spec_user(v) < 0)
+			return sbx_yaml_failm(c, c->ev.start_mark,
+				     "user: '%.40s' is not a user name ([a-z_][a-z0-9_-]*, at most 32) or a uid (0 to 65534)", v);
 		snprintf(s->user, sizeof s->user, "%s", v);
 		return 0;
+	case 7:
+		if (!(v = sbx_yaml_scalar(c, path)))
+			return -1;
+		if (strcmp(v, SBX_TMPLSPEC_KERNEL))
+			return sbx_yaml_failm(c, c->ev.start_mark,
+				     "kernel: '%.60s' is not a kernel sbx boots (the one is " SBX_TMPLSPEC_KERNEL ")", v);
+		snprintf(s->kernel, sizeof s->kernel, "%s", v);
+		return 0;
+	case 8: return each_scalar(c, s, path, remove_item);
 	default:
 		if (!(v = sbx_yaml_scalar(c, path)))
 			return -1;
@@ -392,7 +436,7 @@ static int parse_stream(struct sbx_yaml *c, struct sbx_tmplspec *s)
 	if (parse_map(c, "", root_keys, SBX_ARRAY_LEN(root_keys), s, NULL, root_key, &seen) < 0)
 		return -1;
 	if (!(seen & 1u))
-		return sbx_yaml_failm(c, top, "from: is required (debian:bookworm or TEMPLATE[@VERSION])");
+		return sbx_yaml_failm(c, top, "from: is required (debian:bookworm, busybox or TEMPLATE[@VERSION])");
 	if (sbx_yaml_next(c) < 0 || sbx_yaml_next(c) < 0)
 		return -1;
 	if (c->ev.type != YAML_STREAM_END_EVENT)
@@ -409,6 +453,7 @@ void sbx_tmplspec_free(struct sbx_tmplspec *s)
 	free(s->packages);
 	free(s->files);
 	free(s->run);
+	free(s->remove);
 	json_decref(s->env);
 	memset(s, 0, sizeof *s);
 }
@@ -426,8 +471,9 @@ int sbx_tmplspec_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 	s->packages = calloc(SBX_TMPLSPEC_PACKAGES_MAX, sizeof *s->packages);
 	s->files = calloc(SBX_TMPLSPEC_FILES_MAX, sizeof *s->files);
 	s->run = calloc(SBX_TMPLSPEC_RUN_MAX, sizeof *s->run);
+	s->remove = calloc(SBX_TMPLSPEC_REMOVE_MAX, sizeof *s->remove);
 	s->env = json_object();
-	if (!s->packages || !s->files || !s->run || !s->env) {
+	if (!s->packages || !s->files || !s->run || !s->remove || !s->env) {
 		sbx_tmplspec_free(s);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse template spec %s", shown);
 	}
@@ -485,6 +531,16 @@ json_t *sbx_tmplspec_json(const struct sbx_tmplspec *s)
 						    s->run[i].user[0] ? s->run[i].user : "root"));
 	char from[160];
 	snprintf(from, sizeof from, "%s%s", s->from == SBX_FROM_DEBIAN ? "debian:" : "", s->from_ref);
-	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:s, s:s}", "from", from, "packages", pk, "files", fl, "run", rn,
-			 "env", s->env, "user", s->user, "workdir", s->workdir);
+	json_t *j = json_pack("{s:s, s:o, s:o, s:o, s:O, s:s, s:s}", "from", from, "packages", pk, "files", fl, "run", rn,
+			      "env", s->env, "user", s->user, "workdir", s->workdir);
+	/* Only when given, so a spec without them hashes as it always has. */
+	if (j && s->kernel[0])
+		json_object_set_new(j, "kernel", json_string(s->kernel));
+	if (j && s->nremove) {
+		json_t *rm = json_array();
+		for (unsigned i = 0; i < s->nremove; i++)
+			json_array_append_new(rm, json_string(s->remove[i]));
+		json_object_set_new(j, "remove", rm);
+	}
+	return j;
 }

@@ -18,13 +18,20 @@
 #define SBX_TMPLSPEC_FILES_MAX 64
 #define SBX_TMPLSPEC_RUN_MAX 64
 #define SBX_TMPLSPEC_ENV_MAX 64
+#define SBX_TMPLSPEC_REMOVE_MAX 64
 #define SBX_TMPLSPEC_PATH_LEN 256   /* with the NUL */
 #define SBX_TMPLSPEC_PKG_LEN 64     /* with the NUL */
 #define SBX_TMPLSPEC_CMD_MAX 4096   /* bytes of one run: line */
 #define SBX_TMPLSPEC_ENV_VAL_MAX 4096
 #define SBX_TMPLSPEC_USER_LEN 33    /* 32 and the NUL */
 
-enum sbx_tmplspec_from { SBX_FROM_DEBIAN, SBX_FROM_TEMPLATE };
+/* debian:SUITE (debootstrap), TEMPLATE[@VERSION], or busybox (Debian's
+ * busybox-static and netbase unpacked, no package manager). */
+enum sbx_tmplspec_from { SBX_FROM_DEBIAN, SBX_FROM_TEMPLATE, SBX_FROM_BUSYBOX };
+
+/* The one kernel package a spec's kernel: may name (guest-init's modules
+ * and the PVH extraction are made for it). */
+#define SBX_TMPLSPEC_KERNEL "linux-image-cloud-amd64"
 
 struct sbx_tmplspec_file {
 	char src[SBX_TMPLSPEC_PATH_LEN]; /* relative to the spec's directory */
@@ -40,7 +47,13 @@ struct sbx_tmplspec_run {
 struct sbx_tmplspec {
 	char source[SBX_TMPLSPEC_PATH_LEN]; /* the file as shown in messages */
 	enum sbx_tmplspec_from from;
-	char from_ref[128]; /* the suite ("bookworm") or TEMPLATE[@VERSION] */
+	char from_ref[128]; /* the suite ("bookworm"), TEMPLATE[@VERSION] or "busybox" */
+	/* "": the kernel and initramfs of the base (from: TEMPLATE) or of the
+	 * default template; else the Debian kernel package the template's own
+	 * vmlinux and initramfs (with this sbx's guest-init) are made from. */
+	char kernel[SBX_TMPLSPEC_PKG_LEN];
+	char (*remove)[SBX_TMPLSPEC_PATH_LEN]; /* guest paths, normalised */
+	unsigned nremove;
 	char (*packages)[SBX_TMPLSPEC_PKG_LEN];
 	unsigned npackages;
 	struct sbx_tmplspec_file *files;

@@ -1,9 +1,8 @@
 # shellcheck shell=bash disable=SC2034,SC2154 # variables shared with the caller
-# Shared by build-image.sh and build-python-template.sh (sourced, not run):
-# the kernel and initramfs every template boots, the reproducible ext4
-# root, and the template directory's manifest and rename into place.
-# The caller sets prog and calls image_init first.  A template is
-# NAME@VERSION/{vmlinux,initrd.cpio,rootfs.ext4,manifest.json}.
+# The first half of sbx-template-helper (template-helper.sh is the rest):
+# the kernel and initramfs a template boots and the reproducible ext4
+# root.  The caller sets prog and calls image_init first; image_initrd and
+# image_mkfs write into $tpl and use $work for their scratch files.
 
 die() { echo "$prog: error: $*" >&2; exit 1; }
 note() { echo "$prog: $*" >&2; }
@@ -109,20 +108,10 @@ image_kernel() {
 	note "vmlinux: lz4 payload at byte $found of vmlinuz-$krel"
 }
 
-# image_work NAME: a work area under $out (removed on exit) with the
-# template directory $tpl in it.
-image_work() {
-	work=$(mktemp -d "$out/.$1.tmp.XXXXXX")
-	trap image_cleanup EXIT
-	tpl=$work/tpl
-	mkdir -p "$tpl"
-}
-image_cleanup() { rm -rf "$work"; }
-
 stamp() { find "$1" -exec touch -h -d "@$epoch" {} +; }
 
 # image_initrd: $tpl/initrd.cpio, guest-init as /init and the modules in
-# load order.  Needs image_kernel and image_work.
+# load order.  Needs image_kernel, guest_init and mkcpio.
 image_initrd() {
 	local ird=$work/initrd m f n base
 	mkdir -p "$ird/lib/modules" "$ird/dev" "$ird/proc" "$ird/sys" "$ird/newroot"
@@ -198,44 +187,3 @@ image_mkfs() {
 	[ "$ws_owner" = 1000:1000 ] || die "rootfs.ext4: /workspace owned by '$ws_owner', want 1000:1000"
 }
 
-# image_files: the kernel into $tpl, then files_json ({file: {size,
-# sha256}}) and content_sha256, the sha256 over the three files' digests.
-image_files() {
-	local f sum size sums=
-	cp "$vmlinux_cache" "$tpl/vmlinux"
-	chmod 0644 "$tpl/vmlinux" "$tpl/initrd.cpio" "$tpl/rootfs.ext4"
-	files_json='{}'
-	for f in initrd.cpio rootfs.ext4 vmlinux; do
-		sum=$(sha256 "$tpl/$f")
-		size=$(stat -c %s "$tpl/$f")
-		files_json=$(jq -c --arg f "$f" --arg s "$sum" --argjson n "$size" \
-			'. + {($f): {size: $n, sha256: $s}}' <<<"$files_json")
-		sums+="$f $sum"$'\n'
-	done
-	content_sha256=$(printf '%s' "$sums" | sort | sha256sum | cut -d' ' -f1)
-	gi_sha256=$(sha256 "$guest_init")
-}
-
-# image_have NAME VERSION: true (and prints the directory) when
-# NAME@VERSION is already built from the same content.
-image_have() {
-	local dest=$out/$1@$2
-	[ -f "$dest/manifest.json" ] &&
-		[ "$(jq -r .content_sha256 "$dest/manifest.json" 2>/dev/null)" = "$content_sha256" ] || return 1
-	printf '%s\n' "$dest"
-}
-
-# image_install NAME VERSION: $tpl (with its manifest.json) becomes
-# $out/NAME@VERSION; prints that directory.
-image_install() {
-	local dest=$out/$1@$2
-	chmod 0644 "$tpl/manifest.json"
-	chmod 0755 "$tpl"
-	if [ -e "$dest" ]; then
-		# A partial or foreign directory under our name: set it aside first,
-		# since rename cannot replace a non-empty directory.
-		mv "$dest" "$work/old"
-	fi
-	mv "$tpl" "$dest"
-	printf '%s\n' "$dest"
-}

@@ -8,7 +8,14 @@
 #
 #   root-template IMAGE DIR   DIR <- the tree in a template's rootfs.ext4
 #   root-debian SUITE DIR     DIR <- debootstrap minbase (cached), user 1000
-#   apt DIR PKG...            apt-get install PKG... in DIR (a chroot)
+#   root-busybox DIR          DIR <- busybox-static and netbase unpacked, user
+#                             1000; their NAME<TAB>VERSION on stdout
+#   kernel PACKAGE OUTDIR     OUTDIR/vmlinux (PVH) and initrd.cpio (guest-init
+#                             beside this script, the virtio modules); KEY<TAB>VALUE
+#                             of package, version, release, guest_init_sha256
+#   apt DIR PKG...            apt-get upgrade, then install PKG... in DIR (a
+#                             chroot); documentation trimmed
+#   remove DIR PATH...        rm -rf each PATH of the root (it must exist)
 #   packages DIR              NAME<TAB>VERSION of each installed package
 #   mkfs DIR IMAGE            IMAGE <- DIR, reproducibly (lib-image.sh)
 #   replace-root TAR DIR      DIR <- the root a build VM tarred
@@ -120,6 +127,93 @@ root_debian() {
 	# debootstrap leaves its .debs in apt's cache: not the template's business
 	rm -f "$d"/var/cache/apt/archives/*.deb "$d"/var/cache/apt/*.bin
 	root_prepare "$d"
+	root_trim "$d"
+}
+
+# The busybox root: Debian's busybox-static (every applet a link to it)
+# and netbase's /etc/services and /etc/protocols (busybox is static glibc,
+# whose files lookups read them), unpacked from their .debs (cached), not
+# installed: there is no package manager in it.
+root_busybox() {
+	local d=$1 bb_deb nb_deb bb_tree nb_tree
+	bb_deb=$(fetch_deb busybox-static)
+	bb_tree=$(unpack_deb "$bb_deb")
+	[ -x "$bb_tree/bin/busybox" ] || die "$bb_deb: no bin/busybox"
+	nb_deb=$(fetch_deb netbase)
+	nb_tree=$(unpack_deb "$nb_deb")
+	if [ ! -f "$nb_tree/etc/services" ] || [ ! -f "$nb_tree/etc/protocols" ]; then die "$nb_deb: no /etc/services"; fi
+	mkdir -p "$d"/{bin,sbin,usr/bin,usr/sbin,etc,root}
+	install -m 0755 "$bb_tree/bin/busybox" "$d/bin/busybox"
+	# ~400 applets: one perl (Essential on Debian) instead of a fork per link.
+	"$bb_tree/bin/busybox" --list-full | perl -e '
+		my $rd = shift;
+		while (my $a = <STDIN>) {
+			chomp $a;
+			next if $a eq "" || $a eq "bin/busybox" || $a =~ m{(^/|\.\.)};
+			(my $p = $a) =~ s{/[^/]*$}{};
+			system("mkdir", "-p", "$rd/$p") if $p ne $a && !-d "$rd/$p";
+			next if -e "$rd/$a" || -l "$rd/$a";
+			symlink("/bin/busybox", "$rd/$a") or die "symlink $a: $!\n";
+		}' "$d"
+	printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n' >"$d/etc/passwd"
+	printf 'root:x:0:\ntty:x:5:\nuser:x:1000:\n' >"$d/etc/group"
+	printf 'root:*:0:0:99999:7:::\nuser:*:0:0:99999:7:::\n' >"$d/etc/shadow"
+	install -m 0644 "$nb_tree/etc/services" "$nb_tree/etc/protocols" "$d/etc/"
+	# shellcheck disable=SC2016 # for the guest's shell
+	printf '%s\n' 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+		'if [ "$(id -u)" -eq 0 ]; then PS1='\''\h:\w# '\''; else PS1='\''\u@\h:\w$ '\''; fi' \
+		'export PS1' >"$d/etc/profile"
+	chmod 0644 "$d/etc/passwd" "$d/etc/group" "$d/etc/profile"
+	chmod 0600 "$d/etc/shadow"
+	chmod 0700 "$d/root"
+	root_prepare "$d"
+	printf '%s\t%s\n' busybox-static "$(dpkg-deb -f "$bb_deb" Version)" netbase "$(dpkg-deb -f "$nb_deb" Version)"
+}
+
+# The template's own kernel and initramfs (lib-image.sh), from the kernel
+# package PKG and the guest-init installed beside this script.
+root_kernel() {
+	local here
+	kmeta=$1 tpl=$2
+	here=$(dirname "$(realpath "$0")")
+	guest_init=$here/guest-init mkcpio=$here/sbx-mkcpio
+	[ -f "$guest_init" ] || die "no guest-init beside $0"
+	[ -x "$mkcpio" ] || die "no sbx-mkcpio beside $0"
+	image_kernel
+	work=$(mktemp -d "$tpl/.kernel.XXXXXX")
+	trap 'rm -rf "$work"' EXIT
+	image_initrd
+	cp "$vmlinux_cache" "$tpl/vmlinux"
+	printf 'package\t%s\nversion\t%s\nrelease\t%s\nguest_init_sha256\t%s\n' "$kpkg" "$kver" "$krel" \
+		"$(sha256 "$guest_init")"
+}
+
+# What a template's users never read and apt leaves behind: documentation
+# but each package's copyright file (the licences ask for it), manual
+# pages, info, translations (but locale.alias), lintian overrides.
+root_trim() {
+	local d=$1
+	no_links "$d" usr/share/doc usr/share/locale usr/share/man usr/share/info usr/share/lintian
+	if [ -d "$d/usr/share/doc" ]; then
+		find "$d/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
+		find "$d/usr/share/doc" -mindepth 1 -type d -empty -delete
+	fi
+	if [ -d "$d/usr/share/locale" ]; then
+		find "$d/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
+	fi
+	rm -rf "${d:?}"/usr/share/{man,info,lintian}/*
+}
+
+# A spec's remove: paths, each one that must be there (a typo, or a
+# package that moved a file, fails the build rather than passing unseen).
+root_remove() {
+	local d=$1 p
+	shift
+	for p in "$@"; do
+		no_links "$d" "$(dirname "$p")"
+		[ -e "$d$p" ] || [ -L "$d$p" ] || bad "remove: $p is not in the root"
+		rm -rf -- "${d:?}$p"
+	done
 }
 
 # What guest-init expects of any root: uid 1000 "user" owning /home/user
@@ -152,17 +246,24 @@ root_apt() {
 	local d=$1
 	shift
 	[ -x "$d/usr/bin/apt-get" ] || bad "packages: the base has no apt-get (build from debian:SUITE or a Debian-based template)"
-	no_links "$d" etc proc dev var/lib/apt/lists var/cache/apt var/log var/cache/debconf var/lib/dpkg
+	no_links "$d" etc proc dev var/lib/apt/lists var/cache/apt var/log var/cache/debconf var/cache/ldconfig var/lib/dpkg
 	# The host's resolver for apt only; the guest gets its own at boot.
 	rm -f "$d/etc/resolv.conf"
 	cp /etc/resolv.conf "$d/etc/resolv.conf"
 	# apt's own messages (E: Unable to locate package ...) go to stderr as they are.
-	inroot "$d" sh -c 'apt-get -q update >/dev/null && apt-get -q -y --no-install-recommends -o Dpkg::Use-Pty=0 \
-		-o Dpkg::Options::=--force-confold install "$@" && apt-get clean' sh "$@" >&2 || exit 3
-	rm -rf "$d"/var/lib/apt/lists/* "$d"/var/cache/apt/*.bin
+	# The base's packages first take the archive's updates (its -updates
+	# and -security suites too).
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	inroot "$d" sh -c 'o="-q -y --no-install-recommends -o Dpkg::Use-Pty=0 -o Dpkg::Options::=--force-confold"
+		apt-get -q update >/dev/null && apt-get $o upgrade >/dev/null && apt-get $o install "$@" &&
+		apt-get clean' sh "$@" >&2 || exit 3
+	# ldconfig's aux-cache records inode numbers and times of this host's
+	# unpack: the one file two builds of the same packages would differ in.
+	rm -rf "$d"/var/lib/apt/lists/* "$d"/var/cache/apt/*.bin "$d/var/cache/ldconfig/aux-cache"
 	find "$d/var/log" -mindepth 1 ! -type d -delete 2>/dev/null || true
 	find "$d/var/cache/debconf" "$d/var/lib/dpkg" -maxdepth 1 -name '*-old' -delete 2>/dev/null || true
 	rm -f "$d/etc/resolv.conf"
+	root_trim "$d"
 }
 
 # The root a build VM's guest tarred (its own tar, of its whole root but
@@ -214,6 +315,9 @@ shift
 case $step in
 root-template) [ $# = 2 ] || die "usage: root-template IMAGE DIR"; root_template "$@" ;;
 root-debian) [ $# = 2 ] || die "usage: root-debian SUITE DIR"; root_debian "$@" ;;
+root-busybox) [ $# = 1 ] || die "usage: root-busybox DIR"; root_busybox "$@" ;;
+kernel) [ $# = 2 ] || die "usage: kernel PACKAGE OUTDIR"; root_kernel "$@" ;;
+remove) [ $# -ge 2 ] || die "usage: remove DIR PATH..."; root_remove "$@" ;;
 apt) [ $# -ge 2 ] || die "usage: apt DIR PKG..."; root_apt "$@" ;;
 packages) [ $# = 1 ] || die "usage: packages DIR"; root_packages "$@" ;;
 mkfs) [ $# = 2 ] || die "usage: mkfs DIR IMAGE"; root_mkfs "$@" ;;

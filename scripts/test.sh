@@ -19,8 +19,9 @@ totals() {
 trap totals EXIT
 scripts/deps.sh
 make -j"$(nproc)" all
+# The default and python templates (templates/*.yaml, sbx-template build).
+# python: minutes the first time (debootstrap, apt), seconds once cached.
 make image
-# Minutes the first time (debootstrap), seconds once cached.
 make python-image
 # t0900-python.t fails, not skips, without it.
 export SBX_REQUIRE_PYTHON=1

@@ -71,6 +71,36 @@ is "$(sbx-exec --user root "$id" -- cat /etc/hi /opt/tools/hi.txt | tr '\n' ' ')
 is "$(sbx-exec "$id" -- stat -c '%a %U' /opt/tools /workspace/proj | tr '\n' ' ')" "750 root 755 user " \
 	"their modes, and the workdir owned by the spec's user"
 
+# A user of the root's /etc/passwd other than root and user is recorded as
+# its uid (what a session takes), and execs run as it.
+printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\napp:x:1001:1001:app:/workspace/app:/bin/sh\n' \
+	>"$S/passwd"
+spec app.yaml 'from: default\nfiles: [{src: passwd, dst: /etc/passwd, mode: "0644"}]\nuser: app\nworkdir: /workspace/app\n'
+ra=$(sbx-template build app -f "$S/app.yaml"); ok $? "a spec whose user is another user of its passwd builds"
+is "$(jq -r .user "$T/$ra/manifest.json")" 1001 "the manifest records its uid"
+a=$(sbx-create -q -t app)
+is "$(sbx-exec "$a" -- sh -c 'id -u; pwd; stat -c %u .' | tr '\n' ' ')" "1001 /workspace/app 1001 " \
+	"execs run as it, in the workdir it owns"
+sbx-kill "$a" >/dev/null
+
+# from: busybox (the default template's root) on the default template's
+# kernel: the packages are the two .debs', remove: takes what it names.
+spec bb.yaml 'from: busybox\nremove: [/bin/vi]\n'
+rb=$(sbx-template build bb -f "$S/bb.yaml"); ok $? "from: busybox builds ($rb)"
+is "$(jq -r '[.packages[].name] | join(" ")' "$T/$rb/manifest.json")" \
+	"busybox-static netbase $(jq -r .kernel.package "$T/$ref/manifest.json")" "its packages: busybox, netbase, the kernel"
+like "$(jq -r '.base + " " + .spec.from' "$T/$rb/manifest.json")" '^default@[0-9a-f]+ busybox$' \
+	"the kernel and initramfs are the default template's"
+debugfs -R 'stat /bin/vi' "$T/$rb/rootfs.ext4" 2>&1 | grep -q 'File not found'; ok $? "and /bin/vi is gone"
+# The shipped default template's spec, built twice: the same version (the
+# rootfs is reproducible).
+d1=$(sbx-template build dflt -f "$top/templates/default.yaml"); ok $? "templates/default.yaml builds ($d1)"
+rm -rf "${T:?}/$d1"
+is "$(sbx-template build dflt -f "$top/templates/default.yaml")" "$d1" "and builds the same version from scratch again"
+is "$(jq -r '.base + "|" + .kernel.package' "$T/$d1/manifest.json")" "|$(jq -r .kernel.package "$T/$ref/manifest.json")" \
+	"with a kernel of its own (no base)"
+sbx-template rm dflt bb app >/dev/null
+
 # --- run: steps in a build microVM ---------------------------------------------------
 spec run.yaml 'from: default\nrun:\n  - echo built-in-vm > /etc/motd; rm /etc/hostname; mkdir -p /opt/made\n  - {cmd: "id -u > /workspace/uid", user: user}\nuser: user\n'
 rr=$(sbx-template build run -f "$S/run.yaml" 2>"$TEST_TMP/err"); ok $? "a spec with run: steps builds ($rr)"
@@ -136,11 +166,21 @@ bad 3 "'.' or '..'" "files.dst with .." -- build x -f "$S/dst.yaml"
 spec suid.yaml 'from: default\nfiles: [{src: tools/hi.txt, dst: /bin/x, mode: "4755"}]\n'
 bad 3 "setuid and setgid bits are not allowed" "a setuid mode" -- build x -f "$S/suid.yaml"
 spec nouser.yaml 'from: default\nuser: nobody2\n'
-bad 3 "no user 'nobody2' in the root's /etc/passwd" "a user the root does not have" -- build x -f "$S/nouser.yaml"
+bad 3 "user 'nobody2' is not root, user, a uid or a user of the root's /etc/passwd" "a user the root does not have" \
+	-- build x -f "$S/nouser.yaml"
+spec kern.yaml 'from: busybox\nkernel: linux-image-amd64\n'
+bad 3 "kern.yaml:2:9: kernel: 'linux-image-amd64' is not a kernel sbx boots" "a kernel: sbx cannot boot" \
+	-- build x -f "$S/kern.yaml"
+spec rmgone.yaml 'from: default\nremove: [/bin/sh, /no/such/file]\n'
+bad 3 "remove: /no/such/file is not in the root" "a remove: path the root does not have" -- build x -f "$S/rmgone.yaml"
+spec rmlink.yaml 'from: default\nremove: [/bin/sh/x]\n'
+bad 3 "/bin/sh is a symbolic link; refusing" "a remove: path through a symbolic link" -- build x -f "$S/rmlink.yaml"
+spec bbpkg.yaml 'from: busybox\npackages: [jq]\n'
+bad 3 "the base has no apt-get" "packages: on the busybox root" -- build x -f "$S/bbpkg.yaml"
 spec nobase.yaml 'from: nosuch\n'
 bad 4 "no template 'nosuch'" "from: a template that does not exist" -- build x -f "$S/nobase.yaml"
 spec trick.yaml 'from: ../default\n'
-bad 3 "must be debian:SUITE or TEMPLATE" "from: a path" -- build x -f "$S/trick.yaml"
+bad 3 "must be debian:SUITE, busybox or TEMPLATE" "from: a path" -- build x -f "$S/trick.yaml"
 spec fail.yaml 'from: default\nrun: ["echo made-it > /etc/one", "echo step-output-here; echo to-stderr >&2; exit 7", "touch /etc/never"]\n'
 bad 3 "run\\[1\\]: echo step-output-here.* exited 7: .*step-output-here.*to-stderr" \
 	"a run: step that fails (its output shown)" -- build x -f "$S/fail.yaml"

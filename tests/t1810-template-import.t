@@ -75,7 +75,33 @@ id=$(sbx-create -q -t img); ok $? "a session boots from the imported image"
 is "$(sbx-exec "$id" -- sh -c 'ls /etc/sbx-lower 2>&1 >/dev/null | grep -c "No such"; ls /opt/lower; cat /etc/sbx-upper')" \
 	"$(printf '1\nupper\nupper')" "layer 2's whiteout removed a lower file, its opaque directory hid the lower one"
 is "$(sbx-exec "$id" -- cat /etc/sbx-imported)" imported "layer 1's files are there"
+# shellcheck disable=SC2016 # the guest's shell expands them
+is "$(sbx-exec "$id" -- sh -c 'echo "$SBX_IMAGE $PATH"; pwd')" \
+	"$(printf 'two-layer /usr/sbin:/usr/bin:/sbin:/bin\n/workspace')" \
+	"the image's Env and WorkingDir are every exec's defaults"
+# shellcheck disable=SC2016
+is "$(sbx-exec -e SBX_IMAGE=mine -w /tmp "$id" -- sh -c 'echo "$SBX_IMAGE"; pwd')" "$(printf 'mine\n/tmp')" \
+	"and the caller's -e and -w win"
 sbx-kill "$id" >/dev/null
+
+# The image's User, as a session takes it: root, user, a uid, or a user of
+# the image's /etc/passwd (recorded as its uid); USER:GROUP only with the
+# user's own group.
+python3 "$MK" docker-save "$tree" "$A/save-root.tar" 0:0
+refu=$(sbx-template import imgroot "$A/save-root.tar"); ok $? "an image whose User is 0:0 imports"
+is "$(jq -r .user "$T/$refu/manifest.json")" 0 "the manifest records uid 0"
+id=$(sbx-create -q -t imgroot)
+is "$(sbx-exec "$id" -- id -u)" 0 "and its execs run as root"
+sbx-kill "$id" >/dev/null
+for u in nosuchuser 1000:0 "user:wheel"; do
+	python3 "$MK" docker-save "$tree" "$A/save-bad.tar" "$u"
+	listing >"$TEST_TMP/before"
+	sbx-template import imgbad "$A/save-bad.tar" >"$TEST_TMP/out" 2>"$TEST_TMP/err"
+	is "$?" 3 "an image whose User is $u: exits 3"
+	like "$(cat "$TEST_TMP/err")" "User: user '$u'" "and says why ($(head -c 160 "$TEST_TMP/err"))"
+	listing >"$TEST_TMP/after"
+	cmp -s "$TEST_TMP/before" "$TEST_TMP/after"; ok $? "User $u: the templates directory is unchanged"
+done
 
 python3 "$MK" oci "$tree" "$A/oci.tar"
 refc=$(sbx-template import ociimg "$A/oci.tar"); ok $? "an OCI image layout (gzip layers) imports"

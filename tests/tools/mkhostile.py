@@ -9,7 +9,7 @@
   mkhostile.py rootfs-odd TREE OUT
       TREE plus opt/dev/{sda,mem,fifo} (to be dropped) and opt/suid,
       opt/sgid (modes 4755, 2755: to be stripped)
-  mkhostile.py docker-save TREE OUT
+  mkhostile.py docker-save TREE OUT [USER]
   mkhostile.py oci TREE OUT
       a two-layer image: layer 1 is TREE plus etc/sbx-lower and
       opt/lower/{a,b}; layer 2 whites out etc/sbx-lower, makes opt/lower
@@ -17,7 +17,8 @@
       Env SBX_IMAGE=two-layer and PATH, WorkingDir /workspace.  docker-save
       is the legacy `docker save` layout (manifest.json, <hex>/layer.tar,
       diff_ids), oci an OCI image layout with gzip layers and digests,
-      oci-tampered the same with the second layer's bytes changed.
+      oci-tampered the same with the second layer's bytes changed.  USER:
+      the docker-save config's User (none by default).
 
 No Docker here: everything is built with tarfile, gzip and the zstd CLI.
 """
@@ -115,10 +116,13 @@ def layers(tree):
 CONFIG_ENV = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "SBX_IMAGE=two-layer"]
 
 
-def docker_save(tree, out):
+def docker_save(tree, out, user=None):
     l1, l2 = layers(tree)
+    cc = {"Env": CONFIG_ENV, "WorkingDir": "/workspace"}
+    if user is not None:
+        cc["User"] = user
     config = json.dumps({"architecture": "amd64", "os": "linux",
-                         "config": {"Env": CONFIG_ENV, "WorkingDir": "/workspace"},
+                         "config": cc,
                          "rootfs": {"type": "layers", "diff_ids": ["sha256:" + sha(l1), "sha256:" + sha(l2)]}}).encode()
     cname = sha(config) + ".json"
     d1, d2 = sha(l1 + b"1"), sha(l2 + b"2")  # layer v1 ids: any 64 hex
@@ -235,8 +239,8 @@ def main(argv):
         return write(argv[3], compress(tar_bytes(tree_entries(argv[2])), argv[3]))
     if len(argv) == 4 and argv[1] == "rootfs-odd":
         return rootfs_odd(argv[2], argv[3])
-    if len(argv) == 4 and argv[1] == "docker-save":
-        return docker_save(argv[2], argv[3])
+    if len(argv) in (4, 5) and argv[1] == "docker-save":
+        return docker_save(argv[2], argv[3], argv[4] if len(argv) == 5 else None)
     if len(argv) == 4 and argv[1] == "oci":
         return oci(argv[2], argv[3])
     if len(argv) == 4 and argv[1] == "oci-tampered":

@@ -53,6 +53,32 @@ int main(void)
 		   !strcmp(s.from_ref, "default@abc123"),
 	   "from TEMPLATE@VERSION");
 	sbx_tmplspec_free(&s);
+	/* templates/default.yaml and python.yaml's keys */
+	ok(parse("from: busybox\nkernel: linux-image-cloud-amd64\nremove: [//usr/lib/x/, /opt]\nuser: \"1001\"\n", &s,
+		 &e) == 0 && s.from == SBX_FROM_BUSYBOX && !strcmp(s.kernel, "linux-image-cloud-amd64") &&
+		   s.nremove == 2 && !strcmp(s.remove[0], "/usr/lib/x") && !strcmp(s.user, "1001"),
+	   "from: busybox, kernel:, remove: (normalised) and a uid as user");
+	j = sbx_tmplspec_json(&s);
+	txt = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+	ok(txt && strstr(txt, "\"from\":\"busybox\"") && strstr(txt, "\"kernel\":\"linux-image-cloud-amd64\"") &&
+		   strstr(txt, "\"remove\":[\"/usr/lib/x\",\"/opt\"]"),
+	   "and the canonical JSON has them");
+	free(txt);
+	json_decref(j);
+	sbx_tmplspec_free(&s);
+	ok(parse("from: default\n", &s, &e) == 0 && (j = sbx_tmplspec_json(&s)) && !json_object_get(j, "kernel") &&
+		   !json_object_get(j, "remove"),
+	   "a spec without them hashes as before (no kernel or remove key)");
+	json_decref(j);
+	sbx_tmplspec_free(&s);
+	bad("from: busybox\nkernel: linux-image-amd64\n", "not a kernel sbx boots", "another kernel package");
+	bad("from: busybox\nkernel: [linux-image-cloud-amd64]\n", "expected a scalar", "kernel: as a list");
+	bad("from: busybox\nremove: [usr/share]\n", "must be an absolute path", "remove: a relative path");
+	bad("from: busybox\nremove: [/usr/../etc]\n", "'.' or '..'", "remove: with ..");
+	bad("from: busybox\nremove: [/]\n", "below /", "remove: /");
+	bad("from: busybox\nremove: /x\n", "expected a list", "remove: as a scalar");
+	bad("from: busybox\nuser: \"65535\"\n", "or a uid", "a uid out of range");
+	bad("from: busybox\nuser: \"-1\"\n", "or a uid", "a negative uid");
 
 	bad("packages: [git]\n", "t.yaml:1:1: from: is required", "from is required");
 	bad("", "empty spec", "an empty file");
@@ -64,9 +90,9 @@ int main(void)
 	bad("from: &a debian:bookworm\n", "anchors are not allowed", "anchors");
 	bad("from: !!str debian:bookworm\n", "tags are not allowed", "tags");
 	bad("from: debian:Bookworm\n", "not a Debian suite", "a suite in upper case");
-	bad("from: ../../etc\n", "must be debian:SUITE or TEMPLATE", "from: a path");
-	bad("from: default@../x\n", "must be debian:SUITE or TEMPLATE", "from: a version with a slash");
-	bad("from: .hidden\n", "must be debian:SUITE or TEMPLATE", "from: a dot name");
+	bad("from: ../../etc\n", "must be debian:SUITE, busybox or TEMPLATE", "from: a path");
+	bad("from: default@../x\n", "must be debian:SUITE, busybox or TEMPLATE", "from: a version with a slash");
+	bad("from: .hidden\n", "must be debian:SUITE, busybox or TEMPLATE", "from: a dot name");
 	bad("from: debian:bookworm\npackages: [\"-o=APT::foo\"]\n", "not a Debian package name", "an option as a package");
 	bad("from: debian:bookworm\npackages: [git, git]\n", "listed twice", "a package twice");
 	bad("from: debian:bookworm\npackages: git\n", "packages: expected a list", "packages as a scalar");
