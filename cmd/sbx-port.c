@@ -9,10 +9,10 @@
 #include "cli.h"
 #include "portfwd.h"
 
-#define USAGE                                                                                            \
-	"usage: sbx-port [--json] [--tenant TENANT] [--listen ADDRESS:PORT | --unix PATH] SESSION GUESTPORT\n" \
-	"       sbx-port --rm [--json] [--tenant TENANT] SESSION GUESTPORT|ADDRESS\n"                           \
-	"       sbx-port --list [-q] [--json] [--no-headers] [--tenant TENANT] SESSION\n"
+static const char usage[] =
+	"usage: sbx-port [--json] [--tenant TENANT] [--listen ADDRESS:PORT | --unix PATH] SESSION GUESTPORT\n"
+	"       sbx-port --rm [--json] [--tenant TENANT] SESSION GUESTPORT|ADDRESS\n"
+	"       sbx-port --list [-q] [--json] [--no-headers] [--tenant TENANT] SESSION\n";
 
 static json_t *entry_json(const char *session, const struct sbx_port_entry *e, const char *last_error)
 {
@@ -72,7 +72,7 @@ int main(int argc, char **argv)
 	const char *listen = NULL, *unix_path = NULL, *tenant = NULL;
 	while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
 		switch (c) {
-		case 'h': fputs(USAGE, stdout); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'H': headers = 0; break;
 		case 'j': json = 1; break;
 		case 'l': ls = 1; break;
@@ -81,14 +81,12 @@ int main(int argc, char **argv)
 		case 'r': rm = 1; break;
 		case 'U': tenant = optarg; break;
 		case 'u': unix_path = optarg; break;
-		default: fputs(USAGE, stderr); return SBX_EXIT_USAGE;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
 	int nargs = argc - optind;
-	if (rm + ls > 1 || (listen && unix_path) || ((rm || ls) && (listen || unix_path)) || nargs != (ls ? 1 : 2)) {
-		fputs(USAGE, stderr);
-		return SBX_EXIT_USAGE;
-	}
+	if (rm + ls > 1 || (listen && unix_path) || ((rm || ls) && (listen || unix_path)) || nargs != (ls ? 1 : 2))
+		return sbx_cli_usage(usage, 0);
 	const char *session = argv[optind];
 	struct sbx_state st;
 	struct sbx_err err = { 0 };

@@ -15,7 +15,7 @@
 
 #define PROG "sbx-snapshot"
 
-static const char usage_text[] =
+static const char usage[] =
 	"usage: sbx-snapshot pause [--tenant TENANT] [--json] SESSION\n"
 	"       sbx-snapshot resume [--tenant TENANT] [--json] SESSION\n"
 	"       sbx-snapshot suspend [--tenant TENANT] [--json] SESSION\n"
@@ -180,21 +180,20 @@ int main(int argc, char **argv)
 	int c;
 	if (argc < 2 || argv[1][0] == '-') {
 		int help = argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
-		fputs(usage_text, help ? stdout : stderr);
-		return help ? 0 : SBX_EXIT_USAGE;
+		return sbx_cli_usage(usage, help);
 	}
 	const char *verb = argv[1];
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "fhq", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'f': o.force = 1; break;
-		case 'h': fputs(usage_text, stdout); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'H': o.headers = 0; break;
 		case 'j': o.json = 1; break;
 		case 'q': o.quiet = 1; break;
 		case 'T': o.to_template = 1; break;
 		case 't': o.tenant = optarg; break;
-		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
 	char **args = argv + optind;
