@@ -24,6 +24,12 @@ static json_t *entry_json(const char *session, const struct sbx_port_entry *e, c
 	return o;
 }
 
+static const struct sbx_cli_col cols[] = {
+	{ "guest_port", "GUEST_PORT", NULL }, { "address", "ADDRESS", NULL }, { "connections", "CONNECTIONS", NULL },
+	{ "accepted", "ACCEPTED", NULL },     { "refused", "REFUSED", NULL },
+};
+static const struct sbx_cli_table forwards_table = { SBX_CLI_COLS(cols), .key = { "address", NULL, NULL } };
+
 static int list(struct sbx_state *st, const char *session, int json, int quiet, int headers)
 {
 	struct sbx_port_entry e[SBX_PORTFWD_LIST_MAX];
@@ -34,23 +40,11 @@ static int list(struct sbx_state *st, const char *session, int json, int quiet, 
 		sbx_err_print("sbx-port", &err, json);
 		return err.code;
 	}
-	if (json) {
-		json_t *a = json_array();
-		for (size_t i = 0; i < n; i++)
-			json_array_append_new(a, entry_json(session, &e[i], errs[i]));
-		json_dumpf(a, stdout, JSON_INDENT(2));
-		putchar('\n');
-		json_decref(a);
-		return 0;
-	}
-	if (headers && !quiet)
-		puts("GUEST_PORT\tADDRESS\tCONNECTIONS\tACCEPTED\tREFUSED");
+	json_t *a = json_array();
 	for (size_t i = 0; i < n; i++)
-		if (quiet)
-			puts(e[i].addr);
-		else
-			printf("%u\t%s\t%u\t%llu\t%llu\n", e[i].port, e[i].addr, e[i].conns,
-			       (unsigned long long)e[i].accepted, (unsigned long long)e[i].refused);
+		json_array_append_new(a, entry_json(session, &e[i], errs[i]));
+	sbx_cli_print_table(&forwards_table, a, sbx_cli_mode_of(json, quiet), headers);
+	json_decref(a);
 	return 0;
 }
 
