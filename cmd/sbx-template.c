@@ -15,7 +15,7 @@
 
 #define PROG "sbx-template"
 
-static const char usage[] =
+static const char usage_text[] =
 	"usage: sbx-template build [--tenant TENANT] [--json] NAME -f SPEC\n"
 	"       sbx-template import [--tenant TENANT] [--json] NAME FILE\n"
 	"       sbx-template list [--tenant TENANT] [-q] [--json] [--no-headers] [[OWNER/]NAME[@VERSION]]\n"
@@ -180,7 +180,8 @@ int main(int argc, char **argv)
 	struct opts o = { .headers = 1, .keep = 1 };
 	if (argc < 2 || argv[1][0] == '-') {
 		int help = argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
-		return sbx_cli_usage(usage, help);
+		fputs(usage_text, help ? stdout : stderr);
+		return help ? 0 : SBX_EXIT_USAGE;
 	}
 	const char *verb = argv[1];
 	optind = 2;
@@ -188,7 +189,7 @@ int main(int argc, char **argv)
 		char *end;
 		switch (c) {
 		case 'f': o.spec = optarg; break;
-		case 'h': return sbx_cli_usage(usage, 1);
+		case 'h': fputs(usage_text, stdout); return 0;
 		case 'H': o.headers = 0; break;
 		case 'j': o.json = 1; break;
 		case 'k':
@@ -198,7 +199,7 @@ int main(int argc, char **argv)
 			break;
 		case 'q': o.quiet = 1; break;
 		case 't': o.tenant = optarg; break;
-		default: return sbx_cli_usage(usage, 0);
+		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
 		}
 	}
 	static const struct {
