@@ -84,8 +84,10 @@ $(B)/tests/test-pkgcache: tests/unit/test-pkgcache.c $(PROXY_OBJ) $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -Iproxy $< $(PROXY_OBJ) $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 
-# guest-init is PID 1 in the guest: static, no sanitizers, libc only.
-$(B)/guest-init: $(wildcard guest-init/*.c guest-init/*.h) common/proto.c common/proto.h
+# guest-init is PID 1 in the guest: static, no sanitizers, libc only; of
+# the library it shares the wire codec and sbx-port's windows.
+$(B)/guest-init: $(wildcard guest-init/*.c guest-init/*.h) common/proto.c common/proto.h common/portwin.c \
+		common/portwin.h
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 -Os -static $(WARN) -D_GNU_SOURCE -Icommon \
 		$(filter %.c,$^) -o $@

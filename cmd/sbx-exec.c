@@ -16,7 +16,7 @@
 #include "cli.h"
 #include "exec_client.h"
 #include "execrec.h"
-#include "snapshot.h"
+#include "vmctl.h"
 #include "units.h"
 
 static const char usage[] =

@@ -12,6 +12,7 @@
 #include "snapshot.h"
 #include "template.h"
 #include "util.h"
+#include "vmctl.h"
 
 #define PROG "sbx-snapshot"
 
@@ -120,11 +121,8 @@ static int rm(struct sbx_state *st, const struct opts *o, char **args, int n, st
 		json_array_extend(all, removed);
 		json_decref(removed);
 	}
-	if (o->json && rc == 0) {
-		json_t *j = json_pack("{s:i, s:O}", "schema", 1, "removed", all);
-		print_json(j);
-		json_decref(j);
-	}
+	if (o->json && rc == 0)
+		sbx_cli_print_removed(all);
 	json_decref(all);
 	return rc;
 }
@@ -137,20 +135,10 @@ static int templates(struct sbx_state *st, const struct opts *o, char **args, in
 	if (!strcmp(args[0], "rm")) {
 		if (n < 2)
 			return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "template rm takes [OWNER/]NAME[@VERSION]...");
-		json_t *all = json_array();
-		int rc = 0;
-		for (int i = 1; i < n && rc == 0; i++) {
-			json_t *removed = NULL;
-			if (sbx_template_rm(st, o->tenant, args[i], &removed, err) < 0)
-				rc = -1;
-			json_array_extend(all, removed);
-			json_decref(removed);
-		}
-		if (o->json && rc == 0) {
-			json_t *j = json_pack("{s:i, s:O}", "schema", 1, "removed", all);
-			print_json(j);
-			json_decref(j);
-		}
+		json_t *all;
+		int rc = sbx_template_rm_list(st, o->tenant, args + 1, n - 1, &all, err);
+		if (o->json && rc == 0)
+			sbx_cli_print_removed(all);
 		json_decref(all);
 		return rc;
 	}

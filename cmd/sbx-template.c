@@ -127,20 +127,10 @@ static int rm(struct sbx_state *st, const struct opts *o, char **args, int n, st
 {
 	if (n < 1)
 		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "rm takes [OWNER/]NAME[@VERSION]...");
-	json_t *all = json_array();
-	int rc = 0;
-	for (int i = 0; i < n && rc == 0; i++) {
-		json_t *removed = NULL;
-		if (sbx_template_rm(st, o->tenant, args[i], &removed, err) < 0)
-			rc = -1;
-		json_array_extend(all, removed);
-		json_decref(removed);
-	}
-	if (o->json && rc == 0) {
-		json_t *j = json_pack("{s:i, s:O}", "schema", 1, "removed", all);
-		print_json(j);
-		json_decref(j);
-	}
+	json_t *all;
+	int rc = sbx_template_rm_list(st, o->tenant, args, n, &all, err);
+	if (o->json && rc == 0)
+		sbx_cli_print_removed(all);
 	json_decref(all);
 	return rc;
 }
@@ -153,9 +143,7 @@ static int prune(struct sbx_state *st, const struct opts *o, char **args, int n,
 	if (sbx_template_prune(st, o->tenant, o->keep, &removed, err) < 0)
 		return -1;
 	if (o->json) {
-		json_t *j = json_pack("{s:i, s:O}", "schema", 1, "removed", removed);
-		print_json(j);
-		json_decref(j);
+		sbx_cli_print_removed(removed);
 	} else {
 		size_t k;
 		json_t *v;

@@ -74,6 +74,14 @@ void sbx_cli_free_ids(char **ids)
 	free(ids);
 }
 
+void sbx_cli_print_removed(json_t *removed)
+{
+	json_t *j = json_pack("{s:i, s:O}", "schema", 1, "removed", removed);
+	json_dumpf(j, stdout, JSON_COMPACT);
+	putchar('\n');
+	json_decref(j);
+}
+
 int sbx_cli_usage(const char *usage, int ok)
 {
 	fputs(usage, ok ? stdout : stderr);

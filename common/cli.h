@@ -17,6 +17,9 @@ int sbx_cli_fail(const char *prog, int code, int json, const char *fmt, ...) __a
  * array (free with sbx_cli_free_ids) or NULL on error. */
 char **sbx_cli_ids(int argc, char **argv, size_t *n);
 void sbx_cli_free_ids(char **ids);
+/* {"schema": 1, "removed": removed} on one line of stdout: what rm and
+ * prune print with --json. */
+void sbx_cli_print_removed(json_t *removed);
 
 /* Print a usage string: for -h/--help (ok) to stdout, returning 0; for
  * bad usage to stderr, returning SBX_EXIT_USAGE. */

@@ -4,6 +4,7 @@
  * nesting deeper than the schema is a type error before libyaml has read
  * far.  Everything it does not understand is an error (sbx-policy(5)). */
 #include "policy.h"
+#include "policy_check.h"
 #include "units.h"
 #include "yamlstrict.h"
 
@@ -44,8 +45,7 @@ struct key {
 	int (*fn)(struct sbx_yaml *c, void *obj, const char *path);
 };
 
-static int whyf(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int whyf(char *why, size_t n, const char *fmt, ...)
+int sbx_policy_whyf(char *why, size_t n, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -78,7 +78,7 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 		/* Only YAML 1.2's spelling: yes/no/on/off mean booleans to some
 		 * readers and strings to others. */
 		if (strcmp(s, "true") && strcmp(s, "false"))
-			return whyf(why, n, "'%s' is not a boolean (true or false)", SBX_YAML_SHOW(s));
+			return sbx_policy_whyf(why, n, "'%s' is not a boolean (true or false)", SBX_YAML_SHOW(s));
 		*(bool *)f = !strcmp(s, "true");
 		return 0;
 	case K_ENUM:
@@ -87,15 +87,15 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 				memcpy(f, &i, sizeof i);
 				return 0;
 			}
-		return whyf(why, n, "'%s' is not one of: %s, %s", SBX_YAML_SHOW(s), k->enums[0], k->enums[1]);
+		return sbx_policy_whyf(why, n, "'%s' is not one of: %s, %s", SBX_YAML_SHOW(s), k->enums[0], k->enums[1]);
 	case K_U32: r = sbx_parse_uint(s, &v); break;
 	case K_SIZE: r = sbx_parse_size(s, &v); break;
 	case K_DUR: r = sbx_parse_duration_ms(s, &v); break;
 	case K_CPU: r = sbx_parse_milli(s, &v); break;
-	case K_FN: return whyf(why, n, "not a scalar key");
+	case K_FN: return sbx_policy_whyf(why, n, "not a scalar key");
 	}
 	if (r < 0 && errno == ERANGE)
-		return whyf(why, n, "'%s' is too large", SBX_YAML_SHOW(s));
+		return sbx_policy_whyf(why, n, "'%s' is too large", SBX_YAML_SHOW(s));
 	if (r < 0) {
 		static const char *const what[] = {
 			[K_U32] = "a whole number",
@@ -103,16 +103,17 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 			[K_DUR] = "a duration (a number with an optional ms, s, m, h or d suffix)",
 			[K_CPU] = "a number of CPUs (at most 3 decimals)",
 		};
-		return whyf(why, n, "'%s' is not %s", SBX_YAML_SHOW(s), what[k->kind]);
+		return sbx_policy_whyf(why, n, "'%s' is not %s", SBX_YAML_SHOW(s), what[k->kind]);
 	}
 	if (!(v == 0 && (k->flags & F_ZERO)) && (v < k->min || v > k->max)) {
 		char lo[32], hi[32];
 		fmt_val(lo, sizeof lo, k->kind, k->min);
 		fmt_val(hi, sizeof hi, k->kind, k->max);
-		return whyf(why, n, "'%s' is out of range (%s..%s%s)", SBX_YAML_SHOW(s), lo, hi, k->flags & F_ZERO ? ", or 0" : "");
+		return sbx_policy_whyf(why, n, "'%s' is out of range (%s..%s%s)", SBX_YAML_SHOW(s), lo, hi,
+		                       k->flags & F_ZERO ? ", or 0" : "");
 	}
 	if ((k->flags & F_MIB) && v % MIB)
-		return whyf(why, n, "'%s' is not a whole number of MiB", SBX_YAML_SHOW(s));
+		return sbx_policy_whyf(why, n, "'%s' is not a whole number of MiB", SBX_YAML_SHOW(s));
 	if (k->kind == K_U32 || k->kind == K_CPU) {
 		unsigned u = (unsigned)v;
 		memcpy(f, &u, sizeof u);
@@ -181,28 +182,12 @@ static int parse_map(struct sbx_yaml *c, const char *where, const struct key *ke
 	return 0;
 }
 
-typedef int (*item_fn)(struct sbx_yaml *c, void *obj, unsigned i, const char *path);
+typedef sbx_yaml_item_fn item_fn;
 
 /* Walk a list (the current event starts it) of at most max items. */
 static int parse_seq(struct sbx_yaml *c, const char *path, unsigned max, item_fn fn, void *obj, unsigned *count)
 {
-	if (sbx_yaml_expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
-		return -1;
-	unsigned i = 0;
-	for (;; i++) {
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
-			break;
-		if (i == max)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %u entries", path, max);
-		char ipath[176];
-		snprintf(ipath, sizeof ipath, "%s[%u]", path, i);
-		if (fn(c, obj, i, ipath) < 0)
-			return -1;
-	}
-	*count = i;
-	return 0;
+	return sbx_yaml_seq(c, path, max, "entries", fn, obj, count);
 }
 
 #define P(field) offsetof(struct sbx_policy, field)
@@ -310,79 +295,6 @@ static int v_resources(struct sbx_yaml *c, void *obj, const char *path)
 
 /* ---- network ---- */
 
-/* Host names as DNS has them (letters, digits, inner hyphens; labels of
- * 1..63; 253 in all), lowercased into out, at least two labels so a search
- * domain cannot complete them, and not all-numeric at the end so an address
- * never passes for a name.  "*." in front when wild is allowed. */
-static int check_domain(const char *s, bool wild_ok, char *out, size_t outn, char *why, size_t n)
-{
-	size_t len = strlen(s);
-	if (len > 253 || len + 1 > outn)
-		return whyf(why, n, "domain '%s' is longer than 253 characters", SBX_YAML_SHOW(s));
-	const char *d = s;
-	if (wild_ok && !strncmp(s, "*.", 2))
-		d += 2;
-	unsigned labels = 0;
-	bool numeric = true;
-	for (const char *l = d;; l++) {
-		size_t ll = strcspn(l, ".");
-		if (ll < 1 || ll > 63)
-			return whyf(why, n, "domain '%s' has a label that is empty or longer than 63 characters", SBX_YAML_SHOW(s));
-		numeric = true;
-		for (size_t i = 0; i < ll; i++) {
-			char ch = l[i];
-			bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
-			if (!alnum && ch != '-')
-				return whyf(why, n, "domain '%s' may hold only letters, digits, '-' and '.'%s", SBX_YAML_SHOW(s),
-					    wild_ok ? " (and a leading '*.')" : "");
-			if (ch == '-' && (i == 0 || i == ll - 1))
-				return whyf(why, n, "domain '%s' has a label that starts or ends with '-'", SBX_YAML_SHOW(s));
-			if (!(ch >= '0' && ch <= '9'))
-				numeric = false;
-		}
-		labels++;
-		l += ll;
-		if (!*l)
-			break;
-	}
-	if (labels < 2)
-		return whyf(why, n, "domain '%s' needs at least two labels", SBX_YAML_SHOW(s));
-	if (numeric)
-		return whyf(why, n, "domain '%s' ends in a numeric label (use cidr for addresses)", SBX_YAML_SHOW(s));
-	for (size_t i = 0; i <= len; i++)
-		out[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] - 'A' + 'a' : s[i]);
-	return 0;
-}
-
-static int check_cidr(const char *s, struct sbx_policy_rule *r, char *why, size_t n)
-{
-	char a[64];
-	const char *slash = strchr(s, '/');
-	size_t al = slash ? (size_t)(slash - s) : strlen(s);
-	if (al >= sizeof a)
-		return whyf(why, n, "'%s' is not an address block", SBX_YAML_SHOW(s));
-	memcpy(a, s, al);
-	a[al] = 0;
-	unsigned bits;
-	if (inet_pton(AF_INET, a, r->addr) == 1)
-		r->family = AF_INET, bits = 32;
-	else if (inet_pton(AF_INET6, a, r->addr) == 1)
-		r->family = AF_INET6, bits = 128;
-	else
-		return whyf(why, n, "'%s' is not an IPv4 or IPv6 address block", SBX_YAML_SHOW(s));
-	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-	if (r->family == AF_INET6 && !memcmp(r->addr, mapped, sizeof mapped))
-		return whyf(why, n, "'%s' is an IPv4-mapped address (write the IPv4 form)", SBX_YAML_SHOW(s));
-	uint64_t pfx = bits;
-	if (slash && (sbx_parse_uint(slash + 1, &pfx) < 0 || pfx > bits))
-		return whyf(why, n, "'%s' has a bad prefix length (0..%u)", SBX_YAML_SHOW(s), bits);
-	for (unsigned i = (unsigned)pfx; i < bits; i++)
-		if (r->addr[i / 8] & (0x80 >> (i % 8)))
-			return whyf(why, n, "'%s' has bits set after the prefix", SBX_YAML_SHOW(s));
-	r->prefix = (unsigned)pfx;
-	return 0;
-}
-
 static int v_domain(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_rule *r = obj;
@@ -390,7 +302,7 @@ static int v_domain(struct sbx_yaml *c, void *obj, const char *path)
 	char why[300];
 	if (!s)
 		return -1;
-	if (check_domain(s, true, r->domain, sizeof r->domain, why, sizeof why) < 0)
+	if (sbx_policy_check_domain(s, true, r->domain, sizeof r->domain, why, sizeof why) < 0)
 		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	return 0;
 }
@@ -401,7 +313,7 @@ static int v_cidr(struct sbx_yaml *c, void *obj, const char *path)
 	char why[300];
 	if (!s)
 		return -1;
-	if (check_cidr(s, obj, why, sizeof why) < 0)
+	if (sbx_policy_check_cidr(s, obj, why, sizeof why) < 0)
 		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	return 0;
 }
@@ -461,10 +373,10 @@ static int v_allow(struct sbx_yaml *c, void *obj, const char *path)
 	return parse_seq(c, path, SBX_POLICY_ALLOW_MAX, allow_item, p, &p->network.nallow);
 }
 
-static const char *const egress_names[] = { "none", "allowlist", NULL };
+const char *const sbx_policy_egress_names[] = { "none", "allowlist", NULL };
 
 static const struct key network_keys[] = {
-	{ .name = "egress", .kind = K_ENUM, .off = P(network.egress), .enums = egress_names },
+	{ .name = "egress", .kind = K_ENUM, .off = P(network.egress), .enums = sbx_policy_egress_names },
 	{ .name = "allow", .kind = K_FN, .fn = v_allow },
 	{ .name = "dns", .kind = K_BOOL, .off = P(network.dns) },
 	{ .name = "max_connections", .kind = K_U32, .off = P(network.max_connections), .min = 1, .max = 65536 },
@@ -488,79 +400,6 @@ static int v_network(struct sbx_yaml *c, void *obj, const char *path)
 
 /* ---- packages ---- */
 
-/* Registry base URLs: http(s), a host name or address, an optional port and
- * a plain path.  No user info (credentials do not belong in a policy), no
- * query or fragment. */
-static int check_url(const char *s, char *why, size_t n)
-{
-	const char *p;
-	if (!strncmp(s, "https://", 8))
-		p = s + 8;
-	else if (!strncmp(s, "http://", 7))
-		p = s + 7;
-	else
-		return whyf(why, n, "'%s' is not an http:// or https:// URL", SBX_YAML_SHOW(s));
-	if (strlen(s) >= SBX_POLICY_URL_LEN)
-		return whyf(why, n, "URL '%s' is longer than %d bytes", SBX_YAML_SHOW(s), SBX_POLICY_URL_LEN - 1);
-	size_t auth = strcspn(p, "/");
-	if (memchr(p, '@', auth))
-		return whyf(why, n, "URL '%s' carries user info", SBX_YAML_SHOW(s));
-	char host[256], dom[256];
-	size_t hl;
-	const char *after;
-	if (*p == '[') {
-		const char *e = memchr(p, ']', auth);
-		uint8_t a6[16];
-		hl = e ? (size_t)(e - p - 1) : 0;
-		if (!e || hl >= sizeof host)
-			return whyf(why, n, "URL '%s' has a bad host", SBX_YAML_SHOW(s));
-		memcpy(host, p + 1, hl);
-		host[hl] = 0;
-		if (inet_pton(AF_INET6, host, a6) != 1)
-			return whyf(why, n, "URL '%s' has a bad IPv6 address", SBX_YAML_SHOW(s));
-		after = e + 1;
-	} else {
-		hl = strcspn(p, ":/");
-		if (!hl || hl >= sizeof host)
-			return whyf(why, n, "URL '%s' has a bad host", SBX_YAML_SHOW(s));
-		memcpy(host, p, hl);
-		host[hl] = 0;
-		uint8_t a4[4];
-		if (strspn(host, "0123456789.") == hl) {
-			if (inet_pton(AF_INET, host, a4) != 1)
-				return whyf(why, n, "URL '%s' has a bad IPv4 address", SBX_YAML_SHOW(s));
-		} else if (check_domain(host, false, dom, sizeof dom, why, n) < 0) {
-			return -1;
-		}
-		after = p + hl;
-	}
-	if (*after == ':') {
-		char port[8];
-		size_t pl = strcspn(after + 1, "/");
-		uint64_t v;
-		if (!pl || pl >= sizeof port)
-			return whyf(why, n, "URL '%s' has a bad port", SBX_YAML_SHOW(s));
-		memcpy(port, after + 1, pl);
-		port[pl] = 0;
-		if (sbx_parse_uint(port, &v) < 0 || v < 1 || v > 65535)
-			return whyf(why, n, "URL '%s' has a bad port", SBX_YAML_SHOW(s));
-		after += 1 + pl;
-	}
-	if (*after && *after != '/')
-		return whyf(why, n, "URL '%s' has a bad host", SBX_YAML_SHOW(s));
-	for (const char *q = after; *q; q++) {
-		if (*q == '%') {
-			if (!strchr("0123456789abcdefABCDEF", q[1]) || !q[1] || !strchr("0123456789abcdefABCDEF", q[2]) ||
-			    !q[2])
-				return whyf(why, n, "URL '%s' has a bad %%-escape", SBX_YAML_SHOW(s));
-		} else if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
-			     strchr("-._~!$&'()*+,;=:@/", *q))) {
-			return whyf(why, n, "URL '%s' has a character not allowed in a registry path", SBX_YAML_SHOW(s));
-		}
-	}
-	return 0;
-}
-
 static int v_url(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_registry *r = obj;
@@ -568,17 +407,20 @@ static int v_url(struct sbx_yaml *c, void *obj, const char *path)
 	char why[300];
 	if (!s)
 		return -1;
-	if (check_url(s, why, sizeof why) < 0)
+	if (sbx_policy_check_url(s, why, sizeof why) < 0)
 		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	snprintf(r->url, sizeof r->url, "%s", s);
 	return 0;
 }
 
-static const char *const registry_names[] = { "pypi", "npm", NULL };
+const char *const sbx_policy_registry_names[] = { "pypi", "npm", NULL };
 
 static const struct key registry_keys[] = {
-	{ .name = "type", .kind = K_ENUM, .off = offsetof(struct sbx_policy_registry, type), .enums = registry_names },
-	{ .name = "url", .kind = K_FN, .fn = v_url },
+    {.name = "type",
+     .kind = K_ENUM,
+     .off = offsetof(struct sbx_policy_registry, type),
+     .enums = sbx_policy_registry_names},
+    {.name = "url", .kind = K_FN, .fn = v_url},
 };
 
 static int registry_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
@@ -598,10 +440,10 @@ static int v_registries(struct sbx_yaml *c, void *obj, const char *path)
 	return parse_seq(c, path, SBX_POLICY_REGISTRIES_MAX, registry_item, p, &p->packages.nregistries);
 }
 
-static const char *const mode_names[] = { "offline", "allowlist", NULL };
+const char *const sbx_policy_mode_names[] = { "offline", "allowlist", NULL };
 
 static const struct key packages_keys[] = {
-	{ .name = "mode", .kind = K_ENUM, .off = P(packages.mode), .enums = mode_names },
+	{ .name = "mode", .kind = K_ENUM, .off = P(packages.mode), .enums = sbx_policy_mode_names },
 	{ .name = "registries", .kind = K_FN, .fn = v_registries },
 	{ .name = "max_download", .kind = K_SIZE, .off = P(packages.max_download), .min = MIB, .max = TIB },
 	{ .name = "require_hashes", .kind = K_BOOL, .off = P(packages.require_hashes) },
@@ -624,28 +466,6 @@ static int v_packages(struct sbx_yaml *c, void *obj, const char *path)
 
 /* ---- files ---- */
 
-/* Guest paths in one spelling only, so a path list cannot be matched two
- * ways: absolute, no empty, "." or ".." components, no trailing '/'. */
-static int check_path(const char *s, char *why, size_t n)
-{
-	if (s[0] != '/')
-		return whyf(why, n, "'%s' is not an absolute path", SBX_YAML_SHOW(s));
-	if (strlen(s) >= SBX_POLICY_PATH_LEN)
-		return whyf(why, n, "'%s' is longer than %d bytes", SBX_YAML_SHOW(s), SBX_POLICY_PATH_LEN - 1);
-	if (!s[1])
-		return 0;
-	for (const char *c = s + 1;; c++) {
-		size_t l = strcspn(c, "/");
-		if (!l)
-			return whyf(why, n, "'%s' is not normalized (empty component or trailing '/')", SBX_YAML_SHOW(s));
-		if ((l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.'))
-			return whyf(why, n, "'%s' is not normalized ('.' or '..')", SBX_YAML_SHOW(s));
-		c += l;
-		if (!*c)
-			return 0;
-	}
-}
-
 static int path_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
 {
 	struct sbx_policy_paths *ps = obj;
@@ -653,7 +473,7 @@ static int path_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path
 	char why[300];
 	if (!s)
 		return -1;
-	if (check_path(s, why, sizeof why) < 0)
+	if (sbx_policy_check_path(s, why, sizeof why) < 0)
 		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	for (unsigned j = 0; j < i; j++)
 		if (!strcmp(ps->path[j], s))
@@ -695,27 +515,13 @@ static int v_files(struct sbx_yaml *c, void *obj, const char *path)
 
 /* ---- secrets ---- */
 
-static int check_ident(const char *s, bool upper_only, size_t max)
-{
-	size_t l = strlen(s);
-	if (!l || l > max || (s[0] >= '0' && s[0] <= '9'))
-		return -1;
-	for (size_t i = 0; i < l; i++) {
-		char ch = s[i];
-		if (!((ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-		      (!upper_only && ch >= 'a' && ch <= 'z')))
-			return -1;
-	}
-	return 0;
-}
-
 static int v_secret_name(struct sbx_yaml *c, void *obj, const char *path)
 {
 	struct sbx_policy_secret *sec = obj;
 	const char *s = sbx_yaml_scalar(c, path);
 	if (!s)
 		return -1;
-	if (check_ident(s, true, SBX_POLICY_NAME_LEN - 1) < 0)
+	if (sbx_policy_check_ident(s, true, SBX_POLICY_NAME_LEN - 1) < 0)
 		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a secret name ([A-Z_][A-Z0-9_]*, at most %d)", path,
 			     SBX_YAML_SHOW(s), SBX_POLICY_NAME_LEN - 1);
 	snprintf(sec->name, sizeof sec->name, "%s", s);
@@ -728,7 +534,7 @@ static int v_from_env(struct sbx_yaml *c, void *obj, const char *path)
 	const char *s = sbx_yaml_scalar(c, path);
 	if (!s)
 		return -1;
-	if (check_ident(s, false, sizeof sec->from_env - 1) < 0)
+	if (sbx_policy_check_ident(s, false, sizeof sec->from_env - 1) < 0)
 		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not an environment variable name", path, SBX_YAML_SHOW(s));
 	snprintf(sec->from_env, sizeof sec->from_env, "%s", s);
 	return 0;
@@ -741,7 +547,7 @@ static int v_from_file(struct sbx_yaml *c, void *obj, const char *path)
 	char why[300];
 	if (!s)
 		return -1;
-	if (check_path(s, why, sizeof why) < 0)
+	if (sbx_policy_check_path(s, why, sizeof why) < 0)
 		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
 	snprintf(sec->from_file, sizeof sec->from_file, "%s", s);
 	return 0;
@@ -843,50 +649,16 @@ bool sbx_policy_port_allowed(const struct sbx_policy *p, unsigned port, const ch
 	return false;
 }
 
-int sbx_policy_ports_from_json(json_t *o, struct sbx_policy *p, struct sbx_err *err)
-{
-	json_t *a = json_object_get(o, "ports"), *e;
-	size_t i;
-	p->ports.set = false;
-	p->ports.n = 0;
-	if (!a || json_is_null(a))
-		return 0;
-	if (!json_is_array(a) || json_array_size(a) > SBX_POLICY_FWD_MAX)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the policy's ports are malformed");
-	json_array_foreach(a, i, e) {
-		json_t *f = json_object_get(e, "from"), *t = json_object_get(e, "to");
-		json_int_t lo = json_integer_value(f), hi = json_integer_value(t);
-		if (!json_is_object(e) || json_object_size(e) != 2 || !json_is_integer(f) || !json_is_integer(t) ||
-		    lo < 1 || hi > 65535 || lo > hi)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the policy's ports[%zu] is malformed", i);
-		p->ports.lo[i] = (uint16_t)lo;
-		p->ports.hi[i] = (uint16_t)hi;
-	}
-	p->ports.n = (unsigned)json_array_size(a);
-	p->ports.set = true;
-	return 0;
-}
-
-static json_t *fwd_json(const struct sbx_policy *p)
-{
-	if (!p->ports.set)
-		return json_null();
-	json_t *a = json_array();
-	for (unsigned i = 0; a && i < p->ports.n; i++)
-		json_array_append_new(a, json_pack("{s:i, s:i}", "from", (int)p->ports.lo[i], "to", (int)p->ports.hi[i]));
-	return a;
-}
-
 /* ---- lifecycle ---- */
 
-static const char *const ttl_counts_names[] = { "wall", "running", NULL };
+const char *const sbx_policy_ttl_counts_names[] = { "wall", "running", NULL };
 
 static const struct key lifecycle_keys[] = {
 	{ .name = "idle_pause", .kind = K_DUR, .off = P(lifecycle.idle_pause_ms), .min = SEC, .max = 30 * DAY,
 	  .flags = F_ZERO },
 	{ .name = "idle_suspend", .kind = K_DUR, .off = P(lifecycle.idle_suspend_ms), .min = SEC, .max = 30 * DAY,
 	  .flags = F_ZERO },
-	{ .name = "ttl_counts", .kind = K_ENUM, .off = P(lifecycle.ttl_counts), .enums = ttl_counts_names },
+	{ .name = "ttl_counts", .kind = K_ENUM, .off = P(lifecycle.ttl_counts), .enums = sbx_policy_ttl_counts_names },
 };
 
 static int v_lifecycle(struct sbx_yaml *c, void *obj, const char *path)
@@ -1068,114 +840,4 @@ int sbx_policy_set(struct sbx_policy *p, const char *key, const char *value, str
 unsigned sbx_policy_cpu_limit_milli(const struct sbx_policy *p)
 {
 	return p->resources.cpu_limit_milli ? p->resources.cpu_limit_milli : p->resources.vcpus * 1000;
-}
-
-static json_t *paths_json(const struct sbx_policy_paths *ps)
-{
-	json_t *a = json_array();
-	for (unsigned i = 0; a && i < ps->n; i++)
-		json_array_append_new(a, json_string(ps->path[i]));
-	return a;
-}
-
-static json_t *rule_json(const struct sbx_policy_rule *r)
-{
-	json_t *ports = json_array();
-	for (unsigned i = 0; ports && i < r->nports; i++)
-		json_array_append_new(ports, json_integer(r->ports[i]));
-	if (r->domain[0])
-		return json_pack("{s:s, s:o}", "domain", r->domain, "ports", ports);
-	char a[INET6_ADDRSTRLEN], cidr[INET6_ADDRSTRLEN + 8];
-	inet_ntop(r->family, r->addr, a, sizeof a);
-	snprintf(cidr, sizeof cidr, "%s/%u", a, r->prefix);
-	return json_pack("{s:s, s:o}", "cidr", cidr, "ports", ports);
-}
-
-/* The network section of an effective policy as sbx_policy_json wrote it
- * (LIB/sessions/ID/policy.json, read by the session's proxy), checked as
- * strictly as the YAML: anything unexpected is an error, never a wider
- * grant. */
-int sbx_policy_network_from_json(json_t *o, struct sbx_policy *p, struct sbx_err *err)
-{
-	json_t *n = json_object_get(o, "network"), *allow = json_object_get(n, "allow"), *r;
-	const char *eg = json_string_value(json_object_get(n, "egress"));
-	json_t *mc = json_object_get(n, "max_connections"), *mb = json_object_get(n, "max_bytes");
-	char why[300];
-	size_t i;
-	if (!json_is_object(n) || !eg || !json_is_array(allow) || json_array_size(allow) > SBX_POLICY_ALLOW_MAX ||
-	    !json_is_boolean(json_object_get(n, "dns")) || !json_is_integer(mc) || json_integer_value(mc) < 1 ||
-	    json_integer_value(mc) > 65536 || !json_is_integer(mb) || json_integer_value(mb) < 1)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the policy's network section is malformed");
-	if (!strcmp(eg, "none"))
-		p->network.egress = SBX_EGRESS_NONE;
-	else if (!strcmp(eg, "allowlist"))
-		p->network.egress = SBX_EGRESS_ALLOWLIST;
-	else
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the policy's network.egress is unknown");
-	p->network.dns = json_is_true(json_object_get(n, "dns"));
-	p->network.max_connections = (unsigned)json_integer_value(mc);
-	p->network.max_bytes = (uint64_t)json_integer_value(mb);
-	p->network.nallow = 0;
-	json_array_foreach(allow, i, r) {
-		struct sbx_policy_rule *rule = &p->network.allow[p->network.nallow];
-		const char *d = json_string_value(json_object_get(r, "domain"));
-		const char *c = json_string_value(json_object_get(r, "cidr"));
-		json_t *ports = json_object_get(r, "ports"), *pv;
-		size_t j;
-		memset(rule, 0, sizeof *rule);
-		if (!d == !c || !json_is_array(ports) || !json_array_size(ports) ||
-		    json_array_size(ports) > SBX_POLICY_PORTS_MAX)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "network.allow[%zu] is malformed", i);
-		if ((d && check_domain(d, true, rule->domain, sizeof rule->domain, why, sizeof why) < 0) ||
-		    (c && check_cidr(c, rule, why, sizeof why) < 0))
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "network.allow[%zu]: %s", i, why);
-		json_array_foreach(ports, j, pv) {
-			json_int_t v = json_integer_value(pv);
-			if (!json_is_integer(pv) || v < 1 || v > 65535)
-				return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "network.allow[%zu] has a bad port", i);
-			rule->ports[rule->nports++] = (uint16_t)v;
-		}
-		p->network.nallow++;
-	}
-	return 0;
-}
-
-#define JI(v) ((json_int_t)(v))
-
-json_t *sbx_policy_json(const struct sbx_policy *p)
-{
-	const typeof(p->resources) *r = &p->resources;
-	json_t *allow = json_array(), *regs = json_array(), *secrets = json_array();
-	for (unsigned i = 0; allow && i < p->network.nallow; i++)
-		json_array_append_new(allow, rule_json(&p->network.allow[i]));
-	for (unsigned i = 0; regs && i < p->packages.nregistries; i++)
-		json_array_append_new(regs, json_pack("{s:s, s:s}", "type", registry_names[p->packages.registries[i].type],
-						      "url", p->packages.registries[i].url));
-	for (unsigned i = 0; secrets && i < p->nsecrets; i++) {
-		const struct sbx_policy_secret *s = &p->secrets[i];
-		json_array_append_new(secrets, json_pack("{s:s, s:s}", "name", s->name, s->from_env[0] ? "from_env" : "from_file",
-							 s->from_env[0] ? s->from_env : s->from_file));
-	}
-	json_t *res = json_pack("{s:i, s:I, s:I, s:f, s:{s:i, s:i}, s:I, s:{s:I, s:I}, s:I, s:I, s:I, s:b}", "vcpus",
-				(int)r->vcpus, "memory", JI(r->memory), "disk", JI(r->disk), "cpu_limit",
-				sbx_policy_cpu_limit_milli(p) / 1000.0, "pids", "per_exec", (int)r->pids_per_exec,
-				"per_session", (int)r->pids_per_session, "exec_memory", JI(r->exec_memory),
-				"exec_timeout", "default", JI(r->exec_timeout_default_ms), "max",
-				JI(r->exec_timeout_max_ms), "ttl", JI(r->ttl_ms), "output_cap", JI(r->output_cap),
-				"output_session_cap", JI(r->output_session_cap), "require_kvm", r->require_kvm);
-	json_t *net = json_pack("{s:s, s:o, s:b, s:i, s:I}", "egress", egress_names[p->network.egress], "allow", allow,
-				"dns", p->network.dns, "max_connections", (int)p->network.max_connections, "max_bytes",
-				JI(p->network.max_bytes));
-	json_t *pkg = json_pack("{s:s, s:o, s:I, s:b}", "mode", mode_names[p->packages.mode], "registries", regs,
-				"max_download", JI(p->packages.max_download), "require_hashes",
-				p->packages.require_hashes);
-	json_t *files = json_pack("{s:o, s:o, s:I, s:I}", "writable", paths_json(&p->files.writable), "exportable",
-				  paths_json(&p->files.exportable), "max_transfer", JI(p->files.max_transfer),
-				  "max_session_transfer", JI(p->files.max_session_transfer));
-	json_t *ws = json_pack("{s:I, s:I}", "size", JI(p->workspace.size), "retention", JI(p->workspace.retention_ms));
-	json_t *lc = json_pack("{s:I, s:I, s:s}", "idle_pause", JI(p->lifecycle.idle_pause_ms), "idle_suspend",
-			       JI(p->lifecycle.idle_suspend_ms), "ttl_counts", ttl_counts_names[p->lifecycle.ttl_counts]);
-	return json_pack("{s:i, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", 1, "source",
-			 p->source[0] ? p->source : NULL, "resources", res, "network", net, "packages", pkg, "files",
-			 files, "secrets", secrets, "workspace", ws, "ports", fwd_json(p), "lifecycle", lc);
 }

@@ -1,6 +1,7 @@
 /* Unpacking a rootfs tarball or an image into a template's root tree
  * (sbx-template import).  The interface agreed between branches tmpl-core
- * (the caller) and tmpl-import (the implementation, common/rootfs.c).
+ * (the caller) and tmpl-import (the implementation, common/rootfs.c and
+ * rootfs_tar.c).
  *
  * The archive is hostile until proven otherwise.  Every entry is created
  * by hand under root_dfd (never archive_write_disk), each parent reached

@@ -562,3 +562,19 @@ int sbx_template_rm(struct sbx_state *st, const char *tenant, const char *spec, 
 	*removed = done;
 	return 0;
 }
+
+int sbx_template_rm_list(struct sbx_state *st, const char *tenant, char *const *specs, int n, json_t **removed,
+			 struct sbx_err *err)
+{
+	json_t *all = json_array();
+	int rc = 0;
+	for (int i = 0; i < n && rc == 0; i++) {
+		json_t *one = NULL;
+		rc = sbx_template_rm(st, tenant, specs[i], &one, err);
+		if (one)
+			json_array_extend(all, one);
+		json_decref(one);
+	}
+	*removed = all;
+	return rc;
+}

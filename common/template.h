@@ -77,5 +77,11 @@ int sbx_template_list(struct sbx_state *st, const char *tenant, const char *name
  * (template.rm). */
 int sbx_template_rm(struct sbx_state *st, const char *tenant, const char *spec, json_t **removed,
 		    struct sbx_err *err);
+/* sbx_template_rm of each of specs[0..n-1] in turn (sbx-template rm,
+ * sbx-snapshot template rm), stopping at the first that fails.  *removed:
+ * every reference removed, those before a failure too (never NULL but
+ * out of memory). */
+int sbx_template_rm_list(struct sbx_state *st, const char *tenant, char *const *specs, int n, json_t **removed,
+			 struct sbx_err *err);
 
 #endif

@@ -227,30 +227,25 @@ static int file_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsi
 	return 0;
 }
 
+static int file_item(struct sbx_yaml *c, void *obj, unsigned i, const char *sub)
+{
+	struct sbx_tmplspec *s = obj;
+	yaml_mark_t m = c->ev.start_mark;
+	struct sbx_tmplspec_file *f = &s->files[s->nfiles];
+	memset(f, 0, sizeof *f);
+	f->mode = -1;
+	unsigned seen = 0;
+	if (parse_map(c, sub, file_keys, SBX_ARRAY_LEN(file_keys), s, f, file_key, &seen) < 0)
+		return -1;
+	if ((seen & 3u) != 3u)
+		return sbx_yaml_failm(c, m, "%s: needs both src and dst", sub);
+	s->nfiles++;
+	return 0;
+}
+
 static int v_files(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path)
 {
-	if (sbx_yaml_expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
-		return -1;
-	for (unsigned i = 0;; i++) {
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
-			return 0;
-		if (s->nfiles == SBX_TMPLSPEC_FILES_MAX)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d entries", path, SBX_TMPLSPEC_FILES_MAX);
-		char sub[180];
-		snprintf(sub, sizeof sub, "%s[%u]", path, i);
-		yaml_mark_t m = c->ev.start_mark;
-		struct sbx_tmplspec_file *f = &s->files[s->nfiles];
-		memset(f, 0, sizeof *f);
-		f->mode = -1;
-		unsigned seen = 0;
-		if (parse_map(c, sub, file_keys, SBX_ARRAY_LEN(file_keys), s, f, file_key, &seen) < 0)
-			return -1;
-		if ((seen & 3u) != 3u)
-			return sbx_yaml_failm(c, m, "%s: needs both src and dst", sub);
-		s->nfiles++;
-	}
+	return sbx_yaml_seq(c, path, SBX_TMPLSPEC_FILES_MAX, "entries", file_item, s, NULL);
 }
 
 static const char *const run_keys[] = { "cmd", "user" };
@@ -276,35 +271,27 @@ static int run_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsig
 	return 0;
 }
 
+static int run_item(struct sbx_yaml *c, void *obj, unsigned i, const char *sub)
+{
+	struct sbx_tmplspec *s = obj;
+	struct sbx_tmplspec_run *r = &s->run[s->nrun];
+	memset(r, 0, sizeof *r);
+	s->nrun++; /* owned from here, so an error frees it */
+	if (c->ev.type == YAML_SCALAR_EVENT && !sbx_yaml_is_null(&c->ev))
+		return run_key(c, s, r, 0, sub);
+	yaml_mark_t m = c->ev.start_mark;
+	if (c->ev.type != YAML_MAPPING_START_EVENT)
+		return sbx_yaml_failm(c, m, "%s: expected a command line or {cmd, user}, got %s", sub, sbx_yaml_kind(&c->ev));
+	if (parse_map(c, sub, run_keys, SBX_ARRAY_LEN(run_keys), s, r, run_key, NULL) < 0)
+		return -1;
+	if (!r->cmd)
+		return sbx_yaml_failm(c, m, "%s: needs cmd", sub);
+	return 0;
+}
+
 static int v_run(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path)
 {
-	if (sbx_yaml_expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
-		return -1;
-	for (unsigned i = 0;; i++) {
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
-			return 0;
-		if (s->nrun == SBX_TMPLSPEC_RUN_MAX)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d steps", path, SBX_TMPLSPEC_RUN_MAX);
-		char sub[180];
-		snprintf(sub, sizeof sub, "%s[%u]", path, i);
-		struct sbx_tmplspec_run *r = &s->run[s->nrun];
-		memset(r, 0, sizeof *r);
-		s->nrun++; /* owned from here, so an error frees it */
-		if (c->ev.type == YAML_SCALAR_EVENT && !sbx_yaml_is_null(&c->ev)) {
-			if (run_key(c, s, r, 0, sub) < 0)
-				return -1;
-			continue;
-		}
-		yaml_mark_t m = c->ev.start_mark;
-		if (c->ev.type != YAML_MAPPING_START_EVENT)
-			return sbx_yaml_failm(c, m, "%s: expected a command line or {cmd, user}, got %s", sub, sbx_yaml_kind(&c->ev));
-		if (parse_map(c, sub, run_keys, SBX_ARRAY_LEN(run_keys), s, r, run_key, NULL) < 0)
-			return -1;
-		if (!r->cmd)
-			return sbx_yaml_failm(c, m, "%s: needs cmd", sub);
-	}
+	return sbx_yaml_seq(c, path, SBX_TMPLSPEC_RUN_MAX, "steps", run_item, s, NULL);
 }
 
 static int v_env(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path)

@@ -1,9 +1,9 @@
 /* Cloud Hypervisor's REST API as sbx speaks it: the request bodies and the
- * response parsers, apart from the transport (vmm_ch.c, libcurl on the API
- * socket), so the unit tests build every body through the code the backend
- * uses and check it against the OpenAPI schema, and feed every parser the
- * response shapes Cloud Hypervisor documents.  The backend itself is
- * sbx_vmm_cloud_hypervisor (vmm.h). */
+ * response parsers (vmm_ch_api.c), apart from the transport (vmm_ch.c,
+ * libcurl on the API socket), so the unit tests build every body through
+ * the code the backend uses and check it against the OpenAPI schema, and
+ * feed every parser the response shapes Cloud Hypervisor documents.  The
+ * backend itself is sbx_vmm_cloud_hypervisor (vmm.h). */
 #ifndef SBX_VMM_CH_H
 #define SBX_VMM_CH_H
 
@@ -63,6 +63,9 @@ struct sbx_ch_events {
  * is skipped up to the next object; an object larger than the buffer is
  * dropped. */
 int sbx_ch_events_feed(struct sbx_ch_events *ev, const char *data, size_t n);
+/* An enum sbx_vm_event's rank, 0 (none) to 3 (panic): the enum's order is
+ * not its severity. */
+int sbx_ch_event_severity(int k);
 
 /* The hybrid vsock handshake's reply, as read so far: 1 a complete
  * "OK <port>\n", 0 a prefix of one (read on), -1 anything else. */

@@ -274,6 +274,29 @@ const char *sbx_yaml_scalar(struct sbx_yaml *c, const char *path)
 	return (const char *)c->ev.data.scalar.value;
 }
 
+int sbx_yaml_seq(struct sbx_yaml *c, const char *path, unsigned max, const char *what, sbx_yaml_item_fn fn,
+		 void *obj, unsigned *count)
+{
+	if (sbx_yaml_expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
+		return -1;
+	unsigned i = 0;
+	for (;; i++) {
+		if (sbx_yaml_next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_SEQUENCE_END_EVENT)
+			break;
+		if (i == max)
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %u %s", path, max, what);
+		char ipath[180];
+		snprintf(ipath, sizeof ipath, "%s[%u]", path, i);
+		if (fn(c, obj, i, ipath) < 0)
+			return -1;
+	}
+	if (count)
+		*count = i;
+	return 0;
+}
+
 int sbx_yaml_open(struct sbx_yaml *c, const char *name, const uint8_t *buf, size_t n, unsigned depth_max,
 		  size_t scalar_max, struct sbx_err *err)
 {

@@ -45,6 +45,13 @@ int sbx_yaml_expect(struct sbx_yaml *c, yaml_event_type_t t, const char *path);
 /* The current event's value, which must be a non-null scalar; NULL with
  * err set. */
 const char *sbx_yaml_scalar(struct sbx_yaml *c, const char *path);
+/* A sequence at the current event, at most max items: fn is called at
+ * each item's first event with its index and path ("PATH[i]"); more
+ * than max is "PATH: more than MAX WHAT" ("entries", "steps").  *count
+ * (unless NULL) gets the number of items. */
+typedef int (*sbx_yaml_item_fn)(struct sbx_yaml *c, void *obj, unsigned i, const char *path);
+int sbx_yaml_seq(struct sbx_yaml *c, const char *path, unsigned max, const char *what, sbx_yaml_item_fn fn,
+		 void *obj, unsigned *count);
 /* Set err at a mark (or a line and column, 1-based); always -1. */
 int sbx_yaml_failm(struct sbx_yaml *c, yaml_mark_t m, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int sbx_yaml_failat(struct sbx_yaml *c, size_t line, size_t col, const char *fmt, ...)

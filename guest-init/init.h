@@ -1,8 +1,8 @@
 /* guest-init: PID 1 of every sbx guest.  Two halves:
- *  boot.c  - early userspace: mounts, module loading, root disk, switch
- *            root, cgroup2, hostname, loopback, finding the agent port;
- *  agent.c - the agent: frames from the host (common/proto.h), execs in
- *            their own cgroup, output, timeouts, reaping.
+ *  boot.c   - early userspace: mounts, module loading, root disk, switch
+ *             root, cgroup2, hostname, loopback, finding the agent port;
+ *  agent*.c - the agent (agent.h): frames from the host (common/proto.h),
+ *             execs in their own cgroup, output, timeouts, reaping.
  * main.c glues them; run outside a VM (`guest-init --agent-fd N`) it serves
  * the agent alone on an inherited fd, which the host-side tests use. */
 #ifndef SBX_GUEST_INIT_H

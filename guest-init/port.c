@@ -18,6 +18,7 @@
 
 #include "init.h"
 #include "port.h"
+#include "portwin.h"
 #include "proto.h"
 
 enum { ERR_INVALID = 3, ERR_NOTFOUND = 4, ERR_INTERNAL = 70, ERR_TEMP = 75 };
@@ -27,14 +28,7 @@ struct pconn {
 	uint32_t id, gen;
 	int connecting;
 	uint32_t events;      /* what epoll has for fd now */
-	struct sbx_buf w;     /* from the host, not yet written to fd */
-	size_t w_off;
-	uint32_t recv_used;   /* bytes from the host not yet given back by WINDOW */
-	uint32_t send_credit; /* bytes we may still send to the host */
-	int host_eof;         /* the host is done writing */
-	int host_eof_done;    /* ... and fd was shut down for writing */
-	int sock_eof;         /* fd read EOF: PORT_EOF sent */
-	int hup;              /* epoll said HUP: reported whatever we ask for */
+	struct sbx_portwin pw; /* the bytes both ways and their windows (the peer is the host) */
 };
 
 struct sbx_gports {
@@ -65,17 +59,9 @@ static uint64_t tag_of(const struct sbx_gports *g, const struct pconn *c)
 
 static void watch(struct sbx_gports *g, struct pconn *c)
 {
-	uint32_t want = 0;
 	if (c->fd < 0)
 		return;
-	if (c->connecting || c->w.len > c->w_off)
-		want |= EPOLLOUT;
-	if (!c->connecting && !c->sock_eof && c->send_credit && !g->paused)
-		want |= EPOLLIN;
-	/* HUP comes whatever the mask: with nothing to read it for, keep the
-	 * fd out of epoll (level-triggered, it would wake us forever). */
-	if (c->hup && !(want & EPOLLIN))
-		want = 0;
+	uint32_t want = sbx_portwin_events(&c->pw, c->connecting, !c->connecting && !g->paused);
 	if (want == c->events)
 		return;
 	struct epoll_event ev = { .events = want, .data.u64 = tag_of(g, c) };
@@ -90,7 +76,7 @@ static void release(struct sbx_gports *g, struct pconn *c)
 {
 	if (c->fd >= 0)
 		close(c->fd); /* closing unregisters it from epoll */
-	sbx_buf_free(&c->w);
+	sbx_portwin_free(&c->pw);
 	memset(c, 0, sizeof *c);
 	c->fd = -1;
 	g->nused--;
@@ -115,7 +101,7 @@ static void fail(struct sbx_gports *g, struct pconn *c, struct sbx_buf *out, uin
 /* Both directions done and everything written: the connection is over. */
 static void maybe_done(struct sbx_gports *g, struct pconn *c, struct sbx_buf *out)
 {
-	if (c->sock_eof && c->host_eof_done)
+	if (c->pw.sock_eof && c->pw.peer_eof_done)
 		fail(g, c, out, 0, NULL);
 }
 
@@ -127,68 +113,30 @@ static struct pconn *find(struct sbx_gports *g, uint32_t id)
 	return NULL;
 }
 
-static void credit(struct pconn *c, struct sbx_buf *out, uint32_t n)
-{
-	uint8_t le[4] = { (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24) };
-	if (!n)
-		return;
-	c->recv_used -= n;
-	sbx_frame_raw(out, SBX_F_PORT_WINDOW, c->id, le, 4);
-}
-
 static void pump_out(struct sbx_gports *g, struct pconn *c, struct sbx_buf *out)
 {
-	size_t wrote = 0;
-	while (c->w.len > c->w_off) {
-		ssize_t w = send(c->fd, c->w.data + c->w_off, c->w.len - c->w_off, MSG_NOSIGNAL);
-		if (w > 0) {
-			c->w_off += (size_t)w;
-			wrote += (size_t)w;
-		} else if (w < 0 && errno == EINTR) {
-			continue;
-		} else if (w < 0 && errno == EAGAIN) {
-			break;
-		} else {
-			return fail(g, c, out, ERR_NOTFOUND, "the guest server closed the connection");
-		}
-	}
-	if (c->w_off == c->w.len) {
-		sbx_buf_reset(&c->w);
-		c->w_off = 0;
-		if (c->host_eof && !c->host_eof_done) {
-			shutdown(c->fd, SHUT_WR);
-			c->host_eof_done = 1;
-		}
-	}
-	credit(c, out, (uint32_t)wrote);
-	if (c->host_eof_done && c->sock_eof)
+	ssize_t wrote = sbx_portwin_flush(&c->pw, c->fd, 0);
+	if (wrote < 0)
+		return fail(g, c, out, ERR_NOTFOUND, "the guest server closed the connection");
+	sbx_portwin_shut(&c->pw, c->fd);
+	sbx_portwin_credit(&c->pw, out, c->id, (uint32_t)wrote);
+	if (c->pw.peer_eof_done && c->pw.sock_eof)
 		return maybe_done(g, c, out);
 	watch(g, c);
 }
 
+static int paused(void *g)
+{
+	return ((struct sbx_gports *)g)->paused;
+}
+
 static void pump_in(struct sbx_gports *g, struct pconn *c, struct sbx_buf *out)
 {
-	static uint8_t buf[SBX_DATA_CHUNK];
-	for (int i = 0; i < 4 && c->send_credit && !g->paused; i++) {
-		size_t want = c->send_credit < sizeof buf ? c->send_credit : sizeof buf;
-		ssize_t r = recv(c->fd, buf, want, 0);
-		if (r > 0) {
-			c->send_credit -= (uint32_t)r;
-			sbx_frame_raw(out, SBX_F_PORT_DATA, c->id, buf, (uint32_t)r);
-			if ((size_t)r < want)
-				break;
-		} else if (r < 0 && errno == EINTR) {
-			continue;
-		} else if (r < 0 && errno == EAGAIN) {
-			break;
-		} else if (r == 0) {
-			c->sock_eof = 1;
-			sbx_frame_raw(out, SBX_F_PORT_EOF, c->id, NULL, 0);
-			return maybe_done(g, c, out);
-		} else {
-			return fail(g, c, out, ERR_NOTFOUND, "the guest server reset the connection");
-		}
-	}
+	int r = sbx_portwin_read(&c->pw, c->fd, 0, out, c->id, paused, g);
+	if (r > 0)
+		return maybe_done(g, c, out);
+	if (r < 0)
+		return fail(g, c, out, ERR_NOTFOUND, "the guest server reset the connection");
 	watch(g, c);
 }
 
@@ -227,7 +175,7 @@ static void on_connect(struct sbx_gports *g, const struct sbx_frame *f, struct s
 	c->used = 1;
 	c->id = f->stream;
 	c->gen = ++g->gen;
-	c->send_credit = SBX_PORT_WINDOW;
+	sbx_portwin_init(&c->pw);
 	g->nused++;
 	c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
@@ -245,13 +193,14 @@ static void on_connect(struct sbx_gports *g, const struct sbx_frame *f, struct s
 
 static void on_data(struct sbx_gports *g, struct pconn *c, const struct sbx_frame *f, struct sbx_buf *out)
 {
-	if (c->host_eof)
+	switch (sbx_portwin_data(&c->pw, f->payload, f->len)) {
+	case SBX_PORTWIN_AFTER_EOF:
 		return fail(g, c, out, ERR_INVALID, "data after the end of the host's data");
-	if (f->len > SBX_PORT_WINDOW - c->recv_used)
+	case SBX_PORTWIN_OVER:
 		return fail(g, c, out, ERR_INVALID, "data beyond the granted window");
-	c->recv_used += f->len;
-	if (sbx_buf_put(&c->w, f->payload, f->len) < 0)
+	case SBX_PORTWIN_NOMEM:
 		return fail(g, c, out, ERR_INTERNAL, "out of memory for forwarded data");
+	}
 	if (!c->connecting)
 		pump_out(g, c, out);
 }
@@ -263,19 +212,17 @@ void sbx_gports_frame(struct sbx_gports *g, const struct sbx_frame *f, struct sb
 	struct pconn *c = find(g, f->stream);
 	if (!c)
 		return; /* closed already, or never ours: see the top */
-	uint32_t more;
 	switch (f->type) {
 	case SBX_F_PORT_DATA:
 		on_data(g, c, f, out);
 		break;
 	case SBX_F_PORT_WINDOW:
-		if (sbx_tlv_as_u32(f->payload, f->len, &more) < 0 || more > SBX_PORT_WINDOW - c->send_credit)
+		if (sbx_portwin_window(&c->pw, f->payload, f->len) < 0)
 			return fail(g, c, out, ERR_INVALID, "window beyond what was sent");
-		c->send_credit += more;
 		watch(g, c);
 		break;
 	case SBX_F_PORT_EOF:
-		c->host_eof = 1;
+		c->pw.peer_eof = 1;
 		if (!c->connecting)
 			pump_out(g, c, out);
 		break;
@@ -299,7 +246,7 @@ void sbx_gports_io(struct sbx_gports *g, uint64_t tag, uint32_t events, struct s
 	if (events & EPOLLERR)
 		return fail(g, c, out, ERR_NOTFOUND, "the guest server reset the connection");
 	if (events & EPOLLHUP)
-		c->hup = 1;
+		c->pw.hup = 1;
 	uint32_t gen = c->gen;
 	if (events & EPOLLOUT)
 		pump_out(g, c, out);

@@ -82,6 +82,24 @@ static int agent_connect(struct mon *m, const struct sbx_vm_config *c, struct sb
 	return 0;
 }
 
+/* The disks after root and scratch, alike at a boot and a resume from
+ * suspend: the session's volumes (their images at vols[i]), then its
+ * workspace's disk, the one writable. */
+void mon_vm_volumes(struct mon *m, struct sbx_vm_config *c, char (*vols)[1200])
+{
+	for (unsigned i = 0; i < m->s.nvols; i++) {
+		c->vol_path[i] = vols[i];
+		c->vol_guest[i] = m->s.vols[i].guest;
+	}
+	c->nvols = m->s.nvols;
+	if (m->ws.lock_fd >= 0 && c->nvols < 8) {
+		c->vol_path[c->nvols] = m->ws.disk;
+		c->vol_guest[c->nvols] = SBX_WORKSPACE_GUEST;
+		c->vol_rw_mask |= 1u << c->nvols;
+		c->nvols++;
+	}
+}
+
 int mon_boot(struct mon *m, struct sbx_err *err)
 {
 	struct sbx_template t;
@@ -149,17 +167,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	};
 	if (sbx_cgroup_create(m->s.id, &cl, c.cg_fds, &c.cg_nfds, err) < 0)
 		return -1;
-	for (unsigned i = 0; i < m->s.nvols; i++) {
-		c.vol_path[i] = vols[i];
-		c.vol_guest[i] = m->s.vols[i].guest;
-	}
-	c.nvols = m->s.nvols;
-	if (m->ws.lock_fd >= 0 && c.nvols < 8) {
-		c.vol_path[c.nvols] = m->ws.disk;
-		c.vol_guest[c.nvols] = SBX_WORKSPACE_GUEST;
-		c.vol_rw_mask |= 1u << c.nvols;
-		c.nvols++;
-	}
+	mon_vm_volumes(m, &c, vols);
 	/* The proxy's listeners and the TAP are theirs once they run: the
 	 * monitor keeps none of the namespace. */
 	struct sbx_netns net = { -1, -1, -1, -1, -1, -1 };
@@ -191,13 +199,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 		close(c.cg_fds[i]);
 	m->vm.progress = NULL;
 	if (brc < 0) {
-		/* What the VMM said before it went is in the pipe still. */
-		char tail[200];
-		vmmout_drain_all(m);
-		sbx_log_tail(m->run_dfd, "vmm.log", tail, sizeof tail);
-		size_t l = strlen(err->msg);
-		if (tail[0] && !strstr(err->msg, tail) && l < sizeof err->msg - 1)
-			snprintf(err->msg + l, sizeof err->msg - l, "; vmm.log: %s", tail);
+		vmmout_explain(m, err);
 		return -1;
 	}
 	if (c.restore_dir && snap_restored(m, err) < 0)

@@ -254,6 +254,7 @@ void client_accept(struct mon *m);
 int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *wr, struct sbx_err *err);
 void vmmout_drain(struct mon *m, struct vmmout *o);
 void vmmout_drain_all(struct mon *m);
+void vmmout_explain(struct mon *m, struct sbx_err *err);
 void vmmout_close(struct vmmout *o);
 
 /* loop.c */
@@ -268,6 +269,7 @@ int mon_arm_ttl(struct mon *m);
 void mon_drop_workspace(struct mon *m, int failed);
 void mon_guest_poweroff(struct mon *m);
 int mon_boot(struct mon *m, struct sbx_err *err);
+void mon_vm_volumes(struct mon *m, struct sbx_vm_config *c, char (*vols)[1200]);
 
 /* claim.c */
 void claim_pool_park(struct mon *m);

@@ -29,17 +29,12 @@ static int agent_full(const struct mon *m)
 
 static void watch(struct mon *m, struct pconn *p)
 {
-	uint32_t want = 0;
-	if (p->w.len > p->w_off)
-		want |= EPOLLOUT;
-	if (!p->sock_eof && p->send_credit && m->agent.fd >= 0) {
-		if (!agent_full(m))
-			want |= EPOLLIN;
-		else
-			m->ports->starved = 1;
+	int may_read = !p->pw.sock_eof && p->pw.send_credit && m->agent.fd >= 0;
+	if (may_read && agent_full(m)) {
+		m->ports->starved = 1;
+		may_read = 0;
 	}
-	if (p->hup && !(want & EPOLLIN))
-		want = 0; /* HUP is reported whatever we ask: see guest-init/port.c */
+	uint32_t want = sbx_portwin_events(&p->pw, 0, may_read);
 	if (want == p->events)
 		return;
 	mon_ep_mod(m, &p->src, want, !p->events ? EPOLL_CTL_ADD : !want ? EPOLL_CTL_DEL : EPOLL_CTL_MOD);
@@ -55,7 +50,7 @@ static void conn_free(struct mon *m, struct pconn *p)
 			break;
 		}
 	close(p->src.fd); /* leaves the epoll set */
-	sbx_buf_free(&p->w);
+	sbx_portwin_free(&p->pw);
 	p->fwd->nconns--;
 	ps->nconns--;
 	free(p);
@@ -84,73 +79,41 @@ static struct pconn *conn_find(struct mon *m, uint32_t id)
 
 static void credit(struct mon *m, struct pconn *p, uint32_t n)
 {
-	uint8_t le[4] = { (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24) };
 	if (!n)
 		return;
-	p->recv_used -= n;
-	sbx_frame_raw(&m->aout, SBX_F_PORT_WINDOW, p->id, le, 4);
+	sbx_portwin_credit(&p->pw, &m->aout, p->id, n);
 	agent_flush(m);
 }
 
 /* Returns -1 when p is gone. */
 static int conn_write(struct mon *m, struct pconn *p)
 {
-	size_t wrote = 0;
-	while (p->w.len > p->w_off) {
-		ssize_t w = send(p->src.fd, p->w.data + p->w_off, p->w.len - p->w_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (w > 0) {
-			p->w_off += (size_t)w;
-			wrote += (size_t)w;
-		} else if (w < 0 && errno == EINTR) {
-			continue;
-		} else if (w < 0 && errno == EAGAIN) {
-			break;
-		} else {
-			port_conn_abort(m, p, NULL); /* the host client went away */
-			return -1;
-		}
+	ssize_t wrote = sbx_portwin_flush(&p->pw, p->src.fd, MSG_DONTWAIT);
+	if (wrote < 0) {
+		port_conn_abort(m, p, NULL); /* the host client went away */
+		return -1;
 	}
-	if (p->w_off == p->w.len) {
-		sbx_buf_reset(&p->w);
-		p->w_off = 0;
-		if (p->guest_closed) {
-			conn_free(m, p);
-			return -1;
-		}
-		if (p->guest_eof && !p->guest_eof_done) {
-			shutdown(p->src.fd, SHUT_WR);
-			p->guest_eof_done = 1;
-		}
+	if (sbx_portwin_drained(&p->pw) && p->guest_closed) {
+		conn_free(m, p);
+		return -1;
 	}
+	sbx_portwin_shut(&p->pw, p->src.fd);
 	if (!p->guest_closed)
 		credit(m, p, (uint32_t)wrote);
 	watch(m, p);
 	return 0;
 }
 
+static int aout_full(void *m)
+{
+	return agent_full(m);
+}
+
 static void conn_read(struct mon *m, struct pconn *p)
 {
-	uint8_t buf[SBX_DATA_CHUNK];
-	for (int i = 0; i < 4 && p->send_credit && !agent_full(m); i++) {
-		size_t want = p->send_credit < sizeof buf ? p->send_credit : sizeof buf;
-		ssize_t r = recv(p->src.fd, buf, want, MSG_DONTWAIT);
-		if (r > 0) {
-			p->send_credit -= (uint32_t)r;
-			sbx_frame_raw(&m->aout, SBX_F_PORT_DATA, p->id, buf, (uint32_t)r);
-			if ((size_t)r < want)
-				break;
-		} else if (r < 0 && errno == EINTR) {
-			continue;
-		} else if (r < 0 && errno == EAGAIN) {
-			break;
-		} else if (r == 0) {
-			p->sock_eof = 1;
-			sbx_frame_raw(&m->aout, SBX_F_PORT_EOF, p->id, NULL, 0);
-			break;
-		} else {
-			agent_flush(m);
-			return port_conn_abort(m, p, NULL);
-		}
+	if (sbx_portwin_read(&p->pw, p->src.fd, MSG_DONTWAIT, &m->aout, p->id, aout_full, m) < 0) {
+		agent_flush(m);
+		return port_conn_abort(m, p, NULL);
 	}
 	agent_flush(m);
 	watch(m, p);
@@ -181,7 +144,7 @@ static void accept_one(struct mon *m, struct fwd *f)
 	if (!++ps->next_id)
 		ps->next_id = 1;
 	p->id = ps->next_id;
-	p->send_credit = SBX_PORT_WINDOW;
+	sbx_portwin_init(&p->pw);
 	p->next = ps->conns;
 	ps->conns = p;
 	ps->nconns++;
@@ -209,7 +172,7 @@ void port_event(struct mon *m, struct src *s, uint32_t events)
 	if (events & EPOLLERR)
 		return port_conn_abort(m, p, NULL);
 	if (events & EPOLLHUP)
-		p->hup = 1;
+		p->pw.hup = 1;
 	if (events & EPOLLOUT && conn_write(m, p) < 0)
 		return;
 	if (events & (EPOLLIN | EPOLLHUP))
@@ -231,7 +194,7 @@ void port_tick(struct mon *m)
 void port_agent_frame(struct mon *m, const struct sbx_frame *f)
 {
 	struct pconn *p = conn_find(m, f->stream);
-	uint32_t more, code = 0;
+	uint32_t code = 0;
 	char msg[160] = "";
 	if (!p || p->guest_closed)
 		return; /* closed already, or never given: see the top */
@@ -240,22 +203,23 @@ void port_agent_frame(struct mon *m, const struct sbx_frame *f)
 		p->connected = 1;
 		break;
 	case SBX_F_PORT_DATA:
-		if (p->guest_eof || f->len > SBX_PORT_WINDOW - p->recv_used)
-			return port_conn_abort(m, p, p->guest_eof ? "data after the guest's end of data"
-							     : "data beyond the granted window");
-		p->recv_used += f->len;
-		if (sbx_buf_put(&p->w, f->payload, f->len) < 0)
+		switch (sbx_portwin_data(&p->pw, f->payload, f->len)) {
+		case SBX_PORTWIN_AFTER_EOF:
+			return port_conn_abort(m, p, "data after the guest's end of data");
+		case SBX_PORTWIN_OVER:
+			return port_conn_abort(m, p, "data beyond the granted window");
+		case SBX_PORTWIN_NOMEM:
 			return port_conn_abort(m, p, "out of memory");
+		}
 		conn_write(m, p);
 		break;
 	case SBX_F_PORT_WINDOW:
-		if (sbx_tlv_as_u32(f->payload, f->len, &more) < 0 || more > SBX_PORT_WINDOW - p->send_credit)
+		if (sbx_portwin_window(&p->pw, f->payload, f->len) < 0)
 			return port_conn_abort(m, p, "window beyond what was sent");
-		p->send_credit += more;
 		watch(m, p);
 		break;
 	case SBX_F_PORT_EOF:
-		p->guest_eof = 1;
+		p->pw.peer_eof = 1;
 		conn_write(m, p);
 		break;
 	case SBX_F_PORT_CLOSE:
@@ -271,7 +235,7 @@ void port_agent_frame(struct mon *m, const struct sbx_frame *f)
 		}
 		/* A clean end: what the guest sent before goes out first. */
 		p->guest_closed = 1;
-		if (p->w.len == p->w_off)
+		if (sbx_portwin_drained(&p->pw))
 			return conn_free(m, p);
 		watch(m, p);
 		break;

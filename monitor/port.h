@@ -4,6 +4,7 @@
 #define SBX_MON_PORT_H
 
 #include "mon.h"
+#include "portwin.h"
 
 #define FWD_MAX 16        /* forwards per session */
 #define FWD_CONNS_MAX 128 /* connections at once per forward; SBX_PORT_CONNS_MAX per session */
@@ -30,12 +31,8 @@ struct pconn {
 	uint32_t id;
 	int connected;        /* the guest said so */
 	uint32_t events;      /* in epoll now */
-	struct sbx_buf w;     /* from the guest, not yet written to the host socket */
-	size_t w_off;
-	uint32_t recv_used;   /* bytes from the guest not yet given back */
-	uint32_t send_credit; /* bytes the guest still has room for */
-	int guest_eof, guest_eof_done, guest_closed;
-	int sock_eof, hup;
+	struct sbx_portwin pw; /* the bytes both ways and their windows (the peer is the guest) */
+	int guest_closed;
 };
 
 struct mports {

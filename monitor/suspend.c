@@ -377,18 +377,9 @@ static int start_vmm(struct mon *m, struct sbx_err *err)
 	};
 	sbx_pkgcache_guest_params(&m->s.limits.packages, pkg_params, sizeof pkg_params);
 	c.guest_params = pkg_params;
-	for (unsigned i = 0; i < m->s.nvols; i++) {
+	for (unsigned i = 0; i < m->s.nvols; i++)
 		snprintf(vols[i], sizeof vols[i], "%s/sessions/%s/vol%u.img", m->st.lib, m->s.id, i);
-		c.vol_path[i] = vols[i];
-		c.vol_guest[i] = m->s.vols[i].guest;
-	}
-	c.nvols = m->s.nvols;
-	if (m->ws.lock_fd >= 0 && c.nvols < 8) {
-		c.vol_path[c.nvols] = m->ws.disk;
-		c.vol_guest[c.nvols] = SBX_WORKSPACE_GUEST;
-		c.vol_rw_mask |= 1u << c.nvols;
-		c.nvols++;
-	}
+	mon_vm_volumes(m, &c, vols);
 	/* The memory load runs uncapped, as a restore's does (snap_restored). */
 	struct sbx_cg_limits cl = { .memory = ((uint64_t)m->s.memory_mib + 512) << 20, .pids = 512 };
 	if (sbx_cgroup_create(sbx_session_cgroup(&m->s), &cl, c.cg_fds, &c.cg_nfds, err) < 0)
@@ -402,12 +393,7 @@ static int start_vmm(struct mon *m, struct sbx_err *err)
 	for (int i = 0; i < c.cg_nfds; i++)
 		close(c.cg_fds[i]);
 	if (rc < 0) {
-		char tail[200];
-		vmmout_drain_all(m);
-		sbx_log_tail(m->run_dfd, "vmm.log", tail, sizeof tail);
-		size_t l = strlen(err->msg);
-		if (tail[0] && !strstr(err->msg, tail) && l < sizeof err->msg - 1)
-			snprintf(err->msg + l, sizeof err->msg - l, "; vmm.log: %s", tail);
+		vmmout_explain(m, err);
 		close_outs(m);
 		return -1;
 	}

@@ -93,6 +93,18 @@ void vmmout_drain_all(struct mon *m)
 	vmmout_drain(m, &m->proxylog);
 }
 
+/* The VMM failed: what it said before it went, still in the pipe, ends
+ * err's message ("; vmm.log: ..."), unless the message has it already. */
+void vmmout_explain(struct mon *m, struct sbx_err *err)
+{
+	char tail[200];
+	vmmout_drain_all(m);
+	sbx_log_tail(m->run_dfd, "vmm.log", tail, sizeof tail);
+	size_t l = strlen(err->msg);
+	if (tail[0] && !strstr(err->msg, tail) && l < sizeof err->msg - 1)
+		snprintf(err->msg + l, sizeof err->msg - l, "; vmm.log: %s", tail);
+}
+
 void vmmout_close(struct vmmout *o)
 {
 	if (o->src.fd >= 0)

@@ -7,11 +7,13 @@ cd "$(dirname "$0")/.."
 B=build-fuzz
 SECS=${FUZZ_SECONDS:-60}
 mkdir -p "$B"
+# The policy module's files, which several parsers link.
+policy=(common/policy.c common/policy_check.c common/policy_json.c)
 for src in tests/fuzz/fuzz-*.c; do
 	name=$(basename "$src" .c)
 	case $name in
 	fuzz-policy)
-		deps=(common/policy.c common/units.c common/yamlstrict.c common/err.c common/util.c)
+		deps=("${policy[@]}" common/units.c common/yamlstrict.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
 	fuzz-tmplspec)
 		# state.c for the ID allowlist.
@@ -19,16 +21,19 @@ for src in tests/fuzz/fuzz-*.c; do
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson libbsd-overlay)" ;;
 	fuzz-hostconf)
 		# policy.c for its size parser.
-		deps=(common/hostconf.c common/policy.c common/units.c common/yamlstrict.c common/err.c common/util.c)
+		deps=(common/hostconf.c "${policy[@]}" common/units.c common/yamlstrict.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
 	fuzz-record|fuzz-ch)
 		deps=(common/*.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs $(sed -n 's/^PKGS = //p' Makefile))" ;;
 	fuzz-pkgcache)
-		# The cache's request head and index parsers; pkgcache.c links
-		# the audit trail and the deny list.
-		deps=(proxy/pkgcache.c common/audit.c common/state.c common/util.c common/err.c common/egress.c
-			common/policy.c common/units.c common/yamlstrict.c common/hostconf.c common/budget.c)
+		# The cache's request head and index parsers; the cache's files
+		# (all of proxy/ but the proxy itself) link the audit trail and
+		# the deny list.
+		deps=(proxy/pkgcache.c proxy/http.c proxy/names.c proxy/upstream.c proxy/pypi.c proxy/npm.c
+			proxy/store.c common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c
+			common/err.c common/egress.c "${policy[@]}" common/units.c common/yamlstrict.c common/hostconf.c
+			common/budget.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-tar)
 		# The checker alone (tarcheck.c is pure).
@@ -39,12 +44,12 @@ for src in tests/fuzz/fuzz-*.c; do
 		read -ra libs <<<"$(pkg-config --cflags jansson)" ;;
 	fuzz-audit)
 		# hostconf.c (and its size parser) for audit retention's settings.
-		deps=(common/audit.c common/state.c common/util.c common/err.c common/hostconf.c common/policy.c
-			common/units.c common/yamlstrict.c)
+		deps=(common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c common/err.c
+			common/hostconf.c "${policy[@]}" common/units.c common/yamlstrict.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-rootfs)
 		# The import unpacker: libarchive, jansson and libmd's SHA-256.
-		deps=(common/rootfs.c common/err.c common/util.c)
+		deps=(common/rootfs.c common/rootfs_tar.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libarchive libbsd-overlay libmd)" ;;
 	*)
 		deps=(common/proto.c)

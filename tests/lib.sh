@@ -135,3 +135,54 @@ test_net_hosts() {
 	# search skips it, so the lock can go.
 	exec {_net_lock}>&-
 }
+
+# A lying agent (t1520, t1910): lying_template TEMPLATE DIR SCRIPT [ARG...]
+# makes DIR a template with TEMPLATE's kernel, root disk and manifest and an
+# initramfs of its modules, the host's busybox and, as /init, a busybox
+# script that speaks the frame protocol on the real agent port of a real
+# microVM: it sends /hello.bin, answers the Nth EXEC with /execN.bin and
+# the Nth PORT_CONNECT with /portN.bin when there is one, and powers off at
+# SHUTDOWN.  `python3 SCRIPT ROOT ARG...` writes those frames beforehand
+# (tests/tools/lying-*.py); ROOT is $TEST_TMP/root-NAME for DIR .../X@NAME.
+# That is exactly the position of root in a guest that has taken over PID
+# 1 (ptrace, /proc/1/mem), without needing an exploit in the test.
+lying_template() {
+	local tmpl=$1 d=$2 script=$3 root=$TEST_TMP/root-${2##*@}
+	shift 3
+	mkdir -p "$d" "$root/bin"
+	(cd "$root" && busybox cpio -idm <"$tmpl/initrd.cpio" 2>/dev/null)
+	rm -f "$root/init"
+	cp "$(command -v busybox)" "$root/bin/busybox"
+	python3 "$script" "$root" "$@" || return 1
+	cat >"$root/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
+port=
+while [ -z "$port" ]; do
+	for p in /sys/class/virtio-ports/*; do
+		[ "$(cat "$p/name" 2>/dev/null)" = sbx.agent ] && port=/dev/${p##*/}
+	done
+	[ -n "$port" ] || sleep 0.05
+done
+exec 3<>"$port"
+cat /hello.bin >&3
+n=0 k=0
+while :; do
+	set -- $(dd bs=12 count=1 iflag=fullblock <&3 2>/dev/null | od -An -tu1 -v)
+	[ $# -eq 12 ] || continue
+	len=$(($1 + $2 * 256 + $3 * 65536 + $4 * 16777216))
+	[ "$len" -gt 0 ] && dd bs="$len" count=1 iflag=fullblock <&3 >/dev/null 2>&1
+	case $5 in
+	2) n=$((n + 1)); [ -f /exec$n.bin ] && cat /exec$n.bin >&3 ;;
+	25) k=$((k + 1)); [ -f /port$k.bin ] && cat /port$k.bin >&3 ;;
+	16) poweroff -f ;;
+	esac
+done
+INIT
+	chmod +x "$root/init"
+	cp "$tmpl/manifest.json" "$tmpl/vmlinux" "$d/"
+	ln -s "$tmpl/rootfs.ext4" "$d/rootfs.ext4"
+	"$SBX_BUILD/tools/sbx-mkcpio" -o "$d/initrd.cpio" "$root"
+}

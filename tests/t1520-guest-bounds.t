@@ -21,46 +21,10 @@ lib=$SBX_ROOT/var/lib/sbx
 top=$(cd "$(dirname "$0")/.." && pwd)
 run=$SBX_ROOT/run/sbx
 
-# lying_template NAME MODE: default@NAME, the default kernel and root disk,
-# an initramfs with the default's modules, busybox, the frames and the
-# script below as /init.
-lying_template() {
-	local d=$SBX_TEMPLATES/default@$1 root=$TEST_TMP/root-$1
-	mkdir -p "$d" "$root/bin"
-	(cd "$root" && busybox cpio -idm <"$tmpl/initrd.cpio" 2>/dev/null)
-	rm -f "$root/init"
-	cp /bin/busybox "$root/bin/busybox"
-	python3 "$here/tools/lying-guest.py" "$root" "$2" || return 1
-	cat >"$root/init" <<'EOF'
-#!/bin/busybox sh
-/bin/busybox --install -s /bin
-mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
-for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
-port=
-while [ -z "$port" ]; do
-	for p in /sys/class/virtio-ports/*; do
-		[ "$(cat "$p/name" 2>/dev/null)" = sbx.agent ] && port=/dev/${p##*/}
-	done
-	[ -n "$port" ] || sleep 0.05
-done
-exec 3<>"$port"
-cat /hello.bin >&3
-n=0
-while :; do
-	set -- $(dd bs=12 count=1 iflag=fullblock <&3 2>/dev/null | od -An -tu1 -v)
-	[ $# -eq 12 ] || continue
-	len=$(($1 + $2 * 256 + $3 * 65536 + $4 * 16777216))
-	[ "$len" -gt 0 ] && dd bs="$len" count=1 iflag=fullblock <&3 >/dev/null 2>&1
-	case $5 in
-	2) n=$((n + 1)); [ -f /exec$n.bin ] && cat /exec$n.bin >&3 ;;
-	16) poweroff -f ;;
-	esac
-done
-EOF
-	chmod +x "$root/init"
-	cp "$tmpl/manifest.json" "$tmpl/vmlinux" "$d/"
-	ln -s "$tmpl/rootfs.ext4" "$d/rootfs.ext4"
-	"$SBX_BUILD/tools/sbx-mkcpio" -o "$d/initrd.cpio" "$root"
+# liar NAME MODE: default@NAME, a lying agent (lib.sh) sending the frames
+# tests/tools/lying-guest.py writes for MODE.
+liar() {
+	lying_template "$tmpl" "$SBX_TEMPLATES/default@$1" "$here/tools/lying-guest.py" "$2"
 }
 
 if [ "$backend" != qemu ]; then
@@ -69,7 +33,7 @@ elif ! command -v python3 >/dev/null || ! command -v busybox >/dev/null; then
 	diag "python3 or busybox missing: no lying agent"
 else
 	# --- Finding 8: frames for an exec that has ended ----------------------
-	lying_template liar exit-flood
+	liar liar exit-flood
 	id=$(sbx-create -q -t default@liar); ok $? "a session whose agent lies comes up"
 	# The client of e1 reads nothing for now: the monitor's queue for it
 	# fills (8 MiB), the client lags and reads the rest from the files.
@@ -101,7 +65,7 @@ else
 	sbx-kill "$id"; ok $? "the lying session is destroyed"
 
 	# --- Finding 13: a guest's error text on the operator's terminal -------
-	lying_template liar2 error-text
+	liar liar2 error-text
 	id=$(sbx-create -q -t default@liar2); ok $? "a second lying session comes up"
 	sbx-exec "$id" -- x 2>"$TEST_TMP/err2"; rc=$?
 	is "$rc" 3 "the guest's ERROR code passes through"
@@ -115,7 +79,7 @@ else
 	sbx-kill "$id"
 
 	# --- Item 10: the host backstops an exec timeout the guest ignores ---
-	lying_template liar3 hang
+	liar liar3 hang
 	id=$(sbx-create -q -t default@liar3); ok $? "a session whose agent ignores timeouts"
 	out=$(sbx-exec --timeout 1s "$id" -- x); rc=$?
 	is "$rc" 124 "an exec the guest never ends is ended by the host at its timeout (124)"

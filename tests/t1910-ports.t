@@ -4,7 +4,7 @@
 # the default policy).  Real sessions, busybox httpd and nc in the guest,
 # curl and python on the host: fetches, a big download and upload intact,
 # a slow reader that stalls only itself, 1,000 connections one by one and
-# 1,000 more 50 at a time, a host port taken, a guest port nobody listens
+# 1,000 more 8 at a time, a host port taken, a guest port nobody listens
 # on, --rm, the end of the session, public addresses refused (in the
 # command and, handed a socket directly, in the monitor), policy for
 # tenants, sbx-ps --json, the audit trail.  The guest end alone, against a
@@ -92,15 +92,22 @@ is "$(sbx-exec "$id" -- echo alive)" alive "an exec runs while a connection's re
 is "$(curl -s --max-time 20 "http://$addr/")" hello-from-guest "and another connection is served"
 kill "$slow" 2>/dev/null; wait "$slow" 2>/dev/null
 
-# --- 1,000 connections one after another, 1,000 more 50 at a time -----------
+# --- 1,000 connections one after another, 1,000 more 8 at a time ------------
 n=0
 for i in $(seq 1000); do
 	[ "$(curl -s --max-time 20 "http://$addr/")" = hello-from-guest ] && n=$((n + 1))
 done
 is "$n" 1000 "1,000 sequential connections are all answered correctly"
-n=$(seq 1000 | xargs -P 50 -I{} curl -s --max-time 60 "http://$addr/" | grep -cx hello-from-guest)
-is "$n" 1000 "1,000 connections 50 at a time are all answered correctly"
-for i in $(seq 100); do
+# 8 at a time: busybox httpd listens with a backlog of 9 (xlisten(fd, 9)), so
+# more than that overflows its accept queue inside the guest; under a loaded
+# host TCG forks it slowly enough that some of those connections end in the
+# guest kernel's reset (ListenOverflows in the guest), which a client talking
+# to that server directly would see too.  What this checks is sbx's side:
+# concurrent forwarded connections, each answered, none lost.
+n=$(seq 1000 | xargs -P 8 -I{} curl -s --max-time 60 "http://$addr/" | grep -cx hello-from-guest)
+is "$n" 1000 "1,000 connections 8 at a time are all answered correctly"
+# Each close travels to the guest and back: a bound, generous for a loaded host.
+for i in $(seq 600); do
 	c=$(sbx-port --list --json "$id" | jq --arg a "$addr" '.[] | select(.address == $a) | .connections')
 	[ "$c" = 0 ] && break; sleep 0.1
 done
@@ -327,42 +334,8 @@ else
 	tmpl=$(ls -d "$SBX_TEMPLATES"/default@* | head -1)
 	mkdir -p "$TEST_TMP/templates"
 	ln -s "$tmpl" "$TEST_TMP/templates/"
-	d=$TEST_TMP/templates/default@liar root=$TEST_TMP/root-liar
-	mkdir -p "$d" "$root/bin"
-	(cd "$root" && busybox cpio -idm <"$tmpl/initrd.cpio" 2>/dev/null)
-	rm -f "$root/init"
-	cp "$(command -v busybox)" "$root/bin/busybox"
-	python3 "$here/tools/lying-port-guest.py" "$root"
-	cat >"$root/init" <<'EOF'
-#!/bin/busybox sh
-/bin/busybox --install -s /bin
-mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
-for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
-port=
-while [ -z "$port" ]; do
-	for p in /sys/class/virtio-ports/*; do
-		[ "$(cat "$p/name" 2>/dev/null)" = sbx.agent ] && port=/dev/${p##*/}
-	done
-	[ -n "$port" ] || sleep 0.05
-done
-exec 3<>"$port"
-cat /hello.bin >&3
-k=0
-while :; do
-	set -- $(dd bs=12 count=1 iflag=fullblock <&3 2>/dev/null | od -An -tu1 -v)
-	[ $# -eq 12 ] || continue
-	len=$(($1 + $2 * 256 + $3 * 65536 + $4 * 16777216))
-	[ "$len" -gt 0 ] && dd bs="$len" count=1 iflag=fullblock <&3 >/dev/null 2>&1
-	case $5 in
-	25) k=$((k + 1)); [ -f /port$k.bin ] && cat /port$k.bin >&3 ;;
-	16) poweroff -f ;;
-	esac
-done
-EOF
-	chmod +x "$root/init"
-	cp "$tmpl/manifest.json" "$tmpl/vmlinux" "$d/"
-	ln -s "$tmpl/rootfs.ext4" "$d/rootfs.ext4"
-	"$SBX_BUILD/tools/sbx-mkcpio" -o "$d/initrd.cpio" "$root"
+	d=$TEST_TMP/templates/default@liar
+	lying_template "$tmpl" "$d" "$here/tools/lying-port-guest.py"
 	liar=$(SBX_TEMPLATES=$TEST_TMP/templates sbx-create -q -t default@liar 2>/dev/null); ok $? "a session whose agent lies comes up"
 	la=$(sbx-port "$liar" 80); ok $? "a port is forwarded to it"
 	mpid=$(jq -r .monitor.pid "$SBX_ROOT/var/lib/sbx/sessions/$liar/session.json")
