@@ -1,6 +1,6 @@
 /* sbx-audit: list, filter and verify the audit trail.  Every listing mode
- * prints from the stored record through print_rec(), so text, JSON and
- * JSON lines cannot drift. */
+ * prints from the stored record through print_rec() and the one table
+ * printer, so text, JSON and JSON lines cannot drift. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,48 +13,23 @@
 #include "util.h"
 
 #define PROG "sbx-audit"
-#define USAGE                                                                                                 \
-	"usage: sbx-audit [-q] [--json|--jsonl] [--no-headers] [--session ID] [--tenant T] [--type TYPE]\n" \
-	"                 [--since TIME] [--until TIME]\n"                                                   \
-	"       sbx-audit [-q] [--json] [--tenant T] verify\n"                                               \
-	"       sbx-audit --chain [--tenant T]\n"
-
-enum mode { M_TEXT, M_QUIET, M_JSON, M_JSONL };
+static const char usage[] =
+	"usage: sbx-audit [-q] [--json|--jsonl] [--no-headers] [--session ID] [--tenant T] [--type TYPE]\n"
+	"                 [--since TIME] [--until TIME]\n"
+	"       sbx-audit [-q] [--json] [--tenant T] verify\n"
+	"       sbx-audit --chain [--tenant T]\n";
 
 struct out {
-	enum mode mode;
-	json_t *all; /* M_JSON */
+	enum sbx_cli_mode mode;
+	json_t *all; /* SBX_CLI_JSON */
 	size_t n;
 };
 
-/* Text must stay one line with tab-separated fields whatever a record
- * holds (a tampered log may hold anything). */
-static void put_escaped(const char *s)
-{
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '\t')
-			fputs("\\t", stdout);
-		else if (c == '\n')
-			fputs("\\n", stdout);
-		else if (c == '\\')
-			fputs("\\\\", stdout);
-		else if (c < 0x20 || c == 0x7f)
-			printf("\\x%02x", c);
-		else
-			putchar(c);
-	}
-}
-
-static void put_str(json_t *rec, const char *key)
-{
-	const char *v = json_string_value(json_object_get(rec, key));
-	put_escaped(v && *v ? v : "-");
-}
-
 /* Every field but the columns, as key=value in stored (sorted) order;
- * arrays and objects as compact JSON. */
-static void put_summary(json_t *rec)
+ * arrays and objects as compact JSON.  Text must stay one line with
+ * tab-separated fields whatever a record holds (a tampered log may hold
+ * anything): strings are escaped. */
+static void show_summary(const struct sbx_cli_table *t, json_t *rec, FILE *f)
 {
 	const char *k;
 	json_t *v;
@@ -63,58 +38,46 @@ static void put_summary(json_t *rec)
 		if (!strcmp(k, "seq") || !strcmp(k, "time") || !strcmp(k, "type") || !strcmp(k, "session") ||
 		    !strcmp(k, "prev"))
 			continue;
-		printf("%s%s=", any++ ? " " : "", k);
+		fprintf(f, "%s%s=", any++ ? " " : "", k);
 		if (json_is_string(v)) {
-			put_escaped(json_string_value(v));
+			sbx_cli_put_string(t, json_string_value(v), f);
 		} else if (json_is_real(v)) {
-			printf("%.6g", json_real_value(v));
+			fprintf(f, "%.6g", json_real_value(v));
 		} else {
 			/* compact JSON holds no raw tab or newline */
 			char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-			fputs(s ? s : "?", stdout);
+			fputs(s ? s : "?", f);
 			free(s);
 		}
 	}
 	if (!any)
-		putchar('-');
+		putc('-', f);
 }
+
+static const struct sbx_cli_col cols[] = {
+	{ "seq", "SEQ", NULL },		{ "time", "TIME", NULL },	     { "type", "TYPE", NULL },
+	{ "session", "SESSION", NULL }, { NULL, "SUMMARY", show_summary },
+};
+static const struct sbx_cli_table records_table = { SBX_CLI_COLS(cols), .key = { "seq", NULL, NULL },
+						     .flags = SBX_CLI_DASH_EMPTY | SBX_CLI_HEX_CR };
 
 static int print_rec(json_t *rec, void *ctx)
 {
 	struct out *o = ctx;
 	o->n++;
-	switch (o->mode) {
-	case M_JSON:
+	if (o->mode == SBX_CLI_JSON)
 		json_array_append(o->all, rec);
-		break;
-	case M_JSONL:
-		json_dumpf(rec, stdout, JSON_COMPACT);
-		putchar('\n');
-		break;
-	case M_QUIET:
-		printf("%lld\n", (long long)json_integer_value(json_object_get(rec, "seq")));
-		break;
-	case M_TEXT:
-		printf("%lld\t", (long long)json_integer_value(json_object_get(rec, "seq")));
-		put_str(rec, "time");
-		putchar('\t');
-		put_str(rec, "type");
-		putchar('\t');
-		put_str(rec, "session");
-		putchar('\t');
-		put_summary(rec);
-		putchar('\n');
-		break;
-	}
+	else
+		sbx_cli_table_row(&records_table, rec, o->mode);
 	return 0;
 }
 
-static int list(struct sbx_state *st, const struct sbx_audit_filter *f, enum mode mode, int headers, int json_err)
+static int list(struct sbx_state *st, const struct sbx_audit_filter *f, enum sbx_cli_mode mode, int headers,
+		int json_err)
 {
-	struct out o = { .mode = mode, .all = mode == M_JSON ? json_array() : NULL };
+	struct out o = { .mode = mode, .all = mode == SBX_CLI_JSON ? json_array() : NULL };
 	struct sbx_err err = { 0 };
-	if (mode == M_TEXT && headers)
-		puts("SEQ\tTIME\tTYPE\tSESSION\tSUMMARY");
+	sbx_cli_table_header(&records_table, mode, headers);
 	if (sbx_audit_read(st, f, print_rec, &o, &err) < 0) {
 		json_decref(o.all);
 		sbx_err_print(PROG, &err, json_err);
@@ -231,23 +194,21 @@ int main(int argc, char **argv)
 		case 'c': chain = 1; break;
 		case 'S': f.session = optarg; break;
 		case 'T': f.tenant = optarg; break;
-		case 'h': fputs(USAGE, stdout); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'j': json = 1; break;
 		case 'l': jsonl = 1; break;
 		case 'q': quiet = 1; break;
 		case 's': since = optarg; break;
 		case 't': f.type = optarg; break;
 		case 'u': until = optarg; break;
-		default: fputs(USAGE, stderr); return SBX_EXIT_USAGE;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
 	int do_verify = optind < argc && !strcmp(argv[optind], "verify");
 	int filtered = f.session || f.type || since || until;
 	if (argc - optind > do_verify || (json && jsonl) || (do_verify && (filtered || jsonl || chain)) ||
-	    (chain && (filtered || json || jsonl || quiet))) {
-		fputs(USAGE, stderr);
-		return SBX_EXIT_USAGE;
-	}
+	    (chain && (filtered || json || jsonl || quiet)))
+		return sbx_cli_usage(usage, 0);
 	struct sbx_err err = { 0 };
 	uint64_t now = sbx_now_ns();
 	if ((f.session && sbx_id_check(f.session, "session", &err) < 0) ||
@@ -266,7 +227,7 @@ int main(int argc, char **argv)
 		return err.code;
 	}
 	f.tenant = sbx_state_tenant(&st);
-	enum mode mode = json ? M_JSON : jsonl ? M_JSONL : quiet ? M_QUIET : M_TEXT;
+	enum sbx_cli_mode mode = jsonl ? SBX_CLI_JSONL : sbx_cli_mode_of(json, quiet);
 	int rc;
 	if (chain) {
 		rc = sbx_audit_chain(&st, f.tenant, chain_line, NULL, &err) < 0 ? err.code : 0;

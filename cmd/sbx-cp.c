@@ -13,9 +13,9 @@
 #include "vmctl.h"
 #include "transfer.h"
 
-static const char usage_text[] = "usage: sbx-cp [--json] [--no-resume] [--tenant TENANT] SRC... SESSION:DEST\n"
-				 "       sbx-cp [--json] [--no-resume] [--tenant TENANT] - SESSION:DEST\n"
-				 "       sbx-cp [--json] [--no-resume] [--tenant TENANT] SESSION:SRC DEST|-\n";
+static const char usage[] = "usage: sbx-cp [--json] [--no-resume] [--tenant TENANT] SRC... SESSION:DEST\n"
+			    "       sbx-cp [--json] [--no-resume] [--tenant TENANT] - SESSION:DEST\n"
+			    "       sbx-cp [--json] [--no-resume] [--tenant TENANT] SESSION:SRC DEST|-\n";
 
 /* "SESSION:/path": a valid session ID, a colon, an absolute path.  Anything
  * else is a host path ("./a:/b" names a host file). */
@@ -54,19 +54,17 @@ int main(int argc, char **argv)
 	int json = 0, no_resume = 0, c;
 	while ((c = getopt_long(argc, argv, "+hj", opts, NULL)) != -1) {
 		switch (c) {
-		case 'h': fputs(usage_text, stdout); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'j': json = 1; break;
 		case 'N': no_resume = 1; break;
 		case 'U': tenant = optarg; break;
-		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
 	int n = argc - optind;
 	char **ops = argv + optind, session[SBX_ID_MAX + 2];
-	if (n < 2) {
-		fputs(usage_text, stderr);
-		return SBX_EXIT_USAGE;
-	}
+	if (n < 2)
+		return sbx_cli_usage(usage, 0);
 	char *guest_msg = NULL;
 	struct sbx_cp_opts o = { .from_fd = -1, .to_fd = 1, .guest_msg = &guest_msg };
 	int upload = (o.guest_path = remote(ops[n - 1], session, sizeof session)) != NULL;

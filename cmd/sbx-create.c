@@ -16,15 +16,12 @@
 #include "template.h"
 #include "util.h"
 
-static void usage(FILE *f)
-{
-	fputs("usage: sbx-create [-q] [--json] [--dry-run] [-p POLICY] [--id ID]\n"
-	      "                  [-t TEMPLATE[@VERSION] | -s SNAPSHOT[@VERSION]]\n"
-	      "                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION] [--tenant TENANT]\n"
-	      "                  [--workspace NAME] [-v HOSTDIR:GUESTPATH:ro]...\n"
-	      "                  [--secret NAME=@FILE]... [-e NAME[=VALUE]]... [--env-file FILE]... [-w DIR]\n",
-	      f);
-}
+static const char usage[] =
+	"usage: sbx-create [-q] [--json] [--dry-run] [-p POLICY] [--id ID]\n"
+	"                  [-t TEMPLATE[@VERSION] | -s SNAPSHOT[@VERSION]]\n"
+	"                  [--cpus N] [--memory MiB] [--disk SIZE] [--ttl DURATION] [--tenant TENANT]\n"
+	"                  [--workspace NAME] [-v HOSTDIR:GUESTPATH:ro]...\n"
+	"                  [--secret NAME=@FILE]... [-e NAME[=VALUE]]... [--env-file FILE]... [-w DIR]\n";
 
 struct overrides {
 	unsigned vcpus, memory_mib; /* 0: not given */
@@ -61,22 +58,12 @@ static int effective_policy(const char *file, const struct overrides *ov, struct
 }
 
 /* Which of vCPUs, memory and disk the user chose (a restored VM keeps the
- * snapshot's and refuses others): the overrides, and the keys the policy
- * file sets, found by parsing it over zeroes. */
-static unsigned shape_set(const char *file, const struct overrides *ov)
+ * snapshot's and refuses others): the overrides and the policy file's keys. */
+static unsigned shape_of(const struct sbx_policy *p, const struct overrides *ov)
 {
-	static struct sbx_policy probe;
-	unsigned set = (ov->vcpus ? SBX_SHAPE_VCPUS : 0) | (ov->memory_mib ? SBX_SHAPE_MEMORY : 0) |
-		       (ov->disk ? SBX_SHAPE_DISK : 0);
-	size_t n = 0;
-	_cleanup_free_ char *buf = file ? sbx_read_small_at(AT_FDCWD, file, SBX_POLICY_FILE_MAX, &n) : NULL;
-	sbx_policy_defaults(&probe);
-	probe.resources.vcpus = 0;
-	probe.resources.memory = probe.resources.disk = 0;
-	if (buf && sbx_policy_parse(file, (const uint8_t *)buf, n, &probe, NULL) == 0)
-		set |= (probe.resources.vcpus ? SBX_SHAPE_VCPUS : 0) | (probe.resources.memory ? SBX_SHAPE_MEMORY : 0) |
-		       (probe.resources.disk ? SBX_SHAPE_DISK : 0);
-	return set;
+	return (ov->vcpus || p->set & SBX_POLICY_SET_VCPUS ? SBX_SHAPE_VCPUS : 0) |
+	       (ov->memory_mib || p->set & SBX_POLICY_SET_MEMORY ? SBX_SHAPE_MEMORY : 0) |
+	       (ov->disk || p->set & SBX_POLICY_SET_DISK ? SBX_SHAPE_DISK : 0);
 }
 
 /* --dry-run: which template -t (or -s, or the default) resolves to for
@@ -187,7 +174,7 @@ int main(int argc, char **argv)
 			env_files[o.nenv_files++] = optarg;
 			break;
 		case 'w': o.workdir = optarg; break;
-		case 'h': usage(stdout); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'i': o.id = optarg; break;
 		case 'j': json = 1; break;
 		case 'm':
@@ -213,13 +200,11 @@ int main(int argc, char **argv)
 				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "at most 8 -v volumes");
 			o.vols[o.nvols++] = optarg;
 			break;
-		default: usage(stderr); return SBX_EXIT_USAGE;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
-	if (optind != argc) {
-		usage(stderr);
-		return SBX_EXIT_USAGE;
-	}
+	if (optind != argc)
+		return sbx_cli_usage(usage, 0);
 	o.env = env;
 	o.env_files = env_files;
 	if (effective_policy(policy, &ov, &pol, &err) < 0) {
@@ -241,7 +226,7 @@ int main(int argc, char **argv)
 	o.vcpus = pol.resources.vcpus;
 	o.memory_mib = (unsigned)(pol.resources.memory >> 20);
 	o.policy = &pol;
-	o.shape_set = shape_set(policy, &ov);
+	o.shape_set = shape_of(&pol, &ov);
 	o.progress_fd = quiet ? -1 : 2; /* a restore's, on a terminal */
 	struct sbx_state st;
 	struct sbx_session s;

@@ -19,9 +19,7 @@
 #include "vmctl.h"
 #include "units.h"
 
-#define EXEC_FAILED 125
-
-static const char usage_text[] =
+static const char usage[] =
 	"usage: sbx-exec [-dit] [-w DIR] [-e NAME[=VALUE]]... [-u USER] [--timeout DURATION] [--json]\n"
 	"                [--resume | --no-resume] [--tenant TENANT] SESSION [--] COMMAND [ARG]...\n"
 	"       sbx-exec --wait EXEC [--timeout DURATION] [--json] [--tenant TENANT] SESSION\n"
@@ -60,6 +58,20 @@ static int add_env(struct sbx_exec_req *r, const char *kv)
 	return 0;
 }
 
+/* Report an error of sbx-exec's own and give its exit status, the one
+ * place that maps them: 2, 3 and 4 are ours before the command ran;
+ * anything else is 125, so a command's own 70 or 75 cannot be mistaken
+ * for ours. */
+static int report(struct sbx_err *err, const char *session, int json)
+{
+	if (session)
+		snprintf(err->session, sizeof err->session, "%s", session);
+	sbx_err_print("sbx-exec", err, json);
+	return err->code == SBX_EXIT_USAGE || err->code == SBX_EXIT_INVALID || err->code == SBX_EXIT_NOENT
+		       ? err->code
+		       : SBX_EXIT_EXEC_FAILED;
+}
+
 /* --since N (both streams) or OUT,ERR; -1 when bad. */
 static int parse_since(const char *s, uint64_t *out, uint64_t *err)
 {
@@ -93,10 +105,7 @@ static int suspend_hook(const char *session, const char *tenant, int no_resume, 
 		sbx_state_close(&st);
 		return 0;
 	}
-	snprintf(err.session, sizeof err.session, "%s", session);
-	sbx_err_print("sbx-exec", &err, json);
-	return err.code == SBX_EXIT_USAGE || err.code == SBX_EXIT_INVALID || err.code == SBX_EXIT_NOENT ? err.code
-												   : EXEC_FAILED;
+	return report(&err, session, json);
 }
 
 static int attach(const char *session, const char *exec, const struct sbx_attach_opts *ao, const char *tenant)
@@ -106,15 +115,11 @@ static int attach(const char *session, const char *exec, const struct sbx_attach
 	int status, lost, rc;
 	signal(SIGPIPE, SIG_IGN);
 	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0 ||
-	    (rc = sbx_exec_attach(&st, session, exec, ao, &status, &lost, &err)) < 0) {
-		sbx_err_print("sbx-exec", &err, 0);
-		return err.code == SBX_EXIT_USAGE || err.code == SBX_EXIT_INVALID || err.code == SBX_EXIT_NOENT
-			       ? err.code
-			       : EXEC_FAILED;
-	}
+	    (rc = sbx_exec_attach(&st, session, exec, ao, &status, &lost, &err)) < 0)
+		return report(&err, NULL, 0);
 	if (rc > 0) {
 		fprintf(stderr, "sbx-exec: detached from %s, which goes on running\n", exec);
-		return 128 + rc;
+		return SBX_EXIT_SIGNAL + rc;
 	}
 	if (lost)
 		fprintf(stderr, "sbx-exec: error: session %s was lost while %s ran\n", session, exec);
@@ -124,8 +129,8 @@ static int attach(const char *session, const char *exec, const struct sbx_attach
 static int exit_status(const struct sbx_exit_info *e)
 {
 	switch (e->reason) {
-	case SBX_R_TIMEOUT: return 124;
-	case SBX_R_SESSION_LOST: return EXEC_FAILED;
+	case SBX_R_TIMEOUT: return SBX_EXIT_EXEC_TIMEOUT;
+	case SBX_R_SESSION_LOST: return SBX_EXIT_EXEC_FAILED;
 	default: return (int)e->status;
 	}
 }
@@ -177,9 +182,7 @@ static int wait_or_output(const char *session, const char *wait_exec, const char
 	json_decref(r);
 	return status;
 fail:
-	sbx_err_print("sbx-exec", &err, json);
-	return err.code == SBX_EXIT_USAGE || err.code == SBX_EXIT_INVALID || err.code == SBX_EXIT_NOENT ? err.code
-												   : EXEC_FAILED;
+	return report(&err, NULL, json);
 }
 
 int main(int argc, char **argv)
@@ -214,9 +217,9 @@ int main(int argc, char **argv)
 		case 'd': o.detach = 1; break;
 		case 'e':
 			if (add_env(&o.req, optarg) < 0)
-				return EXEC_FAILED;
+				return SBX_EXIT_EXEC_FAILED;
 			break;
-		case 'h': fputs(usage_text, stdout); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'i': interactive = 1; break;
 		case 'j': json = 1; break;
 		case 'T':
@@ -249,47 +252,37 @@ int main(int argc, char **argv)
 			since = optarg;
 			break;
 		case 'U': tenant = optarg; break;
-		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
 	if (resume && no_resume)
 		return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "--resume and --no-resume contradict each other");
 	if (attach_exec) {
-		if (argc - optind != 1 || wait_exec || output_exec || o.detach || json) {
-			fputs(usage_text, stderr);
-			return SBX_EXIT_USAGE;
-		}
+		if (argc - optind != 1 || wait_exec || output_exec || o.detach || json)
+			return sbx_cli_usage(usage, 0);
 		int w = suspend_hook(argv[optind], tenant, no_resume, json); /* a suspended session runs first */
 		return w ? w : attach(argv[optind], attach_exec, &ao, tenant);
 	}
 	if (since)
 		return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "--since goes with --attach");
 	if (wait_exec || output_exec) {
-		if (argc - optind != 1 || (wait_exec && output_exec)) {
-			fputs(usage_text, stderr);
-			return SBX_EXIT_USAGE;
-		}
+		if (argc - optind != 1 || (wait_exec && output_exec))
+			return sbx_cli_usage(usage, 0);
 		return wait_or_output(argv[optind], wait_exec, output_exec, o.req.timeout_ms, json, tenant);
 	}
-	if (argc - optind < 2) {
-		fputs(usage_text, stderr);
-		return SBX_EXIT_USAGE;
-	}
+	if (argc - optind < 2)
+		return sbx_cli_usage(usage, 0);
 	const char *session = argv[optind++];
 	if (!strcmp(argv[optind], "--"))
 		optind++;
-	if (optind >= argc) {
-		fputs(usage_text, stderr);
-		return SBX_EXIT_USAGE;
-	}
+	if (optind >= argc)
+		return sbx_cli_usage(usage, 0);
 	if (o.req.cwd && o.req.cwd[0] != '/')
 		return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json, "-w takes an absolute path in the guest");
 	o.req.argv = argv + optind;
 	o.req.argc = (size_t)(argc - optind);
 	if (interactive && !o.detach)
 		o.in_fd = 0;
-	if (json)
-		o.out_fd = o.err_fd = -1;
 	if (tty) {
 		o.req.flags |= SBX_EXEC_PTY;
 		if (isatty(0)) {
@@ -335,15 +328,8 @@ int main(int argc, char **argv)
 		free(env[i]);
 	free(env);
 	free(o.req.cwd);
-	if (rc < 0) {
-		snprintf(err.session, sizeof err.session, "%s", session);
-		sbx_err_print("sbx-exec", &err, json);
-		/* 2/3/4 are ours before the command ran; anything else is 125,
-		 * so a command's own 70 or 75 cannot be mistaken for ours. */
-		return err.code == SBX_EXIT_USAGE || err.code == SBX_EXIT_INVALID || err.code == SBX_EXIT_NOENT
-			       ? err.code
-			       : EXEC_FAILED;
-	}
+	if (rc < 0)
+		return report(&err, session, json);
 	if (o.detach) {
 		if (json)
 			printf("{\"schema\":1,\"exec\":\"%s\",\"session\":\"%s\"}\n", r.exec_id, session);

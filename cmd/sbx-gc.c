@@ -10,30 +10,50 @@
 #include "gc.h"
 #include "policy.h"
 
+static const char usage[] = "usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--pool-only] [--json]\n";
+
+/* The object column: the session, or the workspace as NAME or TENANT/NAME. */
+static void show_object(const struct sbx_cli_table *t, json_t *row, FILE *f)
+{
+	const char *ws = json_string_value(json_object_get(row, "workspace"));
+	const char *tenant = json_string_value(json_object_get(row, "tenant"));
+	if (!ws) {
+		sbx_cli_put_value(t, json_object_get(row, "session"), f);
+		return;
+	}
+	if (tenant) {
+		sbx_cli_put_string(t, tenant, f);
+		putc('/', f);
+	}
+	sbx_cli_put_string(t, ws, f);
+}
+
+static const struct sbx_cli_col cols[] = { { "action", NULL, NULL }, { "session", NULL, show_object }, { "detail", NULL, NULL } };
+static const struct sbx_cli_table actions_table = { SBX_CLI_COLS(cols) };
+
 struct out {
-	json_t *arr;
+	json_t *arr; /* --json: the actions, printed at the end */
 	unsigned reclaimed;
 };
 
+/* An action as it happens: a line for cron's mail, or a row of the JSON. */
 static void print_action(const struct sbx_gc_action *a, void *ctx)
 {
 	struct out *o = ctx;
 	o->reclaimed += (unsigned)sbx_gc_action_reclaims(a->action);
+	json_t *row;
 	if (a->workspace) {
-		/* The object column names the workspace: NAME, or TENANT/NAME. */
 		int t = a->tenant && a->tenant[0];
-		if (o->arr)
-			json_array_append_new(o->arr, json_pack("{s:s, s:s, s:s?, s:s?, s:s}", "action", a->action,
-								"workspace", a->workspace, "tenant", t ? a->tenant : NULL,
-								"session", a->session[0] ? a->session : NULL, "detail",
-								a->detail));
-		else
-			printf("%s\t%s%s%s\t%s\n", a->action, t ? a->tenant : "", t ? "/" : "", a->workspace, a->detail);
-	} else if (o->arr) {
-		json_array_append_new(o->arr, json_pack("{s:s, s:s, s:s}", "action", a->action, "session", a->session,
-							"detail", a->detail));
+		row = json_pack("{s:s, s:s, s:s?, s:s?, s:s}", "action", a->action, "workspace", a->workspace, "tenant",
+				t ? a->tenant : NULL, "session", a->session[0] ? a->session : NULL, "detail", a->detail);
 	} else {
-		printf("%s\t%s\t%s\n", a->action, a->session, a->detail);
+		row = json_pack("{s:s, s:s, s:s}", "action", a->action, "session", a->session, "detail", a->detail);
+	}
+	if (o->arr)
+		json_array_append_new(o->arr, row);
+	else {
+		sbx_cli_table_row(&actions_table, row, SBX_CLI_TEXT);
+		json_decref(row);
 	}
 }
 
@@ -55,17 +75,15 @@ int main(int argc, char **argv)
 			if (sbx_parse_duration_ms(optarg, &o.grace_ms) < 0)
 				return sbx_cli_fail("sbx-gc", SBX_EXIT_USAGE, json, "bad --grace '%s'", optarg);
 			break;
-		case 'h': puts("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--pool-only] [--json]"); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'j': json = 1; break;
 		case 'n': o.dry_run = 1; break;
 		case 'P': o.pool_only = 1; break;
-		default: fputs("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--pool-only] [--json]\n", stderr); return 2;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
-	if (optind != argc) {
-		fputs("usage: sbx-gc [-n|--dry-run] [--grace DURATION] [--pool-only] [--json]\n", stderr);
-		return SBX_EXIT_USAGE;
-	}
+	if (optind != argc)
+		return sbx_cli_usage(usage, 0);
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
 	struct out out = { .arr = json ? json_array() : NULL };

@@ -8,13 +8,14 @@
 #include "execrec.h"
 #include "session.h"
 
+static const char usage[] = "usage: sbx-kill [--json] [--tenant TENANT] SESSION...\n"
+			    "       sbx-kill --exec EXEC [--json] [--tenant TENANT] SESSION\n";
+
 /* --exec EXEC SESSION: end one exec's whole process tree. */
 static int kill_exec(int argc, char **argv, const char *exec, int json, const char *tenant)
 {
-	if (argc != 1) {
-		fputs("usage: sbx-kill --exec EXEC SESSION\n", stderr);
-		return SBX_EXIT_USAGE;
-	}
+	if (argc != 1)
+		return sbx_cli_usage(usage, 0);
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
 	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0 ||
@@ -39,10 +40,10 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'x': exec = optarg; break;
-		case 'h': puts("usage: sbx-kill [--json] [--tenant TENANT] SESSION...\n       sbx-kill --exec EXEC [--json] [--tenant TENANT] SESSION"); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'j': json = 1; break;
 		case 'U': tenant = optarg; break;
-		default: fputs("usage: sbx-kill [--json] [--tenant TENANT] SESSION...\n       sbx-kill --exec EXEC [--json] [--tenant TENANT] SESSION\n", stderr); return SBX_EXIT_USAGE;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
 	if (exec)
@@ -51,8 +52,7 @@ int main(int argc, char **argv)
 	char **ids = sbx_cli_ids(argc - optind, argv + optind, &n);
 	if (!ids || (n == 0 && isatty(0))) {
 		sbx_cli_free_ids(ids);
-		fputs("usage: sbx-kill [--json] [--tenant TENANT] SESSION...\n       sbx-kill --exec EXEC [--json] [--tenant TENANT] SESSION\n", stderr);
-		return SBX_EXIT_USAGE;
+		return sbx_cli_usage(usage, 0);
 	}
 	/* IDs from a pipe that carried none: nothing to do, as with xargs -r,
 	 * so `sbx-ps -q --state=crashed | sbx-kill` works when none crashed. */

@@ -9,10 +9,10 @@
 #include "cli.h"
 #include "portfwd.h"
 
-#define USAGE                                                                                            \
-	"usage: sbx-port [--json] [--tenant TENANT] [--listen ADDRESS:PORT | --unix PATH] SESSION GUESTPORT\n" \
-	"       sbx-port --rm [--json] [--tenant TENANT] SESSION GUESTPORT|ADDRESS\n"                           \
-	"       sbx-port --list [-q] [--json] [--no-headers] [--tenant TENANT] SESSION\n"
+static const char usage[] =
+	"usage: sbx-port [--json] [--tenant TENANT] [--listen ADDRESS:PORT | --unix PATH] SESSION GUESTPORT\n"
+	"       sbx-port --rm [--json] [--tenant TENANT] SESSION GUESTPORT|ADDRESS\n"
+	"       sbx-port --list [-q] [--json] [--no-headers] [--tenant TENANT] SESSION\n";
 
 static json_t *entry_json(const char *session, const struct sbx_port_entry *e, const char *last_error)
 {
@@ -24,6 +24,12 @@ static json_t *entry_json(const char *session, const struct sbx_port_entry *e, c
 	return o;
 }
 
+static const struct sbx_cli_col cols[] = {
+	{ "guest_port", "GUEST_PORT", NULL }, { "address", "ADDRESS", NULL }, { "connections", "CONNECTIONS", NULL },
+	{ "accepted", "ACCEPTED", NULL },     { "refused", "REFUSED", NULL },
+};
+static const struct sbx_cli_table forwards_table = { SBX_CLI_COLS(cols), .key = { "address", NULL, NULL } };
+
 static int list(struct sbx_state *st, const char *session, int json, int quiet, int headers)
 {
 	struct sbx_port_entry e[SBX_PORTFWD_LIST_MAX];
@@ -34,23 +40,11 @@ static int list(struct sbx_state *st, const char *session, int json, int quiet, 
 		sbx_err_print("sbx-port", &err, json);
 		return err.code;
 	}
-	if (json) {
-		json_t *a = json_array();
-		for (size_t i = 0; i < n; i++)
-			json_array_append_new(a, entry_json(session, &e[i], errs[i]));
-		json_dumpf(a, stdout, JSON_INDENT(2));
-		putchar('\n');
-		json_decref(a);
-		return 0;
-	}
-	if (headers && !quiet)
-		puts("GUEST_PORT\tADDRESS\tCONNECTIONS\tACCEPTED\tREFUSED");
+	json_t *a = json_array();
 	for (size_t i = 0; i < n; i++)
-		if (quiet)
-			puts(e[i].addr);
-		else
-			printf("%u\t%s\t%u\t%llu\t%llu\n", e[i].port, e[i].addr, e[i].conns,
-			       (unsigned long long)e[i].accepted, (unsigned long long)e[i].refused);
+		json_array_append_new(a, entry_json(session, &e[i], errs[i]));
+	sbx_cli_print_table(&forwards_table, a, sbx_cli_mode_of(json, quiet), headers);
+	json_decref(a);
 	return 0;
 }
 
@@ -72,7 +66,7 @@ int main(int argc, char **argv)
 	const char *listen = NULL, *unix_path = NULL, *tenant = NULL;
 	while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
 		switch (c) {
-		case 'h': fputs(USAGE, stdout); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'H': headers = 0; break;
 		case 'j': json = 1; break;
 		case 'l': ls = 1; break;
@@ -81,14 +75,12 @@ int main(int argc, char **argv)
 		case 'r': rm = 1; break;
 		case 'U': tenant = optarg; break;
 		case 'u': unix_path = optarg; break;
-		default: fputs(USAGE, stderr); return SBX_EXIT_USAGE;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
 	int nargs = argc - optind;
-	if (rm + ls > 1 || (listen && unix_path) || ((rm || ls) && (listen || unix_path)) || nargs != (ls ? 1 : 2)) {
-		fputs(USAGE, stderr);
-		return SBX_EXIT_USAGE;
-	}
+	if (rm + ls > 1 || (listen && unix_path) || ((rm || ls) && (listen || unix_path)) || nargs != (ls ? 1 : 2))
+		return sbx_cli_usage(usage, 0);
 	const char *session = argv[optind];
 	struct sbx_state st;
 	struct sbx_err err = { 0 };

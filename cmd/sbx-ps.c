@@ -5,71 +5,43 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "cli.h"
 #include "capacity.h"
-#include "cgroup.h"
 #include "egress.h"
 #include "execrec.h"
-#include "portfwd.h"
 #include "session.h"
-#include "template.h"
 #include "util.h"
+#include "view.h"
 #include "workspace.h"
 
-static const char *const cols[] = { "id", "state", "accel", "vcpus", "memory_mib", "template", "execs", "age_s",
-				    "cpu_s", "memory_peak_bytes", "disk_written_bytes", "ttl_left_s", "tenant",
-				    "template_owner" };
+static const char usage[] =
+	"usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n"
+	"       sbx-ps --execs SESSION [-q] [--json]\n"
+	"       sbx-ps --net SESSION [--json] [--no-headers]\n"
+	"       sbx-ps --capacity [--json]\n"
+	"       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT] [NAME...]\n";
 
-/* Usage, host-measured where it can be: the VMM's cgroup while the VM
- * runs, the figures saved at its end afterwards; the overlay's allocated
- * blocks for disk written.  Allocation (vCPU-seconds, GiB-seconds) is what a
- * bill is made of; CPU-seconds is what was used. */
-static void add_metrics(struct sbx_state *st, const struct sbx_session *s, json_t *o, uint64_t now)
-{
-	uint64_t cpu_ns = s->cpu_ns, peak = s->mem_peak;
-	const char *state = json_string_value(json_object_get(o, "state"));
-	if (state && (sbx_state_up(state) || !strcmp(state, "pooled")))
-		sbx_cgroup_usage(sbx_session_cgroup(s), &cpu_ns, &peak);
-	uint64_t end = s->ended_ns ? s->ended_ns : now;
-	double life = end > s->created_ns ? (double)(end - s->created_ns) / 1e9 : 0;
-	struct stat sb;
-	char ov[SBX_ID_MAX + 32];
-	snprintf(ov, sizeof ov, "%s/scratch.img", s->id);
-	uint64_t disk = fstatat(st->sessions_fd, ov, &sb, AT_SYMLINK_NOFOLLOW) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
-	json_object_set_new(o, "cpu_s", json_real((double)cpu_ns / 1e9));
-	json_object_set_new(o, "memory_peak_bytes", json_integer((json_int_t)peak));
-	json_object_set_new(o, "disk_written_bytes", json_integer((json_int_t)disk));
-	/* Its life split by what the VM held: vCPUs only while running, its
-	 * memory while running or paused, neither while suspended to disk. */
-	double run, paused, susp;
-	sbx_session_times(s, now, &run, &paused, &susp);
-	(void)life;
-	json_object_set_new(o, "running_s", json_real(run));
-	json_object_set_new(o, "paused_s", json_real(paused));
-	json_object_set_new(o, "suspended_s", json_real(susp));
-	json_object_set_new(o, "suspends", json_integer(s->suspends));
-	json_object_set_new(o, "vcpu_seconds", json_real(run * s->vcpus));
-	json_object_set_new(o, "gib_seconds", json_real((run + paused) * s->memory_mib / 1024.0));
-	json_object_set_new(o, "cpu_seconds_used", json_real((double)cpu_ns / 1e9));
-	/* The TTL runs on the wall clock, or (lifecycle.ttl_counts: running)
-	 * only while the VM runs. */
-	if (s->limits.ttl_ms && state && sbx_state_live(state)) {
-		uint64_t ttl = s->limits.ttl_ms * 1000000u, left;
-		if (s->limits.ttl_running) {
-			uint64_t used = (uint64_t)(run * 1e9);
-			left = used < ttl ? ttl - used : 0;
-		} else {
-			uint64_t exp = s->created_ns + ttl;
-			left = exp > now ? exp - now : 0;
-		}
-		json_object_set_new(o, "ttl_left_s", json_integer((json_int_t)(left / 1000000000u)));
-	}
-}
+static const struct sbx_cli_col cols[] = {
+	{ "id", "ID", NULL },
+	{ "state", "STATE", NULL },
+	{ "accel", "ACCEL", NULL },
+	{ "vcpus", "VCPUS", NULL },
+	{ "memory_mib", "MEM_MIB", NULL },
+	{ "template", "TEMPLATE", NULL },
+	{ "execs", "EXECS", NULL },
+	{ "age_s", "AGE_S", NULL },
+	{ "cpu_s", "CPU_S", NULL },
+	{ "memory_peak_bytes", "MEM_PEAK", NULL },
+	{ "disk_written_bytes", "DISK_WRITTEN", NULL },
+	{ "ttl_left_s", "TTL_LEFT_S", NULL },
+	{ "tenant", "TENANT", NULL },
+	{ "template_owner", "TEMPLATE_OWNER", NULL },
+};
+static const struct sbx_cli_table sessions_table = { SBX_CLI_COLS(cols), .key = { "id", NULL, NULL } };
 
 /* Prometheus text exposition, for node_exporter's textfile collector. */
 static void print_prometheus(json_t *all)
@@ -111,94 +83,38 @@ static void print_prometheus(json_t *all)
 	}
 }
 
-static json_t *session_json(struct sbx_state *st, const char *id)
+/* The command line, its words joined by spaces ("-" for none). */
+static void show_argv(const struct sbx_cli_table *t, json_t *row, FILE *f)
 {
-	struct sbx_session s;
-	struct sbx_err e = { 0 };
-	/* "schema" versions the object (docs/json.md); "session" is the name
-	 * every other output uses for a session ID, "id" the older one here. */
-	if (sbx_session_lookup(st, id, &s, &e) < 0 && st->tenant[0])
-		return NULL; /* not the tenant's: not there */
-	if (!s.id[0])
-		return json_pack("{s:i, s:s, s:s, s:s, s:s}", "schema", 1, "id", id, "session", id, "state", "corrupt",
-				 "error", e.msg);
-	unsigned execs = 0;
-	int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	int xfd = dfd >= 0 ? openat(dfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-	DIR *d = xfd >= 0 ? fdopendir(xfd) : NULL;
-	for (struct dirent *de; d && (de = readdir(d));)
-		execs += de->d_name[0] == 'e';
-	if (d)
-		closedir(d);
-	if (dfd >= 0)
-		close(dfd);
-	char tmpl[140], created[40];
-	snprintf(tmpl, sizeof tmpl, "%s@%s", s.tmpl_name, s.tmpl_version);
-	sbx_fmt_time(s.created_ns, created, sizeof created);
-	uint64_t now = sbx_now_ns();
-	const char *live = sbx_session_live_state(st, &s);
-	/* Its monitor says the guest agent stopped answering (monitor.c). */
-	if (!strcmp(live, "running") && s.agent_unresponsive_ns)
-		live = "unresponsive";
-	json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:i, s:I, s:s, s:s, s:I}", "schema", 1,
-			      "id", s.id, "session", s.id, "state", live, "accel", s.accel,
-			      "vmm", s.vmm, "vcpus", (int)s.vcpus, "memory_mib", (int)s.memory_mib, "template", tmpl,
-			      "execs", (int)execs, "age_s",
-			      (json_int_t)(now > s.created_ns ? (now - s.created_ns) / 1000000000u : 0), "created",
-			      created, "kernel", s.kernel, "boot_ms", (json_int_t)s.boot_ms);
-	if (o && s.end_reason[0])
-		json_object_set_new(o, "end_reason", json_string(s.end_reason));
-	/* sbx-port's forwards live with the monitor: shown while it runs. */
-	if (o && sbx_state_up(live))
-		json_object_set_new(o, "ports", sbx_port_recorded(st, s.id));
-	if (o && s.snapshot[0])
-		json_object_set_new(o, "snapshot", json_string(s.snapshot));
-	if (o) {
-		json_object_set_new(o, "tenant", json_string(s.tenant));
-		json_object_set_new(o, "template_owner", json_string(sbx_template_owner_name(s.tmpl_owner)));
+	json_t *argv = json_object_get(json_object_get(row, "request"), "argv"), *a;
+	size_t j;
+	json_array_foreach(argv, j, a) {
+		if (j)
+			putc(' ', f);
+		sbx_cli_put_string(t, json_string_value(a) ? json_string_value(a) : "", f);
 	}
-	if (o && s.pool)
-		json_object_set_new(o, "pool", json_true()); /* a warm-pool member */
-	if (o && s.from_pool) {
-		json_object_set_new(o, "from_pool", json_true());
-		json_object_set_new(o, "claim_ms", json_integer((json_int_t)s.claim_ms));
-	}
-	/* What its execs inherit (sbx-create -e, -w, the template's); a
-	 * value that is a secret shows as "[secret:NAME]", never itself. */
-	if (o && s.env.n)
-		json_object_set_new(o, "env", sbx_env_show(&s.env));
-	if (o && s.workdir[0])
-		json_object_set_new(o, "workdir", json_string(s.workdir));
-	if (o && s.user[0])
-		json_object_set_new(o, "user", json_string(s.user));
-	if (o)
-		add_metrics(st, &s, o, now);
-	return o;
+	if (!json_array_size(argv))
+		putc('-', f);
 }
 
-/* One tab-separated line of o's values for keys (absent: "-"). */
-static void print_row(json_t *o, const char *const *keys, size_t nkeys)
+static void show_kind(const struct sbx_cli_table *t, json_t *row, FILE *f)
 {
-	for (size_t i = 0; i < nkeys; i++) {
-		json_t *v = json_object_get(o, keys[i]);
-		if (i)
-			putchar('\t');
-		if (json_is_integer(v))
-			printf("%lld", (long long)json_integer_value(v));
-		else if (json_is_real(v))
-			printf("%.3f", json_real_value(v));
-		else
-			sbx_fputs_field(json_is_string(v) ? json_string_value(v) : "-", stdout);
-	}
-	putchar('\n');
+	sbx_cli_put_value(t, json_object_get(json_object_get(row, "request"), "kind"), f);
 }
 
-static void print_text(json_t *o)
-{
-	print_row(o, cols, SBX_ARRAY_LEN(cols));
-}
-
-static const char *const xcols[] = { "exec", "state", "status", "reason", "wall_s", "started" };
+static const struct sbx_cli_col xcols[] = {
+	{ "exec", "EXEC", NULL },
+	{ "state", "STATE", NULL },
+	{ "status", "STATUS", NULL },
+	{ "reason", "REASON", NULL },
+	{ "wall_s", "WALL_S", NULL },
+	{ "started", "STARTED", NULL },
+	{ "request", "COMMAND", show_argv },
+	/* Last, so the columns before it keep their places; "-" for records
+	 * from before the kind was recorded. */
+	{ "request", "KIND", show_kind },
+};
+static const struct sbx_cli_table execs_table = { SBX_CLI_COLS(xcols), .key = { "exec", NULL, NULL } };
 
 /* --execs SESSION: the session's execs, oldest first. */
 static int list_execs(struct sbx_state *st, const char *session, int json, int quiet, int headers)
@@ -209,80 +125,49 @@ static int list_execs(struct sbx_state *st, const char *session, int json, int q
 		sbx_err_print("sbx-ps", &err, json);
 		return err.code;
 	}
-	if (json) {
-		json_dumpf(arr, stdout, JSON_INDENT(2));
-		putchar('\n');
-	} else {
-		if (headers && !quiet)
-			puts("EXEC\tSTATE\tSTATUS\tREASON\tWALL_S\tSTARTED\tCOMMAND\tKIND");
-		size_t k;
-		json_t *o;
-		json_array_foreach(arr, k, o) {
-			if (quiet) {
-				puts(json_string_value(json_object_get(o, "exec")));
-				continue;
-			}
-			for (size_t i = 0; i < SBX_ARRAY_LEN(xcols); i++) {
-				json_t *v = json_object_get(o, xcols[i]);
-				if (json_is_integer(v))
-					printf("%lld\t", (long long)json_integer_value(v));
-				else if (json_is_real(v))
-					printf("%.3f\t", json_real_value(v));
-				else {
-					sbx_fputs_field(json_is_string(v) ? json_string_value(v) : "-", stdout);
-					putchar('\t');
-				}
-			}
-			json_t *req = json_object_get(o, "request");
-			json_t *argv = json_object_get(req, "argv"), *a;
-			size_t j;
-			json_array_foreach(argv, j, a) {
-				if (j)
-					putchar(' ');
-				sbx_fputs_field(json_string_value(a) ? json_string_value(a) : "", stdout);
-			}
-			if (!json_array_size(argv))
-				putchar('-');
-			/* Last, so the columns before it keep their places; "-"
-			 * for records from before the kind was recorded. */
-			const char *kind = json_string_value(json_object_get(req, "kind"));
-			printf("\t%s\n", kind ? kind : "-");
-		}
-	}
+	sbx_cli_print_table(&execs_table, arr, sbx_cli_mode_of(json, quiet), headers);
 	json_decref(arr);
 	return 0;
 }
 
-static const char *const ncols[] = { "time", "proto", "verdict", "domain", "address", "port", "bytes_in",
-				     "bytes_out", "reason" };
+/* A query's address column: its first answer. */
+static void show_address(const struct sbx_cli_table *t, json_t *row, FILE *f)
+{
+	json_t *v = json_object_get(row, "address");
+	sbx_cli_put_value(t, v ? v : json_array_get(json_object_get(row, "answers"), 0), f);
+}
 
-/* --net SESSION: every connection attempt and DNS query, oldest first. */
+static const struct sbx_cli_col ncols[] = {
+	{ "time", "TIME", NULL },
+	{ "proto", "PROTO", NULL },
+	{ "verdict", "VERDICT", NULL },
+	{ "domain", "DOMAIN", NULL },
+	{ "address", "ADDRESS", show_address },
+	{ "port", "PORT", NULL },
+	{ "bytes_in", "BYTES_IN", NULL },
+	{ "bytes_out", "BYTES_OUT", NULL },
+	{ "reason", "REASON", NULL },
+};
+static const struct sbx_cli_table net_table = { SBX_CLI_COLS(ncols) };
+
+/* --net SESSION: every connection attempt and DNS query, oldest first
+ * (no -q: a connection has no ID). */
 static int list_net(struct sbx_state *st, const char *session, int json, int headers)
 {
-	json_t *arr, *o;
+	json_t *arr;
 	struct sbx_err err = { 0 };
-	size_t k;
 	if (sbx_netlog_read(st, session, &arr, &err) < 0) {
 		sbx_err_print("sbx-ps", &err, json);
 		return err.code;
 	}
-	if (json) {
-		json_dumpf(arr, stdout, JSON_INDENT(2));
-		putchar('\n');
-	} else {
-		if (headers)
-			puts("TIME\tPROTO\tVERDICT\tDOMAIN\tADDRESS\tPORT\tBYTES_IN\tBYTES_OUT\tREASON");
-		json_array_foreach(arr, k, o) {
-			/* A query's address column: its first answer. */
-			json_t *ans = json_object_get(o, "answers");
-			if (json_array_size(ans) && !json_object_get(o, "address"))
-				json_object_set(o, "address", json_array_get(ans, 0));
-			print_row(o, ncols, SBX_ARRAY_LEN(ncols));
-		}
-	}
+	sbx_cli_print_table(&net_table, arr, sbx_cli_mode_of(json, 0), headers);
 	json_decref(arr);
 	return 0;
 }
+
+/* --capacity's text: a line per resource, NAME USED MAX, no header. */
+static const struct sbx_cli_col capcols[] = { { "name", NULL, NULL }, { "used", NULL, NULL }, { "max", NULL, NULL } };
+static const struct sbx_cli_table capacity_table = { SBX_CLI_COLS(capcols) };
 
 /* --capacity: what this host takes and has in use, for a scheduler. */
 static int print_capacity(struct sbx_state *st, int json)
@@ -293,27 +178,38 @@ static int print_capacity(struct sbx_state *st, int json)
 		sbx_err_print("sbx-ps", &err, json);
 		return err.code;
 	}
-	json_t *o = json_pack("{s:i, s:{s:i, s:i}, s:{s:I, s:I}, s:{s:i, s:i}, s:{s:i, s:i}}", "schema", 1, "sessions",
-			      "used", (int)c.sessions, "max", (int)c.max_sessions, "memory_mib", "used",
-			      (json_int_t)c.memory_mib, "max", (json_int_t)c.max_memory_mib, "vcpus", "used", (int)c.vcpus,
-			      "max", (int)c.max_vcpus, "starting", "used", (int)c.starting, "max", (int)c.max_starting);
-	/* Of the sessions, warm-pool members: capacity a claim reuses. */
-	json_object_set_new(o, "pooled", json_integer((json_int_t)c.pooled));
+	json_t *o = sbx_capacity_view(&c);
 	if (json) {
 		json_dumpf(o, stdout, JSON_COMPACT);
 		putchar('\n');
-	} else {
-		printf("sessions\t%u\t%u\nmemory_mib\t%llu\t%llu\nvcpus\t%u\t%u\nstarting\t%u\t%u\n", c.sessions,
-		       c.max_sessions, (unsigned long long)c.memory_mib, (unsigned long long)c.max_memory_mib, c.vcpus,
-		       c.max_vcpus, c.starting, c.max_starting);
-		printf("pooled\t%u\t-\n", c.pooled);
+		json_decref(o);
+		return 0;
 	}
+	json_t *rows = json_array();
+	for (size_t i = 0; i < SBX_ARRAY_LEN(sbx_capacity_view_keys); i++) {
+		json_t *r = json_deep_copy(json_object_get(o, sbx_capacity_view_keys[i]));
+		json_object_set_new(r, "name", json_string(sbx_capacity_view_keys[i]));
+		json_array_append_new(rows, r);
+	}
+	json_array_append_new(rows, json_pack("{s:s, s:O}", "name", "pooled", "used", json_object_get(o, "pooled")));
+	sbx_cli_print_table(&capacity_table, rows, SBX_CLI_TEXT, 0);
+	json_decref(rows);
 	json_decref(o);
 	return 0;
 }
 
-static const char *const wcols[] = { "workspace", "tenant", "state", "session", "size_bytes", "used_bytes",
-				     "last_used", "idle_s", "retention_s" };
+static const struct sbx_cli_col wcols[] = {
+	{ "workspace", "WORKSPACE", NULL },
+	{ "tenant", "TENANT", NULL },
+	{ "state", "STATE", NULL },
+	{ "session", "SESSION", NULL },
+	{ "size_bytes", "SIZE", NULL },
+	{ "used_bytes", "USED", NULL },
+	{ "last_used", "LAST_USED", NULL },
+	{ "idle_s", "IDLE_S", NULL },
+	{ "retention_s", "RETENTION_S", NULL },
+};
+static const struct sbx_cli_table workspaces_table = { SBX_CLI_COLS(wcols), .key = { "workspace", NULL, NULL } };
 
 /* --workspaces: every workspace (of one tenant), attached or idle, with
  * what sbx-gc goes by: when it was last used and its retention. */
@@ -349,20 +245,7 @@ static int list_workspaces(struct sbx_state *st, const char *tenant, const char 
 			named |= !strcmp(names[k], w->name);
 		if (!named)
 			continue;
-		char created[40], used[40];
-		sbx_fmt_time(w->created_ns, created, sizeof created);
-		sbx_fmt_time(w->last_used_ns, used, sizeof used);
-		uint64_t idle = !w->in_use && now > w->last_used_ns ? (now - w->last_used_ns) / 1000000000u : 0;
-		json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s?, s:I, s:I, s:s?, s:s, s:I, s:I}", "schema", 1, "workspace",
-				      w->name, "tenant", w->tenant, "state", state, "session", w->session[0] ? w->session : NULL,
-				      "size_bytes", (json_int_t)w->size, "used_bytes", (json_int_t)w->used, "created",
-				      w->created_ns ? created : NULL, "last_used", used, "idle_s", (json_int_t)idle,
-				      "retention_s", (json_int_t)(w->retention_ms / 1000));
-		if (o && !w->in_use) {
-			uint64_t left = w->retention_ms / 1000 > idle ? w->retention_ms / 1000 - idle : 0;
-			json_object_set_new(o, "expires_in_s", json_integer((json_int_t)left));
-		}
-		json_array_append_new(all, o);
+		json_array_append_new(all, sbx_workspace_view(w, now));
 	}
 	for (int k = 0; k < nnames; k++) {
 		int seen = 0;
@@ -376,21 +259,7 @@ static int list_workspaces(struct sbx_state *st, const char *tenant, const char 
 		}
 	}
 	free(ws);
-	if (json) {
-		json_dumpf(all, stdout, JSON_INDENT(2));
-		putchar('\n');
-	} else {
-		if (headers && !quiet)
-			puts("WORKSPACE\tTENANT\tSTATE\tSESSION\tSIZE\tUSED\tLAST_USED\tIDLE_S\tRETENTION_S");
-		size_t k;
-		json_t *o;
-		json_array_foreach(all, k, o) {
-			if (quiet)
-				puts(json_string_value(json_object_get(o, "workspace")));
-			else
-				print_row(o, wcols, SBX_ARRAY_LEN(wcols));
-		}
-	}
+	sbx_cli_print_table(&workspaces_table, all, sbx_cli_mode_of(json, quiet), headers);
 	int rc = missing ? SBX_EXIT_NOENT : (want || tenant) && json_array_size(all) == 0 ? SBX_EXIT_FALSE : 0;
 	json_decref(all);
 	return rc;
@@ -424,7 +293,7 @@ int main(int argc, char **argv)
 		case 'H': headers = 0; break;
 		case 'P': prom = 1; break;
 		case 'C': capacity = 1; break;
-		case 'h': puts("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT] [NAME...]"); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'j': json = 1; break;
 		case 'N': net_of = optarg; break;
 		case 'q': quiet = 1; break;
@@ -432,7 +301,7 @@ int main(int argc, char **argv)
 		case 'T': tenant = optarg; break;
 		case 'w': workspaces = 1; break;
 		case 'x': execs_of = optarg; break;
-		default: fputs("usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n       sbx-ps --execs SESSION [-q] [--json]\n       sbx-ps --net SESSION [--json] [--no-headers]\n       sbx-ps --capacity [--json]\n       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT] [NAME...]\n", stderr); return 2;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
 	struct sbx_state st;
@@ -481,7 +350,7 @@ int main(int argc, char **argv)
 			rc = SBX_EXIT_NOENT;
 			continue;
 		}
-		json_t *o = session_json(&st, ids[i]);
+		json_t *o = sbx_session_view(&st, ids[i]);
 		/* Pool members are the host's, not anyone's sessions: shown when
 		 * named, or asked for. */
 		int member = o && json_is_true(json_object_get(o, "pool"));
@@ -491,24 +360,10 @@ int main(int argc, char **argv)
 			json_array_append(all, o);
 		json_decref(o);
 	}
-	if (prom) {
+	if (prom)
 		print_prometheus(all);
-	} else if (json) {
-		json_dumpf(all, stdout, JSON_INDENT(2));
-		putchar('\n');
-	} else {
-		if (headers && !quiet)
-			puts("ID\tSTATE\tACCEL\tVCPUS\tMEM_MIB\tTEMPLATE\tEXECS\tAGE_S\tCPU_S\tMEM_PEAK\tDISK_WRITTEN\tTTL_LEFT_S\tTENANT"
-			     "\tTEMPLATE_OWNER");
-		size_t k;
-		json_t *o;
-		json_array_foreach(all, k, o) {
-			if (quiet)
-				puts(json_string_value(json_object_get(o, "id")));
-			else
-				print_text(o);
-		}
-	}
+	else
+		sbx_cli_print_table(&sessions_table, all, sbx_cli_mode_of(json, quiet), headers);
 	if (!rc && (want || tenant) && json_array_size(all) == 0)
 		rc = SBX_EXIT_FALSE; /* a filter that matched nothing */
 	json_decref(all);

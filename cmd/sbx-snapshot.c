@@ -16,7 +16,7 @@
 
 #define PROG "sbx-snapshot"
 
-static const char usage_text[] =
+static const char usage[] =
 	"usage: sbx-snapshot pause [--tenant TENANT] [--json] SESSION\n"
 	"       sbx-snapshot resume [--tenant TENANT] [--json] SESSION\n"
 	"       sbx-snapshot suspend [--tenant TENANT] [--json] SESSION\n"
@@ -78,8 +78,21 @@ static int save(struct sbx_state *st, const struct opts *o, char **args, int n, 
 	return 0;
 }
 
-static const char *const cols[] = { "name", "version", "created", "size_bytes", "template", "session", "vcpus",
-				    "memory_mib", "in_use", "tenant" };
+/* What -s takes: NAME@VERSION. */
+static void show_name_version(const struct sbx_cli_table *t, json_t *row, FILE *f)
+{
+	fprintf(f, "%s@%s", json_string_value(json_object_get(row, "name")),
+		json_string_value(json_object_get(row, "version")));
+}
+
+static const struct sbx_cli_col cols[] = {
+	{ "name", "NAME", NULL },	  { "version", "VERSION", NULL },  { "created", "CREATED", NULL },
+	{ "size_bytes", "SIZE", NULL },	  { "template", "TEMPLATE", NULL }, { "session", "SESSION", NULL },
+	{ "vcpus", "VCPUS", NULL },	  { "memory_mib", "MEM_MIB", NULL }, { "in_use", "IN_USE", NULL },
+	{ "tenant", "TENANT", NULL },
+};
+static const struct sbx_cli_table snapshots_table = { SBX_CLI_COLS(cols), .key = { NULL, NULL, show_name_version },
+						       .flags = SBX_CLI_DASH_EMPTY };
 
 static int list(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
 {
@@ -88,32 +101,7 @@ static int list(struct sbx_state *st, const struct opts *o, char **args, int n, 
 		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "list takes at most one NAME");
 	if (sbx_snapshot_list(st, o->tenant, n ? args[0] : NULL, &all, err) < 0)
 		return -1;
-	if (o->json) {
-		json_dumpf(all, stdout, JSON_INDENT(2));
-		putchar('\n');
-		json_decref(all);
-		return 0;
-	}
-	if (o->headers && !o->quiet)
-		puts("NAME\tVERSION\tCREATED\tSIZE\tTEMPLATE\tSESSION\tVCPUS\tMEM_MIB\tIN_USE\tTENANT");
-	size_t k;
-	json_t *s;
-	json_array_foreach(all, k, s) {
-		if (o->quiet) {
-			printf("%s@%s\n", json_string_value(json_object_get(s, "name")),
-			       json_string_value(json_object_get(s, "version")));
-			continue;
-		}
-		for (size_t i = 0; i < SBX_ARRAY_LEN(cols); i++) {
-			json_t *v = json_object_get(s, cols[i]);
-			const char *str = json_string_value(v);
-			if (json_is_integer(v))
-				printf("%s%lld", i ? "\t" : "", (long long)json_integer_value(v));
-			else
-				printf("%s%s", i ? "\t" : "", str && *str ? str : "-");
-		}
-		putchar('\n');
-	}
+	sbx_cli_print_table(&snapshots_table, all, sbx_cli_mode_of(o->json, o->quiet), o->headers);
 	json_decref(all);
 	return 0;
 }
@@ -159,7 +147,7 @@ static int templates(struct sbx_state *st, const struct opts *o, char **args, in
 	json_t *all;
 	if (sbx_template_list(st, o->tenant, n > 1 ? args[1] : NULL, &all, err) < 0)
 		return -1;
-	sbx_cli_print_table(&sbx_cli_template_table, all, o->json, o->quiet, o->headers);
+	sbx_cli_print_table(&sbx_cli_template_table, all, sbx_cli_mode_of(o->json, o->quiet), o->headers);
 	json_decref(all);
 	return 0;
 }
@@ -180,21 +168,20 @@ int main(int argc, char **argv)
 	int c;
 	if (argc < 2 || argv[1][0] == '-') {
 		int help = argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
-		fputs(usage_text, help ? stdout : stderr);
-		return help ? 0 : SBX_EXIT_USAGE;
+		return sbx_cli_usage(usage, help);
 	}
 	const char *verb = argv[1];
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "fhq", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'f': o.force = 1; break;
-		case 'h': fputs(usage_text, stdout); return 0;
+		case 'h': return sbx_cli_usage(usage, 1);
 		case 'H': o.headers = 0; break;
 		case 'j': o.json = 1; break;
 		case 'q': o.quiet = 1; break;
 		case 'T': o.to_template = 1; break;
 		case 't': o.tenant = optarg; break;
-		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
+		default: return sbx_cli_usage(usage, 0);
 		}
 	}
 	char **args = argv + optind;

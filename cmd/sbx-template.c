@@ -78,7 +78,7 @@ static int list(struct sbx_state *st, const struct opts *o, char **args, int n, 
 	json_t *all;
 	if (sbx_template_list(st, o->tenant, n ? args[0] : NULL, &all, err) < 0)
 		return -1;
-	sbx_cli_print_table(&sbx_cli_template_table, all, o->json, o->quiet, o->headers);
+	sbx_cli_print_table(&sbx_cli_template_table, all, sbx_cli_mode_of(o->json, o->quiet), o->headers);
 	json_decref(all);
 	return 0;
 }

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util.h"
+
 int sbx_cli_uint(const char *s, unsigned min, unsigned max, unsigned *out)
 {
 	char *end;
@@ -80,49 +82,108 @@ void sbx_cli_print_removed(json_t *removed)
 	json_decref(j);
 }
 
-void sbx_cli_print_table(const struct sbx_cli_table *t, json_t *rows, int json, int quiet, int headers)
+int sbx_cli_usage(const char *usage, int ok)
 {
-	if (json) {
+	fputs(usage, ok ? stdout : stderr);
+	return ok ? SBX_EXIT_OK : SBX_EXIT_USAGE;
+}
+
+void sbx_cli_put_string(const struct sbx_cli_table *t, const char *s, FILE *f)
+{
+	/* sbx-audit(1) documents every control character but tab and
+	 * newline as \xNN: a carriage return too. */
+	for (const char *cr; t->flags & SBX_CLI_HEX_CR && (cr = strchr(s, '\r')); s = cr + 1) {
+		char *seg = strndup(s, (size_t)(cr - s));
+		sbx_fputs_field(seg ? seg : "", f);
+		free(seg);
+		fputs("\\x0d", f);
+	}
+	sbx_fputs_field(s, f);
+}
+
+void sbx_cli_put_value(const struct sbx_cli_table *t, json_t *v, FILE *f)
+{
+	if (json_is_integer(v))
+		fprintf(f, "%lld", (long long)json_integer_value(v));
+	else if (json_is_real(v))
+		fprintf(f, "%.3f", json_real_value(v));
+	else if (json_is_boolean(v))
+		fputs(json_is_true(v) ? "yes" : "no", f);
+	else if (json_is_string(v) && (*json_string_value(v) || !(t->flags & SBX_CLI_DASH_EMPTY)))
+		sbx_cli_put_string(t, json_string_value(v), f);
+	else
+		putc('-', f);
+}
+
+void sbx_cli_table_header(const struct sbx_cli_table *t, enum sbx_cli_mode m, int headers)
+{
+	if (m != SBX_CLI_TEXT || !headers || !t->ncols || !t->cols[0].head)
+		return;
+	for (size_t i = 0; i < t->ncols; i++)
+		printf("%s%s", i ? "\t" : "", t->cols[i].head);
+	putchar('\n');
+}
+
+static void put_col(const struct sbx_cli_table *t, const struct sbx_cli_col *c, json_t *row)
+{
+	if (c->show)
+		c->show(t, row, stdout);
+	else
+		sbx_cli_put_value(t, json_object_get(row, c->key), stdout);
+}
+
+void sbx_cli_table_row(const struct sbx_cli_table *t, json_t *row, enum sbx_cli_mode m)
+{
+	switch (m) {
+	case SBX_CLI_JSON: return;
+	case SBX_CLI_JSONL:
+		json_dumpf(row, stdout, JSON_COMPACT);
+		break;
+	case SBX_CLI_QUIET: put_col(t, &t->key, row); break;
+	case SBX_CLI_TEXT:
+		for (size_t i = 0; i < t->ncols; i++) {
+			if (i)
+				putchar('\t');
+			put_col(t, &t->cols[i], row);
+		}
+		break;
+	}
+	putchar('\n');
+}
+
+void sbx_cli_print_table(const struct sbx_cli_table *t, json_t *rows, enum sbx_cli_mode m, int headers)
+{
+	if (m == SBX_CLI_JSON) {
 		json_dumpf(rows, stdout, JSON_INDENT(2));
 		putchar('\n');
 		return;
 	}
-	if (headers && !quiet)
-		puts(t->header);
+	sbx_cli_table_header(t, m, headers);
 	size_t k;
 	json_t *row;
-	json_array_foreach(rows, k, row) {
-		if (quiet) {
-			const char *key = json_string_value(json_object_get(row, t->key_col));
-			puts(key ? key : "-");
-			continue;
-		}
-		const char *ref = t->ref_col ? json_string_value(json_object_get(row, t->ref_col)) : NULL;
-		const char *at = ref ? strrchr(ref, '@') : NULL;
-		for (size_t i = 0; i < t->ncols; i++) {
-			json_t *v = json_object_get(row, t->cols[i]);
-			const char *str = json_string_value(v);
-			if (i)
-				putchar('\t');
-			if (i == 0 && at)
-				printf("%.*s", (int)(at - ref), ref);
-			else if (json_is_boolean(v))
-				fputs(json_is_true(v) ? "yes" : "no", stdout);
-			else if (json_is_integer(v))
-				printf("%lld", (long long)json_integer_value(v));
-			else
-				fputs(str && *str ? str : "-", stdout);
-		}
-		putchar('\n');
-	}
+	json_array_foreach(rows, k, row)
+		sbx_cli_table_row(t, row, m);
 }
 
-static const char *const template_cols[] = { "name", "version", "owner", "created", "snapshot", "in_use", "kernel" };
+/* NAME is the reference -t takes (OWNER/NAME for a tenant's): the
+ * template's NAME@VERSION up to its last '@'. */
+static void show_ref_name(const struct sbx_cli_table *t, json_t *row, FILE *f)
+{
+	const char *ref = json_string_value(json_object_get(row, "template"));
+	const char *at = ref ? strrchr(ref, '@') : NULL;
+	if (at)
+		fprintf(f, "%.*s", (int)(at - ref), ref);
+	else
+		sbx_cli_put_value(t, json_object_get(row, "name"), f);
+}
+
+static const struct sbx_cli_col template_cols[] = {
+	{ "name", "NAME", show_ref_name }, { "version", "VERSION", NULL }, { "owner", "OWNER", NULL },
+	{ "created", "CREATED", NULL },    { "snapshot", "SNAPSHOT", NULL }, { "in_use", "IN_USE", NULL },
+	{ "kernel", "KERNEL", NULL },
+};
 const struct sbx_cli_table sbx_cli_template_table = {
-	.cols = template_cols,
-	.ncols = sizeof template_cols / sizeof *template_cols,
-	.header = "NAME\tVERSION\tOWNER\tCREATED\tSNAPSHOT\tIN_USE\tKERNEL",
-	.key_col = "template",
-	/* NAME is the reference -t takes: OWNER/NAME for a tenant's. */
-	.ref_col = "template",
+	SBX_CLI_COLS(template_cols),
+	.key = { "template", NULL, NULL },
+	.flags = SBX_CLI_DASH_EMPTY,
 };

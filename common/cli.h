@@ -21,20 +21,56 @@ void sbx_cli_free_ids(char **ids);
  * prune print with --json. */
 void sbx_cli_print_removed(json_t *removed);
 
-/* A JSON array of objects as the commands print it: with json, the array
- * itself; with quiet, the value of key_col of each, one per line; else a
- * header line (unless headers is 0), then a tab-separated row per object
- * of cols[] (booleans as yes/no, numbers as they are, strings with "-"
- * for empty or absent).  With ref_col, column 0 shows that string key's
- * value up to its last '@' (a NAME@VERSION reference's NAME part). */
-struct sbx_cli_table {
-	const char *const *cols; /* JSON keys */
-	const char *header;      /* "NAME\tVERSION..." */
-	size_t ncols;
-	const char *key_col;     /* for -q */
-	const char *ref_col;     /* NULL: none */
+/* Print a usage string: for -h/--help (ok) to stdout, returning 0; for
+ * bad usage to stderr, returning SBX_EXIT_USAGE. */
+int sbx_cli_usage(const char *usage, int ok);
+
+/* The one table printer of the listing commands: rows are JSON objects,
+ * and text, -q and JSON are all printed from them, so they cannot drift.
+ *
+ * Text is an optional header line, then a line per row of the columns
+ * joined by tabs: integers as they are, reals with three decimals,
+ * booleans as yes/no, strings with control characters and the backslash
+ * written as C escapes (so each row stays one line), "-" for an absent or
+ * null value (and, with SBX_CLI_DASH_EMPTY, for an empty string).  A
+ * column with a show() prints itself (a value derived from the row).
+ * Quiet prints the key column per row; JSON the array as it is. */
+enum sbx_cli_mode { SBX_CLI_TEXT, SBX_CLI_QUIET, SBX_CLI_JSON, SBX_CLI_JSONL };
+
+#define SBX_CLI_DASH_EMPTY 1u /* an empty string is "-" */
+#define SBX_CLI_HEX_CR 2u     /* a carriage return is \x0d, not \r (sbx-audit(1)) */
+
+struct sbx_cli_table;
+struct sbx_cli_col {
+	const char *key;  /* JSON key */
+	const char *head; /* header; the table has none when column 0's is NULL */
+	void (*show)(const struct sbx_cli_table *t, json_t *row, FILE *f);
 };
-void sbx_cli_print_table(const struct sbx_cli_table *t, json_t *rows, int json, int quiet, int headers);
+struct sbx_cli_table {
+	const struct sbx_cli_col *cols;
+	size_t ncols;
+	struct sbx_cli_col key; /* for -q */
+	unsigned flags;      /* SBX_CLI_* */
+};
+#define SBX_CLI_COLS(c) .cols = (c), .ncols = sizeof(c) / sizeof *(c)
+
+static inline enum sbx_cli_mode sbx_cli_mode_of(int json, int quiet)
+{
+	return json ? SBX_CLI_JSON : quiet ? SBX_CLI_QUIET : SBX_CLI_TEXT;
+}
+/* Streaming: the header (text only, when headers and the table has one),
+ * then one row at a time (text, quiet, or a compact JSON line; nothing
+ * for SBX_CLI_JSON, whose caller collects the rows). */
+void sbx_cli_table_header(const struct sbx_cli_table *t, enum sbx_cli_mode m, int headers);
+void sbx_cli_table_row(const struct sbx_cli_table *t, json_t *row, enum sbx_cli_mode m);
+/* A whole listing: for SBX_CLI_JSON the array, indented, else the header
+ * and every row. */
+void sbx_cli_print_table(const struct sbx_cli_table *t, json_t *rows, enum sbx_cli_mode m, int headers);
+/* One value as a text column prints it, and a string's escapes (for
+ * show() callbacks; no "-" for an empty one). */
+void sbx_cli_put_value(const struct sbx_cli_table *t, json_t *v, FILE *f);
+void sbx_cli_put_string(const struct sbx_cli_table *t, const char *s, FILE *f);
+
 /* sbx-template list and sbx-snapshot template list (sbx_template_list's rows). */
 extern const struct sbx_cli_table sbx_cli_template_table;
 

@@ -13,7 +13,11 @@ enum sbx_exit {
 	SBX_EXIT_CONFLICT = 5, /* ID exists with another spec */
 	SBX_EXIT_UNAVAIL = 69, /* KVM or VMM unavailable */
 	SBX_EXIT_INTERNAL = 70,
-	SBX_EXIT_TEMPFAIL = 75 /* capacity reached or lock busy */
+	SBX_EXIT_TEMPFAIL = 75, /* capacity reached or lock busy */
+	/* sbx-exec's, beside the command's own statuses it passes through */
+	SBX_EXIT_EXEC_TIMEOUT = 124,
+	SBX_EXIT_EXEC_FAILED = 125, /* sbx-exec itself, or the session lost */
+	SBX_EXIT_SIGNAL = 128       /* + N: killed (--attach: detached) by signal N */
 };
 
 struct sbx_err {

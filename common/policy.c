@@ -283,7 +283,14 @@ static const struct key resources_keys[] = {
 
 static int v_resources(struct sbx_yaml *c, void *obj, const char *path)
 {
-	return parse_map(c, path, resources_keys, SBX_ARRAY_LEN(resources_keys), obj, NULL, NULL);
+	struct sbx_policy *p = obj;
+	unsigned seen;
+	if (parse_map(c, path, resources_keys, SBX_ARRAY_LEN(resources_keys), obj, &seen, NULL) < 0)
+		return -1;
+	/* The shape: resources_keys' first three. */
+	p->set |= (seen & 1 ? SBX_POLICY_SET_VCPUS : 0) | (seen & 2 ? SBX_POLICY_SET_MEMORY : 0) |
+		  (seen & 4 ? SBX_POLICY_SET_DISK : 0);
+	return 0;
 }
 
 /* ---- network ---- */

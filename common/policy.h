@@ -72,8 +72,15 @@ struct sbx_policy_paths {
 
 /* Sizes are bytes, durations milliseconds; 0 means "none" where
  * sbx-policy(5) says so. */
+/* Keys a policy file set (sbx_policy.set): a restored VM keeps its
+ * snapshot's shape and refuses a policy that asks for another. */
+#define SBX_POLICY_SET_VCPUS 1u  /* resources.vcpus */
+#define SBX_POLICY_SET_MEMORY 2u /* resources.memory */
+#define SBX_POLICY_SET_DISK 4u   /* resources.disk */
+
 struct sbx_policy {
 	char source[SBX_POLICY_PATH_LEN]; /* the file loaded, "" for defaults */
+	unsigned set;                     /* SBX_POLICY_SET_*: what the file(s) parsed into it set */
 	struct {
 		unsigned vcpus;
 		uint64_t memory; /* a whole number of MiB */
@@ -132,7 +139,8 @@ void sbx_policy_defaults(struct sbx_policy *p);
  * file of at most SBX_POLICY_FILE_MAX bytes). */
 int sbx_policy_load(const char *path, struct sbx_policy *p, struct sbx_err *err);
 /* Parse buf (n bytes, name used in messages) over whatever p holds; callers
- * wanting a clean slate call sbx_policy_defaults first.  On error p is
+ * wanting a clean slate call sbx_policy_defaults first.  p->set gains the
+ * SBX_POLICY_SET_* keys the file sets.  On error p is
  * partly updated and should not be used. */
 int sbx_policy_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_policy *p, struct sbx_err *err);
 /* Set one scalar key ("resources.disk") from text, with the same syntax and

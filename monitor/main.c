@@ -22,12 +22,12 @@ int main(int argc, char **argv)
 		case 'l': a.lock_fd = atoi(optarg); break;
 		case 'r': a.ready_fd = atoi(optarg); break;
 		case 's': a.secrets_fd = atoi(optarg); break;
-		default: return 2;
+		default: return SBX_EXIT_USAGE;
 		}
 	}
 	if (!a.id || a.lock_fd < 0) {
 		fprintf(stderr, "sbx-monitor: internal helper of sbx-create; not for direct use\n");
-		return 2;
+		return SBX_EXIT_USAGE;
 	}
 	return sbx_monitor_main(&a);
 }

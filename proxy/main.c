@@ -26,17 +26,17 @@ int main(int argc, char **argv)
 		case 'p': a.pkg_fd = atoi(optarg); break;
 		case 't': a.tcp_fd = atoi(optarg); break;
 		case 'u': a.dns_udp_fd = atoi(optarg); break;
-		default: return 2;
+		default: return SBX_EXIT_USAGE;
 		}
 	}
 	if (!a.id || a.tcp_fd < 0) {
 		fprintf(stderr, "sbx-proxy: internal helper of sbx-monitor; not for direct use\n");
-		return 2;
+		return SBX_EXIT_USAGE;
 	}
 	struct sbx_err err = { 0 };
 	if (sbx_proxy_run(&a, &err) < 0) {
 		sbx_err_print("sbx-proxy", &err, 0);
-		return err.code ? err.code : 70;
+		return err.code ? err.code : SBX_EXIT_INTERNAL;
 	}
 	return 0;
 }

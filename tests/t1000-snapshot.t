@@ -119,6 +119,10 @@ grep -F '"type":"snapshot.save"' "$A" | grep -qF "\"snapshot\":\"_/$snap\""; ok 
 sbx-create -q -s base --memory 512 2>"$TEST_TMP/err" >/dev/null; rc=$?
 is "$rc" 3 "a restore asking for other memory is refused (3)"
 like "$(cat "$TEST_TMP/err")" "has 256 MiB of memory" "saying what the snapshot has"
+printf 'resources:\n  vcpus: 2\n' >"$TEST_TMP/two-cpus.yaml"
+sbx-create -q -s base -p "$TEST_TMP/two-cpus.yaml" 2>"$TEST_TMP/err" >/dev/null; rc=$?
+is "$rc" 3 "so is one whose policy file asks for other vCPUs (3)"
+like "$(cat "$TEST_TMP/err")" "has 1 vCPUs and a restored VM keeps them; 2 were asked for" "saying so"
 sbx-create -q -s base -v /tmp:/data:ro 2>/dev/null >/dev/null; is "$?" 3 "a restore with a volume is refused (3)"
 sbx-create -q -s nosuch 2>/dev/null >/dev/null; is "$?" 4 "a missing snapshot is 4"
 
