@@ -134,15 +134,29 @@ static void stop_proxy(struct mon *m)
 /* A session with a NIC (its record has a MAC): its namespace, then its
  * proxy, before the VMM; the VMM gets the TAP and the namespace.  The
  * proxy's pid and start time go into the record at once, so sbx-kill and
- * sbx-gc can end a proxy whose monitor died. */
+ * sbx-gc can end a proxy whose monitor died.
+ *
+ * The one place a session's egress plumbing is built, for a VM booted
+ * with its NIC or one whose NIC is in a memory image (a restore, a resume
+ * from suspend): every namespace is laid out alike (netns.h: the same
+ * addresses and gateway MAC), so the guest's own network configuration
+ * works unchanged in a fresh one.  A restore of a snapshot, or a resume,
+ * gets a new namespace (nothing names them, so none can be taken), a new
+ * TAP and a new proxy; connections open before are gone (the guest sees
+ * resets). */
 int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err)
 {
 	if (sbx_netns_create(n, err) < 0)
 		return -1;
 	_cleanup_close_ int log = -1;
-	if (vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err) < 0)
+	if (m->proxylog.fd >= 0) { /* kept across a suspend */
+		if (vmmout_reopen(m, &m->proxylog, &log, err) < 0)
+			return -1;
+	} else if (vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err) < 0) {
 		return -1;
-	mon_ep_mod(m, &m->proxylog.src, EPOLLIN, EPOLL_CTL_ADD);
+	} else {
+		mon_ep_mod(m, &m->proxylog.src, EPOLLIN, EPOLL_CTL_ADD);
+	}
 	uint64_t start = 0;
 	if (sbx_netns_spawn_proxy(m->s.id, n, log, &m->proxy_pid, &m->proxy.fd, &start, err) < 0)
 		return -1;
@@ -156,6 +170,22 @@ int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *
 	c->tap_name = SBX_NET_TAP;
 	c->mac = m->s.mac;
 	return 0;
+}
+
+/* A suspend: the proxy ends (the namespace goes with it and the VMM's
+ * TAP), proxy.log stays open for the next one; no host resources but
+ * the disk are held for the network.  The record forgets the proxy. */
+void mon_stop_network(struct mon *m)
+{
+	stop_proxy(m);
+	vmmout_drain(m, &m->proxylog);
+	if (m->proxylog.src.fd >= 0) {
+		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxylog.src.fd, NULL);
+		close(m->proxylog.src.fd);
+		m->proxylog.src.fd = -1;
+	}
+	m->s.proxy_pid = 0;
+	m->s.proxy_start = 0;
 }
 
 int mon_loop_once(struct mon *m, int timeout_ms)

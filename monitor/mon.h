@@ -254,6 +254,7 @@ void client_accept(struct mon *m);
 int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *wr, struct sbx_err *err);
 void vmmout_drain(struct mon *m, struct vmmout *o);
 void vmmout_drain_all(struct mon *m);
+int vmmout_reopen(struct mon *m, struct vmmout *o, int *wr, struct sbx_err *err);
 void vmmout_close(struct vmmout *o);
 
 /* loop.c */
@@ -261,6 +262,7 @@ int mon_audit(struct mon *m, const char *type, json_t *f, struct sbx_err *err);
 void mon_ep_mod(struct mon *m, struct src *s, uint32_t ev, int op);
 int mon_listen_unix(const char *name, struct sbx_err *err);
 int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err);
+void mon_stop_network(struct mon *m);
 int mon_loop_once(struct mon *m, int timeout_ms);
 int mon_arm_ttl(struct mon *m);
 
