@@ -125,6 +125,18 @@ static int sha256_file(int dfd, const char *name, char out[65], uint64_t *size, 
 
 /* --- manifests ------------------------------------------------------------ */
 
+/* xx:xx:xx:xx:xx:xx, lower-case hex, as sbx_netns_mac_new writes it: it
+ * goes onto the VMM's command line. */
+static int mac_ok(const char *mac)
+{
+	if (strlen(mac) != 17)
+		return 0;
+	for (int i = 0; i < 17; i++)
+		if (i % 3 == 2 ? mac[i] != ':' : !strchr("0123456789abcdef", mac[i]) || !mac[i])
+			return 0;
+	return 1;
+}
+
 static int parse_manifest(json_t *m, struct sbx_snapshot *s)
 {
 	const char *kind = json_string_value(json_object_get(m, "kind"));
@@ -145,11 +157,15 @@ static int parse_manifest(json_t *m, struct sbx_snapshot *s)
 	sbx_json_str(m, "accel", s->accel, sizeof s->accel);
 	s->vcpus = (unsigned)sbx_json_u64(m, "vcpus");
 	s->memory_mib = (unsigned)sbx_json_u64(m, "memory_mib");
-	s->disk_bytes = sbx_json_u64(json_object_get(m, "devices"), "scratch_bytes");
+	json_t *dev = json_object_get(m, "devices");
+	s->disk_bytes = sbx_json_u64(dev, "scratch_bytes");
+	if (json_is_true(json_object_get(dev, "network")))
+		sbx_json_str(dev, "mac", s->mac, sizeof s->mac);
 	s->size = sbx_json_u64(m, "size");
 	sbx_json_str(m, "content_sha256", s->content_sha256, sizeof s->content_sha256);
 	if (sbx_id_check(s->name, "snapshot", NULL) < 0 || sbx_id_check(s->version, "snapshot", NULL) < 0 ||
-	    !s->vcpus || !s->memory_mib || !s->disk_bytes || !s->vmm[0] || !s->tmpl_name[0] || !s->tmpl_version[0])
+	    !s->vcpus || !s->memory_mib || !s->disk_bytes || !s->vmm[0] || !s->tmpl_name[0] || !s->tmpl_version[0] ||
+	    (json_is_true(json_object_get(dev, "network")) && !mac_ok(s->mac)))
 		return -1;
 	return 0;
 }
@@ -307,15 +323,25 @@ int sbx_snapshot_apply(const struct sbx_snapshot *snap, const struct sbx_create_
 				   "a session from snapshot %s has the snapshot's devices: -v and --workspace would add "
 				   "disks it was not saved with",
 				   snap->ref);
-	if (p->network.egress != SBX_EGRESS_NONE || p->packages.mode != SBX_PKG_OFFLINE)
+	/* The NIC is a device of the image: there or not as it was saved.
+	 * Its namespace, TAP and proxy are the restore's own, from this
+	 * create's policy. */
+	int nic = p->network.egress == SBX_EGRESS_ALLOWLIST || p->packages.mode == SBX_PKG_ALLOWLIST;
+	if (nic && !snap->mac[0])
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
 				   "snapshot %s was saved without a network device, which network.egress: allowlist and "
 				   "packages.mode: allowlist need",
 				   snap->ref);
+	if (!nic && snap->mac[0])
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "snapshot %s was saved with a network device: restore it under a policy with "
+				   "network.egress: allowlist or packages.mode: allowlist (-p FILE), as its session had",
+				   snap->ref);
 	s->vcpus = snap->vcpus;
 	s->memory_mib = snap->memory_mib;
 	s->limits.disk_bytes = snap->disk_bytes;
-	s->mac[0] = 0;
+	/* The MAC the guest's driver read at its boot, in the image. */
+	snprintf(s->mac, sizeof s->mac, "%s", snap->mac);
 	snprintf(s->snapshot, sizeof s->snapshot, "%s", snap->ref);
 	snprintf(s->snapshot_dir, sizeof s->snapshot_dir, "%s", snap->dir);
 	snprintf(s->kernel, sizeof s->kernel, "%s", snap->kernel);
@@ -576,9 +602,11 @@ static json_t *manifest_json(const struct sbx_session *src, const struct sbx_sna
 			      s->tmpl_version, "content_sha256", s->tmpl_sha256, "kernel", s->kernel, "vmm", s->vmm,
 			      "accel", s->accel, "vcpus", (int)s->vcpus, "memory_mib", (int)s->memory_mib, "devices",
 			      "root", "template", "scratch_bytes", (json_int_t)s->disk_bytes, "volumes", 0, "workspace", 0,
-			      "network", 0, "rng", 1, "agent", "virtio-serial", "limits", limits ? limits : json_object(),
+			      "network", src->mac[0] != 0, "rng", 1, "agent", "virtio-serial", "limits", limits ? limits : json_object(),
 			      "files", files, "size", (json_int_t)s->size, "content_sha256", s->content_sha256, "save_ms",
 			      (json_int_t)save_ms);
+	if (m && src->mac[0])
+		json_object_set_new(json_object_get(m, "devices"), "mac", json_string(src->mac));
 	return m;
 }
 
@@ -982,11 +1010,11 @@ static json_t *snapshot_json(struct sbx_state *st, const struct sbx_snapshot *s)
 	json_t *users = users_of(st, s->ref);
 	char tmpl[140];
 	snprintf(tmpl, sizeof tmpl, "%s@%s", s->tmpl_name, s->tmpl_version);
-	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:i, s:i, s:I, s:s, s:s, s:s, s:i, s:o}",
+	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:i, s:i, s:I, s:b, s:s, s:s, s:s, s:i, s:o}",
 			 "schema", 1, "snapshot", s->ref, "name", s->name, "version", s->version, "tenant", s->tenant,
 			 "created", s->created, "template", tmpl, "size_bytes", (json_int_t)s->size, "session", s->source,
 			 "kernel", s->kernel, "vcpus", (int)s->vcpus, "memory_mib", (int)s->memory_mib, "disk_bytes",
-			 (json_int_t)s->disk_bytes, "vmm", s->vmm, "accel", s->accel, "content_sha256",
+			 (json_int_t)s->disk_bytes, "network", s->mac[0] != 0, "vmm", s->vmm, "accel", s->accel, "content_sha256",
 			 s->content_sha256, "in_use", (int)json_array_size(users), "used_by", users);
 }
 

@@ -240,10 +240,12 @@ static int snap_dir_ok(struct mon *m, const char *rel)
 
 static void snap_save_begin(struct mon *m, struct client *c, const char *rel)
 {
-	if (m->s.nvols || m->s.workspace[0] || m->s.mac[0])
+	/* A NIC is: a restore gets a fresh namespace, TAP and proxy for the
+	 * same device and MAC (loop.c: mon_start_network). */
+	if (m->s.nvols || m->s.workspace[0])
 		return client_error(m, c, 0, SBX_EXIT_CONFLICT,
-				    "a session with volumes, a workspace or a network device cannot be saved: those are "
-				    "not part of a snapshot");
+				    "a session with volumes or a workspace cannot be saved: those are not part of a "
+				    "snapshot");
 	if (m->agent.fd < 0)
 		return client_error(m, c, 0, SBX_EXIT_INTERNAL, "the guest agent is gone");
 	unsigned running = 0;
