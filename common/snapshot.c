@@ -9,6 +9,7 @@
 #include "session.h"
 #include "template.h"
 #include "util.h"
+#include "workspace.h"
 #include "zstream.h"
 
 #include <errno.h>
@@ -162,11 +163,14 @@ static int parse_manifest(json_t *m, struct sbx_snapshot *s)
 	s->disk_bytes = sbx_json_u64(dev, "scratch_bytes");
 	if (json_is_true(json_object_get(dev, "network")))
 		sbx_json_str(dev, "mac", s->mac, sizeof s->mac);
+	if (json_is_true(json_object_get(dev, "workspace")))
+		sbx_json_str(dev, "workspace_name", s->workspace, sizeof s->workspace);
 	s->size = sbx_json_u64(m, "size");
 	sbx_json_str(m, "content_sha256", s->content_sha256, sizeof s->content_sha256);
 	if (sbx_id_check(s->name, "snapshot", NULL) < 0 || sbx_id_check(s->version, "snapshot", NULL) < 0 ||
 	    !s->vcpus || !s->memory_mib || !s->disk_bytes || !s->vmm[0] || !s->tmpl_name[0] || !s->tmpl_version[0] ||
-	    (json_is_true(json_object_get(dev, "network")) && !mac_ok(s->mac)))
+	    (json_is_true(json_object_get(dev, "network")) && !mac_ok(s->mac)) ||
+	    (json_is_true(json_object_get(dev, "workspace")) && sbx_workspace_check(s->workspace, NULL) < 0))
 		return -1;
 	return 0;
 }
@@ -319,11 +323,20 @@ int sbx_snapshot_apply(const struct sbx_snapshot *snap, const struct sbx_create_
 				   "snapshot %s has a %llu MiB disk and a restored VM keeps it; %llu MiB were asked for",
 				   snap->ref, (unsigned long long)(snap->disk_bytes >> 20),
 				   (unsigned long long)(s->limits.disk_bytes >> 20));
-	if (o->nvols || (o->workspace && *o->workspace))
+	if (o->nvols)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "a session from snapshot %s has the snapshot's devices: -v and --workspace would add "
-				   "disks it was not saved with",
+				   "a session from snapshot %s has the snapshot's devices: -v would add disks it was "
+				   "not saved with",
 				   snap->ref);
+	/* Its workspace is re-attached by name (sbx-create refuses with 5,
+	 * before anything exists, when another session holds it). */
+	if (o->workspace && *o->workspace && strcmp(o->workspace, snap->workspace))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   snap->workspace[0] ? "snapshot %s re-attaches its own workspace %s: --workspace cannot "
+							"name another"
+						      : "a session from snapshot %s has the snapshot's devices: --workspace "
+							"would add a disk it was not saved with%s",
+				   snap->ref, snap->workspace);
 	/* The NIC is a device of the image: there or not as it was saved.
 	 * Its namespace, TAP and proxy are the restore's own, from this
 	 * create's policy. */
@@ -343,6 +356,7 @@ int sbx_snapshot_apply(const struct sbx_snapshot *snap, const struct sbx_create_
 	s->limits.disk_bytes = snap->disk_bytes;
 	/* The MAC the guest's driver read at its boot, in the image. */
 	snprintf(s->mac, sizeof s->mac, "%s", snap->mac);
+	snprintf(s->workspace, sizeof s->workspace, "%s", snap->workspace);
 	snprintf(s->snapshot, sizeof s->snapshot, "%s", snap->ref);
 	snprintf(s->snapshot_dir, sizeof s->snapshot_dir, "%s", snap->dir);
 	snprintf(s->kernel, sizeof s->kernel, "%s", snap->kernel);
@@ -602,12 +616,14 @@ static json_t *manifest_json(const struct sbx_session *src, const struct sbx_sna
 			      "source", "session", s->source, "template", "name", s->tmpl_name, "version",
 			      s->tmpl_version, "content_sha256", s->tmpl_sha256, "kernel", s->kernel, "vmm", s->vmm,
 			      "accel", s->accel, "vcpus", (int)s->vcpus, "memory_mib", (int)s->memory_mib, "devices",
-			      "root", "template", "scratch_bytes", (json_int_t)s->disk_bytes, "volumes", 0, "workspace", 0,
+			      "root", "template", "scratch_bytes", (json_int_t)s->disk_bytes, "volumes", 0, "workspace", src->workspace[0] != 0,
 			      "network", src->mac[0] != 0, "rng", 1, "agent", "virtio-serial", "limits", limits ? limits : json_object(),
 			      "files", files, "size", (json_int_t)s->size, "content_sha256", s->content_sha256, "save_ms",
 			      (json_int_t)save_ms);
 	if (m && src->mac[0])
 		json_object_set_new(json_object_get(m, "devices"), "mac", json_string(src->mac));
+	if (m && src->workspace[0])
+		json_object_set_new(json_object_get(m, "devices"), "workspace_name", json_string(src->workspace));
 	return m;
 }
 

@@ -1482,6 +1482,15 @@ static void on_quiesce(struct agent *a, const struct sbx_frame *f)
 		send_error(a, 0, ERR_INTERNAL, why);
 		return;
 	}
+	/* Last, so a refusal leaves it mounted; the next frame, whatever it
+	 * is, comes after the save and mounts it again (on_frame). */
+	if (a->is_pid1 && sbx_guest_ws_down() < 0) {
+		sbx_guest_log("agent: quiesce: unmount the workspace: %s", strerror(errno));
+		send_error(a, 0, ERR_CONFLICT,
+			   errno == EBUSY ? "the workspace is in use (a process keeps files open in it)"
+					  : "cannot unmount the workspace");
+		return;
+	}
 	sbx_frame_raw(&a->out, SBX_F_QUIESCE, 0, NULL, 0);
 }
 
@@ -1623,6 +1632,11 @@ static void on_ping(struct agent *a, const struct sbx_frame *f)
 
 static void dispatch(struct agent *a, const struct sbx_frame *f)
 {
+	/* A save unmounted the workspace (on_quiesce); whatever the host
+	 * says next comes after it: the saved guest's next frame (the
+	 * monitor sends a PING at least) or a restored one's IDENTITY. */
+	if (f->type != SBX_F_QUIESCE)
+		sbx_guest_ws_up();
 	switch (f->type) {
 	case SBX_F_PING:
 		on_ping(a, f);
