@@ -176,6 +176,14 @@ sbx-kill "$id" >/dev/null
 kill "$WEBPID" 2>/dev/null
 trap _cleanup EXIT
 
+# --- a session with a workspace: it stays attached while suspended ------------
+id=$(sbx-create -q --workspace susp-ws); ok $? "a session with a workspace"
+sbx-exec "$id" -- sh -c 'echo kept >/workspace/f'
+sbx-snapshot suspend "$id"; ok $? "is suspended"
+sbx-create -q --workspace susp-ws 2>/dev/null; is "$?" 5 "its workspace stays its own meanwhile (5)"
+is "$(sbx-exec "$id" -- cat /workspace/f)" kept "resumed, it has its workspace, file and all"
+sbx-kill "$id" >/dev/null
+
 # --- a session with secrets, or with a forward: refused; idle, it is paused ------
 printf 'tok3n' >"$TEST_TMP/tok"
 printf 'secrets:\n  - {name: TOK, from_file: %s}\nlifecycle: {idle_suspend: 1s}\n' "$TEST_TMP/tok" >"$TEST_TMP/sec.yaml"

@@ -93,6 +93,10 @@ is "$(rec "$r1" .net.mac)" "$mac" "its record has the snapshot's MAC"
 is "$(sbx-exec "$r1" -- cat /sys/class/net/eth0/address)" "$mac" "which its guest's eth0 has"
 is "$(sbx-exec "$r1" -- hostname)" "$r1" "the restored guest knows who it is"
 is "$(fetch "$r1")" "$HELLO" "the restored session reaches the test host through its own proxy"
+# The gateway's MAC is the same in every namespace, so the ARP entry the
+# source's guest learnt (in the image) holds in the new one.
+is "$(sbx-exec "$r1" -- awk '$1 == "10.0.2.2" { print $4 }' /proc/net/arp)" 02:73:62:78:00:02 \
+   "its gateway has the fixed MAC of every session's sbx0"
 is "$(allowed "$r1")" 1 "the connection is in the restored session's net.log"
 p1=$(rec "$r1" .proxy_process.pid)
 [ "$p1" != "$(rec "$src" .proxy_process.pid)" ] && kill -0 "$p1"; ok $? "its proxy is its own (pid $p1)"
