@@ -829,6 +829,14 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 				   src.id, src.id);
 	if (!sbx_state_up(live))
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s)", src.id, live);
+	/* A template's sessions are everyone's it serves (and the warm
+	 * pool's, which never has a workspace): a workspace is one tenant's,
+	 * attached by one session at a time. */
+	if (o->to_template && src.workspace[0])
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+				   "session %s has a workspace: it can be saved as a snapshot, not as a template (every "
+				   "session of the template would attach a workspace of that name)",
+				   src.id);
 	/* The snapshot is the session's tenant's: its memory never changes
 	 * hands, whoever asks. */
 	snprintf(s.tenant, sizeof s.tenant, "%s", src.tenant);

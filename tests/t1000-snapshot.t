@@ -180,6 +180,8 @@ sbx-kill "$tt"
 rec() { jq -r "$2" "$L/sessions/$1/session.json"; }
 w=$(sbx-create -q --workspace proj); ok $? "a session with the workspace proj"
 sbx-exec "$w" -- sh -c 'echo one >/workspace/f'
+sbx-snapshot save --template "$w" wtmpl 2>"$TEST_TMP/err"; is "$?" 5 "but not as a template (5)"
+like "$(cat "$TEST_TMP/err")" "has a workspace: it can be saved as a snapshot, not as a template" "saying why"
 wv=$(sbx-snapshot save "$w" wsnap); ok $? "it can be saved ($wv)"
 is "$(jq -c '[.devices.workspace, .devices.workspace_name]' "$L/snapshots/_/$wv/manifest.json")" '[true,"proj"]' \
    "the manifest records the workspace by name"
