@@ -173,6 +173,23 @@ is "$(fetch "$id")" "hello from the test host" "the network works after that res
 proxy3=$(rec "$id" .proxy_process.pid)
 sbx-kill "$id" >/dev/null
 ! kill -0 "$proxy3" 2>/dev/null; ok $? "sbx-kill ends the proxy"
+# A resume whose network cannot be rebuilt (here: no sbx-proxy where the
+# session's monitor looks) fails saying why and leaves it suspended, image
+# and all; once it can, the resume works.
+X=$TEST_TMP/libexec-susp
+mkdir -p "$X" && cp "$SBX_BUILD/libexec/sbx/sbx-monitor" "$SBX_BUILD/libexec/sbx/sbx-proxy" "$X/"
+id=$(SBX_LIBEXEC=$X sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "a session with a NIC whose monitor runs from a copy"
+sbx-snapshot suspend "$id"; ok $? "suspended"
+mv "$X/sbx-proxy" "$X/sbx-proxy.away"
+sbx-exec "$id" -- true 2>"$TEST_TMP/err"; rc=$?
+is "$rc" 125 "an exec whose resume cannot start the proxy fails (125)"
+like "$(cat "$TEST_TMP/err")" "cannot resume session $id: .*cannot find sbx-proxy" "saying why"
+is "$(state "$id")" suspended "the session stays suspended"
+[ -s "$L/sessions/$id/suspend/memory.zst" ]; ok $? "with its image"
+is "$(rec "$id" .proxy_process.pid)" 0 "and no proxy in its record"
+mv "$X/sbx-proxy.away" "$X/sbx-proxy"
+is "$(fetch "$id")" "hello from the test host" "with the proxy back, an exec resumes it and reaches the test host"
+sbx-kill "$id" >/dev/null
 kill "$WEBPID" 2>/dev/null
 trap _cleanup EXIT
 
