@@ -117,6 +117,9 @@ is "$(state "$r1")" suspended "it is suspended"
 ! kill -0 "$p1" 2>/dev/null; ok $? "its proxy is gone"
 is "$(fetch "$r1")" "$HELLO" "an exec resumes it and it reaches the test host through a new proxy"
 [ "$(rec "$r1" .proxy_process.pid)" != "$p1" ]; ok $? "a new one"
+diag "QEMU/TCG, coding-agent.yaml (1 GiB, 2 vCPUs): restore boot_ms $(rec "$r1" .boot_ms)," \
+	"suspend_ms $(grep '"session.suspend"' "$A" | grep "\"$r1\"" | tail -1 | jq .suspend_ms)," \
+	"resume_ms $(rec "$r1" .lifecycle.resume_ms)"
 grep "\"session.resume\"" "$A" | grep "\"$r1\"" | grep -q "\"ok\":true"; ok $? "the resume is audited"
 
 # ---- the source, suspended in turn: coding-agent.yaml through it all ----
