@@ -58,13 +58,7 @@ import socket, ssl
 c = ssl.create_default_context(); c.check_hostname = False; c.verify_mode = ssl.CERT_NONE
 s = c.wrap_socket(socket.create_connection(("pypi.org", 443), timeout=30), server_hostname="pypi.org")
 s.sendall(b"GET / HTTP/1.0\r\nHost: pypi.org\r\n\r\n")
-d = b""
-while True:
-    b = s.recv(4096)
-    if not b:
-        break
-    d += b
-print(d.split(b"\r\n\r\n", 1)[1].decode().strip())
+print(s.makefile("rb").read().split(b"\r\n\r\n", 1)[1].decode().strip())
 ' 2>&1
 }
 allowed() { grep "\"proto\":\"tcp\"" "$L/sessions/$1/net.log" | grep -c "\"domain\":\"pypi.org\".*\"verdict\":\"allow\""; }
