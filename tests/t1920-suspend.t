@@ -149,7 +149,17 @@ network:
     - {cidr: $WEB/32, ports: [80]}
 lifecycle: {idle_suspend: 1s}
 EOF
-fetch() { sbx-exec --timeout 60s "$1" -- wget -q -O- "http://$WEB/" 2>&1; }
+# On a failure, what the proxy logged and the host's 198.51.100 links (a
+# subnet on a link is on the proxy's deny list) go to stderr.
+fetch() {
+	local o
+	o=$(sbx-exec --timeout 60s "$1" -- wget -q -O- "http://$WEB/" 2>&1)
+	[ "$o" = "hello from the test host" ] || {
+		diag "net.log: $(tail -2 "$L/sessions/$1/net.log")"
+		diag "links: $(ip -br addr | grep -o '198\.51\.100\.[0-9]*/[0-9]*' | tr '\n' ' ')"
+	} >&2
+	echo "$o"
+}
 id=$(sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "a session with a network device (and idle_suspend: 1s)"
 is "$(fetch "$id")" "hello from the test host" "it reaches the test host through its proxy"
 sleep 3
@@ -251,6 +261,16 @@ for point in save saved recorded; do
 	sbx-gc --grace 0 >"$TEST_TMP/gc" 2>&1
 	[ ! -e "$L/sessions/$id" ]; ok $? "[$point] sbx-gc reclaims it, image and all"
 done
+# With a NIC, killed once the record says suspended and before the proxy
+# is stopped: the proxy goes with the monitor too (PR_SET_PDEATHSIG).
+id=$(SBX_FAULT_SUSPEND=recorded sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "[recorded, NIC] a session with a NIC"
+proxy=$(rec "$id" .proxy_process.pid)
+sbx-snapshot suspend "$id" 2>/dev/null; [ "$?" -ne 0 ]; ok $? "[recorded, NIC] the suspend fails"
+for i in $(seq 100); do kill -0 "$proxy" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$proxy" 2>/dev/null; ok $? "[recorded, NIC] its proxy went with the monitor"
+is "$(state "$id")" crashed "[recorded, NIC] the session is crashed"
+sbx-gc --grace 0 >"$TEST_TMP/gc" 2>&1
+[ ! -e "$L/sessions/$id" ]; ok $? "[recorded, NIC] sbx-gc reclaims it"
 
 # --- a full disk during a suspend -------------------------------------------------
 # A LIB of its own on a small tmpfs, filled up to 2 MiB: the memory image
