@@ -10,7 +10,7 @@
 #include "audit.h"
 #include "hostpath.h"
 #include "session.h"
-#include "snapshot.h"
+#include "vmctl.h"
 #include "transfer.h"
 
 static const char usage_text[] = "usage: sbx-cp [--json] [--no-resume] [--tenant TENANT] SRC... SESSION:DEST\n"

@@ -16,7 +16,7 @@
 #include "cli.h"
 #include "exec_client.h"
 #include "execrec.h"
-#include "snapshot.h"
+#include "vmctl.h"
 #include "units.h"
 
 #define EXEC_FAILED 125

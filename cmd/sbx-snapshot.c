@@ -12,6 +12,7 @@
 #include "snapshot.h"
 #include "template.h"
 #include "util.h"
+#include "vmctl.h"
 
 #define PROG "sbx-snapshot"
 

@@ -6,6 +6,7 @@
 #include "cgroup.h"
 #include "proto.h"
 #include "hostpath.h"
+#include "monclient.h"
 #include "secrets.h"
 #include "template.h"
 #include "util.h"
@@ -19,14 +20,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 
 #include <jansson.h>
@@ -80,6 +78,11 @@ static void kill_monitor(struct sbx_state *st, const char *id, int sig)
 	}
 }
 
+static int skip_frame(void *ctx, struct sbx_mon *m, const struct sbx_frame *f, struct sbx_err *err)
+{
+	return 0;
+}
+
 /* Wait (bounded) until nobody holds the session's lock. */
 static int wait_unlocked(struct sbx_state *st, const char *id, int seconds)
 {
@@ -104,22 +107,16 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
 		*gone = 1;
 		return 0;
 	}
-	int fd = sbx_monitor_socket(st, id), asked = 0;
-	if (fd >= 0) {
+	int asked = 0;
+	_cleanup_mon_ struct sbx_mon m = { .fd = sbx_monitor_socket(st, id) };
+	if (m.fd >= 0) {
 		/* Ask the monitor: it kills the VM, ends the execs and removes
-		 * the session, then acknowledges (or just goes). */
-		uint8_t h[SBX_FRAME_HDR], ack[64];
-		sbx_frame_hdr_put(h, SBX_F_SHUTDOWN, 0, 0);
-		asked = send(fd, h, sizeof h, MSG_NOSIGNAL) == (ssize_t)sizeof h;
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		uint64_t deadline = sbx_mono_ns() + 30ull * 1000000000u;
-		while (asked && sbx_mono_ns() < deadline) {
-			if (poll(&p, 1, 1000) <= 0)
-				continue;
-			if (read(fd, ack, sizeof ack) <= 0)
-				break;
-		}
-		close(fd);
+		 * the session, then goes; whatever it says before is skipped. */
+		sbx_frame_raw(&m.out, SBX_F_SHUTDOWN, 0, NULL, 0);
+		asked = sbx_mon_send(&m, -1) == 0;
+		if (asked)
+			sbx_mon_loop(&m, 30000, skip_frame, NULL, NULL, NULL);
+		sbx_mon_close(&m);
 	}
 	/* A monitor not listening yet (still setting up) is asked with
 	 * SIGTERM, which it handles like a kill request; one that holds the

@@ -6,7 +6,7 @@
  * or HTTP Host), DNS queries and answers, the allowlist and the fixed deny
  * list.
  *
- * proxy.c, the process: a transparent TCP listener (10.0.2.2:3128 in the
+ * proxy/ (proxy.c, the process; tcp.c; dns.c): a transparent TCP listener (10.0.2.2:3128 in the
  * session's namespace, netns.h) that admits a connection by its name or,
  * for a raw address, by a cidr rule, resolves names itself, checks every
  * address against the deny list when it connects, then copies bytes both

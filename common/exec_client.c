@@ -1,5 +1,6 @@
 #include "exec_client.h"
 #include "execrec.h"
+#include "monclient.h"
 #include "session.h"
 #include "util.h"
 
@@ -17,80 +18,16 @@
 
 #include <jansson.h>
 
-struct conn {
-	int fd;
-	struct sbx_buf in, out;
-	size_t out_off;
-};
-
-static int conn_flush(struct conn *c, int block)
-{
-	while (c->out_off < c->out.len) {
-		ssize_t w = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off,
-				 MSG_NOSIGNAL | (block ? 0 : MSG_DONTWAIT));
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN && !block)
-				return 0;
-			return -1;
-		}
-		c->out_off += (size_t)w;
-	}
-	sbx_buf_reset(&c->out);
-	c->out_off = 0;
-	return 0;
-}
-
-/* Next whole frame from the connection; 1 got one, 0 need more, -1 bad. */
-static int next_frame(struct conn *c, struct sbx_frame *f, size_t *consumed)
-{
-	if (c->in.len < SBX_FRAME_HDR)
-		return 0;
-	if (sbx_frame_hdr_get(c->in.data, f, SBX_FRAME_MAX) < 0)
-		return -1;
-	if (c->in.len - SBX_FRAME_HDR < f->len)
-		return 0;
-	f->payload = c->in.data + SBX_FRAME_HDR;
-	*consumed = SBX_FRAME_HDR + f->len;
-	return 1;
-}
-
-static void consume(struct conn *c, size_t n)
-{
-	memmove(c->in.data, c->in.data + n, c->in.len - n);
-	c->in.len -= n;
-}
-
-static int frame_error(const struct sbx_frame *f, struct sbx_err *err)
-{
-	char msg[300] = "the session refused the command";
-	uint32_t code = SBX_EXIT_INTERNAL;
-	sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
-	sbx_text_clean(msg); /* it may quote the guest */
-	return sbx_err_set(err, (int)code, 0, "%s", msg);
-}
-
-static void send_winsize(struct conn *c, int tty, uint32_t stream)
+/* Forward the terminal's size to the exec (stream). */
+static void send_winsize(struct sbx_mon *m, int tty, uint32_t stream)
 {
 	struct winsize ws;
 	if (tty < 0 || ioctl(tty, TIOCGWINSZ, &ws) < 0)
 		return;
-	size_t off = sbx_frame_begin(&c->out, SBX_F_RESIZE, stream);
-	sbx_tlv_u32(&c->out, SBX_T_ROWS, ws.ws_row);
-	sbx_tlv_u32(&c->out, SBX_T_COLS, ws.ws_col);
-	sbx_frame_end(&c->out, off);
-}
-
-static int read_more(struct conn *c)
-{
-	uint8_t tmp[SBX_DATA_CHUNK + 64];
-	ssize_t r = read(c->fd, tmp, sizeof tmp);
-	if (r < 0)
-		return errno == EINTR || errno == EAGAIN ? 1 : -1;
-	if (r == 0)
-		return 0;
-	return sbx_buf_put(&c->in, tmp, (size_t)r) < 0 ? -1 : 1;
+	size_t off = sbx_frame_begin(&m->out, SBX_F_RESIZE, stream);
+	sbx_tlv_u32(&m->out, SBX_T_ROWS, ws.ws_row);
+	sbx_tlv_u32(&m->out, SBX_T_COLS, ws.ws_col);
+	sbx_frame_end(&m->out, off);
 }
 
 static int has_name(char *const *env, size_t n, const char *kv, size_t nl)
@@ -139,22 +76,103 @@ static int with_session_env(const struct sbx_session *s, struct sbx_exec_req *re
 	return 0;
 }
 
+/* One exec's stream, as the frame loop sees it. */
+struct run {
+	struct sbx_exec_opts *o;
+	struct sbx_exec_result *r;
+	uint32_t stream;
+	int started, in_open, sfd;
+};
+
+static int run_frame(void *ctx, struct sbx_mon *m, const struct sbx_frame *f, struct sbx_err *err)
+{
+	struct run *x = ctx;
+	switch (f->type) {
+	case SBX_F_STARTED: {
+		struct sbx_tlv_it it;
+		uint16_t tag;
+		const uint8_t *v;
+		uint32_t n;
+		x->stream = f->stream;
+		x->started = 1;
+		sbx_tlv_init(&it, f->payload, f->len);
+		while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
+			if (tag == SBX_T_EXEC_ID)
+				sbx_tlv_as_str(v, n, x->r->exec_id, sizeof x->r->exec_id);
+		if (x->o->detach)
+			return 1;
+		send_winsize(m, x->o->tty_fd, x->stream);
+		return 0;
+	}
+	case SBX_F_STDOUT:
+	case SBX_F_STDERR:
+		/* Nowhere to write: the command goes on, its output is kept in
+		 * the session. */
+		(void)sbx_write_all(f->type == SBX_F_STDOUT ? x->o->out_fd : x->o->err_fd, f->payload, f->len);
+		return 0;
+	case SBX_F_EXIT:
+		if (sbx_exit_decode(f->payload, f->len, &x->r->exit) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "malformed exit report");
+		return 1;
+	case SBX_F_ERROR:
+		return sbx_mon_error(f, "the session refused the command", err);
+	default:
+		return 0;
+	}
+}
+
+static void run_arm(void *ctx, struct sbx_mon *m, struct pollfd *p)
+{
+	struct run *x = ctx;
+	p[0] = (struct pollfd){ .fd = x->sfd, .events = POLLIN };
+	/* Read stdin only when the last chunk is on its way: the socket's
+	 * buffer is the flow control towards the monitor. */
+	p[1] = (struct pollfd){ .fd = x->in_open && x->started && !m->out.len ? x->o->in_fd : -1, .events = POLLIN };
+}
+
+static int run_ready(void *ctx, struct sbx_mon *m, const struct pollfd *p, struct sbx_err *err)
+{
+	struct run *x = ctx;
+	if (p[0].revents & POLLIN) {
+		struct signalfd_siginfo si;
+		while (read(x->sfd, &si, sizeof si) == sizeof si) {
+			if (!x->stream)
+				continue;
+			if (si.ssi_signo == SIGWINCH) {
+				send_winsize(m, x->o->tty_fd, x->stream);
+				continue;
+			}
+			size_t off = sbx_frame_begin(&m->out, SBX_F_SIGNAL, x->stream);
+			sbx_tlv_u32(&m->out, SBX_T_SIGNO, si.ssi_signo);
+			sbx_frame_end(&m->out, off);
+		}
+	}
+	if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+		uint8_t buf[SBX_DATA_CHUNK];
+		ssize_t n = read(x->o->in_fd, buf, sizeof buf);
+		if (n > 0) {
+			sbx_frame_raw(&m->out, SBX_F_STDIN, x->stream, buf, (uint32_t)n);
+		} else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+			sbx_frame_raw(&m->out, SBX_F_STDIN_EOF, x->stream, NULL, 0);
+			x->in_open = 0;
+		}
+	}
+	return 0;
+}
+
 int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts *o, struct sbx_exec_result *r,
 		 struct sbx_err *err)
 {
-	struct conn c = { .fd = -1 };
-	int rc = -1, sfd = -1, in_open = o->in_fd >= 0;
-	uint32_t stream = 0;
+	_cleanup_mon_ struct sbx_mon m = { .fd = -1 };
+	struct run x = { .o = o, .r = r, .in_open = o->in_fd >= 0, .sfd = -1 };
 	sigset_t set, old;
 
 	memset(r, 0, sizeof *r);
-	if (sbx_id_check(session, "session", err) < 0)
-		return -1;
-	if ((c.fd = sbx_monitor_connect(st, session, err)) < 0)
+	if (sbx_id_check(session, "session", err) < 0 || sbx_mon_open(st, session, &m, err) < 0)
 		return -1;
 	if (o->detach)
 		o->req.flags |= SBX_EXEC_DETACH;
-	if (in_open && !o->detach)
+	if (x.in_open && !o->detach)
 		o->req.flags |= SBX_EXEC_STDIN;
 	/* sbx's own execs (sbx-cp's tar) run as sbx means them, whatever
 	 * the session's environment says. */
@@ -162,21 +180,15 @@ int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts
 	_cleanup_free_ char **env = NULL, **sec = NULL;
 	_cleanup_free_ struct sbx_session *s = NULL;
 	if (!(req.flags & SBX_EXEC_COPY)) {
-		if (!(s = malloc(sizeof *s))) {
-			sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-			goto out;
-		}
+		if (!(s = malloc(sizeof *s)))
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
 		if (sbx_record_load(st, session, s, err) < 0 || with_session_env(s, &req, &env, &sec, err) < 0)
-			goto out;
+			return -1;
 	}
-	if (sbx_exec_req_encode(&c.out, 0, &req) < 0) {
-		sbx_err_set(err, SBX_EXIT_INVALID, E2BIG, "the command and its environment are too large");
-		goto out;
-	}
-	if (conn_flush(&c, 1) < 0) {
-		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send the command to the session");
-		goto out;
-	}
+	if (sbx_exec_req_encode(&m.out, 0, &req) < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, E2BIG, "the command and its environment are too large");
+	if (sbx_mon_send(&m, -1) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send the command to the session");
 	sigemptyset(&set);
 	if (o->forward_signals) {
 		sigaddset(&set, SIGINT);
@@ -186,118 +198,13 @@ int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts
 	if (o->tty_fd >= 0)
 		sigaddset(&set, SIGWINCH);
 	sigprocmask(SIG_BLOCK, &set, &old);
-	sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-
-	int started = 0;
-	uint8_t inbuf[SBX_DATA_CHUNK];
-	for (;;) {
-		struct sbx_frame f;
-		size_t used;
-		int got;
-		while ((got = next_frame(&c, &f, &used)) == 1) {
-			switch (f.type) {
-			case SBX_F_STARTED: {
-				struct sbx_tlv_it it;
-				uint16_t tag;
-				const uint8_t *v;
-				uint32_t n;
-				stream = f.stream;
-				started = 1;
-				sbx_tlv_init(&it, f.payload, f.len);
-				while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
-					if (tag == SBX_T_EXEC_ID)
-						sbx_tlv_as_str(v, n, r->exec_id, sizeof r->exec_id);
-				if (o->detach) {
-					rc = 0;
-					goto out;
-				}
-				send_winsize(&c, o->tty_fd, stream);
-				break;
-			}
-			case SBX_F_STDOUT:
-			case SBX_F_STDERR:
-				if (sbx_write_all(f.type == SBX_F_STDOUT ? o->out_fd : o->err_fd, f.payload, f.len) < 0 &&
-				    errno != EPIPE) {
-					/* Nowhere to write: the command goes on, its
-					 * output is kept in the session. */
-				}
-				break;
-			case SBX_F_EXIT:
-				if (sbx_exit_decode(f.payload, f.len, &r->exit) < 0) {
-					sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "malformed exit report");
-					goto out;
-				}
-				rc = 0;
-				goto out;
-			case SBX_F_ERROR:
-				frame_error(&f, err);
-				goto out;
-			default:
-				break;
-			}
-			consume(&c, used);
-		}
-		if (got < 0) {
-			sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "malformed frame from the monitor");
-			goto out;
-		}
-		struct pollfd p[3] = {
-			{ .fd = c.fd, .events = POLLIN | (c.out.len ? POLLOUT : 0) },
-			{ .fd = sfd, .events = POLLIN },
-			/* Read stdin only when the last chunk is on its way: the
-			 * socket's buffer is the flow control towards the monitor. */
-			{ .fd = in_open && started && !c.out.len ? o->in_fd : -1, .events = POLLIN },
-		};
-		if (poll(p, 3, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "poll");
-			goto out;
-		}
-		if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-			int m = read_more(&c);
-			if (m <= 0) {
-				sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
-					    "lost the connection to the session's monitor (the session was destroyed?)");
-				goto out;
-			}
-		}
-		if (p[1].revents & POLLIN) {
-			struct signalfd_siginfo si;
-			while (read(sfd, &si, sizeof si) == sizeof si) {
-				if (!stream)
-					continue;
-				if (si.ssi_signo == SIGWINCH) {
-					send_winsize(&c, o->tty_fd, stream);
-					continue;
-				}
-				size_t off = sbx_frame_begin(&c.out, SBX_F_SIGNAL, stream);
-				sbx_tlv_u32(&c.out, SBX_T_SIGNO, si.ssi_signo);
-				sbx_frame_end(&c.out, off);
-			}
-		}
-		if (p[2].revents & (POLLIN | POLLHUP | POLLERR)) {
-			ssize_t n = read(o->in_fd, inbuf, sizeof inbuf);
-			if (n > 0) {
-				sbx_frame_raw(&c.out, SBX_F_STDIN, stream, inbuf, (uint32_t)n);
-			} else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-				sbx_frame_raw(&c.out, SBX_F_STDIN_EOF, stream, NULL, 0);
-				in_open = 0;
-			}
-		}
-		if (c.out.len && conn_flush(&c, 0) < 0) {
-			sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "lost the connection to the session's monitor");
-			goto out;
-		}
-	}
-out:
-	if (sfd >= 0) {
-		close(sfd);
+	x.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	static const struct sbx_mon_fds fds = { .n = 2, .arm = run_arm, .ready = run_ready };
+	int rc = sbx_mon_loop(&m, 0, run_frame, &fds, &x, err) > 0 ? 0 : -1;
+	if (x.sfd >= 0) {
+		close(x.sfd);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 	}
-	close(c.fd);
-	sbx_buf_free(&c.in);
-	sbx_buf_free(&c.out);
 	return rc;
 }
 

@@ -1,4 +1,5 @@
 #include "execrec.h"
+#include "monclient.h"
 #include "proto.h"
 #include "session.h"
 #include "util.h"
@@ -10,7 +11,6 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/sendfile.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 
 int sbx_exec_id_check(const char *id, struct sbx_err *err)
@@ -181,42 +181,33 @@ int sbx_exec_output(struct sbx_state *st, const char *session, const char *exec,
 	return 0;
 }
 
+/* The monitor greets with HELLO, then answers KILL (done) or ERROR. */
+struct kill_ctx {
+	const char *session, *exec;
+};
+
+static int kill_frame(void *ctx, struct sbx_mon *m, const struct sbx_frame *f, struct sbx_err *err)
+{
+	const struct kill_ctx *k = ctx;
+	if (f->type == SBX_F_ERROR)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no running exec %s in session %s", k->exec, k->session);
+	return f->type == SBX_F_KILL;
+}
+
 int sbx_exec_kill(struct sbx_state *st, const char *session, const char *exec, struct sbx_err *err)
 {
-	if (sbx_id_check(session, "session", err) < 0 || sbx_exec_id_check(exec, err) < 0)
+	_cleanup_mon_ struct sbx_mon m = { .fd = -1 };
+	struct kill_ctx k = { session, exec };
+	if (sbx_id_check(session, "session", err) < 0 || sbx_exec_id_check(exec, err) < 0 ||
+	    sbx_mon_open(st, session, &m, err) < 0)
 		return -1;
-	_cleanup_close_ int fd = sbx_monitor_connect(st, session, err);
-	if (fd < 0)
-		return -1;
-	uint8_t h[SBX_FRAME_HDR];
-	sbx_frame_hdr_put(h, SBX_F_KILL, (uint32_t)atoi(exec + 1), 0);
-	if (send(fd, h, sizeof h, MSG_NOSIGNAL) != (ssize_t)sizeof h)
+	m.max = 1 << 16;
+	sbx_frame_raw(&m.out, SBX_F_KILL, (uint32_t)atoi(exec + 1), NULL, 0);
+	if (sbx_mon_send(&m, -1) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot reach the monitor of %s", session);
-	/* The monitor greets with HELLO, then answers KILL (done) or ERROR. */
-	struct sbx_buf in = { 0 };
-	int rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "no answer from the monitor of %s", session);
-	for (;;) {
-		uint8_t tmp[4096];
-		ssize_t r = read(fd, tmp, sizeof tmp);
-		if (r <= 0)
-			break;
-		sbx_buf_put(&in, tmp, (size_t)r);
-		struct sbx_frame f;
-		size_t off = 0, done = 0;
-		while (!done && in.len - off >= SBX_FRAME_HDR && sbx_frame_hdr_get(in.data + off, &f, 1 << 16) == 0 &&
-		       in.len - off - SBX_FRAME_HDR >= f.len) {
-			if (f.type == SBX_F_KILL) {
-				rc = 0;
-				done = 1;
-			} else if (f.type == SBX_F_ERROR) {
-				rc = sbx_err_set(err, SBX_EXIT_NOENT, 0, "no running exec %s in session %s", exec, session);
-				done = 1;
-			}
-			off += SBX_FRAME_HDR + f.len;
-		}
-		if (done)
-			break;
-	}
-	sbx_buf_free(&in);
-	return rc;
+	if (sbx_mon_loop(&m, 0, kill_frame, NULL, &k, err) > 0)
+		return 0;
+	if (m.fail != SBX_MON_REFUSED)
+		sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "no answer from the monitor of %s", session);
+	return -1;
 }

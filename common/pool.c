@@ -4,6 +4,7 @@
 #include "trace.h"
 #include "capacity.h"
 #include "hostconf.h"
+#include "monclient.h"
 #include "policy.h"
 #include "proto.h"
 #include "secrets.h"
@@ -14,15 +15,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/socket.h>
-
-#define MS 1000000ull
 
 int sbx_pool_member_id(const char *id)
 {
@@ -87,55 +84,6 @@ static size_t find_members(struct sbx_state *st, const struct sbx_session *s, st
 	return k;
 }
 
-static int send_all(int fd, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-	while (n) {
-		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		b += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-static int recv_full(int fd, uint8_t *p, size_t n, uint64_t deadline)
-{
-	while (n) {
-		uint64_t now = sbx_mono_ns();
-		if (now >= deadline)
-			return errno = ETIMEDOUT, -1;
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
-		int r = poll(&pf, 1, (int)((deadline - now) / MS) + 1);
-		if (r < 0 && errno != EINTR)
-			return -1;
-		if (r <= 0)
-			continue;
-		ssize_t got = read(fd, p, n);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			return errno = got ? errno : EPIPE, -1;
-		p += got;
-		n -= (size_t)got;
-	}
-	return 0;
-}
-
-/* One frame from the monitor, its payload in buf (at most cap bytes). */
-static int recv_frame(int fd, uint64_t deadline, struct sbx_frame *f, uint8_t *buf, size_t cap)
-{
-	uint8_t h[SBX_FRAME_HDR];
-	if (recv_full(fd, h, sizeof h, deadline) < 0 || sbx_frame_hdr_get(h, f, (uint32_t)cap) < 0 ||
-	    recv_full(fd, buf, f->len, deadline) < 0)
-		return -1;
-	f->payload = buf;
-	return 0;
-}
-
 enum { NOT_CLAIMED = 0, CLAIMED = 1, TRY_ANOTHER = 2 };
 
 /* A claim that failed after its commit: the session under s->id is
@@ -163,35 +111,32 @@ static int claim_one(struct sbx_state *st, int *g, const char *member, struct sb
 	struct sbx_err e = { 0 };
 	struct sbx_trace tr;
 	sbx_trace_begin(&tr, "claim.client");
-	_cleanup_close_ int fd = sbx_monitor_connect(st, member, &e);
-	if (fd < 0)
+	_cleanup_mon_ struct sbx_mon m = { .fd = -1 };
+	if (sbx_mon_open(st, member, &m, &e) < 0)
 		return TRY_ANOTHER;
 	uint8_t buf[2048];
 	struct sbx_frame f;
-	if (recv_frame(fd, sbx_mono_ns() + 5000 * MS, &f, buf, sizeof buf) < 0 || f.type != SBX_F_HELLO)
+	if (sbx_mon_next(&m, 5000, &f, buf, sizeof buf, &e) < 0 || f.type != SBX_F_HELLO)
 		return TRY_ANOTHER;
 	sbx_trace_step(&tr, "connect_hello");
 	_cleanup_free_ char *rec = sbx_record_text(s);
-	struct sbx_buf b = { 0 };
-	size_t off = sbx_frame_begin(&b, SBX_F_CLAIM, 0);
-	sbx_tlv_str(&b, SBX_T_SESSION, s->id);
-	sbx_tlv_str(&b, SBX_T_RECORD, rec ? rec : "");
-	sbx_tlv_u32(&b, SBX_T_CLAIM_FLAGS, sec->n ? SBX_CLAIM_SECRETS : 0);
-	sbx_tlv_str(&b, SBX_T_POLICY, pol);
-	sbx_frame_end(&b, off);
-	int sent = rec && !b.oom && send_all(fd, b.data, b.len) == 0;
-	sbx_buf_free(&b);
-	if (!sent)
+	size_t off = sbx_frame_begin(&m.out, SBX_F_CLAIM, 0);
+	sbx_tlv_str(&m.out, SBX_T_SESSION, s->id);
+	sbx_tlv_str(&m.out, SBX_T_RECORD, rec ? rec : "");
+	sbx_tlv_u32(&m.out, SBX_T_CLAIM_FLAGS, sec->n ? SBX_CLAIM_SECRETS : 0);
+	sbx_tlv_str(&m.out, SBX_T_POLICY, pol);
+	sbx_frame_end(&m.out, off);
+	if (!rec || sbx_mon_send(&m, -1) < 0)
 		return TRY_ANOTHER; /* a frame cut short is never acted on */
 	/* The commit: fast (two small files, the cgroups, four renames), but
 	 * allow for a loaded host.  With secrets, the monitor asks
 	 * for them first (CLAIM with CLAIM_FLAGS): nothing is committed until
 	 * it holds everything, so the commit needs nothing more from us. */
-	int r = recv_frame(fd, sbx_mono_ns() + 10000 * MS, &f, buf, sizeof buf);
+	int r = sbx_mon_next(&m, 10000, &f, buf, sizeof buf, &e);
 	if (r == 0 && f.type == SBX_F_CLAIM && f.len && sec->n) {
-		if (send_all(fd, sec->frame, sec->frame_len) < 0)
+		if (sbx_mon_write(&m, sec->frame, sec->frame_len) < 0)
 			return TRY_ANOTHER;
-		r = recv_frame(fd, sbx_mono_ns() + 10000 * MS, &f, buf, sizeof buf);
+		r = sbx_mon_next(&m, 10000, &f, buf, sizeof buf, &e);
 	}
 	sbx_trace_step(&tr, "commit");
 	if (r < 0 || f.type != SBX_F_CLAIM || f.len) {
@@ -208,7 +153,7 @@ static int claim_one(struct sbx_state *st, int *g, const char *member, struct sb
 	 * the monitor's failure path takes it. */
 	close(*g);
 	*g = -1;
-	r = recv_frame(fd, sbx_mono_ns() + (SBX_CLAIM_TIMEOUT_MS + 10000) * MS, &f, buf, sizeof buf);
+	r = sbx_mon_next(&m, SBX_CLAIM_TIMEOUT_MS + 10000, &f, buf, sizeof buf, &e);
 	if (r == 0 && f.type == SBX_F_ERROR) {
 		uint32_t code = 0;
 		char msg[300] = "the claim failed";

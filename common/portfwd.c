@@ -1,4 +1,5 @@
 #include "portfwd.h"
+#include "monclient.h"
 #include "session.h"
 #include "util.h"
 
@@ -128,112 +129,72 @@ static int bind_unix(const char *path, char *abs, size_t cap, struct sbx_err *er
 	return fd;
 }
 
+/* A PORT reply, as request() wants it. */
+struct reply {
+	const char *session;
+	uint32_t *op;
+	struct sbx_port_entry *out;
+	size_t *n;
+	char (*errors)[160];
+};
+
+static int reply_frame(void *ctx, struct sbx_mon *m, const struct sbx_frame *f, struct sbx_err *err)
+{
+	struct reply *x = ctx;
+	if (f->type == SBX_F_ERROR)
+		return sbx_mon_error(f, "the session refused", err);
+	if (f->type != SBX_F_PORT)
+		return 0; /* the monitor's HELLO */
+	const char *why;
+	struct sbx_port_entry tmp[SBX_PORTFWD_LIST_MAX];
+	int k = sbx_port_list_decode(f->payload, f->len, x->op, x->out ? x->out : tmp, SBX_PORTFWD_LIST_MAX, &why);
+	if (k < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "session %s: %s", x->session, why);
+	if (x->n)
+		*x->n = (size_t)k;
+	if (x->errors) {
+		/* MSG after an entry: its last connection error. */
+		struct sbx_tlv_it it;
+		uint16_t tag;
+		const uint8_t *v;
+		uint32_t vn;
+		int idx = -1;
+		for (int i = 0; i < k; i++)
+			x->errors[i][0] = 0;
+		sbx_tlv_init(&it, f->payload, f->len);
+		while (sbx_tlv_next(&it, &tag, &v, &vn) == 1)
+			if (tag == SBX_T_PORT)
+				idx++;
+			else if (tag == SBX_T_MSG && idx >= 0 && sbx_tlv_as_str(v, vn, x->errors[idx], 160) == 0)
+				sbx_text_clean(x->errors[idx]);
+	}
+	return 1;
+}
+
 /* Send one PORT request (with fd as SCM_RIGHTS when >= 0) and wait for
  * the PORT reply; the monitor's HELLO is skipped. */
 static int request(struct sbx_state *st, const char *session, const struct sbx_port_req *r, int fd, uint32_t *op,
 		   struct sbx_port_entry *out, size_t *n, char (*errors)[160], struct sbx_err *err)
 {
-	struct sbx_buf b = { 0 }, in = { 0 };
-	int rc = -1;
-	if (sbx_id_check(session, "session", err) < 0)
+	_cleanup_mon_ struct sbx_mon m = { .fd = -1 };
+	struct reply x = { session, op, out, n, errors };
+	if (sbx_id_check(session, "session", err) < 0 || sbx_mon_open(st, session, &m, err) < 0)
 		return -1;
-	int s = sbx_monitor_connect(st, session, err);
-	if (s < 0)
+	sbx_port_req_encode(&m.out, r);
+	if (sbx_mon_send(&m, fd) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send the request to session %s", session);
+	if (sbx_mon_loop(&m, REPLY_TIMEOUT_S * 1000, reply_frame, NULL, &x, err) > 0)
+		return 0;
+	switch (m.fail) {
+	case SBX_MON_GARBAGE:
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "malformed reply from session %s", session);
+	case SBX_MON_LATE:
+		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s did not answer", session);
+	case SBX_MON_LOST:
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s ended", session);
+	default:
 		return -1;
-	struct timeval tv = { .tv_sec = REPLY_TIMEOUT_S };
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	sbx_port_req_encode(&b, r);
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} cm;
-	struct iovec iov = { b.data, b.len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (fd >= 0) {
-		memset(&cm, 0, sizeof cm);
-		mh.msg_control = cm.buf;
-		mh.msg_controllen = sizeof cm.buf;
-		struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-		h->cmsg_level = SOL_SOCKET;
-		h->cmsg_type = SCM_RIGHTS;
-		h->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(h), &fd, sizeof fd);
 	}
-	if (b.oom || sendmsg(s, &mh, MSG_NOSIGNAL) != (ssize_t)b.len) {
-		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send the request to session %s", session);
-		goto out;
-	}
-	for (;;) {
-		struct sbx_frame f;
-		while (in.len >= SBX_FRAME_HDR) {
-			if (sbx_frame_hdr_get(in.data, &f, SBX_FRAME_MAX) < 0) {
-				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "malformed reply from session %s", session);
-				goto out;
-			}
-			if (in.len - SBX_FRAME_HDR < f.len)
-				break;
-			f.payload = in.data + SBX_FRAME_HDR;
-			if (f.type == SBX_F_ERROR) {
-				char msg[300] = "the session refused";
-				uint32_t code = SBX_EXIT_INTERNAL;
-				sbx_error_decode(f.payload, f.len, &code, msg, sizeof msg);
-				sbx_text_clean(msg);
-				sbx_err_set(err, (int)code, 0, "%s", msg);
-				goto out;
-			}
-			if (f.type == SBX_F_PORT) {
-				const char *why;
-				struct sbx_port_entry tmp[SBX_PORTFWD_LIST_MAX];
-				int k = sbx_port_list_decode(f.payload, f.len, op, out ? out : tmp, SBX_PORTFWD_LIST_MAX,
-							     &why);
-				if (k < 0) {
-					sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "session %s: %s", session, why);
-					goto out;
-				}
-				if (n)
-					*n = (size_t)k;
-				if (errors) {
-					/* MSG after an entry: its last connection error. */
-					struct sbx_tlv_it it;
-					uint16_t tag;
-					const uint8_t *v;
-					uint32_t vn;
-					int idx = -1;
-					for (int i = 0; i < k; i++)
-						errors[i][0] = 0;
-					sbx_tlv_init(&it, f.payload, f.len);
-					while (sbx_tlv_next(&it, &tag, &v, &vn) == 1)
-						if (tag == SBX_T_PORT)
-							idx++;
-						else if (tag == SBX_T_MSG && idx >= 0 &&
-							 sbx_tlv_as_str(v, vn, errors[idx], 160) == 0)
-							sbx_text_clean(errors[idx]);
-				}
-				rc = 0;
-				goto out;
-			}
-			memmove(in.data, in.data + SBX_FRAME_HDR + f.len, in.len - SBX_FRAME_HDR - f.len);
-			in.len -= SBX_FRAME_HDR + f.len;
-		}
-		uint8_t tmp[4096];
-		ssize_t got = read(s, tmp, sizeof tmp);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0) {
-			sbx_err_set(err, got < 0 && errno == EAGAIN ? SBX_EXIT_TEMPFAIL : SBX_EXIT_NOENT, got < 0 ? errno : 0,
-				    got < 0 ? "session %s did not answer" : "session %s ended", session);
-			goto out;
-		}
-		if (sbx_buf_put(&in, tmp, (size_t)got) < 0) {
-			sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-			goto out;
-		}
-	}
-out:
-	close(s);
-	sbx_buf_free(&b);
-	sbx_buf_free(&in);
-	return rc;
 }
 
 int sbx_port_open(struct sbx_state *st, const char *session, unsigned guest_port, const char *spec,

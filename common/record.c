@@ -1,4 +1,4 @@
-/* The session record (session.h): session.json parsed, written (atomically) and loaded, the sessions listed, their live state, and the monitor's socket reached. */
+/* The session record (session.h): session.json parsed, written (atomically) and loaded, the sessions listed, and their live state (the monitor's socket is monclient.c's). */
 #include "session.h"
 #include "audit.h"
 #include "capacity.h"
@@ -23,10 +23,8 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 
 #include <jansson.h>
@@ -450,43 +448,6 @@ void sbx_session_times(const struct sbx_session *s, uint64_t now_ns, double *run
 	*running_s = (double)(total - off) / 1e9;
 	*paused_s = (double)paused / 1e9;
 	*suspended_s = (double)suspended / 1e9;
-}
-
-
-int sbx_monitor_socket(struct sbx_state *st, const char *id)
-{
-	_cleanup_close_ int dfd = openat(st->rsessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (dfd < 0)
-		return -1;
-	/* sun_path is 108 bytes; /proc/self/fd keeps it short whatever SBX_ROOT is. */
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	snprintf(a.sun_path, sizeof a.sun_path, "/proc/self/fd/%d/monitor.sock", dfd);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-int sbx_monitor_connect(struct sbx_state *st, const char *id, struct sbx_err *err)
-{
-	if (sbx_session_visible(st, id, err) < 0)
-		return -1;
-	int fd = sbx_monitor_socket(st, id);
-	if (fd >= 0)
-		return fd;
-	struct sbx_session s;
-	if (sbx_record_load(st, id, &s, err) < 0)
-		return -1;
-	const char *live = sbx_session_live_state(st, &s);
-	snprintf(err->session, sizeof err->session, "%s", id);
-	if (sbx_state_up(live))
-		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, errno, "cannot reach the monitor of session %s", id);
-	return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s%s%s)", id, live,
-			   s.end_reason[0] ? ": " : "", s.end_reason);
 }
 
 

@@ -209,13 +209,4 @@ int sbx_session_list(struct sbx_state *st, char ***ids, size_t *n, struct sbx_er
 int sbx_libexec_path(const char *name, char *buf, size_t n);
 /* Launch -> agent hello deadline: SBX_BOOT_TIMEOUT seconds, default 60. */
 unsigned sbx_boot_timeout_s(void);
-
-
-
-/* Connect to a running session's monitor; 4 when the session does not
- * exist or is not running, 75 when it runs but does not answer. */
-int sbx_monitor_connect(struct sbx_state *st, const char *id, struct sbx_err *err);
-/* The same without the visibility check or a message: a connected fd, or
- * -1 (errno). */
-int sbx_monitor_socket(struct sbx_state *st, const char *id);
 #endif

@@ -4,22 +4,20 @@
 #include "gc.h"
 #include "hostconf.h"
 #include "policy.h"
-#include "progress.h"
 #include "proto.h"
 #include "session.h"
 #include "template.h"
 #include "util.h"
+#include "vmctl.h"
 #include "workspace.h"
 #include "zstream.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -27,7 +25,6 @@
 
 #define MANIFEST "manifest.json"
 #define SAVE_TIMEOUT_MS (30u * 60 * 1000) /* the monitor bounds each step itself */
-#define VMCTL_TIMEOUT_MS 60000u
 
 static const char *const data_files[] = { "memory.zst", "scratch.zst" };
 
@@ -374,131 +371,6 @@ int sbx_snapshot_present(const struct sbx_snapshot *snap, struct sbx_err *err)
 	return 0;
 }
 
-/* --- talking to a session's monitor --------------------------------------- */
-
-struct vmctl_progress {
-	struct sbx_progress p;
-	int fd, on;
-	char what[64];
-};
-
-static void show_progress(struct vmctl_progress *vp, const struct sbx_frame *f)
-{
-	struct sbx_tlv_it it;
-	uint16_t tag;
-	const uint8_t *v;
-	uint32_t n;
-	char what[64] = "";
-	uint64_t done = 0, total = 0;
-	sbx_tlv_init(&it, f->payload, f->len);
-	while (sbx_tlv_next(&it, &tag, &v, &n) == 1) {
-		if (tag == SBX_T_MSG)
-			sbx_tlv_as_str(v, n, what, sizeof what);
-		else if (tag == SBX_T_DONE)
-			sbx_tlv_as_u64(v, n, &done);
-		else if (tag == SBX_T_TOTAL)
-			sbx_tlv_as_u64(v, n, &total);
-	}
-	if (vp->fd < 0)
-		return;
-	if (!vp->on || strcmp(what, vp->what)) {
-		if (vp->on)
-			sbx_progress_end(&vp->p, 1);
-		snprintf(vp->what, sizeof vp->what, "%s", what);
-		sbx_progress_begin(&vp->p, vp->fd, what, total);
-		vp->on = 1;
-	}
-	vp->p.total = total;
-	sbx_progress_update(&vp->p, done);
-}
-
-static int vmctl_run(struct sbx_state *st, const char *id, unsigned op, const char *path, const char *hostname,
-		     int progress_fd, unsigned timeout_ms, char *state, size_t n, struct sbx_err *err)
-{
-	_cleanup_close_ int fd = sbx_monitor_connect(st, id, err);
-	if (fd < 0)
-		return -1;
-	struct sbx_buf out = { 0 }, in = { 0 };
-	struct vmctl_progress vp = { .fd = progress_fd };
-	int rc = -1;
-	size_t off = sbx_frame_begin(&out, SBX_F_VMCTL, 0);
-	sbx_tlv_u32(&out, SBX_T_OP, op);
-	if (path)
-		sbx_tlv_str(&out, SBX_T_PATH, path);
-	if (hostname)
-		sbx_tlv_str(&out, SBX_T_HOSTNAME, hostname);
-	sbx_frame_end(&out, off);
-	if (out.oom || send(fd, out.data, out.len, MSG_NOSIGNAL) != (ssize_t)out.len) {
-		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot talk to the monitor of session %s", id);
-		goto done;
-	}
-	uint64_t deadline = sbx_mono_ns() + (uint64_t)timeout_ms * 1000000u;
-	for (;;) {
-		struct sbx_frame f;
-		while (in.len >= SBX_FRAME_HDR) {
-			if (sbx_frame_hdr_get(in.data, &f, SBX_FRAME_MAX) < 0) {
-				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the monitor of session %s sent garbage", id);
-				goto done;
-			}
-			if (in.len - SBX_FRAME_HDR < f.len)
-				break;
-			f.payload = in.data + SBX_FRAME_HDR;
-			if (f.type == SBX_F_ERROR) {
-				char msg[400] = "the session refused";
-				uint32_t code = SBX_EXIT_INTERNAL;
-				sbx_error_decode(f.payload, f.len, &code, msg, sizeof msg);
-				sbx_err_set(err, (int)code, 0, "%s", msg);
-				goto done;
-			}
-			if (f.type == SBX_F_VMCTL) {
-				struct sbx_tlv_it it;
-				uint16_t tag;
-				const uint8_t *v;
-				uint32_t vn;
-				sbx_tlv_init(&it, f.payload, f.len);
-				while (sbx_tlv_next(&it, &tag, &v, &vn) == 1)
-					if (tag == SBX_T_STATE && state)
-						sbx_tlv_as_str(v, vn, state, n);
-				rc = 0;
-				goto done;
-			}
-			if (f.type == SBX_F_PROGRESS)
-				show_progress(&vp, &f);
-			size_t used = SBX_FRAME_HDR + f.len;
-			memmove(in.data, in.data + used, in.len - used);
-			in.len -= used;
-		}
-		uint64_t now = sbx_mono_ns();
-		if (now >= deadline) {
-			sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s did not answer in time", id);
-			goto done;
-		}
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int r = poll(&p, 1, (int)((deadline - now) / 1000000u) + 1);
-		if (r < 0 && errno != EINTR) {
-			sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot wait for session %s", id);
-			goto done;
-		}
-		if (r <= 0)
-			continue;
-		uint8_t tmp[16384];
-		ssize_t got = read(fd, tmp, sizeof tmp);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0) {
-			sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the monitor of session %s went away", id);
-			goto done;
-		}
-		sbx_buf_put(&in, tmp, (size_t)got);
-	}
-done:
-	if (vp.on)
-		sbx_progress_end(&vp.p, rc == 0);
-	sbx_buf_free(&out);
-	sbx_buf_free(&in);
-	return rc;
-}
-
 /* The session, and whether it is tenant's (when one is given). */
 static int session_of(struct sbx_state *st, const char *id, const char *tenant, struct sbx_session *s,
 		      struct sbx_err *err)
@@ -512,32 +384,7 @@ static int session_of(struct sbx_state *st, const char *id, const char *tenant, 
 	return 0;
 }
 
-int sbx_session_vmctl(struct sbx_state *st, const char *id, const char *tenant, unsigned op, const char *hostname,
-		      char *state, size_t n, struct sbx_err *err)
-{
-	struct sbx_session s;
-	if (session_of(st, id, tenant, &s, err) < 0)
-		return -1;
-	if (hostname && sbx_id_check(hostname, "hostname", err) < 0)
-		return -1;
-	return vmctl_run(st, id, op, NULL, hostname, -1, VMCTL_TIMEOUT_MS, state, n, err);
-}
-
 /* --- suspend to disk ------------------------------------------------------ */
-
-int sbx_session_wake(struct sbx_state *st, const char *id, int no_resume, struct sbx_err *err)
-{
-	struct sbx_session s;
-	if (sbx_id_check(id, "session", err) < 0 || sbx_session_lookup(st, id, &s, err) < 0)
-		return -1;
-	if (strcmp(sbx_session_live_state(st, &s), "suspended"))
-		return 0;
-	if (no_resume)
-		return sbx_err_set(err, SBX_EXIT_NOENT, 0,
-				   "session %s is suspended and --no-resume was given (sbx-snapshot resume %s runs it again)",
-				   id, id);
-	return vmctl_run(st, id, SBX_VMCTL_RESUME, NULL, NULL, -1, VMCTL_TIMEOUT_MS, NULL, 0, err);
-}
 
 int sbx_suspend_leftovers(struct sbx_state *st, const char *id, int remove)
 {
@@ -876,7 +723,7 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 	uint64_t t0 = sbx_mono_ns();
 	s.created_ns = sbx_now_ns();
 	sbx_fmt_time(s.created_ns, s.created, sizeof s.created);
-	if (vmctl_run(st, src.id, SBX_VMCTL_SAVE, rel, NULL, o->progress_fd, SAVE_TIMEOUT_MS, NULL, 0, err) < 0)
+	if (sbx_vmctl(st, src.id, SBX_VMCTL_SAVE, rel, NULL, o->progress_fd, SAVE_TIMEOUT_MS, NULL, 0, err) < 0)
 		goto fail;
 	uint64_t save_ms = (sbx_mono_ns() - t0) / 1000000u;
 	/* What the source was: recorded so a restore can check it gets the

@@ -107,31 +107,18 @@ int sbx_snapshot_list(struct sbx_state *st, const char *tenant, const char *name
 int sbx_snapshot_rm(struct sbx_state *st, const char *tenant, const char *spec, int force, json_t **removed,
 		    struct sbx_err *err);
 
-/* A running session's VM: pause, resume, or a fresh identity (the guest's
- * hostname, clock and RNG; hostname NULL: the session ID).  With tenant,
- * a session of another tenant does not exist (4).  *state: the session's
- * state after it ("running", "paused" or "suspended").  Audited by the monitor
- * (session.pause, session.resume). */
-int sbx_session_vmctl(struct sbx_state *st, const char *id, const char *tenant, unsigned op, const char *hostname,
-		      char *state, size_t n, struct sbx_err *err);
-
 /* Suspend to disk (sbx-snapshot suspend, the idle policy): the session's
  * memory image is LIB/sessions/ID/suspend/memory.zst, built in
  * .suspend-tmp and renamed; the monitor that wrote it stays and resumes
  * from it (monitor/suspend.c).  The session's state is "suspended". */
 #define SBX_SUSPEND_DIR "suspend"
 #define SBX_SUSPEND_TMP ".suspend-tmp"
-/* sbx_session_vmctl with SBX_VMCTL_SUSPEND suspends a session (running
+/* sbx_session_vmctl (vmctl.h) with SBX_VMCTL_SUSPEND suspends a session (running
  * or paused; execs may run: they carry on after the resume), and
  * SBX_VMCTL_RESUME resumes a suspended one as it does a paused one; so
  * does any guest operation (sbx-exec, sbx-cp).  A session with a NIC is
  * refused (5); a full disk leaves it running (75, saying so).  Audited by
  * the monitor (session.suspend, session.resume). */
-/* A session suspended to disk runs again (VMCTL RESUME), or, with
- * no_resume (sbx-exec, sbx-cp --no-resume), is 4; any other session is
- * left as it is.  For clients that read the session's files rather than
- * ask its guest (sbx-exec --attach); a guest operation wakes it anyway. */
-int sbx_session_wake(struct sbx_state *st, const char *id, int no_resume, struct sbx_err *err);
 /* Remove a suspend's image (whole or half) of a session whose monitor is
  * gone; 1 when there was one (sbx-gc, when remove). */
 int sbx_suspend_leftovers(struct sbx_state *st, const char *id, int remove);

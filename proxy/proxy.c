@@ -7,98 +7,49 @@
  * (dns.query), and every refusal counted by destination and reason
  * (net.refused), so a guest that floods refusals costs the host one
  * audit record a second, never one each.  net.log is capped too. */
-#include "egress.h"
+#include "px.h"
 #include "audit.h"
 #include "cgroup.h"
 #include "jail.h"
-#include "session.h"
 #include "util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <linux/capability.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <linux/mount.h>
+#include <grp.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <string.h>
-#include <strings.h>
-#include <linux/mount.h>
 #include <sys/mount.h>
-#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "pkgcache.h"
-#include "proxy.h"
 
-#ifndef SO_ORIGINAL_DST
-#define SO_ORIGINAL_DST 80 /* linux/netfilter_ipv4.h */
-#endif
-
-#define SNIFF_TIMEOUT_MS 5000   /* for the guest's first bytes */
-#define CONNECT_TIMEOUT_MS 10000
-#define DNS_TCP_IDLE_MS 10000
 #define CONN_SLACK 8            /* TCP connections being decided past max_connections */
 #define DNS_TCP_MAX 8           /* DNS over TCP connections at once */
 #define PKG_CONN_MAX 56         /* package cache connections at once */
-#define DNS_BATCH_MAX 64        /* queries listed in a second's dns.query event */
-#define REFUSED_KEYS 64         /* (destination, reason) counted apart in a second */
 #define REFUSED_OTHER "(other destinations and reasons)" /* the rest's key, per protocol */
 #define REFUSED_LINES 20        /* refusals a second written to net.log one by one */
 #define NETLOG_MAX (4u << 20)   /* net.log's cap; $SBX_NETLOG_MAX overrides */
 #define AUDIT_MSG_MAX 65536     /* a record from the network half */
 #define AUDIT_PER_SEC 512       /* records a second it may send: a compromised one
 				 * cannot hog the shared audit lock */
-#define HOSTS_MAX (1u << 20)
 /* The network half's uid: SBX_JAIL_UID_BASE + 2^22 + its pid.  pid_max is
  * at most 2^22, so no VMM's jail uid (the base + its pid), live or left
  * on a crashed session's files, is ever one. */
 #define PROXY_UID_BASE (SBX_JAIL_UID_BASE + (1u << 22))
-#define RESOLVE_MAX 16
-#define COPY_BUF 65536
-#define HALF_CLOSED_IDLE_MS 30000
-
-struct sbx_proxy {
-	struct sbx_state st;
-	struct sbx_session s;
-	struct sbx_policy pol;
-	int log_fd;
-	pthread_mutex_t mu; /* everything below, and net.log */
-	pthread_mutex_t audit_mu; /* the audit trail: an append fsyncs, which may be slow,
-				   * and must hold up neither answers nor the log */
-	int audit_fd;       /* the network half's way to it (run_net); -1: its own */
-	int hosts_fd;       /* $SBX_HOSTS_FILE, opened while it could be */
-	unsigned threads;   /* TCP connections accepted and not yet closed */
-	unsigned active;    /* of them, admitted (connected out) */
-	unsigned dns_tcp, pkg; /* DNS/TCP and package cache connections open */
-	uint64_t bytes;     /* moved so far, both ways */
-	json_t *dns_batch;  /* queries answered, not yet in the audit trail */
-	uint64_t dns_more;  /* answered past DNS_BATCH_MAX this second */
-	struct refusal {
-		char proto[4], verdict[8];
-		char domain[SBX_HOST_LEN], address[INET6_ADDRSTRLEN];
-		unsigned port;
-		char reason[160];
-		uint64_t count, logged; /* this second; of them, in net.log one by one */
-	} ref[REFUSED_KEYS];
-	unsigned nref;      /* the last two slots: REFUSED_OTHER for tcp and dns */
-	unsigned ref_lines; /* written one by one this second */
-	uint64_t log_size, log_max, log_dropped;
-	int log_full;       /* the truncation line is written: count only */
-};
 
 /* ---- records ---- */
 
-static json_t *rec_new(struct sbx_proxy *px, const char *proto)
+json_t *px_rec_new(struct sbx_proxy *px, const char *proto)
 {
 	char t[40];
 	sbx_fmt_time(sbx_now_ns(), t, sizeof t);
@@ -147,7 +98,7 @@ void sbx_proxy_log(struct sbx_proxy *px, json_t *rec)
 
 /* The audit trail, with the session's tenant; -1 (err) when the record
  * could not be written. */
-static int audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *err)
+int px_audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *err)
 {
 	if (!f)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
@@ -186,7 +137,7 @@ static int audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_e
 /* Count a refusal.  1 when it is to be written to net.log on its own
  * (the first REFUSED_LINES of a second), 0 when the second's summary
  * line counts it. */
-static int refusal(struct sbx_proxy *px, const char *proto, const char *verdict, const char *domain,
+int px_refusal(struct sbx_proxy *px, const char *proto, const char *verdict, const char *domain,
 		   const char *address, unsigned port, const char *reason)
 {
 	domain = domain ? domain : "";
@@ -270,7 +221,7 @@ static void second_flush(struct sbx_proxy *px)
 		json_t *f = json_pack("{s:s, s:o}", "session", px->s.id, "queries", batch);
 		if (f && dns_more)
 			json_object_set_new(f, "more", json_integer((json_int_t)dns_more));
-		audit(px, "dns.query", f, NULL);
+		px_audit(px, "dns.query", f, NULL);
 		json_decref(f);
 	}
 	if (!nref)
@@ -287,11 +238,11 @@ static void second_flush(struct sbx_proxy *px)
 		json_array_append_new(list, e);
 	}
 	json_t *f = list ? json_pack("{s:s, s:o}", "session", px->s.id, "refusals", list) : NULL;
-	audit(px, "net.refused", f, NULL);
+	px_audit(px, "net.refused", f, NULL);
 	json_decref(f);
 }
 
-static void addr_str(const struct sockaddr *sa, char *out, size_t n)
+void px_addr_str(const struct sockaddr *sa, char *out, size_t n)
 {
 	const void *a = sa->sa_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
 						  : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
@@ -299,265 +250,7 @@ static void addr_str(const struct sockaddr *sa, char *out, size_t n)
 		snprintf(out, n, "?");
 }
 
-static void set_port(struct sockaddr_storage *ss, unsigned port)
-{
-	if (ss->ss_family == AF_INET6)
-		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-	else
-		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
-}
-
-/* ---- resolving ---- */
-
-/* A hosts(5) file: every address listed for name.  Read whole each time
- * (it may change), through an fd opened at start: the network half may
- * not open it by name. */
-static unsigned hosts_lookup(int fd, const char *name, struct sockaddr_storage *out, unsigned max)
-{
-	char *buf = malloc(HOSTS_MAX + 1);
-	size_t len = 0;
-	ssize_t k;
-	while (buf && len < HOSTS_MAX && (k = pread(fd, buf + len, HOSTS_MAX - len, (off_t)len)) > 0)
-		len += (size_t)k;
-	_cleanup_fclose_ FILE *f = buf ? fmemopen(buf, len ? len : 1, "r") : NULL;
-	if (buf && !len)
-		buf[0] = 0;
-	char line[1024];
-	unsigned n = 0;
-	while (f && n < max && fgets(line, sizeof line, f)) {
-		line[strcspn(line, "#\n")] = 0;
-		char *save = NULL, *addr = strtok_r(line, " \t", &save), *h;
-		if (!addr)
-			continue;
-		struct sockaddr_storage ss = { 0 };
-		struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-		struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
-		if (inet_pton(AF_INET, addr, &v4->sin_addr) == 1)
-			ss.ss_family = AF_INET;
-		else if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1)
-			ss.ss_family = AF_INET6;
-		else
-			continue;
-		while ((h = strtok_r(NULL, " \t", &save)))
-			if (!strcasecmp(h, name)) {
-				out[n++] = ss;
-				break;
-			}
-	}
-	if (f)
-		fclose(f), f = NULL;
-	free(buf);
-	return n;
-}
-
-unsigned sbx_proxy_resolve(struct sbx_proxy *px, const char *name, unsigned port, struct sockaddr_storage *out,
-			   unsigned max, const char **why)
-{
-	struct sockaddr_storage all[RESOLVE_MAX];
-	unsigned n = 0, kept = 0;
-	if (px->hosts_fd >= 0)
-		n = hosts_lookup(px->hosts_fd, name, all, RESOLVE_MAX);
-	if (!n) {
-		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL, *r;
-		if (getaddrinfo(name, NULL, &hints, &res) == 0)
-			for (r = res; r && n < RESOLVE_MAX; r = r->ai_next)
-				if (r->ai_addrlen <= sizeof all[0]) {
-					memset(&all[n], 0, sizeof all[n]);
-					memcpy(&all[n++], r->ai_addr, r->ai_addrlen);
-				}
-		if (res)
-			freeaddrinfo(res);
-	}
-	*why = n ? NULL : "the name does not resolve";
-	for (unsigned i = 0; i < n && kept < max; i++) {
-		const char *d = sbx_egress_denied_here((struct sockaddr *)&all[i]);
-		if (d) {
-			*why = d; /* the last reason, if none is left */
-			continue;
-		}
-		out[kept] = all[i];
-		set_port(&out[kept++], port);
-	}
-	if (kept)
-		*why = NULL;
-	return kept;
-}
-
-/* ---- DNS ---- */
-
-static const char *qtype_name(unsigned t, char *buf, size_t n)
-{
-	switch (t) {
-	case SBX_DNS_A: return "A";
-	case SBX_DNS_AAAA: return "AAAA";
-	default: snprintf(buf, n, "TYPE%u", t); return buf;
-	}
-}
-
-static const char *rcode_name(int rc)
-{
-	static const char *const names[] = { "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED" };
-	return rc >= 0 && rc < 6 ? names[rc] : "?";
-}
-
-/* Answer one query; returns the answer's length (0: none) and in *rec
- * what to log once it is sent (dns_record). */
-static size_t dns_handle(struct sbx_proxy *px, const uint8_t *req, size_t n, uint8_t *out, size_t cap, json_t **rec)
-{
-	*rec = NULL;
-	struct sbx_dns_query q;
-	int rc = sbx_dns_parse(req, n, &q);
-	if (rc < 0)
-		return 0;
-	const char *why = NULL;
-	uint8_t addrs[RESOLVE_MAX * 4];
-	unsigned na = 0;
-	json_t *answers = json_array();
-	if (rc > 0)
-		why = rc == SBX_DNS_NOTIMP ? "not a standard query" : "malformed query";
-	else if (!px->pol.network.dns)
-		rc = SBX_DNS_REFUSED, why = "network.dns is false";
-	else if (q.qclass != 1)
-		rc = SBX_DNS_REFUSED, why = "not class IN";
-	else if (sbx_egress_match_name(&px->pol, q.name, 0) < 0)
-		rc = SBX_DNS_REFUSED, why = "not in the allowlist";
-	else {
-		struct sockaddr_storage ss[RESOLVE_MAX];
-		const char *w = NULL;
-		unsigned k = sbx_proxy_resolve(px, q.name, 0, ss, RESOLVE_MAX, &w);
-		if (!k) {
-			rc = w && !strcmp(w, "the name does not resolve") ? SBX_DNS_NXDOMAIN : SBX_DNS_REFUSED;
-			why = w;
-		}
-		/* The guest has IPv4 only: AAAA gets an empty answer, so clients
-		 * move on to A at once. */
-		for (unsigned i = 0; i < k && q.qtype == SBX_DNS_A; i++)
-			if (ss[i].ss_family == AF_INET) {
-				char a[INET6_ADDRSTRLEN];
-				memcpy(addrs + 4 * na++, &((struct sockaddr_in *)&ss[i])->sin_addr, 4);
-				addr_str((struct sockaddr *)&ss[i], a, sizeof a);
-				json_array_append_new(answers, json_string(a));
-			}
-	}
-	size_t len = sbx_dns_answer(req, &q, rc, addrs, na, out, cap);
-	char tb[16];
-	const char *verdict = rc == SBX_DNS_NOERROR ? "allow" : "deny";
-	json_t *r = rec_new(px, "dns");
-	json_object_set_new(r, "domain", q.name[0] || !rc ? json_string(q.name) : json_null());
-	json_object_set_new(r, "qtype", json_string(qtype_name(q.qtype, tb, sizeof tb)));
-	json_object_set_new(r, "id", json_integer(q.id)); /* the query's, to match retransmissions */
-	json_object_set_new(r, "verdict", json_string(verdict));
-	json_object_set_new(r, "rcode", json_string(rcode_name(rc)));
-	json_object_set_new(r, "reason", why ? json_string(why) : json_null());
-	json_object_set_new(r, "answers", answers);
-	*rec = r;
-	return len;
-}
-
-/* An answered query: net.log, and the second's dns.query batch.  A
- * refused one: counted (refusal). */
-static void dns_record(struct sbx_proxy *px, json_t *r)
-{
-	if (!r)
-		return;
-	const char *verdict = json_string_value(json_object_get(r, "verdict"));
-	if (verdict && strcmp(verdict, "allow")) {
-		if (refusal(px, "dns", verdict, json_string_value(json_object_get(r, "domain")), NULL, 53,
-			    json_string_value(json_object_get(r, "reason"))))
-			sbx_proxy_log(px, r);
-		json_decref(r);
-		return;
-	}
-	sbx_proxy_log(px, r);
-	json_t *e = json_pack("{s:O, s:O, s:O, s:O}", "domain", json_object_get(r, "domain"), "qtype",
-			      json_object_get(r, "qtype"), "verdict", json_object_get(r, "verdict"), "rcode",
-			      json_object_get(r, "rcode"));
-	json_decref(r);
-	pthread_mutex_lock(&px->mu);
-	if (json_array_size(px->dns_batch) < DNS_BATCH_MAX)
-		json_array_append_new(px->dns_batch, e);
-	else
-		px->dns_more++, json_decref(e);
-	pthread_mutex_unlock(&px->mu);
-}
-
-static void *dns_udp_thread(void *arg)
-{
-	struct sbx_proxy *px = ((void **)arg)[0];
-	int fd = (int)(intptr_t)((void **)arg)[1];
-	uint8_t req[1500], out[SBX_DNS_MAX];
-	for (;;) {
-		struct sockaddr_storage from;
-		socklen_t fl = sizeof from;
-		ssize_t r = recvfrom(fd, req, sizeof req, 0, (struct sockaddr *)&from, &fl);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return NULL;
-		}
-		json_t *rec;
-		size_t n = dns_handle(px, req, (size_t)r, out, sizeof out, &rec);
-		if (n)
-			sendto(fd, out, n, MSG_NOSIGNAL, (struct sockaddr *)&from, fl);
-		dns_record(px, rec);
-	}
-}
-
-/* Read exactly n bytes within ms; 0 or -1. */
-static int read_full(int fd, uint8_t *p, size_t n, int ms)
-{
-	size_t got = 0;
-	while (got < n) {
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
-		int r = poll(&pf, 1, ms);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		ssize_t k = read(fd, p + got, n - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -1;
-		got += (size_t)k;
-	}
-	return 0;
-}
-
-struct conn {
-	struct sbx_proxy *px;
-	int fd;
-};
-
-static void side_done(struct sbx_proxy *px, unsigned *count)
-{
-	pthread_mutex_lock(&px->mu);
-	(*count)--;
-	pthread_mutex_unlock(&px->mu);
-}
-
-static void *dns_tcp_thread(void *arg)
-{
-	struct conn c = *(struct conn *)arg;
-	free(arg);
-	uint8_t len[2], req[65535], out[2 + 4096];
-	while (read_full(c.fd, len, 2, DNS_TCP_IDLE_MS) == 0) {
-		size_t n = (size_t)len[0] << 8 | len[1];
-		if (!n || read_full(c.fd, req, n, DNS_TCP_IDLE_MS) < 0)
-			break;
-		json_t *rec;
-		size_t k = dns_handle(c.px, req, n, out + 2, sizeof out - 2, &rec);
-		out[0] = (uint8_t)(k >> 8);
-		out[1] = (uint8_t)k;
-		int sent = k && sbx_write_all(c.fd, out, k + 2) == 0;
-		dns_record(c.px, rec);
-		if (!sent)
-			break;
-	}
-	close(c.fd);
-	side_done(c.px, &c.px->dns_tcp);
-	return NULL;
-}
+/* ---- connections ---- */
 
 static void *pkg_thread(void *arg)
 {
@@ -567,381 +260,15 @@ static void *pkg_thread(void *arg)
 					.pkg = &c.px->s.limits.packages, .log_fd = 2 };
 	sbx_pkgcache_serve(&cfg, c.fd);
 	close(c.fd);
-	side_done(c.px, &c.px->pkg);
+	px_side_done(c.px, &c.px->pkg);
 	return NULL;
 }
 
-/* ---- TCP ---- */
-
-/* Connect to the first address that answers within the timeout. */
-static int connect_out(struct sockaddr_storage *to, unsigned n, unsigned *used, char *why, size_t wn)
-{
-	snprintf(why, wn, "no address");
-	for (unsigned i = 0; i < n; i++) {
-		int fd = socket(to[i].ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (fd < 0) {
-			snprintf(why, wn, "socket: %s", strerror(errno));
-			continue;
-		}
-		socklen_t sl = to[i].ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-		int r = connect(fd, (struct sockaddr *)&to[i], sl);
-		if (r < 0 && errno == EINPROGRESS) {
-			struct pollfd pf = { .fd = fd, .events = POLLOUT };
-			int e = 0;
-			socklen_t el = sizeof e;
-			r = poll(&pf, 1, CONNECT_TIMEOUT_MS);
-			if (r == 0)
-				errno = ETIMEDOUT, r = -1;
-			else if (r > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) == 0 && e)
-				errno = e, r = -1;
-			else if (r > 0)
-				r = 0;
-		}
-		if (r == 0) {
-			*used = i;
-			int fl = fcntl(fd, F_GETFL);
-			fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-			return fd;
-		}
-		snprintf(why, wn, "connect: %s", strerror(errno));
-		close(fd);
-	}
-	return -1;
-}
-
-/* Count n bytes against the session's cap; 0 when over it. */
-static int charge(struct sbx_proxy *px, size_t n)
+void px_side_done(struct sbx_proxy *px, unsigned *count)
 {
 	pthread_mutex_lock(&px->mu);
-	px->bytes += n;
-	int ok = px->bytes <= px->pol.network.max_bytes;
+	(*count)--;
 	pthread_mutex_unlock(&px->mu);
-	return ok;
-}
-
-/* Forward what the flow lets through of the n bytes pending from the
- * guest, keeping the rest.  0, or -1 to stop (*why: the reason, or NULL
- * when the server is gone). */
-static int flow_push(struct sbx_proxy *px, struct sbx_http_flow *f, int u, uint8_t *b, size_t *n, int *wait,
-		     uint64_t *out, const char **why)
-{
-	int v = SBX_FLOW_OK;
-	size_t k = f ? sbx_http_flow_scan(f, b, *n, &v) : *n;
-	*why = NULL;
-	if (k) {
-		if (!charge(px, k))
-			return *why = "network.max_bytes reached", -1;
-		if (sbx_write_all(u, b, k) < 0)
-			return -1;
-		*out += k;
-		memmove(b, b + k, *n - k);
-		*n -= k;
-	}
-	*wait = v == SBX_FLOW_WAIT;
-	if (v == SBX_FLOW_DENY)
-		return *why = f->why, -1;
-	return 0;
-}
-
-/* Copy both ways until both are done, the guest's bytes through the flow
- * (an HTTP connection's; NULL: opaque), starting with the plen bytes
- * already read into pend (COPY_BUF long).  A request the flow refuses
- * ends the guest's direction there (the server sees the end of the
- * stream), and the answers to the requests before it are still relayed.
- * Returns the reason it stopped early, or NULL. */
-static const char *splice_both(struct sbx_proxy *px, int g, int u, struct sbx_http_flow *flow, uint8_t *pend,
-			       size_t plen, uint64_t *in, uint64_t *out)
-{
-	static __thread uint8_t buf[COPY_BUF];
-	int gopen = 1, uopen = 1; /* guest -> upstream, upstream -> guest */
-	int wait = 0;             /* for the server's answer to an Upgrade */
-	const char *why, *refused = NULL;
-#define GUEST_BYTES()                                                              \
-	do {                                                                       \
-		if (flow_push(px, flow, u, pend, &plen, &wait, out, &why) < 0) {  \
-			if (!flow || flow->state != SBX_HTTP_DENIED)               \
-				return why;                                        \
-			refused = why;                                             \
-			gopen = 0;                                                 \
-			shutdown(u, SHUT_WR);                                      \
-		}                                                                  \
-	} while (0)
-	GUEST_BYTES();
-	while (gopen || uopen) {
-		int gread = gopen && !wait;
-		struct pollfd pf[2] = { { .fd = gread ? g : -1, .events = POLLIN },
-					{ .fd = uopen ? u : -1, .events = POLLIN } };
-		/* Half-closed, a connection may idle only so long: a peer that
-		 * never closes must not hold a connection slot for ever. */
-		int r0 = poll(pf, 2, gopen && uopen ? -1 : refused ? SNIFF_TIMEOUT_MS : HALF_CLOSED_IDLE_MS);
-		if (r0 < 0) {
-			if (errno == EINTR)
-				continue;
-			return "poll failed";
-		}
-		if (r0 == 0)
-			return refused ? refused : "idle after one side closed";
-		for (int k = 0; k < 2; k++) {
-			if (!pf[k].revents)
-				continue;
-			int from = k ? u : g, to = k ? g : u;
-			uint8_t *into = k ? buf : pend + plen;
-			size_t room = k ? sizeof buf : COPY_BUF - plen;
-			ssize_t r = room ? read(from, into, room) : 0;
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r <= 0) {
-				shutdown(to, SHUT_WR);
-				if (k)
-					uopen = 0;
-				else
-					gopen = 0;
-				if (r < 0)
-					return NULL; /* a reset: the end either way */
-				continue;
-			}
-			if (!k) {
-				plen += (size_t)r;
-				GUEST_BYTES();
-				continue;
-			}
-			*in += (uint64_t)r;
-			if (!charge(px, (size_t)r))
-				return "network.max_bytes reached";
-			if (sbx_write_all(to, buf, (size_t)r) < 0)
-				return NULL;
-			if (wait && gopen) { /* the answer to an Upgrade: go on, parsing or not */
-				sbx_http_flow_response(flow, buf, (size_t)r);
-				GUEST_BYTES();
-			}
-		}
-	}
-#undef GUEST_BYTES
-	return refused;
-}
-
-struct attempt {
-	char domain[SBX_HOST_LEN];
-	char address[INET6_ADDRSTRLEN];
-	unsigned port;
-	int rule;
-	int slot; /* holds one of max_connections */
-	int refused; /* admitted, and a later request refused */
-	enum sbx_sniff sniff;
-	const char *verdict, *reason;
-	char why[400];
-};
-
-static json_t *attempt_rec(struct sbx_proxy *px, const struct attempt *a, uint64_t in, uint64_t out, uint64_t t0)
-{
-	json_t *r = rec_new(px, "tcp");
-	json_object_set_new(r, "domain", a->domain[0] ? json_string(a->domain) : json_null());
-	json_object_set_new(r, "address", json_string(a->address));
-	json_object_set_new(r, "port", json_integer(a->port));
-	json_object_set_new(r, "verdict", json_string(a->verdict));
-	json_object_set_new(r, "reason", a->reason ? json_string(a->reason) : json_null());
-	json_object_set_new(r, "sniff", json_string(sbx_sniff_name(a->sniff)));
-	if (a->rule >= 0)
-		json_object_set_new(r, "rule", json_integer(a->rule));
-	json_object_set_new(r, "bytes_in", json_integer((json_int_t)in));
-	json_object_set_new(r, "bytes_out", json_integer((json_int_t)out));
-	json_object_set_new(r, "duration_ms", json_integer((json_int_t)((sbx_mono_ns() - t0) / 1000000u)));
-	return r;
-}
-
-/* The verdict of an admitted connection is in the trail before a byte
- * moves; -1 when it cannot be written (the connection is then refused). */
-static int connect_audit(struct sbx_proxy *px, const struct attempt *a, uint64_t t0, struct sbx_err *err)
-{
-	json_t *r = attempt_rec(px, a, 0, 0, t0);
-	static const char *const drop[] = { "time", "proto", "bytes_in", "bytes_out", "duration_ms" };
-	for (size_t i = 0; i < SBX_ARRAY_LEN(drop); i++)
-		json_object_del(r, drop[i]);
-	int rc = audit(px, "net.connect", r, err);
-	json_decref(r);
-	return rc;
-}
-
-/* A connection's line in net.log; an admitted one's bytes in the trail
- * (net.close).  A refusal is counted instead (refusal), and written here
- * only when it is among the second's first. */
-static void close_log(struct sbx_proxy *px, const struct attempt *a, uint64_t in, uint64_t out, uint64_t t0)
-{
-	int allowed = !strcmp(a->verdict, "allow");
-	if (!allowed && !refusal(px, "tcp", a->verdict, a->domain, a->address, a->port, a->reason))
-		return;
-	if (allowed && a->refused) /* a later request: the connection was cut there */
-		refusal(px, "tcp", "deny", a->domain, a->address, a->port, a->reason);
-	json_t *r = attempt_rec(px, a, in, out, t0);
-	sbx_proxy_log(px, r);
-	if (allowed) {
-		json_object_del(r, "time");
-		json_object_del(r, "proto");
-		audit(px, "net.close", r, NULL);
-	}
-	json_decref(r);
-}
-
-/* Read what the guest sends first, until it names a host (or cannot). */
-static enum sbx_sniff sniff(int fd, uint8_t *buf, size_t *n, char *host)
-{
-	uint64_t deadline = sbx_mono_ns() + SNIFF_TIMEOUT_MS * 1000000ull;
-	enum sbx_sniff k = SBX_SNIFF_MORE;
-	*n = 0;
-	while (k == SBX_SNIFF_MORE && *n < SBX_SNIFF_MAX) {
-		uint64_t now = sbx_mono_ns();
-		if (now >= deadline)
-			break;
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
-		int r = poll(&pf, 1, (int)((deadline - now) / 1000000u) + 1);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		ssize_t got = read(fd, buf + *n, SBX_SNIFF_MAX - *n);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			break;
-		*n += (size_t)got;
-		k = sbx_sniff_host(buf, *n, host, SBX_HOST_LEN);
-	}
-	return k == SBX_SNIFF_MORE ? SBX_SNIFF_OTHER : k;
-}
-
-/* Decide; on allow, *ufd is the connection out. */
-static void decide(struct sbx_proxy *px, int g, const struct sockaddr_in *dst, struct attempt *a, uint8_t *buf,
-		   size_t *n, int *ufd)
-{
-	unsigned port = ntohs(dst->sin_port);
-	a->port = port;
-	a->rule = -1;
-	a->verdict = "deny";
-	addr_str((const struct sockaddr *)dst, a->address, sizeof a->address);
-	*n = 0;
-	*ufd = -1;
-	pthread_mutex_lock(&px->mu);
-	int over_conn = px->active >= px->pol.network.max_connections;
-	int over_bytes = px->bytes >= px->pol.network.max_bytes;
-	if (!over_conn && !over_bytes)
-		px->active++, a->slot = 1; /* given back unless admitted */
-	pthread_mutex_unlock(&px->mu);
-	if (over_conn) {
-		a->reason = "network.max_connections reached";
-		return;
-	}
-	if (over_bytes) {
-		a->reason = "network.max_bytes reached";
-		return;
-	}
-	struct sockaddr_storage to[RESOLVE_MAX];
-	unsigned nto = 0;
-	/* A raw address: only a cidr rule admits it, and then without a look
-	 * at what the guest sends (the server may speak first). */
-	int rule = sbx_egress_match_addr(&px->pol, (const struct sockaddr *)dst, port);
-	if (rule >= 0) {
-		a->rule = rule;
-		if ((a->reason = sbx_egress_denied_here((const struct sockaddr *)dst)))
-			return;
-		memcpy(&to[0], dst, sizeof *dst);
-		nto = 1;
-	} else {
-		a->sniff = sniff(g, buf, n, a->domain);
-		if (a->sniff == SBX_SNIFF_BAD) {
-			a->domain[0] = 0;
-			a->reason = "malformed TLS or HTTP";
-			return;
-		}
-		if (a->sniff == SBX_SNIFF_CONFLICT) {
-			a->reason = "the request's target names another host than its Host";
-			return;
-		}
-		struct in6_addr lit;
-		if (!a->domain[0] || inet_pton(AF_INET, a->domain, &lit) == 1 || inet_pton(AF_INET6, a->domain, &lit) == 1) {
-			a->domain[0] = 0; /* an address is not a name */
-			const char *d = sbx_egress_denied((const struct sockaddr *)dst);
-			snprintf(a->why, sizeof a->why, "%s%s%s", "raw address not in any cidr rule",
-				 d ? "; and denied: " : "", d ? d : "");
-			a->reason = a->why;
-			return;
-		}
-		if ((a->rule = sbx_egress_match_name(&px->pol, a->domain, port)) < 0) {
-			a->reason = "not in the allowlist";
-			return;
-		}
-		const char *why = NULL;
-		nto = sbx_proxy_resolve(px, a->domain, port, to, RESOLVE_MAX, &why);
-		if (!nto) {
-			snprintf(a->why, sizeof a->why, "%s", why ? why : "no address");
-			a->reason = a->why;
-			return;
-		}
-	}
-	unsigned used = 0;
-	*ufd = connect_out(to, nto, &used, a->why, sizeof a->why);
-	addr_str((struct sockaddr *)&to[*ufd >= 0 ? used : 0], a->address, sizeof a->address);
-	if (*ufd < 0) {
-		a->verdict = "error";
-		a->reason = a->why;
-		return;
-	}
-	a->verdict = "allow";
-	a->reason = NULL;
-}
-
-static void *tcp_thread(void *arg)
-{
-	struct conn c = *(struct conn *)arg;
-	free(arg);
-	struct sbx_proxy *px = c.px;
-	uint64_t t0 = sbx_mono_ns(), in = 0, out = 0;
-	struct attempt a = { 0 };
-	struct sockaddr_in dst = { 0 };
-	socklen_t dl = sizeof dst;
-	uint8_t *buf = malloc(COPY_BUF); /* the sniffed bytes, then the guest's pending ones */
-	struct sbx_http_flow *flow = NULL;
-	size_t n = 0;
-	int u = -1;
-	if (!buf || getsockopt(c.fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl) < 0) {
-		a.verdict = "error";
-		a.reason = "no original destination";
-		snprintf(a.address, sizeof a.address, "?");
-	} else {
-		decide(px, c.fd, &dst, &a, buf, &n, &u);
-	}
-	struct sbx_err err = { 0 };
-	if (u >= 0 && connect_audit(px, &a, t0, &err) < 0) {
-		/* Fail closed, as the rest of sbx: no record, no connection. */
-		close(u);
-		u = -1;
-		a.verdict = "error";
-		snprintf(a.why, sizeof a.why, "cannot write the audit trail: %s", err.msg);
-		a.reason = a.why;
-	}
-	/* An HTTP connection admitted by its name has every later request
-	 * checked for the same name; TLS and cidr-admitted ones are opaque. */
-	if (u >= 0 && a.sniff == SBX_SNIFF_HTTP && a.domain[0] && (flow = malloc(sizeof *flow)))
-		sbx_http_flow_init(flow, a.domain);
-	if (u >= 0 && (a.sniff != SBX_SNIFF_HTTP || flow)) {
-		const char *stop = splice_both(px, c.fd, u, flow, buf, n, &in, &out);
-		a.refused = flow && flow->state == SBX_HTTP_DENIED;
-		if (stop) {
-			snprintf(a.why, sizeof a.why, "%s", stop);
-			a.reason = a.why;
-		}
-	}
-	if (u >= 0)
-		close(u);
-	free(flow);
-	free(buf);
-	close(c.fd);
-	close_log(px, &a, in, out, t0);
-	pthread_mutex_lock(&px->mu);
-	px->threads--;
-	if (a.slot)
-		px->active--;
-	pthread_mutex_unlock(&px->mu);
-	return NULL;
 }
 
 static int spawn(void *(*fn)(void *), void *arg)
@@ -954,34 +281,6 @@ static int spawn(void *(*fn)(void *), void *arg)
 	int rc = pthread_create(&t, &at, fn, arg);
 	pthread_attr_destroy(&at);
 	return rc;
-}
-
-/* A connection over a cap: reset at once, no thread, counted. */
-static void refuse_now(struct sbx_proxy *px, int fd, int kind, const char *reason)
-{
-	char addr[INET6_ADDRSTRLEN] = "10.0.2.2";
-	unsigned port = kind == 1 ? 53 : 3141;
-	if (kind == 0) {
-		struct sockaddr_in dst = { 0 };
-		socklen_t dl = sizeof dst;
-		if (getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl) == 0) {
-			addr_str((struct sockaddr *)&dst, addr, sizeof addr);
-			port = ntohs(dst.sin_port);
-		} else {
-			snprintf(addr, sizeof addr, "?");
-			port = 0;
-		}
-	}
-	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
-	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-	close(fd);
-	if (!refusal(px, "tcp", "deny", NULL, addr, port, reason))
-		return;
-	struct attempt a = { .port = port, .rule = -1, .verdict = "deny", .reason = reason };
-	snprintf(a.address, sizeof a.address, "%s", addr);
-	json_t *r = attempt_rec(px, &a, 0, 0, sbx_mono_ns());
-	sbx_proxy_log(px, r);
-	json_decref(r);
 }
 
 static void accept_one(struct sbx_proxy *px, int lfd, int kind)
@@ -997,14 +296,14 @@ static void accept_one(struct sbx_proxy *px, int lfd, int kind)
 		(*count)++;
 	pthread_mutex_unlock(&px->mu);
 	if (!ok) {
-		refuse_now(px, fd, kind,
+		px_refuse_now(px, fd, kind,
 			   kind == 0   ? "too many connections at once (network.max_connections, and a few being decided)"
 			   : kind == 1 ? "too many DNS connections at once"
 				       : "too many package cache connections at once");
 		return;
 	}
 	struct conn *c = malloc(sizeof *c);
-	void *(*fn)(void *) = kind == 0 ? tcp_thread : kind == 1 ? dns_tcp_thread : NULL;
+	void *(*fn)(void *) = kind == 0 ? px_tcp_thread : kind == 1 ? px_dns_tcp_thread : NULL;
 	if (kind == 2)
 		fn = pkg_thread;
 	if (c) {
@@ -1195,7 +494,7 @@ static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd
 	static void *udp_arg[2];
 	udp_arg[0] = px;
 	udp_arg[1] = (void *)(intptr_t)a->dns_udp_fd;
-	if (a->dns_udp_fd >= 0 && spawn(dns_udp_thread, udp_arg) != 0)
+	if (a->dns_udp_fd >= 0 && spawn(px_dns_udp_thread, udp_arg) != 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start the resolver");
 	struct pollfd pf[3] = { { .fd = sfd, .events = POLLIN },
 				{ .fd = a->tcp_fd, .events = POLLIN },

@@ -16,7 +16,11 @@
 #  - sbx-cp upload and download of BENCH_CP_MIB (256) MiB vs tar moving the
 #    same file through the same guest disk;
 #  - resume from suspend to first exec vs the same restore floor, and the
-#    cost of a suspended session (scripts/bench-suspend.sh).
+#    cost of a suspended session (scripts/bench-suspend.sh);
+#  - density: BENCH_DENSITY_N (200) sessions, at most 8 running, the rest
+#    suspended by their idle policy, and a random one's `sbx-exec true`
+#    (p50/p95/p99), with disk and memory per suspended session
+#    (scripts/bench-density.sh).
 # Prints a table, then each figure beside its floor with the ratio, and
 # writes $SBX_BUILD/bench.json.  Runs: BENCH_RUNS (10).
 set -euo pipefail
@@ -289,3 +293,9 @@ PY
 # Resume from suspend (its own file: scripts/bench-suspend.sh).
 . "$(dirname "$0")/bench-suspend.sh"
 bench_suspend "$raw" "$B/bench.json"
+
+# Density: 200 sessions, at most 8 running, the rest suspended
+# (scripts/bench-density.sh; BENCH_DENSITY_N=0 leaves it out: it takes
+# about 10 minutes under TCG).
+. "$(dirname "$0")/bench-density.sh"
+bench_density "$raw" "$B/bench.json"

@@ -25,10 +25,13 @@ for src in tests/fuzz/fuzz-*.c; do
 		deps=(common/*.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs $(sed -n 's/^PKGS = //p' Makefile))" ;;
 	fuzz-pkgcache)
-		# The cache's request head and index parsers; pkgcache.c links
-		# the audit trail and the deny list.
-		deps=(proxy/pkgcache.c common/audit.c common/state.c common/util.c common/err.c common/egress.c
-			common/policy.c common/units.c common/yamlstrict.c common/hostconf.c common/budget.c)
+		# The cache's request head and index parsers; the cache's files
+		# (all of proxy/ but the proxy itself) link the audit trail and
+		# the deny list.
+		deps=(proxy/pkgcache.c proxy/http.c proxy/names.c proxy/upstream.c proxy/pypi.c proxy/npm.c
+			proxy/store.c common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c
+			common/err.c common/egress.c common/policy.c common/units.c common/yamlstrict.c common/hostconf.c
+			common/budget.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-tar)
 		# The checker alone (tarcheck.c is pure).
@@ -39,8 +42,8 @@ for src in tests/fuzz/fuzz-*.c; do
 		read -ra libs <<<"$(pkg-config --cflags jansson)" ;;
 	fuzz-audit)
 		# hostconf.c (and its size parser) for audit retention's settings.
-		deps=(common/audit.c common/state.c common/util.c common/err.c common/hostconf.c common/policy.c
-			common/units.c common/yamlstrict.c)
+		deps=(common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c common/err.c
+			common/hostconf.c common/policy.c common/units.c common/yamlstrict.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-rootfs)
 		# The import unpacker: libarchive, jansson and libmd's SHA-256.

@@ -214,18 +214,35 @@ schema audit.json "the audit trail, net.* and dns.query included, matches docs/s
 
 # ---- the caps ----
 head -c 3000000 /dev/urandom >"$WWW/big"
-# A server that keeps each connection open for 8 s, then closes it.
+# A server that keeps each connection open until $TEST_TMP/release exists
+# (at most 120 s), then closes it.
 ip netns exec "$NS" python3 -c '
-import socket, threading
+import os, socket, sys, threading, time
+def hold(c):
+    for _ in range(1200):
+        if os.path.exists(sys.argv[1]):
+            break
+        time.sleep(0.1)
+    c.close()
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 81))
 s.listen(16)
 while True:
     c, _ = s.accept()
-    threading.Timer(8, c.close).start()
-' &
+    threading.Thread(target=hold, args=(c,), daemon=True).start()
+' "$TEST_TMP/release" &
 HOLDPID=$!
+# Until the audit trail holds a TYPE record of SESSION's for PORT (at most
+# 60 s): what the proxy did, rather than a guess at how long it takes.
+wait_audit() { # TYPE SESSION PORT
+	local i
+	for i in $(seq 600); do
+		grep "\"type\":\"$1\"" "$A" | grep "\"session\":\"$2\"" | grep -q "\"port\":$3[,}]" && return 0
+		sleep 0.1
+	done
+	return 1
+}
 cat >"$TEST_TMP/caps.yaml" <<EOF
 network:
   egress: allowlist
@@ -236,13 +253,15 @@ network:
 EOF
 cap=$(sbx-create -q -p "$TEST_TMP/caps.yaml")
 ok $? "a session with max_connections: 1 and max_bytes: 1M is created"
-# One connection held open for 8 s, and a second one meanwhile.
+# One connection held open (admitted: its net.connect is in the trail), and
+# a second one meanwhile.
 sbx-exec -d "$cap" -- sh -c "printf 'GET / HTTP/1.1\r\nHost: web.example.test\r\n\r\n' |
 	nc web.example.test 81" >/dev/null
-sleep 3
+wait_audit net.connect "$cap" 81 || diag "the held connection was not admitted within 60 s"
 sbx-exec --timeout 60s "$cap" -- wget -O- http://web.example.test/ >/dev/null 2>&1
 ok $((! $?)) "a second connection at once is refused (network.max_connections)"
-sleep 7 # the held connection is gone
+touch "$TEST_TMP/release"
+wait_audit net.close "$cap" 81 || diag "the held connection did not end within 60 s"
 sbx-exec --timeout 60s "$cap" -- sh -c 'wget -O /tmp/big http://web.example.test/big' >/dev/null 2>&1
 got=$(sbx-exec "$cap" -- sh -c 'wc -c </tmp/big 2>/dev/null || echo 0')
 [ "$got" -lt 3000000 ] && [ "$got" -le 1048576 ]
