@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/if_tun.h>
+#include <net/if_arp.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -144,6 +145,14 @@ static int make_tap(char *why, size_t n)
 	snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", SBX_NET_TAP);
 	if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
 		fail(why, n, "cannot create the TAP device %s", SBX_NET_TAP);
+		close(fd);
+		return -1;
+	}
+	static const unsigned char gw_mac[6] = SBX_NET_GW_MAC;
+	ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
+	memcpy(ifr.ifr_hwaddr.sa_data, gw_mac, sizeof gw_mac);
+	if (ioctl(fd, SIOCSIFHWADDR, &ifr) < 0) {
+		fail(why, n, "cannot set the MAC of %s", SBX_NET_TAP);
 		close(fd);
 		return -1;
 	}

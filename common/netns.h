@@ -1,7 +1,7 @@
 /* A session's network namespace (policy network.egress: allowlist).
  *
  * Fixed layout, the same in every session: a TAP device sbx0 with
- * 10.0.2.2/24 (the gateway the guest sees), the guest at 10.0.2.15/24,
+ * 10.0.2.2/24 and a fixed MAC (the gateway the guest sees), the guest at 10.0.2.15/24,
  * the resolver at 10.0.2.2:53.  There is no route and no veth out of the
  * namespace: the only way out is the session's proxy (sbx-proxy), which
  * runs in the host's namespace and holds listening sockets made inside
@@ -19,6 +19,11 @@
 #include "err.h"
 
 #define SBX_NET_TAP "sbx0"
+/* sbx0's MAC, the same in every namespace: a guest restored from a
+ * snapshot or resumed from suspend finds its gateway in a fresh namespace
+ * at the address its ARP cache holds (a random one would leave it sending
+ * to the old TAP's address until the entry went stale, up to a minute). */
+#define SBX_NET_GW_MAC { 0x02, 0x73, 0x62, 0x78, 0x00, 0x02 }
 #define SBX_NET_GW "10.0.2.2"
 #define SBX_NET_GUEST "10.0.2.15"
 #define SBX_NET_PREFIX 24

@@ -1,4 +1,5 @@
 #include "snapshot.h"
+#include "snapshot_int.h"
 #include "audit.h"
 #include "hostconf.h"
 #include "policy.h"
@@ -7,6 +8,7 @@
 #include "template.h"
 #include "util.h"
 #include "vmctl.h"
+#include "workspace.h"
 #include "zstream.h"
 
 #include <errno.h>
@@ -52,7 +54,7 @@ int sbx_snapshot_spec(const char *spec, char name[64], char version[64], struct 
 
 /* "_" names the snapshots without a tenant, so no tenant may be called
  * that: its snapshots would be everybody's. */
-static int tenant_check(const char *tenant, struct sbx_err *err)
+int sbx_snapshot_tenant_check(const char *tenant, struct sbx_err *err)
 {
 	if (!tenant || !*tenant)
 		return 0;
@@ -71,7 +73,7 @@ static const char *tenant_dir_name(const char *tenant)
 
 /* LIB/snapshots/TENANT, made (0700) when create; -2 (no error) when it
  * does not exist and create is off. */
-static int tenant_dir(struct sbx_state *st, const char *tenant, int create, struct sbx_err *err)
+int sbx_snapshot_tenant_dir(struct sbx_state *st, const char *tenant, int create, struct sbx_err *err)
 {
 	if (create && mkdirat(st->lib_fd, "snapshots", 0700) < 0 && errno != EEXIST)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create the snapshot directory");
@@ -121,6 +123,18 @@ static int sha256_file(int dfd, const char *name, char out[65], uint64_t *size, 
 
 /* --- manifests ------------------------------------------------------------ */
 
+/* xx:xx:xx:xx:xx:xx, lower-case hex, as sbx_netns_mac_new writes it: it
+ * goes onto the VMM's command line. */
+static int mac_ok(const char *mac)
+{
+	if (strlen(mac) != 17)
+		return 0;
+	for (int i = 0; i < 17; i++)
+		if (i % 3 == 2 ? mac[i] != ':' : !strchr("0123456789abcdef", mac[i]) || !mac[i])
+			return 0;
+	return 1;
+}
+
 static int parse_manifest(json_t *m, struct sbx_snapshot *s)
 {
 	const char *kind = json_string_value(json_object_get(m, "kind"));
@@ -141,17 +155,24 @@ static int parse_manifest(json_t *m, struct sbx_snapshot *s)
 	sbx_json_str(m, "accel", s->accel, sizeof s->accel);
 	s->vcpus = (unsigned)sbx_json_u64(m, "vcpus");
 	s->memory_mib = (unsigned)sbx_json_u64(m, "memory_mib");
-	s->disk_bytes = sbx_json_u64(json_object_get(m, "devices"), "scratch_bytes");
+	json_t *dev = json_object_get(m, "devices");
+	s->disk_bytes = sbx_json_u64(dev, "scratch_bytes");
+	if (json_is_true(json_object_get(dev, "network")))
+		sbx_json_str(dev, "mac", s->mac, sizeof s->mac);
+	if (json_is_true(json_object_get(dev, "workspace")))
+		sbx_json_str(dev, "workspace_name", s->workspace, sizeof s->workspace);
 	s->size = sbx_json_u64(m, "size");
 	sbx_json_str(m, "content_sha256", s->content_sha256, sizeof s->content_sha256);
 	if (sbx_id_check(s->name, "snapshot", NULL) < 0 || sbx_id_check(s->version, "snapshot", NULL) < 0 ||
-	    !s->vcpus || !s->memory_mib || !s->disk_bytes || !s->vmm[0] || !s->tmpl_name[0] || !s->tmpl_version[0])
+	    !s->vcpus || !s->memory_mib || !s->disk_bytes || !s->vmm[0] || !s->tmpl_name[0] || !s->tmpl_version[0] ||
+	    (json_is_true(json_object_get(dev, "network")) && !mac_ok(s->mac)) ||
+	    (json_is_true(json_object_get(dev, "workspace")) && sbx_workspace_check(s->workspace, NULL) < 0))
 		return -1;
 	return 0;
 }
 
 /* The snapshot in dirfd/entry, whose name must be its NAME@VERSION. */
-static int load_entry(int dirfd, const char *entry, struct sbx_snapshot *s)
+int sbx_snapshot_load_entry(int dirfd, const char *entry, struct sbx_snapshot *s)
 {
 	memset(s, 0, sizeof *s);
 	_cleanup_close_ int fd = openat(dirfd, entry, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -164,14 +185,14 @@ static int load_entry(int dirfd, const char *entry, struct sbx_snapshot *s)
 	return rc == 0 && !strcmp(want, entry) ? 0 : -1;
 }
 
-static int newer(const struct sbx_snapshot *a, const struct sbx_snapshot *b)
+int sbx_snapshot_newer(const struct sbx_snapshot *a, const struct sbx_snapshot *b)
 {
 	if (a->created_ns != b->created_ns)
 		return a->created_ns > b->created_ns;
 	return strcmp(a->version, b->version) > 0;
 }
 
-static void set_place(struct sbx_state *st, const char *tenant, struct sbx_snapshot *s)
+void sbx_snapshot_set_place(struct sbx_state *st, const char *tenant, struct sbx_snapshot *s)
 {
 	snprintf(s->ref, sizeof s->ref, "%s/%s@%s", tenant_dir_name(tenant), s->name, s->version);
 	snprintf(s->dir, sizeof s->dir, "%s/snapshots/%s", st->lib, s->ref);
@@ -181,11 +202,11 @@ int sbx_snapshot_find(struct sbx_state *st, const char *tenant, const char *spec
 		      struct sbx_err *err)
 {
 	char name[64], version[64];
-	if (tenant_check(tenant, err) < 0 || sbx_snapshot_spec(spec, name, version, err) < 0)
+	if (sbx_snapshot_tenant_check(tenant, err) < 0 || sbx_snapshot_spec(spec, name, version, err) < 0)
 		return -1;
 	/* Another tenant's snapshots are not "forbidden": they do not exist. */
 	const char *whose = tenant && *tenant ? " of this tenant" : "";
-	int dfd = tenant_dir(st, tenant, 0, err);
+	int dfd = sbx_snapshot_tenant_dir(st, tenant, 0, err);
 	if (dfd == -1)
 		return -1;
 	if (dfd == -2)
@@ -203,9 +224,9 @@ int sbx_snapshot_find(struct sbx_state *st, const char *tenant, const char *spec
 			continue;
 		if (version[0] && strcmp(de->d_name + nl + 1, version))
 			continue;
-		if (load_entry(dirfd(d), de->d_name, &cur) < 0)
+		if (sbx_snapshot_load_entry(dirfd(d), de->d_name, &cur) < 0)
 			continue; /* not a snapshot (half-removed, foreign) */
-		if (!found || newer(&cur, s)) {
+		if (!found || sbx_snapshot_newer(&cur, s)) {
 			*s = cur;
 			found = 1;
 		}
@@ -213,7 +234,7 @@ int sbx_snapshot_find(struct sbx_state *st, const char *tenant, const char *spec
 	closedir(d);
 	if (!found)
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", spec, whose);
-	set_place(st, tenant, s);
+	sbx_snapshot_set_place(st, tenant, s);
 	return 0;
 }
 
@@ -298,20 +319,40 @@ int sbx_snapshot_apply(const struct sbx_snapshot *snap, const struct sbx_create_
 				   "snapshot %s has a %llu MiB disk and a restored VM keeps it; %llu MiB were asked for",
 				   snap->ref, (unsigned long long)(snap->disk_bytes >> 20),
 				   (unsigned long long)(s->limits.disk_bytes >> 20));
-	if (o->nvols || (o->workspace && *o->workspace))
+	if (o->nvols)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "a session from snapshot %s has the snapshot's devices: -v and --workspace would add "
-				   "disks it was not saved with",
+				   "a session from snapshot %s has the snapshot's devices: -v would add disks it was "
+				   "not saved with",
 				   snap->ref);
-	if (p->network.egress != SBX_EGRESS_NONE || p->packages.mode != SBX_PKG_OFFLINE)
+	/* Its workspace is re-attached by name (sbx-create refuses with 5,
+	 * before anything exists, when another session holds it). */
+	if (o->workspace && *o->workspace && strcmp(o->workspace, snap->workspace))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   snap->workspace[0] ? "snapshot %s re-attaches its own workspace %s: --workspace cannot "
+							"name another"
+						      : "a session from snapshot %s has the snapshot's devices: --workspace "
+							"would add a disk it was not saved with%s",
+				   snap->ref, snap->workspace);
+	/* The NIC is a device of the image: there or not as it was saved.
+	 * Its namespace, TAP and proxy are the restore's own, from this
+	 * create's policy. */
+	int nic = p->network.egress == SBX_EGRESS_ALLOWLIST || p->packages.mode == SBX_PKG_ALLOWLIST;
+	if (nic && !snap->mac[0])
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
 				   "snapshot %s was saved without a network device, which network.egress: allowlist and "
 				   "packages.mode: allowlist need",
 				   snap->ref);
+	if (!nic && snap->mac[0])
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "snapshot %s was saved with a network device: restore it under a policy with "
+				   "network.egress: allowlist or packages.mode: allowlist (-p FILE), as its session had",
+				   snap->ref);
 	s->vcpus = snap->vcpus;
 	s->memory_mib = snap->memory_mib;
 	s->limits.disk_bytes = snap->disk_bytes;
-	s->mac[0] = 0;
+	/* The MAC the guest's driver read at its boot, in the image. */
+	snprintf(s->mac, sizeof s->mac, "%s", snap->mac);
+	snprintf(s->workspace, sizeof s->workspace, "%s", snap->workspace);
 	snprintf(s->snapshot, sizeof s->snapshot, "%s", snap->ref);
 	snprintf(s->snapshot_dir, sizeof s->snapshot_dir, "%s", snap->dir);
 	snprintf(s->kernel, sizeof s->kernel, "%s", snap->kernel);
@@ -333,7 +374,7 @@ int sbx_snapshot_present(const struct sbx_snapshot *snap, struct sbx_err *err)
 static int session_of(struct sbx_state *st, const char *id, const char *tenant, struct sbx_session *s,
 		      struct sbx_err *err)
 {
-	if (sbx_id_check(id, "session", err) < 0 || tenant_check(tenant, err) < 0)
+	if (sbx_id_check(id, "session", err) < 0 || sbx_snapshot_tenant_check(tenant, err) < 0)
 		return -1;
 	if (sbx_session_lookup(st, id, s, err) < 0)
 		return -1;
@@ -421,10 +462,14 @@ static json_t *manifest_json(const struct sbx_session *src, const struct sbx_sna
 			      "source", "session", s->source, "template", "name", s->tmpl_name, "version",
 			      s->tmpl_version, "content_sha256", s->tmpl_sha256, "kernel", s->kernel, "vmm", s->vmm,
 			      "accel", s->accel, "vcpus", (int)s->vcpus, "memory_mib", (int)s->memory_mib, "devices",
-			      "root", "template", "scratch_bytes", (json_int_t)s->disk_bytes, "volumes", 0, "workspace", 0,
-			      "network", 0, "rng", 1, "agent", "virtio-serial", "limits", limits ? limits : json_object(),
+			      "root", "template", "scratch_bytes", (json_int_t)s->disk_bytes, "volumes", 0, "workspace", src->workspace[0] != 0,
+			      "network", src->mac[0] != 0, "rng", 1, "agent", "virtio-serial", "limits", limits ? limits : json_object(),
 			      "files", files, "size", (json_int_t)s->size, "content_sha256", s->content_sha256, "save_ms",
 			      (json_int_t)save_ms);
+	if (m && src->mac[0])
+		json_object_set_new(json_object_get(m, "devices"), "mac", json_string(src->mac));
+	if (m && src->workspace[0])
+		json_object_set_new(json_object_get(m, "devices"), "workspace_name", json_string(src->workspace));
 	return m;
 }
 
@@ -592,9 +637,6 @@ static int save_audit(struct sbx_state *st, const struct sbx_snapshot *s, int to
 	return rc;
 }
 
-static int collect(struct sbx_state *st, const char *tenant, const char *name, const char *version,
-		   struct sbx_snapshot **out, size_t *n, struct sbx_err *err);
-
 /* Would s (not yet listed) take its tenant past quotas.snapshot_bytes? */
 static int snapshot_quota(struct sbx_state *st, const struct sbx_snapshot *s, struct sbx_err *err)
 {
@@ -605,7 +647,7 @@ static int snapshot_quota(struct sbx_state *st, const struct sbx_snapshot *s, st
 		return 0;
 	struct sbx_snapshot *v;
 	size_t n;
-	if (collect(st, s->tenant, NULL, NULL, &v, &n, err) < 0)
+	if (sbx_snapshot_collect(st, s->tenant, NULL, NULL, &v, &n, err) < 0)
 		return -1;
 	unsigned long long used = 0;
 	for (size_t i = 0; i < n; i++)
@@ -633,10 +675,18 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 				   src.id, src.id);
 	if (!sbx_state_up(live))
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s)", src.id, live);
+	/* A template's sessions are everyone's it serves (and the warm
+	 * pool's, which never has a workspace): a workspace is one tenant's,
+	 * attached by one session at a time. */
+	if (o->to_template && src.workspace[0])
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+				   "session %s has a workspace: it can be saved as a snapshot, not as a template (every "
+				   "session of the template would attach a workspace of that name)",
+				   src.id);
 	/* The snapshot is the session's tenant's: its memory never changes
 	 * hands, whoever asks. */
 	snprintf(s.tenant, sizeof s.tenant, "%s", src.tenant);
-	if (tenant_check(s.tenant, err) < 0)
+	if (sbx_snapshot_tenant_check(s.tenant, err) < 0)
 		return -1;
 	const char *caller = o->tenant ? o->tenant : sbx_state_tenant(st);
 	char owner[SBX_ID_MAX + 1] = "";
@@ -646,7 +696,7 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 	if (auto_version)
 		version_now(version, sizeof version);
 	snprintf(s.version, sizeof s.version, "%s", version);
-	_cleanup_close_ int tdir = tenant_dir(st, s.tenant, 1, err);
+	_cleanup_close_ int tdir = sbx_snapshot_tenant_dir(st, s.tenant, 1, err);
 	if (tdir < 0)
 		return -1;
 	char tbase[600], final[140];
@@ -743,7 +793,7 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 				     : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot store snapshot %s", final);
 		else
 			fsync(tdir);
-		set_place(st, s.tenant, &s);
+		sbx_snapshot_set_place(st, s.tenant, &s);
 	}
 	json_decref(m);
 	if (rc < 0)
@@ -769,221 +819,4 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 fail:
 	sbx_rm_rf_at(tdir, wname);
 	return -1;
-}
-
-/* --- in use, listing, removal --------------------------------------------- */
-
-static int collect(struct sbx_state *st, const char *tenant, const char *name, const char *version,
-		   struct sbx_snapshot **out, size_t *n, struct sbx_err *err);
-
-/* Live sessions restored from ref (warm-pool members included). */
-static json_t *users_of(struct sbx_state *st, const char *ref)
-{
-	json_t *a = json_array();
-	char **ids;
-	size_t n;
-	if (sbx_session_list(st, &ids, &n, NULL) < 0)
-		return a;
-	for (size_t i = 0; i < n; i++) {
-		struct sbx_session s;
-		if (sbx_record_load(st, ids[i], &s, NULL) == 0 && !strcmp(s.snapshot, ref)) {
-			const char *live = sbx_session_live_state(st, &s);
-			if (sbx_state_live(live) || !strcmp(live, "creating") || !strcmp(live, "pooled"))
-				json_array_append_new(a, json_string(s.id));
-		}
-		free(ids[i]);
-	}
-	free(ids);
-	return a;
-}
-
-json_t *sbx_snapshot_of_base(struct sbx_state *st, const char *tmpl_ref, const char *version, const char *tenant)
-{
-	json_t *a = json_array();
-	_cleanup_close_ int top = openat(st->lib_fd, "snapshots", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	DIR *d = top >= 0 ? fdopendir(dup(top)) : NULL;
-	char **dirs = NULL;
-	size_t nd = 0;
-	if (!d || sbx_dir_ids(d, 1, &dirs, &nd) < 0)
-		return a;
-	for (size_t i = 0; i < nd; i++) {
-		const char *t = !strcmp(dirs[i], SBX_SNAPSHOT_NO_TENANT) ? "" : dirs[i];
-		struct sbx_snapshot *v;
-		size_t n;
-		if ((!tenant || !strcmp(tenant, t)) && (!*t || tenant_check(t, NULL) == 0) &&
-		    collect(st, t, NULL, NULL, &v, &n, NULL) == 0) {
-			for (size_t k = 0; k < n; k++)
-				if (!strcmp(v[k].tmpl_name, tmpl_ref) && !strcmp(v[k].tmpl_version, version))
-					json_array_append_new(a, json_string(v[k].ref));
-			free(v);
-		}
-		free(dirs[i]);
-	}
-	free(dirs);
-	return a;
-}
-
-static json_t *snapshot_json(struct sbx_state *st, const struct sbx_snapshot *s)
-{
-	json_t *users = users_of(st, s->ref);
-	char tmpl[140];
-	snprintf(tmpl, sizeof tmpl, "%s@%s", s->tmpl_name, s->tmpl_version);
-	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:i, s:i, s:I, s:s, s:s, s:s, s:i, s:o}",
-			 "schema", 1, "snapshot", s->ref, "name", s->name, "version", s->version, "tenant", s->tenant,
-			 "created", s->created, "template", tmpl, "size_bytes", (json_int_t)s->size, "session", s->source,
-			 "kernel", s->kernel, "vcpus", (int)s->vcpus, "memory_mib", (int)s->memory_mib, "disk_bytes",
-			 (json_int_t)s->disk_bytes, "vmm", s->vmm, "accel", s->accel, "content_sha256",
-			 s->content_sha256, "in_use", (int)json_array_size(users), "used_by", users);
-}
-
-static int cmp_snap(const void *a, const void *b)
-{
-	const struct sbx_snapshot *x = a, *y = b;
-	int c = strcmp(x->name, y->name);
-	if (c)
-		return c;
-	return newer(x, y) ? 1 : newer(y, x) ? -1 : 0;
-}
-
-/* Every snapshot of tenant, matching name (NULL: all), sorted. */
-static int collect(struct sbx_state *st, const char *tenant, const char *name, const char *version,
-		   struct sbx_snapshot **out, size_t *n, struct sbx_err *err)
-{
-	*out = NULL;
-	*n = 0;
-	int dfd = tenant_dir(st, tenant, 0, err);
-	if (dfd == -1)
-		return -1;
-	if (dfd == -2)
-		return 0;
-	DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list the snapshots");
-	}
-	size_t cap = 0;
-	for (struct dirent *de; (de = readdir(d));) {
-		struct sbx_snapshot s;
-		if (de->d_name[0] == '.' || load_entry(dirfd(d), de->d_name, &s) < 0)
-			continue;
-		if ((name && strcmp(s.name, name)) || (version && version[0] && strcmp(s.version, version)))
-			continue;
-		if (*n == cap) {
-			cap = cap ? cap * 2 : 16;
-			struct sbx_snapshot *nv = realloc(*out, cap * sizeof **out);
-			if (!nv) {
-				closedir(d);
-				free(*out);
-				*out = NULL;
-				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot list the snapshots");
-			}
-			*out = nv;
-		}
-		set_place(st, tenant, &s);
-		(*out)[(*n)++] = s;
-	}
-	closedir(d);
-	if (*n)
-		qsort(*out, *n, sizeof **out, cmp_snap);
-	return 0;
-}
-
-int sbx_snapshot_list(struct sbx_state *st, const char *tenant, const char *name, json_t **out, struct sbx_err *err)
-{
-	char nm[64] = "", ver[64] = "";
-	*out = NULL;
-	if (tenant_check(tenant, err) < 0 || (name && sbx_snapshot_spec(name, nm, ver, err) < 0))
-		return -1;
-	struct sbx_snapshot *v;
-	size_t n;
-	if (collect(st, tenant, name ? nm : NULL, ver, &v, &n, err) < 0)
-		return -1;
-	if (name && !n)
-		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", name, tenant && *tenant ? " of this tenant" : "");
-	json_t *a = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(a, snapshot_json(st, &v[i]));
-	free(v);
-	*out = a;
-	return 0;
-}
-
-int sbx_snapshot_rm(struct sbx_state *st, const char *tenant, const char *spec, int force, json_t **removed,
-		    struct sbx_err *err)
-{
-	char name[64], version[64];
-	*removed = NULL;
-	if (tenant_check(tenant, err) < 0 || sbx_snapshot_spec(spec, name, version, err) < 0)
-		return -1;
-	/* Under the global lock, which sbx-create holds from its last look at
-	 * the snapshot to the record that names it: a restore either sees
-	 * the snapshot gone or is seen using it. */
-	_cleanup_close_ int g = sbx_lock_global(st, err);
-	if (g < 0)
-		return -1;
-	struct sbx_snapshot *v;
-	size_t n;
-	if (collect(st, tenant, name, version, &v, &n, err) < 0)
-		return -1;
-	if (!n)
-		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", spec, tenant && *tenant ? " of this tenant" : "");
-	json_t **users = calloc(n, sizeof *users);
-	if (!users) {
-		free(v);
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot remove %s", spec);
-	}
-	int rc = 0;
-	for (size_t i = 0; i < n; i++) {
-		users[i] = users_of(st, v[i].ref);
-		if (!force && json_array_size(users[i]) && rc == 0) {
-			size_t k = json_array_size(users[i]);
-			rc = sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
-					 "snapshot %s is in use by session %s%s (%zu in all); end them with sbx-kill, or "
-					 "use --force",
-					 v[i].ref, json_string_value(json_array_get(users[i], 0)), k > 1 ? " and others" : "",
-					 k);
-		}
-	}
-	_cleanup_close_ int tdir = rc == 0 ? tenant_dir(st, tenant, 0, err) : -1;
-	if (rc == 0 && tdir < 0)
-		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshots");
-	char (*gone)[160] = rc == 0 ? calloc(n, sizeof *gone) : NULL;
-	if (rc == 0 && !gone)
-		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot remove %s", spec);
-	/* Out of sight at once (renamed), removed after the lock is dropped. */
-	for (size_t i = 0; rc == 0 && i < n; i++) {
-		char entry[140];
-		snprintf(entry, sizeof entry, "%s@%s", v[i].name, v[i].version);
-		snprintf(gone[i], sizeof gone[i], ".rm-%s-%08x", entry, arc4random());
-		if (renameat(tdir, entry, tdir, gone[i]) < 0) {
-			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot remove snapshot %s", v[i].ref);
-			gone[i][0] = 0;
-		}
-	}
-	close(g);
-	g = -1;
-	json_t *done = json_array();
-	for (size_t i = 0; gone && i < n; i++) {
-		if (!gone[i][0])
-			continue;
-		sbx_rm_rf_at(tdir, gone[i]);
-		json_array_append_new(done, json_string(v[i].ref));
-		json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:O}", "snapshot", v[i].ref, "name", v[i].name, "version",
-				      v[i].version, "forced", force && json_array_size(users[i]) > 0, "in_use_by", users[i]);
-		if (f && v[i].tenant[0])
-			json_object_set_new(f, "tenant", json_string(v[i].tenant));
-		sbx_audit_append(st, "snapshot.rm", f, NULL);
-		json_decref(f);
-	}
-	for (size_t i = 0; i < n; i++)
-		json_decref(users[i]);
-	free(users);
-	free(gone);
-	free(v);
-	if (rc < 0) {
-		json_decref(done);
-		return -1;
-	}
-	*removed = done;
-	return 0;
 }

@@ -46,6 +46,8 @@ struct sbx_snapshot {
 	char vmm[24], accel[8];
 	unsigned vcpus, memory_mib;
 	uint64_t disk_bytes;         /* the writable disk's size: the session's quota */
+	char mac[18];                /* its NIC's MAC; "": saved without one */
+	char workspace[SBX_ID_MAX + 1]; /* the workspace it had, by name; "": none */
 	uint64_t size;               /* bytes on disk */
 	char content_sha256[65];
 };

@@ -228,6 +228,11 @@ static void set_paused(struct agent *a, int paused)
 
 static void dispatch(struct agent *a, const struct sbx_frame *f)
 {
+	/* A save unmounted the workspace (on_quiesce); whatever the host
+	 * says next comes after it: the saved guest's next frame (the
+	 * monitor sends a PING at least) or a restored one's IDENTITY. */
+	if (f->type != SBX_F_QUIESCE)
+		sbx_guest_ws_up();
 	switch (f->type) {
 	case SBX_F_PING:
 		on_ping(a, f);

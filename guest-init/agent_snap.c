@@ -177,6 +177,15 @@ void on_quiesce(struct agent *a, const struct sbx_frame *f)
 		send_error(a, 0, ERR_INTERNAL, why);
 		return;
 	}
+	/* Last, so a refusal leaves it mounted; the next frame, whatever it
+	 * is, comes after the save and mounts it again (dispatch). */
+	if (a->is_pid1 && sbx_guest_ws_down() < 0) {
+		sbx_guest_log("agent: quiesce: unmount the workspace: %s", strerror(errno));
+		send_error(a, 0, ERR_CONFLICT,
+			   errno == EBUSY ? "the workspace is in use (a process keeps files open in it)"
+					  : "cannot unmount the workspace");
+		return;
+	}
 	sbx_frame_raw(&a->out, SBX_F_QUIESCE, 0, NULL, 0);
 }
 

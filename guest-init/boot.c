@@ -728,6 +728,38 @@ static void grow_online(const char *dev, const char *mnt)
 		close(m);
 }
 
+/* The writable volume (the workspace) as mounted, for a save to unmount
+ * and the restored or saved guest to mount again (sbx_guest_ws_*). */
+static char ws_dev[64], ws_dir[PATH_MAX];
+static int ws_down;
+
+/* A save is about to copy this VM's memory, from which other sessions
+ * start against the workspace's image as it will be then: no file system
+ * state of it may be in the image.  Unmounted (sync, the bdev's cache
+ * dropped with its last close), mounted again by sbx_guest_ws_up.  0 with
+ * nothing to do; -1 with errno (EBUSY: a process holds files there). */
+int sbx_guest_ws_down(void)
+{
+	if (!ws_dev[0] || ws_down)
+		return 0;
+	sync();
+	if (umount(ws_dir) < 0)
+		return -1;
+	ws_down = 1;
+	return 0;
+}
+
+/* After the save (the source goes on) or in a restored guest (the host
+ * attached the workspace as it is now): its file system read afresh. */
+void sbx_guest_ws_up(void)
+{
+	if (!ws_down)
+		return;
+	ws_down = 0;
+	if (mount(ws_dev, ws_dir, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "discard") < 0)
+		sbx_guest_log("mount %s on %s again: %s", ws_dev, ws_dir, strerror(errno));
+}
+
 /* Host directories the session reads (-v HOST:GUEST:ro), each an ext4
  * image the host built without a loop mount; read-only, no devices, no
  * setuid.  A workspace (sbx.volrw) is the one writable kind: its journal
@@ -752,8 +784,11 @@ static int mount_volumes(const struct sbx_guest_cfg *cfg)
 			sbx_guest_log("mount %s on %s: %s", dev, cfg->vols[i], strerror(errno));
 			return -1;
 		}
-		if (rw)
+		if (rw) {
 			grow_online(dev, cfg->vols[i]);
+			snprintf(ws_dev, sizeof(ws_dev), "%s", dev);
+			snprintf(ws_dir, sizeof(ws_dir), "%s", cfg->vols[i]);
+		}
 	}
 	return 0;
 }

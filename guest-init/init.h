@@ -38,6 +38,9 @@ void sbx_guest_cmdline(struct sbx_guest_cfg *cfg);
  * (port SBX_AGENT_VSOCK_PORT) where the VMM has vsock instead; -1 on a
  * fatal error (already logged). */
 int sbx_guest_boot(const struct sbx_guest_cfg *cfg);
+/* The workspace unmounted for a save, and mounted again after it. */
+int sbx_guest_ws_down(void);
+void sbx_guest_ws_up(void);
 /* Set the hostname and make it resolve (127.0.1.1 in /etc/hosts, as
  * Debian's installer does): at boot, and when a claim or restore gives the
  * VM its session's name. */

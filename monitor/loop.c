@@ -132,14 +132,20 @@ static void stop_proxy(struct mon *m)
 }
 
 /* The session's proxy on the listeners of n, its stderr kept as
- * proxy.log; its pid and start time in m->s (the caller saves the
+ * proxy.log (kept open across a suspend, so its cap holds over the
+ * session's life); its pid and start time in m->s (the caller saves the
  * record). */
 static int spawn_proxy(struct mon *m, const struct sbx_netns *n, struct sbx_err *err)
 {
 	_cleanup_close_ int log = -1;
-	if (vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err) < 0)
+	if (m->proxylog.fd >= 0) { /* kept across a suspend */
+		if (vmmout_reopen(m, &m->proxylog, &log, err) < 0)
+			return -1;
+	} else if (vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err) < 0) {
 		return -1;
-	mon_ep_mod(m, &m->proxylog.src, EPOLLIN, EPOLL_CTL_ADD);
+	} else {
+		mon_ep_mod(m, &m->proxylog.src, EPOLLIN, EPOLL_CTL_ADD);
+	}
 	uint64_t start = 0;
 	if (sbx_netns_spawn_proxy(m->s.id, n, log, &m->proxy_pid, &m->proxy.fd, &start, err) < 0)
 		return -1;
@@ -155,7 +161,15 @@ static int spawn_proxy(struct mon *m, const struct sbx_netns *n, struct sbx_err 
  * sbx-gc can end a proxy whose monitor died.  A warm-pool member gets a
  * bare namespace instead (the TAP alone: nothing behind it), which its
  * claim finishes (mon_attach_network); the monitor keeps it for that.  Its
- * guest configures eth0 at boot as any: the gateway answers from then. */
+ * guest configures eth0 at boot as any: the gateway answers from then.
+ *
+ * The one place a session's egress plumbing is built for a VM booted with
+ * its NIC or one whose NIC is in a memory image (a restore, a resume from
+ * suspend): every namespace is laid out alike (netns.h: the same addresses
+ * and gateway MAC), so the guest's own network configuration works
+ * unchanged in a fresh one.  A restore of a snapshot, or a resume, gets a
+ * new namespace (nothing names them, so none can be taken), a new TAP and
+ * a new proxy; connections open before are gone (the guest sees resets). */
 int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err)
 {
 	if (m->s.pool) {
@@ -188,6 +202,22 @@ int mon_attach_network(struct mon *m, int netns_fd, struct sbx_err *err)
 	int rc = spawn_proxy(m, &n, err);
 	sbx_netns_close(&n); /* the proxy's now */
 	return rc;
+}
+
+/* A suspend: the proxy ends (the namespace goes with it and the VMM's
+ * TAP), proxy.log stays open for the next one; no host resources but
+ * the disk are held for the network.  The record forgets the proxy. */
+void mon_stop_network(struct mon *m)
+{
+	stop_proxy(m);
+	vmmout_drain(m, &m->proxylog);
+	if (m->proxylog.src.fd >= 0) {
+		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxylog.src.fd, NULL);
+		close(m->proxylog.src.fd);
+		m->proxylog.src.fd = -1;
+	}
+	m->s.proxy_pid = 0;
+	m->s.proxy_start = 0;
 }
 
 int mon_loop_once(struct mon *m, int timeout_ms)

@@ -257,6 +257,7 @@ int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *
 void vmmout_drain(struct mon *m, struct vmmout *o);
 void vmmout_drain_all(struct mon *m);
 void vmmout_explain(struct mon *m, struct sbx_err *err);
+int vmmout_reopen(struct mon *m, struct vmmout *o, int *wr, struct sbx_err *err);
 void vmmout_close(struct vmmout *o);
 
 /* loop.c */
@@ -265,6 +266,7 @@ void mon_ep_mod(struct mon *m, struct src *s, uint32_t ev, int op);
 int mon_listen_unix(const char *name, struct sbx_err *err);
 int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err);
 int mon_attach_network(struct mon *m, int netns_fd, struct sbx_err *err);
+void mon_stop_network(struct mon *m);
 int mon_loop_once(struct mon *m, int timeout_ms);
 int mon_arm_ttl(struct mon *m);
 

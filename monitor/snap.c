@@ -1,6 +1,10 @@
 /* sbx-monitor: snapshots: pause, resume, save, a fresh identity (snapshot.h). */
 #include "mon.h"
 
+/* Its PONG is nobody's (apart from the suspend's 0x1..., the clock's
+ * 0x2...). */
+#define SNAP_WS_PING 0x30000000u
+
 /* --- snapshots: pause, resume, save, a fresh identity (snapshot.h) -------- */
 
 #define SNAP_QUIESCE_NS (30ull * 1000000000u)
@@ -197,6 +201,12 @@ void snap_save_run(struct mon *m)
 		}
 	}
 	snap_secrets_back(m);
+	/* The guest mounts its workspace again at the next frame it reads
+	 * (guest-init: on_quiesce): one now, not at the next exec. */
+	if (m->s.workspace[0]) {
+		sbx_frame_raw(&m->aout, SBX_F_PING, SNAP_WS_PING, NULL, 0);
+		agent_flush(m);
+	}
 	m->snap.saving = 0;
 	m->snap.c = NULL;
 	m->snap.op = 0;
@@ -242,10 +252,16 @@ static int snap_dir_ok(struct mon *m, const char *rel)
 
 static void snap_save_begin(struct mon *m, struct client *c, const char *rel)
 {
-	if (m->s.nvols || m->s.workspace[0] || m->s.mac[0])
+	/* A NIC is: a restore gets a fresh namespace, TAP and proxy for the
+	 * same device and MAC (loop.c: mon_start_network).  So is a
+	 * workspace, by name: the guest unmounts it for the save (QUIESCE)
+	 * and mounts it again after, as a restore re-attaches it.  Volumes
+	 * are copies of host directories made at boot, which a restore
+	 * could not make again as they were. */
+	if (m->s.nvols)
 		return client_error(m, c, 0, SBX_EXIT_CONFLICT,
-				    "a session with volumes, a workspace or a network device cannot be saved: those are "
-				    "not part of a snapshot");
+				    "a session with volumes (-v) cannot be saved: they are copies of host directories "
+				    "made at its boot, which a restore could not make again as they were");
 	if (m->agent.fd < 0)
 		return client_error(m, c, 0, SBX_EXIT_INTERNAL, "the guest agent is gone");
 	unsigned running = 0;

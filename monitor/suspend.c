@@ -116,11 +116,6 @@ void susp_exec_fields(struct mon *m, const struct exec *ex, json_t *o)
 
 static int suspendable(struct mon *m, struct sbx_err *err)
 {
-	if (m->s.mac[0])
-		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
-				   "session %s has a network device: it cannot be suspended yet (its network namespace, "
-				   "TAP and proxy are not rebuilt at resume); pause it instead (sbx-snapshot pause)",
-				   m->s.id);
 	/* Its memory image would hold the secrets (/run/secrets, the
 	 * guest's page cache) in a host file, which sbx never writes. */
 	if (m->sec.n)
@@ -312,6 +307,12 @@ static int susp_suspend(struct mon *m, const char *why, struct sbx_err *err)
 	}
 	fault_point("recorded");
 	drop_vmm(m);
+	/* The network goes with the VMM (the namespace dies with its TAP
+	 * and the proxy's sockets): rebuilt at resume. */
+	if (m->s.mac[0]) {
+		mon_stop_network(m);
+		sbx_record_save(&m->st, &m->s, NULL);
+	}
 	m->snap.paused = 0;
 	m->paused_since = 0;
 	m->hb.sent = 0;
@@ -335,20 +336,6 @@ static int susp_suspend(struct mon *m, const char *why, struct sbx_err *err)
 }
 
 /* --- resume ---------------------------------------------------------------- */
-
-/* A pipe whose read end feeds o (its file stays open across a suspend). */
-static int reopen_out(struct mon *m, struct vmmout *o, int *wr, struct sbx_err *err)
-{
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe for %s", o->name);
-	fcntl(p[0], F_SETFL, O_NONBLOCK);
-	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
-	o->src.fd = p[0];
-	*wr = p[1];
-	mon_ep_mod(m, &o->src, EPOLLIN, EPOLL_CTL_ADD);
-	return 0;
-}
 
 /* The VMM as mon_boot started it, from the image instead of the kernel:
  * the same template files, disks, shape and sockets (the guest's devices
@@ -385,14 +372,29 @@ static int start_vmm(struct mon *m, struct sbx_err *err)
 	if (sbx_cgroup_create(sbx_session_cgroup(&m->s), &cl, c.cg_fds, &c.cg_nfds, err) < 0)
 		return -1;
 	_cleanup_close_ int con_w = -1, log_w = -1;
-	int rc = reopen_out(m, &m->console, &con_w, err) < 0 || reopen_out(m, &m->vmmlog, &log_w, err) < 0 ? -1 : 0;
+	/* A fresh namespace, TAP and proxy for the NIC in the image. */
+	struct sbx_netns net = { -1, -1, -1, -1, -1, -1 };
+	int rc = 0;
+	if (m->s.mac[0]) {
+		/* It saves the record (the proxy's pid), which take_room left
+		 * saying "running": so it stays until the resume is done. */
+		char was[sizeof m->s.state];
+		snprintf(was, sizeof was, "%s", m->s.state);
+		snprintf(m->s.state, sizeof m->s.state, "running");
+		rc = mon_start_network(m, &net, &c, err);
+		snprintf(m->s.state, sizeof m->s.state, "%s", was);
+	}
+	if (rc == 0)
+		rc = vmmout_reopen(m, &m->console, &con_w, err) < 0 || vmmout_reopen(m, &m->vmmlog, &log_w, err) < 0 ? -1 : 0;
 	c.stdout_fd = con_w;
 	c.stderr_fd = log_w;
 	if (rc == 0)
 		rc = sbx_vm_boot(&c, &m->vm, err);
+	sbx_netns_close(&net);
 	for (int i = 0; i < c.cg_nfds; i++)
 		close(c.cg_fds[i]);
 	if (rc < 0) {
+		mon_stop_network(m);
 		vmmout_explain(m, err);
 		close_outs(m);
 		return -1;
@@ -426,6 +428,7 @@ static int start_vmm(struct mon *m, struct sbx_err *err)
 			close(fd);
 		sbx_vm_kill(&m->vm);
 		close_outs(m);
+		mon_stop_network(m);
 		return -1;
 	}
 	m->agent.fd = fd;

@@ -23,6 +23,21 @@ int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *
 	return 0;
 }
 
+/* A new pipe whose read end feeds o, whose file stays open (a VMM, or a
+ * proxy, started again after a suspend). */
+int vmmout_reopen(struct mon *m, struct vmmout *o, int *wr, struct sbx_err *err)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe for %s", o->name);
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+	o->src.fd = p[0];
+	*wr = p[1];
+	mon_ep_mod(m, &o->src, EPOLLIN, EPOLL_CTL_ADD);
+	return 0;
+}
+
 /* Keep the last cap/2 bytes, at the front, behind a line that counts what
  * went.  Copied forward in place: the monitor is the file's only writer. */
 static void vmmout_compact(struct vmmout *o)

@@ -3,7 +3,9 @@
 # the guest's clock; save, then two sessions from it, independent and each
 # with its own identity; no secrets or exec records in a snapshot; tenants
 # cannot see each other's; rm refused while in use; hostile names; a save
-# killed midway leaves nothing visible; a snapshot published as a template.
+# killed midway leaves nothing visible; a snapshot published as a template;
+# a session with a workspace is saved and the workspace re-attached by
+# name at restore, refused (5) while another session holds it.
 . "$(dirname "$0")/lib.sh"
 require_vm
 L=$SBX_ROOT/var/lib/sbx
@@ -177,6 +179,34 @@ is "$(jq -r '.snapshot.kind + " " + .base' "$SBX_TEMPLATES/tsnap@1/manifest.json
 tt=$(sbx-create -q --tenant carol -t tsnap); ok $? "any tenant creates a session from it with -t"
 is "$(sbx-exec "$tt" -- cat /home/user/disk-marker)" before "restored, not booted"
 sbx-kill "$tt"
+
+# --- a session with a workspace: saved, and re-attached by name ----------------------
+rec() { jq -r "$2" "$L/sessions/$1/session.json"; }
+w=$(sbx-create -q --workspace proj); ok $? "a session with the workspace proj"
+sbx-exec "$w" -- sh -c 'echo one >/workspace/f'
+sbx-snapshot save --template "$w" wtmpl 2>"$TEST_TMP/err"; is "$?" 5 "but not as a template (5)"
+like "$(cat "$TEST_TMP/err")" "has a workspace: it can be saved as a snapshot, not as a template" "saying why"
+wv=$(sbx-snapshot save "$w" wsnap); ok $? "it can be saved ($wv)"
+is "$(jq -c '[.devices.workspace, .devices.workspace_name]' "$L/snapshots/_/$wv/manifest.json")" '[true,"proj"]' \
+   "the manifest records the workspace by name"
+is "$(sbx-exec "$w" -- cat /workspace/f)" one "the source's workspace is mounted again after the save"
+sbx-exec "$w" -- sh -c 'echo two >/workspace/g'; ok $? "and written after it"
+n0=$(ls "$L/sessions" | wc -l)
+sbx-create -q -s wsnap 2>"$TEST_TMP/err"; is "$?" 5 "a restore while the source holds the workspace is refused (5)"
+like "$(cat "$TEST_TMP/err")" "proj" "naming it"
+is "$(ls "$L/sessions" | wc -l)" "$n0" "and nothing is made"
+sbx-create -q -s wsnap --workspace other 2>/dev/null; is "$?" 3 "a restore naming another workspace is refused (3)"
+sbx-kill "$w"
+r=$(sbx-create -q -s wsnap); ok $? "with the workspace free, a restore re-attaches it"
+is "$(rec "$r" .workspace)" proj "its record names it"
+is "$(sbx-exec "$r" -- cat /workspace/f /workspace/g)" "one
+two" "the restored guest reads the workspace as it is now, written after the save too"
+sbx-exec "$r" -- sh -c 'echo three >/workspace/h'; ok $? "and writes to it"
+sbx-kill "$r"
+w2=$(sbx-create -q --workspace proj); ok $? "the workspace is free again once the restored session is gone"
+is "$(sbx-exec "$w2" -- cat /workspace/h)" three "with what the restored session wrote"
+sbx-kill "$w2"
+sbx-snapshot rm wsnap >/dev/null; ok $? "the snapshot is removed"
 
 sbx-kill "$id"
 done_testing

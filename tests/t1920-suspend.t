@@ -6,7 +6,8 @@
 # an idle session; a monitor killed -9 at three points of a suspend leaves
 # a crashed session sbx-gc reclaims whole, never half of one; a full disk
 # leaves the session running and says why; a session with a NIC is
-# refused; a resume needs room on the host.
+# suspended with its namespace and proxy ended and reaches a test host
+# through new ones after the resume; a resume needs room on the host.
 . "$(dirname "$0")/lib.sh"
 require_vm
 L=$SBX_ROOT/var/lib/sbx
@@ -133,21 +134,81 @@ is "$(state "$id")" running "a running exec keeps it from being idle"
 sbx-exec --wait "$long" --timeout 30 "$id" >/dev/null
 sbx-kill "$id" >/dev/null
 
-# --- a session with a NIC: refused, it runs on ---------------------------------
+# --- a session with a NIC: suspended, its network rebuilt at resume ------------
 test_net_hosts susp 1
+WEB=${NET_IP[0]}
+mkdir -p "$TEST_TMP/www" && echo "hello from the test host" >"$TEST_TMP/www/index.html"
+(cd "$TEST_TMP/www" && exec ip netns exec "$NET_NS" python3 -m http.server 80 >"$TEST_TMP/http.log" 2>&1) &
+WEBPID=$!
+trap 'kill "$WEBPID" 2>/dev/null; _cleanup' EXIT
+for _ in $(seq 50); do timeout 1 bash -c "exec 3<>/dev/tcp/$WEB/80" 2>/dev/null && break; sleep 0.1; done
 cat >"$TEST_TMP/net.yaml" <<EOF
 network:
   egress: allowlist
   allow:
-    - {cidr: ${NET_IP[0]}/32, ports: [80]}
+    - {cidr: $WEB/32, ports: [80]}
 lifecycle: {idle_suspend: 1s}
 EOF
+# On a failure, what the proxy logged and the host's 198.51.100 links (a
+# subnet on a link is on the proxy's deny list) go to stderr.
+fetch() {
+	local o
+	o=$(sbx-exec --timeout 60s "$1" -- wget -q -O- "http://$WEB/" 2>&1)
+	[ "$o" = "hello from the test host" ] || {
+		diag "net.log: $(tail -2 "$L/sessions/$1/net.log")"
+		diag "links: $(ip -br addr | grep -o '198\.51\.100\.[0-9]*/[0-9]*' | tr '\n' ' ')"
+	} >&2
+	echo "$o"
+}
 id=$(sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "a session with a network device (and idle_suspend: 1s)"
-sbx-snapshot suspend "$id" 2>"$TEST_TMP/err"; is "$?" 5 "suspending it is refused (5)"
-like "$(cat "$TEST_TMP/err")" "has a network device: it cannot be suspended yet" "saying why"
+is "$(fetch "$id")" "hello from the test host" "it reaches the test host through its proxy"
 sleep 3
-is "$(state "$id")" running "the idle policy leaves it running too (its proxy's connections are not seen)"
-is "$(sbx-exec "$id" -- cat /sys/class/net/eth0/address)" "$(rec "$id" .net.mac)" "and it runs on, NIC and all"
+is "$(state "$id")" running "the idle policy leaves it running (its proxy's connections are not seen)"
+proxy=$(rec "$id" .proxy_process.pid) vmm=$(rec "$id" .vmm_process.pid)
+netns=$(readlink "/proc/$vmm/ns/net")
+sbx-snapshot suspend "$id"; ok $? "sbx-snapshot suspend suspends it"
+is "$(state "$id")" suspended "it is suspended"
+! kill -0 "$proxy" 2>/dev/null; ok $? "its proxy is gone (pid $proxy)"
+! kill -0 "$vmm" 2>/dev/null; ok $? "and its VMM, and with them its network namespace"
+is "$(rec "$id" .proxy_process.pid)" 0 "the record names no proxy"
+is "$(fetch "$id")" "hello from the test host" "an exec wakes it and it reaches the test host again"
+proxy2=$(rec "$id" .proxy_process.pid) vmm2=$(rec "$id" .vmm_process.pid)
+kill -0 "$proxy2" 2>/dev/null && [ "$proxy2" != "$proxy" ]; ok $? "through a new proxy (pid $proxy2)"
+[ "$(readlink "/proc/$vmm2/ns/net")" != "$netns" ]; ok $? "in a new network namespace"
+is "$(sbx-exec "$id" -- cat /sys/class/net/eth0/address)" "$(rec "$id" .net.mac)" "with the same NIC and MAC"
+is "$(grep -c "\"address\":\"$WEB\".*\"verdict\":\"allow\"" "$L/sessions/$id/net.log")" 2 \
+   "net.log has both connections, before and after"
+sbx-snapshot suspend "$id" && sbx-snapshot resume "$id" >/dev/null; ok $? "suspend and sbx-snapshot resume again"
+is "$(fetch "$id")" "hello from the test host" "the network works after that resume too"
+proxy3=$(rec "$id" .proxy_process.pid)
+sbx-kill "$id" >/dev/null
+! kill -0 "$proxy3" 2>/dev/null; ok $? "sbx-kill ends the proxy"
+# A resume whose network cannot be rebuilt (here: no sbx-proxy where the
+# session's monitor looks) fails saying why and leaves it suspended, image
+# and all; once it can, the resume works.
+X=$TEST_TMP/libexec-susp
+mkdir -p "$X" && cp "$SBX_BUILD/libexec/sbx/sbx-monitor" "$SBX_BUILD/libexec/sbx/sbx-proxy" "$X/"
+id=$(SBX_LIBEXEC=$X sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "a session with a NIC whose monitor runs from a copy"
+sbx-snapshot suspend "$id"; ok $? "suspended"
+mv "$X/sbx-proxy" "$X/sbx-proxy.away"
+sbx-exec "$id" -- true 2>"$TEST_TMP/err"; rc=$?
+is "$rc" 125 "an exec whose resume cannot start the proxy fails (125)"
+like "$(cat "$TEST_TMP/err")" "cannot resume session $id: .*cannot find sbx-proxy" "saying why"
+is "$(state "$id")" suspended "the session stays suspended"
+[ -s "$L/sessions/$id/suspend/memory.zst" ]; ok $? "with its image"
+is "$(rec "$id" .proxy_process.pid)" 0 "and no proxy in its record"
+mv "$X/sbx-proxy.away" "$X/sbx-proxy"
+is "$(fetch "$id")" "hello from the test host" "with the proxy back, an exec resumes it and reaches the test host"
+sbx-kill "$id" >/dev/null
+kill "$WEBPID" 2>/dev/null
+trap _cleanup EXIT
+
+# --- a session with a workspace: it stays attached while suspended ------------
+id=$(sbx-create -q --workspace susp-ws); ok $? "a session with a workspace"
+sbx-exec "$id" -- sh -c 'echo kept >/workspace/f'
+sbx-snapshot suspend "$id"; ok $? "is suspended"
+sbx-create -q --workspace susp-ws 2>/dev/null; is "$?" 5 "its workspace stays its own meanwhile (5)"
+is "$(sbx-exec "$id" -- cat /workspace/f)" kept "resumed, it has its workspace, file and all"
 sbx-kill "$id" >/dev/null
 
 # --- a session with secrets, or with a forward: refused; idle, it is paused ------
@@ -200,6 +261,16 @@ for point in save saved recorded; do
 	sbx-gc --grace 0 >"$TEST_TMP/gc" 2>&1
 	[ ! -e "$L/sessions/$id" ]; ok $? "[$point] sbx-gc reclaims it, image and all"
 done
+# With a NIC, killed once the record says suspended and before the proxy
+# is stopped: the proxy goes with the monitor too (PR_SET_PDEATHSIG).
+id=$(SBX_FAULT_SUSPEND=recorded sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "[recorded, NIC] a session with a NIC"
+proxy=$(rec "$id" .proxy_process.pid)
+sbx-snapshot suspend "$id" 2>/dev/null; [ "$?" -ne 0 ]; ok $? "[recorded, NIC] the suspend fails"
+for i in $(seq 100); do kill -0 "$proxy" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$proxy" 2>/dev/null; ok $? "[recorded, NIC] its proxy went with the monitor"
+is "$(state "$id")" crashed "[recorded, NIC] the session is crashed"
+sbx-gc --grace 0 >"$TEST_TMP/gc" 2>&1
+[ ! -e "$L/sessions/$id" ]; ok $? "[recorded, NIC] sbx-gc reclaims it"
 
 # --- a full disk during a suspend -------------------------------------------------
 # A LIB of its own on a small tmpfs, filled up to 2 MiB: the memory image
