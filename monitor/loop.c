@@ -1,6 +1,9 @@
 /* sbx-monitor: set-up, the loop, the end of a session. */
 #include "mon.h"
 
+#include <sys/prctl.h>
+#include <sys/resource.h>
+
 int mon_audit(struct mon *m, const char *type, json_t *f, struct sbx_err *err)
 {
 	if (f && m->s.tenant[0])
@@ -290,6 +293,14 @@ static void destroy_files(struct mon *m)
 
 static int setup(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err *err)
 {
+	/* Before the secrets: the monitor holds them (and every exec's stdin)
+	 * in memory for the session's life, so a crash writes no core file,
+	 * and it is not dumpable (no ptrace, no /proc/PID/mem, environ or fd
+	 * for anyone without CAP_SYS_PTRACE).  Its children inherit both until
+	 * they exec; the VMM's and the proxy's jails set their own. */
+	struct rlimit none = { 0, 0 };
+	if (setrlimit(RLIMIT_CORE, &none) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot turn off core dumps");
 	/* First: sbx-create waits to hand them over.  Kept in memory only. */
 	if (a->secrets_fd >= 0) {
 		int rc = sbx_secrets_read_fd(a->secrets_fd, &m->sec, err);
