@@ -93,6 +93,19 @@ void vmmout_drain_all(struct mon *m)
 	vmmout_drain(m, &m->proxylog);
 }
 
+/* The pipes from a VMM that is gone, drained; their files stay open. */
+void vmmout_close_pipes(struct mon *m)
+{
+	vmmout_drain_all(m);
+	struct vmmout *outs[] = { &m->console, &m->vmmlog };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(outs); i++)
+		if (outs[i]->src.fd >= 0) {
+			epoll_ctl(m->ep, EPOLL_CTL_DEL, outs[i]->src.fd, NULL);
+			close(outs[i]->src.fd);
+			outs[i]->src.fd = -1;
+		}
+}
+
 void vmmout_close(struct vmmout *o)
 {
 	if (o->src.fd >= 0)
