@@ -89,6 +89,11 @@ $(B)/tests/%: tests/unit/%.c $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $< $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 
+# The monitor's request decoder is tested where it lives.
+$(B)/tests/test-privmsg: tests/unit/test-privmsg.c $(B)/obj/monitor/privmsg.o $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Imonitor $< $(B)/obj/monitor/privmsg.o $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+
 # The package cache's parsers are tested where they live.
 $(B)/tests/test-pkgcache: tests/unit/test-pkgcache.c $(PROXY_OBJ) $(B)/libsbx.a
 	@mkdir -p $(@D)

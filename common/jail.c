@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <linux/capability.h>
+#include <linux/mount.h>
 #include <linux/sched.h>
 #include <seccomp.h>
 
@@ -487,6 +488,34 @@ static int filter(struct sbx_err *err)
 
 int sbx_jail_filter(struct sbx_err *err)
 {
+	return filter(err);
+}
+
+int sbx_jail_namespaces(const char *hostname, struct sbx_err *err)
+{
+	if (unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create namespaces");
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the mounts private");
+	/* An empty read-only root, the host's detached: no host path
+	 * resolves, and no host mount stays referenced from here (a copy of
+	 * the host's table would hold every mount of the moment, other
+	 * sessions' included, and show their paths in our mountinfo). */
+	if (mount("sbx-empty", STAGE, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=1,mode=0555") < 0 ||
+	    chdir(STAGE) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make an empty root");
+	if (hostname && sethostname(hostname, strlen(hostname)) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set the hostname");
+	return 0;
+}
+
+int sbx_jail_self(uid_t id, int parent_pidfd, struct sbx_err *err)
+{
+	struct sbx_vm_config none = { .accel = SBX_ACCEL_TCG }; /* no /dev/kvm group */
+	if (drop_privileges(id, &none, parent_pidfd, err) < 0)
+		return -1;
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the process not dumpable");
 	return filter(err);
 }
 

@@ -40,4 +40,16 @@ int sbx_jail_enter(const struct sbx_vm_config *c, pid_t host_pid, int parent_pid
  * bytes (the egress proxy) once it has no_new_privs. */
 int sbx_jail_filter(struct sbx_err *err);
 
+/* For a process of sbx's own that handles hostile bytes without exec'ing
+ * anything (the monitor's unprivileged half), as root, in this order:
+ * sbx_jail_namespaces gives it new mount (an empty read-only root, the
+ * host's detached: it works through the fds it opened before), network
+ * (loopback only, down), IPC and UTS namespaces (hostname named);
+ * sbx_jail_self then takes uid and gid id with no groups, drops every
+ * capability, re-arms PR_SET_PDEATHSIG (checking parent_pidfd), sets
+ * no_new_privs, makes it not dumpable, verifies there is no way back, and
+ * installs the seccomp filter above. */
+int sbx_jail_namespaces(const char *hostname, struct sbx_err *err);
+int sbx_jail_self(uid_t id, int parent_pidfd, struct sbx_err *err);
+
 #endif

@@ -31,6 +31,15 @@ static int arena(struct sbx_secrets *s, struct sbx_err *err)
 	return 0;
 }
 
+void sbx_secrets_fork_keep(struct sbx_secrets *s, int keep)
+{
+	if (!s->frame)
+		return;
+	madvise(s->frame, s->map_len, keep ? MADV_KEEPONFORK : MADV_WIPEONFORK);
+	if (!keep)
+		mlock(s->frame, s->map_len); /* a child's memory is not locked */
+}
+
 void sbx_secrets_free(struct sbx_secrets *s)
 {
 	if (s->frame) {

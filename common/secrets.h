@@ -25,6 +25,12 @@ struct sbx_secrets {
 	size_t frame_len, map_len;
 };
 
+/* The secrets' memory is wiped in a forked child (MADV_WIPEONFORK), so no
+ * helper the monitor forks ever holds them.  For the one child that must
+ * (the monitor's unprivileged half): keep 1 just before the fork, then 0
+ * in both processes just after (wiped on fork again, and locked). */
+void sbx_secrets_fork_keep(struct sbx_secrets *s, int keep);
+
 /* Add --secret NAME=@FILE (NAME=@- for stdin) to p, replacing a policy
  * secret of the same name.  Errors are SBX_EXIT_USAGE. */
 int sbx_secrets_args(struct sbx_policy *p, const char *const *specs, unsigned n, struct sbx_err *err);

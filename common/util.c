@@ -89,10 +89,17 @@ void sbx_log_tail(int dirfd, const char *name, char *out, size_t n)
 {
 	out[0] = 0;
 	_cleanup_close_ int fd = name ? openat(dirfd, name, O_RDONLY | O_CLOEXEC) : -1;
+	sbx_log_tail_fd(fd, out, n);
+}
+
+void sbx_log_tail_fd(int fd, char *out, size_t n)
+{
+	out[0] = 0;
 	if (fd < 0)
 		return;
 	char buf[400];
-	off_t end = lseek(fd, 0, SEEK_END);
+	struct stat sb;
+	off_t end = fstat(fd, &sb) == 0 ? sb.st_size : 0;
 	off_t start = end > (off_t)sizeof buf - 1 ? end - (off_t)sizeof buf + 1 : 0;
 	ssize_t r = pread(fd, buf, sizeof buf - 1, start);
 	if (r <= 0)

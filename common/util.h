@@ -58,6 +58,8 @@ char *sbx_read_small_at(int dirfd, const char *name, size_t max, size_t *len);
 /* The last few hundred bytes of a log under dirfd (AT_FDCWD: a path) on
  * one line, for messages that say what happened; "" when unreadable. */
 void sbx_log_tail(int dirfd, const char *name, char *out, size_t n);
+/* The same from an open file (read with pread, the offset untouched). */
+void sbx_log_tail_fd(int fd, char *out, size_t n);
 /* s as one field of a tab-separated line: control bytes (tab and newline
  * included) and the backslash written as C escapes (\n, \t, \\, \x1b),
  * so a value cannot break a table's rows or columns, nor reach a terminal

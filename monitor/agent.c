@@ -192,7 +192,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 			m->hb.next = sbx_mono_ns() + m->hb.interval;
 			if (m->s.agent_unresponsive_ns) {
 				m->s.agent_unresponsive_ns = 0;
-				sbx_record_save(&m->st, &m->s, NULL);
+				mon_record_save(m, NULL);
 				json_t *af = json_pack("{s:s}", "session", m->s.id);
 				mon_audit(m, "session.responsive", af, NULL);
 				json_decref(af);

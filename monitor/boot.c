@@ -26,8 +26,9 @@ static int attach_workspace(struct mon *m, struct sbx_err *err)
 /* Give the workspace back: last_used recorded, lock dropped, so whoever
  * learns that this session ended (sbx-kill's acknowledgement, sbx-create's
  * failure) can attach it at once.  A workspace made for a session that
- * never came up goes with it. */
-void mon_drop_workspace(struct mon *m, int failed)
+ * never came up goes with it.  (mon_drop_workspace, priv.c, asks for it
+ * from the unprivileged half.) */
+void mon_workspace_release(struct mon *m, int failed)
 {
 	if (m->ws.lock_fd < 0)
 		return;
@@ -54,7 +55,7 @@ void mon_guest_poweroff(struct mon *m)
 		return;
 	/* A paused guest cannot sync: it runs again only to power off. */
 	struct sbx_err ignored = { 0 };
-	if (m->snap.paused && sbx_vm_resume(&m->vm, &ignored) == 0)
+	if (m->snap.paused && mon_vm_resume(m, &ignored) == 0)
 		m->snap.paused = 0;
 	sbx_frame_raw(&m->aout, SBX_F_SHUTDOWN, 0, NULL, 0);
 	agent_flush(m);

@@ -13,7 +13,7 @@ static struct sbx_trace trace;
 void claim_pool_park(struct mon *m)
 {
 	struct sbx_err e = { 0 };
-	if (sbx_vm_pause(&m->vm, &e) == 0)
+	if (mon_vm_pause(m, &e) == 0)
 		m->pool_paused = 1;
 }
 
@@ -58,8 +58,7 @@ void claim_abandoned(struct mon *m)
 		m->claim.code = SBX_EXIT_CONFLICT;
 	}
 	/* Half renamed (the runtime directory's rename failed and could not
-	 * be undone): the member's old name goes too. */
-	sbx_rm_rf_at(m->st.rsessions_fd, m->claim.from);
+	 * be undone): the member's old name went too (mon_destroy). */
 	json_t *f = json_pack("{s:s, s:b, s:i, s:s, s:b, s:s}", "session", m->s.id, "ok", 0, "code", m->claim.code,
 			      "error", m->claim.err, "from_pool", 1, "member", m->claim.from);
 	mon_audit(m, "session.create", f, NULL);
@@ -93,7 +92,7 @@ void claim_guest_answered(struct mon *m)
 	m->output_session_cap = m->s.limits.output_session_cap;
 	if (m->s.limits.ttl_ms && mon_arm_ttl(m) < 0)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot arm the session TTL");
-	if (sbx_record_save(&m->st, &m->s, &err) < 0)
+	if (mon_record_save(m, &err) < 0)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "%s", err.msg);
 	sbx_trace_step(&trace, "record_save");
 	char tmpl[140];
@@ -171,13 +170,13 @@ static void claim_guest(struct mon *m, unsigned member_cpu)
 {
 	struct sbx_err e = { 0 };
 	unsigned cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
-	if (cpu != member_cpu && sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), cpu) < 0)
+	if (cpu != member_cpu && mon_cg_set_cpu(m) < 0)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot set the CPU cap of the host cgroup: %s", strerror(errno));
 	sbx_trace_step(&trace, "cgroup_cpu");
 	if (claim_network(m) < 0)
 		return;
 	if (m->pool_paused) {
-		if (sbx_vm_resume(&m->vm, &e) < 0)
+		if (mon_vm_resume(m, &e) < 0)
 			return claim_fail(m, SBX_EXIT_UNAVAIL, "cannot resume the VM: %s", e.msg);
 		m->pool_paused = 0;
 	}
@@ -256,6 +255,44 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	sbx_trace_begin_at(&trace, "claim.member", t0);
 	sbx_trace_step(&trace, "parse");
 	unsigned member_cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
+	char why[256] = "";
+	int code = SBX_EXIT_INTERNAL;
+	int rc = mon_claim_commit(m, id, rec, pol, &code, why, sizeof why);
+	if (rc < 0) {
+		/* Not committed: the member is as it was, holding no secret. */
+		sbx_secrets_free(&m->sec);
+		sbx_trace_end(&trace, 0);
+		return client_error(m, c, 0, code, why);
+	}
+	if (mon_is_child(m)) /* its steps were the privileged half's */
+		sbx_trace_step(&trace, "commit");
+	m->claim.stage = CLAIM_GUEST;
+	m->claim.t0 = t0;
+	m->claim.deadline = t0 + (uint64_t)SBX_CLAIM_TIMEOUT_MS * 1000000u;
+	if (rc > 0)
+		return claim_fail(m, SBX_EXIT_INTERNAL, "%s", why);
+	m->claim.c = c;
+	struct sbx_buf b = { 0 };
+	sbx_frame_raw(&b, SBX_F_CLAIM, 0, NULL, 0);
+	client_send(m, c, &b);
+	sbx_buf_free(&b);
+	claim_guest(m, member_cpu);
+}
+
+/* The commit (claim_begin's, or the privileged half's for it): 0 when it
+ * is done (m->s is the claimed session's record, as saved), 1 when it is
+ * done but the session cannot be (why; only destroying it is left), -1
+ * when nothing changed (code, why).  The request's record; what only this
+ * monitor knows, from its own. */
+int claim_commit(struct mon *m, const char *id, const char *rec, const char *pol, int *code, char *why, size_t n)
+{
+	struct sbx_session ns;
+	if (sbx_id_check(id, "session", NULL) < 0 || sbx_pool_member_id(id) || sbx_record_parse(rec, id, &ns) < 0 ||
+	    !sbx_pool_member_fits(&m->s, &ns)) {
+		*code = SBX_EXIT_INVALID;
+		snprintf(why, n, "malformed claim");
+		return -1;
+	}
 	/* The request's record; what only this monitor knows, from its own.
 	 * The host cgroups follow the ID where the kernel lets them (v1);
 	 * where it does not (v2), the record keeps their name. */
@@ -285,32 +322,30 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	 * directories renamed (RENAME_NOREPLACE: an ID that exists after all
 	 * is refused, not overwritten), the two files moved into place. */
 	_cleanup_free_ char *txt = sbx_record_text(&ns);
-	int code = SBX_EXIT_INTERNAL;
+	*code = SBX_EXIT_INTERNAL;
 	int rc = claim_write_aside(m, ".claim.json", txt);
 	if (rc == 0)
 		rc = claim_write_aside(m, ".claim-policy.json", pol);
 	sbx_trace_step(&trace, "write_aside");
 	if (rc == 0 && renameat2(m->st.sessions_fd, from, m->st.sessions_fd, id, RENAME_NOREPLACE) < 0) {
-		code = errno == EEXIST ? SBX_EXIT_CONFLICT : SBX_EXIT_INTERNAL;
+		*code = errno == EEXIST ? SBX_EXIT_CONFLICT : SBX_EXIT_INTERNAL;
 		rc = -1;
 	} else if (rc == 0 && renameat2(m->st.rsessions_fd, from, m->st.rsessions_fd, id, RENAME_NOREPLACE) < 0) {
-		code = errno == EEXIST ? SBX_EXIT_CONFLICT : SBX_EXIT_INTERNAL;
+		*code = errno == EEXIST ? SBX_EXIT_CONFLICT : SBX_EXIT_INTERNAL;
 		rc = -1;
 		if (renameat2(m->st.sessions_fd, id, m->st.sessions_fd, from, RENAME_NOREPLACE) < 0) {
 			m->s = ns; /* half renamed: only destroying is left */
-			m->claim.stage = CLAIM_GUEST;
-			return claim_fail(m, SBX_EXIT_INTERNAL, "cannot rename the runtime directory");
+			snprintf(why, n, "cannot rename the runtime directory");
+			return 1;
 		}
 	}
 	if (rc < 0) {
-		/* Not committed: the member is as it was, holding no secret. */
-		sbx_secrets_free(&m->sec);
 		unlinkat(m->lib_dfd, ".claim.json", 0);
 		unlinkat(m->lib_dfd, ".claim-policy.json", 0);
 		if (cg_renamed)
 			sbx_cgroup_rename(id, cg);
-		sbx_trace_end(&trace, 0);
-		return client_error(m, c, 0, code, "cannot take the session's ID");
+		snprintf(why, n, "cannot take the session's ID");
+		return -1;
 	}
 	sbx_trace_step(&trace, "rename_dirs");
 	int unmoved = renameat(m->lib_dfd, ".claim.json", m->lib_dfd, "session.json") == 0 ? 0 : errno;
@@ -318,16 +353,10 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 		unmoved = errno;
 	sbx_trace_step(&trace, "rename_files");
 	m->s = ns;
-	m->claim.stage = CLAIM_GUEST;
-	m->claim.t0 = t0;
-	m->claim.deadline = t0 + (uint64_t)SBX_CLAIM_TIMEOUT_MS * 1000000u;
-	if (unmoved)
-		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot write the session record: %s", strerror(unmoved));
-	m->claim.c = c;
-	struct sbx_buf b = { 0 };
-	sbx_frame_raw(&b, SBX_F_CLAIM, 0, NULL, 0);
-	client_send(m, c, &b);
-	sbx_buf_free(&b);
-	claim_guest(m, member_cpu);
+	if (unmoved) {
+		snprintf(why, n, "cannot write the session record: %s", strerror(unmoved));
+		return 1;
+	}
+	return 0;
 }
 

@@ -32,12 +32,6 @@ void exec_free(struct mon *m, struct exec *ex)
 	free(ex);
 }
 
-static uint64_t file_size(int dfd, const char *name)
-{
-	struct stat st;
-	return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? (uint64_t)st.st_size : 0;
-}
-
 /* Which of the session's limits the exec ran into, in one place for a
  * caller to read (a timeout from an OOM from an attempted escape): the
  * proxy's refusals while it ran (egress, DNS, package fetches; the
@@ -45,7 +39,7 @@ static uint64_t file_size(int dfd, const char *name)
  * pids and memory limits, the output caps. */
 static json_t *violations(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
 {
-	json_t *v = sbx_netlog_violations(m->lib_dfd, ex->net_off, ex->pkg_off); /* no logs: zeros */
+	json_t *v = mon_violations(m, ex->net_off, ex->pkg_off); /* no logs: zeros */
 	if (!v)
 		return json_null();
 	json_object_set_new(v, "pids_limit", json_boolean(e->pids_hit > 0));
@@ -287,8 +281,7 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, msg);
 	}
 	ex->started_ns = sbx_now_ns();
-	ex->net_off = file_size(m->lib_dfd, "net.log");
-	ex->pkg_off = file_size(m->lib_dfd, "packages.log");
+	mon_log_sizes(m, &ex->net_off, &ex->pkg_off);
 	if (r.timeout_ms)
 		ex->deadline = sbx_mono_ns() + ((uint64_t)r.timeout_ms + EXEC_TIMEOUT_GRACE_MS) * 1000000u;
 	ex->credit = SBX_STDIN_WINDOW;
@@ -459,7 +452,7 @@ void mon_heartbeat(struct mon *m)
 	uint64_t age = now - m->hb.sent;
 	if (age >= 3 * iv && !m->s.agent_unresponsive_ns) {
 		m->s.agent_unresponsive_ns = sbx_now_ns() - age;
-		sbx_record_save(&m->st, &m->s, NULL);
+		mon_record_save(m, NULL);
 		json_t *af = json_pack("{s:s, s:I}", "session", m->s.id, "silent_ms", (json_int_t)(age / 1000000u));
 		mon_audit(m, "session.unresponsive", af, NULL);
 		json_decref(af);

@@ -1,12 +1,8 @@
 /* sbx-monitor: set-up, the loop, the end of a session. */
 #include "mon.h"
 
-int mon_audit(struct mon *m, const char *type, json_t *f, struct sbx_err *err)
-{
-	if (f && m->s.tenant[0])
-		json_object_set_new(f, "tenant", json_string(m->s.tenant));
-	return sbx_audit_append(&m->st, type, f, err);
-}
+#include <sys/prctl.h>
+#include <sys/resource.h>
 
 void mon_ep_mod(struct mon *m, struct src *s, uint32_t ev, int op)
 {
@@ -32,14 +28,17 @@ int mon_listen_unix(const char *name, struct sbx_err *err)
 }
 
 /* Did the guest kernel panic?  The panic line comes before its stack
- * trace, so look further back than the tail shown in messages. */
-static int console_says_panic(int dfd)
+ * trace, so look further back than the tail shown in messages.  Read
+ * through the monitor's own fd of console.log (the unprivileged half
+ * cannot open the file). */
+static int console_says_panic(const struct vmmout *o)
 {
-	_cleanup_close_ int fd = openat(dfd, "console.log", O_RDONLY | O_CLOEXEC);
+	int fd = o->fd;
 	if (fd < 0)
 		return 0;
 	static char buf[65536];
-	off_t end = lseek(fd, 0, SEEK_END);
+	struct stat sb;
+	off_t end = fstat(fd, &sb) == 0 ? sb.st_size : 0;
 	off_t start = end > (off_t)sizeof buf - 1 ? end - (off_t)sizeof buf + 1 : 0;
 	ssize_t r = pread(fd, buf, sizeof buf - 1, start);
 	if (r <= 0)
@@ -51,7 +50,7 @@ static int console_says_panic(int dfd)
 static void on_vmm_exit(struct mon *m)
 {
 	int status = 0;
-	if (waitpid(m->vm.pid, &status, WNOHANG) <= 0)
+	if (!mon_vm_reap(m, &status))
 		return;
 	m->vm.pid = 0;
 	m->vm_dead = 1;
@@ -67,7 +66,7 @@ static void on_vmm_exit(struct mon *m)
 		snprintf(m->vm_end, sizeof m->vm_end, "guest panic");
 	/* Text on the console is the guest's to write: it is reported as
 	 * what it is, never as a panic the host saw. */
-	else if (console_says_panic(m->run_dfd))
+	else if (console_says_panic(&m->console))
 		snprintf(m->vm_end, sizeof m->vm_end, "console reported a panic");
 	else if (WIFSIGNALED(status))
 		snprintf(m->vm_end, sizeof m->vm_end, "VMM killed by signal %d", WTERMSIG(status));
@@ -92,43 +91,14 @@ static void on_vm_event(struct mon *m)
 	if ((ev != SBX_VM_EV_PANIC && ev != SBX_VM_EV_REBOOT) || !m->vm.pid)
 		return;
 	epoll_ctl(m->ep, EPOLL_CTL_DEL, m->vmev.fd, NULL);
-	sbx_vm_kill(&m->vm); /* closes the pidfd: it leaves the epoll set */
+	mon_vm_kill(m); /* closes the pidfd: it leaves the epoll set */
 	m->vmm.fd = -1;
 	m->vm_dead = 1;
 	vmmout_drain_all(m);
 	snprintf(m->vm_end, sizeof m->vm_end, "%s",
 		 ev == SBX_VM_EV_PANIC		    ? "guest panic"
-		 : console_says_panic(m->run_dfd) ? "console reported a panic"
+		 : console_says_panic(&m->console) ? "console reported a panic"
 						  : "guest rebooted");
-}
-
-/* The proxy is the session's only way out: without it the guest's
- * connections are refused in its namespace.  The session runs on, without
- * network, and says so (net.lost in the record and the audit trail). */
-static void on_proxy_exit(struct mon *m)
-{
-	int status = 0;
-	if (m->proxy_pid <= 0 || waitpid(m->proxy_pid, &status, WNOHANG) <= 0)
-		return;
-	epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxy.fd, NULL);
-	close(m->proxy.fd);
-	m->proxy.fd = -1;
-	m->proxy_pid = 0;
-	if (WIFSIGNALED(status))
-		snprintf(m->s.net_lost, sizeof m->s.net_lost, "proxy killed by signal %d", WTERMSIG(status));
-	else
-		snprintf(m->s.net_lost, sizeof m->s.net_lost, "proxy exited with status %d", WEXITSTATUS(status));
-	sbx_record_save(&m->st, &m->s, NULL);
-	json_t *f = json_pack("{s:s, s:s}", "session", m->s.id, "reason", m->s.net_lost);
-	mon_audit(m, "net.lost", f, NULL);
-	json_decref(f);
-}
-
-static void stop_proxy(struct mon *m)
-{
-	if (m->proxy.fd >= 0)
-		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxy.fd, NULL);
-	sbx_netns_stop_proxy(&m->proxy_pid, &m->proxy.fd);
 }
 
 /* The session's proxy on the listeners of n, its stderr kept as
@@ -209,7 +179,7 @@ int mon_attach_network(struct mon *m, int netns_fd, struct sbx_err *err)
  * the disk are held for the network.  The record forgets the proxy. */
 void mon_stop_network(struct mon *m)
 {
-	stop_proxy(m);
+	mon_proxy_stop(m);
 	vmmout_drain(m, &m->proxylog);
 	if (m->proxylog.src.fd >= 0) {
 		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxylog.src.fd, NULL);
@@ -264,7 +234,7 @@ int mon_loop_once(struct mon *m, int timeout_ms)
 			on_vmm_exit(m);
 			break;
 		case SRC_PROXY:
-			on_proxy_exit(m);
+			mon_proxy_reap(m);
 			break;
 		case SRC_VMEV:
 			on_vm_event(m);
@@ -334,24 +304,16 @@ static void report(int fd, const struct sbx_err *err)
 	json_decref(o);
 }
 
-/* --workspace: take it for the session's life (5 when another session
- * got there first), made on first use; audited. */
-static void destroy_files(struct mon *m)
-{
-	stop_proxy(m);
-	/* Under the global lock, so a create of the same ID never sees half a
-	 * session.  No deadlock although we hold the session lock: whoever
-	 * holds the global lock takes session locks without waiting. */
-	int g = sbx_lock_global(&m->st, NULL);
-	sbx_cgroup_remove(sbx_session_cgroup(&m->s));
-	sbx_rm_rf_at(m->st.sessions_fd, m->s.id);
-	sbx_rm_rf_at(m->st.rsessions_fd, m->s.id);
-	if (g >= 0)
-		close(g);
-}
-
 static int setup(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err *err)
 {
+	/* Before the secrets: the monitor holds them (and every exec's stdin)
+	 * in memory for the session's life, so a crash writes no core file,
+	 * and it is not dumpable (no ptrace, no /proc/PID/mem, environ or fd
+	 * for anyone without CAP_SYS_PTRACE).  Its children inherit both until
+	 * they exec; the VMM's and the proxy's jails set their own. */
+	struct rlimit none = { 0, 0 };
+	if (setrlimit(RLIMIT_CORE, &none) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot turn off core dumps");
 	/* First: sbx-create waits to hand them over.  Kept in memory only. */
 	if (a->secrets_fd >= 0) {
 		int rc = sbx_secrets_read_fd(a->secrets_fd, &m->sec, err);
@@ -407,25 +369,6 @@ int mon_arm_ttl(struct mon *m)
 	return 0;
 }
 
-/* The VM is gone and the session ends without sbx-kill (TTL, crash,
- * power-off): record it, keep the record and output for the user, release
- * the host resources.  The audit fields are consumed. */
-static void end_session(struct mon *m, const char *state, const char *why, const char *event, json_t *fields)
-{
-	stop_proxy(m); /* its last lines in net.log before the record says "ended" */
-	snprintf(m->s.state, sizeof m->s.state, "%s", state);
-	snprintf(m->s.end_reason, sizeof m->s.end_reason, "%s", why);
-	m->s.ended_ns = sbx_now_ns();
-	mon_audit(m, event, fields, NULL);
-	json_decref(fields);
-	sbx_cgroup_usage(sbx_session_cgroup(&m->s), &m->s.cpu_ns, &m->s.mem_peak);
-	sbx_record_save(&m->st, &m->s, NULL);
-	sbx_cgroup_remove(sbx_session_cgroup(&m->s));
-	unlinkat(m->run_dfd, "monitor.sock", 0);
-	unlinkat(m->run_dfd, "agent.sock", 0);
-	unlinkat(m->run_dfd, "qmp.sock", 0);
-}
-
 /* Tell every sbx-kill waiting on us that the session is gone. */
 static void ack_shutdowns(struct mon *m)
 {
@@ -441,7 +384,7 @@ static void ack_shutdowns(struct mon *m)
 static void mon_free(struct mon *m)
 {
 	port_end(m, "session ended");
-	stop_proxy(m);
+	mon_proxy_stop(m);
 	while (m->clients)
 		client_drop(m, m->clients);
 	while (m->execs)
@@ -455,14 +398,14 @@ static void mon_free(struct mon *m)
 	sbx_buf_free(&m->aout);
 	sbx_secrets_free(&m->sec);
 	int fds[] = { m->bare_netns, m->listen.fd, m->agent_listen.fd, m->agent.fd, m->sig.fd, m->timer.fd, m->ep,
-		      m->lib_dfd, m->run_dfd, m->execs_dfd };
+		      m->lib_dfd, m->run_dfd, m->execs_dfd, m->priv.fd, m->priv.child_pidfd };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++)
 		if (fds[i] > 0)
 			close(fds[i]);
 	if (m->vm.pidfd >= 0)
 		close(m->vm.pidfd);
 	m->vm.pidfd = -1;
-	if (m->vm.ops)
+	if (m->vm.ops && !mon_is_child(m))
 		sbx_vm_kill(&m->vm); /* what the backend still holds (the VMM is gone) */
 	sbx_state_close(&m->st);
 }
@@ -472,9 +415,9 @@ static void mon_free(struct mon *m)
  * VM goes and its execs end as killed. */
 static void stop_vm(struct mon *m)
 {
-	if (m->ws.lock_fd >= 0)
+	if (mon_has_workspace(m))
 		mon_guest_poweroff(m);
-	sbx_vm_kill(&m->vm);
+	mon_vm_kill(m);
 	mon_drop_workspace(m, 0);
 	while (m->execs)
 		exec_abort(m, m->execs, SBX_R_KILLED);
@@ -500,6 +443,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.vm.pidfd = -1;
 	m.bare_netns = -1;
 	m.ws.lock_fd = m.ws.dir_fd = -1;
+	m.priv.fd = m.priv.child_pidfd = -1;
 
 	/* Inherited without O_CLOEXEC so they survive our exec; the VMM must
 	 * not hold the session lock or the readiness pipe. */
@@ -522,7 +466,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	}
 	m.s.vmm_pid = m.vm.pid;
 	m.s.vmm_start = m.vm.start_time;
-	if (sbx_record_save(&m.st, &m.s, &err) < 0)
+	if (mon_record_save(&m, &err) < 0)
 		goto failed;
 	if (m.s.pool) {
 		/* No session.create for a member: it is nobody's session until
@@ -554,10 +498,24 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		goto failed;
 	}
 ready:
-	report(a->ready_fd, NULL);
-	if (a->ready_fd >= 0) {
-		epoll_ctl(m.ep, EPOLL_CTL_DEL, a->ready_fd, NULL);
-		close(a->ready_fd);
+	/* From here on, the guest and the clients are the unprivileged
+	 * half's (priv.c); this process, when split, only answers it. */
+	switch (mon_priv_start(&m, a->lock_fd, &err)) {
+	case -1:
+		goto failed;
+	case 1: /* the child */
+		break;
+	default:
+		report(a->ready_fd, NULL);
+		if (m.readyp.fd >= 0 && m.ep >= 0)
+			epoll_ctl(m.ep, EPOLL_CTL_DEL, m.readyp.fd, NULL);
+		if (m.readyp.fd >= 0)
+			close(m.readyp.fd);
+		m.readyp.fd = -1;
+	}
+	if (m.priv.role == PRIV_ROLE_PARENT) {
+		rc = mon_priv_serve(&m);
+		goto out;
 	}
 
 	const char *hbe = getenv("SBX_AGENT_PING_MS");
@@ -585,17 +543,18 @@ ready:
 		stop_vm(&m);
 		char why[64];
 		snprintf(why, sizeof why, "ttl of %llu s expired", (unsigned long long)(m.s.limits.ttl_ms / 1000));
-		json_t *ef = json_pack("{s:s, s:I}", "session", m.s.id, "ttl_s", (json_int_t)(m.s.limits.ttl_ms / 1000));
 		susp_discard(&m);
-		end_session(&m, "expired", why, "session.expire", ef);
+		mon_end(&m, "expired", why);
 		goto out;
 	}
 
 	if (m.stopping) {
 		stop_vm(&m);
 		uint64_t cpu = 0, peak = 0;
-		sbx_cgroup_usage(sbx_session_cgroup(&m.s), &cpu, &peak);
-		destroy_files(&m);
+		mon_cg_usage(&m, &cpu, &peak);
+		/* A claim that did not complete leaves the member's old runtime
+		 * directory behind too (claim_abandoned says so). */
+		int left = mon_destroy(&m, m.claim.stage == CLAIM_FAILED || m.claim.stage == CLAIM_GUEST);
 		if (m.claim.stage == CLAIM_FAILED) {
 			claim_abandoned(&m); /* its session.create ok:false is the record */
 			ack_shutdowns(&m);
@@ -603,8 +562,6 @@ ready:
 		}
 		if (m.claim.stage == CLAIM_GUEST)
 			claim_abandoned(&m); /* sbx-kill came first: sbx-create exits 5 */
-		int left = faccessat(m.st.sessions_fd, m.s.id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
-			   faccessat(m.st.rsessions_fd, m.s.id, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 		json_t *df = json_pack("{s:s, s:s, s:f, s:f, s:s}", "session", m.s.id, "reason", "sbx-kill", "duration_s",
 				       (double)(sbx_now_ns() - m.s.created_ns) / 1e9, "cpu_s", (double)cpu / 1e9, "cleanup",
 				       left ? "incomplete" : "complete");
@@ -616,7 +573,7 @@ ready:
 	if (m.claim.stage == CLAIM_GUEST) {
 		/* Never half a claimed session: it goes, sbx-create boots cold. */
 		claim_fail(&m, SBX_EXIT_UNAVAIL, "the VM ended during the claim (%s)", m.vm_end);
-		destroy_files(&m);
+		mon_destroy(&m, 1);
 		claim_abandoned(&m);
 		goto out;
 	}
@@ -626,8 +583,7 @@ ready:
 		exec_abort(&m, m.execs, SBX_R_SESSION_LOST);
 	mon_drop_workspace(&m, 0);
 	int crashed = strcmp(m.vm_end, "guest powered off") != 0;
-	json_t *xf = json_pack("{s:s, s:s}", "session", m.s.id, "reason", m.vm_end);
-	end_session(&m, crashed ? "crashed" : "stopped", m.vm_end, crashed ? "session.crash" : "session.stop", xf);
+	mon_end(&m, crashed ? "crashed" : "stopped", m.vm_end);
 	goto out;
 
 failed:
@@ -643,12 +599,13 @@ failed:
 		json_decref(ff);
 	}
 	if (m.st.sessions_fd >= 0 && m.s.id[0])
-		destroy_files(&m);
+		mon_destroy(&m, 0);
 	report(a->ready_fd, &err);
 	ack_shutdowns(&m);
 	rc = err.code ? err.code : SBX_EXIT_INTERNAL;
 out:
 	mon_drop_workspace(&m, rc != 0);
+	mon_priv_exit(&m, rc); /* the child's last word: the parent exits with it */
 	mon_free(&m);
 	return rc;
 }

@@ -138,7 +138,23 @@ struct client {
 	int port_fd1;        /* a listening socket handed over (port.c), plus 1; 0: none */
 };
 
+/* Privilege separation (priv.c): which half this is, its channel. */
+enum { PRIV_ROLE_NONE, PRIV_ROLE_PARENT, PRIV_ROLE_CHILD };
+
 struct mon {
+	struct {
+		int role;       /* PRIV_ROLE_*: NONE, one process (not split) */
+		int fd;         /* the request channel; -1: none */
+		pid_t child;    /* the parent's: the child's pid and pidfd */
+		int child_pidfd;
+		sbx_zprogress progress; /* the child's: a request's progress goes here */
+		void *progress_ctx;
+		int ended;      /* the session's end is recorded (or it is destroyed) */
+		int claimed;    /* the parent's: a claim committed, its running is due */
+		int ws_released; /* the child's: the workspace went back */
+		int snap_dir_set; /* the parent's: PRIV_SNAP_DIR checked m->snap.dir */
+		struct { char path[108]; uint64_t dev, ino; } ports[16]; /* the parent's: unix listeners */
+	} priv;
 	struct sbx_state st;
 	struct sbx_session s;
 	int ep;
@@ -259,9 +275,47 @@ void vmmout_drain_all(struct mon *m);
 void vmmout_explain(struct mon *m, struct sbx_err *err);
 int vmmout_reopen(struct mon *m, struct vmmout *o, int *wr, struct sbx_err *err);
 void vmmout_close(struct vmmout *o);
+void vmmout_close_pipes(struct mon *m);
+
+/* priv.c: the privileged steps of a running session (requests in the
+ * unprivileged half, the steps themselves elsewhere), and the split */
+static inline int mon_is_child(const struct mon *m)
+{
+	return m->priv.role == PRIV_ROLE_CHILD;
+}
+int mon_audit(struct mon *m, const char *type, json_t *f, struct sbx_err *err);
+int mon_record_save(struct mon *m, struct sbx_err *err);
+void mon_note_state(struct sbx_session *s, const char *state);
+void mon_end(struct mon *m, const char *state, const char *why);
+int mon_destroy(struct mon *m, int member_too);
+void mon_vm_kill(struct mon *m);
+int mon_vm_reap(struct mon *m, int *status);
+int mon_vm_pause(struct mon *m, struct sbx_err *err);
+int mon_vm_resume(struct mon *m, struct sbx_err *err);
+void mon_proxy_stop(struct mon *m);
+void mon_proxy_reap(struct mon *m);
+void mon_cg_usage(struct mon *m, uint64_t *cpu, uint64_t *peak);
+int mon_cg_set_cpu(struct mon *m);
+int mon_has_workspace(const struct mon *m);
+void mon_drop_workspace(struct mon *m, int failed);
+void mon_log_sizes(struct mon *m, uint64_t *net, uint64_t *pkg);
+json_t *mon_violations(struct mon *m, uint64_t net_off, uint64_t pkg_off);
+char *mon_policy_text(struct mon *m);
+void mon_ports_save(struct mon *m, const char *txt);
+int mon_port_reg(struct mon *m, int fd, const char *path, uint64_t *dev, uint64_t *ino);
+void mon_port_unlink(struct mon *m, const char *path, uint64_t dev, uint64_t ino);
+int mon_snap_dir(struct mon *m, const char *rel);
+int mon_snap_write(struct mon *m, sbx_zprogress progress, struct sbx_err *err);
+int mon_susp_image(struct mon *m, uint64_t *bytes, struct sbx_err *err);
+void mon_susp_discard(struct mon *m);
+int mon_susp_room(struct mon *m, struct sbx_err *err);
+int mon_susp_vmm(struct mon *m, struct sbx_err *err);
+int mon_claim_commit(struct mon *m, const char *id, const char *rec, const char *pol, int *code, char *why, size_t n);
+int mon_priv_start(struct mon *m, int lock_fd, struct sbx_err *err);
+int mon_priv_serve(struct mon *m);
+void mon_priv_exit(struct mon *m, int rc);
 
 /* loop.c */
-int mon_audit(struct mon *m, const char *type, json_t *f, struct sbx_err *err);
 void mon_ep_mod(struct mon *m, struct src *s, uint32_t ev, int op);
 int mon_listen_unix(const char *name, struct sbx_err *err);
 int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *c, struct sbx_err *err);
@@ -271,13 +325,14 @@ int mon_loop_once(struct mon *m, int timeout_ms);
 int mon_arm_ttl(struct mon *m);
 
 /* boot.c */
-void mon_drop_workspace(struct mon *m, int failed);
+void mon_workspace_release(struct mon *m, int failed);
 void mon_guest_poweroff(struct mon *m);
 int mon_boot(struct mon *m, struct sbx_err *err);
 void mon_vm_volumes(struct mon *m, struct sbx_vm_config *c, char (*vols)[1200]);
 
 /* claim.c */
 void claim_identity_tlvs(struct mon *m);
+int claim_commit(struct mon *m, const char *id, const char *rec, const char *pol, int *code, char *why, size_t n);
 void claim_pool_park(struct mon *m);
 int claim_wait_ms(const struct mon *m);
 void claim_fail(struct mon *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -287,6 +342,8 @@ void claim_guest_answered(struct mon *m);
 void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f);
 
 /* snap.c */
+int snap_dir_ok(struct mon *m, const char *rel);
+int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, struct sbx_err *err);
 int snap_identity_queue(struct mon *m, const char *hostname);
 void snap_identity_reply(struct mon *m, const struct sbx_frame *f);
 int snap_guest_error(struct mon *m, const struct sbx_frame *f);
@@ -299,6 +356,10 @@ int snap_restore_disk(struct mon *m, const char *scratch, struct sbx_err *err);
 int snap_set_paused(struct mon *m, int paused, struct sbx_err *err);
 
 /* suspend.c */
+void susp_fault_point(const struct mon *m, const char *at);
+int susp_write_image(struct mon *m, uint64_t *bytes, struct sbx_err *err);
+int susp_take_room(struct mon *m, struct sbx_err *err);
+int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err);
 int susp_vmctl(struct mon *m, struct client *c, unsigned op);
 int susp_wake(struct mon *m, struct client *c, const struct sbx_frame *f);
 void susp_pong(struct mon *m, uint32_t token);

@@ -19,7 +19,7 @@ static void save(struct mon *m)
 	char *txt = a ? json_dumps(a, JSON_COMPACT) : NULL;
 	json_decref(a);
 	if (txt)
-		sbx_atomic_write_at(m->lib_dfd, "ports.json", txt, strlen(txt), 0644, NULL);
+		mon_ports_save(m, txt);
 	free(txt);
 }
 
@@ -52,10 +52,7 @@ static void fwd_close(struct mon *m, struct fwd *f, unsigned uid, const char *re
 	ps->nfwds--;
 	close(f->src.fd);
 	/* Our socket file only: the one we saw at open, not what took its name. */
-	struct stat sb;
-	if (f->path[0] && lstat(f->path, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_dev == f->dev &&
-	    sb.st_ino == f->ino)
-		unlink(f->path);
+	mon_port_unlink(m, f->path, f->dev, f->ino);
 	audit_fwd(m, "port.close", f, uid, reason);
 	free(f);
 }
@@ -66,7 +63,7 @@ void port_end(struct mon *m, const char *reason)
 	while (m->ports && m->ports->fwds)
 		fwd_close(m, m->ports->fwds, 0, reason);
 	if (m->ports) {
-		unlinkat(m->lib_dfd, "ports.json", 0);
+		mon_ports_save(m, NULL);
 		free(m->ports);
 		m->ports = NULL;
 	}
@@ -82,7 +79,7 @@ static unsigned peer_uid(int fd)
 /* What the client handed over must be a listening stream socket on
  * loopback or a named unix socket: never a public address, whatever the
  * client says (the fd is the truth, ADDR only a label). */
-static int check_listener(int fd, struct fwd *f, char *why, size_t n)
+static int check_listener(struct mon *m, int fd, struct fwd *f, char *why, size_t n)
 {
 	int v = 0;
 	socklen_t sl = sizeof v;
@@ -113,12 +110,12 @@ static int check_listener(int fd, struct fwd *f, char *why, size_t n)
 		size_t l = al > offsetof(struct sockaddr_un, sun_path) ? al - offsetof(struct sockaddr_un, sun_path) : 0;
 		if (!l || su->sun_path[0] != '/' || memchr(su->sun_path, 0, l) == NULL)
 			return snprintf(why, n, "a unix socket must have an absolute path"), -1;
-		struct stat sb;
+		uint64_t dev, ino;
 		snprintf(f->path, sizeof f->path, "%s", su->sun_path);
-		if (lstat(f->path, &sb) < 0 || !S_ISSOCK(sb.st_mode))
+		if (mon_port_reg(m, fd, f->path, &dev, &ino) < 0)
 			return snprintf(why, n, "the unix socket %s is not there", f->path), -1;
-		f->dev = sb.st_dev;
-		f->ino = sb.st_ino;
+		f->dev = (dev_t)dev;
+		f->ino = (ino_t)ino;
 		snprintf(f->addr, sizeof f->addr, "unix:%s", f->path);
 	} else {
 		return snprintf(why, n, "only loopback TCP or a unix socket may be forwarded to"), -1;
@@ -165,7 +162,7 @@ static void open_fwd(struct mon *m, struct client *c, const struct sbx_port_req 
 	/* The policy as the session has it now (a claim may have replaced it). */
 	struct sbx_policy pol;
 	struct sbx_err e = { 0 };
-	_cleanup_free_ char *txt = sbx_read_small_at(m->lib_dfd, "policy.json", 1 << 20, NULL);
+	_cleanup_free_ char *txt = mon_policy_text(m);
 	json_t *o = txt ? json_loads(txt, JSON_REJECT_DUPLICATES, NULL) : NULL;
 	int prc = o ? sbx_policy_ports_from_json(o, &pol, &e) : -1;
 	json_decref(o);
@@ -182,7 +179,7 @@ static void open_fwd(struct mon *m, struct client *c, const struct sbx_port_req 
 	} else if (m->agent.fd < 0) {
 		snprintf(why, sizeof why, "the guest agent is gone");
 		code = SBX_EXIT_NOENT;
-	} else if (check_listener(fd, f, why, sizeof why) == 0) {
+	} else if (check_listener(m, fd, f, why, sizeof why) == 0) {
 		/* Ours to accept on without blocking (the client's copy goes). */
 		code = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 ? SBX_EXIT_INTERNAL : 0;
 		if (code)

@@ -27,7 +27,7 @@ int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
 {
 	if (m->snap.paused == paused)
 		return 0;
-	if ((paused ? sbx_vm_pause(&m->vm, err) : sbx_vm_resume(&m->vm, err)) < 0)
+	if ((paused ? mon_vm_pause(m, err) : mon_vm_resume(m, err)) < 0)
 		return -1;
 	json_t *f = json_pack("{s:s}", "session", m->s.id);
 	int rc = mon_audit(m, paused ? "session.pause" : "session.resume", f, err);
@@ -35,9 +35,9 @@ int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
 	if (rc < 0) {
 		struct sbx_err ignored = { 0 };
 		if (paused)
-			sbx_vm_resume(&m->vm, &ignored);
+			mon_vm_resume(m, &ignored);
 		else
-			sbx_vm_pause(&m->vm, &ignored);
+			mon_vm_pause(m, &ignored);
 		sbx_err_wrap(err, "cannot write the audit trail");
 		err->code = SBX_EXIT_INTERNAL;
 		return -1;
@@ -55,7 +55,7 @@ int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
 	}
 	m->snap.paused = paused;
 	susp_note_state(m, paused ? "paused" : "running"); /* and the time spent in the last */
-	sbx_record_save(&m->st, &m->s, NULL);
+	mon_record_save(m, NULL);
 	return 0;
 }
 
@@ -108,7 +108,7 @@ static void snap_repause(struct mon *m)
 {
 	struct sbx_err ignored = { 0 };
 	if (m->snap.paused)
-		sbx_vm_pause(&m->vm, &ignored);
+		mon_vm_pause(m, &ignored);
 }
 
 /* The secrets again after a save wiped them from the guest. */
@@ -167,6 +167,25 @@ static void snap_progress(void *ctx, const char *what, uint64_t done, uint64_t t
 	sbx_buf_free(&b);
 }
 
+/* The stopped VM's state and its disk into m->snap.dir (snap_dir_ok
+ * checked it): the save's own part, which the privileged half does for the
+ * unprivileged one (mon_snap_write). */
+int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, struct sbx_err *err)
+{
+	m->vm.progress = progress;
+	m->vm.progress_ctx = ctx;
+	int rc = sbx_vm_save(&m->vm, m->snap.dir, err);
+	if (rc == 0) {
+		char scratch[1200];
+		snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
+		_cleanup_close_ int dfd = open(m->snap.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		rc = dfd < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshot directory")
+			     : sbx_zdisk_pack(scratch, dfd, "scratch.zst", progress, ctx, err);
+	}
+	m->vm.progress = NULL;
+	return rc;
+}
+
 /* The guest is quiet (no exec, no secret): stop the VM, write its state
  * and its disk (the VMM flushed it when it stopped), and let it go on as
  * it was, running or paused.  Synchronous: nothing else can happen to a stopped VM,
@@ -176,25 +195,15 @@ void snap_save_run(struct mon *m)
 	struct client *c = m->snap.c;
 	struct sbx_err err = { 0 };
 	int was_paused = m->snap.paused; /* then resumed only for the quiesce */
-	m->vm.progress = snap_progress;
-	m->vm.progress_ctx = m;
-	int rc = sbx_vm_pause(&m->vm, &err);
+	int rc = mon_vm_pause(m, &err);
 	if (rc == 0)
-		rc = sbx_vm_save(&m->vm, m->snap.dir, &err);
-	if (rc == 0) {
-		char scratch[1200];
-		snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
-		_cleanup_close_ int dfd = open(m->snap.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		rc = dfd < 0 ? sbx_err_set(&err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshot directory")
-			     : sbx_zdisk_pack(scratch, dfd, "scratch.zst", snap_progress, m, &err);
-	}
-	m->vm.progress = NULL;
+		rc = mon_snap_write(m, snap_progress, &err);
 	struct sbx_err rerr = { 0 };
-	if (!was_paused && sbx_vm_resume(&m->vm, &rerr) < 0) {
+	if (!was_paused && mon_vm_resume(m, &rerr) < 0) {
 		/* Still stopped: say so rather than pretend. */
 		m->snap.paused = 1;
 		snprintf(m->s.state, sizeof m->s.state, "paused");
-		sbx_record_save(&m->st, &m->s, NULL);
+		mon_record_save(m, NULL);
 		if (rc == 0) {
 			err = rerr;
 			rc = -1;
@@ -221,7 +230,7 @@ void snap_save_run(struct mon *m)
 /* Where a save writes: LIB/snapshots/TENANT/.tmp-*, given relative to
  * LIB, of this session's tenant, every component checked and opened
  * without following links. */
-static int snap_dir_ok(struct mon *m, const char *rel)
+int snap_dir_ok(struct mon *m, const char *rel)
 {
 	char buf[512], *part[4], *save = NULL;
 	int n = 0;
@@ -276,10 +285,10 @@ static void snap_save_begin(struct mon *m, struct client *c, const char *rel)
 			 running > 1 ? "s are" : " is", first, running > 1 ? ", ..." : "");
 		return client_error(m, c, 0, SBX_EXIT_CONFLICT, msg);
 	}
-	if (snap_dir_ok(m, rel) < 0)
+	if (mon_snap_dir(m, rel) < 0)
 		return client_error(m, c, 0, SBX_EXIT_INVALID, "not a snapshot directory of this session's tenant");
 	struct sbx_err err = { 0 };
-	if (m->snap.paused && sbx_vm_resume(&m->vm, &err) < 0)
+	if (m->snap.paused && mon_vm_resume(m, &err) < 0)
 		return client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
 	/* The guest first: it refuses while anything runs there, and wipes
 	 * its secrets.  Its answer (snap_save_run) is the last thing it says

@@ -40,10 +40,12 @@
  * "save" (the image half written), "saved" (the image complete, the
  * record not yet flipped), "recorded" (the record flipped, the VMM not yet
  * gone).  Read from the monitor's environment, which sbx-create gave it. */
-static void fault_point(const char *at)
+void susp_fault_point(const struct mon *m, const char *at)
 {
 	const char *f = getenv("SBX_FAULT_SUSPEND");
-	if (f && !strcmp(f, at))
+	/* When split, the point is in the privileged half (its image, its
+	 * record): killing it is killing the monitor. */
+	if (f && !strcmp(f, at) && !mon_is_child(m))
 		raise(SIGKILL);
 }
 
@@ -62,16 +64,7 @@ static void susp_reply(struct mon *m, struct client *c, unsigned op, const char 
 
 void susp_note_state(struct mon *m, const char *state)
 {
-	uint64_t now = sbx_now_ns();
-	if (m->s.state_since_ns && now > m->s.state_since_ns) {
-		uint64_t d = now - m->s.state_since_ns;
-		if (!strcmp(m->s.state, "paused"))
-			m->s.paused_ns += d;
-		else if (!strcmp(m->s.state, "suspended"))
-			m->s.suspended_ns += d;
-	}
-	m->s.state_since_ns = now;
-	snprintf(m->s.state, sizeof m->s.state, "%s", state);
+	mon_note_state(&m->s, state);
 	susp_arm_ttl(m);
 }
 
@@ -170,13 +163,14 @@ static void release_hold(struct mon *m)
 
 static void susp_progress(void *ctx, const char *what, uint64_t done, uint64_t total)
 {
-	(void)ctx, (void)what, (void)done, (void)total;
-	fault_point("save");
+	(void)what, (void)done, (void)total;
+	susp_fault_point(ctx, "save");
 }
 
 /* The image in .suspend-tmp, then renamed to suspend: a directory that
- * is either complete or not there. */
-static int write_image(struct mon *m, uint64_t *bytes, struct sbx_err *err)
+ * is either complete or not there.  (The privileged half's, asked for by
+ * mon_susp_image.) */
+int susp_write_image(struct mon *m, uint64_t *bytes, struct sbx_err *err)
 {
 	char dir[PATH_MAX];
 	sbx_rm_rf_at(m->lib_dfd, SUSP_TMP);
@@ -200,20 +194,8 @@ static int write_image(struct mon *m, uint64_t *bytes, struct sbx_err *err)
 		return -1;
 	}
 	*bytes = (uint64_t)sb.st_size;
+	susp_fault_point(m, "saved");
 	return 0;
-}
-
-/* The pipes from a VMM that is gone, drained; their files stay open. */
-static void close_outs(struct mon *m)
-{
-	vmmout_drain_all(m);
-	struct vmmout *outs[] = { &m->console, &m->vmmlog };
-	for (size_t i = 0; i < SBX_ARRAY_LEN(outs); i++)
-		if (outs[i]->src.fd >= 0) {
-			epoll_ctl(m->ep, EPOLL_CTL_DEL, outs[i]->src.fd, NULL);
-			close(outs[i]->src.fd);
-			outs[i]->src.fd = -1;
-		}
 }
 
 /* The VMM and what only it used: its pidfd, pipes and agent connection.
@@ -225,9 +207,9 @@ static void drop_vmm(struct mon *m)
 	if (m->vmev.fd > 0)
 		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->vmev.fd, NULL);
 	m->vmm.fd = m->vmev.fd = -1;
-	sbx_vm_kill(&m->vm);
+	mon_vm_kill(m);
 	/* What the guest wrote before it stopped (its serial, the agent). */
-	close_outs(m);
+	vmmout_close_pipes(m);
 	if (m->agent.fd >= 0) {
 		mon_read_into(m->agent.fd, &m->ain); /* nothing, normally: the PONG came last */
 		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->agent.fd, NULL);
@@ -250,14 +232,14 @@ static int susp_suspend(struct mon *m, const char *why, struct sbx_err *err)
 	struct sbx_err ignored = { 0 };
 	int rc = 0;
 	/* A paused guest runs again only to read up to the PING. */
-	if (was_paused && sbx_vm_resume(&m->vm, err) < 0)
+	if (was_paused && mon_vm_resume(m, err) < 0)
 		rc = -1;
 	if (rc == 0)
 		rc = barrier(m, err);
 	if (rc == 0)
-		rc = sbx_vm_pause(&m->vm, err);
+		rc = mon_vm_pause(m, err);
 	uint64_t bytes = 0;
-	if (rc == 0 && write_image(m, &bytes, err) < 0) {
+	if (rc == 0 && mon_susp_image(m, &bytes, err) < 0) {
 		rc = -1;
 		if (err && err->errnum == ENOSPC) {
 			char msg[sizeof err->msg];
@@ -268,8 +250,6 @@ static int susp_suspend(struct mon *m, const char *why, struct sbx_err *err)
 			err->code = SBX_EXIT_TEMPFAIL;
 		}
 	}
-	if (rc == 0)
-		fault_point("saved");
 	/* The commit point: the record says it, with the image in place. */
 	char before[16];
 	snprintf(before, sizeof before, "%s", m->s.state);
@@ -279,8 +259,8 @@ static int susp_suspend(struct mon *m, const char *why, struct sbx_err *err)
 		m->s.suspends++;
 		m->s.vmm_pid = 0;
 		m->s.vmm_start = 0;
-		if (sbx_record_save(&m->st, &m->s, err) < 0) {
-			sbx_rm_rf_at(m->lib_dfd, SUSP_DIR);
+		if (mon_record_save(m, err) < 0) {
+			mon_susp_discard(m);
 			snprintf(m->s.state, sizeof m->s.state, "%s", before);
 			m->s.state_since_ns = since;
 			m->s.paused_ns = paused_ns;
@@ -294,9 +274,9 @@ static int susp_suspend(struct mon *m, const char *why, struct sbx_err *err)
 	if (rc < 0) {
 		/* It goes on as it was: running, or paused. */
 		if (m->vm.pid && !was_paused)
-			sbx_vm_resume(&m->vm, &ignored);
+			mon_vm_resume(m, &ignored);
 		else if (m->vm.pid)
-			sbx_vm_pause(&m->vm, &ignored);
+			mon_vm_pause(m, &ignored);
 		release_hold(m);
 		m->susp.busy = 0;
 		json_t *f = json_pack("{s:s, s:s, s:b, s:s}", "session", m->s.id, "reason", why, "ok", 0, "error",
@@ -305,13 +285,13 @@ static int susp_suspend(struct mon *m, const char *why, struct sbx_err *err)
 		json_decref(f);
 		return -1;
 	}
-	fault_point("recorded");
+	susp_fault_point(m, "recorded");
 	drop_vmm(m);
 	/* The network goes with the VMM (the namespace dies with its TAP
 	 * and the proxy's sockets): rebuilt at resume. */
 	if (m->s.mac[0]) {
 		mon_stop_network(m);
-		sbx_record_save(&m->st, &m->s, NULL);
+		mon_record_save(m, NULL);
 	}
 	m->snap.paused = 0;
 	m->paused_since = 0;
@@ -337,11 +317,28 @@ static int susp_suspend(struct mon *m, const char *why, struct sbx_err *err)
 
 /* --- resume ---------------------------------------------------------------- */
 
+/* A pipe for the VMM's output: the write end the VMM's, the read end the
+ * loop's (which keeps the file open across a suspend). */
+static int out_pipe(const char *name, int *rd, int *wr, struct sbx_err *err)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe for %s", name);
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+	*rd = p[0];
+	*wr = p[1];
+	return 0;
+}
+
 /* The VMM as mon_boot started it, from the image instead of the kernel:
  * the same template files, disks, shape and sockets (the guest's devices
- * must be the very same). */
-static int start_vmm(struct mon *m, struct sbx_err *err)
+ * must be the very same).  The privileged half's (mon_susp_vmm asks for
+ * it): fds gets the console's and vmm.log's read ends (on a failure too,
+ * so what the VMM said is kept) and the agent connection. */
+int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err)
 {
+	fds[0] = fds[1] = fds[2] = -1;
 	struct sbx_template t;
 	char spec[200];
 	snprintf(spec, sizeof spec, "%s@%s", m->s.tmpl_name[0] ? m->s.tmpl_name : "default", m->s.tmpl_version);
@@ -372,7 +369,9 @@ static int start_vmm(struct mon *m, struct sbx_err *err)
 	if (sbx_cgroup_create(sbx_session_cgroup(&m->s), &cl, c.cg_fds, &c.cg_nfds, err) < 0)
 		return -1;
 	_cleanup_close_ int con_w = -1, log_w = -1;
-	/* A fresh namespace, TAP and proxy for the NIC in the image. */
+	/* A fresh namespace, TAP and proxy for the NIC in the image (only in
+	 * a monitor that did not split: priv.c keeps sessions with a NIC in
+	 * one process). */
 	struct sbx_netns net = { -1, -1, -1, -1, -1, -1 };
 	int rc = 0;
 	if (m->s.mac[0]) {
@@ -385,7 +384,7 @@ static int start_vmm(struct mon *m, struct sbx_err *err)
 		snprintf(m->s.state, sizeof m->s.state, "%s", was);
 	}
 	if (rc == 0)
-		rc = vmmout_reopen(m, &m->console, &con_w, err) < 0 || vmmout_reopen(m, &m->vmmlog, &log_w, err) < 0 ? -1 : 0;
+		rc = out_pipe("console.log", &fds[0], &con_w, err) < 0 || out_pipe("vmm.log", &fds[1], &log_w, err) < 0 ? -1 : 0;
 	c.stdout_fd = con_w;
 	c.stderr_fd = log_w;
 	if (rc == 0)
@@ -394,9 +393,8 @@ static int start_vmm(struct mon *m, struct sbx_err *err)
 	for (int i = 0; i < c.cg_nfds; i++)
 		close(c.cg_fds[i]);
 	if (rc < 0) {
-		mon_stop_network(m);
-		vmmout_explain(m, err);
-		close_outs(m);
+		if (m->s.mac[0])
+			mon_stop_network(m);
 		return -1;
 	}
 	unsigned cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
@@ -427,16 +425,11 @@ static int start_vmm(struct mon *m, struct sbx_err *err)
 		if (fd >= 0)
 			close(fd);
 		sbx_vm_kill(&m->vm);
-		close_outs(m);
-		mon_stop_network(m);
+		if (m->s.mac[0])
+			mon_stop_network(m);
 		return -1;
 	}
-	m->agent.fd = fd;
-	mon_ep_mod(m, &m->agent, EPOLLIN, EPOLL_CTL_ADD);
-	m->vmm.fd = m->vm.pidfd;
-	mon_ep_mod(m, &m->vmm, EPOLLIN, EPOLL_CTL_ADD);
-	if ((m->vmev.fd = m->vm.event_fd) > 0)
-		mon_ep_mod(m, &m->vmev, EPOLLIN, EPOLL_CTL_ADD);
+	fds[2] = fd;
 	return 0;
 }
 
@@ -445,7 +438,7 @@ static int start_vmm(struct mon *m, struct sbx_err *err)
  * record says "running" before the global lock is dropped, so two resumes
  * (or a create) cannot both take the last room.  75 when it does not fit:
  * it stays suspended. */
-static int take_room(struct mon *m, struct sbx_err *err)
+int susp_take_room(struct mon *m, struct sbx_err *err)
 {
 	_cleanup_close_ int g = sbx_lock_global(&m->st, err);
 	if (g < 0 || sbx_capacity_admit(&m->st, m->s.tenant[0] ? m->s.tenant : NULL, m->s.vcpus, m->s.memory_mib, err) < 0)
@@ -467,10 +460,10 @@ static int susp_resume(struct mon *m, const char *why, struct sbx_err *err)
 		return 0;
 	uint64_t t0 = sbx_mono_ns();
 	m->susp.busy = 1;
-	int room = take_room(m, err);
-	if (room < 0 || start_vmm(m, err) < 0) {
+	int room = mon_susp_room(m, err);
+	if (room < 0 || mon_susp_vmm(m, err) < 0) {
 		if (room == 0)
-			sbx_record_save(&m->st, &m->s, NULL); /* suspended still */
+			mon_record_save(m, NULL); /* suspended still */
 		m->susp.busy = 0;
 		sbx_err_wrap(err, "cannot resume session %s", m->s.id);
 		json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:s}", "session", m->s.id, "from", "disk", "reason", why, "ok",
@@ -498,9 +491,9 @@ static int susp_resume(struct mon *m, const char *why, struct sbx_err *err)
 	m->s.vmm_pid = m->vm.pid;
 	m->s.vmm_start = m->vm.start_time;
 	m->s.resume_ms = (sbx_mono_ns() - t0) / 1000000u;
-	sbx_record_save(&m->st, &m->s, NULL);
+	mon_record_save(m, NULL);
 	/* Loaded: the image is of a past the guest has left. */
-	sbx_rm_rf_at(m->lib_dfd, SUSP_DIR);
+	mon_susp_discard(m);
 	m->susp.busy = 0;
 	json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:I, s:I}", "session", m->s.id, "from", "disk", "reason", why, "ok",
 			      1, "resume_ms", (json_int_t)m->s.resume_ms, "suspended_ms", (json_int_t)(d / 1000000u));
@@ -694,7 +687,6 @@ void susp_tick(struct mon *m)
 /* The session ends while suspended (TTL): its image is of no use. */
 void susp_discard(struct mon *m)
 {
-	sbx_rm_rf_at(m->lib_dfd, SUSP_TMP);
-	sbx_rm_rf_at(m->lib_dfd, SUSP_DIR);
+	mon_susp_discard(m);
 	m->susp.suspended = 0;
 }

@@ -109,15 +109,29 @@ void vmmout_drain_all(struct mon *m)
 }
 
 /* The VMM failed: what it said before it went, still in the pipe, ends
- * err's message ("; vmm.log: ..."), unless the message has it already. */
+ * err's message ("; vmm.log: ..."), unless the message has it already.
+ * Read through the file's own fd: the unprivileged half has no run dir. */
 void vmmout_explain(struct mon *m, struct sbx_err *err)
 {
 	char tail[200];
 	vmmout_drain_all(m);
-	sbx_log_tail(m->run_dfd, "vmm.log", tail, sizeof tail);
+	sbx_log_tail_fd(m->vmmlog.fd, tail, sizeof tail);
 	size_t l = strlen(err->msg);
 	if (tail[0] && !strstr(err->msg, tail) && l < sizeof err->msg - 1)
 		snprintf(err->msg + l, sizeof err->msg - l, "; vmm.log: %s", tail);
+}
+
+/* The pipes from a VMM that is gone, drained; their files stay open. */
+void vmmout_close_pipes(struct mon *m)
+{
+	vmmout_drain_all(m);
+	struct vmmout *outs[] = { &m->console, &m->vmmlog };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(outs); i++)
+		if (outs[i]->src.fd >= 0) {
+			epoll_ctl(m->ep, EPOLL_CTL_DEL, outs[i]->src.fd, NULL);
+			close(outs[i]->src.fd);
+			outs[i]->src.fd = -1;
+		}
 }
 
 void vmmout_close(struct vmmout *o)

@@ -51,11 +51,15 @@ for src in tests/fuzz/fuzz-*.c; do
 		# The import unpacker: libarchive, jansson and libmd's SHA-256.
 		deps=(common/rootfs.c common/rootfs_tar.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libarchive libbsd-overlay libmd)" ;;
+	fuzz-priv)
+		# The monitor's request decoder alone (privmsg.c is pure).
+		deps=(monitor/privmsg.c common/proto.c)
+		libs=() ;;
 	*)
 		deps=(common/proto.c)
 		libs=() ;;
 	esac
-	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Icommon -Iproxy -fsanitize=fuzzer,address,undefined \
+	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Icommon -Iproxy -Imonitor -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined "$src" "${deps[@]}" "${libs[@]}" -o "$B/$name"
 	corpus=$B/corpus-$name
 	mkdir -p "$corpus"
