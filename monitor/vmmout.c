@@ -23,17 +23,26 @@ int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *
 	return 0;
 }
 
-/* A new pipe whose read end feeds o, whose file stays open (a VMM, or a
- * proxy, started again after a suspend). */
-int vmmout_reopen(struct mon *m, struct vmmout *o, int *wr, struct sbx_err *err)
+/* A new pipe whose read end is o's, for a file opened elsewhere (the
+ * privileged half's for the unprivileged one's, priv.c). */
+int vmmout_pipe(struct vmmout *o, const char *name, int *wr, struct sbx_err *err)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe for %s", o->name);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe for %s", name);
 	fcntl(p[0], F_SETFL, O_NONBLOCK);
 	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
 	o->src.fd = p[0];
 	*wr = p[1];
+	return 0;
+}
+
+/* A new pipe whose read end feeds o, whose file stays open (a VMM, or a
+ * proxy, started again after a suspend). */
+int vmmout_reopen(struct mon *m, struct vmmout *o, int *wr, struct sbx_err *err)
+{
+	if (vmmout_pipe(o, o->name, wr, err) < 0)
+		return -1;
 	mon_ep_mod(m, &o->src, EPOLLIN, EPOLL_CTL_ADD);
 	return 0;
 }
