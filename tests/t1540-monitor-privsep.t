@@ -99,21 +99,10 @@ sbx-kill "$a" >/dev/null; ok $? "the session is destroyed"
 # host is a network namespace of 198.51.100.0/24 (tests/lib.sh) that
 # SBX_HOSTS_FILE names web.example.test; nothing is sent anywhere else.
 command -v ip >/dev/null && command -v python3 >/dev/null || { skip "needs ip and python3" 1; done_testing; }
-test_net_hosts psep 1
-WEB=${NET_IP[0]}
-mkdir -p "$TEST_TMP/www" && echo "hello from the test host" >"$TEST_TMP/www/index.html"
-(cd "$TEST_TMP/www" && exec ip netns exec "$NET_NS" python3 -m http.server 80 >"$TEST_TMP/http.log" 2>&1) &
-WEBPID=$!
-trap 'kill "$WEBPID" 2>/dev/null; _cleanup' EXIT
-for _ in $(seq 50); do timeout 1 bash -c "exec 3<>/dev/tcp/$WEB/80" 2>/dev/null && break; sleep 0.1; done
+test_web_host psep 1 "hello from the test host"
 export SBX_HOSTS_FILE=$TEST_TMP/hosts
 echo "$WEB web.example.test" >"$SBX_HOSTS_FILE"
-cat >"$TEST_TMP/net.yaml" <<EOF
-network:
-  egress: allowlist
-  allow:
-    - {domain: web.example.test, ports: [80]}
-EOF
+printf 'network:\n  egress: allowlist\n  allow:\n    - {domain: web.example.test, ports: [80]}\n' >"$TEST_TMP/net.yaml"
 fetch() { sbx-exec --timeout 60s "$1" -- wget -q -O- http://web.example.test/ 2>&1; }
 uids() { awk '/^Uid:/ { print $2, $3, $4, $5 }' /proc/"$1"/status 2>/dev/null; }
 ppid_of() { awk '/^PPid:/ { print $2 }' /proc/"$1"/status 2>/dev/null; }
