@@ -132,6 +132,8 @@ is "$(sbx-ps --json "$n" | jq -r '.[0].state')" suspended "it says so"
 is "$(jq -r '.proxy_process.pid // 0' "$L/$n/session.json")" 0 "and its record forgets it"
 kill -0 "$h" 2>/dev/null; ok $? "the unprivileged half stays"
 is "$(fetch "$n")" "hello from the test host" "an exec resumes it and it reaches the test host again"
+diag "QEMU/TCG, split, with egress: suspend_ms $(grep '"session.suspend"' "$audit" | grep "\"$n\"" | tail -1 | jq .suspend_ms)," \
+	"resume_ms $(jq -r .lifecycle.resume_ms "$L/$n/session.json")"
 p2=$(jq -r .proxy_process.pid "$L/$n/session.json")
 [ "$p2" != "$p1" ] && [ "$(tr '\0' ' ' </proc/"$p2"/cmdline 2>/dev/null | cut -d' ' -f1-3)" = "sbx-proxy --id $n" ]
 ok $? "through a new proxy, which its record names ($p2)"
