@@ -136,16 +136,13 @@ void claim_guest_answered(struct mon *m)
 static int claim_network(struct mon *m)
 {
 	struct sbx_err e = { 0 };
-	if (m->bare_netns < 0)
-		return 0;
-	int rc = mon_attach_network(m, m->bare_netns, &e);
-	close(m->bare_netns);
-	m->bare_netns = -1;
+	int rc = mon_claim_network(m, &e);
 	if (rc < 0) {
 		claim_fail(m, SBX_EXIT_UNAVAIL, "%s", e.msg);
 		return -1;
 	}
-	sbx_trace_step(&trace, "network");
+	if (rc > 0)
+		sbx_trace_step(&trace, "network");
 	return 0;
 }
 

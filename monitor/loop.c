@@ -108,7 +108,15 @@ static void on_vm_event(struct mon *m)
 static int spawn_proxy(struct mon *m, const struct sbx_netns *n, struct sbx_err *err)
 {
 	_cleanup_close_ int log = -1;
-	if (m->proxylog.fd >= 0) { /* kept across a suspend */
+	int parent = m->priv.role == PRIV_ROLE_PARENT;
+	if (parent) {
+		/* The unprivileged half's loop reads the log and keeps its file
+		 * (priv.c hands them over): the file only if it has none yet,
+		 * never truncating the one it writes. */
+		if ((m->priv.proxylog_child ? vmmout_pipe(&m->proxylog, "proxy.log", &log, err)
+					    : vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err)) < 0)
+			return -1;
+	} else if (m->proxylog.fd >= 0) { /* kept across a suspend */
 		if (vmmout_reopen(m, &m->proxylog, &log, err) < 0)
 			return -1;
 	} else if (vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err) < 0) {
@@ -119,7 +127,8 @@ static int spawn_proxy(struct mon *m, const struct sbx_netns *n, struct sbx_err 
 	uint64_t start = 0;
 	if (sbx_netns_spawn_proxy(m->s.id, n, log, &m->proxy_pid, &m->proxy.fd, &start, err) < 0)
 		return -1;
-	mon_ep_mod(m, &m->proxy, EPOLLIN, EPOLL_CTL_ADD);
+	if (!parent)
+		mon_ep_mod(m, &m->proxy, EPOLLIN, EPOLL_CTL_ADD);
 	m->s.proxy_pid = m->proxy_pid;
 	m->s.proxy_start = start;
 	return 0;

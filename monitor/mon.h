@@ -153,6 +153,8 @@ struct mon {
 		int claimed;    /* the parent's: a claim committed, its running is due */
 		int ws_released; /* the child's: the workspace went back */
 		int snap_dir_set; /* the parent's: PRIV_SNAP_DIR checked m->snap.dir */
+		int proxylog_child; /* the parent's: the child holds proxy.log (the parent, none of it) */
+		int bare_netns; /* the child's: the parent holds a pool member's bare namespace */
 		struct { char path[108]; uint64_t dev, ino; } ports[16]; /* the parent's: unix listeners */
 	} priv;
 	struct sbx_state st;
@@ -273,6 +275,7 @@ int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *
 void vmmout_drain(struct mon *m, struct vmmout *o);
 void vmmout_drain_all(struct mon *m);
 void vmmout_explain(struct mon *m, struct sbx_err *err);
+int vmmout_pipe(struct vmmout *o, const char *name, int *wr, struct sbx_err *err);
 int vmmout_reopen(struct mon *m, struct vmmout *o, int *wr, struct sbx_err *err);
 void vmmout_close(struct vmmout *o);
 void vmmout_close_pipes(struct mon *m);
@@ -311,6 +314,7 @@ void mon_susp_discard(struct mon *m);
 int mon_susp_room(struct mon *m, struct sbx_err *err);
 int mon_susp_vmm(struct mon *m, struct sbx_err *err);
 int mon_claim_commit(struct mon *m, const char *id, const char *rec, const char *pol, int *code, char *why, size_t n);
+int mon_claim_network(struct mon *m, struct sbx_err *err);
 int mon_priv_start(struct mon *m, int lock_fd, struct sbx_err *err);
 int mon_priv_serve(struct mon *m);
 void mon_priv_exit(struct mon *m, int rc);

@@ -18,6 +18,7 @@
 #include "port.h"
 #include "priv.h"
 
+#include <limits.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -649,6 +650,38 @@ static void vmm_install(struct mon *m, const int *fds)
 	}
 }
 
+/* The proxy the parent started (give_proxy): are n fds of a, from the
+ * request's answer, what it sends ([proxy.log,] the read end of the
+ * proxy's stderr, a copy of its pidfd)?  proxy.log only when this half
+ * has none (a claim's first proxy; a resume's keeps the file). */
+static int proxy_fds_ok(const struct mon *m, const struct priv_msg *a, int n)
+{
+	return (n == 2 || n == 3) && (n == 3) == (m->proxylog.fd < 0) && a->num[PT_PROXY_PID] > 0 &&
+	       a->num[PT_PROXY_PID] < (uint64_t)INT_MAX;
+}
+
+/* Those fds (checked) into the loop, and the proxy into our record. */
+static void take_proxy(struct mon *m, const struct priv_msg *a, int from, int n)
+{
+	const int *f = a->fds + from;
+	if (n == 3) {
+		m->proxylog.fd = *f++;
+		m->proxylog.name = "proxy.log";
+		m->proxylog.cap = PROXY_LOG_CAP;
+		m->proxylog.size = m->proxylog.dropped = 0;
+	}
+	if (m->proxylog.src.fd >= 0)
+		child_drop_fd(m, &m->proxylog.src.fd);
+	m->proxylog.src.fd = *f++;
+	mon_ep_mod(m, &m->proxylog.src, EPOLLIN, EPOLL_CTL_ADD);
+	child_drop_fd(m, &m->proxy.fd);
+	m->proxy.fd = *f;
+	mon_ep_mod(m, &m->proxy, EPOLLIN, EPOLL_CTL_ADD);
+	m->proxy_pid = (int)a->num[PT_PROXY_PID];
+	m->s.proxy_pid = m->proxy_pid;
+	m->s.proxy_start = a->num[PT_PROXY_START];
+}
+
 int mon_susp_vmm(struct mon *m, struct sbx_err *err)
 {
 	int fds[3] = { -1, -1, -1 };
@@ -662,14 +695,18 @@ int mon_susp_vmm(struct mon *m, struct sbx_err *err)
 		rc = call(m, &b, NULL, 0, &a, err);
 		sbx_buf_free(&b);
 		/* fds: console, vmm.log (on a failure too: what the VMM said),
-		 * then on success the agent and the pidfd [, the event stream]. */
+		 * then on success the agent and the pidfd [, the event stream]
+		 * [, with a NIC the new proxy's, NUM_A of them, last]. */
 		for (int i = 0; i < a.nfds && i < 3; i++)
 			fds[i] = a.fds[i];
-		if (rc == 0 && a.nfds >= 4) {
+		int np = rc == 0 && a.num[PT_NUM_A] <= PRIV_FDS_MAX ? (int)a.num[PT_NUM_A] : 0, nv = a.nfds - np;
+		if (rc == 0 && nv >= 4 && nv <= 5 && (m->s.mac[0] ? proxy_fds_ok(m, &a, np) : np == 0)) {
 			m->vm.pid = (int)a.num[PT_PID];
 			m->vm.start_time = a.num[PT_START];
 			m->vm.pidfd = a.fds[3];
-			m->vm.event_fd = a.nfds >= 5 ? a.fds[4] : -1;
+			m->vm.event_fd = nv == 5 ? a.fds[4] : -1;
+			if (np)
+				take_proxy(m, &a, nv, np);
 		} else {
 			for (int i = 3; i < a.nfds; i++)
 				close(a.fds[i]);
@@ -729,6 +766,36 @@ int mon_claim_commit(struct mon *m, const char *id, const char *rec, const char 
 	if (a.num[PT_FLAG])
 		snprintf(why, n, "%s", a.str[PT_MSG] ? a.str[PT_MSG] : "the claim failed");
 	return a.num[PT_FLAG] ? 1 : 0;
+}
+
+/* A pool member's claim: its bare namespace completed and the claimed
+ * session's proxy started (mon_attach_network; the parent's, which holds
+ * the namespace, when split).  1 when it was, 0 when there is no network
+ * to attach, -1 with err when it failed. */
+int mon_claim_network(struct mon *m, struct sbx_err *err)
+{
+	if (!split_child(m)) {
+		if (m->bare_netns < 0)
+			return 0;
+		int rc = mon_attach_network(m, m->bare_netns, err);
+		close(m->bare_netns);
+		m->bare_netns = -1;
+		return rc < 0 ? -1 : 1;
+	}
+	if (!m->priv.bare_netns)
+		return 0;
+	m->priv.bare_netns = 0;
+	struct sbx_buf b = { 0 };
+	struct priv_msg a;
+	msg_begin(&b, PRIV_NET_ATTACH);
+	int rc = call(m, &b, NULL, 0, &a, err);
+	sbx_buf_free(&b);
+	if (rc == 0 && a.num[PT_NUM_A] == (uint64_t)a.nfds && proxy_fds_ok(m, &a, a.nfds)) {
+		take_proxy(m, &a, 0, a.nfds);
+		return 1;
+	}
+	close_fds(&a);
+	return rc < 0 ? -1 : sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the proxy's descriptors did not come");
 }
 
 /* --- the parent's side: one request, checked -------------------------------- */
@@ -904,11 +971,45 @@ static void relay_progress(void *ctx, const char *what, uint64_t done, uint64_t 
 	sbx_buf_free(&b);
 }
 
+/* The proxy the parent just started (spawn_proxy), for the child's loop
+ * (take_proxy): proxy.log's file when the child has none yet, the read
+ * end of the proxy's stderr, a copy of its pidfd (the parent keeps its
+ * own, to stop and reap it).  The parent keeps nothing of the log. */
+static void give_proxy(struct mon *m, struct sbx_buf *r, int *fds, int *nfds)
+{
+	int n = 2;
+	if (m->proxylog.fd >= 0) {
+		fds[(*nfds)++] = m->proxylog.fd;
+		n++;
+	}
+	fds[(*nfds)++] = m->proxylog.src.fd;
+	fds[(*nfds)++] = m->proxy.fd;
+	m->proxylog.fd = m->proxylog.src.fd = -1; /* closed once sent (mon_priv_serve) */
+	m->priv.proxylog_child = 1;
+	sbx_tlv_u64(r, PT_NUM_A, (uint64_t)n);
+	sbx_tlv_u64(r, PT_PROXY_PID, (uint64_t)m->proxy_pid);
+	sbx_tlv_u64(r, PT_PROXY_START, m->s.proxy_start);
+}
+
+/* A network step that failed: the parent holds nothing of its log. */
+static void net_failed(struct mon *m)
+{
+	proxy_stop_direct(m);
+	vmmout_close(&m->proxylog);
+	m->s.proxy_pid = 0;
+	m->s.proxy_start = 0;
+}
+
+/* A resume: only of a session the parent's record says is suspended, with
+ * no VMM or proxy of its own running; the network from its own record and
+ * policy.json (susp_boot_vmm). */
 static int h_susp_vmm(struct mon *m, struct sbx_buf *r, int *fds, int *nfds, struct sbx_err *err)
 {
 	int got[3] = { -1, -1, -1 };
-	int rc = susp_boot_vmm(m, got, err);
 	*nfds = 0;
+	if (strcmp(m->s.state, "suspended") || m->vm.pid > 0 || m->proxy_pid > 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "the session is not suspended");
+	int rc = susp_boot_vmm(m, got, err);
 	for (int i = 0; i < 2; i++)
 		if (got[i] >= 0)
 			fds[(*nfds)++] = got[i];
@@ -919,14 +1020,33 @@ static int h_susp_vmm(struct mon *m, struct sbx_buf *r, int *fds, int *nfds, str
 			mon_vm_kill(m);
 			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the resumed VMM's pipes are missing");
 		}
+		net_failed(m);
 		return rc;
 	}
 	fds[(*nfds)++] = got[2];
 	fds[(*nfds)++] = m->vm.pidfd;
 	if (m->vm.event_fd > 0)
 		fds[(*nfds)++] = m->vm.event_fd;
+	if (m->s.mac[0])
+		give_proxy(m, r, fds, nfds);
 	sbx_tlv_u64(r, PT_PID, (uint64_t)m->vm.pid);
 	sbx_tlv_u64(r, PT_START, m->vm.start_time);
+	return 0;
+}
+
+/* A claim's network: once, for this session's committed claim, from its
+ * own record and policy.json (as the commit wrote them) and the bare
+ * namespace the parent kept. */
+static int h_net_attach(struct mon *m, struct sbx_buf *r, int *fds, int *nfds, struct sbx_err *err)
+{
+	*nfds = 0;
+	if (m->bare_netns < 0 || !m->priv.claimed || strcmp(m->s.state, "creating") || m->proxy_pid > 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "no claimed session's network to attach");
+	if (mon_claim_network(m, err) < 0) {
+		net_failed(m);
+		return -1;
+	}
+	give_proxy(m, r, fds, nfds);
 	return 0;
 }
 
@@ -1004,6 +1124,8 @@ static int handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, in
 		return sbx_vm_resume(&m->vm, err);
 	case PRIV_PROXY_STOP:
 		proxy_stop_direct(m);
+		m->s.proxy_pid = 0; /* the record forgets it at its next save (a suspend's) */
+		m->s.proxy_start = 0;
 		return 0;
 	case PRIV_PROXY_REAP:
 		n = proxy_reap_direct(m);
@@ -1076,6 +1198,8 @@ static int handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, in
 		return h_susp_vmm(m, r, fds, nfds, err);
 	case PRIV_CLAIM:
 		return h_claim(m, q, r, err);
+	case PRIV_NET_ATTACH:
+		return h_net_attach(m, r, fds, nfds, err);
 	default:
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not a request");
 	}
@@ -1083,15 +1207,13 @@ static int handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, in
 
 /* --- the split ---------------------------------------------------------------- */
 
-/* Not (yet) for a session with a NIC (its record has a MAC; pool members
- * booted with one included): rebuilding its namespace, TAP and proxy at a
- * resume, a restore and a claim is root's work in the loop that is not
- * routed through the requests above, so such a monitor stays one root
- * process (docs/design.md, "Splitting the monitor"). */
-static int split_wanted(const struct mon *m)
+/* Every session's, with a NIC too: its network is rebuilt at a resume
+ * (PRIV_SUSP_VMM) and a claim (PRIV_NET_ATTACH) by the parent, and a
+ * restore's is built at boot, before the split. */
+static int split_wanted(void)
 {
 	struct sbx_err e = { 0 };
-	return getuid() == 0 && !m->s.mac[0] && sbx_jail_enabled(&e) == 1;
+	return getuid() == 0 && sbx_jail_enabled(&e) == 1;
 }
 
 /* The parent's copies of what the child owns: closed, so that only the
@@ -1113,6 +1235,7 @@ static void parent_forget(struct mon *m)
 		free(c);
 	}
 	m->nclients = 0;
+	m->priv.proxylog_child = m->proxylog.fd >= 0;
 	int *fds[] = { &m->ep,	       &m->listen.fd,	   &m->agent.fd,     &m->timer.fd,   &m->console.src.fd,
 		       &m->console.fd, &m->vmmlog.src.fd,  &m->vmmlog.fd,    &m->proxylog.src.fd, &m->proxylog.fd,
 		       &m->execs_dfd };
@@ -1192,7 +1315,10 @@ static int child_enter(struct mon *m, int chan, pid_t parent, int lock_fd, struc
 		keep[n++] = ex->err_fd;
 	}
 	close_all_but(keep, n);
-	/* What was the parent's, now closed here. */
+	/* What was the parent's, now closed here: a pool member's bare
+	 * namespace too, which a claim asks the parent to complete. */
+	m->priv.bare_netns = m->bare_netns >= 0;
+	m->bare_netns = -1;
 	m->st.lib_fd = m->st.run_fd = m->st.sessions_fd = m->st.rsessions_fd = -1;
 	m->lib_dfd = m->run_dfd = m->agent_listen.fd = m->readyp.fd = -1;
 	m->vm.ctl_fd = -1;
@@ -1206,7 +1332,7 @@ static int child_enter(struct mon *m, int chan, pid_t parent, int lock_fd, struc
 int mon_priv_start(struct mon *m, int lock_fd, struct sbx_err *err)
 {
 	m->priv.fd = -1;
-	if (!split_wanted(m))
+	if (!split_wanted())
 		return 0;
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -1363,9 +1489,10 @@ int mon_priv_serve(struct mon *m)
 			sbx_buf_put(&r, res.data, res.len);
 			sbx_buf_free(&res);
 			chan_send(m->priv.fd, &r, out, nout);
-			/* Passed on: the parent keeps only the VMM's pidfd and events. */
+			/* Passed on: the parent keeps only the VMM's pidfd and
+			 * events and the proxy's pidfd. */
 			for (int i = 0; i < nout; i++)
-				if (out[i] != m->vm.pidfd && out[i] != m->vm.event_fd)
+				if (out[i] != m->vm.pidfd && out[i] != m->vm.event_fd && out[i] != m->proxy.fd)
 					close(out[i]);
 		}
 		if (p[2].revents & POLLIN)

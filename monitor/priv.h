@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define PRIV_MSG_MAX (192u << 10) /* the largest message either way */
-#define PRIV_FDS_MAX 6
+#define PRIV_FDS_MAX 8 /* a resume's: the VMM's five, the proxy's three */
 /* The unprivileged half's uid and gid: SBX_JAIL_UID_BASE + 2^23 + its host
  * pid, beside the VMM's (+ pid) and the proxy's network half's (+ 2^22 +
  * pid); pid_max is at most 2^22, so the three ranges never meet. */
@@ -50,9 +50,12 @@ enum priv_op {
 	PRIV_SUSP_IMAGE,      /* -> NUM_A (bytes) */
 	PRIV_SUSP_DISCARD,
 	PRIV_SUSP_ROOM,
-	PRIV_SUSP_VMM,        /* -> PID START, fds: console, vmm.log, pidfd, agent [, events] */
+	PRIV_SUSP_VMM,        /* -> PID START, fds: console, vmm.log, agent, pidfd [, events]; with a NIC
+			       * also the proxy's (as PRIV_NET_ATTACH's, last; NUM_A: how many) */
 	PRIV_CLAIM,           /* ID TEXT (record) TEXT2 (policy) -> FLAG (0 committed, 1 failed after) TEXT */
-	PRIV_OP_MAX = PRIV_CLAIM,
+	PRIV_NET_ATTACH,      /* the claimed member's bare namespace completed, its proxy started
+			       * -> PROXY_PID PROXY_START NUM_A (fds: 2 or 3), fds: [proxy.log,] its pipe, pidfd */
+	PRIV_OP_MAX = PRIV_NET_ATTACH,
 	PRIV_REPLY = 100,     /* CODE [MSG] [ERRNO] and the request's results */
 	PRIV_PROGRESS,        /* WHAT NUM_A (done) NUM_B (total) */
 };
@@ -80,6 +83,8 @@ enum priv_tag {
 	PT_PID,         /* u64 */
 	PT_START,       /* u64 */
 	PT_WHAT,        /* str */
+	PT_PROXY_PID,   /* u64 */
+	PT_PROXY_START, /* u64 */
 	PT_MAX
 };
 

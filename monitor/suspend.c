@@ -369,9 +369,8 @@ int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err)
 	if (sbx_cgroup_create(sbx_session_cgroup(&m->s), &cl, c.cg_fds, &c.cg_nfds, err) < 0)
 		return -1;
 	_cleanup_close_ int con_w = -1, log_w = -1;
-	/* A fresh namespace, TAP and proxy for the NIC in the image (only in
-	 * a monitor that did not split: priv.c keeps sessions with a NIC in
-	 * one process). */
+	/* A fresh namespace, TAP and proxy for the NIC in the image (when
+	 * split, h_susp_vmm hands the proxy's log pipe and pidfd on). */
 	struct sbx_netns net = { -1, -1, -1, -1, -1, -1 };
 	int rc = 0;
 	if (m->s.mac[0]) {

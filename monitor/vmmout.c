@@ -5,18 +5,25 @@
 
 int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *wr, struct sbx_err *err)
 {
-	int p[2];
 	o->name = name;
 	o->cap = cap;
 	o->fd = openat(dfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (o->fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create %s", name);
+	return vmmout_pipe(o, name, wr, err);
+}
+
+/* A new pipe whose read end is o's, for a file opened elsewhere (the
+ * privileged half's for the unprivileged one's, priv.c).  Room for what
+ * the VMM writes while the monitor is busy elsewhere (a restore's memory
+ * load): the VMM blocks when it is full, and so does the guest's serial
+ * port; nothing is lost. */
+int vmmout_pipe(struct vmmout *o, const char *name, int *wr, struct sbx_err *err)
+{
+	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe for %s", name);
 	fcntl(p[0], F_SETFL, O_NONBLOCK);
-	/* Room for what the VMM writes while the monitor is busy elsewhere
-	 * (a restore's memory load): the VMM blocks when it is full, and so
-	 * does the guest's serial port; nothing is lost. */
 	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
 	o->src.fd = p[0];
 	*wr = p[1];
@@ -27,13 +34,8 @@ int vmmout_open(int dfd, struct vmmout *o, const char *name, uint64_t cap, int *
  * proxy, started again after a suspend). */
 int vmmout_reopen(struct mon *m, struct vmmout *o, int *wr, struct sbx_err *err)
 {
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe for %s", o->name);
-	fcntl(p[0], F_SETFL, O_NONBLOCK);
-	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
-	o->src.fd = p[0];
-	*wr = p[1];
+	if (vmmout_pipe(o, o->name, wr, err) < 0)
+		return -1;
 	mon_ep_mod(m, &o->src, EPOLLIN, EPOLL_CTL_ADD);
 	return 0;
 }

@@ -136,6 +136,19 @@ test_net_hosts() {
 	exec {_net_lock}>&-
 }
 
+# A web server on test hosts: test_web_host TAG N TEXT makes test_net_hosts
+# TAG N and serves TEXT (index.html) over HTTP on port 80 of the first
+# address, WEB, until the test exits (WEBPID); it returns once it answers.
+test_web_host() {
+	test_net_hosts "$1" "$2"
+	WEB=${NET_IP[0]}
+	mkdir -p "$TEST_TMP/www" && echo "$3" >"$TEST_TMP/www/index.html"
+	(cd "$TEST_TMP/www" && exec ip netns exec "$NET_NS" python3 -m http.server 80 >"$TEST_TMP/http.log" 2>&1) &
+	WEBPID=$!
+	trap 'kill "$WEBPID" 2>/dev/null; _cleanup' EXIT
+	for _ in $(seq 50); do timeout 1 bash -c "exec 3<>/dev/tcp/$WEB/80" 2>/dev/null && break; sleep 0.1; done
+}
+
 # A lying agent (t1520, t1910): lying_template TEMPLATE DIR SCRIPT [ARG...]
 # makes DIR a template with TEMPLATE's kernel, root disk and manifest and an
 # initramfs of its modules, the host's busybox and, as /init, a busybox

@@ -14,13 +14,8 @@ require_vm
 command -v ip >/dev/null && command -v python3 >/dev/null && command -v nsenter >/dev/null ||
 	skip_all "needs ip, nsenter and python3"
 # Test hosts for the egress claims (tests/lib.sh), and one web server.
-test_net_hosts pool 2
-WEB=${NET_IP[0]} OTHER=${NET_IP[1]}
-mkdir -p "$TEST_TMP/www" && echo "hello from the allowed host" >"$TEST_TMP/www/index.html"
-(cd "$TEST_TMP/www" && exec ip netns exec "$NET_NS" python3 -m http.server 80 >"$TEST_TMP/http.log" 2>&1) &
-WEBPID=$!
-trap 'kill "$WEBPID" 2>/dev/null; _cleanup' EXIT
-for _ in $(seq 50); do timeout 1 bash -c "exec 3<>/dev/tcp/$WEB/80" 2>/dev/null && break; sleep 0.1; done
+test_web_host pool 2 "hello from the allowed host"
+OTHER=${NET_IP[1]}
 # Members' monitors (booted by sbx-gc) start a claimed session's proxy:
 # it reads the names from the environment they were started with.
 export SBX_HOSTS_FILE=$TEST_TMP/hosts
@@ -231,6 +226,14 @@ is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:true" "a create with network.
 is "$(rec net1 .net.mac):$(rec net1 .net.egress)" "$mac6:allowlist" "its record has the member's NIC and the policy's egress"
 ppid=$(rec net1 .proxy_process.pid)
 is "$(tr '\0' ' ' </proc/"$ppid"/cmdline 2>/dev/null | cut -d' ' -f1-3)" "sbx-proxy --id net1" "its proxy runs, for the session"
+# The member's monitor is split (priv.c): its privileged half completed the
+# namespace and started the proxy, and handed its log and pidfd on.
+mon=$(rec net1 .monitor.pid)
+half=$(ps --ppid "$mon" -o pid=,uid=,comm= | awk '$3 == "sbx-monitor" && $2 != 0 { print $1 }')
+like "$half" '^[0-9]+$' "its monitor's half facing the guest is unprivileged (pid ${half:-none})"
+is "$(awk '/^PPid:/ { print $2 }' /proc/"$ppid"/status 2>/dev/null)" "$mon" "the privileged half started the proxy"
+ls -l /proc/"${half:-0}"/fd 2>/dev/null | grep -q '/proxy\.log$'
+ok $? "and the unprivileged half holds proxy.log"
 is "$(sbx-exec net1 -- sh -c 'ip -4 addr show eth0 | grep -o "inet [0-9./]*"; cat /etc/resolv.conf')" \
    "inet 10.0.2.15/24
 nameserver 10.0.2.2" "eth0 came up at the claim, with the session's resolver"

@@ -91,4 +91,66 @@ as_it cat /etc/shadow >/dev/null 2>&1
 [ $? -ne 0 ]; ok $? "nor read /etc/shadow"
 
 sbx-kill "$a" >/dev/null; ok $? "the session is destroyed"
+
+# ---- a session with a NIC: split too, across a suspend and resume ----
+# Its network is rebuilt at a resume by the privileged half (a new
+# namespace, TAP and proxy, from its own record and policy.json); the
+# unprivileged half only gets the proxy's log pipe and pidfd.  The test
+# host is a network namespace of 198.51.100.0/24 (tests/lib.sh) that
+# SBX_HOSTS_FILE names web.example.test; nothing is sent anywhere else.
+command -v ip >/dev/null && command -v python3 >/dev/null || { skip "needs ip and python3" 1; done_testing; }
+test_web_host psep 1 "hello from the test host"
+export SBX_HOSTS_FILE=$TEST_TMP/hosts
+echo "$WEB web.example.test" >"$SBX_HOSTS_FILE"
+printf 'network:\n  egress: allowlist\n  allow:\n    - {domain: web.example.test, ports: [80]}\n' >"$TEST_TMP/net.yaml"
+fetch() { sbx-exec --timeout 60s "$1" -- wget -q -O- http://web.example.test/ 2>&1; }
+uids() { awk '/^Uid:/ { print $2, $3, $4, $5 }' /proc/"$1"/status 2>/dev/null; }
+ppid_of() { awk '/^PPid:/ { print $2 }' /proc/"$1"/status 2>/dev/null; }
+# unpriv PID WHAT: the checks above, in short, for the half the guest talks to
+unpriv() {
+	local st=/proc/$1/status
+	[ -n "$1" ] && [ -n "$(uids "$1")" ] && ! uids "$1" | grep -qw 0 &&
+		[ "$(awk '$1 == "CapEff:" { print $2 }' "$st")" = 0000000000000000 ] &&
+		[ "$(awk '$1 == "CapPrm:" { print $2 }' "$st")" = 0000000000000000 ] &&
+		[ "$(awk '/^NoNewPrivs:/ { print $2 }' "$st")" = 1 ] && [ "$(awk '/^Seccomp:/ { print $2 }' "$st")" = 2 ] &&
+		[ "$(readlink /proc/"$1"/ns/net)" != "$(readlink /proc/self/ns/net)" ]
+	ok $? "$2 (pid ${1:-none}, uids $(uids "${1:-0}"))"
+}
+n=$(sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "a session with network.egress: allowlist"
+is "$(fetch "$n")" "hello from the test host" "it reaches the test host through its proxy"
+vmm=$(jq -r .vmm_process.pid "$L/$n/session.json")
+mon=$(jq -r .monitor.pid "$L/$n/session.json")
+h=$(agent_holder "$vmm")
+unpriv "$h" "the half of its monitor holding the agent socket is unprivileged"
+[ "$h" != "$mon" ] && [ "$(ppid_of "$h")" = "$mon" ]
+ok $? "it is the child of the monitor the record names ($mon)"
+p1=$(jq -r .proxy_process.pid "$L/$n/session.json")
+is "$(ppid_of "$p1")" "$mon" "the proxy is the privileged half's child"
+sbx-snapshot suspend "$n"; ok $? "the session is suspended"
+is "$(sbx-ps --json "$n" | jq -r '.[0].state')" suspended "it says so"
+! kill -0 "$p1" 2>/dev/null; ok $? "its proxy is gone"
+is "$(jq -r '.proxy_process.pid // 0' "$L/$n/session.json")" 0 "and its record forgets it"
+kill -0 "$h" 2>/dev/null; ok $? "the unprivileged half stays"
+is "$(fetch "$n")" "hello from the test host" "an exec resumes it and it reaches the test host again"
+diag "QEMU/TCG, split, with egress: suspend_ms $(grep '"session.suspend"' "$audit" | grep "\"$n\"" | tail -1 | jq .suspend_ms)," \
+	"resume_ms $(jq -r .lifecycle.resume_ms "$L/$n/session.json")"
+p2=$(jq -r .proxy_process.pid "$L/$n/session.json")
+[ "$p2" != "$p1" ] && [ "$(tr '\0' ' ' </proc/"$p2"/cmdline 2>/dev/null | cut -d' ' -f1-3)" = "sbx-proxy --id $n" ]
+ok $? "through a new proxy, which its record names ($p2)"
+is "$(ppid_of "$p2")" "$mon" "started by the privileged half"
+h2=$(agent_holder "$(jq -r .vmm_process.pid "$L/$n/session.json")")
+is "$h2" "$h" "the resumed VMM's agent socket is held by the same unprivileged half"
+unpriv "$h2" "which is unprivileged still"
+ls -l /proc/"$h"/fd 2>/dev/null | grep -q '/proxy\.log$'
+ok $? "it holds proxy.log, kept across the resume"
+is "$(jq -r 'select(.proto == "tcp" and .domain == "web.example.test" and .verdict == "allow") | .verdict' "$L/$n/net.log" | wc -l)" 2 \
+   "both connections are in net.log"
+# The new proxy's pidfd is the unprivileged half's to watch: its end is
+# seen (the privileged half reaps it and says so).
+kill -9 "$p2"
+for _ in $(seq 100); do [ -n "$(jq -r '.net.lost // empty' "$L/$n/session.json")" ] && break; sleep 0.1; done
+like "$(jq -r '.net.lost // empty' "$L/$n/session.json")" "^proxy killed by signal 9$" \
+   "the new proxy's end is seen through the pidfd handed over (net.lost)"
+sbx-kill "$n" >/dev/null; ok $? "the session is destroyed"
+[ ! -e "$L/$n" ]; ok $? "and nothing of it is left"
 done_testing

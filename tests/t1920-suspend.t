@@ -135,13 +135,7 @@ sbx-exec --wait "$long" --timeout 30 "$id" >/dev/null
 sbx-kill "$id" >/dev/null
 
 # --- a session with a NIC: suspended, its network rebuilt at resume ------------
-test_net_hosts susp 1
-WEB=${NET_IP[0]}
-mkdir -p "$TEST_TMP/www" && echo "hello from the test host" >"$TEST_TMP/www/index.html"
-(cd "$TEST_TMP/www" && exec ip netns exec "$NET_NS" python3 -m http.server 80 >"$TEST_TMP/http.log" 2>&1) &
-WEBPID=$!
-trap 'kill "$WEBPID" 2>/dev/null; _cleanup' EXIT
-for _ in $(seq 50); do timeout 1 bash -c "exec 3<>/dev/tcp/$WEB/80" 2>/dev/null && break; sleep 0.1; done
+test_web_host susp 1 "hello from the test host"
 cat >"$TEST_TMP/net.yaml" <<EOF
 network:
   egress: allowlist

@@ -43,6 +43,20 @@ int main(void)
 	ok(decode(&b, &m) == 0 && !strcmp(m.str[PT_STATE], "") && !strcmp(m.str[PT_KERNEL], "6.1"),
 	   "an empty string before another");
 
+	msg(&b, PRIV_NET_ATTACH);
+	ok(decode(&b, &m) == 0 && m.op == PRIV_NET_ATTACH && !m.have, "a claim's network: a request with no field");
+	msg(&b, PRIV_REPLY);
+	sbx_tlv_u64(&b, PT_CODE, 0);
+	sbx_tlv_u64(&b, PT_NUM_A, 3);
+	sbx_tlv_u64(&b, PT_PROXY_PID, 4242);
+	sbx_tlv_u64(&b, PT_PROXY_START, 123456789);
+	ok(decode(&b, &m) == 0 && m.num[PT_PROXY_PID] == 4242 && m.num[PT_PROXY_START] == 123456789 &&
+	       m.num[PT_NUM_A] == 3,
+	   "its answer: the proxy's pid and start time, how many fds are the proxy's");
+	msg(&b, PRIV_REPLY);
+	sbx_tlv_str(&b, PT_PROXY_PID, "4242");
+	ok(decode(&b, &m) < 0, "the proxy's pid is a number, not a string");
+
 	msg(&b, 0);
 	ok(decode(&b, &m) < 0, "op 0 is refused");
 	msg(&b, PRIV_OP_MAX + 1);
