@@ -68,23 +68,8 @@ void sbx_mon_close(struct sbx_mon *m)
 static int flush(struct sbx_mon *m, int block, int fd)
 {
 	while (m->out_off < m->out.len) {
-		struct iovec iov = { m->out.data + m->out_off, m->out.len - m->out_off };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-		union {
-			struct cmsghdr h;
-			char buf[CMSG_SPACE(sizeof(int))];
-		} cm;
-		if (fd >= 0) {
-			memset(&cm, 0, sizeof cm);
-			mh.msg_control = cm.buf;
-			mh.msg_controllen = sizeof cm.buf;
-			struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-			h->cmsg_level = SOL_SOCKET;
-			h->cmsg_type = SCM_RIGHTS;
-			h->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(h), &fd, sizeof fd);
-		}
-		ssize_t w = sendmsg(m->fd, &mh, MSG_NOSIGNAL | (block ? 0 : MSG_DONTWAIT));
+		ssize_t w = sbx_sendmsg_fds(m->fd, m->out.data + m->out_off, m->out.len - m->out_off, &fd, fd >= 0,
+					    MSG_NOSIGNAL | (block ? 0 : MSG_DONTWAIT));
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;

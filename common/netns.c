@@ -283,20 +283,7 @@ static void child(int sock, int parent, int mode, int join_fd)
 		sbx_write_all(sock, why, strlen(why));
 		_exit(1);
 	}
-	size_t len = mode_count[mode] * sizeof(int);
-	char c = 'k';
-	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
-	union {
-		char buf[CMSG_SPACE(6 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = CMSG_SPACE(len) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(len);
-	memcpy(CMSG_DATA(cm), fds + mode_first[mode], len);
-	_exit(sendmsg(sock, &m, 0) == 1 ? 0 : 1);
+	_exit(sbx_sendmsg_fds(sock, "k", 1, fds + mode_first[mode], (int)mode_count[mode], 0) == 1 ? 0 : 1);
 }
 
 static int run_helper(int mode, int join_fd, struct sbx_netns *n, struct sbx_err *err)

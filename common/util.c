@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -151,4 +152,30 @@ uint64_t sbx_json_u64(json_t *o, const char *k)
 {
 	json_int_t v = json_integer_value(json_object_get(o, k));
 	return v > 0 ? (uint64_t)v : 0;
+}
+
+ssize_t sbx_sendmsg_fds(int sock, const void *buf, size_t len, const int *fds, int nfds, int flags)
+{
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	union {
+		char buf[CMSG_SPACE(SBX_SEND_FDS_MAX * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds < 0 || nfds > SBX_SEND_FDS_MAX) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (nfds > 0) {
+		size_t n = (size_t)nfds * sizeof(int);
+		memset(&u, 0, sizeof u);
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE(n);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(n);
+		memcpy(CMSG_DATA(cm), fds, n);
+	}
+	return sendmsg(sock, &mh, flags);
 }

@@ -53,6 +53,10 @@ uint64_t sbx_mono_ns(void);     /* CLOCK_MONOTONIC */
 void sbx_fmt_time(uint64_t ns, char *buf, size_t n);
 /* Write all of buf, retrying on EINTR/short writes; -1 with errno. */
 int sbx_write_all(int fd, const void *buf, size_t n);
+/* One sendmsg of buf with nfds (at most SBX_SEND_FDS_MAX, 0 for none) fds
+ * as SCM_RIGHTS; flags as sendmsg's.  Returns what sendmsg returns. */
+#define SBX_SEND_FDS_MAX 8
+ssize_t sbx_sendmsg_fds(int sock, const void *buf, size_t len, const int *fds, int nfds, int flags);
 /* Read a small file under dirfd into a NUL-terminated malloc'd buffer. */
 char *sbx_read_small_at(int dirfd, const char *name, size_t max, size_t *len);
 /* The last few hundred bytes of a log under dirfd (AT_FDCWD: a path) on

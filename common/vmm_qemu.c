@@ -262,27 +262,12 @@ static int qmp_line(struct sbx_vm *vm, char *buf, uint64_t deadline, struct sbx_
 
 static int qmp_send(struct sbx_vm *vm, const char *text, int pass_fd, struct sbx_err *err)
 {
-	struct iovec iov = { .iov_base = (void *)text, .iov_len = strlen(text) };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (pass_fd >= 0) {
-		memset(&u, 0, sizeof u);
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof u.buf;
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
-	}
 	/* Commands are short: one sendmsg carries the fd with its command. */
+	size_t len = strlen(text);
 	ssize_t w;
-	while ((w = sendmsg(vm->ctl_fd, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+	while ((w = sbx_sendmsg_fds(vm->ctl_fd, text, len, &pass_fd, pass_fd >= 0, MSG_NOSIGNAL)) < 0 && errno == EINTR)
 		;
-	if (w != (ssize_t)iov.iov_len)
+	if (w != (ssize_t)len)
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, errno, "cannot send to the VMM's control socket");
 	return 0;
 }

@@ -419,10 +419,10 @@ static int audit_serve(struct sbx_proxy *px, int fd, uint64_t *sec, unsigned *co
 /* The privileged half: uid 0 without capabilities (it owns the trail),
  * writing the audit records the network half sends, and serving the
  * package cache (which writes the shared cache and the session's files).
- * It ends the network half on SIGTERM, giving it a moment to send its
- * last counts, and ends (non-zero) when it dies. */
+ * It ends the network half on SIGTERM (by closing its stop pipe), giving
+ * it a moment to send its last counts, and ends (non-zero) when it dies. */
 static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd, pid_t child, int sfd,
-		    struct sbx_err *err)
+		    int stop_fd, struct sbx_err *err)
 {
 	int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
 	if (pidfd < 0)
@@ -455,7 +455,10 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 			struct signalfd_siginfo si;
 			if (read(sfd, &si, sizeof si) < 0)
 				continue;
-			kill(child, SIGTERM);
+			/* Not kill(): a uid 0 without capabilities may not signal
+			 * the network half's uid.  Closing its stop pipe tells it. */
+			close(stop_fd);
+			stop_fd = -1;
 			stopping = 1;
 			deadline = sbx_mono_ns() + 800000000ull; /* the monitor waits 1 s */
 			pf[0].fd = -1;
@@ -472,6 +475,8 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 		}
 	}
 	second_flush(px);
+	if (stop_fd >= 0)
+		close(stop_fd);
 	int st = 0;
 	while (waitpid(child, &st, 0) < 0 && errno == EINTR)
 		;
@@ -485,7 +490,7 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
  * guest's bytes.  It holds its listeners, net.log and a socket to the
  * privileged half, and nothing else: no state directory, no trail. */
 static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd, pid_t priv, int sfd,
-		   struct sbx_err *err)
+		   int stop_fd, struct sbx_err *err)
 {
 	px->audit_fd = afd;
 	sbx_state_close(&px->st);
@@ -496,9 +501,10 @@ static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd
 	udp_arg[1] = (void *)(intptr_t)a->dns_udp_fd;
 	if (a->dns_udp_fd >= 0 && spawn(px_dns_udp_thread, udp_arg) != 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start the resolver");
-	struct pollfd pf[3] = { { .fd = sfd, .events = POLLIN },
+	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
 				{ .fd = a->tcp_fd, .events = POLLIN },
-				{ .fd = a->dns_tcp_fd, .events = POLLIN } };
+				{ .fd = a->dns_tcp_fd, .events = POLLIN },
+				{ .fd = stop_fd, .events = POLLIN } };
 	/* The second's records are written on time however busy the
 	 * listeners are. */
 	uint64_t next = sbx_mono_ns() + 1000000000ull;
@@ -508,12 +514,12 @@ static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd
 			second_flush(px);
 			next = now + 1000000000ull;
 		}
-		int r = poll(pf, 3, (int)((next - now) / 1000000u) + 1);
+		int r = poll(pf, 4, (int)((next - now) / 1000000u) + 1);
 		if (r < 0 && errno != EINTR)
 			break;
 		if (r <= 0)
 			continue;
-		if (pf[0].revents)
+		if (pf[0].revents || pf[3].revents) /* a signal, or the privileged half says stop */
 			break;
 		for (int k = 1; k < 3; k++)
 			if (pf[k].revents & POLLIN)
@@ -586,19 +592,23 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	pid_t monitor = getppid();
 	if (confine(&px, err) < 0)
 		return -1;
-	int sp[2];
+	int sp[2], stop[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the audit socket");
+	if (pipe2(stop, O_CLOEXEC) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the stop pipe");
 	pid_t priv = getpid(), child = fork();
 	if (child < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the network half");
 	if (child == 0) {
 		close(sp[0]);
+		close(stop[1]);
 		if (a->pkg_fd >= 0)
 			close(a->pkg_fd);
-		return run_net(&px, a, sp[1], priv, sfd, err);
+		return run_net(&px, a, sp[1], priv, sfd, stop[0], err);
 	}
 	close(sp[1]);
+	close(stop[0]);
 	close(a->tcp_fd);
 	if (a->dns_tcp_fd >= 0)
 		close(a->dns_tcp_fd);
@@ -606,5 +616,5 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 		close(a->dns_udp_fd);
 	if (unprivileged(0, monitor, err) < 0)
 		return -1;
-	return run_priv(&px, a, sp[0], child, sfd, err);
+	return run_priv(&px, a, sp[0], child, sfd, stop[1], err);
 }
