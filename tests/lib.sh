@@ -149,6 +149,18 @@ test_web_host() {
 	for _ in $(seq 50); do timeout 1 bash -c "exec 3<>/dev/tcp/$WEB/80" 2>/dev/null && break; sleep 0.1; done
 }
 
+# net_diag SESSIONDIR: after a failed fetch through a session's proxy, to
+# stderr: the last lines of its net.log and proxy.log (what the proxy
+# decided and said), and the 198.51.100 addresses on the host's links.
+net_diag() {
+	{
+		diag "net.log: $(tail -3 "$1/net.log" 2>/dev/null)"
+		diag "proxy.log: $(tail -3 "$1/proxy.log" 2>/dev/null)"
+		diag "links: $(ip -br addr | grep -o '198\.51\.100\.[0-9]*/[0-9]*' | tr '\n' ' ')"
+		diag "routes: $(ip route show | grep -o '^198\.51\.100\.[0-9/]*' | tr '\n' ' ')"
+	} >&2
+}
+
 # A lying agent (t1520, t1910): lying_template TEMPLATE DIR SCRIPT [ARG...]
 # makes DIR a template with TEMPLATE's kernel, root disk and manifest and an
 # initramfs of its modules, the host's busybox and, as /init, a busybox

@@ -53,6 +53,12 @@ echo "$WEB pypi.org" >"$SBX_HOSTS_FILE"
 
 # fetch ID: HTTPS to pypi.org from the guest, through DNS and the proxy.
 fetch() {
+	local o
+	o=$(fetch_once "$1")
+	[ "$o" = "$HELLO" ] || net_diag "$L/sessions/$1"
+	echo "$o"
+}
+fetch_once() {
 	sbx-exec --timeout 90s "$1" -- python3 -c '
 import socket, ssl
 c = ssl.create_default_context(); c.check_hostname = False; c.verify_mode = ssl.CERT_NONE
