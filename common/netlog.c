@@ -1,6 +1,6 @@
 /* Reading a session's connection log (LIB/sessions/ID/net.log, written by
- * its proxy) for sbx-ps --net.  On its own, so sbx-ps links neither the
- * proxy nor libcurl and libxml2 with it. */
+ * its proxy, proxy/) for sbx-ps --net: the client layer's reader of the
+ * proxy's one output format. */
 #include "egress.h"
 #include "session.h"
 #include "util.h"

@@ -1,5 +1,7 @@
-/* The guest's package settings on its kernel command line.  On its own,
- * so the monitor links neither the cache nor libcurl and libxml2 with it. */
+/* A session's package policy as the guest's package parameters (the
+ * sbx.pkg* kernel command line words, and a pool claim's IDENTITY PKG tag):
+ * what the boot, a resume and a claim hand the guest; the cache itself is
+ * the proxy's (proxy/pkgcache.c). */
 #include "pkgparams.h"
 #include "policy.h"
 
