@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int kept = -1; /* sbx_trace_fd's */
+
 void sbx_trace_begin_at(struct sbx_trace *t, const char *what, uint64_t t0)
 {
 	memset(t, 0, sizeof *t);
@@ -46,7 +48,7 @@ void sbx_trace_end(struct sbx_trace *t, int ok)
 	char *s = json_dumps(t->o, JSON_COMPACT);
 	json_decref(t->o);
 	t->o = t->steps = NULL;
-	int fd = f ? open(f, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
+	int fd = kept >= 0 ? kept : f ? open(f, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
 	if (fd >= 0 && s) {
 		size_t n = strlen(s);
 		s[n] = '\n'; /* one write: lines from several processes never mix */
@@ -54,7 +56,15 @@ void sbx_trace_end(struct sbx_trace *t, int ok)
 			/* a debug aid: nothing to report */
 		}
 	}
-	if (fd >= 0)
+	if (fd >= 0 && fd != kept)
 		close(fd);
 	free(s);
+}
+
+int sbx_trace_fd(void)
+{
+	const char *f = getenv("SBX_TRACE");
+	if (kept < 0 && f && *f)
+		kept = open(f, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	return kept;
 }

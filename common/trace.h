@@ -21,5 +21,9 @@ void sbx_trace_begin_at(struct sbx_trace *t, const char *what, uint64_t t0);
 void sbx_trace_step(struct sbx_trace *t, const char *step);
 /* Write the line (ok: whether the operation succeeded) and reset t. */
 void sbx_trace_end(struct sbx_trace *t, int ok);
+/* The trace file, opened now and kept for every later line (-1: not
+ * tracing or it cannot be opened): a process about to lose its view of
+ * the file system (the monitor's unprivileged half) keeps this fd. */
+int sbx_trace_fd(void);
 
 #endif

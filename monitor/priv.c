@@ -18,6 +18,7 @@
 #include "port.h"
 #include "priv.h"
 #include "priv_int.h"
+#include "trace.h"
 
 #include <limits.h>
 #include <poll.h>
@@ -270,7 +271,7 @@ static int child_enter(struct mon *m, int chan, pid_t parent, int lock_fd, struc
 	int mine[] = { 0,	    1,		   2,		  chan,		    ppfd,	      m->ep,
 		       m->listen.fd, m->agent.fd,  m->sig.fd,	  m->timer.fd,	    m->console.src.fd, m->console.fd,
 		       m->vmmlog.src.fd, m->vmmlog.fd, m->proxylog.src.fd, m->proxylog.fd, m->vmev.fd,	      m->vm.pidfd,
-		       m->proxy.fd,  m->execs_dfd };
+		       m->proxy.fd,  m->execs_dfd, sbx_trace_fd() };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(mine); i++)
 		keep[n++] = mine[i];
 	for (struct client *c = m->clients; c && n < (int)SBX_ARRAY_LEN(keep) - 1; c = c->next) {
