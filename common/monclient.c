@@ -141,8 +141,10 @@ static int frames(struct sbx_mon *m, sbx_mon_frame_fn on_frame, void *ctx, struc
 		off += SBX_FRAME_HDR + f.len;
 		r = on_frame(ctx, m, &f, err);
 	}
-	memmove(m->in.data, m->in.data + off, m->in.len - off);
-	m->in.len -= off;
+	if (off) { /* (in.data is NULL before the first read) */
+		memmove(m->in.data, m->in.data + off, m->in.len - off);
+		m->in.len -= off;
+	}
 	return r < 0 ? failed(m, SBX_MON_REFUSED) : r;
 }
 
