@@ -21,6 +21,11 @@ VETH=sbxe$$
 base=
 # The search and the set-up under test_net_hosts's lock (tests/lib.sh), so
 # a test running beside this one never picks the same addresses.
+# 192.0.0.8 and 198.18.0.5 are routed host-wide for the whole run, not
+# only while the addresses are laid out: a second t1500 (another suite on
+# this machine) waits for this one to end.
+exec {fixed_lock}>/run/lock/sbx-test-t1500.lock
+flock "$fixed_lock"
 exec {net_lock}>/run/lock/sbx-test-net.lock
 flock "$net_lock"
 for o in $(seq 128 16 240); do
