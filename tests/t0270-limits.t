@@ -20,7 +20,10 @@ is "$(sbx-exec -u root "$id" -- sh -c 'ps -o user | grep -c "^user"')" 0 "nothin
 is "$(sbx-exec "$id" -- echo alive)" alive "the session survives the fork bomb"
 
 # Memory per exec: the OOM killer ends the hog; reason oom; the session lives.
-sbx-exec "$id" -- sh -c 'x=a; while :; do x="$x$x"; done' 2>/dev/null; rc=$?
+# (Under the policy's maximum timeout, not its 3 s default: on a loaded host
+# TCG can take longer than that to grow the string to 48M, and the exec
+# then ends as a timeout before the OOM killer ends it.)
+sbx-exec --timeout 20s "$id" -- sh -c 'x=a; while :; do x="$x$x"; done' 2>/dev/null; rc=$?
 is "$rc" 137 "a memory hog is killed (137)"
 last=$(sbx-ps --execs "$id" --json | jq -r '.[-1].reason')
 is "$last" oom "its reason is oom"
@@ -47,11 +50,12 @@ sbx-create -q --id pol-1 >/dev/null 2>&1; is "$?" 5 "the same --id under another
 sbx-kill pol-1 "$id"
 
 # TTL: the monitor destroys the VM at expiry and records it.
-# (10 s: long enough that a boot on a loaded host does not eat it all)
-id=$(sbx-create -q --ttl 10s)
-e=$(sbx-exec -d "$id" -- sleep 60)
-is "$(sbx-ps --json "$id" | jq '.[0].ttl_left_s <= 10')" true "sbx-ps shows the TTL left"
-for i in $(seq 150); do [ "$(sbx-ps --no-headers "$id" | cut -f2)" = expired ] && break; sleep 0.2; done
+# (30 s: the TTL runs from the create, and a boot under ASan on a loaded
+# host took most of 10 s, leaving the exec below no session to start in)
+id=$(sbx-create -q --ttl 30s)
+e=$(sbx-exec -d "$id" -- sleep 120)
+is "$(sbx-ps --json "$id" | jq '.[0].ttl_left_s <= 30')" true "sbx-ps shows the TTL left"
+for i in $(seq 300); do [ "$(sbx-ps --no-headers "$id" | cut -f2)" = expired ] && break; sleep 0.2; done
 is "$(sbx-ps --no-headers "$id" | cut -f2)" expired "the session is recorded as expired at its TTL"
 like "$(sbx-ps --json "$id" | jq -r '.[0].end_reason')" "ttl" "with the reason"
 sbx-exec --wait "$e" "$id"; is "$?" 137 "its running exec ended as killed"
