@@ -36,8 +36,14 @@ sbx-kill "$id"
 
 # A crashed session and gc's reclaim are recorded too.
 id=$(sbx-create -q)
+mon=$(jq -r .monitor.pid "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")
 kill -9 "$(jq -r .vmm_process.pid "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")"
-for i in $(seq 50); do [ "$(sbx-ps --no-headers "$id" | cut -f2)" = crashed ] && break; sleep 0.1; done
+# The record says crashed before the monitor has finished and let go of
+# the session's lock (gc passes over a locked session): wait for both.
+for i in $(seq 300); do
+	[ "$(sbx-ps --no-headers "$id" | cut -f2)" = crashed ] && ! kill -0 "$mon" 2>/dev/null && break
+	sleep 0.1
+done
 sbx-gc --grace 0 >/dev/null 2>&1
 is "$(sbx-audit --session "$id" --json | jq -r '[.[].type] | join(" ")')" "session.create session.crash gc.reclaim" \
    "crash and reclaim are recorded"
