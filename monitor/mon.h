@@ -317,7 +317,7 @@ int mon_claim_commit(struct mon *m, const char *id, const char *rec, const char 
 int mon_claim_network(struct mon *m, struct sbx_err *err);
 int mon_priv_start(struct mon *m, int lock_fd, struct sbx_err *err);
 int mon_priv_serve(struct mon *m);
-void mon_priv_exit(struct mon *m, int rc);
+int mon_priv_exit(struct mon *m, int rc);
 
 /* loop.c */
 void mon_ep_mod(struct mon *m, struct src *s, uint32_t ev, int op);

@@ -368,15 +368,17 @@ int mon_priv_start(struct mon *m, int lock_fd, struct sbx_err *err)
 	return -1;
 }
 
-void mon_priv_exit(struct mon *m, int rc)
+/* Returns 1 in the child (which then ends with _exit: see loop.c). */
+int mon_priv_exit(struct mon *m, int rc)
 {
 	if (!split_child(m))
-		return;
+		return 0;
 	struct sbx_buf b = { 0 };
 	priv_msg_begin(&b, PRIV_EXIT);
 	sbx_tlv_u64(&b, PT_STATUS, (uint64_t)rc);
 	priv_chan_send(m->priv.fd, &b, NULL, 0);
 	sbx_buf_free(&b);
+	return 1;
 }
 
 /* The child ended without saying it was done (killed, crashed, or it sent
