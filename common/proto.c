@@ -335,7 +335,8 @@ int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, cons
 		*why = "empty command";
 		goto bad;
 	}
-	if (r->flags & ~(uint32_t)(SBX_EXEC_PTY | SBX_EXEC_STDIN | SBX_EXEC_DETACH | SBX_EXEC_COPY)) {
+	if (r->flags & ~(uint32_t)(SBX_EXEC_PTY | SBX_EXEC_STDIN | SBX_EXEC_DETACH | SBX_EXEC_COPY |
+				   SBX_EXEC_OUT_WINDOW)) {
 		*why = "unknown exec flags";
 		goto bad;
 	}

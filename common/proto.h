@@ -24,6 +24,12 @@
 #define SBX_FRAME_MAX (1u << 20)  /* payload cap: 1 MiB (argv+env of one exec) */
 #define SBX_DATA_CHUNK (64u << 10) /* stdout/stderr/stdin bytes per DATA frame */
 #define SBX_STDIN_WINDOW (256u << 10) /* initial stdin credit per exec */
+/* Output credit per exec (SBX_EXEC_OUT_WINDOW): the guest sends at most
+ * this many stdout and stderr bytes that the host has not given back by
+ * WINDOW, so a client that reads slowly slows the command, as a pipe
+ * would, and loses nothing.  WINDOW with SBX_WINDOW_OFF lifts it. */
+#define SBX_OUTPUT_WINDOW (2u << 20)
+#define SBX_WINDOW_OFF 0xffffffffu
 #define SBX_MAX_ARGS 8192u
 #define SBX_MAX_ENV 8192u
 /* The guest agent's AF_VSOCK port, on VMMs that offer vsock instead of a
@@ -32,14 +38,16 @@
 #define SBX_AGENT_VSOCK_PORT 1024u
 
 enum sbx_frame_type {
-	SBX_F_HELLO = 1,    /* guest->host: VERSION KERNEL HOSTNAME; monitor->client: VERSION SESSION */
+	SBX_F_HELLO = 1,    /* guest->host: VERSION KERNEL HOSTNAME [FLAGS: SBX_GUEST_*];
+			     * monitor->client: VERSION SESSION */
 	SBX_F_EXEC = 2,     /* ARGV* ENV* CWD TIMEOUT_MS FLAGS ROWS COLS UID GID */
 	SBX_F_STARTED = 3,  /* PID (guest), EXEC_ID (monitor->client) */
 	SBX_F_STDIN = 4,    /* raw bytes */
 	SBX_F_STDOUT = 5,   /* raw bytes */
 	SBX_F_STDERR = 6,   /* raw bytes */
 	SBX_F_STDIN_EOF = 7,
-	SBX_F_WINDOW = 8,   /* u32 LE: more stdin bytes the receiver may send */
+	SBX_F_WINDOW = 8,   /* u32 LE: more bytes the sender of this frame will take: guest->host
+			     * stdin credit, host->guest output credit (SBX_EXEC_OUT_WINDOW) */
 	SBX_F_RESIZE = 9,   /* ROWS COLS */
 	SBX_F_SIGNAL = 10,  /* SIGNO: deliver to the exec's process (group) */
 	SBX_F_KILL = 11,    /* end the exec's whole tree; reason "killed" */
@@ -54,7 +62,7 @@ enum sbx_frame_type {
 	/* Snapshots (19-22) */
 	SBX_F_IDENTITY = 19, /* host->guest: HOSTNAME SEED TIME_NS after a restore (or a pool
 			      * claim): set the hostname and the clock, reseed the RNG, drop
-			      * exec state; guest->host: KERNEL HOSTNAME once applied */
+			      * exec state; guest->host: KERNEL HOSTNAME [FLAGS] once applied */
 	SBX_F_QUIESCE = 20, /* host->guest: about to be saved: no exec may live (ERROR 5 on
 			     * stream 0 otherwise), /run/secrets wiped; guest->host: empty, done */
 	SBX_F_VMCTL = 21,   /* client->monitor: OP [PATH] [HOSTNAME]; monitor->client: OP STATE
@@ -166,11 +174,20 @@ enum sbx_vmctl_op {
 	SBX_VMCTL_MAX = 5
 };
 
+/* What a guest-init can do, in FLAGS of its HELLO and its IDENTITY reply
+ * (none from one older than these). */
+#define SBX_GUEST_OUT_WINDOW 1u /* keeps to output credit (SBX_EXEC_OUT_WINDOW) */
+
 enum sbx_exec_flags {
 	SBX_EXEC_PTY = 1u << 0,   /* allocate a pty; stdout carries the terminal */
 	SBX_EXEC_STDIN = 1u << 1, /* the client sends stdin; otherwise /dev/null */
 	SBX_EXEC_DETACH = 1u << 2, /* client->monitor only: do not stream */
-	SBX_EXEC_COPY = 1u << 3    /* client->monitor only: sbx's own exec (sbx-cp), recorded as such */
+	SBX_EXEC_COPY = 1u << 3,   /* client->monitor only: sbx's own exec (sbx-cp), recorded as such */
+	SBX_EXEC_OUT_WINDOW = 1u << 4 /* monitor->guest: output under credit; the guest's STARTED
+				       * carries FLAGS with it set when it keeps to that.  Sent
+				       * only to a guest whose HELLO (or IDENTITY reply) said
+				       * SBX_GUEST_OUT_WINDOW: an older guest-init refuses an
+				       * exec with a flag it does not know */
 };
 
 enum sbx_reason {

@@ -60,6 +60,7 @@ static void send_hello(struct agent *a)
 	sbx_tlv_u32(&a->out, SBX_T_VERSION, SBX_PROTO_VERSION);
 	sbx_tlv_str(&a->out, SBX_T_KERNEL, u.release);
 	sbx_tlv_str(&a->out, SBX_T_HOSTNAME, u.nodename);
+	sbx_tlv_u32(&a->out, SBX_T_FLAGS, SBX_GUEST_OUT_WINDOW);
 	sbx_frame_end(&a->out, off);
 	a->hello_seen = 0;
 }
@@ -185,12 +186,12 @@ static uint64_t io_tag(const struct agent *a, const struct exec *e, int io)
 	return K_IO | (uint64_t)io << 8 | (uint64_t)(e - a->ex) << 16 | (uint64_t)e->gen << 32;
 }
 
-/* Level-triggered interest in one exec fd: output while the queue has room,
- * stdin while bytes wait for the child. */
+/* Level-triggered interest in one exec fd: output while the queue has room
+ * and the host's credit lasts, stdin while bytes wait for the child. */
 void io_watch(struct agent *a, struct exec *e, int io)
 {
 	int want = e->fd[io] >= 0 &&
-		   (io == IO_IN ? e->in.len > e->in_off : !a->paused);
+		   (io == IO_IN ? e->in.len > e->in_off : !a->paused && out_may_send(e));
 	struct epoll_event ev = { .events = io == IO_IN ? EPOLLOUT : EPOLLIN,
 				  .data.u64 = io_tag(a, e, io) };
 
@@ -242,6 +243,7 @@ static void dispatch(struct agent *a, const struct sbx_frame *f)
 		break;
 	case SBX_F_STDIN:
 	case SBX_F_STDIN_EOF:
+	case SBX_F_WINDOW:
 	case SBX_F_RESIZE:
 	case SBX_F_SIGNAL:
 	case SBX_F_KILL:
@@ -399,12 +401,19 @@ static void on_io(struct agent *a, uint64_t tag)
 		stdin_pump(a, e);
 		return;
 	}
-	for (int i = 0; i < 4 && outq_pending(a) <= OUTQ_CAP; i++) {
-		ssize_t n = read(e->fd[io], buf, sizeof(buf));
+	for (int i = 0; i < 4 && outq_pending(a) <= OUTQ_CAP && out_may_send(e); i++) {
+		size_t want = e->out_flow && e->out_credit < sizeof(buf) ? e->out_credit : sizeof(buf);
+		ssize_t n = read(e->fd[io], buf, want);
 		if (n > 0) {
 			sbx_frame_raw(&a->out, io == IO_ERR ? SBX_F_STDERR : SBX_F_STDOUT,
 				      e->stream, buf, (uint32_t)n);
-			if ((size_t)n < sizeof(buf))
+			if (e->out_flow && (e->out_credit -= (uint32_t)n) == 0) {
+				/* Out of credit: both streams wait for WINDOW. */
+				io_watch(a, e, IO_OUT);
+				io_watch(a, e, IO_ERR);
+				return;
+			}
+			if ((size_t)n < want)
 				return;
 		} else if (n < 0 && errno == EINTR) {
 			continue;
@@ -433,7 +442,7 @@ static void run_deadlines(struct agent *a)
 		if (!e->reaped && e->deadline && now >= e->deadline)
 			exec_kill(a, e, SBX_R_TIMEOUT);
 		if (e->reaped && now >= e->drain_deadline) {
-			if (a->paused) { /* the host is behind, not the exec */
+			if (a->paused || !out_may_send(e)) { /* the host is behind, not the exec */
 				e->drain_deadline = now + RECONNECT_NS;
 				continue;
 			}

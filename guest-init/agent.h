@@ -60,6 +60,8 @@ struct exec {
 	struct sbx_buf in;       /* stdin received, not yet written */
 	size_t in_off;
 	uint32_t credit_used;    /* stdin bytes received and not yet given back by WINDOW */
+	int out_flow;            /* output under the host's credit (SBX_EXEC_OUT_WINDOW) */
+	uint32_t out_credit;     /* ... the stdout and stderr bytes we may still send */
 	int in_eof;
 	uint32_t forced;         /* SBX_R_TIMEOUT / SBX_R_KILLED once we killed it */
 	struct rusage ru;
@@ -130,6 +132,11 @@ static inline uint64_t now_ns(void)
 void send_error(struct agent *a, uint32_t stream, uint32_t code, const char *msg);
 void send_u32(struct agent *a, uint8_t type, uint32_t stream, uint16_t tag, uint32_t v);
 void io_watch(struct agent *a, struct exec *e, int io);
+/* The exec's output may go out: no credit, or credit left. */
+static inline int out_may_send(const struct exec *e)
+{
+	return !e->out_flow || e->out_credit > 0;
+}
 void io_close(struct agent *a, struct exec *e, int io);
 
 /* agent_cg.c */

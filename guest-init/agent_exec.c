@@ -269,6 +269,21 @@ void on_exec_frame(struct agent *a, const struct sbx_frame *f)
 	struct exec *e = exec_find(a, f->stream);
 	uint32_t v1 = 0, v2 = 0;
 
+	/* Output credit counts until the last byte is out, after the
+	 * process is reaped too. */
+	if (e && f->type == SBX_F_WINDOW) {
+		if (f->len != 4 || sbx_tlv_as_u32(f->payload, f->len, &v1) < 0) {
+			send_error(a, f->stream, ERR_INVALID, "malformed window");
+			return;
+		}
+		if (v1 == SBX_WINDOW_OFF)
+			e->out_flow = 0;
+		else
+			e->out_credit = v1 > SBX_OUTPUT_WINDOW - e->out_credit ? SBX_OUTPUT_WINDOW : e->out_credit + v1;
+		io_watch(a, e, IO_OUT);
+		io_watch(a, e, IO_ERR);
+		return;
+	}
 	/* Frames for a stream that just ended race with its EXIT: drop them. */
 	if (!e || e->reaped)
 		return;

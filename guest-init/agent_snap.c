@@ -312,6 +312,7 @@ void on_identity(struct agent *a, const struct sbx_frame *f)
 	off = sbx_frame_begin(&a->out, SBX_F_IDENTITY, 0);
 	sbx_tlv_str(&a->out, SBX_T_KERNEL, u.release);
 	sbx_tlv_str(&a->out, SBX_T_HOSTNAME, u.nodename);
+	sbx_tlv_u32(&a->out, SBX_T_FLAGS, SBX_GUEST_OUT_WINDOW);
 	sbx_frame_end(&a->out, off);
 }
 

@@ -452,6 +452,7 @@ void exec_start(struct agent *a, uint32_t stream, const uint8_t *p, uint32_t n)
 		return;
 	}
 	err = spawn(a, e, &r);
+	uint32_t flags = r.flags;
 	if (r.timeout_ms)
 		e->deadline = e->t0 + r.timeout_ms * NS_PER_MS;
 	sbx_exec_req_free(&r);
@@ -463,7 +464,15 @@ void exec_start(struct agent *a, uint32_t stream, const uint8_t *p, uint32_t n)
 		exec_release(a, e);
 		return;
 	}
-	send_u32(a, SBX_F_STARTED, stream, SBX_T_PID, (uint32_t)e->pid);
+	/* Output under the host's credit when it asks; saying so in STARTED
+	 * tells it we keep to it (a guest-init before it says nothing). */
+	e->out_flow = !!(flags & SBX_EXEC_OUT_WINDOW);
+	e->out_credit = e->out_flow ? SBX_OUTPUT_WINDOW : 0;
+	size_t off = sbx_frame_begin(&a->out, SBX_F_STARTED, stream);
+	sbx_tlv_u32(&a->out, SBX_T_PID, (uint32_t)e->pid);
+	if (e->out_flow)
+		sbx_tlv_u32(&a->out, SBX_T_FLAGS, SBX_EXEC_OUT_WINDOW);
+	sbx_frame_end(&a->out, off);
 	a->started = 1;
 	for (int io = 0; io < IO_N; io++)
 		io_watch(a, e, io);

@@ -30,17 +30,24 @@ void agent_flush(struct mon *m)
 }
 
 
-/* The guest kernel's release, from a HELLO or an identity reply. */
-void agent_note_kernel(struct mon *m, const struct sbx_frame *f)
+/* The guest kernel's release and what its guest-init can do, from a HELLO or
+ * an identity reply. */
+void agent_note_guest(struct mon *m, const struct sbx_frame *f)
 {
 	struct sbx_tlv_it it;
 	uint16_t tag;
 	const uint8_t *v;
 	uint32_t n;
+	uint32_t caps = 0;
 	sbx_tlv_init(&it, f->payload, f->len);
 	while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
 		if (tag == SBX_T_KERNEL)
 			sbx_tlv_as_str(v, n, m->s.kernel, sizeof m->s.kernel);
+		else if (tag == SBX_T_FLAGS && sbx_tlv_as_u32(v, n, &caps) < 0)
+			caps = 0;
+	/* What this guest-init can do (SBX_GUEST_*): each HELLO or identity
+	 * reply says it afresh (a restore may bring another guest-init). */
+	m->guest_caps = caps;
 }
 
 /* The guest is up (HELLO, or a restore's identity applied): ready now, or
@@ -92,7 +99,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		return;
 	switch (f->type) {
 	case SBX_F_HELLO: {
-		agent_note_kernel(m, f);
+		agent_note_guest(m, f);
 		if (m->ready || m->secrets_sent || m->snap.restoring)
 			break; /* a guest saying hello again (reconnect) gets nothing more */
 		agent_time_sync(m, 0);
@@ -115,7 +122,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		break;
 	case SBX_F_STARTED:
 		if (ex)
-			ex->started = 1;
+			exec_started(m, ex, f);
 		break;
 	case SBX_F_STDOUT:
 	case SBX_F_STDERR:

@@ -17,6 +17,18 @@ void client_flush(struct mon *m, struct client *c)
 			break;
 		}
 		c->out_off += (size_t)w;
+		c->q_out += (uint64_t)w;
+	}
+	/* The output it has read is the guest's to send again. */
+	unsigned i = 0;
+	uint64_t back = 0;
+	while (i < c->nmark && c->mark[i].end <= c->q_out)
+		back += c->mark[i++].n;
+	if (i) {
+		memmove(c->mark, c->mark + i, (c->nmark - i) * sizeof c->mark[0]);
+		c->nmark -= i;
+		if (c->ex)
+			exec_out_credit(m, c->ex, back);
 	}
 	if (c->out_off == c->out.len) {
 		sbx_buf_reset(&c->out);
@@ -212,10 +224,16 @@ void client_drop(struct mon *m, struct client *c)
 		}
 	/* The exec goes on without its client: output still lands on disk and
 	 * the guest enforces its timeout. */
-	if (c->ex && c->ex->done)
+	if (c->ex && c->ex->done) {
 		exec_free(m, c->ex);
-	else if (c->ex)
+	} else if (c->ex) {
+		/* What it never read is consumed all the same. */
+		uint64_t back = 0;
+		for (unsigned i = 0; i < c->nmark; i++)
+			back += c->mark[i].n;
 		c->ex->client = NULL;
+		exec_out_credit(m, c->ex, back);
+	}
 	if (m->claim.c == c)
 		m->claim.c = NULL;
 	if (m->snap.c == c)

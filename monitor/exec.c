@@ -1,7 +1,8 @@
 /* sbx-monitor: execs: start, output kept and streamed, the end, deadlines and pings. */
 #include "mon.h"
 
-static void emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n);
+static int emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n,
+		       uint64_t credit);
 
 /* --- execs ------------------------------------------------------------- */
 
@@ -20,8 +21,10 @@ void exec_free(struct mon *m, struct exec *ex)
 			*pp = ex->next;
 			break;
 		}
-	if (ex->client)
+	if (ex->client) {
 		ex->client->ex = NULL;
+		ex->client->nmark = 0; /* an exec that is gone needs no credit */
+	}
 	close(ex->out_fd);
 	close(ex->err_fd);
 	close(ex->dfd);
@@ -168,11 +171,11 @@ static void scrub_flush(struct mon *m, struct exec *ex)
 	struct sbx_buf b = { 0 };
 	sbx_scrub_end(&ex->sc_out, &b);
 	if (b.len && !b.oom)
-		emit_output(m, ex, SBX_F_STDOUT, b.data, (uint32_t)b.len);
+		emit_output(m, ex, SBX_F_STDOUT, b.data, (uint32_t)b.len, 0);
 	sbx_buf_reset(&b);
 	sbx_scrub_end(&ex->sc_err, &b);
 	if (b.len && !b.oom)
-		emit_output(m, ex, SBX_F_STDERR, b.data, (uint32_t)b.len);
+		emit_output(m, ex, SBX_F_STDERR, b.data, (uint32_t)b.len, 0);
 	sbx_buf_free(&b);
 }
 
@@ -296,9 +299,11 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 	}
 	free(rq);
 	int detach = r.flags & SBX_EXEC_DETACH;
-	r.flags &= ~(uint32_t)(SBX_EXEC_DETACH | SBX_EXEC_COPY);
+	r.flags &= ~(uint32_t)(SBX_EXEC_DETACH | SBX_EXEC_COPY | SBX_EXEC_OUT_WINDOW);
 	if (detach)
 		r.flags &= ~(uint32_t)SBX_EXEC_STDIN;
+	else if (m->guest_caps & SBX_GUEST_OUT_WINDOW)
+		r.flags |= SBX_EXEC_OUT_WINDOW; /* a streamed exec's output under credit */
 	ex->next = m->execs;
 	m->execs = ex;
 	if (sbx_mono_ns() - m->time_synced > MON_TIME_SYNC_NS)
@@ -336,10 +341,76 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 
 /* --- frames from the guest --------------------------------------------- */
 
+/* ---- output credit (SBX_EXEC_OUT_WINDOW) ----
+ * A guest that keeps to it has at most SBX_OUTPUT_WINDOW bytes of an
+ * exec's output unaccounted for: in flight, queued for the exec's client,
+ * or consumed here and owed back.  Bytes are consumed when the client has
+ * read them (client_flush, by the marks), or at once when nobody streams
+ * them (no client, or one that lags: the files are the stream then).  So
+ * a slow client slows the command instead of falling behind past what
+ * the files keep, and the monitor's queue per client stays under the
+ * window.  WINDOW goes back in quarters of it, not per frame. */
+void exec_out_credit(struct mon *m, struct exec *ex, uint64_t n)
+{
+	if (!ex->out_flow || ex->done || !n)
+		return;
+	ex->out_owed += n;
+	if (ex->out_owed < SBX_OUTPUT_WINDOW / 4)
+		return;
+	uint32_t v = ex->out_owed > SBX_OUTPUT_WINDOW ? SBX_OUTPUT_WINDOW : (uint32_t)ex->out_owed;
+	uint8_t le[4] = { (uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24) };
+	ex->out_owed = 0;
+	sbx_frame_raw(&m->aout, SBX_F_WINDOW, ex->n, le, 4);
+	agent_flush(m);
+}
+
+/* The guest's STARTED: its FLAGS say whether it keeps to output credit
+ * (a guest-init from before it says nothing, and streams as it always did). */
+void exec_started(struct mon *m, struct exec *ex, const struct sbx_frame *f)
+{
+	struct sbx_tlv_it it;
+	const uint8_t *val;
+	uint16_t tag;
+	uint32_t len, flags = 0;
+	ex->started = 1;
+	sbx_tlv_init(&it, f->payload, f->len);
+	while (sbx_tlv_next(&it, &tag, &val, &len) == 1)
+		if (tag == SBX_T_FLAGS && sbx_tlv_as_u32(val, len, &flags) < 0)
+			flags = 0;
+	ex->out_flow = !(ex->flags & SBX_EXEC_DETACH) && (flags & SBX_EXEC_OUT_WINDOW);
+}
+
+/* Tell the guest to stop counting: the exec is over for us (the host's
+ * timeout), and what it still sends is dropped, so nothing may wait on
+ * credit that will never come. */
+static void out_credit_off(struct mon *m, struct exec *ex)
+{
+	if (!ex->out_flow)
+		return;
+	uint8_t le[4] = { 0xff, 0xff, 0xff, 0xff };
+	sbx_frame_raw(&m->aout, SBX_F_WINDOW, ex->n, le, 4);
+	ex->out_flow = 0;
+}
+
+static void client_mark(struct client *c, uint64_t n)
+{
+	uint64_t end = c->q_out + (c->out.len - c->out_off);
+	if (c->nmark == OUT_MARKS) {
+		/* Merged into the newest: its credit comes back a little later. */
+		c->mark[OUT_MARKS - 1].end = end;
+		c->mark[OUT_MARKS - 1].n += n;
+		return;
+	}
+	c->mark[c->nmark++] = (struct out_mark){ .end = end, .n = n };
+}
+
 /* Output as stored and as streamed: the two are the same bytes (secrets
  * already scrubbed), so a client that lags and reads on from the files
- * resumes exactly where its stream stopped. */
-static void emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n)
+ * resumes exactly where its stream stopped.  CREDIT guest bytes are
+ * accounted to the frame queued here; returns 0 when none was (the
+ * caller gives them back at once). */
+static int emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n,
+		       uint64_t credit)
 {
 	int out = type == SBX_F_STDOUT;
 	uint64_t *size = out ? &ex->out_size : &ex->err_size;
@@ -358,29 +429,41 @@ static void emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint
 	}
 	struct client *c = ex->client;
 	if (!c)
-		return;
+		return 0;
 	if (!c->lag && c->out.len - c->out_off < CLIENT_BUF_MAX) {
 		sbx_frame_raw(&c->out, type, ex->n, p, n);
+		if (credit && ex->out_flow)
+			client_mark(c, credit);
 		client_flush(m, c);
-	} else if (!c->lag) {
+		return 1;
+	}
+	/* Past the queue's bound: only a guest that ignores its credit (or
+	 * a guest-init from before it) gets here. */
+	if (!c->lag) {
 		c->lag = 1;
 		c->lag_out = before_out;
 		c->lag_err = before_err;
 		client_flush(m, c);
 	}
+	return 0;
 }
 
 void exec_store_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n)
 {
 	int out = type == SBX_F_STDOUT;
 	*(out ? &ex->out_total : &ex->err_total) += n;
-	if (!m->sec.patmax)
-		return emit_output(m, ex, type, p, n);
-	struct sbx_buf b = { 0 };
-	/* Out of memory loses this chunk rather than store it unscrubbed. */
-	if (sbx_scrub(&m->sec, out ? &ex->sc_out : &ex->sc_err, p, n, &b) == 0 && b.len)
-		emit_output(m, ex, type, b.data, (uint32_t)(b.len < UINT32_MAX ? b.len : UINT32_MAX));
-	sbx_buf_free(&b);
+	int queued = 0;
+	if (!m->sec.patmax) {
+		queued = emit_output(m, ex, type, p, n, n);
+	} else {
+		struct sbx_buf b = { 0 };
+		/* Out of memory loses this chunk rather than store it unscrubbed. */
+		if (sbx_scrub(&m->sec, out ? &ex->sc_out : &ex->sc_err, p, n, &b) == 0 && b.len)
+			queued = emit_output(m, ex, type, b.data, (uint32_t)(b.len < UINT32_MAX ? b.len : UINT32_MAX), n);
+		sbx_buf_free(&b);
+	}
+	if (!queued)
+		exec_out_credit(m, ex, n);
 }
 
 /* The exec has ended (its EXIT, or the host's timeout): record it, tell
@@ -418,6 +501,7 @@ void exec_deadlines(struct mon *m)
 		if (ex->done || !ex->deadline || now < ex->deadline)
 			continue;
 		sbx_frame_raw(&m->aout, SBX_F_KILL, ex->n, NULL, 0);
+		out_credit_off(m, ex);
 		agent_flush(m);
 		struct sbx_exit_info e = { .status = 124, .reason = SBX_R_TIMEOUT };
 		e.wall_us = (sbx_now_ns() - ex->started_ns) / 1000u;

@@ -118,13 +118,26 @@ struct exec {
 	uint64_t deadline;    /* CLOCK_MONOTONIC: the host ends it then (0: no timeout) */
 	int host_timeout;     /* ... which it did: enforced_by "host" */
 	struct sbx_buf tail;  /* the EXIT frame owed to that client */
+	int out_flow;         /* the guest sends output under our credit (SBX_EXEC_OUT_WINDOW) */
+	uint64_t out_owed;    /* guest output bytes consumed, not yet given back by WINDOW */
 };
+
+/* Where in a client's queue the output of so many guest bytes ends: once
+ * the client has read past it, those bytes are the guest's credit again. */
+struct out_mark {
+	uint64_t end; /* client.q_out once the frame is out */
+	uint64_t n;   /* guest bytes it carried */
+};
+#define OUT_MARKS 8
 
 struct client {
 	struct src src;
 	struct client *next;
 	struct sbx_buf in, out;
 	size_t out_off;
+	uint64_t q_out;      /* bytes sent to it, ever */
+	struct out_mark mark[OUT_MARKS]; /* its exec's output in .out, oldest first */
+	unsigned nmark;
 	struct exec *ex;
 	int lag;
 	uint64_t lag_out, lag_err;
@@ -179,6 +192,7 @@ struct mon {
 	struct client *clients;
 	unsigned nclients;
 	uint64_t output_cap;
+	uint32_t guest_caps;  /* SBX_GUEST_*: what the guest-init said it can do */
 	uint64_t output_session_cap, output_kept; /* over every exec of the session */
 	char vm_end[128];
 	struct sbx_secrets sec; /* only to scrub stored output; see mon_boot() */
@@ -244,6 +258,8 @@ void exec_free(struct mon *m, struct exec *ex);
 void exec_abort(struct mon *m, struct exec *ex, uint32_t reason);
 void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f);
 void exec_store_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n);
+void exec_out_credit(struct mon *m, struct exec *ex, uint64_t n);
+void exec_started(struct mon *m, struct exec *ex, const struct sbx_frame *f);
 void exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e);
 void exec_deadlines(struct mon *m);
 void mon_heartbeat(struct mon *m);
@@ -252,7 +268,7 @@ int exec_wait_ms(const struct mon *m);
 
 /* agent.c */
 void agent_flush(struct mon *m);
-void agent_note_kernel(struct mon *m, const struct sbx_frame *f);
+void agent_note_guest(struct mon *m, const struct sbx_frame *f);
 void agent_secrets_then_ready(struct mon *m);
 void agent_time_sync(struct mon *m, uint32_t token);
 int mon_drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *),

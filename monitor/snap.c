@@ -89,7 +89,7 @@ void snap_identity_reply(struct mon *m, const struct sbx_frame *f)
 	if (!m->snap.identity || f->stream)
 		return;
 	m->snap.identity = 0;
-	agent_note_kernel(m, f);
+	agent_note_guest(m, f);
 	if (m->snap.c && m->snap.op == SBX_VMCTL_IDENTITY) {
 		snap_reply(m, m->snap.c, SBX_VMCTL_IDENTITY);
 		m->snap.c = NULL;
