@@ -67,5 +67,11 @@ e=$(sbx-exec -d "$id" -- head -c 20000000 /dev/zero)
 sbx-exec --wait "$e" "$id"; is "$?" 0 "a detached exec's 20 MB goes to the files at once"
 is "$(sbx-exec --wait "$e" --json "$id" | jq -c '[.stdout_bytes, .truncated]')" "[20000000,true]" "counted, the cap kept"
 
+# sbx-cp's download is an exec's output too: whole, sixteen times the cap.
+head -c 16777216 /dev/urandom >"$TEST_TMP/big"
+sbx-cp "$TEST_TMP/big" "$id:/tmp/" && sbx-cp "$id:/tmp/big" "$TEST_TMP/back"
+ok $? "sbx-cp moves 16 MiB each way under a 1 MiB output cap"
+cmp -s "$TEST_TMP/big" "$TEST_TMP/back"; ok $? "and the download is the file"
+
 sbx-kill "$id" >/dev/null
 done_testing
