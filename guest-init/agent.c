@@ -21,6 +21,7 @@
 #include <sys/utsname.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <linux/vm_sockets.h>
@@ -676,7 +677,18 @@ static void warm_first_spawn(void)
 			execve(argv[0], argv, envp);
 		_exit(127);
 	}
-	while (pid > 0 && waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+	if (pid < 0)
+		return;
+	/* Bounded: a template's /bin/true that does not end (it is the
+	 * template's to ship) costs at most 2 s, not the boot. */
+	for (int i = 0; i < 200; i++) {
+		if (waitpid(pid, NULL, WNOHANG) != 0)
+			return;
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 		;
 }
 
