@@ -50,6 +50,12 @@ sbx-exec "$id" -- sh -c 'head -c 6000000 /dev/zero; head -c 5000000 /dev/zero >&
 for i in $(seq 100); do [ -s "$TEST_TMP/err" ] && break; sleep 0.1; done
 is "$(cat "$TEST_TMP/out") $(cat "$TEST_TMP/err")" "6000000 5000000" "stdout and stderr, each whole"
 
+# stdin and stdout both under credit, the reader slow: cat's output waits
+# for the reader, its input for cat, and nothing waits on itself.
+head -c 20000000 /dev/urandom >"$TEST_TMP/in"
+sum=$(sbx-exec -i "$id" -- cat <"$TEST_TMP/in" | { sleep 3; sha256sum; } | cut -d' ' -f1)
+is "$sum" "$(sha256sum <"$TEST_TMP/in" | cut -d' ' -f1)" "20 MB through cat, both ways under credit, to a slow reader"
+
 # A reader that leaves early: the command runs on at full speed without it
 # (the monitor gives back what nobody will read) and ends on its own.
 sbx-exec "$id" -- sh -c 'head -c 30000000 /dev/zero; echo done >/tmp/flow-done' | head -c 1000 >/dev/null
