@@ -42,10 +42,16 @@ diag() { echo "# $*"; }
 
 # Everything under our root, host-wide: processes whose command line names
 # it, and jailed VMMs, whose argv has only in-jail paths but whose mounts
-# come from under the root.
+# come from under the root.  Only processes in a mount namespace of their
+# own count by their mounts: one in the host's sees whatever a test has
+# mounted on the host (t1920's tmpfs), and is not ours for that.
 root_procs() {
+	local host_mnt p m
+	host_mnt=$(readlink /proc/self/ns/mnt)
 	{ pgrep -f -- "$SBX_ROOT"
-	  grep -lF -- "$SBX_ROOT/" /proc/[0-9]*/mountinfo 2>/dev/null | cut -d/ -f3
+	  for p in $(grep -lF -- "$SBX_ROOT/" /proc/[0-9]*/mountinfo 2>/dev/null | cut -d/ -f3); do
+		m=$(readlink /proc/"$p"/ns/mnt 2>/dev/null) && [ "$m" != "$host_mnt" ] && echo "$p"
+	  done
 	} | sort -u | grep -v "^$$\$" || true
 }
 

@@ -63,8 +63,14 @@ ok $? "a session under the default policy is created"
 is "$(sbx-exec "$plain" -- ls /sys/class/net | tr '\n' ' ')" "lo " "it has no network device, only loopback"
 is "$(jq -r '.net // "none"' "$S/$plain/session.json")" none "and its record has no network"
 
+# A mount on the host while the proxy starts (another session's, another
+# test's, an operator's disk): the proxy must not hold a copy of it.
+FOREIGN=$TEST_TMP/foreign
+mkdir -p "$FOREIGN" && mount -t tmpfs -o size=1m sbx-t1300-foreign "$FOREIGN"
+ok $? "a tmpfs mounted on the host (standing for another tenant's mount)"
 id=$(sbx-create -q -p "$TEST_TMP/net.yaml")
 ok $? "a session with network.egress: allowlist is created"
+umount -l "$FOREIGN"
 mac=$(jq -r .net.mac "$S/$id/session.json")
 like "$mac" '^[0-9a-f][26ae]:([0-9a-f]{2}:){4}[0-9a-f]{2}$' "its record has a locally administered unicast MAC"
 is "$(sbx-exec "$id" -- cat /sys/class/net/eth0/address)" "$mac" "which is the guest's eth0"
@@ -91,11 +97,26 @@ ok $? "it has a mount namespace of its own"
 nsenter -t "$ppid" -m touch /var/tmp/sbx-t1300-$$ 2>/dev/null
 ok $((! $?)) "in which the host's files are read-only"
 rm -f /var/tmp/sbx-t1300-$$
+# Its root is built, not copied: the system files it reads (resolver
+# configuration, libraries, CA certificates) and nothing else.  A copy of
+# the host's mount table would keep every mount of that moment alive (an
+# unmounted disk stays busy) and show other tenants' paths.
+grep -q "$FOREIGN" /proc/"$ppid"/mountinfo
+ok $((! $?)) "it holds no copy of a host mount made before it started (another tenant's)"
+is "$(awk '$5 == "/" { print $4 }' /proc/"$ppid"/mountinfo)" / "its root is a mount of its own"
+is "$(ls /proc/"$ppid"/root/ | grep -cvx -e etc -e usr -e run -e proc -e 'lib.*' -e bin -e sbin)" 0 \
+   "holding only /etc, /usr, /run, /proc and the library and binary links ($(ls /proc/"$ppid"/root/ | tr '\n' ' '))"
+[ ! -e /proc/"$ppid"/root/"$SBX_ROOT" ] && [ ! -e /proc/"$ppid"/root/var/lib ] && [ ! -e /proc/"$ppid"/root/home ]
+ok $? "no state directory, /var or /home by path"
+awk '$6 !~ /(^|,)nodev(,|$)/' /proc/"$ppid"/mountinfo | grep -q .
+ok $((! $?)) "and no device node it could open (nodev everywhere)"
 # Its network half (the parsers of the guest's bytes) is a child with a uid
 # of its own; the parent keeps uid 0 (it owns the audit trail) and writes
 # the records the child sends it.
 pnet=$(cat /proc/"$ppid"/task/"$ppid"/children | tr -d ' ')
 like "$pnet" '^[0-9]+$' "the proxy has one child, its network half"
+cmp -s /proc/"$ppid"/mountinfo /proc/"$pnet"/mountinfo && ! grep -q "$FOREIGN" /proc/"$pnet"/mountinfo
+ok $? "which has the same built root"
 is "$(awk '/^Uid:/ {print ($2 == 0 || $3 == 0 || $4 == 0) ? "root" : "unprivileged"}' /proc/"$pnet"/status)" \
    unprivileged "which runs as an unprivileged uid"
 is "$(grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/"$pnet"/status | tr -s '\t ' ' ' | tr '\n' ' ')" \
