@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -506,6 +507,58 @@ int sbx_jail_namespaces(const char *hostname, struct sbx_err *err)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make an empty root");
 	if (hostname && sethostname(hostname, strlen(hostname)) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set the hostname");
+	return 0;
+}
+
+/* One top-level entry of the host's root into the new one at STAGE: a
+ * symlink as it is (merged /usr: /lib -> usr/lib), a directory as a
+ * non-recursive bind (the mounts below it, another tenant's or a disk,
+ * are neither copied nor kept alive), read-only, nosuid, nodev, and
+ * noexec unless code is loaded from it.  Absent: nothing. */
+static int system_entry(const char *name, int exec, struct sbx_err *err)
+{
+	char src[64], dst[64], to[PATH_MAX];
+	snprintf(src, sizeof src, "/%s", name);
+	snprintf(dst, sizeof dst, STAGE "/%s", name);
+	struct stat sb;
+	if (lstat(src, &sb) < 0)
+		return errno == ENOENT ? 0 : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot look at %s", src);
+	if (S_ISLNK(sb.st_mode)) {
+		ssize_t n = readlink(src, to, sizeof to - 1);
+		if (n < 0 || (to[n] = 0, symlink(to, dst) < 0))
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot link %s in the new root", src);
+		return 0;
+	}
+	if (!S_ISDIR(sb.st_mode))
+		return 0;
+	unsigned long fl = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | (exec ? 0 : MS_NOEXEC);
+	if (mkdir(dst, 0755) < 0 || mount(src, dst, NULL, MS_BIND, NULL) < 0 || mount(NULL, dst, NULL, fl, NULL) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot bind %s into the new root", src);
+	return 0;
+}
+
+int sbx_jail_system_root(struct sbx_err *err)
+{
+	/* What a resolver, libcurl and OpenSSL read at run time: /etc
+	 * (resolv.conf, nsswitch.conf, CA certificates), the libraries and
+	 * NSS modules they load, /run (where resolv.conf may point, nscd's
+	 * and resolved's sockets) and /proc (the sanitizers read their own
+	 * maps).  /var, /home, /tmp, /dev, /srv and every other mount are
+	 * not there. */
+	static const struct { const char *name; int exec; } keep[] = {
+		{ "etc", 0 },	 { "usr", 1 },	 { "run", 0 },	  { "proc", 0 }, { "bin", 1 },
+		{ "sbin", 1 },	 { "lib", 1 },	 { "lib32", 1 },  { "lib64", 1 }, { "libx32", 1 },
+	};
+	if (private_ns(err) < 0)
+		return -1;
+	if (mount("sbx-root", STAGE, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,nr_inodes=32,mode=0755") < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot mount the new root");
+	for (size_t i = 0; i < SBX_ARRAY_LEN(keep); i++)
+		if (system_entry(keep[i].name, keep[i].exec, err) < 0)
+			return -1;
+	if (mount(NULL, STAGE, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 ||
+	    chdir(STAGE) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot enter the new root");
 	return 0;
 }
 

@@ -50,6 +50,14 @@ int sbx_jail_filter(struct sbx_err *err);
  * no_new_privs, makes it not dumpable, verifies there is no way back, and
  * installs the seccomp filter above. */
 int sbx_jail_namespaces(const char *hostname, struct sbx_err *err);
+/* For a process of sbx's own that reads the host's system files but needs
+ * nothing else of the host (the egress proxy: the resolver's configuration,
+ * libraries, CA certificates), as root: a new mount namespace whose root
+ * is a read-only tmpfs holding read-only, nosuid, nodev, non-recursive
+ * binds of /etc, /usr, /run and /proc, and /bin, /sbin and /lib* as the
+ * host has them.  No other mount is copied (none is kept alive, no other
+ * tenant's path shows); state is reached through fds opened before. */
+int sbx_jail_system_root(struct sbx_err *err);
 int sbx_jail_self(uid_t id, int parent_pidfd, struct sbx_err *err);
 
 #endif

@@ -17,12 +17,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
-#include <linux/mount.h>
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -322,21 +320,22 @@ static void accept_one(struct sbx_proxy *px, int lfd, int kind)
 
 /* While it still may: into the session's host cgroup (its pids, memory
  * and CPU caps count the proxy's threads and buffers too: a flood costs
- * the session, not the host); a mount namespace of its own whose whole
- * tree is read-only and nosuid (the state directories stay reachable,
- * and writable, only through the fds opened before, which keep the
- * mounts they were opened on); no core dumps, and not dumpable, so that
- * another session's proxy (the same uid, no capabilities) cannot ptrace
- * it or read its memory through /proc. */
-static int confine(struct sbx_proxy *px, struct sbx_err *err)
+ * the session, not the host); a mount namespace of its own whose root is
+ * built from the host's system files alone, read-only, nosuid and nodev
+ * (jail.h: the state directories stay reachable, and writable, only
+ * through the fds opened before; no other mount of the host is copied,
+ * so none is kept alive or shown); no core dumps, and not dumpable, so
+ * that another session's proxy (the same uid, no capabilities) cannot
+ * ptrace it or read its memory through /proc.  The package cache reads
+ * sbx.yaml first, by path, while the host's tree is still there. */
+static int confine(struct sbx_proxy *px, const struct sbx_proxy_args *a, struct sbx_err *err)
 {
 	if (sbx_cgroup_enter(sbx_session_cgroup(&px->s), err) < 0)
 		return -1;
-	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a mount namespace");
-	struct mount_attr ma = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID };
-	if (syscall(SYS_mount_setattr, -1, "/", AT_RECURSIVE, &ma, sizeof ma) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the root read-only");
+	if (a->pkg_fd >= 0 && sbx_pkgcache_init(err) < 0)
+		return -1;
+	if (sbx_jail_system_root(err) < 0)
+		return -1;
 	struct rlimit none = { 0, 0 };
 	if (setrlimit(RLIMIT_CORE, &none) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot turn off core dumps");
@@ -427,8 +426,6 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 	int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
 	if (pidfd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot watch the network half");
-	if (a->pkg_fd >= 0 && sbx_pkgcache_init(err) < 0)
-		return -1;
 	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
 				{ .fd = afd, .events = POLLIN },
 				{ .fd = pidfd, .events = POLLIN },
@@ -590,7 +587,7 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	 * one, uid 0 without capabilities, writes the audit trail for it and
 	 * serves the package cache. */
 	pid_t monitor = getppid();
-	if (confine(&px, err) < 0)
+	if (confine(&px, a, err) < 0)
 		return -1;
 	int sp[2], stop[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
