@@ -27,6 +27,16 @@
 #include <linux/mount.h>
 #include <linux/sched.h>
 #include <seccomp.h>
+#if defined(__SANITIZE_ADDRESS__)
+#define SBX_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SBX_SANITIZED 1
+#endif
+#endif
+#ifdef SBX_SANITIZED
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 /* Where the new root is built.  Only our private mount namespace sees the
  * tmpfs on it, and everything the jail needs from the host is opened
@@ -487,6 +497,40 @@ static int filter(struct sbx_err *err)
 	return 0;
 }
 
+/* Sanitizer builds (make asan) only.  The runtime opens its report file
+ * (log_path.PID) by path when it first reports, which an empty or built
+ * root no longer has: "Can't open file", and the report is lost (to a
+ * monitor's /dev/null).  Asking for the path opens it now, and the
+ * runtime keeps that file.  A child forked after gets a file opened now
+ * for it (report_spare), which it hands to the runtime (report_use). */
+static void keep_reports(void)
+{
+#ifdef SBX_SANITIZED
+	(void)__sanitizer_get_report_path();
+#endif
+}
+
+int sbx_jail_report_spare(void)
+{
+#ifdef SBX_SANITIZED
+	const char *p = __sanitizer_get_report_path();
+	char path[PATH_MAX];
+	if (p && (size_t)snprintf(path, sizeof path, "%s.child", p) < sizeof path)
+		return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+#endif
+	return -1;
+}
+
+void sbx_jail_report_use(int fd)
+{
+#ifdef SBX_SANITIZED
+	if (fd >= 0)
+		__sanitizer_set_report_fd((void *)(intptr_t)fd);
+#else
+	(void)fd;
+#endif
+}
+
 int sbx_jail_filter(struct sbx_err *err)
 {
 	return filter(err);
@@ -494,6 +538,7 @@ int sbx_jail_filter(struct sbx_err *err)
 
 int sbx_jail_namespaces(const char *hostname, struct sbx_err *err)
 {
+	keep_reports();
 	if (unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create namespaces");
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -549,6 +594,7 @@ int sbx_jail_system_root(struct sbx_err *err)
 		{ "etc", 0 },	 { "usr", 1 },	 { "run", 0 },	  { "proc", 0 }, { "bin", 1 },
 		{ "sbin", 1 },	 { "lib", 1 },	 { "lib32", 1 },  { "lib64", 1 }, { "libx32", 1 },
 	};
+	keep_reports();
 	if (private_ns(err) < 0)
 		return -1;
 	if (mount("sbx-root", STAGE, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,nr_inodes=32,mode=0755") < 0)

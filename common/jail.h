@@ -58,6 +58,13 @@ int sbx_jail_namespaces(const char *hostname, struct sbx_err *err);
  * host has them.  No other mount is copied (none is kept alive, no other
  * tenant's path shows); state is reached through fds opened before. */
 int sbx_jail_system_root(struct sbx_err *err);
+/* Both keep a sanitized build's report file (make asan), which the runtime
+ * would open by path at its first report.  For a child forked after the
+ * root is gone: sbx_jail_report_spare, before, opens a file for it (-1:
+ * none, and always -1 in a plain build), which the child passes to
+ * sbx_jail_report_use and the parent closes. */
+int sbx_jail_report_spare(void);
+void sbx_jail_report_use(int fd);
 int sbx_jail_self(uid_t id, int parent_pidfd, struct sbx_err *err);
 
 #endif

@@ -587,6 +587,7 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	 * one, uid 0 without capabilities, writes the audit trail for it and
 	 * serves the package cache. */
 	pid_t monitor = getppid();
+	int san = sbx_jail_report_spare(); /* sanitized builds: the network half's report file */
 	if (confine(&px, a, err) < 0)
 		return -1;
 	int sp[2], stop[2];
@@ -598,12 +599,15 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	if (child < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the network half");
 	if (child == 0) {
+		sbx_jail_report_use(san);
 		close(sp[0]);
 		close(stop[1]);
 		if (a->pkg_fd >= 0)
 			close(a->pkg_fd);
 		return run_net(&px, a, sp[1], priv, sfd, stop[0], err);
 	}
+	if (san >= 0)
+		close(san);
 	close(sp[1]);
 	close(stop[0]);
 	close(a->tcp_fd);
