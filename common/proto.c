@@ -151,6 +151,12 @@ int sbx_frame_raw(struct sbx_buf *b, uint8_t type, uint32_t stream, const void *
 	return sbx_frame_end(b, off);
 }
 
+int sbx_frame_window(struct sbx_buf *b, uint32_t stream, uint32_t n)
+{
+	uint8_t le[4] = { (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24) };
+	return sbx_frame_raw(b, SBX_F_WINDOW, stream, le, 4);
+}
+
 void sbx_tlv_init(struct sbx_tlv_it *it, const uint8_t *p, size_t n)
 {
 	it->p = p;

@@ -236,6 +236,8 @@ int sbx_tlv_u32(struct sbx_buf *b, uint16_t tag, uint32_t v);
 int sbx_tlv_u64(struct sbx_buf *b, uint16_t tag, uint64_t v);
 /* A whole frame with raw payload. */
 int sbx_frame_raw(struct sbx_buf *b, uint8_t type, uint32_t stream, const void *p, uint32_t n);
+/* WINDOW for stream: n more bytes (u32 LE), or SBX_WINDOW_OFF. */
+int sbx_frame_window(struct sbx_buf *b, uint32_t stream, uint32_t n);
 
 /* TLV iteration over a payload.  sbx_tlv_next returns 1 with tag, val and n
   * set, 0 at the clean end, -1 on a truncated or oversized TLV. */

@@ -178,12 +178,10 @@ void reap(struct agent *a)
 
 static void give_credit(struct agent *a, struct exec *e, uint32_t n)
 {
-	uint8_t le[4] = { (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24) };
-
 	if (!n)
 		return;
 	e->credit_used -= n;
-	sbx_frame_raw(&a->out, SBX_F_WINDOW, e->stream, le, 4);
+	sbx_frame_window(&a->out, e->stream, n);
 }
 
 void stdin_pump(struct agent *a, struct exec *e)

@@ -358,9 +358,8 @@ void exec_out_credit(struct mon *m, struct exec *ex, uint64_t n)
 	if (ex->out_owed < SBX_OUTPUT_WINDOW / 4)
 		return;
 	uint32_t v = ex->out_owed > SBX_OUTPUT_WINDOW ? SBX_OUTPUT_WINDOW : (uint32_t)ex->out_owed;
-	uint8_t le[4] = { (uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24) };
 	ex->out_owed = 0;
-	sbx_frame_raw(&m->aout, SBX_F_WINDOW, ex->n, le, 4);
+	sbx_frame_window(&m->aout, ex->n, v);
 	agent_flush(m);
 }
 
@@ -387,8 +386,7 @@ static void out_credit_off(struct mon *m, struct exec *ex)
 {
 	if (!ex->out_flow)
 		return;
-	uint8_t le[4] = { 0xff, 0xff, 0xff, 0xff };
-	sbx_frame_raw(&m->aout, SBX_F_WINDOW, ex->n, le, 4);
+	sbx_frame_window(&m->aout, ex->n, SBX_WINDOW_OFF);
 	ex->out_flow = 0;
 }
 
