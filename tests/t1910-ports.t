@@ -115,6 +115,50 @@ is "$c" 0 "and none is left open"
 acc=$(sbx-port --list --json "$id" | jq --arg a "$addr" '.[] | select(.address == $a) | .accepted')
 [ "$acc" -ge 2002 ]; ok $? "the forward counted them ($acc accepted)"
 
+# --- both ends of a connection close in one turn of the monitor's loop ---------
+# The guest's last bytes and close, and the host client's reset, reach the
+# monitor together: its frame-reading half is stopped while both happen,
+# so one epoll_wait returns the agent channel (first: it was ready first)
+# and the connection's socket.  The agent's PORT_DATA finds the client
+# gone and closes the connection; the socket's own event comes after, in
+# the same turn.  (A connection freed there at once was used after free:
+# the unprivileged half died of a double free, SIGABRT, in CI's t1910.)
+mpid=$(jq -r .monitor.pid "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")
+c=$(pgrep -P "$mpid" -x sbx-monitor | head -1)
+[ -z "$c" ] || mpid=$c
+sbx-exec "$id" -- sh -c 'printf "#!/bin/sh\nsleep 2\necho late\n" >/tmp/late.sh && chmod 755 /tmp/late.sh'
+sbx-exec -d "$id" -- busybox nc -ll -p 9100 -e /tmp/late.sh >/dev/null
+for i in $(seq 100); do sbx-exec "$id" -- sh -c 'netstat -ltn 2>/dev/null | grep -q ":9100 "' && break; sleep 0.1; done
+late=$(sbx-port "$id" 9100); ok $? "a forward to a guest server that answers 2 s after it accepts"
+mkfifo rst.fifo
+cat >rst.py <<'EOF'
+import socket, struct, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+print("connected", flush=True)
+sys.stdin.readline()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+s.close() # a reset
+print("reset", flush=True)
+EOF
+python3 rst.py "${late%:*}" "${late##*:}" <rst.fifo >rst.out &
+rstpid=$!
+exec 7>rst.fifo
+for i in $(seq 100); do grep -q connected rst.out && break; sleep 0.1; done
+sleep 0.5 # the connect reaches the guest, whose nc runs late.sh
+kill -STOP "$mpid"
+sleep 3 # late.sh answers and ends: its data and close wait on the agent channel
+echo go >&7
+exec 7>&-
+for i in $(seq 50); do grep -q reset rst.out && break; sleep 0.1; done
+sleep 0.2
+kill -CONT "$mpid"
+wait "$rstpid"
+sleep 1
+kill -0 "$mpid" 2>/dev/null; ok $? "the monitor's frame-reading half lives on"
+is "$(jq -r .state "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")" running "the session is still running"
+is "$(curl -s --max-time 20 "http://$addr/")" hello-from-guest "and its other forward still serves"
+sbx-port --rm "$id" 9100; ok $? "the late forward is removed"
+
 # --- the bounds: 128 connections at once per forward, 256 per session ------------
 # Clients that connect and say nothing (httpd waits for their request).
 # hold.py HOST PORT N WANT: N connections, wait (bounded) until WANT of
