@@ -252,6 +252,8 @@ int mon_loop_once(struct mon *m, int timeout_ms)
 		case SRC_PORT_CONN:
 			port_event(m, s, ev[i].events);
 			break;
+		case SRC_DEAD:
+			break; /* closed by an earlier event of this turn */
 		case SRC_VMMOUT:
 			vmmout_drain(m, s == &m->console.src ? &m->console
 					: s == &m->vmmlog.src ? &m->vmmlog
@@ -295,6 +297,7 @@ int mon_loop_once(struct mon *m, int timeout_ms)
 		if (c->held.len && !c->dead)
 			client_resume(m, c);
 	port_tick(m);
+	port_reap(m);
 	return 0;
 }
 

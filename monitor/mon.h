@@ -66,7 +66,8 @@
 #define MON_TIME_SYNC_NS (10ull * 1000000000u)
 
 enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY, SRC_PROXY,
-		SRC_VMEV, SRC_VMMOUT, SRC_PORT_LISTEN, SRC_PORT_CONN };
+		SRC_VMEV, SRC_VMMOUT, SRC_PORT_LISTEN, SRC_PORT_CONN,
+		SRC_DEAD /* closed in this loop turn, freed after it (port.c) */ };
 
 /* Warm pool: the stages of the member's side of a claim (claim.c). */
 enum { CLAIM_NONE, CLAIM_GUEST, CLAIM_DONE, CLAIM_FAILED };
@@ -393,6 +394,8 @@ int susp_arm_ttl(struct mon *m);
 /* port.c */
 void port_event(struct mon *m, struct src *s, uint32_t events);
 void port_tick(struct mon *m);
+/* After each loop turn: free the connections and forwards closed in it. */
+void port_reap(struct mon *m);
 void port_agent_frame(struct mon *m, const struct sbx_frame *f);
 void port_agent_lost(struct mon *m);
 void port_client(struct mon *m, struct client *c, const struct sbx_frame *f);

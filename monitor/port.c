@@ -53,7 +53,28 @@ static void conn_free(struct mon *m, struct pconn *p)
 	sbx_portwin_free(&p->pw);
 	p->fwd->nconns--;
 	ps->nconns--;
-	free(p);
+	/* Not free(p): an event of this turn may still name it. */
+	p->src = (struct src){ SRC_DEAD, -1 };
+	p->fwd = NULL;
+	p->next = ps->dead_conns;
+	ps->dead_conns = p;
+}
+
+void port_reap(struct mon *m)
+{
+	struct mports *ps = m->ports;
+	if (!ps)
+		return;
+	while (ps->dead_conns) {
+		struct pconn *p = ps->dead_conns;
+		ps->dead_conns = p->next;
+		free(p);
+	}
+	while (ps->dead_fwds) {
+		struct fwd *f = ps->dead_fwds;
+		ps->dead_fwds = f->next;
+		free(f);
+	}
 }
 
 void port_conn_abort(struct mon *m, struct pconn *p, const char *why)

@@ -25,7 +25,7 @@ struct fwd {
 };
 
 struct pconn {
-	struct src src; /* SRC_PORT_CONN */
+	struct src src; /* SRC_PORT_CONN; SRC_DEAD once closed */
 	struct pconn *next;
 	struct fwd *fwd;
 	uint32_t id;
@@ -41,6 +41,11 @@ struct mports {
 	unsigned nfwds, nconns;
 	uint32_t next_id;
 	int starved; /* a connection waits for the agent queue to drain */
+	/* Closed in this loop turn: the turn's later events may still point
+	 * at them (epoll_wait returned them together), so their memory lives,
+	 * as SRC_DEAD, until port_reap after the turn. */
+	struct pconn *dead_conns;
+	struct fwd *dead_fwds;
 };
 
 struct mports *port_state(struct mon *m);

@@ -54,7 +54,10 @@ static void fwd_close(struct mon *m, struct fwd *f, unsigned uid, const char *re
 	/* Our socket file only: the one we saw at open, not what took its name. */
 	mon_port_unlink(m, f->path, f->dev, f->ino);
 	audit_fwd(m, "port.close", f, uid, reason);
-	free(f);
+	/* As a connection's (port.c): freed after this loop turn. */
+	f->src = (struct src){ SRC_DEAD, -1 };
+	f->next = ps->dead_fwds;
+	ps->dead_fwds = f;
 }
 
 /* The session ends: every forward with it. */
@@ -64,6 +67,7 @@ void port_end(struct mon *m, const char *reason)
 		fwd_close(m, m->ports->fwds, 0, reason);
 	if (m->ports) {
 		mon_ports_save(m, NULL);
+		port_reap(m); /* after the loop: no event of a turn is left */
 		free(m->ports);
 		m->ports = NULL;
 	}
