@@ -42,15 +42,17 @@ diag() { echo "# $*"; }
 
 # Everything under our root, host-wide: processes whose command line names
 # it, and jailed VMMs, whose argv has only in-jail paths but whose mounts
-# come from under the root.  Only processes in a mount namespace of their
-# own count by their mounts: one in the host's sees whatever a test has
-# mounted on the host (t1920's tmpfs), and is not ours for that.
+# are binds of files from under the root (mountinfo's 4th field, the
+# mounted subtree, is beneath it).  Not a process whose mount table merely
+# holds a copy of a mount made at a path under our root (t1920's tmpfs):
+# anything that made a mount namespace meanwhile (`ip netns exec`,
+# another test's server) has that copy, and is not ours for it.
 root_procs() {
-	local host_mnt p m
-	host_mnt=$(readlink /proc/self/ns/mnt)
+	local p
 	{ pgrep -f -- "$SBX_ROOT"
 	  for p in $(grep -lF -- "$SBX_ROOT/" /proc/[0-9]*/mountinfo 2>/dev/null | cut -d/ -f3); do
-		m=$(readlink /proc/"$p"/ns/mnt 2>/dev/null) && [ "$m" != "$host_mnt" ] && echo "$p"
+		awk -v r="$SBX_ROOT/" 'index($4, r) == 1 { f = 1; exit } END { exit !f }' \
+			/proc/"$p"/mountinfo 2>/dev/null && echo "$p"
 	  done
 	} | sort -u | grep -v "^$$\$" || true
 }
