@@ -484,10 +484,7 @@ static int next_timeout_ms(const struct agent *a)
 	return next > INT_MAX ? INT_MAX : (int)next;
 }
 
-/* defer: NULL, or (the boot's warm-up) where the host's events are noted
- * (WARM_HOST, WARM_LISTEN) instead of handled. */
-enum { WARM_HOST = 1, WARM_LISTEN = 2 };
-static int handle_events(struct agent *a, int timeout_ms, int *defer)
+static int handle_events(struct agent *a, int timeout_ms)
 {
 	struct epoll_event ev[64];
 	int n = epoll_wait(a->ep, ev, 64, timeout_ms);
@@ -502,18 +499,13 @@ static int handle_events(struct agent *a, int timeout_ms, int *defer)
 		uint64_t tag = ev[i].data.u64;
 		switch (tag & 0xff) {
 		case K_HOST:
-			if (defer)
-				*defer |= WARM_HOST;
-			else if (a->host_down && a->lfd < 0)
+			if (a->host_down && a->lfd < 0)
 				host_check(a);
 			else if (!a->host_down && ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 				host_read(a);
 			break;
 		case K_LISTEN:
-			if (defer)
-				*defer |= WARM_LISTEN;
-			else
-				host_accept(a);
+			host_accept(a);
 			break;
 		case K_SIG:
 			reap(a);
@@ -535,7 +527,7 @@ static void loop_once(struct agent *a)
 
 	/* With deferred cgroup work, look for events without sleeping and
 	 * do one unit of that work only when there are none. */
-	n = handle_events(a, idle ? 0 : next_timeout_ms(a), NULL);
+	n = handle_events(a, idle ? 0 : next_timeout_ms(a));
 	if (n < 0)
 		return;
 	/* An exec started in this round has usually finished by the time
@@ -544,7 +536,7 @@ static void loop_once(struct agent *a)
 	 * exit, instead of two. */
 	if (a->started && !a->done) {
 		a->started = 0;
-		handle_events(a, 0, NULL);
+		handle_events(a, 0);
 	}
 	if (!a->done)
 		run_deadlines(a);
@@ -680,6 +672,7 @@ static void drain_output(struct agent *a)
  * HELLO, as they would have been.  Best effort and bounded (a template's
  * /bin/true that does not end is killed at 2 s, as any exec's timeout). */
 #define WARM_STREAM 0xffffffffu
+enum { WARM_HOST = 1, WARM_LISTEN = 2 };
 static int warm_first_exec(struct agent *a)
 {
 	char *argv[] = { "/bin/true", NULL }, *env[] = { "PATH=/usr/bin:/bin", NULL };
@@ -696,7 +689,25 @@ static int warm_first_exec(struct agent *a)
 	exec_start(a, WARM_STREAM, req.data + SBX_FRAME_HDR, (uint32_t)(req.len - SBX_FRAME_HDR));
 	sbx_buf_free(&req);
 	for (uint64_t end = now_ns() + 3000 * NS_PER_MS; exec_find(a, WARM_STREAM) && now_ns() < end;) {
-		handle_events(a, 10, &pending);
+		struct epoll_event ev[16];
+		int n = epoll_wait(a->ep, ev, 16, 10);
+		for (int i = 0; i < n; i++) {
+			uint64_t tag = ev[i].data.u64;
+			switch (tag & 0xff) {
+			case K_SIG:
+				reap(a);
+				break;
+			case K_IO:
+				on_io(a, tag);
+				break;
+			case K_HOST:
+				pending |= WARM_HOST;
+				break;
+			case K_LISTEN:
+				pending |= WARM_LISTEN;
+				break;
+			}
+		}
 		run_deadlines(a);
 	}
 	if (exec_find(a, WARM_STREAM))
