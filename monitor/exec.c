@@ -32,6 +32,7 @@ void exec_free(struct mon *m, struct exec *ex)
 	sbx_scrub_end(&ex->sc_err, NULL);
 	json_decref(ex->req);
 	sbx_buf_free(&ex->tail);
+	sbx_trace_end(&ex->tr, 0); /* no-op once ended */
 	free(ex);
 }
 
@@ -224,6 +225,7 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 {
 	struct sbx_exec_req r;
 	const char *why = "invalid request";
+	uint64_t t0 = sbx_mono_ns();
 	if (c->ex)
 		return client_error(m, c, f->stream, SBX_EXIT_INVALID, "one exec per connection");
 	if (m->stopping || m->vm_dead)
@@ -283,21 +285,13 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 		sbx_exec_req_free(&r);
 		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, msg);
 	}
+	sbx_trace_begin_at(&ex->tr, "exec.monitor", t0);
 	ex->started_ns = sbx_now_ns();
-	mon_log_sizes(m, &ex->net_off, &ex->pkg_off);
 	if (r.timeout_ms)
 		ex->deadline = sbx_mono_ns() + ((uint64_t)r.timeout_ms + EXEC_TIMEOUT_GRACE_MS) * 1000000u;
 	ex->credit = SBX_STDIN_WINDOW;
 	ex->flags = r.flags;
 	ex->req = req_json(m, &r);
-	/* What is running, for sbx-ps --execs, before any result exists. */
-	char *rq = json_dumps(ex->req, JSON_COMPACT);
-	int rfd = rq ? openat(ex->dfd, "request.json", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
-	if (rfd >= 0) {
-		sbx_write_all(rfd, rq, strlen(rq));
-		close(rfd);
-	}
-	free(rq);
 	int detach = r.flags & SBX_EXEC_DETACH;
 	r.flags &= ~(uint32_t)(SBX_EXEC_DETACH | SBX_EXEC_COPY | SBX_EXEC_OUT_WINDOW);
 	if (detach)
@@ -308,8 +302,24 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 	m->execs = ex;
 	if (sbx_mono_ns() - m->time_synced > MON_TIME_SYNC_NS)
 		agent_time_sync(m, 0);
+	sbx_trace_step(&ex->tr, "prepare");
 	sbx_exec_req_encode(&m->aout, ex->n, &r);
 	agent_flush(m);
+	sbx_trace_step(&ex->tr, "sent");
+	/* What follows runs while the guest starts the command: nothing of it
+	 * is the guest's to wait for.  The proxy's log sizes, the start of
+	 * what this exec ran into (a round trip to the privileged half: the
+	 * guest's start takes far longer than it, so nothing it logs for this
+	 * exec is missed), and what is running, for sbx-ps --execs, before any
+	 * result exists. */
+	mon_log_sizes(m, &ex->net_off, &ex->pkg_off);
+	char *rq = json_dumps(ex->req, JSON_COMPACT);
+	int rfd = rq ? openat(ex->dfd, "request.json", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+	if (rfd >= 0) {
+		sbx_write_all(rfd, rq, strlen(rq));
+		close(rfd);
+	}
+	free(rq);
 	/* Recorded while the guest already starts it (off the critical path);
 	 * an exec that cannot be recorded does not run: fail closed. */
 	json_t *af = json_pack("{s:s, s:s, s:s?, s:i}", "session", m->s.id, "exec", ex->id, "cwd",
@@ -320,6 +330,7 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 	int arc = mon_audit(m, "exec.start", af, &aerr);
 	json_decref(af);
 	sbx_exec_req_free(&r);
+	sbx_trace_step(&ex->tr, "audit");
 	if (arc < 0) {
 		sbx_frame_raw(&m->aout, SBX_F_KILL, ex->n, NULL, 0);
 		agent_flush(m);
@@ -372,6 +383,7 @@ void exec_started(struct mon *m, struct exec *ex, const struct sbx_frame *f)
 	uint16_t tag;
 	uint32_t len, flags = 0;
 	ex->started = 1;
+	sbx_trace_step(&ex->tr, "guest_started");
 	sbx_tlv_init(&it, f->payload, f->len);
 	while (sbx_tlv_next(&it, &tag, &val, &len) == 1)
 		if (tag == SBX_T_FLAGS && sbx_tlv_as_u32(val, len, &flags) < 0)
@@ -468,8 +480,10 @@ void exec_store_output(struct mon *m, struct exec *ex, uint8_t type, const uint8
  * its client, audit it; freed unless a lagging client is still owed it. */
 void exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
 {
+	sbx_trace_step(&ex->tr, "guest_exit");
 	scrub_flush(m, ex);
 	exec_result(m, ex, e);
+	sbx_trace_step(&ex->tr, "result");
 	if (ex->client && ex->client->lag) {
 		/* The client still reads from the files: the EXIT waits
 		 * behind the output it has not seen yet. */
@@ -479,6 +493,8 @@ void exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
 	} else {
 		send_exit(m, ex, e);
 	}
+	sbx_trace_step(&ex->tr, "reply");
+	sbx_trace_end(&ex->tr, 1);
 	/* After the reply: the fsynced append is not the client's wait.
 	 * It still lands before this monitor handles anything else. */
 	audit_exec_end(m, ex, e);

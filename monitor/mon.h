@@ -19,6 +19,7 @@
 #include "session.h"
 #include "state.h"
 #include "template.h"
+#include "trace.h"
 #include "util.h"
 #include "vmm.h"
 #include "workspace.h"
@@ -121,6 +122,7 @@ struct exec {
 	struct sbx_buf tail;  /* the EXIT frame owed to that client */
 	int out_flow;         /* the guest sends output under our credit (SBX_EXEC_OUT_WINDOW) */
 	uint64_t out_owed;    /* guest output bytes consumed, not yet given back by WINDOW */
+	struct sbx_trace tr;  /* SBX_TRACE: make bench's exec steps */
 };
 
 /* Where in a client's queue the output of so many guest bytes ends: once
