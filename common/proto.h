@@ -174,6 +174,12 @@ enum sbx_vmctl_op {
 	SBX_VMCTL_MAX = 5
 };
 
+/* The stream of the monitor's warm-up EXEC (monitor/warm.c): the host's
+ * own exec before a new guest is ready, never a session's (theirs count
+ * up from 1, far below it), so guest-init keeps it out of the numbering
+ * its cgroup pool predicts. */
+#define SBX_WARM_STREAM 0x30000000u
+
 /* What a guest-init can do, in FLAGS of its HELLO and its IDENTITY reply
  * (none from one older than these). */
 #define SBX_GUEST_OUT_WINDOW 1u /* keeps to output credit (SBX_EXEC_OUT_WINDOW) */

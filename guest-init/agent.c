@@ -659,39 +659,6 @@ static void drain_output(struct agent *a)
 	}
 }
 
-/* The first process a guest starts costs several times a later one (under
- * TCG about 70 ms against 10: the kernel's fork, exec and fault paths and
- * the command's own code run for the first time, and TCG translates them
- * all).  One throwaway /bin/true, as the execs' default user, before the
- * first HELLO moves that cost before readiness and off the first exec: a
- * warm-pool member pays it before it is ever claimed.  Best effort: a
- * rootfs without /bin/true just skips it. */
-static void warm_first_spawn(void)
-{
-	char *const argv[] = { "/bin/true", NULL };
-	char *const envp[] = { "PATH=/usr/bin:/bin", NULL };
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		if (setgid(1000) == 0 && setuid(1000) == 0)
-			execve(argv[0], argv, envp);
-		_exit(127);
-	}
-	if (pid < 0)
-		return;
-	/* Bounded: a template's /bin/true that does not end (it is the
-	 * template's to ship) costs at most 2 s, not the boot. */
-	for (int i = 0; i < 200; i++) {
-		if (waitpid(pid, NULL, WNOHANG) != 0)
-			return;
-		struct timespec ts = { 0, 10 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	kill(pid, SIGKILL);
-	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-		;
-}
-
 int sbx_agent_run(int fd, int is_pid1)
 {
 	struct agent *a = calloc(1, sizeof(*a));
@@ -703,8 +670,8 @@ int sbx_agent_run(int fd, int is_pid1)
 			agent_free(a);
 		return -1;
 	}
-	if (is_pid1)
-		warm_first_spawn();
+	/* The cost of a guest's first exec is paid before readiness by the
+	 * monitor's warm-up exec (monitor/warm.c), through this loop. */
 	send_hello(a);
 	host_flush(a);
 	while (!a->done)

@@ -113,6 +113,10 @@ int cg_create(struct agent *a, struct exec *e)
 {
 	unsigned hit = CG_POOL;
 
+	/* The monitor's warm-up is no guess of the next stream's, nor a miss:
+	 * it gets a cgroup of its own and leaves the pool as it is. */
+	if (e->stream == SBX_WARM_STREAM)
+		goto make;
 	for (unsigned i = 0; i < a->npool; i++)
 		if (a->pool[i].stream == e->stream)
 			hit = i;
@@ -132,7 +136,7 @@ int cg_create(struct agent *a, struct exec *e)
 		a->pool_next = e->stream + 1;
 	if (hit < CG_POOL)
 		return 0;
-
+make:
 	e->cg.stream = e->stream;
 	for (int i = 0; i < 4; i++) {
 		if (i == 0)

@@ -90,6 +90,8 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 	/* sbx-port's connections number their streams apart from execs. */
 	if (f->type >= SBX_F_PORT_CONNECT && f->type <= SBX_F_PORT_CLOSE)
 		return port_agent_frame(m, f);
+	if (warm_frame(m, f))
+		return;
 	struct exec *ex = f->stream ? exec_find(m, f->stream) : NULL;
 	/* An exec that has ended (its EXIT still owed to a lagging client)
 	 * hears nothing more from the guest: another EXIT would rewrite its
@@ -100,10 +102,10 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 	switch (f->type) {
 	case SBX_F_HELLO: {
 		agent_note_guest(m, f);
-		if (m->ready || m->secrets_sent || m->snap.restoring)
+		if (m->ready || m->secrets_sent || m->snap.restoring || m->warm.deadline)
 			break; /* a guest saying hello again (reconnect) gets nothing more */
 		agent_time_sync(m, 0);
-		agent_secrets_then_ready(m);
+		warm_start(m); /* then secrets, then ready */
 		break;
 	}
 	case SBX_F_SECRETS:

@@ -220,6 +220,11 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 		uint64_t now = sbx_mono_ns(), until = deadline;
 		if (now >= deadline)
 			break;
+		warm_check(m);
+		if (m->ready)
+			continue;
+		if (m->warm.deadline && m->warm.deadline < until)
+			until = m->warm.deadline;
 		/* A restored guest says no HELLO: it is told who it is now. */
 		if (m->snap.restoring && !m->snap.told && m->agent.fd >= 0) {
 			if (snap_identity_queue(m, NULL) < 0)

@@ -191,6 +191,9 @@ struct mon {
 	int killed_in_boot; /* a SHUTDOWN arrived before the agent answered */
 	uint32_t next_exec, next_ping;
 	uint64_t time_synced; /* CLOCK_MONOTONIC of the last agent_time_sync */
+	struct {
+		uint64_t deadline; /* CLOCK_MONOTONIC; 0: no warm-up exec is awaited (warm.c) */
+	} warm;
 	struct exec *execs;
 	struct client *clients;
 	unsigned nclients;
@@ -274,6 +277,10 @@ void agent_flush(struct mon *m);
 void agent_note_guest(struct mon *m, const struct sbx_frame *f);
 void agent_secrets_then_ready(struct mon *m);
 void agent_time_sync(struct mon *m, uint32_t token);
+/* warm.c: the warm-up exec before a new guest is ready */
+void warm_start(struct mon *m);
+int warm_frame(struct mon *m, const struct sbx_frame *f); /* 1: the warm-up's, taken */
+void warm_check(struct mon *m);
 int mon_drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *),
 			struct mon *m, void *ctx, const int *stop);
 int mon_read_into(int fd, struct sbx_buf *b);
