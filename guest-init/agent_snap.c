@@ -302,10 +302,17 @@ void on_identity(struct agent *a, const struct sbx_frame *f)
 	/* The new host numbers its execs from 1 and may set other limits:
 	 * nothing of the source's exec bookkeeping carries over. */
 	shutdown_all(a);
-	for (unsigned i = 0; i < a->npool; i++)
-		cg_remove(a, &a->pool[i]);
-	a->npool = 0;
-	a->pool_next = 1;
+	/* A cgroup pool already made for streams from 1 (a warm-pool member,
+	 * where no session's exec ever ran: the monitor's warm-up is outside
+	 * the numbering) is what the new host will number: it stays, and the
+	 * claim's first exec finds its cgroup made.  Cgroup limits are set at
+	 * each exec, never in the pool, so no old limit carries over. */
+	if (!a->npool || a->pool[0].stream != 1 || a->pool_next != 1 + a->npool) {
+		for (unsigned i = 0; i < a->npool; i++)
+			cg_remove(a, &a->pool[i]);
+		a->npool = 0;
+		a->pool_next = 1;
+	}
 	a->session_pids = 0;
 	if (uname(&u) < 0)
 		memset(&u, 0, sizeof(u));
