@@ -6,7 +6,10 @@
  * for the first time; on KVM what is left is the guest's page cache).
  * So when a guest first says HELLO the monitor runs one exec of its own
  * through the whole path, the way a session's exec goes (its cgroup with
- * the session's limits, the default user, pipes, reap, accounting), and
+ * the session's limits, the default user and working directory, the
+ * search of PATH, pipes, a line of output, reap, accounting): `echo`,
+ * found on PATH (the first lookups along it and in the working directory
+ * are a first exec's cost too), whose newline takes the output path, and
  * only when its EXIT comes back is the session ready: the cost moves
  * before readiness, and a warm-pool member pays it before any claim.
  *
@@ -14,7 +17,7 @@
  * EXECS count; every frame on its stream (SBX_WARM_STREAM) is dropped
  * here.  It is bounded: the guest kills it at WARM_TIMEOUT_MS, and the
  * monitor stops waiting at WARM_WAIT_MS (a late EXIT is dropped like the
- * rest), so a template whose /bin/true never ends, or is missing (127),
+ * rest), so a template whose echo never ends, or has none (127),
  * costs a boot at most that and changes nothing else.  A restored guest
  * says no HELLO and gets none (its first exec follows the restore). */
 #include "mon.h"
@@ -26,8 +29,8 @@ static struct sbx_trace warm_trace;
 
 void warm_start(struct mon *m)
 {
-	char *argv[] = { "/bin/true", NULL };
-	struct sbx_exec_req r = { .argv = argv, .argc = 1, .cwd = "/", .timeout_ms = WARM_TIMEOUT_MS,
+	char *argv[] = { "echo", NULL };
+	struct sbx_exec_req r = { .argv = argv, .argc = 1, .timeout_ms = WARM_TIMEOUT_MS,
 				  .pids_max = m->s.limits.pids_per_exec, .session_pids = m->s.limits.pids_per_session,
 				  .memory_max = m->s.limits.exec_memory };
 
