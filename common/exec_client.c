@@ -83,7 +83,7 @@ struct run {
 	struct sbx_exec_result *r;
 	uint32_t stream;
 	int started, in_open, sfd;
-	struct sbx_trace tr; /* SBX_TRACE: make bench's exec steps */
+	struct sbx_trace *tr; /* SBX_TRACE: make bench's exec steps */
 };
 
 static int run_frame(void *ctx, struct sbx_mon *m, const struct sbx_frame *f, struct sbx_err *err)
@@ -97,7 +97,7 @@ static int run_frame(void *ctx, struct sbx_mon *m, const struct sbx_frame *f, st
 		uint32_t n;
 		x->stream = f->stream;
 		x->started = 1;
-		sbx_trace_step(&x->tr, "started");
+		sbx_trace_step(x->tr, "started");
 		sbx_tlv_init(&it, f->payload, f->len);
 		while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
 			if (tag == SBX_T_EXEC_ID)
@@ -116,7 +116,7 @@ static int run_frame(void *ctx, struct sbx_mon *m, const struct sbx_frame *f, st
 	case SBX_F_EXIT:
 		if (sbx_exit_decode(f->payload, f->len, &x->r->exit) < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "malformed exit report");
-		sbx_trace_step(&x->tr, "exit");
+		sbx_trace_step(x->tr, "exit");
 		return 1;
 	case SBX_F_ERROR:
 		return sbx_mon_error(f, "the session refused the command", err);
@@ -168,16 +168,15 @@ int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts
 		 struct sbx_err *err)
 {
 	_cleanup_mon_ struct sbx_mon m = { .fd = -1 };
-	struct run x = { .o = o, .r = r, .in_open = o->in_fd >= 0, .sfd = -1 };
+	_cleanup_trace_ struct sbx_trace tr = { 0 };
+	struct run x = { .o = o, .r = r, .in_open = o->in_fd >= 0, .sfd = -1, .tr = &tr };
 	sigset_t set, old;
 
 	memset(r, 0, sizeof *r);
-	sbx_trace_begin(&x.tr, "exec.client");
-	if (sbx_id_check(session, "session", err) < 0 || sbx_mon_open(st, session, &m, err) < 0) {
-		sbx_trace_end(&x.tr, 0);
+	sbx_trace_begin(&tr, "exec.client");
+	if (sbx_id_check(session, "session", err) < 0 || sbx_mon_open(st, session, &m, err) < 0)
 		return -1;
-	}
-	sbx_trace_step(&x.tr, "connect");
+	sbx_trace_step(&tr, "connect");
 	if (o->detach)
 		o->req.flags |= SBX_EXEC_DETACH;
 	if (x.in_open && !o->detach)
@@ -190,20 +189,14 @@ int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts
 	if (!(req.flags & SBX_EXEC_COPY)) {
 		if (!(s = malloc(sizeof *s)))
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-		if (sbx_record_load(st, session, s, err) < 0 || with_session_env(s, &req, &env, &sec, err) < 0) {
-			sbx_trace_end(&x.tr, 0);
+		if (sbx_record_load(st, session, s, err) < 0 || with_session_env(s, &req, &env, &sec, err) < 0)
 			return -1;
-		}
 	}
-	if (sbx_exec_req_encode(&m.out, 0, &req) < 0) {
-		sbx_trace_end(&x.tr, 0);
+	if (sbx_exec_req_encode(&m.out, 0, &req) < 0)
 		return sbx_err_set(err, SBX_EXIT_INVALID, E2BIG, "the command and its environment are too large");
-	}
-	if (sbx_mon_send(&m, -1) < 0) {
-		sbx_trace_end(&x.tr, 0);
+	if (sbx_mon_send(&m, -1) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send the command to the session");
-	}
-	sbx_trace_step(&x.tr, "request");
+	sbx_trace_step(&tr, "request");
 	sigemptyset(&set);
 	if (o->forward_signals) {
 		sigaddset(&set, SIGINT);
@@ -220,7 +213,7 @@ int sbx_exec_run(struct sbx_state *st, const char *session, struct sbx_exec_opts
 		close(x.sfd);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 	}
-	sbx_trace_end(&x.tr, rc == 0 && !o->detach);
+	sbx_trace_end(&tr, rc == 0 && !o->detach);
 	return rc;
 }
 

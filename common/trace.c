@@ -61,6 +61,11 @@ void sbx_trace_end(struct sbx_trace *t, int ok)
 	free(s);
 }
 
+void sbx_trace_endp(struct sbx_trace *t)
+{
+	sbx_trace_end(t, 0);
+}
+
 int sbx_trace_fd(void)
 {
 	const char *f = getenv("SBX_TRACE");
