@@ -252,6 +252,10 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	sbx_trace_begin_at(&trace, "claim.member", t0);
 	sbx_trace_step(&trace, "parse");
 	unsigned member_cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
+	/* The package policy the guest has (claim_identity_tlvs), taken
+	 * here: the commit may run in the privileged half, whose copy of
+	 * the monitor is not this one. */
+	sbx_pkgcache_guest_params(&m->s.limits.packages, m->claim.pkg, sizeof m->claim.pkg);
 	char why[256] = "";
 	int code = SBX_EXIT_INTERNAL;
 	int rc = mon_claim_commit(m, id, rec, pol, &code, why, sizeof why);
@@ -313,7 +317,6 @@ int claim_commit(struct mon *m, const char *id, const char *rec, const char *pol
 	snprintf(ns.kernel, sizeof ns.kernel, "%s", m->s.kernel);
 	snprintf(ns.tmpl_dir, sizeof ns.tmpl_dir, "%s", m->s.tmpl_dir);
 	snprintf(ns.mac, sizeof ns.mac, "%s", m->s.mac); /* the VM's NIC is the member's */
-	sbx_pkgcache_guest_params(&m->s.limits.packages, m->claim.pkg, sizeof m->claim.pkg);
 	/* The commit, in an order that never shows a record of one ID under
 	 * the other's name: the new record and policy written aside, both
 	 * directories renamed (RENAME_NOREPLACE: an ID that exists after all

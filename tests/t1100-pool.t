@@ -76,6 +76,7 @@ is "$rc" 3 "--id pool-... is refused with 3: that namespace is the pool's"
 
 # --- a claim -------------------------------------------------------------
 printf 'hunter2\n' >"$TEST_TMP/token"
+sleep 2 # the member's files are older than the claim by this much (pip.conf below)
 t0=$(date +%s%N)
 j=$(sbx-create --json --id job1 --tenant acme --ttl 10m --secret TOKEN=@"$TEST_TMP/token"); rc=$?
 t1=$(date +%s%N)
@@ -92,6 +93,11 @@ is "$(sbx-exec job1 -- cat /run/secrets/TOKEN)" "[secret:TOKEN]" "the secret was
 h0=$(date +%s); g=$(sbx-exec job1 -- date +%s); h1=$(date +%s)
 [ "$g" -ge $((h0 - 1)) ] && [ "$g" -le $((h1 + 1)) ]
 ok $? "the guest's clock is the host's ($g in $h0..$h1) although it waited paused"
+# The member booted with the package policy the session has (the
+# default): the claim leaves pip.conf as the boot wrote it.
+c=$(sbx-exec job1 -- stat -c %Z /etc/pip.conf)
+[ -n "$c" ] && [ "$c" -lt $((t0 / 1000000000 - 1)) ]
+ok $? "a claim with the member's own package policy does not rewrite it (pip.conf changed at ${c:-?}, claim at $((t0 / 1000000000)))"
 is "$(sbx-ps --json job1 | jq -r ".[0].tenant")" acme "sbx-ps shows its tenant"
 is "$(sbx-audit --session job1 --type session.create --json | jq -r '.[-1] | [.from_pool, .tenant, .member] | join(" ")')" \
    "true acme $m1" "session.create is audited with from_pool and the tenant"
@@ -162,8 +168,9 @@ like "$m4" "^pool-" "sbx-gc --pool-only refills the pool"
 [ -n "$m4" ] || diag "sbx-gc --pool-only: $out"
 vmm=$(rec "$m4" .vmm_process.pid)
 kill -STOP "$vmm" # never resumed: the claim times out
-j=$(sbx-create --json --id k3); rc=$?
+j=$(sbx-create --json --id k3 2>"$TEST_TMP/err"); rc=$?
 is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:false" "a claim that fails falls back to a cold boot"
+[ "$rc" = 0 ] || diag "sbx-create: $(cat "$TEST_TMP/err")"
 [ ! -e "$S/$m4" ] && ! kill -0 "$vmm" 2>/dev/null; ok $? "the member it tried was destroyed, VMM and all"
 is "$(sbx-exec k3 -- hostname)" k3 "the cold session works"
 sbx-kill k2 k3
