@@ -237,6 +237,10 @@ static void dispatch(struct agent *a, const struct sbx_frame *f)
 	 * monitor sends a PING at least) or a restored one's IDENTITY. */
 	if (f->type != SBX_F_QUIESCE)
 		sbx_guest_ws_up();
+	/* A claim's IDENTITY, SECRETS and PING come together: the PONG that
+	 * makes the session ready leaves before /etc/hosts is replaced. */
+	if (f->type != SBX_F_PING && f->type != SBX_F_SECRETS && f->type != SBX_F_IDENTITY)
+		sbx_guest_hosts_flush();
 	switch (f->type) {
 	case SBX_F_PING:
 		on_ping(a, f);
@@ -541,6 +545,7 @@ static void loop_once(struct agent *a)
 	if (!a->done)
 		run_deadlines(a);
 	host_flush(a);
+	sbx_guest_hosts_flush(); /* what IDENTITY deferred, its answer gone */
 	if (n == 0 && idle && !a->done)
 		cg_idle(a);
 	else if (a->nrm > CG_RM_BACKLOG && now_ns() >= a->rm_next)

@@ -275,7 +275,7 @@ void on_identity(struct agent *a, const struct sbx_frame *f)
 
 		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
 			sbx_guest_log("agent: identity: clock: %s", strerror(errno));
-		sbx_guest_set_hostname(host);
+		sbx_guest_set_hostname(host, 1);
 		rp.info.entropy_count = (int)id.seed_len * 8;
 		rp.info.buf_size = (int)id.seed_len;
 		memcpy(rp.buf, id.seed, id.seed_len);

@@ -497,23 +497,36 @@ static int mount_overlay_root(void)
 	return 0;
 }
 
-void sbx_guest_set_hostname(const char *name)
+/* The name /etc/hosts is still to say; "": it says the current one. */
+static char hosts_pending[65];
+
+void sbx_guest_hosts_flush(void)
 {
-	if (sethostname(name, strlen(name)) < 0)
-		sbx_guest_log("sethostname: %s", strerror(errno));
+	if (!hosts_pending[0])
+		return;
 	/* gethostbyname(gethostname()) must answer without DNS (most
 	 * sessions have none).  Written whole and renamed into place: a
 	 * program reading it meanwhile sees the old file or the new. */
 	char buf[320];
 	int n = snprintf(buf, sizeof(buf),
 			 "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-			 "ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n", name);
+			 "ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n", hosts_pending);
+	hosts_pending[0] = '\0';
 	int fd = open("/etc/.hosts.sbx", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0 || n <= 0 || (size_t)n >= sizeof(buf) || write(fd, buf, (size_t)n) != n ||
 	    fchmod(fd, 0644) < 0 || close(fd) < 0 || rename("/etc/.hosts.sbx", "/etc/hosts") < 0) {
 		sbx_guest_log("/etc/hosts: %s", strerror(errno));
 		unlink("/etc/.hosts.sbx");
 	}
+}
+
+void sbx_guest_set_hostname(const char *name, int defer)
+{
+	if (sethostname(name, strlen(name)) < 0)
+		sbx_guest_log("sethostname: %s", strerror(errno));
+	snprintf(hosts_pending, sizeof(hosts_pending), "%s", name);
+	if (!defer)
+		sbx_guest_hosts_flush();
 }
 
 static int switch_root(const char *dev)
@@ -828,7 +841,7 @@ int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
 	setup_newroot();
 	if (mount_volumes(cfg) < 0)
 		return -1;
-	sbx_guest_set_hostname(cfg->hostname);
+	sbx_guest_set_hostname(cfg->hostname, 0);
 	setup_loopback();
 	sbx_guest_packages(cfg);
 	/* A session whose NIC does not come up fails its create: its policy

@@ -43,8 +43,15 @@ int sbx_guest_ws_down(void);
 void sbx_guest_ws_up(void);
 /* Set the hostname and make it resolve (127.0.1.1 in /etc/hosts, as
  * Debian's installer does): at boot, and when a claim or restore gives the
- * VM its session's name. */
-void sbx_guest_set_hostname(const char *name);
+ * VM its session's name.  defer: /etc/hosts is written at the next
+ * sbx_guest_hosts_flush, which the agent calls once its answer is on its
+ * way and before it acts on any frame but a PING or the secrets, so the
+ * file's replace (milliseconds under TCG) is off a claim's path and no
+ * command sees the old name. */
+void sbx_guest_set_hostname(const char *name, int defer);
+/* /etc/hosts names the host name a deferred sbx_guest_set_hostname set
+ * (a no-op when it does already). */
+void sbx_guest_hosts_flush(void);
 /* Serve the host on fd until SHUTDOWN (on a listening socket: each host
  * that connects, one at a time, a new one replacing the old); as PID 1,
  * SHUTDOWN syncs and powers off.  Returns only in --agent-fd mode, or -1

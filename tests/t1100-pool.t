@@ -88,6 +88,9 @@ is "$(jq -r '[.id, .existed, .from_pool, .state] | join(" ")' <<<"$j")" "job1 fa
 is "$(rec job1 '[.tenant, .limits.ttl_ms, .from_pool, (.pool // false), .state] | join(" ")')" \
    "acme 600000 true false running" "its record: tenant, TTL and limits of the request"
 is "$(jq -r .resources.ttl "$S/job1/policy.json")" 600000 "and its policy.json is the request's"
+# The session's first command: /etc/hosts, written after the claim's
+# answer (guest-init defers it), is there before any command runs.
+is "$(sbx-exec job1 -- grep -c '^127\.0\.1\.1	job1$' /etc/hosts)" 1 "the claim's first command finds the new ID in /etc/hosts"
 is "$(sbx-exec job1 -- hostname)" job1 "inside, the hostname is the new ID"
 is "$(sbx-exec job1 -- cat /run/secrets/TOKEN)" "[secret:TOKEN]" "the secret was delivered (and is scrubbed from output)"
 h0=$(date +%s); g=$(sbx-exec job1 -- date +%s); h1=$(date +%s)
