@@ -8,7 +8,8 @@
 #  - create-to-ready from a snapshot (sbx-create -s) vs QEMU -incoming
 #    restores of the same saved VM, its disk unpacked, until the agent
 #    answers a PING (sbx-bench-floor's raw restore floor);
-#  - creates from a snapshot per second, 1, 4 and 16 at a time;
+#  - creates from a snapshot per second, 1, 4 and 16 at a time, beside raw
+#    QEMU -incoming restores at the same concurrency (sbx-bench-floor);
 #  - the first exec after a create (cold and from the pool) vs the next one;
 #  - a pool claim's steps (SBX_TRACE, trace.h: the member's monitor and
 #    sbx-create) vs a paused VM's cont + PING;
@@ -35,7 +36,11 @@ raw=$SBX_ROOT/raw
 mkdir -p "$raw"
 
 echo "bench: floor: $RUNS direct boots, 200 pings, $EXECS raw execs" >&2
-"$B/tools/sbx-bench-floor" "$tmpl" "$RUNS" 200 "$EXECS" "$RUNS" >"$raw/floor.json"
+# With the raw restore rate at the concurrencies sbx-create -s is run at
+# below (each worker BENCH_PER_WORKER restores, left running until the
+# clock stops, as the sessions are).
+SBX_FLOOR_RATE="1 4 16" SBX_FLOOR_RATE_PER=${BENCH_PER_WORKER:-1} \
+	"$B/tools/sbx-bench-floor" "$tmpl" "$RUNS" 200 "$EXECS" "$RUNS" >"$raw/floor.json"
 
 T=$(dirname "$0")/bench-time.py
 echo "bench: sbx-create x $RUNS" >&2
@@ -209,6 +214,11 @@ rate = {}
 for line in open(f"{raw}/rate.txt"):
     c, n, t0, t1 = line.split()
     rate[f"snapshot_creates_per_s_c{c}"] = round(int(n) / (float(t1) - float(t0)), 2)
+    fl = floor.get("restore_rate", {}).get(c)
+    if fl:
+        rate[f"floor_raw_restores_per_s_c{c}"] = round(fl, 2)
+        # > 1: sbx-create -s is that much slower than raw restores
+        rate[f"snapshot_creates_vs_raw_c{c}"] = round(fl / rate[f"snapshot_creates_per_s_c{c}"], 3)
 ratios.update(rate)
 
 def load(name):

@@ -127,8 +127,11 @@ static int save_vm(struct sbx_vm *vm, const char *dir, double *ms)
 
 /* One restore: disk unpacked, QEMU -incoming, cont, PING answered (*ms);
  * then one raw EXEC `true` answered, the restored guest's first (*exec_ms,
- * from the same start: what a resume's first exec is measured against). */
-static int restore_once(const struct sbx_template *t, const char *dir, double *ms, double *exec_ms)
+ * from the same start: what a resume's first exec is measured against).
+ * With keep, no EXEC: the VM is left running in *keep (what sbx-create -s
+ * hands over), for the caller to kill. */
+static int restore_once(const struct sbx_template *t, const char *dir, double *ms, double *exec_ms,
+			struct sbx_vm *keep)
 {
 	char snap[700], ov[700];
 	struct sbx_err err = { 0 };
@@ -172,6 +175,12 @@ static int restore_once(const struct sbx_template *t, const char *dir, double *m
 		rc = read_frame(agent, &in, &f, &used, 60000);
 	while (rc == 0 && f.type != SBX_F_PONG && (consume(&in, used), 1));
 	*ms = (double)(sbx_mono_ns() - t0) / 1e6;
+	if (rc == 0 && keep) {
+		sbx_buf_free(&in);
+		sbx_buf_free(&out);
+		*keep = vm; /* its agent connection goes with this process */
+		return 0;
+	}
 	if (rc == 0) {
 		char *av[] = { "true", NULL };
 		struct sbx_exec_req r = { .argv = av, .argc = 1 };
@@ -189,6 +198,59 @@ static int restore_once(const struct sbx_template *t, const char *dir, double *m
 	close(agent);
 	sbx_vm_kill(&vm);
 	return rc;
+}
+
+/* Raw restores C at a time, PER each in turn, each left running as
+ * sbx-create -s leaves its session (the rate bench.sh holds sbx-create -s
+ * to; the sessions there are destroyed after the clock stops, and these
+ * VMs are too): C processes, each in a directory of its own beside the
+ * saved VM they share, each saying on a pipe when its last restore was
+ * answered.  Restores per second over the wall time, or -1. */
+static double restore_rate(const struct sbx_template *t, const char *dir, int c, int per)
+{
+	int p[2];
+	if (per > 16 || pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	uint64_t t0 = sbx_mono_ns(), end = t0;
+	pid_t pids[64];
+	int n = 0, failed = 0;
+	for (int w = 0; w < c && w < 64; w++) {
+		char wd[700], link[720];
+		snprintf(wd, sizeof wd, "%s/w%d", dir, w);
+		snprintf(link, sizeof link, "%s/snap", wd);
+		mkdir(wd, 0700);
+		unlink(link);
+		pid_t pid = symlink("../snap", link) < 0 ? -1 : fork();
+		if (pid < 0) {
+			failed = 1;
+			break;
+		}
+		if (pid == 0) {
+			struct sbx_vm vms[16];
+			int k = 0;
+			double ms, ems;
+			while (k < per && restore_once(t, wd, &ms, &ems, &vms[k]) == 0)
+				k++;
+			uint64_t done = k == per ? sbx_mono_ns() : 0;
+			(void)!write(p[1], &done, sizeof done);
+			while (k > 0)
+				sbx_vm_kill(&vms[--k]);
+			_exit(0);
+		}
+		pids[n++] = pid;
+	}
+	close(p[1]);
+	uint64_t done;
+	for (int i = 0; i < n; i++) {
+		if (read(p[0], &done, sizeof done) != (ssize_t)sizeof done || !done)
+			failed = 1;
+		else if (done > end)
+			end = done;
+	}
+	close(p[0]);
+	for (int i = 0; i < n; i++)
+		waitpid(pids[i], NULL, 0);
+	return failed || end <= t0 ? -1 : (double)(n * per) / ((double)(end - t0) / 1e9);
 }
 
 int main(int argc, char **argv)
@@ -319,7 +381,7 @@ int main(int argc, char **argv)
 		if (restores > 64)
 			restores = 64;
 		for (int i = 0; i < restores; i++)
-			if (restore_once(&t, dir, &ms[i], &ems[i]) < 0) {
+			if (restore_once(&t, dir, &ms[i], &ems[i], NULL) < 0) {
 				fprintf(stderr, "floor: restore failed (console and VMM log: %s)\n", dir);
 				return 1;
 			}
@@ -330,6 +392,29 @@ int main(int argc, char **argv)
 		for (int i = 0; i < restores; i++)
 			printf("%s%.2f", i ? "," : "", ems[i]);
 		printf("]");
+		/* SBX_FLOOR_RATE="C..." (bench.sh's concurrencies), PER from
+		 * SBX_FLOOR_RATE_PER (1): restores per second, C at a time. */
+		const char *rate = getenv("SBX_FLOOR_RATE");
+		int per = getenv("SBX_FLOOR_RATE_PER") ? atoi(getenv("SBX_FLOOR_RATE_PER")) : 1;
+		if (rate && *rate) {
+			printf(",\"restore_rate\":{");
+			char *copy = strdup(rate), *save = NULL;
+			int first = 1;
+			for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+				int c = atoi(tok);
+				if (c < 1 || c > 64)
+					continue;
+				double r = restore_rate(&t, dir, c, per < 1 ? 1 : per);
+				if (r < 0) {
+					fprintf(stderr, "floor: %d restores at a time failed (console and VMM logs: %s/w*)\n", c, dir);
+					return 1;
+				}
+				printf("%s\"%d\":%.3f", first ? "" : ",", c, r);
+				first = 0;
+			}
+			free(copy);
+			printf("}");
+		}
 	}
 	printf("}\n");
 	return remove_dir(dir);
