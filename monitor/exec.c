@@ -302,17 +302,18 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 	m->execs = ex;
 	if (sbx_mono_ns() - m->time_synced > MON_TIME_SYNC_NS)
 		agent_time_sync(m, 0);
+	/* The proxy's log sizes, the start of what this exec ran into, read
+	 * before the guest can start it: read after (a round trip to the
+	 * privileged half, behind a busy host's scheduler) they missed a
+	 * command's first refusals under load (t1500 on CI). */
+	mon_log_sizes(m, &ex->net_off, &ex->pkg_off);
 	sbx_trace_step(&ex->tr, "prepare");
 	sbx_exec_req_encode(&m->aout, ex->n, &r);
 	agent_flush(m);
 	sbx_trace_step(&ex->tr, "sent");
 	/* What follows runs while the guest starts the command: nothing of it
-	 * is the guest's to wait for.  The proxy's log sizes, the start of
-	 * what this exec ran into (a round trip to the privileged half: the
-	 * guest's start takes far longer than it, so nothing it logs for this
-	 * exec is missed), and what is running, for sbx-ps --execs, before any
-	 * result exists. */
-	mon_log_sizes(m, &ex->net_off, &ex->pkg_off);
+	 * is the guest's to wait for.  What is running, for sbx-ps --execs,
+	 * before any result exists. */
 	char *rq = json_dumps(ex->req, JSON_COMPACT);
 	int rfd = rq ? openat(ex->dfd, "request.json", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
 	if (rfd >= 0) {

@@ -238,6 +238,22 @@ like "$(printf '%s' "$out" | jq -r '.violations.egress.first | join(" ")')" '198
 like "$(printf '%s' "$out" | jq -r '.violations.dns.denied')" '^[1-9]' "refused DNS queries too"
 is "$(printf '%s' "$out" | jq -c '[.violations.oom, .violations.pids_limit, .violations.timeout]')" "[false,false,false]" \
    "no OOM, pids limit or timeout"
+# The start of what an exec ran into is read before the guest can start
+# it: the privileged half's read of the log's size, held back a second
+# (strace), holds the command back, never the other way round (read after
+# the EXEC went out, it missed a fast command's refusals on a loaded host).
+if command -v strace >/dev/null; then
+	mp=$(jq -r .monitor.pid "$S/$id/session.json")
+	strace -qq -o /dev/null -p "$mp" -e trace=newfstatat -e inject=newfstatat:delay_enter=1000000 &
+	sp=$!
+	sleep 1 # attached
+	out=$(sbx-exec --json "$id" -- sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | timeout 10 nc 198.18.0.5 80' 2>/dev/null)
+	kill "$sp"; wait "$sp" 2>/dev/null
+	like "$(printf '%s' "$out" | jq -r '.violations.egress.denied')" '^[1-9]' \
+	     "a refusal in a command's first moments is counted, however late the host reads the log's size"
+else
+	ok 0 "# SKIP strace not installed"
+fi
 out=$(sbx-exec --json "$id" -- true 2>/dev/null)
 is "$(printf '%s' "$out" | jq -c '[.violations.egress.denied, .violations.dns.denied, .violations.packages.refused]')" \
    "[0,0,0]" "an exec that tried nothing has none"
