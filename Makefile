@@ -27,7 +27,7 @@ LDFLAGS_ALL = $(SAN) -Wl,--as-needed $(LDFLAGS)
 # all), so the small libraries no shared one of theirs needs again are
 # linked in from their archives: the dynamic loader then maps and relocates
 # libc (and libarchive's set, for the commands that use it) alone, which
-# is about 0.2 ms of each start here.  A library whose archive is not
+# is 0.1-0.15 ms of each start here.  A library whose archive is not
 # installed stays shared.  Not the daemons: they start once a session, and
 # libnftables brings libjansson.so.
 CMD_STATIC_LIBS = jansson bsd md yaml seccomp

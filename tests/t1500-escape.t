@@ -246,7 +246,9 @@ if command -v strace >/dev/null; then
 	mp=$(jq -r .monitor.pid "$S/$id/session.json")
 	strace -qq -o /dev/null -p "$mp" -e trace=newfstatat -e inject=newfstatat:delay_enter=1000000 &
 	sp=$!
-	sleep 1 # attached
+	# Attached once the monitor has a tracer (else the check would prove nothing).
+	for _ in $(seq 100); do [ "$(awk '/^TracerPid:/ {print $2}' /proc/"$mp"/status)" != 0 ] && break; sleep 0.05; done
+	sleep 0.2 # past the attach itself
 	out=$(sbx-exec --json "$id" -- sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | timeout 10 nc 198.18.0.5 80' 2>/dev/null)
 	kill "$sp"; wait "$sp" 2>/dev/null
 	like "$(printf '%s' "$out" | jq -r '.violations.egress.denied')" '^[1-9]' \
