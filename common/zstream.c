@@ -133,6 +133,8 @@ int sbx_zpump(int in_fd, int out_fd, int alive_fd, uint64_t deadline_ns, sbx_zpr
 		sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot start decompressing");
 		goto out;
 	}
+	if (cb)
+		cb(ctx, "loading memory", 0, total); /* the start, before any byte is read */
 	for (;;) {
 		ssize_t r = read(in_fd, ibuf, icap);
 		if (r < 0 && errno == EINTR)

@@ -35,7 +35,8 @@ void sbx_zsink_free(struct sbx_zsink *s);
 
 /* Decompress the file in_fd into out_fd (a pipe, nonblocking or not),
  * giving up at deadline_ns (CLOCK_MONOTONIC) or when alive_fd (a pidfd;
- * -1: none) says the reader is gone. */
+ * -1: none) says the reader is gone.  cb hears 0 of total before the
+ * first byte is read, and total of total once all of it is written. */
 int sbx_zpump(int in_fd, int out_fd, int alive_fd, uint64_t deadline_ns, sbx_zprogress cb, void *ctx,
 	      struct sbx_err *err);
 

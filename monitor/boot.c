@@ -121,6 +121,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 				 : sbx_disk_scratch(scratch, m->s.limits.disk_bytes ? m->s.limits.disk_bytes : 1ull << 30,
 						    err) < 0)
 		return -1;
+	sbx_trace_step(&m->boot_tr, "disk");
 	for (unsigned i = 0; i < m->s.nvols; i++) {
 		snprintf(vols[i], sizeof vols[i], "%s/sessions/%s/vol%u.img", m->st.lib, m->s.id, i);
 		if (sbx_disk_from_dir(vols[i], m->s.vols[i].host, err) < 0)
@@ -166,8 +167,10 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 		.memory = ((uint64_t)m->s.memory_mib + 512) << 20,
 		.pids = 512,
 	};
+	sbx_trace_step(&m->boot_tr, "listen");
 	if (sbx_cgroup_create(m->s.id, &cl, c.cg_fds, &c.cg_nfds, err) < 0)
 		return -1;
+	sbx_trace_step(&m->boot_tr, "cgroup");
 	mon_vm_volumes(m, &c, vols);
 	/* The proxy's listeners and the TAP are theirs once they run: the
 	 * monitor keeps none of the namespace. */
@@ -191,6 +194,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	c.stderr_fd = log_w;
 	mon_ep_mod(m, &m->console.src, EPOLLIN, EPOLL_CTL_ADD);
 	mon_ep_mod(m, &m->vmmlog.src, EPOLLIN, EPOLL_CTL_ADD);
+	sbx_trace_step(&m->boot_tr, "vmmout");
 	uint64_t t0 = sbx_mono_ns();
 	int brc = sbx_vm_boot(&c, &m->vm, err);
 	close(sbx_steal_fd(&con_w)); /* only the VMM writes them now */
@@ -203,8 +207,10 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 		vmmout_explain(m, err);
 		return -1;
 	}
+	sbx_trace_step(&m->boot_tr, "vm_boot");
 	if (c.restore_dir && snap_restored(m, err) < 0)
 		return -1;
+	sbx_trace_step(&m->boot_tr, "resume");
 	m->vmm.fd = m->vm.pidfd;
 	mon_ep_mod(m, &m->listen, EPOLLIN, EPOLL_CTL_ADD);
 	if (accept_agent)
@@ -242,6 +248,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 		mon_loop_once(m, (int)((until - now) / 1000000u) + 1);
 	}
 	if (m->ready) {
+		sbx_trace_step(&m->boot_tr, "guest_ready");
 		m->s.boot_ms = (sbx_mono_ns() - t0) / 1000000u;
 		return 0;
 	}

@@ -464,7 +464,11 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		fcntl(a->ready_fd, F_SETFD, FD_CLOEXEC);
 	if (a->secrets_fd >= 0)
 		fcntl(a->secrets_fd, F_SETFD, FD_CLOEXEC);
-	if (setup(&m, a, &err) < 0 || mon_boot(&m, &err) < 0)
+	sbx_trace_begin(&m.boot_tr, "boot.monitor");
+	if (setup(&m, a, &err) < 0)
+		goto failed;
+	sbx_trace_step(&m.boot_tr, "setup");
+	if (mon_boot(&m, &err) < 0)
 		goto failed;
 	/* A warm-pool member waits for a claim, paused (pool.h). */
 	snprintf(m.s.state, sizeof m.s.state, m.s.pool ? "pooled" : "running");
@@ -480,6 +484,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.s.vmm_start = m.vm.start_time;
 	if (mon_record_save(&m, &err) < 0)
 		goto failed;
+	sbx_trace_step(&m.boot_tr, "record_save");
 	if (m.s.pool) {
 		/* No session.create for a member: it is nobody's session until
 		 * a claim makes it one. */
@@ -509,7 +514,9 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		err.code = SBX_EXIT_INTERNAL;
 		goto failed;
 	}
+	sbx_trace_step(&m.boot_tr, "audit");
 ready:
+	sbx_trace_end(&m.boot_tr, 1); /* before the split: one line, the parent's */
 	/* From here on, the guest and the clients are the unprivileged
 	 * half's (priv.c); this process, when split, only answers it. */
 	switch (mon_priv_start(&m, a->lock_fd, &err)) {
@@ -599,6 +606,7 @@ ready:
 	goto out;
 
 failed:
+	sbx_trace_end(&m.boot_tr, 0);
 	/* The one unwind of a session that never became ready: nothing was
 	 * handed out, so nothing of it stays but its failed session.create. */
 	if (m.vm.pid)

@@ -158,6 +158,7 @@ struct client {
 enum { PRIV_ROLE_NONE, PRIV_ROLE_PARENT, PRIV_ROLE_CHILD };
 
 struct mon {
+	struct sbx_trace boot_tr; /* SBX_TRACE: make bench's start-up steps */
 	struct {
 		int role;       /* PRIV_ROLE_*: NONE, one process (not split) */
 		int fd;         /* the request channel; -1: none */

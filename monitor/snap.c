@@ -387,6 +387,8 @@ void snap_boot_progress(void *ctx, const char *what, uint64_t done, uint64_t tot
 {
 	struct mon *m = ctx;
 	uint64_t now = sbx_mono_ns();
+	if (done == 0 || done == total) /* SBX_TRACE: the VMM started; the image sent */
+		sbx_trace_step(&m->boot_tr, done == 0 ? "vmm_spawn" : "pump");
 	if (m->readyp.fd < 0 || (now - m->snap.progress_ns < 100000000u && done != total))
 		return;
 	m->snap.progress_ns = now;
