@@ -7,9 +7,13 @@
 #  - create-to-ready when a warm-pool member is claimed (sbx.yaml(5));
 #  - create-to-ready from a snapshot (sbx-create -s) vs QEMU -incoming
 #    restores of the same saved VM, its disk unpacked, until the agent
-#    answers a PING (sbx-bench-floor's raw restore floor);
+#    answers a PING, one after each create (sbx-bench-floor restore); and
+#    its steps (SBX_TRACE: boot.monitor), the load among them beside the
+#    floor's;
 #  - creates from a snapshot per second, 1, 4 and 16 at a time, beside raw
-#    QEMU -incoming restores at the same concurrency (sbx-bench-floor);
+#    QEMU -incoming restores of it at the same concurrency, a round of them
+#    after each round of creates (sbx-bench-floor rate),
+#    BENCH_RATE_ROUNDS (5) rounds of each, compared by their medians;
 #  - the first exec after a create (cold and from the pool) vs the next one;
 #  - a pool claim's steps (SBX_TRACE, trace.h: the member's monitor and
 #    sbx-create) vs a paused VM's cont + PING;
@@ -36,10 +40,6 @@ raw=$SBX_ROOT/raw
 mkdir -p "$raw"
 
 echo "bench: floor: $RUNS direct boots, 200 pings, $EXECS raw execs" >&2
-# With the raw restore rate at the concurrencies sbx-create -s is run at
-# below (each worker BENCH_PER_WORKER restores, left running until the
-# clock stops, as the sessions are).
-SBX_FLOOR_RATE="1 4 16" SBX_FLOOR_RATE_PER=${BENCH_PER_WORKER:-1} \
 	"$B/tools/sbx-bench-floor" "$tmpl" "$RUNS" 200 "$EXECS" "$RUNS" >"$raw/floor.json"
 
 T=$(dirname "$0")/bench-time.py
@@ -57,37 +57,54 @@ for i in $(seq "$RUNS"); do
 	sbx-kill "bench-$i"
 done
 
-# From a snapshot: a session saved once (idle, as the floor's), restored.
+# From a snapshot: a session saved once (idle, as the floor's), restored,
+# each create followed by one raw restore of the same saved VM (the
+# floor's restore subcommand), so the machine's drift falls on both.
 echo "bench: sbx-create -s x $RUNS" >&2
 src=$(sbx-create -q)
 sbx-exec "$src" -- true
 sbx-snapshot save "$src" bench@1 >/dev/null
 sbx-kill "$src"
+snapdir=$SBX_ROOT/var/lib/sbx/snapshots/_/bench@1
+[ -f "$snapdir/memory.zst" ] || { echo "bench: no saved VM at $snapdir" >&2; exit 1; }
+: >"$raw/restore-floor.jsonl"
 : >"$raw/restore.txt"
+: >"$raw/restore-trace.jsonl"
 for i in $(seq "$RUNS"); do
-	"$T" 1 sbx-create -q -s bench@1 --id "restore-$i" >>"$raw/restore.txt"
+	SBX_TRACE=$raw/restore-trace.jsonl "$T" 1 sbx-create -q -s bench@1 --id "restore-$i" >>"$raw/restore.txt"
 	sbx-kill "restore-$i"
+	"$B/tools/sbx-bench-floor" restore "$tmpl" "$snapdir" >>"$raw/restore-floor.jsonl"
 done
 # Throughput: creates from that snapshot per second with 1, 4 and 16
 # creates in flight (each worker creates BENCH_PER_WORKER sessions in turn,
-# all kept until the round ends, then destroyed).  The host's default
+# all kept until the round ends, then destroyed), BENCH_RATE_ROUNDS rounds
+# at each (one round is one wall time of a few creates: its spread is the
+# machine's, so the rounds' median is what is compared), each round
+# followed by one of raw restores of the same saved VM at the same
+# concurrency, left running until the last is answered as the sessions are.  The host's default
 # capacity (4 vCPUs per CPU) would refuse 16 sessions on a 2-core machine:
 # raised for this round only.
 PER=${BENCH_PER_WORKER:-1}
 export SBX_MAX_VCPUS=64 SBX_MAX_STARTING=32
 : >"$raw/rate.txt"
+: >"$raw/rate-floor.txt"
+ROUNDS=${BENCH_RATE_ROUNDS:-5}
 for c in 1 4 16; do
-	echo "bench: $((c * PER)) creates from a snapshot, $c at a time" >&2
-	t0=$(date +%s.%N)
-	for w in $(seq "$c"); do
-		(for k in $(seq "$PER"); do sbx-create -q -s bench@1 --id "rate-$c-$w-$k" >/dev/null || exit 1; done) &
+	echo "bench: $ROUNDS x $((c * PER)) creates from a snapshot, $c at a time" >&2
+	for round in $(seq "$ROUNDS"); do
+		t0=$(date +%s.%N)
+		for w in $(seq "$c"); do
+			(for k in $(seq "$PER"); do sbx-create -q -s bench@1 --id "rate-$c-$w-$k" >/dev/null || exit 1; done) &
+		done
+		fail=0
+		for w in $(seq "$c"); do wait -n || fail=1; done
+		t1=$(date +%s.%N)
+		[ $fail = 0 ] || { echo "bench: a create failed at concurrency $c" >&2; exit 1; }
+		echo "$c $((c * PER)) $t0 $t1" >>"$raw/rate.txt"
+		ls "$SBX_ROOT/var/lib/sbx/sessions" | grep "^rate-" | sbx-kill >/dev/null
+		printf '%s ' "$c" >>"$raw/rate-floor.txt"
+		"$B/tools/sbx-bench-floor" rate "$tmpl" "$snapdir" "$c" "$PER" >>"$raw/rate-floor.txt"
 	done
-	fail=0
-	for w in $(seq "$c"); do wait -n || fail=1; done
-	t1=$(date +%s.%N)
-	[ $fail = 0 ] || { echo "bench: a create failed at concurrency $c" >&2; exit 1; }
-	echo "$c $((c * PER)) $t0 $t1" >>"$raw/rate.txt"
-	ls "$SBX_ROOT/var/lib/sbx/sessions" | grep "^rate-" | sbx-kill >/dev/null
 done
 unset SBX_MAX_VCPUS SBX_MAX_STARTING
 sbx-snapshot rm bench@1
@@ -198,8 +215,9 @@ rows += [row("B exec true, neighbour idle", nb["idle"], "ms"),
 claim = [float(x) for x in open(f"{raw}/claim.txt") if x.strip()]
 rows += [row("create-to-ready, warm pool claim", claim, "ms")]
 restore = [float(x) for x in open(f"{raw}/restore.txt") if x.strip()]
+rfloor = [json.loads(l) for l in open(f"{raw}/restore-floor.jsonl") if l.strip()]
 rows += [row("create-to-ready from snapshot (sbx-create -s)", restore, "ms"),
-         row("floor: qemu -incoming restore -> agent answers", floor["restore_ms"], "ms")]
+         row("floor: raw restore of the same snapshot -> agent answers", [x["restore_ms"] for x in rfloor], "ms")]
 ratios = {"create_vs_floor_p50": round(rows[0]["p50"] / rows[1]["p50"], 3),
           "create_vs_floor_p95": round(rows[0]["p95"] / rows[1]["p95"], 3),
           "exec_vs_raw_exec_p50": round(rows[2]["p50"] / rows[3]["p50"], 3),
@@ -210,15 +228,25 @@ ratios = {"create_vs_floor_p50": round(rows[0]["p50"] / rows[1]["p50"], 3),
           "snapshot_vs_restore_floor_p50": round(rows[10]["p50"] / rows[11]["p50"], 3),
           "snapshot_vs_restore_floor_p95": round(rows[10]["p95"] / rows[11]["p95"], 3),
           "floor_save_ms": floor["save_ms"]}
-rate = {}
+# Creates per second from a snapshot, per round; the rounds' median and
+# the raw restores' median at the same concurrency.
+rate, rounds, frounds = {}, {}, {}
 for line in open(f"{raw}/rate.txt"):
     c, n, t0, t1 = line.split()
-    rate[f"snapshot_creates_per_s_c{c}"] = round(int(n) / (float(t1) - float(t0)), 2)
-    fl = floor.get("restore_rate", {}).get(c)
+    rounds.setdefault(c, []).append(int(n) / (float(t1) - float(t0)))
+for line in open(f"{raw}/rate-floor.txt"):
+    c, r = line.split(" ", 1)
+    frounds.setdefault(c, []).append(json.loads(r)["rate"])
+rate_rows = []
+for c, v in rounds.items():
+    rate_rows.append((f"creates/s from a snapshot, {c} at a time (per round)", v))
+    rate[f"snapshot_creates_per_s_c{c}"] = round(statistics.median(v), 2)
+    fl = frounds.get(c)
     if fl:
-        rate[f"floor_raw_restores_per_s_c{c}"] = round(fl, 2)
+        rate_rows.append((f"floor: raw restores/s, {c} at a time (per round)", fl))
+        rate[f"floor_raw_restores_per_s_c{c}"] = round(statistics.median(fl), 2)
         # > 1: sbx-create -s is that much slower than raw restores
-        rate[f"snapshot_creates_vs_raw_c{c}"] = round(fl / rate[f"snapshot_creates_per_s_c{c}"], 3)
+        rate[f"snapshot_creates_vs_raw_c{c}"] = round(statistics.median(fl) / statistics.median(v), 3)
 ratios.update(rate)
 
 def load(name):
@@ -290,11 +318,24 @@ add(f"sbx-cp upload {cpb} MiB", load("cp-up"), "ms")
 add(f"floor: guest tar through its disk, {cpb} MiB", load("tar-up"), "ms")
 add(f"sbx-cp download {cpb} MiB", load("cp-down"), "ms")
 add(f"floor: guest tar from its disk to a pipe, {cpb} MiB", load("tar-down"), "ms")
+for name, v in rate_rows:
+    add(name, v, "1/s")
+# sbx-create -s, step by step in its monitor (SBX_TRACE: boot.monitor),
+# and the part that is the floor's load: the disk unpacked, QEMU started,
+# the memory image sent and loaded, paused.
+boot = [json.loads(l) for l in open(f"{raw}/restore-trace.jsonl")]
+boot = [t for t in boot if t["trace"] == "boot.monitor" and t.get("ok")]
+for k in (boot[0]["steps"] if boot else {}):
+    add(f"snapshot create step: {k}", [t["steps"][k] for t in boot if k in t["steps"]], "ms")
+add("snapshot create step: monitor total", [t["total_ms"] for t in boot], "ms")
+LOAD = ("disk", "listen", "cgroup", "vmmout", "vmm_spawn", "pump", "vm_boot")
+add("snapshot create: load (disk .. vm_boot)", [sum(t["steps"].get(k, 0) for k in LOAD) for t in boot], "ms")
+add("floor: raw restore of the same snapshot, load (unpacked, loaded, paused)", [x["restore_load_ms"] for x in rfloor], "ms")
 # The claim's steps, from SBX_TRACE: the member's monitor and sbx-create.
 steps = {}
 for line in open(f"{raw}/trace.jsonl"):
     t = json.loads(line)
-    if not t.get("ok"):
+    if not t.get("ok") or t["trace"] == "boot.monitor": # the members' own boots
         continue
     steps.setdefault((t["trace"], "total"), []).append(t["total_ms"])
     for k, v in t["steps"].items():
@@ -307,7 +348,10 @@ for (who, k), v in steps.items():
 pairs = [("create-to-ready (sbx-create)", "floor: qemu launch -> agent HELLO", "lower"),
          ("sbx-exec true (end to end)", "floor: raw EXEC true on agent channel", "lower"),
          ("create-to-ready, warm pool claim", "floor: paused VM cont + PING", "lower"),
-         ("create-to-ready from snapshot (sbx-create -s)", "floor: qemu -incoming restore -> agent answers", "lower"),
+         ("create-to-ready from snapshot (sbx-create -s)", "floor: raw restore of the same snapshot -> agent answers", "lower"),
+         ("snapshot create: load (disk .. vm_boot)", "floor: raw restore of the same snapshot, load (unpacked, loaded, paused)", "lower"),
+         ("creates/s from a snapshot, 4 at a time (per round)", "floor: raw restores/s, 4 at a time (per round)", "higher"),
+         ("creates/s from a snapshot, 16 at a time (per round)", "floor: raw restores/s, 16 at a time (per round)", "higher"),
          ("first exec after create (echo hi)", "later exec after create (echo hi)", "lower"),
          ("first exec after a pool claim (echo hi)", "later exec after a pool claim (echo hi)", "lower"),
          ("first exec after create, guest side (echo hi)", "later exec after create, guest side (echo hi)", "lower"),

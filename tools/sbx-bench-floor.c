@@ -6,7 +6,9 @@
  * floor); then, with RESTORES, the raw restore
  * floor: that VM saved (the same VMM operations and files a snapshot
  * has), and QEMU -incoming restores of it, each with its disk unpacked,
- * until the agent answers a PING.  Prints one JSON object. */
+ * until the agent answers a PING.  Prints one JSON object.  The restore
+ * and rate subcommands do the same with a snapshot sbx saved (see
+ * saved_vm_main). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -50,6 +52,17 @@ static int read_frame(int fd, struct sbx_buf *in, struct sbx_frame *f, size_t *u
 	}
 }
 
+/* The VMM's connection to the agent socket l, or -1 once it has not come
+ * in timeout_ms or the VMM ended (a VMM that failed must not hang the
+ * bench: its vmm.log says why). */
+static int accept_agent(int l, const struct sbx_vm *vm, int timeout_ms)
+{
+	struct pollfd p[2] = { { .fd = l, .events = POLLIN }, { .fd = vm->pidfd, .events = POLLIN } };
+	if (poll(p, vm->pidfd >= 0 ? 2 : 1, timeout_ms) <= 0 || !(p[0].revents & POLLIN))
+		return -1;
+	return accept4(l, NULL, NULL, SOCK_CLOEXEC);
+}
+
 static void consume(struct sbx_buf *in, size_t n)
 {
 	memmove(in->data, in->data + n, in->len - n);
@@ -87,8 +100,12 @@ static int boot_once(const struct sbx_template *t, const char *dir, struct sbx_v
 		fprintf(stderr, "floor: %s\n", err.msg);
 		return -1;
 	}
-	*agent = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	*agent = accept_agent(l, vm, 60000);
 	close(l);
+	if (*agent < 0) {
+		fprintf(stderr, "floor: the VMM did not connect to the agent socket (see %s/vmm.log)\n", dir);
+		return -1;
+	}
 	struct sbx_buf in = { 0 };
 	struct sbx_frame f;
 	size_t used;
@@ -131,7 +148,7 @@ static int save_vm(struct sbx_vm *vm, const char *dir, double *ms)
  * With keep, no EXEC: the VM is left running in *keep (what sbx-create -s
  * hands over), for the caller to kill. */
 static int restore_once(const struct sbx_template *t, const char *dir, double *ms, double *exec_ms,
-			struct sbx_vm *keep)
+			double *load_ms, struct sbx_vm *keep)
 {
 	char snap[700], ov[700];
 	struct sbx_err err = { 0 };
@@ -157,14 +174,23 @@ static int restore_once(const struct sbx_template *t, const char *dir, double *m
 	struct sbx_vm vm = { 0 };
 	uint64_t t0 = sbx_mono_ns();
 	int dfd = open(snap, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || sbx_zdisk_unpack(dfd, "scratch.zst", ov, &size, &err) < 0 || sbx_vm_boot(&c, &vm, &err) < 0 ||
-	    sbx_vm_resume(&vm, &err) < 0) {
+	if (dfd < 0 || sbx_zdisk_unpack(dfd, "scratch.zst", ov, &size, &err) < 0 || sbx_vm_boot(&c, &vm, &err) < 0) {
+		fprintf(stderr, "floor: restore: %s\n", err.msg);
+		return -1;
+	}
+	*load_ms = (double)(sbx_mono_ns() - t0) / 1e6; /* loaded, paused: sbx's disk + vm_boot steps */
+	if (sbx_vm_resume(&vm, &err) < 0) {
 		fprintf(stderr, "floor: restore: %s\n", err.msg);
 		return -1;
 	}
 	close(dfd);
-	int agent = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	int agent = accept_agent(l, &vm, 60000);
 	close(l);
+	if (agent < 0) {
+		fprintf(stderr, "floor: the restored VMM did not connect to the agent socket (see %s/vmm.log)\n", dir);
+		sbx_vm_kill(&vm);
+		return -1;
+	}
 	struct sbx_buf in = { 0 }, out = { 0 };
 	struct sbx_frame f;
 	size_t used;
@@ -228,8 +254,8 @@ static double restore_rate(const struct sbx_template *t, const char *dir, int c,
 		if (pid == 0) {
 			struct sbx_vm vms[16];
 			int k = 0;
-			double ms, ems;
-			while (k < per && restore_once(t, wd, &ms, &ems, &vms[k]) == 0)
+			double ms, ems, lms;
+			while (k < per && restore_once(t, wd, &ms, &ems, &lms, &vms[k]) == 0)
 				k++;
 			uint64_t done = k == per ? sbx_mono_ns() : 0;
 			(void)!write(p[1], &done, sizeof done);
@@ -253,17 +279,72 @@ static double restore_rate(const struct sbx_template *t, const char *dir, int c,
 	return failed || end <= t0 ? -1 : (double)(n * per) / ((double)(end - t0) / 1e9);
 }
 
-int main(int argc, char **argv)
+static void template_paths(struct sbx_template *t, const char *dir)
 {
-	if (argc != 5 && argc != 6) {
-		fprintf(stderr, "usage: sbx-bench-floor TEMPLATE-DIR BOOTS PINGS EXECS [RESTORES]\n");
+	snprintf(t->kernel, sizeof t->kernel, "%s/vmlinux", dir);
+	snprintf(t->initrd, sizeof t->initrd, "%s/initrd.cpio", dir);
+	snprintf(t->rootfs, sizeof t->rootfs, "%s/rootfs.ext4", dir);
+}
+
+/* `restore` and `rate`: the raw floor of a snapshot sbx saved itself (its
+ * memory.zst and scratch.zst, the files sbx-create -s restores), so that
+ * bench.sh can take one sbx-create -s and one raw restore of the same
+ * saved VM in turn: the machine's drift over a run then falls on both.
+ * restore: one restore, answered and then its first raw EXEC, one JSON
+ * object {restore_ms, restore_load_ms, restore_exec_ms}.  rate: C at a
+ * time, PER each, left running until the last is answered, {rate}. */
+static int saved_vm_main(int argc, char **argv)
+{
+	int rate = !strcmp(argv[1], "rate");
+	if (argc != (rate ? 6 : 4)) {
+		fprintf(stderr, "usage: sbx-bench-floor restore TEMPLATE-DIR SNAPSHOT-DIR\n"
+				"       sbx-bench-floor rate TEMPLATE-DIR SNAPSHOT-DIR C PER\n");
 		return 2;
 	}
-	signal(SIGPIPE, SIG_IGN);
 	struct sbx_template t = { 0 };
-	snprintf(t.kernel, sizeof t.kernel, "%s/vmlinux", argv[1]);
-	snprintf(t.initrd, sizeof t.initrd, "%s/initrd.cpio", argv[1]);
-	snprintf(t.rootfs, sizeof t.rootfs, "%s/rootfs.ext4", argv[1]);
+	template_paths(&t, argv[2]);
+	char dir[] = "/tmp/sbx-floor.XXXXXX", link[64];
+	if (!mkdtemp(dir))
+		return 1;
+	snprintf(link, sizeof link, "%s/snap", dir);
+	if (argv[3][0] != '/' || symlink(argv[3], link) < 0) {
+		fprintf(stderr, "floor: the snapshot directory must be an absolute path\n");
+		remove_dir(dir);
+		return 2;
+	}
+	int rc = 1;
+	if (rate) {
+		double r = restore_rate(&t, dir, atoi(argv[4]), atoi(argv[5]));
+		if (r >= 0) {
+			printf("{\"rate\":%.3f}\n", r);
+			rc = 0;
+		}
+	} else {
+		double ms, ems, lms;
+		if (restore_once(&t, dir, &ms, &ems, &lms, NULL) == 0) {
+			printf("{\"restore_ms\":%.2f,\"restore_load_ms\":%.2f,\"restore_exec_ms\":%.2f}\n", ms, lms, ems);
+			rc = 0;
+		}
+	}
+	if (rc)
+		fprintf(stderr, "floor: %s of %s failed (console and VMM logs: %s)\n", argv[1], argv[3], dir);
+	else
+		remove_dir(dir);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (argc > 1 && (!strcmp(argv[1], "restore") || !strcmp(argv[1], "rate")))
+		return saved_vm_main(argc, argv);
+	if (argc != 5 && argc != 6) {
+		fprintf(stderr, "usage: sbx-bench-floor TEMPLATE-DIR BOOTS PINGS EXECS [RESTORES]\n"
+				"       sbx-bench-floor restore|rate ...\n");
+		return 2;
+	}
+	struct sbx_template t = { 0 };
+	template_paths(&t, argv[1]);
 	int boots = atoi(argv[2]), pings = atoi(argv[3]), execs = atoi(argv[4]);
 	char dir[] = "/tmp/sbx-floor.XXXXXX";
 	if (!mkdtemp(dir))
@@ -377,44 +458,28 @@ int main(int argc, char **argv)
 	close(agent);
 	sbx_vm_kill(&vm);
 	if (restores > 0) {
-		double ms[64], ems[64];
+		double ms[64], ems[64], lms[64];
 		if (restores > 64)
 			restores = 64;
 		for (int i = 0; i < restores; i++)
-			if (restore_once(&t, dir, &ms[i], &ems[i], NULL) < 0) {
+			if (restore_once(&t, dir, &ms[i], &ems[i], &lms[i], NULL) < 0) {
 				fprintf(stderr, "floor: restore failed (console and VMM log: %s)\n", dir);
 				return 1;
 			}
-		printf(",\"save_ms\":%.2f,\"restore_ms\":[", save_ms);
+		char img[700];
+		struct stat st;
+		snprintf(img, sizeof img, "%s/snap/memory.zst", dir);
+		printf(",\"save_ms\":%.2f,\"memory_zst_bytes\":%lld,\"restore_ms\":[", save_ms,
+		       stat(img, &st) == 0 ? (long long)st.st_size : -1LL);
 		for (int i = 0; i < restores; i++)
 			printf("%s%.2f", i ? "," : "", ms[i]);
+		printf("],\"restore_load_ms\":[");
+		for (int i = 0; i < restores; i++)
+			printf("%s%.2f", i ? "," : "", lms[i]);
 		printf("],\"restore_exec_ms\":[");
 		for (int i = 0; i < restores; i++)
 			printf("%s%.2f", i ? "," : "", ems[i]);
 		printf("]");
-		/* SBX_FLOOR_RATE="C..." (bench.sh's concurrencies), PER from
-		 * SBX_FLOOR_RATE_PER (1): restores per second, C at a time. */
-		const char *rate = getenv("SBX_FLOOR_RATE");
-		int per = getenv("SBX_FLOOR_RATE_PER") ? atoi(getenv("SBX_FLOOR_RATE_PER")) : 1;
-		if (rate && *rate) {
-			printf(",\"restore_rate\":{");
-			char *copy = strdup(rate), *save = NULL;
-			int first = 1;
-			for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-				int c = atoi(tok);
-				if (c < 1 || c > 64)
-					continue;
-				double r = restore_rate(&t, dir, c, per < 1 ? 1 : per);
-				if (r < 0) {
-					fprintf(stderr, "floor: %d restores at a time failed (console and VMM logs: %s/w*)\n", c, dir);
-					return 1;
-				}
-				printf("%s\"%d\":%.3f", first ? "" : ",", c, r);
-				first = 0;
-			}
-			free(copy);
-			printf("}");
-		}
 	}
 	printf("}\n");
 	return remove_dir(dir);
