@@ -81,9 +81,9 @@ done
 # at each (one round is one wall time of a few creates: its spread is the
 # machine's, so the rounds' median is what is compared), each round
 # followed by one of raw restores of the same saved VM at the same
-# concurrency, left running until the last is answered as the sessions are.  The host's default
-# capacity (4 vCPUs per CPU) would refuse 16 sessions on a 2-core machine:
-# raised for this round only.
+# concurrency, left running until the last is answered as the sessions
+# are.  The host's default capacity (4 vCPUs per CPU) would refuse 16
+# sessions on a 2-core machine: raised for these rounds only.
 PER=${BENCH_PER_WORKER:-1}
 export SBX_MAX_VCPUS=64 SBX_MAX_STARTING=32
 : >"$raw/rate.txt"
