@@ -400,7 +400,6 @@ static void on_io(struct agent *a, uint64_t tag)
 {
 	unsigned idx = (unsigned)(tag >> 16) & 0xffffu, io = (unsigned)(tag >> 8) & 0xffu;
 	struct exec *e = idx < MAX_EXECS ? &a->ex[idx] : NULL;
-	static uint8_t buf[SBX_DATA_CHUNK];
 
 	if (!e || !e->used || e->gen != (uint32_t)(tag >> 32) || io >= IO_N || e->fd[io] < 0)
 		return; /* released earlier in this batch */
@@ -409,11 +408,23 @@ static void on_io(struct agent *a, uint64_t tag)
 		return;
 	}
 	for (int i = 0; i < 4 && outq_pending(a) <= OUTQ_CAP && out_may_send(e); i++) {
-		size_t want = e->out_flow && e->out_credit < sizeof(buf) ? e->out_credit : sizeof(buf);
-		ssize_t n = read(e->fd[io], buf, want);
+		size_t want = e->out_flow && e->out_credit < SBX_DATA_CHUNK ? e->out_credit : SBX_DATA_CHUNK;
+		/* Read straight into the queue, behind the frame's header: no
+		 * copy through a buffer, which under TCG costs as much as the
+		 * port's own.  A failed reserve leaves the bytes in the pipe
+		 * (it is level-triggered) and the queue marked out of memory,
+		 * for host_flush. */
+		size_t off = sbx_frame_begin(&a->out, io == IO_ERR ? SBX_F_STDERR : SBX_F_STDOUT, e->stream);
+		if (sbx_buf_reserve(&a->out, want) < 0) {
+			a->out.len = off;
+			return;
+		}
+		ssize_t n = read(e->fd[io], a->out.data + a->out.len, want);
+		if (n <= 0)
+			a->out.len = off; /* no frame */
 		if (n > 0) {
-			sbx_frame_raw(&a->out, io == IO_ERR ? SBX_F_STDERR : SBX_F_STDOUT,
-				      e->stream, buf, (uint32_t)n);
+			a->out.len += (size_t)n;
+			sbx_frame_end(&a->out, off);
 			if (e->out_flow && (e->out_credit -= (uint32_t)n) == 0) {
 				/* Out of credit: both streams wait for WINDOW. */
 				io_watch(a, e, IO_OUT);
