@@ -131,7 +131,8 @@ int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct s
  * bytes (the sizes when an exec started), under the session directory
  * dfd: {"egress": {"denied", "first"}, "dns": {...}, "packages":
  * {"refused", "first"}}, counts and the first few destinations.  Reads at
- * most 4 MiB of each log; NULL only when out of memory. */
+ * most 4 MiB of each log; NULL only when out of memory.  dfd -1: no logs,
+ * the zero counts. */
 #define SBX_VIOLATIONS_FIRST 5
 json_t *sbx_netlog_violations(int dfd, uint64_t net_off, uint64_t pkg_off);
 

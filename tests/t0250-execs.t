@@ -30,6 +30,11 @@ j=$(sbx-exec --json "$id" -- sh -c 'echo four; exit 4'); rc=$?
 is "$rc" 4 "--json still exits with the command's status"
 is "$(jq -r '[.status, .reason, .stdout_bytes, .truncated, (.started|length > 0), (.ended|length > 0)] | map(tostring) | join(" ")' <<<"$j")" \
    "4 exited 5 false true true" "--json prints the exec's record (status, reason, bytes, truncation, times)"
+# No NIC, so no proxy and no logs to count from (the monitor asks its
+# privileged half for none): the record still says so, in full.
+is "$(jq -c '.violations | [.egress, .dns, .packages, .oom, .pids_limit, .timeout, .disk_full]' <<<"$j")" \
+   '[{"denied":0,"first":[]},{"denied":0,"first":[]},{"refused":0,"first":[]},false,false,false,false]' \
+   "a session without a NIC: its exec's violations, every count zero"
 sbx-exec "$id" -- sh -c 'echo partial; exit 1' >/dev/null
 is "$(sbx-ps --no-headers --execs "$id" | wc -l)" 5 "every exec is listed"
 is "$(sbx-ps --execs "$id" --json | jq -r '[.[] | .state] | unique | join(",")')" "ended" "all ended"
