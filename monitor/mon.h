@@ -393,6 +393,9 @@ int susp_take_room(struct mon *m, struct sbx_err *err);
 int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err);
 int susp_vmctl(struct mon *m, struct client *c, unsigned op);
 int susp_wake(struct mon *m, struct client *c, const struct sbx_frame *f);
+/* The same for anything else that needs the guest (a connection to a
+ * forwarded port): -1 and err when it cannot run again. */
+int susp_wake_guest(struct mon *m, struct sbx_err *err);
 void susp_pong(struct mon *m, uint32_t token);
 int susp_wait_ms(struct mon *m);
 void susp_tick(struct mon *m);
@@ -404,6 +407,7 @@ int susp_arm_ttl(struct mon *m);
 /* port.c */
 void port_event(struct mon *m, struct src *s, uint32_t events);
 void port_tick(struct mon *m);
+void port_rearm(struct mon *m);
 /* After each loop turn: free the connections and forwards closed in it. */
 void port_reap(struct mon *m);
 void port_agent_frame(struct mon *m, const struct sbx_frame *f);

@@ -147,12 +147,17 @@ static void accept_one(struct mon *m, struct fwd *f)
 	if (fd < 0)
 		return;
 	f->accepted++;
-	/* At a bound the connection is closed at once (and counted), rather
-	 * than left in the backlog to time out. */
-	const char *why = m->agent.fd < 0		      ? "the guest agent is gone"
-			  : f->nconns >= FWD_CONNS_MAX	      ? "too many connections through this port"
-			  : ps->nconns >= SBX_PORT_CONNS_MAX ? "too many forwarded connections in the session"
-							      : NULL;
+	/* A connection needs the guest as an exec does: a session the idle
+	 * policy paused, or one suspended, runs again for it first (during a
+	 * suspend, its CONNECT waits in aout and the session resumes when
+	 * the suspend is done).  At a bound the connection is closed at once
+	 * (and counted), rather than left in the backlog to time out. */
+	struct sbx_err werr = { 0 };
+	const char *why = susp_wake_guest(m, &werr) < 0		 ? werr.msg
+			  : m->agent.fd < 0 && !m->susp.busy	 ? "the guest agent is gone"
+			  : f->nconns >= FWD_CONNS_MAX		 ? "too many connections through this port"
+			  : ps->nconns >= SBX_PORT_CONNS_MAX	 ? "too many forwarded connections in the session"
+								 : NULL;
 	struct pconn *p = why ? NULL : calloc(1, sizeof *p);
 	if (!p) {
 		close(fd);
@@ -198,6 +203,14 @@ void port_event(struct mon *m, struct src *s, uint32_t events)
 		return;
 	if (events & (EPOLLIN | EPOLLHUP))
 		conn_read(m, p);
+}
+
+/* After a resume: the agent is back, so connections accepted while it was
+ * away read their host sockets again (watch() stopped them). */
+void port_rearm(struct mon *m)
+{
+	for (struct pconn *p = m->ports ? m->ports->conns : NULL; p; p = p->next)
+		watch(m, p);
 }
 
 /* After each loop turn: connections that waited for room in the agent queue. */

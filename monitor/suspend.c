@@ -116,13 +116,15 @@ static int suspendable(struct mon *m, struct sbx_err *err)
 				   "session %s has secrets: it cannot be suspended (its memory image would hold them "
 				   "on the host's disk); pause it instead (sbx-snapshot pause)",
 				   m->s.id);
-	/* A forward's connections run over the agent channel, which a
-	 * suspend ends; a new one would find no guest to wake. */
-	if (m->ports && m->ports->nfwds)
+	/* A forwarded connection runs over the agent channel, which a
+	 * suspend ends: the guest's end of it would be lost.  A forward with
+	 * none open is no obstacle: its next connection resumes the session
+	 * (port.c), as an exec does. */
+	if (port_connections(m))
 		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
-				   "session %s has forwarded ports (sbx-port): remove them first (sbx-port --rm), or pause "
-				   "it instead",
-				   m->s.id);
+				   "session %s has %u open forwarded connection(s) (sbx-port): suspend it once they "
+				   "are closed, or pause it instead",
+				   m->s.id, port_connections(m));
 	if (m->s.pool || m->claim.stage == CLAIM_GUEST)
 		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "the session is still being created");
 	if (!m->vm.pid || m->agent.fd < 0)
@@ -486,6 +488,7 @@ static int susp_resume(struct mon *m, const char *why, struct sbx_err *err)
 	 * stood still, catches up (agent_time_sync). */
 	release_hold(m);
 	agent_time_sync(m, 0);
+	port_rearm(m); /* connections accepted while it was away */
 	susp_note_state(m, "running");
 	m->s.vmm_pid = m->vm.pid;
 	m->s.vmm_start = m->vm.start_time;
@@ -568,24 +571,29 @@ int susp_vmctl(struct mon *m, struct client *c, unsigned op)
 	return 1;
 }
 
-int susp_wake(struct mon *m, struct client *c, const struct sbx_frame *f)
+int susp_wake_guest(struct mon *m, struct sbx_err *err)
 {
-	if (f->type == SBX_F_VMCTL || f->type == SBX_F_SHUTDOWN || f->type == SBX_F_CLAIM)
-		return 0;
 	m->susp.idle_mono = 0;
 	if (m->susp.busy) {
 		m->susp.wake = 1; /* queued behind the PING; sent once resumed */
 		return 0;
 	}
-	struct sbx_err err = { 0 };
 	/* The idle policy's pause is undone as transparently as its suspend;
 	 * a pause someone asked for stays (sbx-exec --resume). */
-	if (m->susp.idle_paused && m->snap.paused && snap_set_paused(m, 0, &err) < 0) {
-		client_error(m, c, f->stream, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
+	if (m->susp.idle_paused && m->snap.paused && snap_set_paused(m, 0, err) < 0)
 		return -1;
-	}
 	m->susp.idle_paused = 0;
-	if (m->susp.suspended && susp_resume(m, "on demand", &err) < 0) {
+	if (m->susp.suspended && susp_resume(m, "on demand", err) < 0)
+		return -1;
+	return 0;
+}
+
+int susp_wake(struct mon *m, struct client *c, const struct sbx_frame *f)
+{
+	if (f->type == SBX_F_VMCTL || f->type == SBX_F_SHUTDOWN || f->type == SBX_F_CLAIM)
+		return 0;
+	struct sbx_err err = { 0 };
+	if (susp_wake_guest(m, &err) < 0) {
 		client_error(m, c, f->stream, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
 		return -1;
 	}
@@ -617,7 +625,7 @@ static int idle_busy(const struct mon *m)
  * instead. */
 static int never_suspends(const struct mon *m)
 {
-	return m->sec.n || (m->ports && m->ports->nfwds);
+	return m->sec.n != 0;
 }
 
 static int idle_policy(const struct mon *m)

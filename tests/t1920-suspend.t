@@ -220,12 +220,44 @@ is "$(state "$id")" paused "the idle policy pauses it instead"
 is "$(sbx-exec "$id" -- sh -c 'sha256sum </run/secrets/TOK' | cut -d' ' -f1)" "$(printf tok3n | sha256sum | cut -d' ' -f1)" \
 	"the next command resumes it, its secret in place"
 sbx-kill "$id" >/dev/null
+
+# --- a forward: suspended with it, and a connection to it resumes the session ---
 id=$(sbx-create -q); ok $? "a session"
-addr=$(sbx-port "$id" 8080); ok $? "with a forward ($addr)"
-sbx-snapshot suspend "$id" 2>"$TEST_TMP/err"; is "$?" 5 "suspending it is refused (5)"
-like "$(cat "$TEST_TMP/err")" "has forwarded ports" "saying why"
-sbx-port --rm "$id" 8080 >/dev/null && sbx-snapshot suspend "$id" >/dev/null
-ok $? "without the forward it suspends"
+sbx-exec "$id" -- sh -c 'mkdir -p /tmp/www && echo woken >/tmp/www/index.html'
+sbx-exec -d "$id" -- busybox httpd -f -p 127.0.0.1:8080 -h /tmp/www >/dev/null
+for i in $(seq 100); do sbx-exec "$id" -- sh -c 'netstat -ltn 2>/dev/null | grep -q ":8080 "' && break; sleep 0.1; done
+addr=$(sbx-port "$id" 8080); ok $? "with a server in it, forwarded ($addr)"
+is "$(curl -s --max-time 20 "http://$addr/")" woken "reached through the forward"
+sbx-snapshot suspend "$id" 2>"$TEST_TMP/err"; ok $? "a session with a forward and no connection open suspends"
+is "$(state "$id")" suspended "... and is suspended, its server's exec with it"
+is "$(curl -s --max-time 30 "http://$addr/")" woken "a connection to the forwarded port resumes it and reaches the server"
+is "$(state "$id")" running "... and it runs again"
+is "$(jq -c 'select(.type == "session.resume" and .session == "'"$id"'") | .reason' "$A" | tail -n 1)" '"on demand"' \
+	"the trail says it was resumed on demand"
+# A connection held open: the guest end of it would not survive the VMM.
+python3 -c 'import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never finished: httpd waits
+time.sleep(60)' "${addr%:*}" "${addr##*:}" &
+holder=$!
+# Open once the guest's server has it (the monitor accepted and forwarded it).
+for i in $(seq 100); do sbx-exec "$id" -- sh -c 'netstat -tn 2>/dev/null | grep -q ":8080 .*ESTABLISHED"' && break; sleep 0.1; done
+sbx-snapshot suspend "$id" 2>"$TEST_TMP/err"; is "$?" 5 "suspending it while a forwarded connection is open is refused (5)"
+like "$(cat "$TEST_TMP/err")" "forwarded connection" "saying why ($(head -c 120 "$TEST_TMP/err"))"
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+for i in $(seq 100); do sbx-snapshot suspend "$id" 2>/dev/null && break; sleep 0.1; done
+is "$(state "$id")" suspended "once it closes, the session suspends"
+sbx-kill "$id" >/dev/null
+
+# --- the idle policy's pause, undone by a connection to a forward ---------------
+printf 'lifecycle: {idle_pause: 1s}\n' >"$TEST_TMP/ipause.yaml"
+id=$(sbx-create -q -p "$TEST_TMP/ipause.yaml"); ok $? "a session with idle_pause: 1s"
+addr=$(sbx-port "$id" 8081); ok $? "with a forward to a port nobody listens on ($addr)"
+for i in $(seq 100); do [ "$(state "$id")" = paused ] && break; sleep 0.1; done
+is "$(state "$id")" paused "idle, the policy pauses it"
+curl -s --max-time 15 "http://$addr/" >/dev/null; rc=$?
+[ "$rc" != 28 ]; ok $? "a connection to the forward is answered (the guest refuses it), not left hanging (curl $rc)"
+is "$(state "$id")" running "... the pause undone by it"
 sbx-kill "$id" >/dev/null
 
 # --- a resume takes room on the host, as a create does ---------------------------
