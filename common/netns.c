@@ -351,7 +351,7 @@ int sbx_netns_complete(int netns_fd, struct sbx_netns *n, struct sbx_err *err)
 }
 
 int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd,
-			  uint64_t *start, struct sbx_err *err)
+			  uint64_t *start, int *busy_fd, struct sbx_err *err)
 {
 	/* Beside the running monitor (libexec/sbx), else where the commands
 	 * look for helpers. */
@@ -363,10 +363,16 @@ int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd,
 	if ((!slash || access(path, X_OK) < 0) &&
 	    (sbx_libexec_path("sbx-proxy", path, sizeof path) < 0 || access(path, X_OK) < 0))
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, errno, "cannot find sbx-proxy (looked at %s)", path);
+	int busy[2];
+	if (pipe2(busy, O_CLOEXEC | O_NONBLOCK) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the proxy's pipe");
 	int parent = getpid();
 	pid_t p = fork();
-	if (p < 0)
+	if (p < 0) {
+		close(busy[0]);
+		close(busy[1]);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the proxy");
+	}
 	if (p == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
@@ -374,23 +380,25 @@ int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd,
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		/* Exactly these cross the exec, at fixed numbers (3..6). */
-		int from[4] = { n->tcp_fd, n->dns_udp_fd, n->dns_tcp_fd, n->pkg_fd }, hi[4];
-		for (int i = 0; i < 4; i++)
+		/* Exactly these cross the exec, at fixed numbers (3..7). */
+		int from[5] = { n->tcp_fd, n->dns_udp_fd, n->dns_tcp_fd, n->pkg_fd, busy[1] }, hi[5];
+		for (int i = 0; i < 5; i++)
 			if ((hi[i] = fcntl(from[i], F_DUPFD_CLOEXEC, 64)) < 0)
 				_exit(126);
 		int devnull = open("/dev/null", O_RDONLY);
 		if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
 			_exit(126);
-		for (int i = 0; i < 4; i++)
+		for (int i = 0; i < 5; i++)
 			if (dup2(hi[i], 3 + i) < 0)
 				_exit(126);
-		close_range(7, ~0u, 0);
+		close_range(8, ~0u, 0);
 		execl(path, "sbx-proxy", "--id", id, "--tcp-fd", "3", "--dns-udp-fd", "4", "--dns-tcp-fd", "5", "--pkg-fd",
-		      "6", (char *)NULL);
+		      "6", "--busy-fd", "7", (char *)NULL);
 		dprintf(2, "cannot execute %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}
+	close(busy[1]);
+	*busy_fd = busy[0];
 	*pid = p;
 	*pidfd = (int)syscall(SYS_pidfd_open, p, 0);
 	*start = sbx_proc_start_time(p);

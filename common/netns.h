@@ -58,11 +58,24 @@ int sbx_netns_complete(int netns_fd, struct sbx_netns *n, struct sbx_err *err);
 /* Close whatever n still holds (fds < 0 are skipped) and set them to -1. */
 void sbx_netns_close(struct sbx_netns *n);
 /* The session's proxy (libexec/sbx/sbx-proxy, egress.h), started with the
- * listening sockets of n and nothing else across exec, stdout and stderr
- * on log_fd; it dies with the caller (PR_SET_PDEATHSIG).  Fills pid, a
- * pidfd and the start time. */
+ * listening sockets of n and the write end of a pipe (below) and nothing
+ * else across exec, stdout and stderr on log_fd; it dies with the caller
+ * (PR_SET_PDEATHSIG).  Fills pid, a pidfd, the start time and busy_fd,
+ * the pipe's read end (O_NONBLOCK, O_CLOEXEC). */
 int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd,
-			  uint64_t *start, struct sbx_err *err);
+			  uint64_t *start, int *busy_fd, struct sbx_err *err);
+/* What the proxy says on that pipe, for the idle policy (a session with a
+ * connection open is not idle): one byte each time a half of the proxy
+ * goes from no connection open (TCP, DNS over TCP, the package cache) to
+ * some, or back.  'N'/'n': the network half has some/none; 'P'/'p': the
+ * privileged half (the package cache).  Both start at none.  The proxy
+ * parses the guest's bytes, so its reader takes anything else as "some,
+ * for as long as this proxy runs", and EOF (the proxy gone, its
+ * connections with it) as none. */
+#define SBX_PROXY_BUSY_NET 'N'
+#define SBX_PROXY_IDLE_NET 'n'
+#define SBX_PROXY_BUSY_PKG 'P'
+#define SBX_PROXY_IDLE_PKG 'p'
 /* End it: SIGTERM (it flushes its DNS audit batch), SIGKILL after 1 s,
  * reaped.  Sets *pid to 0 and closes *pidfd. */
 void sbx_netns_stop_proxy(int *pid, int *pidfd);

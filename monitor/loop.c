@@ -125,10 +125,13 @@ static int spawn_proxy(struct mon *m, const struct sbx_netns *n, struct sbx_err 
 		mon_ep_mod(m, &m->proxylog.src, EPOLLIN, EPOLL_CTL_ADD);
 	}
 	uint64_t start = 0;
-	if (sbx_netns_spawn_proxy(m->s.id, n, log, &m->proxy_pid, &m->proxy.fd, &start, err) < 0)
+	mon_proxy_busy_close(m); /* a proxy before this one's (the parent's: handed over) */
+	if (sbx_netns_spawn_proxy(m->s.id, n, log, &m->proxy_pid, &m->proxy.fd, &start, &m->proxybusy.fd, err) < 0)
 		return -1;
-	if (!parent)
+	if (!parent) {
 		mon_ep_mod(m, &m->proxy, EPOLLIN, EPOLL_CTL_ADD);
+		mon_ep_mod(m, &m->proxybusy, EPOLLIN, EPOLL_CTL_ADD);
+	}
 	m->s.proxy_pid = m->proxy_pid;
 	m->s.proxy_start = start;
 	return 0;
@@ -244,6 +247,9 @@ int mon_loop_once(struct mon *m, int timeout_ms)
 			break;
 		case SRC_PROXY:
 			mon_proxy_reap(m);
+			break;
+		case SRC_PROXY_BUSY:
+			mon_proxy_busy_read(m);
 			break;
 		case SRC_VMEV:
 			on_vm_event(m);
@@ -397,6 +403,7 @@ static void mon_free(struct mon *m)
 {
 	port_end(m, "session ended");
 	mon_proxy_stop(m);
+	mon_proxy_busy_close(m);
 	while (m->clients)
 		client_drop(m, m->clients);
 	while (m->execs)
@@ -448,6 +455,7 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.timer = (struct src){ SRC_TIMER, -1 };
 	m.readyp = (struct src){ SRC_READY, a->ready_fd };
 	m.proxy = (struct src){ SRC_PROXY, -1 };
+	m.proxybusy = (struct src){ SRC_PROXY_BUSY, -1 };
 	m.vmev = (struct src){ SRC_VMEV, -1 };
 	m.console = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
 	m.vmmlog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };

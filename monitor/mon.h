@@ -67,7 +67,7 @@
 #define MON_TIME_SYNC_NS (10ull * 1000000000u)
 
 enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY, SRC_PROXY,
-		SRC_VMEV, SRC_VMMOUT, SRC_PORT_LISTEN, SRC_PORT_CONN,
+		SRC_PROXY_BUSY, SRC_VMEV, SRC_VMMOUT, SRC_PORT_LISTEN, SRC_PORT_CONN,
 		SRC_DEAD /* closed in this loop turn, freed after it (port.c) */ };
 
 /* Warm pool: the stages of the member's side of a claim (claim.c). */
@@ -88,6 +88,11 @@ struct src {
 /* The proxy's stderr (LIB/sessions/ID/proxy.log): the same way, since the
  * guest drives what it says (one line per refused package request). */
 #define PROXY_LOG_CAP (1u << 20)
+/* mon->proxy_busy: the halves of the proxy with a connection open, and a
+ * proxy that said something else (busy for as long as it runs). */
+#define PROXY_BUSY_NET 1u
+#define PROXY_BUSY_PKG 2u
+#define PROXY_BUSY_LIED 4u
 
 struct vmmout {
 	struct src src;   /* the pipe's read end, nonblocking; fd -1: closed */
@@ -206,6 +211,8 @@ struct mon {
 	struct sbx_workspace ws; /* --workspace: held for the session's life */
 	struct src proxy;        /* the egress proxy's pidfd (netns.h); fd -1: none */
 	int proxy_pid;
+	struct src proxybusy;    /* the proxy's pipe: its connections open or none (netns.h) */
+	unsigned proxy_busy;     /* PROXY_BUSY_*: which half has some open; 0: none */
 	int secrets_sent;
 	char secrets_err[256];  /* the guest refused them */
 	int pool_paused;        /* a pool member's vCPUs, stopped while it waits */
@@ -324,6 +331,12 @@ int mon_vm_pause(struct mon *m, struct sbx_err *err);
 int mon_vm_resume(struct mon *m, struct sbx_err *err);
 void mon_proxy_stop(struct mon *m);
 void mon_proxy_reap(struct mon *m);
+/* The proxy's pipe (mon->proxybusy): read what it says; closed, and its
+ * halves none, at EOF (mon_proxy_busy_close). */
+void mon_proxy_busy_read(struct mon *m);
+/* Out of the loop and closed, and no connection counted: the proxy is
+ * gone or another takes its place. */
+void mon_proxy_busy_close(struct mon *m);
 void mon_cg_usage(struct mon *m, uint64_t *cpu, uint64_t *peak);
 int mon_cg_set_cpu(struct mon *m);
 int mon_has_workspace(const struct mon *m);

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define PRIV_MSG_MAX (192u << 10) /* the largest message either way */
-#define PRIV_FDS_MAX 8 /* a resume's: the VMM's five, the proxy's three */
+#define PRIV_FDS_MAX 9 /* a resume's: the VMM's five, the proxy's four */
 /* The unprivileged half's uid and gid: SBX_JAIL_UID_BASE + 2^23 + its host
  * pid, beside the VMM's (+ pid) and the proxy's network half's (+ 2^22 +
  * pid); pid_max is at most 2^22, so the three ranges never meet. */

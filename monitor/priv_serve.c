@@ -188,17 +188,19 @@ static void relay_progress(void *ctx, const char *what, uint64_t done, uint64_t 
 /* The proxy the parent just started (spawn_proxy), for the child's loop
  * (take_proxy): proxy.log's file when the child has none yet, the read
  * end of the proxy's stderr, a copy of its pidfd (the parent keeps its
- * own, to stop and reap it).  The parent keeps nothing of the log. */
+ * own, to stop and reap it), the read end of its pipe for the idle policy
+ * (netns.h).  The parent keeps nothing of the log or the pipe. */
 void priv_give_proxy(struct mon *m, struct sbx_buf *r, int *fds, int *nfds)
 {
-	int n = 2;
+	int n = 3;
 	if (m->proxylog.fd >= 0) {
 		fds[(*nfds)++] = m->proxylog.fd;
 		n++;
 	}
 	fds[(*nfds)++] = m->proxylog.src.fd;
 	fds[(*nfds)++] = m->proxy.fd;
-	m->proxylog.fd = m->proxylog.src.fd = -1; /* closed once sent (mon_priv_serve) */
+	fds[(*nfds)++] = m->proxybusy.fd;
+	m->proxylog.fd = m->proxylog.src.fd = m->proxybusy.fd = -1; /* closed once sent (mon_priv_serve) */
 	m->priv.proxylog_child = 1;
 	sbx_tlv_u64(r, PT_NUM_A, (uint64_t)n);
 	sbx_tlv_u64(r, PT_PROXY_PID, (uint64_t)m->proxy_pid);

@@ -76,6 +76,7 @@ void proxy_stop_direct(struct mon *m)
 	if (m->proxy.fd >= 0 && m->ep >= 0)
 		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxy.fd, NULL);
 	sbx_netns_stop_proxy(&m->proxy_pid, &m->proxy.fd);
+	mon_proxy_busy_close(m);
 }
 
 /* The child's copy of a pidfd the parent also holds: out of the epoll set
@@ -96,6 +97,7 @@ void mon_proxy_stop(struct mon *m)
 	if (m->proxy.fd < 0 && !m->proxy_pid)
 		return;
 	child_drop_fd(m, &m->proxy.fd);
+	mon_proxy_busy_close(m);
 	m->proxy_pid = 0;
 	priv_call0(m, PRIV_PROXY_STOP, NULL);
 }
@@ -113,6 +115,7 @@ int proxy_reap_direct(struct mon *m)
 	close(m->proxy.fd);
 	m->proxy.fd = -1;
 	m->proxy_pid = 0;
+	mon_proxy_busy_close(m);
 	if (WIFSIGNALED(status))
 		snprintf(m->s.net_lost, sizeof m->s.net_lost, "proxy killed by signal %d", WTERMSIG(status));
 	else
@@ -139,6 +142,7 @@ void mon_proxy_reap(struct mon *m)
 	if (rc < 0 || !a.num[PT_FLAG])
 		return;
 	child_drop_fd(m, &m->proxy.fd);
+	mon_proxy_busy_close(m);
 	m->proxy_pid = 0;
 	snprintf(m->s.net_lost, sizeof m->s.net_lost, "%s", a.str[PT_REASON] ? a.str[PT_REASON] : "proxy ended");
 }
@@ -172,6 +176,7 @@ void mon_end(struct mon *m, const char *state, const char *why)
 	if (!split_child(m))
 		return end_direct(m, state, why);
 	child_drop_fd(m, &m->proxy.fd);
+	mon_proxy_busy_close(m);
 	m->proxy_pid = 0;
 	snprintf(m->s.state, sizeof m->s.state, "%s", state);
 	snprintf(m->s.end_reason, sizeof m->s.end_reason, "%s", why);
@@ -209,6 +214,7 @@ int mon_destroy(struct mon *m, int member_too)
 	if (!split_child(m))
 		return destroy_direct(m, member_too);
 	child_drop_fd(m, &m->proxy.fd);
+	mon_proxy_busy_close(m);
 	m->proxy_pid = 0;
 	struct sbx_buf b = { 0 };
 	struct priv_msg a;
@@ -499,11 +505,12 @@ static void vmm_install(struct mon *m, const int *fds)
 
 /* The proxy the parent started (give_proxy): are n fds of a, from the
  * request's answer, what it sends ([proxy.log,] the read end of the
- * proxy's stderr, a copy of its pidfd)?  proxy.log only when this half
- * has none (a claim's first proxy; a resume's keeps the file). */
+ * proxy's stderr, a copy of its pidfd, its pipe's read end)?  proxy.log
+ * only when this half has none (a claim's first proxy; a resume's keeps
+ * the file). */
 static int proxy_fds_ok(const struct mon *m, const struct priv_msg *a, int n)
 {
-	return (n == 2 || n == 3) && (n == 3) == (m->proxylog.fd < 0) && a->num[PT_PROXY_PID] > 0 &&
+	return (n == 3 || n == 4) && (n == 4) == (m->proxylog.fd < 0) && a->num[PT_PROXY_PID] > 0 &&
 	       a->num[PT_PROXY_PID] < (uint64_t)INT_MAX;
 }
 
@@ -511,7 +518,7 @@ static int proxy_fds_ok(const struct mon *m, const struct priv_msg *a, int n)
 void priv_take_proxy(struct mon *m, const struct priv_msg *a, int from, int n)
 {
 	const int *f = a->fds + from;
-	if (n == 3) {
+	if (n == 4) {
 		m->proxylog.fd = *f++;
 		m->proxylog.name = "proxy.log";
 		m->proxylog.cap = PROXY_LOG_CAP;
@@ -522,8 +529,11 @@ void priv_take_proxy(struct mon *m, const struct priv_msg *a, int from, int n)
 	m->proxylog.src.fd = *f++;
 	mon_ep_mod(m, &m->proxylog.src, EPOLLIN, EPOLL_CTL_ADD);
 	child_drop_fd(m, &m->proxy.fd);
-	m->proxy.fd = *f;
+	m->proxy.fd = *f++;
 	mon_ep_mod(m, &m->proxy, EPOLLIN, EPOLL_CTL_ADD);
+	mon_proxy_busy_close(m);
+	m->proxybusy.fd = *f;
+	mon_ep_mod(m, &m->proxybusy, EPOLLIN, EPOLL_CTL_ADD);
 	m->proxy_pid = (int)a->num[PT_PROXY_PID];
 	m->s.proxy_pid = m->proxy_pid;
 	m->s.proxy_start = a->num[PT_PROXY_START];

@@ -31,6 +31,7 @@
 #include "capacity.h"
 
 #include <poll.h>
+#include <unistd.h>
 
 #define SUSP_DIR SBX_SUSPEND_DIR
 #define SUSP_TMP SBX_SUSPEND_TMP
@@ -606,13 +607,45 @@ void susp_pong(struct mon *m, uint32_t token)
 		m->susp.ponged = 1;
 }
 
+/* The proxy's pipe (netns.h): a byte a change, from either half.  At
+ * most one read a loop turn (level-triggered: the rest comes next turn),
+ * so a proxy that floods it cannot hold the loop. */
+void mon_proxy_busy_read(struct mon *m)
+{
+	unsigned char b[512];
+	ssize_t n = read(m->proxybusy.fd, b, sizeof b);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0)
+		return mon_proxy_busy_close(m); /* gone, and its connections with it */
+	for (ssize_t i = 0; i < n; i++) {
+		switch (b[i]) {
+		case SBX_PROXY_BUSY_NET: m->proxy_busy |= PROXY_BUSY_NET; break;
+		case SBX_PROXY_IDLE_NET: m->proxy_busy &= ~PROXY_BUSY_NET; break;
+		case SBX_PROXY_BUSY_PKG: m->proxy_busy |= PROXY_BUSY_PKG; break;
+		case SBX_PROXY_IDLE_PKG: m->proxy_busy &= ~PROXY_BUSY_PKG; break;
+		default: m->proxy_busy |= PROXY_BUSY_LIED; break;
+		}
+	}
+}
+
+void mon_proxy_busy_close(struct mon *m)
+{
+	if (m->proxybusy.fd >= 0) {
+		if (m->ep >= 0)
+			epoll_ctl(m->ep, EPOLL_CTL_DEL, m->proxybusy.fd, NULL);
+		close(m->proxybusy.fd);
+	}
+	m->proxybusy.fd = -1;
+	m->proxy_busy = 0;
+}
+
 /* The idle policy's notion of busy: an exec running, a client connected
- * (sbx-exec, sbx-cp, an attacher: anyone talking to the monitor).  A
- * session with a NIC may have proxied connections the monitor does not
- * see: it is never idle; nor is one with a forwarded connection open. */
+ * (sbx-exec, sbx-cp, an attacher: anyone talking to the monitor), a
+ * connection open through the proxy (as it says) or a forwarded one. */
 static int idle_busy(const struct mon *m)
 {
-	if (m->nclients || m->s.mac[0] || port_connections(m))
+	if (m->nclients || m->proxy_busy || port_connections(m))
 		return 1;
 	for (const struct exec *ex = m->execs; ex; ex = ex->next)
 		if (!ex->done)

@@ -10,6 +10,7 @@
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "busy-fd", required_argument, NULL, 'b' },
 		{ "dns-tcp-fd", required_argument, NULL, 'd' },
 		{ "dns-udp-fd", required_argument, NULL, 'u' },
 		{ "id", required_argument, NULL, 'i' },
@@ -17,10 +18,11 @@ int main(int argc, char **argv)
 		{ "tcp-fd", required_argument, NULL, 't' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct sbx_proxy_args a = { .tcp_fd = -1, .dns_udp_fd = -1, .dns_tcp_fd = -1, .pkg_fd = -1 };
+	struct sbx_proxy_args a = { .tcp_fd = -1, .dns_udp_fd = -1, .dns_tcp_fd = -1, .pkg_fd = -1, .busy_fd = -1 };
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
+		case 'b': a.busy_fd = atoi(optarg); break;
 		case 'd': a.dns_tcp_fd = atoi(optarg); break;
 		case 'i': a.id = optarg; break;
 		case 'p': a.pkg_fd = atoi(optarg); break;

@@ -11,6 +11,7 @@
 #include "audit.h"
 #include "cgroup.h"
 #include "jail.h"
+#include "netns.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -262,10 +263,31 @@ static void *pkg_thread(void *arg)
 	return NULL;
 }
 
+/* This half's connections, to the monitor when they go from none to
+ * some or back (proxy.h); px->mu held.  A full pipe (a monitor not
+ * reading) leaves busy_sent as it was, and busy_tick tries again. */
+static void busy_report(struct sbx_proxy *px)
+{
+	int busy = px->threads + px->dns_tcp + px->pkg > 0;
+	if (px->busy_fd < 0 || busy == px->busy_sent)
+		return;
+	char b = busy ? px->busy_on : px->busy_off;
+	if (write(px->busy_fd, &b, 1) == 1)
+		px->busy_sent = busy;
+}
+
+static void busy_tick(struct sbx_proxy *px)
+{
+	pthread_mutex_lock(&px->mu);
+	busy_report(px);
+	pthread_mutex_unlock(&px->mu);
+}
+
 void px_side_done(struct sbx_proxy *px, unsigned *count)
 {
 	pthread_mutex_lock(&px->mu);
 	(*count)--;
+	busy_report(px);
 	pthread_mutex_unlock(&px->mu);
 }
 
@@ -290,8 +312,10 @@ static void accept_one(struct sbx_proxy *px, int lfd, int kind)
 	unsigned cap = kind == 0 ? px->pol.network.max_connections + CONN_SLACK : kind == 1 ? DNS_TCP_MAX : PKG_CONN_MAX;
 	pthread_mutex_lock(&px->mu);
 	int ok = *count < cap;
-	if (ok)
+	if (ok) {
 		(*count)++;
+		busy_report(px);
+	}
 	pthread_mutex_unlock(&px->mu);
 	if (!ok) {
 		px_refuse_now(px, fd, kind,
@@ -309,9 +333,7 @@ static void accept_one(struct sbx_proxy *px, int lfd, int kind)
 		if (fn && spawn(fn, c) == 0)
 			return;
 	}
-	pthread_mutex_lock(&px->mu);
-	(*count)--;
-	pthread_mutex_unlock(&px->mu);
+	px_side_done(px, count);
 	close(fd);
 	free(c);
 }
@@ -437,6 +459,7 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 		/* Its own refusals (package cache connections past the cap). */
 		if (sbx_mono_ns() >= next) {
 			second_flush(px);
+			busy_tick(px);
 			next = sbx_mono_ns() + 1000000000ull;
 		}
 		int r = poll(pf, 4, stopping ? 50 : 1000);
@@ -509,6 +532,7 @@ static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd
 		uint64_t now = sbx_mono_ns();
 		if (now >= next) {
 			second_flush(px);
+			busy_tick(px);
 			next = now + 1000000000ull;
 		}
 		int r = poll(pf, 4, (int)((next - now) / 1000000u) + 1);
@@ -569,6 +593,7 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	px.log_fd = -1;
 	px.audit_fd = -1;
 	px.hosts_fd = -1;
+	px.busy_fd = a->busy_fd;
 	px.dns_batch = json_array();
 	sigset_t set;
 	sigemptyset(&set);
@@ -599,6 +624,8 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	if (child < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the network half");
 	if (child == 0) {
+		px.busy_on = SBX_PROXY_BUSY_NET;
+		px.busy_off = SBX_PROXY_IDLE_NET;
 		sbx_jail_report_use(san);
 		close(sp[0]);
 		close(stop[1]);
@@ -606,6 +633,8 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 			close(a->pkg_fd);
 		return run_net(&px, a, sp[1], priv, sfd, stop[0], err);
 	}
+	px.busy_on = SBX_PROXY_BUSY_PKG;
+	px.busy_off = SBX_PROXY_IDLE_PKG;
 	if (san >= 0)
 		close(san);
 	close(sp[1]);

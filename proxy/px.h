@@ -36,6 +36,9 @@ struct sbx_proxy {
 	unsigned threads;   /* TCP connections accepted and not yet closed */
 	unsigned active;    /* of them, admitted (connected out) */
 	unsigned dns_tcp, pkg; /* DNS/TCP and package cache connections open */
+	int busy_fd;        /* to the monitor (proxy.h); -1: none */
+	char busy_on, busy_off; /* this half's two bytes */
+	int busy_sent;      /* what the monitor was last told: some open (1) or none */
 	uint64_t bytes;     /* moved so far, both ways */
 	json_t *dns_batch;  /* queries answered, not yet in the audit trail */
 	uint64_t dns_more;  /* answered past DNS_BATCH_MAX this second */

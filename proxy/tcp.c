@@ -395,9 +395,7 @@ void *px_tcp_thread(void *arg)
 		pthread_mutex_unlock(&px->mu);
 	}
 	close_log(px, &a, in, out, t0);
-	pthread_mutex_lock(&px->mu);
-	px->threads--;
-	pthread_mutex_unlock(&px->mu);
+	px_side_done(px, &px->threads);
 	return NULL;
 }
 

@@ -7,7 +7,8 @@
 # a crashed session sbx-gc reclaims whole, never half of one; a full disk
 # leaves the session running and says why; a session with a NIC is
 # suspended with its namespace and proxy ended and reaches a test host
-# through new ones after the resume; a resume needs room on the host.
+# through new ones after the resume, and is idle when its proxy has no
+# connection open (and says so); a resume needs room on the host.
 . "$(dirname "$0")/lib.sh"
 require_vm
 L=$SBX_ROOT/var/lib/sbx
@@ -141,7 +142,6 @@ network:
   egress: allowlist
   allow:
     - {cidr: $WEB/32, ports: [80]}
-lifecycle: {idle_suspend: 1s}
 EOF
 # On a failure, what the proxy logged and the host's 198.51.100 links (a
 # subnet on a link is on the proxy's deny list) go to stderr.
@@ -151,10 +151,8 @@ fetch() {
 	[ "$o" = "hello from the test host" ] || net_diag "$L/sessions/$1"
 	echo "$o"
 }
-id=$(sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "a session with a network device (and idle_suspend: 1s)"
+id=$(sbx-create -q -p "$TEST_TMP/net.yaml"); ok $? "a session with a network device"
 is "$(fetch "$id")" "hello from the test host" "it reaches the test host through its proxy"
-sleep 3
-is "$(state "$id")" running "the idle policy leaves it running (its proxy's connections are not seen)"
 proxy=$(rec "$id" .proxy_process.pid) vmm=$(rec "$id" .vmm_process.pid)
 netns=$(readlink "/proc/$vmm/ns/net")
 # Held open, so the kernel cannot give its inode number to the new one
@@ -196,7 +194,74 @@ is "$(rec "$id" .proxy_process.pid)" 0 "and no proxy in its record"
 mv "$X/sbx-proxy.away" "$X/sbx-proxy"
 is "$(fetch "$id")" "hello from the test host" "with the proxy back, an exec resumes it and reaches the test host"
 sbx-kill "$id" >/dev/null
-kill "$WEBPID" 2>/dev/null
+
+# --- the idle policy and a session with a NIC: busy while its proxy has a connection
+# A server on the test host that says hi and, once the guest's side of the
+# connection has ended (the proxy passes its FIN on), holds it open until
+# told: a connection open through the proxy with no exec running.
+cat >"$TEST_TMP/hold.py" <<'EOF'
+import os, socket, sys, time
+ip, d = sys.argv[1], sys.argv[2]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((ip, 81))
+s.listen(4)
+open(d + "/listening", "w").close()
+while True:
+    c, _ = s.accept()
+    c.sendall(b"hi\n")
+    while c.recv(4096):
+        pass
+    open(d + "/halfclosed", "w").close()
+    while not os.path.exists(d + "/release"):
+        time.sleep(0.05)
+    c.close()
+EOF
+ip netns exec "$NET_NS" python3 "$TEST_TMP/hold.py" "$WEB" "$TEST_TMP" >"$TEST_TMP/hold.log" 2>&1 &
+HOLDPID=$!
+trap 'kill "$WEBPID" "$HOLDPID" 2>/dev/null; _cleanup' EXIT
+for i in $(seq 100); do [ -e "$TEST_TMP/listening" ] && break; sleep 0.1; done
+cat >"$TEST_TMP/netidle.yaml" <<EOF
+network:
+  egress: allowlist
+  allow:
+    - {cidr: $WEB/32, ports: [80, 81]}
+lifecycle: {idle_pause: 1s}
+EOF
+pauses() { jq -c 'select(.type == "session.pause" and .session == "'"$1"'")' "$A" | wc -l; }
+id=$(sbx-create -q -p "$TEST_TMP/netidle.yaml"); ok $? "a session with a NIC and idle_pause: 1s"
+is "$(fetch "$id")" "hello from the test host" "it reaches the test host"
+wait_state "$id" paused 60; ok $? "with no connection open through its proxy, the idle policy pauses it"
+is "$(sbx-exec "$id" -- sh -c "timeout 3 nc $WEB 81")" hi "an exec opens a connection and ends, its side closed"
+for i in $(seq 300); do [ -e "$TEST_TMP/halfclosed" ] && break; sleep 0.1; done
+[ -e "$TEST_TMP/halfclosed" ]; ok $? "the server holds the connection open (the proxy passed the guest's end on)"
+n=$(pauses "$id")
+sleep 3
+is "$(state "$id") $(pauses "$id")" "running $n" "a connection open through the proxy keeps the session from being idle"
+touch "$TEST_TMP/release"
+wait_state "$id" paused 60; ok $? "once the server closes it, the session is idle and paused"
+# The proxy parses the guest's bytes: what it says is not trusted further
+# than the session's own idleness.  Its pipe, written as a taken-over
+# network half would (root reaches the pipe through /proc).
+proxy=$(rec "$id" .proxy_process.pid)
+printf N >"/proc/$proxy/fd/7"; ok $? "the proxy says it has a connection open"
+sbx-exec "$id" -- true
+n=$(pauses "$id")
+sleep 3
+is "$(state "$id") $(pauses "$id")" "running $n" "the session is busy while it says so"
+head -c 1000000 /dev/zero | tr '\0' N >"/proc/$proxy/fd/7"
+is "$(sbx-exec "$id" -- echo answers)" answers "a flood of a million bytes on the pipe: the session still answers"
+printf n >"/proc/$proxy/fd/7"
+wait_state "$id" paused 60; ok $? "and idle once it says none"
+printf 'Z' >"/proc/$proxy/fd/7"
+sbx-exec "$id" -- true
+n=$(pauses "$id")
+sleep 3
+is "$(state "$id") $(pauses "$id")" "running $n" "a byte it has no meaning for: busy (the policy fails towards running)"
+sbx-snapshot suspend "$id" && sbx-snapshot resume "$id" >/dev/null; ok $? "suspended and resumed: a new proxy"
+wait_state "$id" paused 60; ok $? "whose word counts afresh: idle, it is paused"
+sbx-kill "$id" >/dev/null
+kill "$WEBPID" "$HOLDPID" 2>/dev/null
 trap _cleanup EXIT
 
 # --- a session with a workspace: it stays attached while suspended ------------
