@@ -110,8 +110,8 @@ json_t *sbx_netlog_violations(int dfd, uint64_t net_off, uint64_t pkg_off)
 {
 	json_t *acc = json_pack("{s:{s:i, s:[]}, s:{s:i, s:[]}, s:{s:i, s:[]}}", "egress", "denied", 0, "first",
 				"dns", "denied", 0, "first", "packages", "refused", 0, "first");
-	if (!acc)
-		return NULL;
+	if (!acc || dfd < 0)
+		return acc;
 	scan_log(dfd, "net.log", net_off, acc, net_line);
 	scan_log(dfd, "packages.log", pkg_off, acc, pkg_line);
 	return acc;
