@@ -354,11 +354,7 @@ static int setup(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the exec directory");
 	m->ep = epoll_create1(EPOLL_CLOEXEC);
 	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGCHLD);
+	mon_signals(&set);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	m->sig.fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);

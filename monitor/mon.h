@@ -329,6 +329,15 @@ void mon_vm_kill(struct mon *m);
 int mon_vm_reap(struct mon *m, int *status);
 int mon_vm_pause(struct mon *m, struct sbx_err *err);
 int mon_vm_resume(struct mon *m, struct sbx_err *err);
+/* The signals the loop takes from its signalfd (blocked otherwise). */
+static inline void mon_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGCHLD);
+}
 void mon_proxy_stop(struct mon *m);
 void mon_proxy_reap(struct mon *m);
 /* The proxy's pipe (mon->proxybusy): read what it says; closed, and its

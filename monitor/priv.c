@@ -250,6 +250,20 @@ static int child_enter(struct mon *m, int chan, pid_t parent, int lock_fd, struc
 	int ppfd = (int)syscall(SYS_pidfd_open, parent, 0);
 	if (ppfd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open a pidfd of the monitor");
+	/* A signalfd in an epoll set is woken through the signal queue of the
+	 * process that added it: the inherited one would be woken by the
+	 * parent's signals, never by the SIGTERM the parent passes on to us
+	 * (which then waited for the loop's next event, for ever in an idle
+	 * session; t0240).  Ours, added by us. */
+	sigset_t set;
+	mon_signals(&set);
+	int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set up the event loop");
+	epoll_ctl(m->ep, EPOLL_CTL_DEL, m->sig.fd, NULL);
+	close(m->sig.fd);
+	m->sig.fd = sfd;
+	mon_ep_mod(m, &m->sig, EPOLLIN, EPOLL_CTL_ADD);
 	uid_t uid = SBX_JAIL_UID_BASE + PRIV_UID_OFFSET + (uid_t)getpid();
 	if (fchown(m->execs_dfd, uid, uid) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hand the exec directory over");
