@@ -14,8 +14,87 @@ struct exec *exec_find(struct mon *m, uint32_t n)
 	return NULL;
 }
 
+/* The spare: execs/.next (no exec's name: sbx_exec_id_check, sbx-ps and
+ * count_execs skip it) with an exec's files made empty, renamed to the
+ * exec's name at its start.  Why: on a host that makes and removes files
+ * all the time (sessions come and go), ext4 skips inodes freed in the
+ * last 30 seconds when it allocates one (recently_deleted), reading
+ * inode table blocks as it goes; perf put that at most of the monitor's
+ * CPU for an exec `true` under the suite's churn.  A rename allocates
+ * nothing.  Made at most once between execs, and not again after a
+ * failure until an exec has ended (a full disk is not retried every
+ * loop turn). */
+#define SPARE_DIR ".next"
+static const char *const spare_tmp[] = { ".request.tmp", ".result.tmp" };
+
+void exec_spare_make(struct mon *m)
+{
+	m->spare.want = 0;
+	if (m->spare.dfd >= 0 || m->execs_dfd < 0)
+		return;
+	if (mkdirat(m->execs_dfd, SPARE_DIR, 0700) < 0 && errno != EEXIST)
+		return;
+	int dfd = openat(m->execs_dfd, SPARE_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	int out = dfd < 0 ? -1 : openat(dfd, "stdout", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	int err = out < 0 ? -1 : openat(dfd, "stderr", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	int ok = err >= 0;
+	for (size_t i = 0; ok && i < SBX_ARRAY_LEN(spare_tmp); i++) {
+		int fd = openat(dfd, spare_tmp[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+		ok = fd >= 0;
+		if (fd >= 0)
+			close(fd);
+	}
+	if (!ok) {
+		int fds[] = { dfd, out, err };
+		for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		return;
+	}
+	m->spare.dfd = dfd;
+	m->spare.out = out;
+	m->spare.err = err;
+}
+
+/* The spare as the exec's directory: 0, or -1 when there is none or its
+ * rename failed (the caller makes one itself, as without a spare). */
+static int spare_take(struct mon *m, struct exec *ex)
+{
+	if (m->spare.dfd < 0)
+		return -1;
+	if (renameat2(m->execs_dfd, SPARE_DIR, m->execs_dfd, ex->id, RENAME_NOREPLACE) < 0) {
+		close(m->spare.dfd);
+		close(m->spare.out);
+		close(m->spare.err);
+		m->spare.dfd = m->spare.out = m->spare.err = -1;
+		return -1;
+	}
+	ex->dfd = m->spare.dfd;
+	ex->out_fd = m->spare.out;
+	ex->err_fd = m->spare.err;
+	m->spare.dfd = m->spare.out = m->spare.err = -1;
+	return 0;
+}
+
+void exec_spare_drop(struct mon *m)
+{
+	if (m->spare.dfd < 0)
+		return;
+	unlinkat(m->spare.dfd, "stdout", 0);
+	unlinkat(m->spare.dfd, "stderr", 0);
+	for (size_t i = 0; i < SBX_ARRAY_LEN(spare_tmp); i++)
+		unlinkat(m->spare.dfd, spare_tmp[i], 0);
+	close(m->spare.dfd);
+	close(m->spare.out);
+	close(m->spare.err);
+	m->spare.dfd = m->spare.out = m->spare.err = -1;
+	if (m->execs_dfd >= 0)
+		unlinkat(m->execs_dfd, SPARE_DIR, AT_REMOVEDIR);
+}
+
 void exec_free(struct mon *m, struct exec *ex)
 {
+	m->spare.want = 1; /* the next exec's, after this one's end */
 	for (struct exec **pp = &m->execs; *pp; pp = &(*pp)->next)
 		if (*pp == ex) {
 			*pp = ex->next;
@@ -87,7 +166,8 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 	if (o)
 		susp_exec_fields(m, ex, o); /* ran across a suspend? */
 	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
-	/* No fsync: an exec record is as durable as the session it belongs to. */
+	/* No fsync: an exec record is as durable as the session it belongs to.
+	 * The first result's .result.tmp is the spare's, if it had one. */
 	if (s) {
 		int fd = openat(ex->dfd, ".result.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (fd >= 0) {
@@ -271,10 +351,10 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 	ex->n = ++m->next_exec;
 	snprintf(ex->id, sizeof ex->id, "e%u", ex->n);
 	ex->out_fd = ex->err_fd = ex->dfd = -1;
-	if (mkdirat(m->execs_dfd, ex->id, 0700) < 0 ||
+	if (spare_take(m, ex) < 0 && (mkdirat(m->execs_dfd, ex->id, 0700) < 0 ||
 	    (ex->dfd = openat(m->execs_dfd, ex->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
 	    (ex->out_fd = openat(ex->dfd, "stdout", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0 ||
-	    (ex->err_fd = openat(ex->dfd, "stderr", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+	    (ex->err_fd = openat(ex->dfd, "stderr", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)) {
 		char msg[200];
 		snprintf(msg, sizeof msg, "cannot store exec output: %s", strerror(errno));
 		if (ex->out_fd >= 0)
@@ -315,10 +395,13 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 	 * is the guest's to wait for.  What is running, for sbx-ps --execs,
 	 * before any result exists. */
 	char *rq = json_dumps(ex->req, JSON_COMPACT);
-	int rfd = rq ? openat(ex->dfd, "request.json", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
-	if (rfd >= 0) {
-		sbx_write_all(rfd, rq, strlen(rq));
+	int rfd = rq ? openat(ex->dfd, ".request.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600)
+		     : -1;
+	if (rfd >= 0) { /* whole or not there, for a reader (a spare's file: no new inode) */
+		int bad = sbx_write_all(rfd, rq, strlen(rq)) < 0;
 		close(rfd);
+		if (bad || renameat(ex->dfd, ".request.tmp", ex->dfd, "request.json") < 0)
+			unlinkat(ex->dfd, ".request.tmp", 0);
 	}
 	free(rq);
 	/* Recorded while the guest already starts it (off the critical path);

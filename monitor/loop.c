@@ -304,6 +304,8 @@ int mon_loop_once(struct mon *m, int timeout_ms)
 			client_resume(m, c);
 	port_tick(m);
 	port_reap(m);
+	if (m->spare.want && m->spare.on && m->ready && !m->stopping && !m->vm_dead)
+		exec_spare_make(m);
 	return 0;
 }
 
@@ -400,6 +402,7 @@ static void mon_free(struct mon *m)
 	port_end(m, "session ended");
 	mon_proxy_stop(m);
 	mon_proxy_busy_close(m);
+	exec_spare_drop(m);
 	while (m->clients)
 		client_drop(m, m->clients);
 	while (m->execs)
@@ -452,6 +455,8 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	m.readyp = (struct src){ SRC_READY, a->ready_fd };
 	m.proxy = (struct src){ SRC_PROXY, -1 };
 	m.proxybusy = (struct src){ SRC_PROXY_BUSY, -1 };
+	m.spare.dfd = m.spare.out = m.spare.err = -1;
+	m.spare.want = 1;
 	m.vmev = (struct src){ SRC_VMEV, -1 };
 	m.console = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
 	m.vmmlog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
@@ -536,6 +541,7 @@ ready:
 			close(m.readyp.fd);
 		m.readyp.fd = -1;
 	}
+	m.spare.on = 1; /* execs/ is this process's (the child's, when split) */
 	if (m.priv.role == PRIV_ROLE_PARENT) {
 		rc = mon_priv_serve(&m);
 		goto out;

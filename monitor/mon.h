@@ -201,6 +201,11 @@ struct mon {
 		uint64_t deadline; /* CLOCK_MONOTONIC; 0: no warm-up exec is awaited (warm.c) */
 	} warm;
 	struct exec *execs;
+	struct {                /* the next exec's directory, made ahead (exec_spare_make) */
+		int dfd, out, err; /* execs/.next and its stdout, stderr; -1: none */
+		int want;       /* make one at the end of this loop turn */
+		int on;         /* the process that writes execs/ (never before the split) */
+	} spare;
 	struct client *clients;
 	unsigned nclients;
 	uint64_t output_cap;
@@ -269,6 +274,12 @@ struct mon {
 /* exec.c */
 struct exec *exec_find(struct mon *m, uint32_t n);
 void exec_free(struct mon *m, struct exec *ex);
+/* The next exec's directory made ahead, off any client's path (at the
+ * end of a loop turn once the session is ready, and after each exec), so
+ * that an exec's start and end allocate no inode; dropped, files and
+ * all, when the monitor ends (exec_spare_drop). */
+void exec_spare_make(struct mon *m);
+void exec_spare_drop(struct mon *m);
 void exec_abort(struct mon *m, struct exec *ex, uint32_t reason);
 void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f);
 void exec_store_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n);

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Detached execs: list, wait (status passes through), captured output, kill
-# one exec; records stay readable after the exec ended.
+# one exec; records stay readable after the exec ended; the next exec's
+# directory is made ahead and is no exec.
 . "$(dirname "$0")/lib.sh"
 require_vm
 id=$(sbx-create -q)
@@ -38,6 +39,16 @@ is "$(jq -c '.violations | [.egress, .dns, .packages, .oom, .pids_limit, .timeou
 sbx-exec "$id" -- sh -c 'echo partial; exit 1' >/dev/null
 is "$(sbx-ps --no-headers --execs "$id" | wc -l)" 5 "every exec is listed"
 is "$(sbx-ps --execs "$id" --json | jq -r '[.[] | .state] | unique | join(",")')" "ended" "all ended"
+# Each exec's directory is made ahead, off its path (execs/.next, renamed
+# at its start): beside the records there is only that spare.
+X=$SBX_ROOT/var/lib/sbx/sessions/$id/execs
+lsa() { LC_ALL=C ls -A "$1" | tr '\n' ' '; }
+# (made once the last exec's client has gone, which may be just after it returned)
+for i in $(seq 100); do [ -d "$X/.next" ] && break; sleep 0.1; done
+is "$(lsa "$X")" ".next e1 e2 e3 e4 e5 " "the records and the next exec's directory, made ahead"
+is "$(lsa "$X/e5")" "request.json result.json stderr stdout " "a record: request, result and output, no temporary file"
+is "$(lsa "$X/.next") $(cat "$X"/.next/* "$X"/.next/.*.tmp | wc -c)" ".request.tmp .result.tmp stderr stdout  0" "the spare: its files, empty"
+sbx-exec --output .next "$id" 2>/dev/null; is "$?" 3 "the spare is no exec ID (3)"
 
 # After the VM is gone the records still answer.
 vmm=$(jq -r .vmm_process.pid "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")
@@ -46,5 +57,7 @@ sleep 1
 kill -9 "$vmm"
 sbx-exec --wait "$e5" "$id"; is "$?" 125 "an exec whose VM died ends as session-lost (125)"
 is "$(sbx-exec --output e1 "$id" 2>/dev/null)" "to-out" "output stays readable after a crash"
+for i in $(seq 100); do [ -e "$X/.next" ] || break; sleep 0.1; done
+is "$(lsa "$X")" "e1 e2 e3 e4 e5 e6 " "the ended session keeps its records; the spare went with its monitor"
 sbx-kill "$id"
 done_testing
