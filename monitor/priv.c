@@ -208,7 +208,7 @@ static void parent_forget(struct mon *m)
 	m->priv.proxylog_child = m->proxylog.fd >= 0;
 	int *fds[] = { &m->ep,	       &m->listen.fd,	   &m->agent.fd,     &m->timer.fd,   &m->console.src.fd,
 		       &m->console.fd, &m->vmmlog.src.fd,  &m->vmmlog.fd,    &m->proxylog.src.fd, &m->proxylog.fd,
-		       &m->execs_dfd,  &m->proxybusy.fd,   &m->spare.dfd,    &m->spare.out,  &m->spare.err };
+		       &m->execs_dfd,  &m->proxybusy.fd };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++) {
 		if (*fds[i] >= 0)
 			close(*fds[i]);
@@ -285,8 +285,7 @@ static int child_enter(struct mon *m, int chan, pid_t parent, int lock_fd, struc
 	int mine[] = { 0,	    1,		   2,		  chan,		    ppfd,	      m->ep,
 		       m->listen.fd, m->agent.fd,  m->sig.fd,	  m->timer.fd,	    m->console.src.fd, m->console.fd,
 		       m->vmmlog.src.fd, m->vmmlog.fd, m->proxylog.src.fd, m->proxylog.fd, m->vmev.fd,	      m->vm.pidfd,
-		       m->proxy.fd,  m->execs_dfd, sbx_trace_fd(), m->proxybusy.fd, m->spare.dfd, m->spare.out,
-		       m->spare.err };
+		       m->proxy.fd,  m->execs_dfd, sbx_trace_fd(), m->proxybusy.fd };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(mine); i++)
 		keep[n++] = mine[i];
 	for (struct client *c = m->clients; c && n < (int)SBX_ARRAY_LEN(keep) - 1; c = c->next) {
