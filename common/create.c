@@ -588,9 +588,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	/* A warm-pool member that fits serves the request (pool.h); when none
 	 * does, or its claim fails, the session boots cold as ever. */
 	if (!o->pool && !o->snapshot && sbx_pool_request_fits(o, pol)) {
-		int used, r = sbx_pool_claim(st, &g, s, pol, &sec, &used, err);
-		if (used)
-			sbx_pool_refill(pol);
+		int r = sbx_pool_claim(st, &g, s, pol, &sec, err);
 		if (r != 0)
 			return r < 0 ? -1 : 0;
 	}

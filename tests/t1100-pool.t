@@ -114,6 +114,27 @@ wait_members 1 90; ok $? "a refill puts a new member in the pool"
 m2=$(members)
 [ "$m2" != "$m1" ]; ok $? "a new one ($m2)"
 
+# --- the refill is detached and gets none of the claim's secrets ----------
+# sbx-create forks it (pool.c): stdio on /dev/null, its own session, the
+# environment without the policy's from_env secrets.
+ENVVAL=envtok-$RANDOM$RANDOM
+printf 'secrets:\n  - {name: ENVTOK, from_env: SBX_T1100_TOKEN}\n' >"$TEST_TMP/envsec.yaml"
+j=$(SBX_T1100_TOKEN=$ENVVAL sbx-create --json --id envsec -p "$TEST_TMP/envsec.yaml"); rc=$?
+is "$rc:$(jq -r .from_pool <<<"$j")" "0:true" "a claim with an env secret"
+is "$(sbx-exec envsec -- sha256sum /run/secrets/ENVTOK | cut -d' ' -f1)" "$(printf %s "$ENVVAL" | sha256sum | cut -d' ' -f1)" \
+   "the session has the secret"
+wait_members 1 90; ok $? "the claim's refill put a member in the pool"
+m3=$(members)
+mon3=$(rec "$m3" .monitor.pid)
+[ -n "$mon3" ] && [ -r "/proc/$mon3/environ" ] && ! tr '\0' '\n' <"/proc/$mon3/environ" | grep -q "$ENVVAL"
+ok $? "the refill's member ($m3) was not given the claim's env secret"
+tr '\0' '\n' <"/proc/$mon3/environ" | grep -q "^SBX_ROOT="
+ok $? "but the rest of the environment"
+[ "$(ps -o sid= -p "$mon3" | tr -d ' ')" != "$(ps -o sid= -p $$ | tr -d ' ')" ]
+ok $? "and it runs in a session of its own"
+sbx-kill envsec
+m2=$m3
+
 # --- a request the pool cannot serve boots cold ---------------------------
 j=$(sbx-create --json --memory 320); rc=$?
 is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:false" "another memory size boots cold"
