@@ -39,11 +39,6 @@ int sbx_gc_action_reclaims(const char *action)
 	return !strncmp(action, "reclaim", 7);
 }
 
-static int ended(const char *state)
-{
-	return !strcmp(state, "crashed") || !strcmp(state, "stopped") || !strcmp(state, "expired");
-}
-
 /* One session: called with the global lock and the session's lock held. */
 static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc_opts *o, sbx_gc_cb cb, void *ctx)
 {
@@ -95,7 +90,7 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 		if (sbx_suspend_leftovers(st, id, 1))
 			sbx_gc_report(cb, ctx, "reclaim-suspend", id, "the memory image of a suspend");
 	}
-	if (ended(s.state) && s.ended_ns + grace <= now) {
+	if (sbx_state_ended(s.state) && s.ended_ns + grace <= now) {
 		sbx_gc_report(cb, ctx, "reclaim", id, "%s: %s", s.state, s.end_reason[0] ? s.end_reason : "-");
 		if (!o->dry_run)
 			sbx_session_reclaim(st, id);

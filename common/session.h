@@ -189,6 +189,9 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
  * against the recorded start time), anything left in its cgroups, its
  * directories.  The caller holds the session lock. */
 int sbx_session_reclaim(struct sbx_state *st, const char *id);
+/* A recorded state in which the session is over: crashed, stopped or
+ * expired (its record alone is left, until reclaimed). */
+int sbx_state_ended(const char *state);
 /* A live state in which the session has its VM: running, or paused
  * (sbx-snapshot pause).  A suspended session has none (its monitor lives
  * on, holding the lock; sbx_state_live says so). */

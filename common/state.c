@@ -259,15 +259,15 @@ int sbx_dir_ids(DIR *d, int dirs_only, char ***ids, size_t *n)
 	return 0;
 }
 
-int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode,
-			struct sbx_err *err)
+static int write_replace(int dirfd, const char *name, const void *data, size_t n, int mode, int sync,
+			 struct sbx_err *err)
 {
 	char tmp[300];
 	snprintf(tmp, sizeof tmp, ".%s.tmp.%d", name, (int)getpid());
 	_cleanup_close_ int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
 	if (fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot write %s", name);
-	if (sbx_write_all(fd, data, n) < 0 || fsync(fd) < 0) {
+	if (sbx_write_all(fd, data, n) < 0 || (sync && fsync(fd) < 0)) {
 		int e = errno;
 		unlinkat(dirfd, tmp, 0);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot write %s", name);
@@ -277,8 +277,20 @@ int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
 		unlinkat(dirfd, tmp, 0);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot rename %s into place", name);
 	}
-	fsync(dirfd);
+	if (sync)
+		fsync(dirfd);
 	return 0;
+}
+
+int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode,
+			struct sbx_err *err)
+{
+	return write_replace(dirfd, name, data, n, mode, 1, err);
+}
+
+int sbx_replace_at(int dirfd, const char *name, const void *data, size_t n, int mode, struct sbx_err *err)
+{
+	return write_replace(dirfd, name, data, n, mode, 0, err);
 }
 
 int sbx_rm_rf_at(int at, const char *name)

@@ -65,6 +65,10 @@ int sbx_dir_ids(DIR *d, int dirs_only, char ***ids, size_t *n);
 /* Write data to dirfd/name atomically: tmp + fsync + renameat + fsync(dir). */
 int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode,
 			struct sbx_err *err);
+/* The same for readers (whole, old or new) without the fsyncs: for a file
+ * whose loss in a host crash costs nothing, because everything it
+ * describes is gone with the crash too. */
+int sbx_replace_at(int dirfd, const char *name, const void *data, size_t n, int mode, struct sbx_err *err);
 /* Remove dirfd/name and everything below it without following symlinks.
  * Missing is success. */
 int sbx_rm_rf_at(int dirfd, const char *name);

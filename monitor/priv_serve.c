@@ -316,7 +316,7 @@ int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int 
 	case PRIV_END: {
 		const char *st = q->str[PT_STATE], *why = q->str[PT_REASON];
 		if (m->priv.ended || !st || !why || !printable(why) || strlen(why) >= sizeof m->s.end_reason ||
-		    (strcmp(st, "expired") && strcmp(st, "crashed") && strcmp(st, "stopped")))
+		    !sbx_state_ended(st))
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not an end of a session");
 		end_direct(m, st, why);
 		return 0;

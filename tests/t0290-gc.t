@@ -32,6 +32,9 @@ like "$(sbx-gc --grace 0)" "^reclaim	$exp	expired" "an expired session is reclai
 # Corrupt record, orphan runtime dir, orphan cgroup.
 c=$(sbx-create -q); sbx-kill "$c"
 mkdir -p "$S/corrupt1" && echo '{not json' >"$S/corrupt1/session.json"
+# What a host crash can leave of a live session's record, which is not
+# synced (record.c): an empty file, or none beside its leftovers.
+mkdir -p "$S/crashed1" "$S/crashed2" && : >"$S/crashed1/session.json" && : >"$S/crashed2/disk.qcow2"
 mkdir -p "$R/ghost1"
 if [ -d /sys/fs/cgroup/pids ] && [ ! -e /sys/fs/cgroup/cgroup.controllers ]; then
 	mkdir -p /sys/fs/cgroup/pids/sbx-$h/ghost2; cg=/sys/fs/cgroup/pids/sbx-$h/ghost2
@@ -40,9 +43,11 @@ else
 fi
 out=$(sbx-gc --grace 0)
 like "$out" "reclaim	corrupt1	record unreadable" "a corrupt record is reclaimed"
+like "$out" "reclaim	crashed1	record unreadable" "an empty record is reclaimed"
+like "$out" "reclaim	crashed2	record unreadable" "a session directory without a record is reclaimed"
 like "$out" "reclaim-orphan-run	ghost1" "an orphan runtime directory is reclaimed"
 like "$out" "reclaim-orphan-cgroup	ghost2" "an orphan host cgroup is reclaimed"
-[ ! -e "$S/corrupt1" ] && [ ! -e "$R/ghost1" ] && [ ! -e "$cg" ]; ok $? "all gone"
+[ ! -e "$S/corrupt1" ] && [ ! -e "$S/crashed1" ] && [ ! -e "$S/crashed2" ] && [ ! -e "$R/ghost1" ] && [ ! -e "$cg" ]; ok $? "all gone"
 is "$(sbx-gc --grace 0 --json | jq -c '[.reclaimed, (.actions|length)]')" "[0,0]" "--json: nothing left, a count of 0"
 
 # A host reboot: a record from another boot ID can have nothing alive.
