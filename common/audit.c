@@ -216,7 +216,7 @@ static int repair_head(struct sbx_state *st, int fd, uint64_t *size, uint64_t ta
 		       const uint8_t tail_hash[HASH_LEN], uint64_t *seq, uint8_t prev[HASH_LEN], struct sbx_err *err)
 {
 	size_t hn;
-	_cleanup_free_ char *h = sbx_read_small_at(st->lib_fd, "audit.head", 256, &hn);
+	_cleanup_free_ char *h = aud_read_head(st, &hn);
 	uint64_t hseq;
 	uint8_t hh[HASH_LEN];
 	if (!h || aud_parse_head(h, hn, &hseq, hh) < 0)
@@ -350,19 +350,33 @@ static uint64_t sync_ticket(int sfd, uint64_t seq, const uint8_t hash[HASH_LEN])
 	return sync_write(sfd, &pg) < 0 ? 0 : pg.written;
 }
 
-/* audit.head without an fsync: a rename, so a reader sees the old head or
- * the new one, never a mix.  One writer at a time (the syncing appender,
- * under audit.sync), so one temp name does. */
+/* audit.head without an fsync.  In place, one pwrite, when the head there
+ * is of the checked form and no longer than this one (seqs only grow): a
+ * rename allocates an inode per append, and under the churn of sessions
+ * ext4's search for a free one took more of an append than its write.
+ * A reader racing the pwrite may see a mix of the two heads, which the
+ * check rejects (aud_read_head reads again).  Otherwise (none yet, the
+ * older form, a longer head) by a rename, whole for any reader.  One
+ * writer at a time in the usual case (the syncing appender, under
+ * audit.sync); a rotation's write beside it ends with either head whole. */
 void aud_write_head(struct sbx_state *st, uint64_t seq, const uint8_t hash[HASH_LEN])
 {
-	char head[100], hex[2 * HASH_LEN + 1];
-	aud_hex_of(hash, hex);
-	int hn = snprintf(head, sizeof head, "%llu %s\n", (unsigned long long)seq, hex);
-	int fd = openat(st->lib_fd, ".audit.head.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0)
+	char head[AUD_HEAD_MAX + 1], cur[AUD_HEAD_MAX + 1];
+	size_t hn = aud_format_head(seq, hash, head);
+	_cleanup_close_ int fd = openat(st->lib_fd, "audit.head", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	struct stat sb;
+	uint64_t cs;
+	uint8_t ch[HASH_LEN];
+	ssize_t r;
+	if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size <= hn &&
+	    (r = pread(fd, cur, sizeof cur, 0)) > 0 && aud_parse_head(cur, (size_t)r, &cs, ch) == 1 &&
+	    pwrite(fd, head, hn, 0) == (ssize_t)hn)
 		return;
-	int bad = sbx_write_all(fd, head, (size_t)hn) < 0;
-	close(fd);
+	int tfd = openat(st->lib_fd, ".audit.head.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (tfd < 0)
+		return;
+	int bad = sbx_write_all(tfd, head, hn) < 0;
+	close(tfd);
 	if (bad || renameat(st->lib_fd, ".audit.head.tmp", st->lib_fd, "audit.head") < 0)
 		unlinkat(st->lib_fd, ".audit.head.tmp", 0);
 }

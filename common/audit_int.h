@@ -46,8 +46,19 @@ void aud_hex_of(const uint8_t h[HASH_LEN], char out[2 * HASH_LEN + 1]);
 int aud_all_digits(const char *s, size_t n);
 /* The fields the chain depends on (*why: what is wrong when NULL). */
 json_t *aud_parse_rec(const char *p, size_t n, uint64_t *seq, uint8_t prev[HASH_LEN], const char **why);
-/* audit.head's content: "SEQ HEX\n". */
+/* audit.head's content: "SEQ HEX CHECK\n", CHECK the first AUD_HEAD_CHECK
+ * hex digits of the SHA-256 of "SEQ HEX".  It is written in place
+ * (aud_write_head), so a reader racing a write can see a mix of two heads,
+ * which the check rejects.  The older form "SEQ HEX\n" (always replaced by
+ * a rename, never mixed) is still read. */
+#define AUD_HEAD_CHECK 16
+#define AUD_HEAD_MAX (20 + 1 + 2 * HASH_LEN + 1 + AUD_HEAD_CHECK + 1)
+size_t aud_format_head(uint64_t seq, const uint8_t hash[HASH_LEN], char out[AUD_HEAD_MAX + 1]);
+/* 1: the checked form, 0: the older form, -1: not a head (or a mix). */
 int aud_parse_head(const char *h, size_t n, uint64_t *seq, uint8_t hash[HASH_LEN]);
+/* audit.head's bytes (NULL: none), read again while they do not parse, a
+ * few times: a write in place takes microseconds. */
+char *aud_read_head(struct sbx_state *st, size_t *n);
 
 /* audit_seg.c */
 int aud_trail_open(struct sbx_state *st, struct trail *t, int want_head, struct sbx_err *err);

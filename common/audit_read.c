@@ -276,19 +276,63 @@ json_t *aud_parse_rec(const char *p, size_t n, uint64_t *seq, uint8_t prev[HASH_
 	return NULL;
 }
 
+static void head_check(const char *body, size_t n, char out[AUD_HEAD_CHECK])
+{
+	uint8_t h[HASH_LEN];
+	char hex[2 * HASH_LEN + 1];
+	aud_hash_bytes(body, n, h);
+	aud_hex_of(h, hex);
+	memcpy(out, hex, AUD_HEAD_CHECK);
+}
+
+size_t aud_format_head(uint64_t seq, const uint8_t hash[HASH_LEN], char out[AUD_HEAD_MAX + 1])
+{
+	char hex[2 * HASH_LEN + 1];
+	aud_hex_of(hash, hex);
+	int n = snprintf(out, AUD_HEAD_MAX + 1, "%llu %s ", (unsigned long long)seq, hex);
+	head_check(out, (size_t)n - 1, out + n);
+	out[n + AUD_HEAD_CHECK] = '\n';
+	out[n + AUD_HEAD_CHECK + 1] = 0;
+	return (size_t)n + AUD_HEAD_CHECK + 1;
+}
+
 int aud_parse_head(const char *h, size_t n, uint64_t *seq, uint8_t hash[HASH_LEN])
 {
 	char *end;
-	if (n < 2 || h[0] < '0' || h[0] > '9')
+	if (n < 2 || h[0] < '0' || h[0] > '9' || h[n - 1] != '\n')
 		return -1;
 	errno = 0;
 	unsigned long long v = strtoull(h, &end, 10);
-	if (errno || *end != ' ' || (size_t)(end + 1 - h) + 2 * HASH_LEN + 1 != n || h[n - 1] != '\n')
+	if (errno || *end != ' ')
 		return -1;
+	size_t body = (size_t)(end + 1 - h) + 2 * HASH_LEN; /* "SEQ HEX" */
+	int checked = n == body + 1 + AUD_HEAD_CHECK + 1;
+	if (checked) {
+		char c[AUD_HEAD_CHECK];
+		head_check(h, body, c);
+		if (h[body] != ' ' || memcmp(c, h + body + 1, AUD_HEAD_CHECK))
+			return -1;
+	} else if (n != body + 1) {
+		return -1;
+	}
 	if (unhex(end + 1, 2 * HASH_LEN, hash) < 0)
 		return -1;
 	*seq = v;
-	return 0;
+	return checked;
+}
+
+char *aud_read_head(struct sbx_state *st, size_t *n)
+{
+	char *h = NULL;
+	for (int i = 0; i < 3; i++) {
+		free(h);
+		h = sbx_read_small_at(st->lib_fd, "audit.head", 256, n);
+		uint64_t seq;
+		uint8_t hash[HASH_LEN];
+		if (!h || aud_parse_head(h, *n, &seq, hash) >= 0)
+			break;
+	}
+	return h;
 }
 
 /* ---- verifying ---- */
@@ -335,7 +379,7 @@ static void walk_init(struct walk *w, struct sbx_audit_report *r, const char *he
 	w->expect = 1;
 	r->ok = 1;
 	aud_hex_of(w->prev, r->last_hash);
-	w->have_head = head && aud_parse_head(head, head_n, &w->head_seq, w->head_hash) == 0;
+	w->have_head = head && aud_parse_head(head, head_n, &w->head_seq, w->head_hash) >= 0;
 }
 
 static void walk_lookahead(struct walk *w, const char *p, size_t n)

@@ -145,7 +145,7 @@ int aud_trail_open(struct sbx_state *st, struct trail *t, int want_head, struct 
 	}
 	t->have_log = t->n > t->segs.n;
 	if (want_head)
-		t->head = sbx_read_small_at(st->lib_fd, "audit.head", 256, &t->head_n);
+		t->head = aud_read_head(st, &t->head_n);
 	return 0;
 }
 

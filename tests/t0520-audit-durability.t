@@ -17,9 +17,10 @@ repairs() { sbx-audit -q --type audit.repair 2>/dev/null | wc -l; }
 is "$(cut -d' ' -f1 "$L/audit.head")" 3 "audit.head follows the appends"
 
 if command -v strace >/dev/null; then
-	# Killed after the record was synced, before audit.head was renamed
-	# into place: the record is in the trail, the head one behind.
-	(strace -f -qq -o /dev/null -e trace=renameat,renameat2 -e inject=renameat,renameat2:signal=KILL \
+	# Killed after the record was synced, at the write of audit.head (in
+	# place, or by a rename): the record is in the trail, the head one behind.
+	(strace -f -qq -o /dev/null -P "$L/audit.head" -e trace=pwrite64,renameat,renameat2 \
+		-e inject=pwrite64,renameat,renameat2:signal=KILL \
 		"$append" exec.start '{"session":"s-a","n":4}'; :) 2>/dev/null
 	is "$(wc -l <"$LOG") $(cut -d' ' -f1 "$L/audit.head")" "4 3" "killed before the head write: record 4 in, head at 3"
 	is "$(sbx-audit verify)" "ok 4 records" "verify accepts a head behind the log"
@@ -64,6 +65,31 @@ sbx-audit verify 2>/dev/null; is "$?" 1 "a head ahead of the log fails verify"
 is "$(sbx-audit --no-headers --type audit.repair | cut -f5 | grep -o 'reason=[a-z-]*' | tail -1)" "reason=head-mismatch" \
 	"... and the next append records it"
 
+# audit.head is "SEQ HASH CHECK", CHECK the start of the SHA-256 of
+# "SEQ HASH", and is written in place (no new inode per append): a reader
+# that races the write sees a mix of two heads, which the check rejects.
+n=$(wc -l <"$LOG")
+read -r hs hh hc <"$L/audit.head"
+is "$hs:$hc" "$n:$(printf '%s %s' "$hs" "$hh" | sha256sum | cut -c1-16)" "audit.head: the last seq, its hash, and the check"
+ino=$(stat -c %i "$L/audit.head")
+"$append" -n 3 exec.end '{"session":"s-a"}'
+is "$(stat -c %i "$L/audit.head") $(cut -d' ' -f1 "$L/audit.head")" "$ino $((n + 3))" "appends rewrite it in place"
+cp "$L/audit.head" "$SBX_ROOT/head.good"
+# A mix: a later seq with this hash and check, as a torn read could see it.
+printf '%s %s %s\n' "$((n + 13))" "$hh" "$hc" >"$L/audit.head"
+is "$(sbx-audit verify)" "ok $((n + 3)) records" "a head whose check fails is no head: verify does not take it for a cut log"
+r0=$(repairs)
+"$append" exec.end '{"session":"s-a"}'
+is "$(repairs) $(cut -d' ' -f1 "$L/audit.head")" "$r0 $((n + 4))" "... nor the next append for tampering; it writes a good one"
+# The older form (no check; replaced by a rename, never mixed) is still a head.
+printf '%s %s\n' "$((n + 14))" "$hh" >"$L/audit.head"
+sbx-audit verify 2>"$SBX_ROOT/err"; is "$?" 1 "a head of the older form is read: ahead of the log fails verify"
+like "$(cat "$SBX_ROOT/err")" "audit.head records seq $((n + 14))" "... and says so"
+"$append" exec.end '{"session":"s-a"}'
+read -r hs hh hc <"$L/audit.head"
+is "$hs:$hc" "$((n + 6)):$(printf '%s %s' "$hs" "$hh" | sha256sum | cut -c1-16)" \
+	"the next append records the mismatch and writes the checked form"
+
 # The group-commit counters are not trusted across boots or when mangled:
 # garbage, another boot's, a directory in their place: every append is
 # still synced and chained.
@@ -76,10 +102,17 @@ rmdir "$L/audit.sync"
 n=$(wc -l <"$LOG")
 is "$(sbx-audit verify)" "ok $n records" "all intact"
 
-# Group commit: 6 appenders at once, 100 records each.
+# Group commit: 6 appenders at once, 100 records each, while verify runs
+# again and again: it reads audit.head as the appenders rewrite it in
+# place, and must never take a half-written head for tampering.
+: >"$SBX_ROOT/verify.out"
+(while [ ! -e "$SBX_ROOT/stop" ]; do sbx-audit verify -q >>"$SBX_ROOT/verify.out" 2>&1 || echo "rc $?" >>"$SBX_ROOT/verify.out"; done) &
+vpid=$!
 for i in 1 2 3 4 5 6; do "$append" -n 100 exec.start "{\"session\":\"s-$i\"}" & done
 fail=0; for i in 1 2 3 4 5 6; do wait -n || fail=1; done
+touch "$SBX_ROOT/stop"; wait "$vpid"
 is "$fail" 0 "6 concurrent appenders"
+is "$(cat "$SBX_ROOT/verify.out")" "" "verify beside them found nothing wrong"
 is "$(sbx-audit verify)" "ok $((n + 600)) records" "one chain, seq without gaps"
 is "$(od -An -tu8 -j48 -N16 "$L/audit.sync" | awk '{print ($1 == $2)}')" 1 "every record handed out is synced"
 
