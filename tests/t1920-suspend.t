@@ -253,6 +253,16 @@ head -c 1000000 /dev/zero | tr '\0' N >"/proc/$proxy/fd/7"
 is "$(sbx-exec "$id" -- echo answers)" answers "a flood of a million bytes on the pipe: the session still answers"
 printf n >"/proc/$proxy/fd/7"
 wait_state "$id" paused 60; ok $? "and idle once it says none"
+# The two halves' words are apart: the package cache's connection (P)
+# keeps the session busy after the network half's last one closed (n).
+printf NP >"/proc/$proxy/fd/7"
+sbx-exec "$id" -- true
+printf n >"/proc/$proxy/fd/7"
+n=$(pauses "$id")
+sleep 3
+is "$(state "$id") $(pauses "$id")" "running $n" "the package cache's open connection keeps it busy when the network's closed"
+printf p >"/proc/$proxy/fd/7"
+wait_state "$id" paused 60; ok $? "and idle once the package cache says none too"
 printf 'Z' >"/proc/$proxy/fd/7"
 sbx-exec "$id" -- true
 n=$(pauses "$id")
