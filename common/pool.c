@@ -248,8 +248,8 @@ void sbx_pool_refill(const struct sbx_policy *p)
 	pid_t pid = fork();
 	if (pid != 0)
 		return; /* our side, or no child (-1): the next claim's refill makes up */
-	for (int fd = 0; fd < 3; fd++)
-		if (dup2(null, fd) < 0)
+	for (int fd = 0; fd < 3; fd++) /* /dev/null may be one of them already (stdio closed) */
+		if (fd == null ? fcntl(fd, F_SETFD, 0) < 0 : dup2(null, fd) < 0)
 			_exit(127);
 	struct sigaction dfl = { .sa_handler = SIG_DFL };
 	for (int sig = 1; sig < NSIG; sig++)
