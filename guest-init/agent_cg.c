@@ -175,13 +175,18 @@ void cg_idle(struct agent *a)
 	if (cg_pool_wanted(a)) {
 		struct cg *cg = &a->pool[a->npool];
 
-		/* Bounded: a name taken by a cgroup awaiting removal (a
-		 * reused stream number) is skipped, not waited for. */
+		/* Bounded: a name taken (by a cgroup awaiting removal, or one
+		 * a restore renumbered) is stepped around, as cg_create does,
+		 * never the stream: skipping it made the next exec a miss. */
+		cg->stream = a->pool_next;
 		for (int i = 0; i < 4; i++) {
-			cg->stream = a->pool_next++;
-			snprintf(cg->name, sizeof(cg->name), "sbx-exec-%u", cg->stream);
+			if (i == 0)
+				snprintf(cg->name, sizeof(cg->name), "sbx-exec-%u", cg->stream);
+			else
+				snprintf(cg->name, sizeof(cg->name), "sbx-exec-%u.%u", cg->stream, ++a->cg_seq);
 			if (cg_make(a, cg) == 0) {
 				a->npool++;
+				a->pool_next++;
 				return;
 			}
 			if (errno != EEXIST)

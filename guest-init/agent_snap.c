@@ -302,17 +302,19 @@ void on_identity(struct agent *a, const struct sbx_frame *f)
 	/* The new host numbers its execs from 1 and may set other limits:
 	 * nothing of the source's exec bookkeeping carries over. */
 	shutdown_all(a);
-	/* A cgroup pool already made for streams from 1 (a warm-pool member,
-	 * where no session's exec ever ran: the monitor's warm-up is outside
-	 * the numbering) is what the new host will number: it stays, and the
-	 * claim's first exec finds its cgroup made.  Cgroup limits are set at
-	 * each exec, never in the pool, so no old limit carries over. */
-	if (!a->npool || a->pool[0].stream != 1 || a->pool_next != 1 + a->npool) {
-		for (unsigned i = 0; i < a->npool; i++)
-			cg_remove(a, &a->pool[i]);
-		a->npool = 0;
-		a->pool_next = 1;
-	}
+	/* The new host numbers its streams from 1.  The cgroups made ahead
+	 * (cg_idle) had nothing run in them, so they serve those streams
+	 * as they are, renumbered in our books only: a cgroup's name is only
+	 * a name (cg_create and cg_idle step around one that is taken).  A
+	 * warm-pool member's pool is numbered from 1 already; a restored
+	 * VM's was made for the source's next streams, and removing it and
+	 * making it again cost every restore three rmdirs and three mkdirs
+	 * in the guest kernel, each run for the first time since the restore
+	 * (under TCG, translated afresh).  Cgroup limits are set at each
+	 * exec, never in the pool, so no old limit carries over. */
+	for (unsigned i = 0; i < a->npool; i++)
+		a->pool[i].stream = i + 1;
+	a->pool_next = 1 + a->npool;
 	a->session_pids = 0;
 	if (uname(&u) < 0)
 		memset(&u, 0, sizeof(u));

@@ -113,6 +113,10 @@ is "$(sbx-exec "$a" -- hostname) $(sbx-exec "$b" -- hostname)" "$a $b" "each has
 ra=$(sbx-exec "$a" -- sh -c 'head -c 16 /dev/urandom | od -An -tx1'); rb=$(sbx-exec "$b" -- sh -c 'head -c 16 /dev/urandom | od -An -tx1')
 [ -n "$ra" ] && [ "$ra" != "$rb" ]; ok $? "and its own random stream"
 sbx-exec "$a" -- test -e /run/secrets; ok $((! $?)) "no secrets of the source"
+# The cgroups the source made ahead serve the restored session's execs
+# (renumbered in guest-init's books): still one per exec, none shared.
+is "$(for i in 1 2 3 4 5; do sbx-exec "$a" -- cat /proc/self/cgroup; done | sort -u | wc -l)" 5 \
+   "each exec after the restore runs in a cgroup of its own"
 is "$(sbx-ps --json "$a" | jq -r '.[0].snapshot')" "_/$snap" "sbx-ps names the snapshot it came from"
 grep -F '"type":"session.create"' "$A" | grep -F "\"session\":\"$a\"" | grep -qF "\"from_snapshot\":\"_/$snap\""
 ok $? "session.create records from_snapshot"
