@@ -76,20 +76,28 @@ static int spare_take(struct mon *m, struct exec *ex)
 	return 0;
 }
 
+void exec_spare_remove(int execs_dfd)
+{
+	_cleanup_close_ int dfd = openat(execs_dfd, SPARE_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return;
+	unlinkat(dfd, "stdout", 0);
+	unlinkat(dfd, "stderr", 0);
+	for (size_t i = 0; i < SBX_ARRAY_LEN(spare_tmp); i++)
+		unlinkat(dfd, spare_tmp[i], 0);
+	unlinkat(execs_dfd, SPARE_DIR, AT_REMOVEDIR);
+}
+
 void exec_spare_drop(struct mon *m)
 {
 	if (m->spare.dfd < 0)
 		return;
-	unlinkat(m->spare.dfd, "stdout", 0);
-	unlinkat(m->spare.dfd, "stderr", 0);
-	for (size_t i = 0; i < SBX_ARRAY_LEN(spare_tmp); i++)
-		unlinkat(m->spare.dfd, spare_tmp[i], 0);
 	close(m->spare.dfd);
 	close(m->spare.out);
 	close(m->spare.err);
 	m->spare.dfd = m->spare.out = m->spare.err = -1;
 	if (m->execs_dfd >= 0)
-		unlinkat(m->execs_dfd, SPARE_DIR, AT_REMOVEDIR);
+		exec_spare_remove(m->execs_dfd);
 }
 
 void exec_free(struct mon *m, struct exec *ex)

@@ -280,6 +280,9 @@ void exec_free(struct mon *m, struct exec *ex);
  * all, when the monitor ends (exec_spare_drop). */
 void exec_spare_make(struct mon *m);
 void exec_spare_drop(struct mon *m);
+/* execs/.next removed, whoever made it and whether or not it is tracked
+ * (the privileged half's end of a session, end_direct). */
+void exec_spare_remove(int execs_dfd);
 void exec_abort(struct mon *m, struct exec *ex, uint32_t reason);
 void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f);
 void exec_store_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n);

@@ -165,6 +165,12 @@ void end_direct(struct mon *m, const char *state, const char *why)
 	sbx_cgroup_usage(sbx_session_cgroup(&m->s), &m->s.cpu_ns, &m->s.mem_peak);
 	sbx_record_save(&m->st, &m->s, NULL);
 	sbx_cgroup_remove(sbx_session_cgroup(&m->s));
+	/* The spare exec directory is the unprivileged half's, which drops
+	 * it as it ends; an ended session keeps no spare whatever became of
+	 * that half, or of its books (t0250 on CI once found one left). */
+	_cleanup_close_ int xfd = openat(m->lib_dfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (xfd >= 0)
+		exec_spare_remove(xfd);
 	unlinkat(m->run_dfd, "monitor.sock", 0);
 	unlinkat(m->run_dfd, "agent.sock", 0);
 	unlinkat(m->run_dfd, "qmp.sock", 0);
