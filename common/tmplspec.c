@@ -349,9 +349,7 @@ static int remove_item(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *p
 	return 0;
 }
 
-/* A spec's user: a name of the root's /etc/passwd, or a uid (what a
- * session's user may be: sbx_user_parse). */
-static int check_spec_user(const char *v)
+int sbx_tmplspec_check_spec_user(const char *v)
 {
 	size_t n = strlen(v);
 	if (n && n <= 5 && strspn(v, "0123456789") == n)
@@ -397,7 +395,7 @@ static int root_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsi
 	case 5:
 		if (!(v = sbx_yaml_scalar(c, path)))
 			return -1;
-		if (check_spec_user(v) < 0)
+		if (sbx_tmplspec_check_spec_user(v) < 0)
 			return sbx_yaml_failm(c, c->ev.start_mark,
 				     "user: '%.40s' is not a user name ([a-z_][a-z0-9_-]*, at most 32) or a uid (0 to 65534)", v);
 		snprintf(s->user, sizeof s->user, "%s", v);

@@ -78,6 +78,9 @@ json_t *sbx_tmplspec_json(const struct sbx_tmplspec *s);
 int sbx_tmplspec_check_relpath(const char *s, char *why, size_t n);
 int sbx_tmplspec_check_guestpath(const char *s, char *out, size_t outn, char *why, size_t n);
 int sbx_tmplspec_check_user(const char *s);
+/* A spec's own user: a name (sbx_tmplspec_check_user) or a uid up to
+ * 65534, in decimal (what a session's user may be: sbx_user_parse). */
+int sbx_tmplspec_check_spec_user(const char *v);
 int sbx_tmplspec_check_package(const char *s);
 
 #endif

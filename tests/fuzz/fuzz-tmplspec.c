@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (unsigned i = 0; i < s.npackages; i++)
 			if (sbx_tmplspec_check_package(s.packages[i]) < 0)
 				abort();
-		if (s.user[0] && sbx_tmplspec_check_user(s.user) < 0)
+		if (s.user[0] && sbx_tmplspec_check_spec_user(s.user) < 0) /* a name or a uid */
 			abort();
 		json_t *j = sbx_tmplspec_json(&s);
 		char *t = j ? json_dumps(j, JSON_SORT_KEYS) : NULL;
