@@ -15,6 +15,7 @@
 #include "pool.h"
 #include "progress.h"
 #include "snapshot.h"
+#include "trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -458,6 +459,10 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	struct sbx_template t;
 	struct sbx_accel_info ai;
 	char id[SBX_ID_MAX + 1];
+	/* make bench: where a create's time goes before the monitor's own
+	 * trace (boot.monitor) or a claim's (claim.client) takes over. */
+	_cleanup_trace_ struct sbx_trace tr;
+	sbx_trace_begin(&tr, o->pool ? "create.pool" : "create.client");
 
 	*existed = 0;
 	if (o->id && sbx_id_check(o->id, "session", err) < 0)
@@ -491,8 +496,10 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 			return -1;
 		restore = 1;
 	}
+	sbx_trace_step(&tr, "template");
 	if (sbx_accel_get(st, t.kernel, t.initrd, &ai, err) < 0)
 		return -1;
+	sbx_trace_step(&tr, "accel");
 	struct sbx_policy defaults;
 	const struct sbx_policy *pol = o->policy;
 	if (!pol) {
@@ -553,6 +560,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	if (session_env(&t, o, &sec, s, err) < 0)
 		return -1;
 	spec_hash(s, pol, s->spec);
+	sbx_trace_step(&tr, "checks");
 
 	_cleanup_close_ int g = sbx_lock_global(st, err);
 	if (g < 0)
@@ -587,10 +595,14 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	}
 	/* A warm-pool member that fits serves the request (pool.h); when none
 	 * does, or its claim fails, the session boots cold as ever. */
+	sbx_trace_step(&tr, "lock");
 	if (!o->pool && !o->snapshot && sbx_pool_request_fits(o, pol)) {
 		int r = sbx_pool_claim(st, &g, s, pol, &sec, err);
-		if (r != 0)
+		sbx_trace_step(&tr, "claim");
+		if (r != 0) {
+			sbx_trace_end(&tr, r > 0);
 			return r < 0 ? -1 : 0;
+		}
 	}
 	/* A workspace a live session holds: refused before anything exists.
 	 * The monitor takes it for real (and fails the create cleanly if
@@ -669,5 +681,8 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 			sbx_session_reclaim(st, id);
 		return -1;
 	}
-	return sbx_record_load(st, id, s, err);
+	sbx_trace_step(&tr, "booted");
+	int r = sbx_record_load(st, id, s, err);
+	sbx_trace_end(&tr, r == 0);
+	return r;
 }

@@ -143,7 +143,8 @@ echo "bench: sbx-exec true x $EXECS" >&2
 : >"$raw/exec-trace.jsonl"
 id=$(SBX_TRACE=$raw/exec-trace.jsonl sbx-create -q)
 sbx-exec "$id" -- true
-SBX_TRACE=$raw/exec-trace.jsonl "$T" "$EXECS" sbx-exec "$id" -- true >"$raw/exec.txt"
+: >"$raw/exec-spawn.txt"
+SBX_TRACE=$raw/exec-trace.jsonl BENCH_TIME_SPAWN=$raw/exec-spawn.txt "$T" "$EXECS" sbx-exec "$id" -- true >"$raw/exec.txt"
 cp "$raw/exec-trace.jsonl" "$raw/exec-steps.jsonl" # before the session's later execs add to it
 "$T" "$EXECS" /bin/true >"$raw/spawn.txt"
 echo "bench: output stream x 3 (dd, head -c), sbx-cp of ${BENCH_CP_MIB:-256} MiB" >&2
@@ -307,10 +308,15 @@ for line in open(f"{raw}/create-trace.jsonl"):
 add("boot step: the monitor's warm-up exec (boot.warm)", warm, "ms")
 add("first exec after create, guest side (echo hi)", gfirst, "ms")
 add("later exec after create, guest side (echo hi)", glater, "ms")
-if len(mon) == len(execs):
-    sp50 = byname["host: spawn /bin/true (harness floor)"]["p50"]
-    r = add("sbx-exec true host side, per exec (end to end - guest side - spawn p50)",
-            [e - g - sp50 for e, g in zip(execs, guest)], "ms")
+# Each exec's spawn floor is /bin/true timed just before it (bench-time.py,
+# BENCH_TIME_SPAWN): the harness's fork and exec cost varies by 2x from
+# minute to minute here, and a median from another loop moved this figure
+# by as much as the figure itself.
+espawn = load("exec-spawn")
+if len(mon) == len(execs) == len(espawn):
+    add("host: spawn /bin/true, just before each sbx-exec (paired floor)", espawn, "ms")
+    r = add("sbx-exec true host side, per exec (end to end - guest side - paired spawn)",
+            [e - g - s for e, g, s in zip(execs, guest, espawn)], "ms")
     ratios["exec_host_side_p50_ms"], ratios["exec_host_side_p95_ms"] = r["p50"], r["p95"]
 add("first exec after create (echo hi)", load("first"), "ms")
 add("later exec after create (echo hi)", load("later"), "ms")
@@ -343,13 +349,19 @@ add("floor: raw restore of the same snapshot, load (unpacked, loaded, paused)", 
 steps = {}
 for line in open(f"{raw}/trace.jsonl"):
     t = json.loads(line)
-    if not t.get("ok") or t["trace"] == "boot.monitor": # the members' own boots
+    if not t.get("ok") or t["trace"] in ("boot.monitor", "create.pool"): # the members' own boots
         continue
     steps.setdefault((t["trace"], "total"), []).append(t["total_ms"])
     for k, v in t["steps"].items():
         steps.setdefault((t["trace"], k), []).append(v)
 for (who, k), v in steps.items():
     add(f"claim step: {who} {k}", v, "ms")
+# What the library call does not hold: the process's start and exit, and
+# the harness's wait (create.client begins in sbx_session_create).
+cc = steps.get(("create.client", "total"), [])
+if len(cc) == len(load("claim")):
+    add("claim step: sbx-create outside create.client (spawn, exit, wake-up)",
+        [e - c for e, c in zip(load("claim"), cc)], "ms")
 
 # Each figure beside its floor.  "lower" figures are times (ratio figure /
 # floor); "higher" are rates (ratio floor / figure, so > 1 is slower too).
