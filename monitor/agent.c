@@ -21,6 +21,7 @@ void agent_flush(struct mon *m)
 	if (m->aout_off == m->aout.len) {
 		sbx_buf_reset(&m->aout);
 		m->aout_off = m->susp.hold_end = 0;
+		end = 0; /* all written: nothing to wait for (EPOLLOUT armed here woke the loop for nothing) */
 	}
 	int want = m->aout_off < end;
 	if (m->agent.fd >= 0 && want != m->agent_want_out) {

@@ -205,6 +205,10 @@ void mon_stop_network(struct mon *m)
 int mon_loop_once(struct mon *m, int timeout_ms)
 {
 	struct epoll_event ev[32];
+	/* Whatever was queued for the guest goes before we sleep: a frame
+	 * queued without a flush is sent now, not at some later wake-up. */
+	if (m->aout_off < m->aout.len)
+		agent_flush(m);
 	int n = epoll_wait(m->ep, ev, 32, timeout_ms);
 	if (n < 0)
 		return errno == EINTR ? 0 : -1;
