@@ -58,8 +58,14 @@ static int state_paths(struct sbx_state *st, struct sbx_err *err)
 
 int sbx_state_open(struct sbx_state *st, struct sbx_err *err)
 {
-	if (state_paths(st, err) < 0)
+	if (sbx_state_peek(st, err) < 0)
 		return -1;
+	/* Every command starts here: the directories are there but on a
+	 * host's first use, and creating them each time cost seven system
+	 * calls (one mkdir per path component). */
+	if (st->sessions_fd >= 0 && st->rsessions_fd >= 0)
+		return 0;
+	sbx_state_close(st);
 	if (mkdir_p(st->lib, err) < 0 || mkdir_p(st->run, err) < 0)
 		return -1;
 	st->lib_fd = open(st->lib, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
