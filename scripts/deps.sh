@@ -9,6 +9,8 @@ PKGS=(
 	libnl-3-dev libnl-route-3-dev libnftables-dev nftables iproute2 util-linux
 	qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs lz4 zstd libzstd-dev
 	jq mandoc procps python3 python3-yaml clang libclang-rt-14-dev curl
+	# tests: fault injection at a syscall (t0520, t1500), a TLS origin (t1930)
+	strace openssl
 )
 missing=()
 for p in "${PKGS[@]}"; do
