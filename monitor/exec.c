@@ -374,7 +374,8 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 	ex->n = ++m->next_exec;
 	snprintf(ex->id, sizeof ex->id, "e%u", ex->n);
 	ex->out_fd = ex->err_fd = ex->dfd = -1;
-	if (spare_take(m, ex) < 0 && (mkdirat(m->execs_dfd, ex->id, 0700) < 0 ||
+	int made = 0;
+	if (spare_take(m, ex) < 0 && (mkdirat(m->execs_dfd, ex->id, 0700) < 0 || !(made = 1) ||
 	    (ex->dfd = openat(m->execs_dfd, ex->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
 	    (ex->out_fd = openat(ex->dfd, "stdout", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0 ||
 	    (ex->err_fd = openat(ex->dfd, "stderr", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)) {
@@ -384,6 +385,10 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 			close(ex->out_fd);
 		if (ex->dfd >= 0)
 			close(ex->dfd);
+		/* An exec directory with no result reads as running (sbx-ps,
+		 * --wait): one that never ran leaves none. */
+		if (made)
+			sbx_rm_rf_at(m->execs_dfd, ex->id);
 		free(ex);
 		sbx_exec_req_free(&r);
 		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, msg);

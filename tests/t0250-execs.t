@@ -80,4 +80,33 @@ for i in $(seq 300); do [ "$(jq -r .state "$SBX_ROOT/var/lib/sbx/sessions/$id/se
 is "$(jq -r .state "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json") $(lsa "$X")" "crashed e1 " \
    "kill -9 of the unprivileged half: the session is crashed and its spare gone"
 sbx-kill "$id"
+
+# An exec whose output files cannot be made is refused, and leaves no
+# directory (one with no result reads as running to sbx-ps and --wait).
+# Every open of a "stdout" in the unprivileged half fails (strace): the
+# spare's remaking too, so the next exec makes its directory itself.
+if command -v strace >/dev/null; then
+	id=$(sbx-create -q)
+	sbx-exec "$id" -- true
+	X=$SBX_ROOT/var/lib/sbx/sessions/$id/execs
+	mon=$(jq -r .monitor.pid "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")
+	child=$(pgrep -P "$mon" sbx-monitor | head -1)
+	for i in $(seq 100); do [ -d "$X/.next" ] && break; sleep 0.1; done
+	strace -qq -o /dev/null -p "$child" -P stdout -e trace=openat -e inject=openat:error=ENOSPC &
+	sp=$!
+	for _ in $(seq 100); do [ "$(awk '/^TracerPid:/ {print $2}' /proc/"$child"/status)" != 0 ] && break; sleep 0.05; done
+	sleep 0.2
+	is "$(sbx-exec "$id" -- echo took-the-spare)" took-the-spare "the spare made before the fault serves an exec"
+	err=$(sbx-exec "$id" -- echo never 2>&1); rc=$?
+	kill "$sp"; wait "$sp" 2>/dev/null
+	is "$rc" 125 "with no spare and no room for its output, an exec is refused (70, as 125)"
+	like "$err" "cannot store exec output" "and says why"
+	is "$(for e in $(ls "$X"); do [ -f "$X/$e/result.json" ] || echo "$e"; done)" "" \
+	   "no exec directory is left without a result"
+	is "$(sbx-ps --no-headers --execs "$id" | awk '$2 == "running"' | wc -l)" 0 "sbx-ps lists none running"
+	is "$(sbx-exec "$id" -- echo again)" again "the session serves the next exec"
+	sbx-kill "$id"
+else
+	for i in 1 2 3 4 5 6; do ok 0 "# SKIP strace not installed"; done
+fi
 done_testing
