@@ -110,27 +110,36 @@ static int claim_one(struct sbx_state *st, int *g, const char *member, struct sb
 	struct sbx_trace tr;
 	sbx_trace_begin(&tr, "claim.client");
 	_cleanup_mon_ struct sbx_mon m = { .fd = -1 };
-	if (sbx_mon_open(st, member, &m, &e) < 0)
-		return TRY_ANOTHER;
-	uint8_t buf[2048];
-	struct sbx_frame f;
-	if (sbx_mon_next(&m, 5000, &f, buf, sizeof buf, &e) < 0 || f.type != SBX_F_HELLO)
-		return TRY_ANOTHER;
-	sbx_trace_step(&tr, "connect_hello");
 	_cleanup_free_ char *rec = sbx_record_text(s);
+	if (!rec || sbx_mon_open(st, member, &m, &e) < 0)
+		return TRY_ANOTHER;
+	/* The CLAIM goes out with the connect, not after the member's HELLO:
+	 * an idle monitor's wake-up for the HELLO cost a round trip, a
+	 * millisecond on a busy host.  The monitor reads it after its
+	 * HELLO, as if we had waited. */
 	size_t off = sbx_frame_begin(&m.out, SBX_F_CLAIM, 0);
 	sbx_tlv_str(&m.out, SBX_T_SESSION, s->id);
-	sbx_tlv_str(&m.out, SBX_T_RECORD, rec ? rec : "");
+	sbx_tlv_str(&m.out, SBX_T_RECORD, rec);
 	sbx_tlv_u32(&m.out, SBX_T_CLAIM_FLAGS, sec->n ? SBX_CLAIM_SECRETS : 0);
 	sbx_tlv_str(&m.out, SBX_T_POLICY, pol);
 	sbx_frame_end(&m.out, off);
-	if (!rec || sbx_mon_send(&m, -1) < 0)
+	if (sbx_mon_send(&m, -1) < 0)
 		return TRY_ANOTHER; /* a frame cut short is never acted on */
+	uint8_t buf[2048];
+	struct sbx_frame f;
 	/* The commit: fast (two small files, the cgroups, four renames), but
 	 * allow for a loaded host.  With secrets, the monitor asks
 	 * for them first (CLAIM with CLAIM_FLAGS): nothing is committed until
-	 * it holds everything, so the commit needs nothing more from us. */
+	 * it holds everything, so the commit needs nothing more from us.  No
+	 * HELLO (a monitor that is not one), or none in time, is handled as
+	 * a refusal: the CLAIM was sent, so whether it was acted on is told
+	 * by the ID, below. */
 	int r = sbx_mon_next(&m, 10000, &f, buf, sizeof buf, &e);
+	if (r == 0 && f.type != SBX_F_HELLO)
+		r = -1;
+	sbx_trace_step(&tr, "connect_hello");
+	if (r == 0)
+		r = sbx_mon_next(&m, 10000, &f, buf, sizeof buf, &e);
 	if (r == 0 && f.type == SBX_F_CLAIM && f.len && sec->n) {
 		if (sbx_mon_write(&m, sec->frame, sec->frame_len) < 0)
 			return TRY_ANOTHER;
