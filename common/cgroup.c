@@ -93,6 +93,20 @@ static int fail(int fds[], int *nfds, const char *session, struct sbx_err *err, 
 	return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot set up the host cgroup (%s)", what);
 }
 
+/* The CPU weight in a group: cpu.weight (v2, 1..10000, default 100), or
+ * cpu.shares (v1, default 1024) on the same scale.  Best effort: a
+ * scheduling preference, not a limit. */
+static void set_weight(const char *dir, int v2, unsigned weight)
+{
+	char val[32];
+	if (!weight)
+		weight = 100;
+	if (weight > 10000)
+		weight = 10000;
+	snprintf(val, sizeof val, "%u", v2 ? weight : (weight * 1024u + 50) / 100u);
+	write_at(dir, v2 ? "cpu.weight" : "cpu.shares", val);
+}
+
 int sbx_cgroup_create(const char *session, const struct sbx_cg_limits *l, int fds[SBX_CG_MAX_FDS], int *nfds,
 		      struct sbx_err *err)
 {
@@ -116,6 +130,8 @@ int sbx_cgroup_create(const char *session, const struct sbx_cg_limits *l, int fd
 			if (write_at(dir, "cpu.max", val) < 0)
 				return fail(fds, nfds, session, err, "cpu.max");
 		}
+		if (l->weight)
+			set_weight(dir, 1, l->weight);
 		if (l->memory) {
 			snprintf(val, sizeof val, "%llu", (unsigned long long)l->memory);
 			if (write_at(dir, "memory.max", val) < 0)
@@ -152,6 +168,8 @@ int sbx_cgroup_create(const char *session, const struct sbx_cg_limits *l, int fd
 		}
 		if (rc < 0)
 			return fail(fds, nfds, session, err, ctrls[i]);
+		if (!strcmp(ctrls[i], "cpu") && l->weight)
+			set_weight(dir, 0, l->weight);
 		if (open_procs(dir, fds, nfds) < 0)
 			return fail(fds, nfds, session, err, "cgroup.procs");
 	}
@@ -261,7 +279,7 @@ int sbx_cgroup_rename(const char *from, const char *to)
 	return 0;
 }
 
-int sbx_cgroup_set_cpu(const char *session, unsigned cpu_milli)
+int sbx_cgroup_set_cpu(const char *session, unsigned cpu_milli, unsigned weight)
 {
 	char dir[512], val[64];
 	const char *mode = sbx_cgroup_mode();
@@ -273,9 +291,11 @@ int sbx_cgroup_set_cpu(const char *session, unsigned cpu_milli)
 			snprintf(val, sizeof val, "%u 100000", cpu_milli * 100);
 		else
 			snprintf(val, sizeof val, "max 100000");
+		set_weight(dir, 1, weight);
 		return write_at(dir, "cpu.max", val);
 	}
 	group_dir("cpu", session, dir, sizeof dir, 0);
+	set_weight(dir, 0, weight);
 	snprintf(val, sizeof val, "%d", cpu_milli ? (int)(cpu_milli * 100) : -1);
 	return write_at(dir, "cpu.cfs_quota_us", val);
 }

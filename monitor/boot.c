@@ -166,6 +166,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 			     : m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000,
 		.memory = ((uint64_t)m->s.memory_mib + 512) << 20,
 		.pids = 512,
+		.weight = mon_cpu_weight(m),
 	};
 	sbx_trace_step(&m->boot_tr, "listen");
 	if (sbx_cgroup_create(m->s.id, &cl, c.cg_fds, &c.cg_nfds, err) < 0)

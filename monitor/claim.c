@@ -163,11 +163,12 @@ void claim_identity_tlvs(struct mon *m)
 /* After the commit: the host side first (the CPU cap of the new policy),
  * then the guest (running again, a new identity, the secrets), then a PING
  * whose PONG says it has taken all of it. */
-static void claim_guest(struct mon *m, unsigned member_cpu)
+static void claim_guest(struct mon *m)
 {
 	struct sbx_err e = { 0 };
-	unsigned cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
-	if (cpu != member_cpu && mon_cg_set_cpu(m) < 0)
+	/* Always: the member's low CPU weight becomes a session's, whatever
+	 * the cap. */
+	if (mon_cg_set_cpu(m) < 0)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot set the CPU cap of the host cgroup: %s", strerror(errno));
 	sbx_trace_step(&trace, "cgroup_cpu");
 	if (claim_network(m) < 0)
@@ -251,7 +252,6 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	}
 	sbx_trace_begin_at(&trace, "claim.member", t0);
 	sbx_trace_step(&trace, "parse");
-	unsigned member_cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
 	/* The package policy the guest has (claim_identity_tlvs), taken
 	 * here: the commit may run in the privileged half, whose copy of
 	 * the monitor is not this one. */
@@ -277,7 +277,7 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	sbx_frame_raw(&b, SBX_F_CLAIM, 0, NULL, 0);
 	client_send(m, c, &b);
 	sbx_buf_free(&b);
-	claim_guest(m, member_cpu);
+	claim_guest(m);
 }
 
 /* The commit (claim_begin's, or the privileged half's for it): 0 when it

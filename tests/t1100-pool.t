@@ -45,6 +45,16 @@ cpu_over_2s() {
 	sleep 2; b=$(cat /sys/fs/cgroup/cpuacct/sbx-"$h"/"$1"/cpuacct.usage) && echo $((b - a))
 }
 
+# The CPU weight of a session's VMM cgroup, on cgroup v2's scale (v1's
+# cpu.shares: 1024 = 100); empty without cgroups.
+cg_weight() {
+	if [ -e /sys/fs/cgroup/cgroup.controllers ]; then
+		cat /sys/fs/cgroup/sbx-"$h"/"$1"/cpu.weight 2>/dev/null
+	elif [ -e /sys/fs/cgroup/cpu/sbx-"$h"/"$1"/cpu.shares ]; then
+		echo $(( ($(cat /sys/fs/cgroup/cpu/sbx-"$h"/"$1"/cpu.shares) * 100 + 512) / 1024 ))
+	fi
+}
+
 # --- the configuration fails closed -------------------------------------
 printf 'pool:\n  templates:\n    default: {size: 1, colour: red}\n' >"$CONF"
 out=$(sbx-gc 2>&1); rc=$?
@@ -67,6 +77,12 @@ is "$(sbx-gc)" "" "a second sbx-gc has nothing to do"
 if [ -d /sys/fs/cgroup/cpuacct ] && [ ! -e /sys/fs/cgroup/cgroup.controllers ]; then
 	used=$(cpu_over_2s "$m1")
 	[ -n "$used" ] && [ "$used" -lt 100000000 ]; ok $? "a member waits paused: its VMM used ${used:-?} ns of CPU in 2 s"
+fi
+w=$(cg_weight "$m1")
+if [ -n "$w" ]; then
+	is "$w" 10 "a member's VMM has a low CPU weight: its boot and wait take no CPU from sessions"
+else
+	ok 0 "# SKIP no cpu cgroup to read the weight from"
 fi
 sbx-exec "$m1" -- true 2>"$TEST_TMP/err"; rc=$?
 is "$rc" 4 "a member runs no exec (4)"
@@ -107,6 +123,11 @@ is "$(sbx-audit --session job1 --type session.create --json | jq -r '.[-1] | [.f
 if [ -d /sys/fs/cgroup/pids/sbx-"$h" ]; then
 	[ -d /sys/fs/cgroup/pids/sbx-"$h"/job1 ] && [ ! -e /sys/fs/cgroup/pids/sbx-"$h"/"$m1" ]
 	ok $? "the host cgroups were renamed to the ID (cgroup v1)"
+fi
+if [ -n "$w" ]; then
+	is "$(cg_weight "$(rec job1 '.cgroup // empty' | grep . || echo job1)")" 100 "a claim gives the session the default CPU weight"
+else
+	ok 0 "# SKIP no cpu cgroup to read the weight from"
 fi
 j2=$(sbx-create --json --id job1 --tenant acme --ttl 10m --secret TOKEN=@"$TEST_TMP/token"); rc=$?
 is "$rc:$(jq -r .existed <<<"$j2")" "0:true" "the same create again is the idempotent hit"
