@@ -93,14 +93,14 @@ static int fail(int fds[], int *nfds, const char *session, struct sbx_err *err, 
 	return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot set up the host cgroup (%s)", what);
 }
 
-/* The CPU weight in a group: cpu.weight (v2, 1..10000, default 100), or
- * cpu.shares (v1, default 1024) on the same scale.  Best effort: a
- * scheduling preference, not a limit. */
+/* The CPU weight in a group (0: left as it is): cpu.weight (v2, 1..10000,
+ * default 100), or cpu.shares (v1, default 1024) on the same scale.  Best
+ * effort: a scheduling preference, not a limit. */
 static void set_weight(const char *dir, int v2, unsigned weight)
 {
 	char val[32];
 	if (!weight)
-		weight = 100;
+		return;
 	if (weight > 10000)
 		weight = 10000;
 	snprintf(val, sizeof val, "%u", v2 ? weight : (weight * 1024u + 50) / 100u);
@@ -130,8 +130,7 @@ int sbx_cgroup_create(const char *session, const struct sbx_cg_limits *l, int fd
 			if (write_at(dir, "cpu.max", val) < 0)
 				return fail(fds, nfds, session, err, "cpu.max");
 		}
-		if (l->weight)
-			set_weight(dir, 1, l->weight);
+		set_weight(dir, 1, l->weight);
 		if (l->memory) {
 			snprintf(val, sizeof val, "%llu", (unsigned long long)l->memory);
 			if (write_at(dir, "memory.max", val) < 0)
@@ -168,7 +167,7 @@ int sbx_cgroup_create(const char *session, const struct sbx_cg_limits *l, int fd
 		}
 		if (rc < 0)
 			return fail(fds, nfds, session, err, ctrls[i]);
-		if (!strcmp(ctrls[i], "cpu") && l->weight)
+		if (!strcmp(ctrls[i], "cpu"))
 			set_weight(dir, 0, l->weight);
 		if (open_procs(dir, fds, nfds) < 0)
 			return fail(fds, nfds, session, err, "cgroup.procs");

@@ -14,7 +14,7 @@ struct sbx_cg_limits {
 	unsigned cpu_milli; /* 1000 = one host CPU; 0 = no cap */
 	uint64_t memory;    /* bytes; 0 = no limit */
 	unsigned pids;      /* 0 = no limit */
-	unsigned weight;    /* CPU weight, cgroup v2's scale (1..10000, 100 = the default); 0 = the default */
+	unsigned weight;    /* CPU weight, cgroup v2's scale (1..10000, 100 = the default); 0 = not set */
 };
 
 #define SBX_CG_MAX_FDS 4
@@ -38,13 +38,14 @@ int sbx_cgroup_list(char ***ids, size_t *n);
  * caller keeps the old name. */
 int sbx_cgroup_rename(const char *from, const char *to);
 /* Set the CPU cap of the session's groups (1000 = one CPU, 0 = none) and
- * its CPU weight (as in sbx_cg_limits; 0 = the default).  The weight is a
- * share under contention, not a limit: where it cannot be set, the cap
- * still decides the result. */
+ * its CPU weight (as in sbx_cg_limits; 0 leaves it as it is).  The weight
+ * is a share under contention, not a limit: where it cannot be set, the
+ * cap still decides the result. */
 int sbx_cgroup_set_cpu(const char *session, unsigned cpu_milli, unsigned weight);
 /* A warm-pool member's CPU weight while it boots and waits: a refill does
- * not take CPU from live sessions (a claim restores the default). */
+ * not take CPU from live sessions (a claim sets the default). */
 #define SBX_CG_POOL_WEIGHT 10
+#define SBX_CG_DEFAULT_WEIGHT 100
 /* Remove the session's groups (they must be empty); missing is success. */
 int sbx_cgroup_remove(const char *session);
 /* Host-measured usage: CPU ns used, memory peak bytes; -1 when unknown. */

@@ -163,7 +163,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	 * throttled (a 1-CPU cap made it 60 ms slower). */
 	struct sbx_cg_limits cl = {
 		.cpu_milli = m->s.snapshot_dir[0] ? 0
-			     : m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000,
+			     : mon_cpu_milli(m),
 		.memory = ((uint64_t)m->s.memory_mib + 512) << 20,
 		.pids = 512,
 		.weight = mon_cpu_weight(m),

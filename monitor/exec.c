@@ -95,6 +95,28 @@ static int spare_take(struct mon *m, struct exec *ex)
 	return 0;
 }
 
+/* The exec's directory without a spare, made here: 0, or -1 (errno set)
+ * with nothing left behind, since a directory with no result reads as a
+ * running exec (sbx-ps, --wait). */
+static int exec_dir_make(struct mon *m, struct exec *ex)
+{
+	if (mkdirat(m->execs_dfd, ex->id, 0700) < 0)
+		return -1;
+	if ((ex->dfd = openat(m->execs_dfd, ex->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0 &&
+	    (ex->out_fd = openat(ex->dfd, "stdout", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) >= 0 &&
+	    (ex->err_fd = openat(ex->dfd, "stderr", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) >= 0)
+		return 0;
+	int e = errno;
+	if (ex->out_fd >= 0)
+		close(ex->out_fd);
+	if (ex->dfd >= 0)
+		close(ex->dfd);
+	ex->out_fd = ex->dfd = -1;
+	sbx_rm_rf_at(m->execs_dfd, ex->id);
+	errno = e;
+	return -1;
+}
+
 void exec_spare_remove(int execs_dfd)
 {
 	_cleanup_close_ int dfd = openat(execs_dfd, SPARE_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -374,21 +396,9 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 	ex->n = ++m->next_exec;
 	snprintf(ex->id, sizeof ex->id, "e%u", ex->n);
 	ex->out_fd = ex->err_fd = ex->dfd = -1;
-	int made = 0;
-	if (spare_take(m, ex) < 0 && (mkdirat(m->execs_dfd, ex->id, 0700) < 0 || !(made = 1) ||
-	    (ex->dfd = openat(m->execs_dfd, ex->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
-	    (ex->out_fd = openat(ex->dfd, "stdout", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0 ||
-	    (ex->err_fd = openat(ex->dfd, "stderr", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)) {
+	if (spare_take(m, ex) < 0 && exec_dir_make(m, ex) < 0) {
 		char msg[200];
 		snprintf(msg, sizeof msg, "cannot store exec output: %s", strerror(errno));
-		if (ex->out_fd >= 0)
-			close(ex->out_fd);
-		if (ex->dfd >= 0)
-			close(ex->dfd);
-		/* An exec directory with no result reads as running (sbx-ps,
-		 * --wait): one that never ran leaves none. */
-		if (made)
-			sbx_rm_rf_at(m->execs_dfd, ex->id);
 		free(ex);
 		sbx_exec_req_free(&r);
 		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, msg);

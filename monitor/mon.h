@@ -362,9 +362,11 @@ void mon_proxy_busy_read(struct mon *m);
 void mon_proxy_busy_close(struct mon *m);
 void mon_cg_usage(struct mon *m, uint64_t *cpu, uint64_t *peak);
 int mon_cg_set_cpu(struct mon *m);
+/* The VMM's host CPU cap (1000 = one CPU): the policy's, else its vCPUs. */
+unsigned mon_cpu_milli(const struct mon *m);
 /* The CPU weight of the VMM's host cgroup: low for a warm-pool member
- * (its boot and wait take no CPU from live sessions), the default once
- * it is a session (sbx_cgroup_set_cpu). */
+ * (its boot and wait take no CPU from live sessions); 0 (the default,
+ * not written) for a session.  A claim sets the default (mon_cg_set_cpu). */
 unsigned mon_cpu_weight(const struct mon *m);
 int mon_has_workspace(const struct mon *m);
 void mon_drop_workspace(struct mon *m, int failed);

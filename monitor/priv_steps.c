@@ -279,15 +279,21 @@ void mon_cg_usage(struct mon *m, uint64_t *cpu, uint64_t *peak)
 }
 
 /* The record's CPU cap (a claim's new policy, a restore's held-back one). */
+unsigned mon_cpu_milli(const struct mon *m)
+{
+	return m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
+}
+
 unsigned mon_cpu_weight(const struct mon *m)
 {
 	return m->s.pool ? SBX_CG_POOL_WEIGHT : 0;
 }
 
+/* A claim's (PRIV_CG_SET_CPU): the session's cap, and the default weight
+ * in place of the member's low one. */
 int cg_set_cpu_direct(struct mon *m)
 {
-	unsigned cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
-	return sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), cpu, mon_cpu_weight(m));
+	return sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), mon_cpu_milli(m), SBX_CG_DEFAULT_WEIGHT);
 }
 
 int mon_cg_set_cpu(struct mon *m)

@@ -404,8 +404,7 @@ void snap_boot_progress(void *ctx, const char *what, uint64_t done, uint64_t tot
 int snap_restored(struct mon *m, struct sbx_err *err)
 {
 	/* The CPU cap, held back while the VMM loaded the memory (mon_boot). */
-	unsigned cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
-	if (sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), cpu, mon_cpu_weight(m)) < 0)
+	if (sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), mon_cpu_milli(m), mon_cpu_weight(m)) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set the CPU cap of the host cgroup");
 	if (sbx_vm_resume(&m->vm, err) < 0)
 		return -1;

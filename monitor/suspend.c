@@ -399,8 +399,7 @@ int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err)
 			mon_stop_network(m);
 		return -1;
 	}
-	unsigned cpu = m->s.limits.cpu_milli ? m->s.limits.cpu_milli : m->s.vcpus * 1000;
-	if (sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), cpu, mon_cpu_weight(m)) < 0)
+	if (sbx_cgroup_set_cpu(sbx_session_cgroup(&m->s), mon_cpu_milli(m), mon_cpu_weight(m)) < 0)
 		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set the CPU cap of the host cgroup");
 	int fd = -1;
 	if (rc == 0 && accept_agent) {
