@@ -75,6 +75,7 @@ struct cg_rm {
 
 struct agent {
 	int ep, host, sig, devnull, cgroot, is_pid1;
+	int urandom; /* /dev/urandom for IDENTITY's reseed, opened ahead (PID 1 only) */
 	uint32_t session_pids; /* pids.max last written on the execs' parent */
 	int done, rc;
 	int host_down, hello_seen; /* hello_seen: the host has had bytes since our last HELLO */

@@ -279,16 +279,15 @@ void on_identity(struct agent *a, const struct sbx_frame *f)
 		rp.info.entropy_count = (int)id.seed_len * 8;
 		rp.info.buf_size = (int)id.seed_len;
 		memcpy(rp.buf, id.seed, id.seed_len);
-		fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+		if (a->urandom < 0)
+			a->urandom = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+		fd = a->urandom;
 		if (fd < 0 || ioctl(fd, RNDADDENTROPY, &rp) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0) {
 			sbx_guest_log("agent: identity: reseed: %s", strerror(errno));
-			if (fd >= 0)
-				close(fd);
 			explicit_bzero(&rp, sizeof(rp));
 			send_error(a, 0, ERR_INTERNAL, "cannot reseed the random number generator");
 			return;
 		}
-		close(fd);
 		explicit_bzero(&rp, sizeof(rp));
 		const char *why = NULL;
 		if (identity_claim(&id, &why) < 0) {
