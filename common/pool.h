@@ -24,6 +24,11 @@
 #define SBX_POOL_PREFIX "pool-"
 /* Monitor side: resume, identity and secrets must be done by then. */
 #define SBX_CLAIM_TIMEOUT_MS 15000u
+/* A claim resumes the member's VM before its commit, while sbx-create
+ * holds the global lock: a VMM that does not answer within this is taken
+ * for wedged (the member is destroyed, the create tries another or boots
+ * cold), so it holds up other creates for no longer. */
+#define SBX_CLAIM_RESUME_MS 2000u
 
 struct sbx_session;
 struct sbx_create_opts;

@@ -184,11 +184,16 @@ int sbx_vm_pause(struct sbx_vm *vm, struct sbx_err *err)
 	return vm_ops(vm)->pause(vm, err);
 }
 
-int sbx_vm_resume(struct sbx_vm *vm, struct sbx_err *err)
+int sbx_vm_resume_within(struct sbx_vm *vm, unsigned timeout_ms, struct sbx_err *err)
 {
 	if (!vm_ops(vm)->resume)
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the %s backend cannot resume a VM", vm_ops(vm)->name);
-	return vm_ops(vm)->resume(vm, err);
+	return vm_ops(vm)->resume(vm, timeout_ms, err);
+}
+
+int sbx_vm_resume(struct sbx_vm *vm, struct sbx_err *err)
+{
+	return sbx_vm_resume_within(vm, 0, err);
 }
 
 int sbx_vm_save(struct sbx_vm *vm, const char *dir, struct sbx_err *err)

@@ -116,7 +116,7 @@ struct sbx_vmm_ops {
 	int (*boot)(const struct sbx_vm_config *cfg, struct sbx_vm *vm, struct sbx_err *err);
 	/* Stop and restart the vCPUs.  A paused VM uses no guest CPU. */
 	int (*pause)(struct sbx_vm *vm, struct sbx_err *err);
-	int (*resume)(struct sbx_vm *vm, struct sbx_err *err);
+	int (*resume)(struct sbx_vm *vm, unsigned timeout_ms, struct sbx_err *err); /* 0: the backend's default */
 	/* Write the paused VM's memory and device state into the directory dir
 	 * (absolute path; files mode 0600).  The disks are the caller's. */
 	int (*save)(struct sbx_vm *vm, const char *dir, struct sbx_err *err);
@@ -180,6 +180,9 @@ void sbx_vm_kill(struct sbx_vm *vm);
 /* 69 when the backend has no such operation. */
 int sbx_vm_pause(struct sbx_vm *vm, struct sbx_err *err);
 int sbx_vm_resume(struct sbx_vm *vm, struct sbx_err *err);
+/* ... giving up after timeout_ms (a warm-pool claim's, under the global
+ * lock: a wedged VMM must not hold up every create for long). */
+int sbx_vm_resume_within(struct sbx_vm *vm, unsigned timeout_ms, struct sbx_err *err);
 int sbx_vm_save(struct sbx_vm *vm, const char *dir, struct sbx_err *err);
 
 /* Acceleration: probed by a real short boot under KVM, cached per host boot

@@ -540,9 +540,9 @@ static int ch_pause(struct sbx_vm *vm, struct sbx_err *err)
 	return put(vm, "vm.pause", API_TIMEOUT_MS, err);
 }
 
-static int ch_resume(struct sbx_vm *vm, struct sbx_err *err)
+static int ch_resume(struct sbx_vm *vm, unsigned timeout_ms, struct sbx_err *err)
 {
-	return put(vm, "vm.resume", API_TIMEOUT_MS, err);
+	return put(vm, "vm.resume", timeout_ms ? timeout_ms : API_TIMEOUT_MS, err);
 }
 
 /* Move what the VMM wrote into the state directory to dir, as the

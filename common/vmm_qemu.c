@@ -364,11 +364,11 @@ static int qemu_pause(struct sbx_vm *vm, struct sbx_err *err)
 	return qmp_call(vm, "{\"execute\":\"stop\"}\n", -1, NULL, QMP_TIMEOUT_MS, err);
 }
 
-static int qemu_resume(struct sbx_vm *vm, struct sbx_err *err)
+static int qemu_resume(struct sbx_vm *vm, unsigned timeout_ms, struct sbx_err *err)
 {
 	/* After a save QEMU has handed its disks over (inactivated them, as
 	 * for a migration); cont takes them back. */
-	return qmp_call(vm, "{\"execute\":\"cont\"}\n", -1, NULL, QMP_TIMEOUT_MS, err);
+	return qmp_call(vm, "{\"execute\":\"cont\"}\n", -1, NULL, timeout_ms ? timeout_ms : QMP_TIMEOUT_MS, err);
 }
 
 #define SAVE_TIMEOUT_NS (600ull * 1000000000u)

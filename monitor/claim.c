@@ -154,57 +154,96 @@ static int claim_network(struct mon *m)
  * session that was saved). */
 void claim_identity_tlvs(struct mon *m)
 {
-	char pkg[sizeof m->claim.pkg];
-	sbx_pkgcache_guest_params(&m->s.limits.packages, pkg, sizeof pkg);
-	if (strcmp(pkg, m->claim.pkg) || m->s.snapshot[0])
-		sbx_tlv_str(&m->aout, SBX_T_PKG, pkg);
+	if (strcmp(m->claim.pkg_new, m->claim.pkg) || m->s.snapshot[0])
+		sbx_tlv_str(&m->aout, SBX_T_PKG, m->claim.pkg_new);
 }
 
-/* After the commit: the host side first (the CPU cap of the new policy),
- * then the guest (running again, a new identity, the secrets), then a PING
- * whose PONG says it has taken all of it. */
-static void claim_guest(struct mon *m)
+/* The PING whose PONG says the guest has taken everything sent before it. */
+static void claim_ping(struct mon *m)
+{
+	m->claim.ping = 0x80000000u | (++m->next_ping & 0x7fffffffu);
+	sbx_frame_raw(&m->aout, SBX_F_PING, m->claim.ping, "claim", 5);
+	agent_flush(m);
+}
+
+/* Before the commit, so that the guest's part (a millisecond or more of
+ * guest kernel work under TCG: the clock, the hostname, the reseed) runs
+ * while the commit renames: the VM at a session's CPU weight, running
+ * again, and given its new identity (the session's ID as its hostname,
+ * the host's clock, fresh randomness, the session's package policy).  No
+ * secret yet: those go only to a committed session.  With none to send,
+ * the claim's PING goes now too.  From here the member is never pooled
+ * again: a claim that fails destroys it.  -1 (why) when the guest cannot
+ * be started. */
+static int claim_guest_start(struct mon *m, const char *id, const struct sbx_session *ns, char *why, size_t n)
 {
 	struct sbx_err e = { 0 };
-	/* Always: the member's low CPU weight becomes a session's, whatever
-	 * the cap. */
+	m->claim.touched = 1;
+	/* The member's cap with a session's weight; the session's own cap
+	 * follows the commit (claim_host). */
+	if (mon_cg_set_cpu(m) < 0) {
+		snprintf(why, n, "cannot set the CPU weight of the host cgroup: %s", strerror(errno));
+		return -1;
+	}
+	if (m->pool_paused) {
+		if (mon_vm_resume_within(m, SBX_CLAIM_RESUME_MS, &e) < 0) {
+			snprintf(why, n, "cannot resume the VM: %s", e.msg);
+			return -1;
+		}
+		m->pool_paused = 0;
+	}
+	sbx_trace_step(&trace, "resume");
+	if (m->agent.fd < 0) {
+		snprintf(why, n, "the guest agent is gone");
+		return -1;
+	}
+	sbx_pkgcache_guest_params(&ns->limits.packages, m->claim.pkg_new, sizeof m->claim.pkg_new);
+	m->claim.identity = 1;
+	int rc = snap_identity_queue(m, id);
+	m->claim.identity = 0;
+	if (rc < 0) {
+		snprintf(why, n, "cannot send the guest its identity");
+		return -1;
+	}
+	if (!m->sec.n)
+		claim_ping(m);
+	sbx_trace_step(&trace, "identity_sent");
+	return 0;
+}
+
+/* After the commit: the host side of the session's policy (its CPU cap,
+ * its network), then the secrets and the PING that follows them, if the
+ * PING has not gone with the identity. */
+static void claim_host(struct mon *m)
+{
 	if (mon_cg_set_cpu(m) < 0)
 		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot set the CPU cap of the host cgroup: %s", strerror(errno));
 	sbx_trace_step(&trace, "cgroup_cpu");
 	if (claim_network(m) < 0)
 		return;
-	if (m->pool_paused) {
-		if (mon_vm_resume(m, &e) < 0)
-			return claim_fail(m, SBX_EXIT_UNAVAIL, "cannot resume the VM: %s", e.msg);
-		m->pool_paused = 0;
-	}
-	sbx_trace_step(&trace, "resume");
 	if (m->agent.fd < 0)
 		return claim_fail(m, SBX_EXIT_UNAVAIL, "the guest agent is gone");
-	/* Its own hostname (the session ID), the host's clock (the guest's
-	 * stood still while paused) and fresh randomness. */
-	if (snap_identity_queue(m, NULL) < 0)
-		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot send the guest its identity");
 	if (m->sec.n) {
 		if (sbx_buf_reserve(&m->aout, m->sec.frame_len) < 0)
 			return claim_fail(m, SBX_EXIT_INTERNAL, "out of memory");
 		sbx_buf_put(&m->aout, m->sec.frame, m->sec.frame_len);
 		m->secrets_sent = 1;
+		claim_ping(m);
 	}
-	m->claim.ping = 0x80000000u | (++m->next_ping & 0x7fffffffu);
-	sbx_frame_raw(&m->aout, SBX_F_PING, m->claim.ping, "claim", 5);
-	agent_flush(m);
-	sbx_trace_step(&trace, "identity_sent");
 }
 
 /* CLAIM from sbx-create, which holds the global lock and has checked that
- * the new ID is free.  The commit is the directories' rename: a failure
- * before it leaves the member as it was; after it the session is finished
- * or destroyed, whether or not sbx-create is still there. */
+ * the new ID is free.  The commit is the directories' rename.  A claim
+ * refused before the guest is touched (malformed, not fitting, the
+ * secrets not read) leaves the member as it was; from the guest's start
+ * on, a failure destroys the member (before the commit: under its own
+ * name, and sbx-create tries another member or boots cold), and after the
+ * commit the session is finished or destroyed, whether or not sbx-create
+ * is still there. */
 void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 {
 	uint64_t t0 = sbx_mono_ns();
-	if (!m->s.pool || !m->ready || m->claim.stage || m->stopping || m->vm_dead)
+	if (!m->s.pool || !m->ready || m->claim.stage || m->claim.touched || m->stopping || m->vm_dead)
 		return client_error(m, c, 0, SBX_EXIT_TEMPFAIL, "not a pool member waiting to be claimed");
 	char id[SBX_ID_MAX + 1] = "";
 	_cleanup_free_ char *rec = NULL, *pol = NULL;
@@ -257,12 +296,19 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	 * the monitor is not this one. */
 	sbx_pkgcache_guest_params(&m->s.limits.packages, m->claim.pkg, sizeof m->claim.pkg);
 	char why[256] = "";
-	int code = SBX_EXIT_INTERNAL;
-	int rc = mon_claim_commit(m, id, rec, pol, &code, why, sizeof why);
+	int code = SBX_EXIT_UNAVAIL;
+	int rc = claim_guest_start(m, id, &ns, why, sizeof why);
+	if (rc == 0) {
+		code = SBX_EXIT_INTERNAL;
+		rc = mon_claim_commit(m, id, rec, pol, &code, why, sizeof why);
+	}
 	if (rc < 0) {
-		/* Not committed: the member is as it was, holding no secret. */
+		/* Not committed, holding no secret; its guest has another
+		 * identity now, so it goes (sbx-create tries another member,
+		 * or boots the session cold; sbx-gc refills the pool). */
 		sbx_secrets_free(&m->sec);
 		sbx_trace_end(&trace, 0);
+		m->stopping = 1;
 		return client_error(m, c, 0, code, why);
 	}
 	if (mon_is_child(m)) /* its steps were the privileged half's */
@@ -277,7 +323,7 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	sbx_frame_raw(&b, SBX_F_CLAIM, 0, NULL, 0);
 	client_send(m, c, &b);
 	sbx_buf_free(&b);
-	claim_guest(m);
+	claim_host(m);
 }
 
 /* The commit (claim_begin's, or the privileged half's for it): 0 when it

@@ -235,6 +235,9 @@ struct mon {
 		int secrets_ok, code;
 		char from[SBX_ID_MAX + 1], err[256];
 		char pkg[160];  /* the member's sbx.pkg* parameters, as it booted */
+		char pkg_new[160]; /* ... and the claiming session's */
+		int identity;   /* the claim's IDENTITY is being queued (claim_identity_tlvs) */
+		int touched;    /* the guest was resumed for the claim: never pooled again */
 	} claim;
 	struct {                /* snapshots (snapshot.h), see mon_vmctl */
 		int paused;     /* the VM is stopped (sbx-snapshot pause) */
@@ -343,6 +346,7 @@ void mon_vm_kill(struct mon *m);
 int mon_vm_reap(struct mon *m, int *status);
 int mon_vm_pause(struct mon *m, struct sbx_err *err);
 int mon_vm_resume(struct mon *m, struct sbx_err *err);
+int mon_vm_resume_within(struct mon *m, unsigned timeout_ms, struct sbx_err *err);
 /* The signals the loop takes from its signalfd (blocked otherwise). */
 static inline void mon_signals(sigset_t *set)
 {

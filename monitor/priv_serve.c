@@ -336,8 +336,8 @@ int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int 
 		return 0;
 	case PRIV_VM_PAUSE:
 		return sbx_vm_pause(&m->vm, err);
-	case PRIV_VM_RESUME:
-		return sbx_vm_resume(&m->vm, err);
+	case PRIV_VM_RESUME: /* PT_NUM_A: a bound in ms, 0 or none: the backend's */
+		return sbx_vm_resume_within(&m->vm, q->num[PT_NUM_A] > 60000 ? 60000 : (unsigned)q->num[PT_NUM_A], err);
 	case PRIV_PROXY_STOP:
 		proxy_stop_direct(m);
 		m->s.proxy_pid = 0; /* the record forgets it at its next save (a suspend's) */

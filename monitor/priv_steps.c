@@ -264,9 +264,21 @@ int mon_vm_pause(struct mon *m, struct sbx_err *err)
 	return split_child(m) ? priv_call0(m, PRIV_VM_PAUSE, err) : sbx_vm_pause(&m->vm, err);
 }
 
+int mon_vm_resume_within(struct mon *m, unsigned timeout_ms, struct sbx_err *err)
+{
+	if (!split_child(m))
+		return sbx_vm_resume_within(&m->vm, timeout_ms, err);
+	struct sbx_buf b = { 0 };
+	priv_msg_begin(&b, PRIV_VM_RESUME);
+	sbx_tlv_u64(&b, PT_NUM_A, timeout_ms);
+	int rc = priv_call(m, &b, NULL, 0, NULL, err);
+	sbx_buf_free(&b);
+	return rc;
+}
+
 int mon_vm_resume(struct mon *m, struct sbx_err *err)
 {
-	return split_child(m) ? priv_call0(m, PRIV_VM_RESUME, err) : sbx_vm_resume(&m->vm, err);
+	return mon_vm_resume_within(m, 0, err);
 }
 
 void mon_cg_usage(struct mon *m, uint64_t *cpu, uint64_t *peak)

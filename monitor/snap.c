@@ -73,7 +73,7 @@ int snap_identity_queue(struct mon *m, const char *hostname)
 	sbx_tlv_str(&m->aout, SBX_T_HOSTNAME, hostname && *hostname ? hostname : m->s.id);
 	sbx_tlv_put(&m->aout, SBX_T_SEED, seed, sizeof seed);
 	sbx_tlv_u64(&m->aout, SBX_T_TIME_NS, sbx_now_ns());
-	if (m->claim.stage == CLAIM_GUEST)
+	if (m->claim.identity)
 		claim_identity_tlvs(m);
 	sbx_frame_end(&m->aout, off);
 	explicit_bzero(seed, sizeof seed);

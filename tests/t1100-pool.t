@@ -192,14 +192,16 @@ sleep 1
 is "$(members):$(ls "$S" | grep -c '^k1$')" "$m3:0" "sbx-create killed before its claim: the member is still pooled, no k1"
 
 # --- kill -9 of sbx-create after the commit: the session is completed ----
-vmm=$(rec "$m3" .vmm_process.pid)
-kill -STOP "$vmm" # the claim's resume now waits for it
+# The claim is held after its commit by the audit trail's lock: the
+# session.create record, the claim's last step before its answer, waits.
+exec 9<>"$SBX_ROOT/var/lib/sbx/audit.lock"
+flock 9
 sbx-create -q --id k2 >/dev/null 2>&1 &
 cp=$!
 for _ in $(seq 200); do [ -e "$S/k2" ] && break; sleep 0.05; done
 [ -e "$S/k2" ]; ok $? "the claim committed: the member was renamed to k2"
 kill -9 $cp; wait $cp 2>/dev/null
-kill -CONT "$vmm"
+flock -u 9; exec 9>&-
 for _ in $(seq 100); do [ "$(rec k2 .state)" = running ] && break; sleep 0.1; done
 is "$(rec k2 '[.state, .from_pool] | join(" ")'):$(members | wc -l)" "running true:0" \
    "sbx-create killed after the commit: the claim completes, the member is gone"
@@ -212,7 +214,7 @@ m4=$(members)
 like "$m4" "^pool-" "sbx-gc --pool-only refills the pool"
 [ -n "$m4" ] || diag "sbx-gc --pool-only: $out"
 vmm=$(rec "$m4" .vmm_process.pid)
-kill -STOP "$vmm" # never resumed: the claim times out
+kill -STOP "$vmm" # its resume is never answered: the claim gives up (SBX_CLAIM_RESUME_MS)
 j=$(sbx-create --json --id k3 2>"$TEST_TMP/err"); rc=$?
 is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:false" "a claim that fails falls back to a cold boot"
 [ "$rc" = 0 ] || diag "sbx-create: $(cat "$TEST_TMP/err")"
