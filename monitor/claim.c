@@ -308,6 +308,7 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 		 * or boots the session cold; sbx-gc refills the pool). */
 		sbx_secrets_free(&m->sec);
 		sbx_trace_end(&trace, 0);
+		snprintf(m->claim.err, sizeof m->claim.err, "%s", why);
 		m->stopping = 1;
 		return client_error(m, c, 0, code, why);
 	}

@@ -595,9 +595,15 @@ ready:
 		}
 		if (m.claim.stage == CLAIM_GUEST)
 			claim_abandoned(&m); /* sbx-kill came first: sbx-create exits 5 */
-		json_t *df = json_pack("{s:s, s:s, s:f, s:f, s:s}", "session", m.s.id, "reason", "sbx-kill", "duration_s",
+		/* A member whose claim failed before its commit goes under
+		 * its own name, saying why. */
+		int unclaimed = m.claim.touched && m.claim.stage == CLAIM_NONE;
+		json_t *df = json_pack("{s:s, s:s, s:f, s:f, s:s}", "session", m.s.id, "reason",
+				       unclaimed ? "claim-failed" : "sbx-kill", "duration_s",
 				       (double)(sbx_now_ns() - m.s.created_ns) / 1e9, "cpu_s", (double)cpu / 1e9, "cleanup",
 				       left ? "incomplete" : "complete");
+		if (df && unclaimed)
+			json_object_set_new(df, "error", json_string(m.claim.err));
 		mon_audit(&m, "session.destroy", df, NULL);
 		json_decref(df);
 		ack_shutdowns(&m); /* after the record: sbx-kill returns on this */

@@ -219,6 +219,8 @@ j=$(sbx-create --json --id k3 2>"$TEST_TMP/err"); rc=$?
 is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:false" "a claim that fails falls back to a cold boot"
 [ "$rc" = 0 ] || diag "sbx-create: $(cat "$TEST_TMP/err")"
 [ ! -e "$S/$m4" ] && ! kill -0 "$vmm" 2>/dev/null; ok $? "the member it tried was destroyed, VMM and all"
+like "$(sbx-audit --type session.destroy --json | jq -r --arg m "$m4" '.[] | select(.session == $m) | [.reason, .error] | join(" ")')" \
+   "^claim-failed cannot resume the VM" "its end is audited: the claim failed before its commit, saying why"
 is "$(sbx-exec k3 -- hostname)" k3 "the cold session works"
 sbx-kill k2 k3
 
