@@ -4,17 +4,21 @@
  * configuration (hostconf.h); sbx-gc keeps the pool at them (its upkeep,
  * sbx_gc_pool, is in gc.c), and every claim starts a background refill.
  *
- * A claim (client side here, monitor side in monitor.c): under the global
- * lock sbx-create picks a fitting member and sends its monitor CLAIM with
- * the new ID, record and policy (then the secrets, when the monitor asks);
- * the monitor renames its directories and host cgroups to the new ID,
- * saves the record and acknowledges (the commit point).  sbx-create
- * releases the global lock, and the monitor resumes the VM, gives the
- * guest its new identity and the secrets, arms the TTL and answers CLAIMED
- * once the guest has answered.
- * Before the commit a failure leaves the member as it was; after it the
- * session is completed even if sbx-create is gone, or, when it cannot be,
- * destroyed, and sbx-create boots the session cold. */
+ * A claim (client side here, monitor side in monitor/claim.c): under the
+ * global lock sbx-create picks a fitting member and sends its monitor
+ * CLAIM with the new ID, record and policy (then the secrets, when the
+ * monitor asks); the monitor resumes the VM and sends the guest its new
+ * identity (so that the guest works while the commit runs), then renames
+ * its directories and host cgroups to the new ID, saves the record and
+ * acknowledges (the commit point).  sbx-create releases the global lock,
+ * and the monitor gives the guest the secrets, arms the TTL and answers
+ * CLAIMED once the guest has answered.
+ * A claim refused before the VM is resumed leaves the member as it was;
+ * a failure after that but before the commit destroys the member (its
+ * guest has another identity) and sbx-create tries another or boots
+ * cold; after the commit the session is completed even if sbx-create is
+ * gone, or, when it cannot be, destroyed, and sbx-create boots the
+ * session cold. */
 #ifndef SBX_POOL_H
 #define SBX_POOL_H
 
