@@ -154,28 +154,33 @@ echo "bench: output stream x 3 (dd, head -c), sbx-cp of ${BENCH_CP_MIB:-256} MiB
 "$T" 3 sh -c "sbx-exec '$id' -- dd if=/dev/zero bs=65536 count=512 2>/dev/null >/dev/null" >"$raw/stream.txt"
 "$T" 3 sh -c "sbx-exec '$id' -- head -c 33554432 /dev/zero >/dev/null" >"$raw/stream-head.txt"
 CP=${BENCH_CP_MIB:-256}
+RUNS_CP=${BENCH_CP_RUNS:-3}
 head -c "$((CP << 20))" /dev/urandom >"$raw/big.bin"
-sbx-exec "$id" -- mkdir -p /workspace/floor
+# A session of its own, whose transfer budget (files.max_session_transfer,
+# 1 GiB by default) covers every round's upload and download.
+printf 'files:\n  max_transfer: %sM\n  max_session_transfer: %sM\n' "$CP" "$((CP * RUNS_CP * 2 + 64))" >"$raw/cp.yaml"
+cpid=$(sbx-create -q -p "$raw/cp.yaml")
+sbx-exec "$cpid" -- mkdir -p /workspace/floor
 : >"$raw/cp-up.txt"; : >"$raw/cp-down.txt"; : >"$raw/tar-up.txt"; : >"$raw/tar-down.txt"
 # BENCH_CP_RUNS rounds (3), each figure beside its floor in the same
 # round: one run of each swung the floor by a fifth from one bench to
 # the next.
-for _ in $(seq "${BENCH_CP_RUNS:-3}"); do
-	"$T" 1 sbx-cp "$raw/big.bin" "$id:/workspace/" >>"$raw/cp-up.txt"
+for _ in $(seq "$RUNS_CP"); do
+	"$T" 1 sbx-cp "$raw/big.bin" "$cpid:/workspace/" >>"$raw/cp-up.txt"
 	# A download is paced by output credit (design.md, Flow control): the
 	# client gets every byte however far past output_cap, so a failure
 	# here is a bug, not a row to leave out.
-	"$T" 1 sbx-cp "$id:/workspace/big.bin" "$raw/down.bin" >>"$raw/cp-down.txt" ||
+	"$T" 1 sbx-cp "$cpid:/workspace/big.bin" "$raw/down.bin" >>"$raw/cp-down.txt" ||
 		{ echo "bench: sbx-cp download of $CP MiB failed" >&2; exit 1; }
 	cmp -s "$raw/big.bin" "$raw/down.bin" || { echo "bench: sbx-cp round trip differs" >&2; exit 1; }
 	rm -f "$raw/down.bin"
 	# The floors: tar moving the same file through the same disk in the
 	# guest (read from it and written back; read from it into a pipe).
-	"$T" 1 sbx-exec "$id" -- sh -c 'tar -cf - -C /workspace big.bin | tar -xf - -C /workspace/floor' >>"$raw/tar-up.txt"
-	"$T" 1 sbx-exec "$id" -- sh -c 'tar -cf - -C /workspace big.bin | wc -c >/dev/null' >>"$raw/tar-down.txt"
+	"$T" 1 sbx-exec "$cpid" -- sh -c 'tar -cf - -C /workspace big.bin | tar -xf - -C /workspace/floor' >>"$raw/tar-up.txt"
+	"$T" 1 sbx-exec "$cpid" -- sh -c 'tar -cf - -C /workspace big.bin | wc -c >/dev/null' >>"$raw/tar-down.txt"
 done
 rm -f "$raw/big.bin"
-sbx-kill "$id"
+sbx-kill "$id" "$cpid"
 
 # Noisy neighbour: exec latency in session B while session A spins both
 # of its vCPUs, with A's VMM uncapped (cpu_limit 2 on a 2-core host) and
