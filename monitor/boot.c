@@ -234,7 +234,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 			until = m->warm.deadline;
 		/* A restored guest says no HELLO: it is told who it is now. */
 		if (m->snap.restoring && !m->snap.told && m->agent.fd >= 0) {
-			if (snap_identity_queue(m, NULL) < 0)
+			if (snap_identity_queue(m, NULL, NULL) < 0)
 				return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send the guest its identity");
 			m->snap.told = 1;
 		}

@@ -151,11 +151,10 @@ static int claim_network(struct mon *m)
  * from as a boot does from the kernel command line; not when it is the
  * member's own (a plain create's), which the guest has already, unless the
  * member was restored from a snapshot (its guest has the files of the
- * session that was saved). */
-void claim_identity_tlvs(struct mon *m)
+ * session that was saved): pkg, or NULL. */
+static const char *claim_pkg(const struct mon *m, const char *pkg)
 {
-	if (strcmp(m->claim.pkg_new, m->claim.pkg) || m->s.snapshot[0])
-		sbx_tlv_str(&m->aout, SBX_T_PKG, m->claim.pkg_new);
+	return strcmp(pkg, m->claim.pkg) || m->s.snapshot[0] ? pkg : NULL;
 }
 
 /* The PING whose PONG says the guest has taken everything sent before it. */
@@ -197,11 +196,9 @@ static int claim_guest_start(struct mon *m, const char *id, const struct sbx_ses
 		snprintf(why, n, "the guest agent is gone");
 		return -1;
 	}
-	sbx_pkgcache_guest_params(&ns->limits.packages, m->claim.pkg_new, sizeof m->claim.pkg_new);
-	m->claim.identity = 1;
-	int rc = snap_identity_queue(m, id);
-	m->claim.identity = 0;
-	if (rc < 0) {
+	char pkg[sizeof m->claim.pkg];
+	sbx_pkgcache_guest_params(&ns->limits.packages, pkg, sizeof pkg);
+	if (snap_identity_queue(m, id, claim_pkg(m, pkg)) < 0) {
 		snprintf(why, n, "cannot send the guest its identity");
 		return -1;
 	}
@@ -291,7 +288,7 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	}
 	sbx_trace_begin_at(&trace, "claim.member", t0);
 	sbx_trace_step(&trace, "parse");
-	/* The package policy the guest has (claim_identity_tlvs), taken
+	/* The package policy the guest has (claim_pkg), taken
 	 * here: the commit may run in the privileged half, whose copy of
 	 * the monitor is not this one. */
 	sbx_pkgcache_guest_params(&m->s.limits.packages, m->claim.pkg, sizeof m->claim.pkg);

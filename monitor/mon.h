@@ -235,8 +235,6 @@ struct mon {
 		int secrets_ok, code;
 		char from[SBX_ID_MAX + 1], err[256];
 		char pkg[160];  /* the member's sbx.pkg* parameters, as it booted */
-		char pkg_new[160]; /* ... and the claiming session's */
-		int identity;   /* the claim's IDENTITY is being queued (claim_identity_tlvs) */
 		int touched;    /* the guest was resumed for the claim: never pooled again */
 	} claim;
 	struct {                /* snapshots (snapshot.h), see mon_vmctl */
@@ -408,7 +406,6 @@ int mon_boot(struct mon *m, struct sbx_err *err);
 void mon_vm_volumes(struct mon *m, struct sbx_vm_config *c, char (*vols)[1200]);
 
 /* claim.c */
-void claim_identity_tlvs(struct mon *m);
 int claim_commit(struct mon *m, const char *id, const char *rec, const char *pol, int *code, char *why, size_t n);
 void claim_pool_park(struct mon *m);
 int claim_wait_ms(const struct mon *m);
@@ -421,7 +418,7 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f);
 /* snap.c */
 int snap_dir_ok(struct mon *m, const char *rel);
 int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, struct sbx_err *err);
-int snap_identity_queue(struct mon *m, const char *hostname);
+int snap_identity_queue(struct mon *m, const char *hostname, const char *pkg);
 void snap_identity_reply(struct mon *m, const struct sbx_frame *f);
 int snap_guest_error(struct mon *m, const struct sbx_frame *f);
 void snap_save_run(struct mon *m);

@@ -64,7 +64,7 @@ int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
  * restored VM, VMCTL IDENTITY and a warm-pool claim.  Queued and flushed;
  * the guest answers with IDENTITY (snap_identity_reply), or an ERROR on
  * stream 0 (snap_guest_error). */
-int snap_identity_queue(struct mon *m, const char *hostname)
+int snap_identity_queue(struct mon *m, const char *hostname, const char *pkg)
 {
 	uint8_t seed[64];
 	if (getrandom(seed, sizeof seed, 0) != (ssize_t)sizeof seed)
@@ -73,8 +73,8 @@ int snap_identity_queue(struct mon *m, const char *hostname)
 	sbx_tlv_str(&m->aout, SBX_T_HOSTNAME, hostname && *hostname ? hostname : m->s.id);
 	sbx_tlv_put(&m->aout, SBX_T_SEED, seed, sizeof seed);
 	sbx_tlv_u64(&m->aout, SBX_T_TIME_NS, sbx_now_ns());
-	if (m->claim.identity)
-		claim_identity_tlvs(m);
+	if (pkg) /* a claim's (claim_pkg) */
+		sbx_tlv_str(&m->aout, SBX_T_PKG, pkg);
 	sbx_frame_end(&m->aout, off);
 	explicit_bzero(seed, sizeof seed);
 	if (m->aout.oom)
@@ -373,7 +373,7 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
 		for (struct exec *ex = m->execs; ex; ex = ex->next)
 			if (!ex->done)
 				return client_error(m, c, 0, SBX_EXIT_CONFLICT, "execs are running: a new identity would end them");
-		if (m->agent.fd < 0 || snap_identity_queue(m, host) < 0)
+		if (m->agent.fd < 0 || snap_identity_queue(m, host, NULL) < 0)
 			return client_error(m, c, 0, SBX_EXIT_INTERNAL, "cannot send the guest its identity");
 		m->snap.c = c;
 		m->snap.op = op;
