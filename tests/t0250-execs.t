@@ -57,6 +57,11 @@ sleep 1
 kill -9 "$vmm"
 sbx-exec --wait "$e5" "$id"; is "$?" 125 "an exec whose VM died ends as session-lost (125)"
 is "$(sbx-exec --output e1 "$id" 2>/dev/null)" "to-out" "output stays readable after a crash"
+# --wait returns at the exec's result, which the monitor writes before
+# the session's end: wait for that end (the record leaves running), and
+# for the spare to go.  Waiting for the spare alone raced: with none made
+# yet after e6 took it, there is nothing to wait for.
+for i in $(seq 100); do [ "$(jq -r .state "$SBX_ROOT/var/lib/sbx/sessions/$id/session.json")" = running ] || break; sleep 0.1; done
 for i in $(seq 100); do [ -e "$X/.next" ] || break; sleep 0.1; done
 is "$(lsa "$X")" "e1 e2 e3 e4 e5 e6 " "the ended session keeps its records; the spare went with its monitor"
 # And it ended for the reason it was given, not because a half of the
