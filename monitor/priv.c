@@ -161,6 +161,30 @@ int priv_call0(struct mon *m, uint32_t op, struct sbx_err *err)
 	return rc;
 }
 
+/* A request with one number and no answer but its verdict. */
+int priv_call_num(struct mon *m, uint32_t op, uint16_t tag, uint64_t v, struct sbx_err *err)
+{
+	struct sbx_buf b = { 0 };
+	priv_msg_begin(&b, op);
+	sbx_tlv_u64(&b, tag, v);
+	int rc = priv_call(m, &b, NULL, 0, NULL, err);
+	sbx_buf_free(&b);
+	return rc;
+}
+
+/* A request with one string (none when s is NULL) and no answer but its
+ * verdict. */
+int priv_call_str(struct mon *m, uint32_t op, uint16_t tag, const char *s, struct sbx_err *err)
+{
+	struct sbx_buf b = { 0 };
+	priv_msg_begin(&b, op);
+	if (s)
+		sbx_tlv_str(&b, tag, s);
+	int rc = priv_call(m, &b, NULL, 0, NULL, err);
+	sbx_buf_free(&b);
+	return rc;
+}
+
 /* A request with no field whose answer is two numbers (left as they are
  * when it fails). */
 void priv_call_nums(struct mon *m, uint32_t op, uint64_t *a, uint64_t *b)

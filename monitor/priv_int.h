@@ -15,6 +15,8 @@ static inline int split_child(const struct mon *m)
 int audit_direct(struct mon *m, const char *type, json_t *f, struct sbx_err *err);
 int priv_call(struct mon *m, struct sbx_buf *req, const int *fds, int nfds, struct priv_msg *a, struct sbx_err *err);
 int priv_call0(struct mon *m, uint32_t op, struct sbx_err *err);
+int priv_call_num(struct mon *m, uint32_t op, uint16_t tag, uint64_t v, struct sbx_err *err);
+int priv_call_str(struct mon *m, uint32_t op, uint16_t tag, const char *s, struct sbx_err *err);
 void priv_call_nums(struct mon *m, uint32_t op, uint64_t *a, uint64_t *b);
 int cg_set_cpu_direct(struct mon *m);
 int priv_chan_send(int fd, const struct sbx_buf *b, const int *fds, int nfds);

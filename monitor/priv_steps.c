@@ -268,12 +268,7 @@ int mon_vm_resume_within(struct mon *m, unsigned timeout_ms, struct sbx_err *err
 {
 	if (!split_child(m))
 		return sbx_vm_resume_within(&m->vm, timeout_ms, err);
-	struct sbx_buf b = { 0 };
-	priv_msg_begin(&b, PRIV_VM_RESUME);
-	sbx_tlv_u64(&b, PT_NUM_A, timeout_ms);
-	int rc = priv_call(m, &b, NULL, 0, NULL, err);
-	sbx_buf_free(&b);
-	return rc;
+	return priv_call_num(m, PRIV_VM_RESUME, PT_NUM_A, timeout_ms, err);
 }
 
 int mon_vm_resume(struct mon *m, struct sbx_err *err)
@@ -331,11 +326,7 @@ void mon_drop_workspace(struct mon *m, int failed)
 	if (!mon_has_workspace(m))
 		return;
 	m->priv.ws_released = 1;
-	struct sbx_buf b = { 0 };
-	priv_msg_begin(&b, PRIV_WS_RELEASE);
-	sbx_tlv_u64(&b, PT_FLAG, failed ? 1 : 0);
-	priv_call(m, &b, NULL, 0, NULL, NULL);
-	sbx_buf_free(&b);
+	priv_call_num(m, PRIV_WS_RELEASE, PT_FLAG, failed ? 1 : 0, NULL);
 }
 
 uint64_t priv_file_size(int dfd, const char *name)
@@ -408,12 +399,7 @@ void mon_ports_save(struct mon *m, const char *txt)
 			unlinkat(m->lib_dfd, "ports.json", 0);
 		return;
 	}
-	struct sbx_buf b = { 0 };
-	priv_msg_begin(&b, PRIV_PORTS_SAVE);
-	if (txt)
-		sbx_tlv_str(&b, PT_TEXT, txt);
-	priv_call(m, &b, NULL, 0, NULL, NULL);
-	sbx_buf_free(&b);
+	priv_call_str(m, PRIV_PORTS_SAVE, PT_TEXT, txt, NULL);
 }
 
 int mon_port_reg(struct mon *m, int fd, const char *path, uint64_t *dev, uint64_t *ino)
@@ -454,23 +440,14 @@ void mon_port_unlink(struct mon *m, const char *path, uint64_t dev, uint64_t ino
 		return port_unlink_direct(path, dev, ino);
 	if (!path[0])
 		return;
-	struct sbx_buf b = { 0 };
-	priv_msg_begin(&b, PRIV_PORT_UNLINK);
-	sbx_tlv_str(&b, PT_PATH, path);
-	priv_call(m, &b, NULL, 0, NULL, NULL);
-	sbx_buf_free(&b);
+	priv_call_str(m, PRIV_PORT_UNLINK, PT_PATH, path, NULL);
 }
 
 int mon_snap_dir(struct mon *m, const char *rel)
 {
 	if (!split_child(m))
 		return snap_dir_ok(m, rel);
-	struct sbx_buf b = { 0 };
-	priv_msg_begin(&b, PRIV_SNAP_DIR);
-	sbx_tlv_str(&b, PT_PATH, rel);
-	int rc = priv_call(m, &b, NULL, 0, NULL, NULL);
-	sbx_buf_free(&b);
-	return rc;
+	return priv_call_str(m, PRIV_SNAP_DIR, PT_PATH, rel, NULL);
 }
 
 int mon_snap_write(struct mon *m, sbx_zprogress progress, struct sbx_err *err)
