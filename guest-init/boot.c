@@ -505,15 +505,36 @@ void sbx_guest_hosts_flush(void)
 	if (!hosts_pending[0])
 		return;
 	/* gethostbyname(gethostname()) must answer without DNS (most
-	 * sessions have none).  Written whole and renamed into place: a
-	 * program reading it meanwhile sees the old file or the new. */
+	 * sessions have none).  Written whole; when it cannot be
+	 * overwritten in place (below), written aside and renamed into
+	 * place. */
 	char buf[320];
 	int n = snprintf(buf, sizeof(buf),
 			 "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 			 "ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n", hosts_pending);
 	hosts_pending[0] = '\0';
-	int fd = open("/etc/.hosts.sbx", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd < 0 || n <= 0 || (size_t)n >= sizeof(buf) || write(fd, buf, (size_t)n) != n ||
+	if (n <= 0 || (size_t)n >= sizeof(buf))
+		return;
+	/* A restore's or a claim's new name is as long as the one the file
+	 * holds (session IDs are), so the file is overwritten where it is:
+	 * in a restored VM every kernel path runs for the first time, and
+	 * under TCG the name's step (sethostname and this file) is ~30 ms of
+	 * QEMU's user time in each restore (71 -> 40 ms without it); writing
+	 * in place, not create, chmod and rename on the overlay, takes ~6 ms
+	 * of that away (interleaved, 12 rounds of 4 restores each: 76 -> 70
+	 * ms).  Nothing reads the file meanwhile: a new identity is applied
+	 * before any exec of the session runs. */
+	struct stat st;
+	int fd = open("/etc/hosts", O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == n &&
+	    pwrite(fd, buf, (size_t)n, 0) == n) {
+		close(fd);
+		return;
+	}
+	if (fd >= 0)
+		close(fd);
+	fd = open("/etc/.hosts.sbx", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0 || write(fd, buf, (size_t)n) != n ||
 	    fchmod(fd, 0644) < 0 || close(fd) < 0 || rename("/etc/.hosts.sbx", "/etc/hosts") < 0) {
 		sbx_guest_log("/etc/hosts: %s", strerror(errno));
 		unlink("/etc/.hosts.sbx");

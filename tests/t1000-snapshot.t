@@ -110,6 +110,14 @@ sbx-exec "$a" -- sh -c 'echo only-a >/home/user/a-file'
 sbx-exec "$b" -- test -e /home/user/a-file; ok $((! $?)) "a file written in one is absent from the other"
 sbx-exec "$id" -- test -e /home/user/a-file; ok $((! $?)) "and from the source"
 is "$(sbx-exec "$a" -- hostname) $(sbx-exec "$b" -- hostname)" "$a $b" "each has its own hostname"
+# /etc/hosts names it: overwritten in place when the name is as long as
+# the source's (session IDs are), rewritten and renamed when it is not.
+hosts_want() { printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n' "$1"; }
+is "$(sbx-exec "$a" -- cat /etc/hosts)" "$(hosts_want "$a")" "its /etc/hosts names it, whole"
+c=$(sbx-create -q -s base --id "hosts-${a#s-}"); ok $? "a session from it with a longer ID ($c)"
+is "$(sbx-exec "$c" -- cat /etc/hosts)" "$(hosts_want "$c")" "its /etc/hosts names it, whole"
+is "$(sbx-exec "$c" -- stat -c %a /etc/hosts)" 644 "and is mode 644"
+sbx-kill "$c" >/dev/null
 ra=$(sbx-exec "$a" -- sh -c 'head -c 16 /dev/urandom | od -An -tx1'); rb=$(sbx-exec "$b" -- sh -c 'head -c 16 /dev/urandom | od -An -tx1')
 [ -n "$ra" ] && [ "$ra" != "$rb" ]; ok $? "and its own random stream"
 sbx-exec "$a" -- test -e /run/secrets; ok $((! $?)) "no secrets of the source"
