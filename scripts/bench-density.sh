@@ -98,7 +98,8 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	SBX_BUILD=${SBX_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
 	export PATH=$SBX_BUILD/bin:$PATH SBX_TEMPLATES=${SBX_TEMPLATES:-$SBX_BUILD/templates}
 	export SBX_ROOT=$(mktemp -d /tmp/sbx-density.XXXXXX)
-	trap 'ls "$SBX_ROOT/var/lib/sbx/sessions" 2>/dev/null | sbx-kill >/dev/null 2>&1; rm -rf "$SBX_ROOT"' EXIT
+	. "$(dirname "$0")/lib-root.sh"
+	trap root_cleanup EXIT
 	mkdir -p "$SBX_ROOT/raw"
 	bench_density "$SBX_ROOT/raw" "${BENCH_OUT:-$SBX_BUILD/bench-density.json}"
 fi

@@ -77,7 +77,8 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	RUNS=${BENCH_RUNS:-10}
 	export PATH="$B/bin:$PATH" SBX_TEMPLATES=${SBX_TEMPLATES:-$B/templates}
 	export SBX_ROOT=$(mktemp -d /tmp/sbx-bench.XXXXXX)
-	trap 'ls "$SBX_ROOT/var/lib/sbx/sessions" 2>/dev/null | sbx-kill >/dev/null 2>&1; rm -rf "$SBX_ROOT"' EXIT
+	. "$(dirname "$0")/lib-root.sh"
+	trap root_cleanup EXIT
 	tmpl=$(ls -dt "$SBX_TEMPLATES"/default@* | head -n1)
 	raw=$SBX_ROOT/raw
 	mkdir -p "$raw"

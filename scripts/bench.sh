@@ -38,7 +38,8 @@ RUNS=${BENCH_RUNS:-10}
 EXECS=${BENCH_EXECS:-50}
 export PATH="$B/bin:$PATH" SBX_TEMPLATES=${SBX_TEMPLATES:-$B/templates}
 export SBX_ROOT=$(mktemp -d /tmp/sbx-bench.XXXXXX)
-trap 'ls "$SBX_ROOT/var/lib/sbx/sessions" 2>/dev/null | sbx-kill >/dev/null 2>&1; rm -rf "$SBX_ROOT"' EXIT
+. "$(dirname "$0")/lib-root.sh"
+trap root_cleanup EXIT
 tmpl=$(ls -dt "$SBX_TEMPLATES"/default@* | head -n1) # the newest, as sbx-create picks
 raw=$SBX_ROOT/raw
 mkdir -p "$raw"
