@@ -87,13 +87,18 @@ done
 # machine's, so the rounds' median is what is compared), each round
 # beside one of raw restores of the same saved VM at the same
 # concurrency (after it, or in even rounds before it), left running
-# until the last is answered as the sessions are.  The host's default capacity (4 vCPUs per CPU) would refuse 16
-# sessions on a 2-core machine: raised for these rounds only.
+# until the last is answered as the sessions are.  The host's default
+# capacity (4 vCPUs per CPU) would refuse 16 sessions on a 2-core
+# machine: raised for these rounds only.
 PER=${BENCH_PER_WORKER:-1}
 export SBX_MAX_VCPUS=64 SBX_MAX_STARTING=32
 : >"$raw/rate.txt"
 : >"$raw/rate-floor.txt"
 ROUNDS=${BENCH_RATE_ROUNDS:-7}
+floor_round() { # C: one round of raw restores, C at a time
+	printf '%s ' "$1" >>"$raw/rate-floor.txt"
+	"$B/tools/sbx-bench-floor" rate "$tmpl" "$snapdir" "$1" "$PER" >>"$raw/rate-floor.txt"
+}
 for c in 1 4 16; do
 	echo "bench: $ROUNDS x $((c * PER)) creates from a snapshot, $c at a time" >&2
 	for round in $(seq "$ROUNDS"); do
@@ -102,10 +107,7 @@ for c in 1 4 16; do
 		# can differ by 2x here (this host hands freed memory back to
 		# its own hypervisor after ~2 s, and touching it again costs
 		# page faults there), so each side gets both places.
-		if [ $((round % 2)) = 0 ]; then
-			printf '%s ' "$c" >>"$raw/rate-floor.txt"
-			"$B/tools/sbx-bench-floor" rate "$tmpl" "$snapdir" "$c" "$PER" >>"$raw/rate-floor.txt"
-		fi
+		[ $((round % 2)) = 1 ] || floor_round "$c"
 		t0=$(date +%s.%N)
 		for w in $(seq "$c"); do
 			(for k in $(seq "$PER"); do sbx-create -q -s bench@1 --id "rate-$c-$w-$k" >/dev/null || exit 1; done) &
@@ -116,10 +118,7 @@ for c in 1 4 16; do
 		[ $fail = 0 ] || { echo "bench: a create failed at concurrency $c" >&2; exit 1; }
 		echo "$c $((c * PER)) $t0 $t1" >>"$raw/rate.txt"
 		ls "$SBX_ROOT/var/lib/sbx/sessions" | grep "^rate-" | sbx-kill >/dev/null
-		if [ $((round % 2)) = 1 ]; then
-			printf '%s ' "$c" >>"$raw/rate-floor.txt"
-			"$B/tools/sbx-bench-floor" rate "$tmpl" "$snapdir" "$c" "$PER" >>"$raw/rate-floor.txt"
-		fi
+		[ $((round % 2)) = 0 ] || floor_round "$c"
 	done
 done
 unset SBX_MAX_VCPUS SBX_MAX_STARTING

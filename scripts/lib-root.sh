@@ -4,7 +4,8 @@
 # parent the library made for it removed (sbx-<first 8 hex digits of
 # sha256(SBX_ROOT)> in each hierarchy, common/cgroup.c; a session's own
 # group may outlive sbx-kill by a moment, hence the retries), and the
-# root deleted.  Without the rmdir every run left four empty groups.
+# root deleted.  Without the rmdir every run left an empty group in each
+# hierarchy (four on cgroup v1).
 root_cleanup() {
 	[ -n "${SBX_ROOT:-}" ] || return 0
 	ls "$SBX_ROOT/var/lib/sbx/sessions" 2>/dev/null | sbx-kill >/dev/null 2>&1 || true
