@@ -24,11 +24,17 @@ int sbx_pool_member_id(const char *id)
 	return !strncmp(id, SBX_POOL_PREFIX, sizeof SBX_POOL_PREFIX - 1);
 }
 
+/* pool- and 9 hex digits: as long as a session ID (s- and 12), so the
+ * member's hostname, which a claim renames to the session's ID, fills its
+ * /etc/hosts to the byte and the guest overwrites it in place; a name of
+ * another length means a new file and a rename on the overlay, under TCG
+ * ~20 ms more of the guest's time in each claim.  36 random bits among a
+ * pool's few members; a taken one is drawn again (sbx_session_create). */
 void sbx_pool_id_new(char *buf, size_t n)
 {
-	unsigned char r[6];
+	unsigned char r[5];
 	arc4random_buf(r, sizeof r);
-	snprintf(buf, n, SBX_POOL_PREFIX "%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5]);
+	snprintf(buf, n, SBX_POOL_PREFIX "%02x%02x%02x%02x%x", r[0], r[1], r[2], r[3], r[4] & 0xf);
 }
 
 int sbx_pool_request_fits(const struct sbx_create_opts *o, const struct sbx_policy *p)

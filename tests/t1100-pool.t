@@ -66,9 +66,9 @@ is "$(ls "$S" | wc -l)" 0 "and boots nothing"
 pool_size 1
 out=$(sbx-gc); rc=$?
 is "$rc" 0 "sbx-gc with a pool of 1 succeeds"
-like "$out" "^pool-add	pool-[0-9a-f]{12}	default@" "and says it added a member"
+like "$out" "^pool-add	pool-[0-9a-f]{9}	default@" "and says it added a member"
 m1=$(members)
-like "$m1" "^pool-[0-9a-f]{12}$" "one member, pooled, with a pool- ID"
+like "$m1" "^pool-[0-9a-f]{9}$" "one member, pooled, with a pool- ID"
 is "$(sbx-ps -q)" "" "sbx-ps hides pool members"
 is "$(sbx-ps --all -q)" "$m1" "sbx-ps --all shows them"
 is "$(sbx-ps --json "$m1" | jq -r '.[0].pool')" true "a member named on the command line is shown, marked pool"
@@ -175,7 +175,7 @@ like "$out" "reclaim	$m2	pool member crashed" "sbx-gc reclaims it at once"
 like "$out" "pool-add	pool-" "and boots a replacement"
 [ ! -e "$S/$m2" ]; ok $? "nothing of the dead member is left"
 m3=$(members)
-like "$m3" "^pool-[0-9a-f]{12}$" "one member again"
+like "$m3" "^pool-[0-9a-f]{9}$" "one member again"
 
 # --- kill -9 of sbx-create before the commit: the member stays -----------
 mon=$(rec "$m3" .monitor.pid)
@@ -269,7 +269,7 @@ network:
     - {domain: web.example.test, ports: [80]}
 EOF
 pool_size 1 1
-like "$(sbx-gc --pool-only)" "^pool-add	pool-[0-9a-f]{12}	default@[^ ]*, 1 vCPU, 256 MiB, network" "sbx-gc boots a member with a NIC (network: 1)"
+like "$(sbx-gc --pool-only)" "^pool-add	pool-[0-9a-f]{9}	default@[^ ]*, 1 vCPU, 256 MiB, network" "sbx-gc boots a member with a NIC (network: 1)"
 m6=$(members)
 mac6=$(rec "$m6" .net.mac)
 like "$mac6" '^[0-9a-f]{2}(:[0-9a-f]{2}){5}$' "its record has a MAC"
@@ -325,10 +325,16 @@ EOF
 pool_size 2 1
 sbx-gc --pool-only >/dev/null
 is "$(members | wc -l):$(nic_members | wc -l)" "2:1" "a pool of 2 with network: 1 has one member with a NIC and one without"
-j=$(sbx-create --json --id pkg1 -p "$TEST_TMP/no-installs.yaml"); rc=$?
+j=$(sbx-create --json -p "$TEST_TMP/no-installs.yaml"); rc=$?
+pkg1=$(jq -r .id <<<"$j")
 is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:true" "a create with -p (packages offline) is a claim"
-like "$(sbx-exec pkg1 -- cat /etc/pip.conf)" "follows policy no-installs.yaml" "its pip.conf names the session's policy"
-out=$(sbx-exec pkg1 -- wget -q -O- http://127.0.0.1:3141/pypi/0/simple/six/ 2>&1)
+# A default ID is as long as a member's: the guest overwrites /etc/hosts
+# in place (guest-init), and it must come out whole.
+is "$(sbx-exec "$pkg1" -- cat /etc/hosts)" \
+   "$(printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters' "$pkg1")" \
+   "a claim with a default ID ($pkg1): /etc/hosts names it, whole"
+like "$(sbx-exec "$pkg1" -- cat /etc/pip.conf)" "follows policy no-installs.yaml" "its pip.conf names the session's policy"
+out=$(sbx-exec "$pkg1" -- wget -q -O- http://127.0.0.1:3141/pypi/0/simple/six/ 2>&1)
 like "$out" "packages.mode: offline in policy no-installs.yaml" "and the guest's refusal names it too"
 wait_members 2 90
 j=$(sbx-create --json --id pkg2 -p "$TEST_TMP/pkgs.yaml"); rc=$?
@@ -339,7 +345,7 @@ like "$(sbx-exec pkg2 -- cat /etc/npmrc)" 'registry=http://127\.0\.0\.1:3141/npm
    "its npmrc at the guest's refusal (the policy has no npm registry)"
 ppid=$(rec pkg2 .proxy_process.pid)
 is "$(tr '\0' ' ' </proc/"$ppid"/cmdline 2>/dev/null | cut -d' ' -f1-3)" "sbx-proxy --id pkg2" "whose proxy serves the cache"
-sbx-kill net1 plain1 pkg1 pkg2
+sbx-kill net1 plain1 "$pkg1" pkg2
 
 # --- a namespace that cannot be finished at the claim: never handed out ---
 wait_members 2 90
