@@ -118,6 +118,15 @@ c=$(sbx-create -q -s base --id "hosts-${a#s-}"); ok $? "a session from it with a
 is "$(sbx-exec "$c" -- cat /etc/hosts)" "$(hosts_want "$c")" "its /etc/hosts names it, whole"
 is "$(sbx-exec "$c" -- stat -c %a /etc/hosts)" 644 "and is mode 644"
 sbx-kill "$c" >/dev/null
+# A restore writes /etc/hosts, the name: a file moved away from it (and
+# a copy put in its place) is left as it was.
+sbx-exec -u root "$a" -- sh -c 'mv /etc/hosts /etc/hosts.moved && cp /etc/hosts.moved /etc/hosts'
+sbx-snapshot save "$a" moved >/dev/null; ok $? "a session whose /etc/hosts was moved away and copied back is saved"
+c=$(sbx-create -q -s moved); ok $? "a session from that ($c)"
+is "$(sbx-exec "$c" -- cat /etc/hosts)" "$(hosts_want "$c")" "its /etc/hosts names it"
+is "$(sbx-exec "$c" -- cat /etc/hosts.moved)" "$(hosts_want "$a")" "the moved file is untouched"
+sbx-kill "$c" >/dev/null
+sbx-snapshot rm moved >/dev/null
 ra=$(sbx-exec "$a" -- sh -c 'head -c 16 /dev/urandom | od -An -tx1'); rb=$(sbx-exec "$b" -- sh -c 'head -c 16 /dev/urandom | od -An -tx1')
 [ -n "$ra" ] && [ "$ra" != "$rb" ]; ok $? "and its own random stream"
 sbx-exec "$a" -- test -e /run/secrets; ok $((! $?)) "no secrets of the source"
