@@ -7,6 +7,7 @@ export PATH="$SBX_BUILD/bin:$PATH"
 export SBX_TEMPLATES=${SBX_TEMPLATES:-$SBX_BUILD/templates}
 SBX_ROOT=$(mktemp -d /tmp/sbx-test.XXXXXX)
 export SBX_ROOT
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib-root.sh" # root_cgroups_remove
 TEST_TMP=$SBX_ROOT/tmp
 mkdir -p "$TEST_TMP"
 _n=0
@@ -83,9 +84,7 @@ _cleanup() {
 		ls "$SBX_ROOT/var/lib/sbx/sessions" | sbx-kill >/dev/null 2>&1 || true
 	fi
 	for p in $(root_procs); do kill -9 "$p" 2>/dev/null || true; done
-	# the host cgroup parent of this root (see common/cgroup.c)
-	h=$(printf '%s' "$SBX_ROOT" | sha256sum | cut -c1-8)
-	for d in /sys/fs/cgroup/*/sbx-"$h" /sys/fs/cgroup/sbx-"$h"; do rmdir "$d" 2>/dev/null || true; done
+	root_cgroups_remove || true
 	rm -rf "$SBX_ROOT"
 }
 trap _cleanup EXIT
