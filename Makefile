@@ -135,14 +135,16 @@ $(B)/tools/sbx-audit-append: tools/sbx-audit-append.c $(B)/libsbx.a
 # audit log) so the machine's /var/lib/sbx is not touched.  python needs
 # root (debootstrap, apt in a chroot) and the Debian archive the first
 # time; both are seconds once the .debs and the bootstrap are cached
-# under SBX_CACHE.
+# under SBX_CACHE.  The root goes afterwards with the host cgroups the
+# build's VM made for it (scripts/lib-root.sh).
 TEMPLATE_BUILD = r=$$(mktemp -d /tmp/sbx-tpl.XXXXXX) && mkdir -p $(B)/templates && \
 	SBX_ROOT=$$r SBX_TEMPLATES=$(abspath $(B))/templates $(B)/bin/sbx-template build
+TEMPLATE_DONE = rc=$$?; SBX_ROOT=$$r bash -c '. scripts/lib-root.sh; root_cgroups_remove'; rm -rf "$$r"; exit $$rc
 image: $(BINS)
-	$(TEMPLATE_BUILD) default -f templates/default.yaml; rc=$$?; rm -rf "$$r"; exit $$rc
+	$(TEMPLATE_BUILD) default -f templates/default.yaml; $(TEMPLATE_DONE)
 
 python-image: $(BINS)
-	$(TEMPLATE_BUILD) python -f templates/python.yaml; rc=$$?; rm -rf "$$r"; exit $$rc
+	$(TEMPLATE_BUILD) python -f templates/python.yaml; $(TEMPLATE_DONE)
 
 # Everything with QEMU, then the VM tests with Cloud Hypervisor (each a
 # skip with the reason where it cannot run).

@@ -7,6 +7,7 @@
 #   scripts/check.sh [PROVE-OPTION...]      (SBX_BUILD: the build directory)
 set -u
 cd "$(dirname "$0")/.."
+. scripts/lib-root.sh # root_cgroups_remove
 export SBX_BUILD=${SBX_BUILD:-$PWD/build}
 export SBX_TEMPLATES=${SBX_TEMPLATES:-$SBX_BUILD/templates}
 prove_opts=("$@")
@@ -43,6 +44,7 @@ skip_reason() {
 		else
 			echo "cloud-hypervisor cannot boot a guest here: $(head -c 300 "$root/err" | tr '\n' ' ')"
 		fi
+		SBX_ROOT=$root root_cgroups_remove
 		rm -rf "$root" ;;
 	esac
 }

@@ -1,5 +1,7 @@
 # shellcheck shell=bash
-# A private state root's end, for the bench scripts and tests/lib.sh.
+# A private state root's end: for the bench scripts, tests/lib.sh (and a
+# test's second root), the template builds of make image, test.sh's node
+# template and check.sh's Cloud Hypervisor probe.
 
 # The host cgroups the library made for SBX_ROOT (sbx-<first 8 hex digits
 # of sha256(SBX_ROOT)> in each hierarchy, common/cgroup.c), with any

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 # Every prove pass (QEMU, Cloud Hypervisor, both again under ASan) adds
 # its counts here; the last line of the run is their sum, whether it
 # passed or not, so a run that skipped everything says so.
+. scripts/lib-root.sh # root_cgroups_remove
 SBX_TOTALS=$(mktemp /tmp/sbx-totals.XXXXXX)
 export SBX_TOTALS
 totals() {
@@ -67,6 +68,7 @@ node_template() {
 	fi
 	# Older node versions of this build directory go (not in use here).
 	build/bin/sbx-template list -q node | grep -vxF "$have" | xargs -r build/bin/sbx-template rm || true
+	root_cgroups_remove || true
 	rm -rf "$root"
 	unset SBX_TEMPLATES SBX_ROOT
 }

@@ -389,6 +389,7 @@ mount -t tmpfs -o size=96m sbx-t1920 "$F/var/lib/sbx"; ok $? "a 96 MiB tmpfs for
 full_cleanup() {
 	ls "$F/var/lib/sbx/sessions" 2>/dev/null | SBX_ROOT=$F sbx-kill >/dev/null 2>&1
 	umount -l "$F/var/lib/sbx" 2>/dev/null
+	SBX_ROOT=$F root_cgroups_remove
 }
 trap 'full_cleanup; _cleanup' EXIT
 id=$(SBX_ROOT=$F sbx-create -q); ok $? "a session there"
