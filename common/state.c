@@ -152,6 +152,8 @@ int sbx_state_scope(struct sbx_state *st, const char *tenant, struct sbx_err *er
 	return 0;
 }
 
+/* s- and 12 hex digits; sbx_pool_id_new makes members' IDs as long (a
+ * claim's hostname then overwrites /etc/hosts in place; t1100 checks). */
 void sbx_id_new(char *buf, size_t n)
 {
 	unsigned char r[6];

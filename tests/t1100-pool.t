@@ -328,8 +328,11 @@ is "$(members | wc -l):$(nic_members | wc -l)" "2:1" "a pool of 2 with network: 
 j=$(sbx-create --json -p "$TEST_TMP/no-installs.yaml"); rc=$?
 pkg1=$(jq -r .id <<<"$j")
 is "$rc:$(jq -r '.from_pool // false' <<<"$j")" "0:true" "a create with -p (packages offline) is a claim"
-# A default ID is as long as a member's: the guest overwrites /etc/hosts
-# in place (guest-init), and it must come out whole.
+# A default ID is as long as a member's, so the guest overwrites
+# /etc/hosts in place (guest-init; sbx_pool_id_new and sbx_id_new must
+# keep the lengths equal), and it must come out whole.
+claimed=$(sbx-audit --session "$pkg1" --type session.create --json | jq -r '.[-1].member')
+is "${#claimed}" "${#pkg1}" "the member it claimed ($claimed) has an ID as long as the session's"
 is "$(sbx-exec "$pkg1" -- cat /etc/hosts)" \
    "$(printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters' "$pkg1")" \
    "a claim with a default ID ($pkg1): /etc/hosts names it, whole"
