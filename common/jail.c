@@ -453,15 +453,37 @@ static const struct {
 	{ SCMP_SYS(io_uring_register), 0 },
 };
 
-static int filter(struct sbx_err *err)
+/* In a confined build step (confine.h) the same list, but chroot (apt's
+ * steps run in the tree) is allowed, and the mount and namespace calls a
+ * maintainer script may try answer EPERM rather than kill the install. */
+static int build_allows(int nr)
+{
+	return nr == SCMP_SYS(chroot);
+}
+
+static int build_softens(int nr)
+{
+	static const int soft[] = { SCMP_SYS(mount),   SCMP_SYS(umount2), SCMP_SYS(pivot_root), SCMP_SYS(unshare),
+				    SCMP_SYS(setns),   SCMP_SYS(fsopen),  SCMP_SYS(fsmount),	SCMP_SYS(move_mount),
+				    SCMP_SYS(open_tree) };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(soft); i++)
+		if (soft[i] == nr)
+			return 1;
+	return 0;
+}
+
+static int filter(int build, struct sbx_err *err)
 {
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot create the seccomp filter");
 	int rc = 0;
-	for (size_t i = 0; i < SBX_ARRAY_LEN(denied) && rc == 0; i++)
-		rc = seccomp_rule_add(ctx, denied[i].kill ? SCMP_ACT_KILL_PROCESS : SCMP_ACT_ERRNO(EPERM),
-				      denied[i].nr, 0);
+	for (size_t i = 0; i < SBX_ARRAY_LEN(denied) && rc == 0; i++) {
+		if (build && build_allows(denied[i].nr))
+			continue;
+		int kill = denied[i].kill && !(build && build_softens(denied[i].nr));
+		rc = seccomp_rule_add(ctx, kill ? SCMP_ACT_KILL_PROCESS : SCMP_ACT_ERRNO(EPERM), denied[i].nr, 0);
+	}
 	/* personality(): only PER_LINUX (0) and the query (0xffffffff); the
 	 * flags would turn off ASLR (ADDR_NO_RANDOMIZE) or NX
 	 * (READ_IMPLIES_EXEC).  libseccomp cannot AND two tests of one
@@ -485,7 +507,7 @@ static int filter(struct sbx_err *err)
 	static const unsigned long ns_flags[] = { CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
 						  CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWCGROUP, CLONE_NEWTIME };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(ns_flags) && rc == 0; i++)
-		rc = seccomp_rule_add(ctx, SCMP_ACT_KILL_PROCESS, SCMP_SYS(clone), 1,
+		rc = seccomp_rule_add(ctx, build ? SCMP_ACT_ERRNO(EPERM) : SCMP_ACT_KILL_PROCESS, SCMP_SYS(clone), 1,
 				      SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
@@ -533,7 +555,12 @@ void sbx_jail_report_use(int fd)
 
 int sbx_jail_filter(struct sbx_err *err)
 {
-	return filter(err);
+	return filter(0, err);
+}
+
+int sbx_jail_filter_build(struct sbx_err *err)
+{
+	return filter(1, err);
 }
 
 int sbx_jail_namespaces(const char *hostname, struct sbx_err *err)
@@ -615,7 +642,7 @@ int sbx_jail_self(uid_t id, int parent_pidfd, struct sbx_err *err)
 		return -1;
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the process not dumpable");
-	return filter(err);
+	return filter(0, err);
 }
 
 int sbx_jail_enter(const struct sbx_vm_config *c, pid_t host_pid, int parent_pidfd, struct sbx_err *err)
@@ -631,7 +658,7 @@ int sbx_jail_enter(const struct sbx_vm_config *c, pid_t host_pid, int parent_pid
 	if (rc == 0)
 		rc = build_root(&p, err);
 	plan_free(&p);
-	if (rc < 0 || drop_privileges(id, c, parent_pidfd, err) < 0 || filter(err) < 0)
+	if (rc < 0 || drop_privileges(id, c, parent_pidfd, err) < 0 || filter(0, err) < 0)
 		return -1;
 	return 0;
 }

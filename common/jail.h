@@ -39,6 +39,9 @@ int sbx_jail_enter(const struct sbx_vm_config *c, pid_t host_pid, int parent_pid
 /* The jail's seccomp filter alone, for another process that parses guest
  * bytes (the egress proxy) once it has no_new_privs. */
 int sbx_jail_filter(struct sbx_err *err);
+/* The same for a confined template build step (confine.h): chroot
+ * allowed, mounts and namespaces answered with EPERM. */
+int sbx_jail_filter_build(struct sbx_err *err);
 
 /* For a process of sbx's own that handles hostile bytes without exec'ing
  * anything (the monitor's unprivileged half), as root, in this order:

@@ -528,14 +528,21 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
                       struct sbx_rootfs_config *cfg, struct sbx_err *err)
 {
 	memset(cfg, 0, sizeof *cfg);
-	err->code = 0;
-	err->msg[0] = 0;
 	/* O_NONBLOCK: a FIFO given as the archive must not hang the open. */
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		/* 3, not 4: a missing archive is bad input, 4 is for what sbx
 		 * keeps (sessions, templates). */
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read %s", path);
+	return sbx_rootfs_unpack_fd(root_dfd, fd, path, lim, cfg, err);
+}
+
+int sbx_rootfs_unpack_fd(int root_dfd, int fd, const char *path, const struct sbx_rootfs_limits *lim,
+                         struct sbx_rootfs_config *cfg, struct sbx_err *err)
+{
+	memset(cfg, 0, sizeof *cfg);
+	err->code = 0;
+	err->msg[0] = 0;
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot import %s: not a regular file", path);

@@ -54,6 +54,11 @@ struct sbx_rootfs_config { json_t *env; char user[64]; char workdir[256]; char f
  * archive (message says which entry and why), 5 when over a limit. */
 int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_limits *lim,
                       struct sbx_rootfs_config *cfg, struct sbx_err *err);
+/* The same from fd, opened by the caller (with the caller's rights; it
+ * need not be seekable to be refused, but must be to be read); path names
+ * it in messages. */
+int sbx_rootfs_unpack_fd(int root_dfd, int fd, const char *path, const struct sbx_rootfs_limits *lim,
+                         struct sbx_rootfs_config *cfg, struct sbx_err *err);
 void sbx_rootfs_config_free(struct sbx_rootfs_config *cfg);
 
 #endif

@@ -240,8 +240,13 @@ static int own(const struct ctx *c, int pfd, const char *base, struct archive_en
 	if (uid < 0 || gid < 0 || uid >= UINT32_MAX || gid >= UINT32_MAX)
 		return bad(c, SBX_EXIT_INVALID, 0, "uid or gid out of range");
 	if (fchownat(pfd, base, (uid_t)uid, (gid_t)gid, AT_SYMLINK_NOFOLLOW) < 0 &&
-	    !(errno == EPERM && !c->u->root_user))
+	    !(errno == EPERM && !c->u->root_user)) {
+		/* Unpacked confined (confine.h), in a user namespace of 65536
+		 * ids: an owner outside them is not one a template can hold. */
+		if (errno == EINVAL)
+			return bad(c, SBX_EXIT_INVALID, 0, "its owner is outside the ids 0-65535 a template may hold");
 		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the owner");
+	}
 	return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "tmplbuild.h"
 #include "audit.h"
+#include "confine.h"
+#include "hostpath.h"
 #include "env.h"
 #include "exec_client.h"
 #include "policy.h"
@@ -50,6 +52,10 @@ struct build {
 	char boot[1500];   /* the directory the vmlinux and initrd.cpio come from */
 	json_t *kernel;    /* the manifest's kernel: {package, version, release} */
 	char gi_sha[65];   /* guest_init_sha256 of that initramfs */
+	struct sbx_confine_slot slot; /* the host ids the tree is kept in */
+	int import_fd;     /* the archive, opened with the caller's rights */
+	int spec_fd;       /* the spec, likewise */
+	int spec_dfd;      /* and its directory, where files: come from */
 };
 
 /* What an import may unpack: the whole root under 8 GiB, a million
@@ -63,65 +69,141 @@ static void progress(const struct build *b, const char *what)
 		dprintf(b->o->progress_fd, "sbx-template: %s: %s\n", b->o->name, what);
 }
 
-/* Run the helper (or another program) with the work directory's lock
- * inherited, so the directory stays locked until every process of the
- * step is gone; output to the log (stdout to out_name when given).  The
- * step dies with us. */
-static int run(struct build *b, const char *what, char *const argv[], const char *out_name, struct sbx_err *err)
+/* How a step runs (confine.h).  HOST: as root in the host's namespaces,
+ * only for what the operator trusts (the host's archive, sbx's own kernel
+ * and guest-init, a template image sbx made, the spec's own files);
+ * CONFINED: whatever reads, writes or runs anything of the tree;
+ * HOST_UID: apt's downloads, the one step that needs the network, as the
+ * build's unprivileged uid. */
+enum { HOST, CONFINED, HOST_UID };
+
+struct step {
+	const char *what;
+	char *const *argv;
+	int how;
+	const char *out_name; /* stdout to this file of the work directory (else the log) */
+	int in_fd;            /* stdin (-1: /dev/null) */
+	/* A HOST program whose stdout is the step's stdin (a tar of what the
+	 * step unpacks), run in feed_dir (an fd, -1: here). */
+	char *const *feed;
+	int feed_dir;
+	const struct sbx_confine_bind *binds;
+	unsigned nbinds;
+	const char *chroot_tree;
+	sbx_confine_fn fn; /* CONFINED: this instead of argv */
+	void *arg;
+	const int *keep; /* fn's fds */
+	unsigned nkeep;
+};
+
+/* A HOST program with the work directory's lock inherited, so the
+ * directory stays locked until every process of it is gone.  It dies
+ * with us. */
+static pid_t host_spawn(struct build *b, char *const argv[], int in, int out, int dir)
 {
-	progress(b, what);
-	/* The log holds this step's output only: its tail is the message. */
-	if (ftruncate(b->logfd, 0) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
-	_cleanup_close_ int out = -1;
-	if (out_name && (out = openat(b->wfd, out_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
 	pid_t parent = getpid(), pid = fork();
-	if (pid < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (null < 0 || dup2(null, 0) < 0 || dup2(out >= 0 ? out : b->logfd, 1) < 0 || dup2(b->logfd, 2) < 0)
-			_exit(127);
-		int fl = fcntl(b->wfd, F_GETFD);
-		fcntl(b->wfd, F_SETFD, fl & ~FD_CLOEXEC);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		char stamp[1500];
-		snprintf(stamp, sizeof stamp, "%s/stamp", b->wpath);
-		setenv("SBX_BUILD_STAMP", stamp, 1);
-		execv(argv[0], argv);
+	if (pid != 0)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
 		_exit(127);
-	}
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(b->logfd, 2) < 0 || (dir >= 0 && fchdir(dir) < 0))
+		_exit(127);
+	int fl = fcntl(b->wfd, F_GETFD);
+	fcntl(b->wfd, F_SETFD, fl & ~FD_CLOEXEC);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execv(argv[0], argv);
+	_exit(127);
+}
+
+static int reap(pid_t pid)
+{
 	int status;
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
-	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+			return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Run a step; output to the log (stdout to out_name when given).  The log
+ * holds this step's output only: its tail is the message. */
+static int run_step(struct build *b, const struct step *st, struct sbx_err *err)
+{
+	progress(b, st->what);
+	if (ftruncate(b->logfd, 0) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", st->what);
+	_cleanup_close_ int out = -1, null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (st->out_name && (out = openat(b->wfd, st->out_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", st->what);
+	int pipefd[2] = { -1, -1 };
+	pid_t feed = -1, pid = -1;
+	if (null < 0 || (st->feed && pipe2(pipefd, O_CLOEXEC) < 0))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", st->what);
+	if (st->feed && (feed = host_spawn(b, st->feed, null, pipefd[1], st->feed_dir)) < 0) {
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", st->what);
+	}
+	int in = st->feed ? pipefd[0] : st->in_fd >= 0 ? st->in_fd : null;
+	struct sbx_confine c = { .base = b->slot.base, .binds = st->binds, .nbinds = st->nbinds,
+				 .chroot_tree = st->chroot_tree, .fds = { in, out >= 0 ? out : b->logfd, b->logfd },
+				 .keep_fd = -1, .keep = st->keep, .nkeep = st->nkeep };
+	struct sbx_err e = { 0 };
+	if (st->how == HOST)
+		pid = host_spawn(b, st->argv, in, c.fds[1], -1);
+	else if (st->how == HOST_UID)
+		pid = sbx_confine_spawn_host(&c, st->argv, &e);
+	else
+		pid = sbx_confine_spawn(&c, st->fn ? st->fn : sbx_confine_execv, st->fn ? st->arg : (void *)st->argv, &e);
+	if (st->feed) {
+		close(pipefd[0]);
+		close(pipefd[1]);
+	}
+	int status = pid < 0 ? -1 : reap(pid), fstatus = feed < 0 ? 0 : reap(feed);
+	if (pid < 0)
+		return e.code ? (*err = e, sbx_err_wrap(err, "cannot %s", st->what))
+			      : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", st->what);
+	if (status == 0 && fstatus == 0)
 		return 0;
 	char tail[400];
 	sbx_log_tail(b->wfd, "log", tail, sizeof tail);
 	/* The helper exits 3 when the input is at fault (a package apt does
 	 * not have, a root it refuses); anything else is ours. */
-	int code = WIFEXITED(status) && WEXITSTATUS(status) == 3 ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL;
-	return sbx_err_set(err, code, 0, "cannot %s: %s", what, tail[0] ? tail : "the step failed");
+	int code = status == 3 || (status == 0 && fstatus == 3) ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL;
+	return sbx_err_set(err, code, 0, "cannot %s: %s", st->what, tail[0] ? tail : "the step failed");
+}
+
+/* The tree, read-write, at its own path: what most confined steps get. */
+#define ROOT_BIND(b) { (b)->root, SBX_CONFINE_RW }, { (b)->helper, 0 }
+
+static int confined(struct build *b, const char *what, char *const argv[], const char *out_name, struct sbx_err *err)
+{
+	const struct sbx_confine_bind binds[] = { ROOT_BIND(b) };
+	struct step st = { .what = what, .argv = argv, .how = CONFINED, .out_name = out_name, .in_fd = -1,
+			   .feed_dir = -1, .binds = binds, .nbinds = SBX_ARRAY_LEN(binds) };
+	return run_step(b, &st, err);
+}
+
+static int on_host(struct build *b, const char *what, char *const argv[], const char *out_name, struct sbx_err *err)
+{
+	struct step st = { .what = what, .argv = argv, .how = HOST, .out_name = out_name, .in_fd = -1, .feed_dir = -1 };
+	return run_step(b, &st, err);
 }
 
 /* src of the spec (relative, checked) as a path the kernel resolved
  * beneath the spec's directory: no '..', no symlink out. */
 static int resolve_src(struct build *b, const char *src, char *out, size_t n, struct sbx_err *err)
 {
-	_cleanup_close_ int d = open(b->specdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	struct open_how how = { .flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
-	_cleanup_close_ int fd = d < 0 ? -1 : (int)syscall(SYS_openat2, d, src, &how, sizeof how);
+	/* A tenant's spec follows no link at all (hostpath.h). */
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | (b->o->tenant ? RESOLVE_NO_SYMLINKS : 0) };
+	_cleanup_close_ int fd = (int)syscall(SYS_openat2, b->spec_dfd, src, &how, sizeof how);
 	if (fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno == EXDEV ? 0 : errno,
 				   "%s: files: src '%.100s' %s", b->spec.source, src,
-				   errno == EXDEV ? "leaves the spec's directory" : "cannot be opened");
+				   errno == EXDEV ? "leaves the spec's directory" : errno == ELOOP ? "is or passes a symbolic link" : "cannot be opened");
 	char link[64];
 	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
 	ssize_t l = readlink(link, out, n - 1);
@@ -156,7 +238,9 @@ static int guest_dir(struct build *b, const char *dir, char *out, size_t n, stru
 			*slash = 0;
 			int pfd = parent[0] ? (int)syscall(SYS_openat2, b->rootfd, parent + 1, &how, sizeof how)
 					    : fcntl(b->rootfd, F_DUPFD_CLOEXEC, 0);
-			if (pfd < 0 || (mkdirat(pfd, slash + 1, 0755) < 0 && errno != EEXIST)) {
+			/* Made by root here, handed to the tree's owner. */
+			if (pfd < 0 || (mkdirat(pfd, slash + 1, 0755) < 0 && errno != EEXIST) ||
+			    fchownat(pfd, slash + 1, b->slot.base, b->slot.base, AT_SYMLINK_NOFOLLOW) < 0) {
 				int e = errno;
 				if (pfd >= 0)
 					close(pfd);
@@ -185,34 +269,68 @@ static int guest_dir(struct build *b, const char *dir, char *out, size_t n, stru
 	return 0;
 }
 
+/* s with the characters special in a sed replacement escaped. */
+static void sed_escape(const char *s, char *out, size_t n)
+{
+	size_t o = 0;
+	for (; *s && o + 2 < n; s++) {
+		if (*s == '|' || *s == '&' || *s == '\\')
+			out[o++] = '\\';
+		out[o++] = *s;
+	}
+	out[o] = 0;
+}
+
+/* Each files: entry: a tar of src (read on the host, from its directory
+ * in the spec's, as the operator's own file) named as dst's last
+ * component, unpacked confined into dst's directory of the root (made and
+ * resolved inside the root).  tar replaces a link it finds at a name
+ * rather than write through it, and a link of the tree's can only lead
+ * into the confinement anyway. */
 static int add_files(struct build *b, struct sbx_err *err)
 {
 	for (unsigned i = 0; i < b->spec.nfiles; i++) {
 		const struct sbx_tmplspec_file *f = &b->spec.files[i];
-		char src[1024], dir[SBX_TMPLSPEC_PATH_LEN], ddir[1600], dst[1900];
+		char src[1024], dir[SBX_TMPLSPEC_PATH_LEN], ddir[1600];
 		if (resolve_src(b, f->src, src, sizeof src, err) < 0)
 			return -1;
 		snprintf(dir, sizeof dir, "%s", f->dst);
 		char *slash = strrchr(dir, '/');
-		const char *base = slash + 1;
-		char basebuf[SBX_TMPLSPEC_PATH_LEN];
-		snprintf(basebuf, sizeof basebuf, "%s", base);
+		char name[SBX_TMPLSPEC_PATH_LEN], xform[2 * SBX_TMPLSPEC_PATH_LEN + 16], esc[2 * SBX_TMPLSPEC_PATH_LEN];
+		snprintf(name, sizeof name, "%s", slash + 1);
 		*slash = 0;
 		if (guest_dir(b, dir, ddir, sizeof ddir, err) < 0)
 			return -1;
-		snprintf(dst, sizeof dst, "%s/%s", ddir, basebuf);
-		/* Never through a symlink at the last component either. */
-		struct stat sb;
-		if (lstat(dst, &sb) == 0 && S_ISLNK(sb.st_mode) && unlink(dst) < 0)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot replace %s", f->dst);
+		/* src's directory, opened beneath the spec's as resolve_src
+		 * checked it; tar reads the last component without following it. */
+		char sparent[SBX_TMPLSPEC_PATH_LEN];
+		snprintf(sparent, sizeof sparent, "%s", f->src);
+		char *sslash = strrchr(sparent, '/');
+		const char *sname = sslash ? sslash + 1 : f->src;
+		if (sslash)
+			*sslash = 0;
+		struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+					.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS |
+						   (b->o->tenant ? RESOLVE_NO_SYMLINKS : 0) };
+		_cleanup_close_ int sdir = sslash ? (int)syscall(SYS_openat2, b->spec_dfd, sparent, &how, sizeof how)
+						  : fcntl(b->spec_dfd, F_DUPFD_CLOEXEC, 0);
+		if (sdir < 0)
+			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "%s: files: cannot open %s", b->spec.source, f->src);
+		sed_escape(name, esc, sizeof esc);
+		/* The member's own name, not a link's target (flag S). */
+		snprintf(xform, sizeof xform, "s|^[^/]*|%s|S", esc);
+		char *tar[] = { "/bin/tar", "--numeric-owner", "--transform", xform, "-cf", "-", "--", (char *)sname, NULL };
+		char mode[8] = "";
+		if (f->mode >= 0)
+			snprintf(mode, sizeof mode, "%04o", (unsigned)f->mode);
+		char *put[] = { b->helper, "put", ddir, name, mode[0] ? mode : NULL, NULL };
 		char what[400];
 		snprintf(what, sizeof what, "copy %.100s to %.100s", f->src, f->dst);
-		char *argv[] = { "/bin/cp", "-R", "--no-dereference", "--preserve=mode,timestamps", "--no-target-directory",
-				 "--", src, dst, NULL };
-		if (run(b, what, argv, NULL, err) < 0)
+		const struct sbx_confine_bind binds[] = { ROOT_BIND(b) };
+		struct step st = { .what = what, .argv = put, .how = CONFINED, .in_fd = -1, .feed = tar, .feed_dir = sdir,
+				   .binds = binds, .nbinds = SBX_ARRAY_LEN(binds) };
+		if (run_step(b, &st, err) < 0)
 			return -1;
-		if (f->mode >= 0 && fchmodat(AT_FDCWD, dst, (mode_t)f->mode, AT_SYMLINK_NOFOLLOW) < 0)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot chmod %s", f->dst);
 	}
 	return 0;
 }
@@ -223,9 +341,13 @@ static int root_user(struct build *b, const char *user, unsigned *uid, unsigned 
 {
 	size_t ul = strlen(user);
 	int numeric = ul && strspn(user, "0123456789") == ul;
-	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+	/* The tree's file, read by root: never a FIFO (O_NONBLOCK, regular
+	 * files only), never past the tree. */
+	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY,
+				.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
 	_cleanup_close_ int fd = (int)syscall(SYS_openat2, b->rootfd, "etc/passwd", &how, sizeof how);
-	if (fd < 0)
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
 		return -1;
 	FILE *f = fdopen(fd, "r");
 	if (!f)
@@ -301,8 +423,14 @@ static int set_user(struct build *b, struct sbx_err *err)
 	if (guest_dir(b, b->spec.workdir, wd, sizeof wd, err) < 0)
 		return -1;
 	/* An image's WorkingDir keeps its owner, as a container's does. */
-	if (b->spec.user[0] && !b->o->import && strcmp(b->spec.workdir, "/") && lchown(wd, uid, gid) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot chown %s", b->spec.workdir);
+	if (b->spec.user[0] && !b->o->import && strcmp(b->spec.workdir, "/")) {
+		if (uid >= SBX_CONFINE_IDS || gid >= SBX_CONFINE_IDS)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: user %u:%u is outside the ids 0-65535 a template may hold",
+					   what, uid, gid);
+		/* The tree's ids, as the host sees them (confine.h). */
+		if (lchown(wd, b->slot.base + uid, b->slot.base + gid) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot chown %s", b->spec.workdir);
+	}
 	return 0;
 }
 
@@ -402,28 +530,56 @@ static int publish_check(struct build *b, struct sbx_err *err)
 #define STAGE "stage"                  /* under the work directory: a templates dir */
 #define STAGE_TMPL "sbx-build@stage"   /* the one template in it */
 
+/* rootfs.ext4 of the root as it stands, made confined in work/img (the
+ * tree's owner's), then checked (a regular file of that owner, one link:
+ * not a link to anything of the host's a compromised mkfs might have
+ * left) and moved to dir/rootfs.ext4 (dfd), root's. */
+static int make_image(struct build *b, const char *what, int dfd, struct sbx_err *err)
+{
+	char img[1600], stamp[1600];
+	snprintf(img, sizeof img, "%s/img/rootfs.ext4", b->wpath);
+	snprintf(stamp, sizeof stamp, "%s/stamp", b->wpath);
+	char imgdir[1600];
+	snprintf(imgdir, sizeof imgdir, "%s/img", b->wpath);
+	sbx_rm_rf_at(b->wfd, "img");
+	if (mkdirat(b->wfd, "img", 0755) < 0 || fchownat(b->wfd, "img", b->slot.base, b->slot.base, AT_SYMLINK_NOFOLLOW) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
+	char *argv[] = { b->helper, "mkfs", b->root, img, stamp, NULL };
+	const struct sbx_confine_bind binds[] = { ROOT_BIND(b), { imgdir, SBX_CONFINE_RW }, { stamp, 0 } };
+	struct step st = { .what = what, .argv = argv, .how = CONFINED, .in_fd = -1, .feed_dir = -1, .binds = binds,
+			   .nbinds = SBX_ARRAY_LEN(binds) };
+	if (run_step(b, &st, err) < 0)
+		return -1;
+	_cleanup_close_ int fd = openat(b->wfd, "img/rootfs.ext4", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_nlink != 1 || sb.st_uid != b->slot.base)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s: the step left no image of its own", what);
+	if (fchown(fd, 0, 0) < 0 || fchmod(fd, 0644) < 0 || renameat(b->wfd, "img/rootfs.ext4", dfd, "rootfs.ext4") < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
+	sbx_rm_rf_at(b->wfd, "img");
+	return 0;
+}
+
 /* The root as it stands, as a template of its own in work/stage. */
 static int stage(struct build *b, struct sbx_err *err)
 {
-	char dir[1700], img[1800];
+	char dir[1700];
 	snprintf(dir, sizeof dir, "%s/" STAGE "/" STAGE_TMPL, b->wpath);
-	snprintf(img, sizeof img, "%s/rootfs.ext4", dir);
 	if (mkdirat(b->wfd, STAGE, 0755) < 0 || mkdirat(b->wfd, STAGE "/" STAGE_TMPL, 0755) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot stage the build VM");
-	char *argv[] = { b->helper, "mkfs", b->root, img, NULL };
-	if (run(b, "make the build VM's root", argv, NULL, err) < 0)
-		return -1;
 	_cleanup_close_ int bdir = open(b->boot, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int sd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sd < 0 || make_image(b, "make the build VM's root", sd, err) < 0)
+		return sd < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot stage the build VM") : -1;
 	static const char *const shared[] = { "vmlinux", "initrd.cpio" };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(shared); i++) {
-		if (bdir >= 0 && sd >= 0 && linkat(bdir, shared[i], sd, shared[i], 0) == 0)
+		if (bdir >= 0 && linkat(bdir, shared[i], sd, shared[i], 0) == 0)
 			continue;
 		char from[1600], to[1900];
 		snprintf(from, sizeof from, "%s/%s", b->boot, shared[i]);
 		snprintf(to, sizeof to, "%s/%s", dir, shared[i]);
 		char *cp[] = { "/bin/cp", "--reflink=auto", "--", from, to, NULL };
-		if (run(b, "copy the kernel and initramfs", cp, NULL, err) < 0)
+		if (on_host(b, "copy the kernel and initramfs", cp, NULL, err) < 0)
 			return -1;
 	}
 	json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:O}", "schema", 1, "name", "sbx-build", "version", "stage", "created",
@@ -536,14 +692,15 @@ static int run_steps(struct build *b, struct sbx_err *err)
 	sbx_session_destroy(b->st, s.id, &gone, NULL);
 	if (rc < 0)
 		return -1;
-	char tar[1500];
-	snprintf(tar, sizeof tar, "%s/capture.tar", b->wpath);
-	char *argv[] = { b->helper, "replace-root", tar, b->root, NULL };
-	close(b->rootfd);
-	b->rootfd = -1;
-	rc = run(b, "take the root from the build VM", argv, NULL, err);
-	if ((b->rootfd = openat(b->wfd, "root", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0 && rc == 0)
-		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the new root");
+	/* The guest's tar, unpacked confined in place of the root's contents. */
+	_cleanup_close_ int in = openat(b->wfd, "capture.tar", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (in < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the root the build VM sent");
+	char *argv[] = { b->helper, "replace-root", b->root, NULL };
+	const struct sbx_confine_bind binds[] = { ROOT_BIND(b) };
+	struct step st = { .what = "take the root from the build VM", .argv = argv, .how = CONFINED, .in_fd = in,
+			   .feed_dir = -1, .binds = binds, .nbinds = SBX_ARRAY_LEN(binds) };
+	rc = run_step(b, &st, err);
 	unlinkat(b->wfd, "capture.tar", 0);
 	return rc;
 }
@@ -583,12 +740,50 @@ void sbx_tmplbuild_gc(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx
 }
 
 /* Before anything is made: the name, the spec, the base, every src. */
+/* The caller's file (a spec or an archive), resolved as every host path a
+ * caller names is (hostpath.h: for a tenant, beneath its host_paths.read
+ * roots, no link followed), opened without blocking (a FIFO answers at
+ * once) and only if it is a regular file; dir_fd, when asked, gets its
+ * directory. */
+static int open_caller_file(struct build *b, const char *path, const char *key, int *dir_fd, struct sbx_err *err)
+{
+	_cleanup_hostpath_ struct sbx_hostpath hp;
+	if (sbx_hostpath_resolve(b->o->tenant, path, SBX_HOSTPATH_READ | SBX_HOSTPATH_FOLLOW, key, &hp, err) < 0)
+		return -1;
+	int fd = sbx_hostpath_openat(&hp, NULL, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return sbx_err_set(err, SBX_EXIT_INVALID, fd < 0 ? e : 0, "%s: cannot read %.200s%s", key, hp.real,
+				   fd < 0 ? "" : ": not a regular file");
+	}
+	if (dir_fd && (*dir_fd = fcntl(hp.dir_fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+		close(fd);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the directory of %s", hp.real);
+	}
+	if (dir_fd) {
+		snprintf(b->specdir, sizeof b->specdir, "%s", hp.real);
+		char *slash = strrchr(b->specdir, '/');
+		if (slash)
+			*slash = 0;
+	}
+	return fd;
+}
+
+/* The publisher check comes before anything of the caller's is opened:
+ * who may not build learns nothing of the host's files. */
 static int check_inputs(struct build *b, struct sbx_err *err)
 {
 	if (sbx_id_check(b->o->name, "template", err) < 0)
 		return -1;
 	if (strlen(b->o->name) >= 64)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid template name '%.80s': longer than 63", b->o->name);
+	if (publish_check(b, err) < 0)
+		return -1;
+	if (sbx_libexec_path(HELPER, b->helper, sizeof b->helper) < 0 || access(b->helper, X_OK) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot find libexec/sbx/" HELPER);
 	if (b->o->import) {
 		/* An import is a spec of its own: the tree from the file, the
 		 * kernel and initramfs from the default template. */
@@ -598,29 +793,22 @@ static int check_inputs(struct build *b, struct sbx_err *err)
 		snprintf(b->spec.source, sizeof b->spec.source, "%s", b->o->import);
 		if (!(b->spec.env = json_object()))
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot import");
-		if (access(b->o->import, R_OK) < 0)
-			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read %.200s", b->o->import);
-		if (publish_check(b, err) < 0 || find_base(b, err) < 0)
+		if ((b->import_fd = open_caller_file(b, b->o->import, "import", NULL, err)) < 0)
 			return -1;
-		if (sbx_libexec_path(HELPER, b->helper, sizeof b->helper) < 0 || access(b->helper, X_OK) < 0)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot find libexec/sbx/" HELPER);
-		return 0;
+		return find_base(b, err);
 	}
-	if (sbx_tmplspec_load(b->o->spec, &b->spec, err) < 0)
+	if ((b->spec_fd = open_caller_file(b, b->o->spec, "-f", &b->spec_dfd, err)) < 0)
 		return -1;
-	char tmp[600];
-	snprintf(tmp, sizeof tmp, "%s", b->o->spec);
-	if (!realpath(dirname(tmp), b->specdir))
-		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot resolve the directory of %s", b->o->spec);
-	if (publish_check(b, err) < 0 || find_base(b, err) < 0)
+	/* A tenant's spec is read by root: its errors quote nothing of it. */
+	if (sbx_tmplspec_load_fd(b->spec_fd, b->o->spec, b->o->tenant != NULL, &b->spec, err) < 0)
+		return -1;
+	if (find_base(b, err) < 0)
 		return -1;
 	for (unsigned i = 0; i < b->spec.nfiles; i++) {
 		char p[1024];
 		if (resolve_src(b, b->spec.files[i].src, p, sizeof p, err) < 0)
 			return -1;
 	}
-	if (sbx_libexec_path(HELPER, b->helper, sizeof b->helper) < 0 || access(b->helper, X_OK) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot find libexec/sbx/" HELPER);
 	return 0;
 }
 
@@ -642,7 +830,9 @@ static int make_work(struct build *b, struct sbx_err *err)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot resolve the build directory");
 	b->wpath[l] = 0;
 	snprintf(b->root, sizeof b->root, "%s/root", b->wpath);
+	/* The tree belongs to the build's ids from the start (confine.h). */
 	if (mkdirat(b->wfd, "root", 0755) < 0 || mkdirat(b->wfd, "tpl", 0755) < 0 ||
+	    fchownat(b->wfd, "root", b->slot.base, b->slot.base, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    (b->rootfd = openat(b->wfd, "root", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0 ||
 	    (b->logfd = openat(b->wfd, "log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot prepare the build directory");
@@ -673,7 +863,7 @@ static int own_kernel(struct build *b, struct sbx_err *err)
 	char tpl[1600];
 	snprintf(tpl, sizeof tpl, "%s/tpl", b->wpath);
 	char *argv[] = { b->helper, "kernel", b->spec.kernel, tpl, NULL };
-	if (run(b, "make the kernel and initramfs", argv, "kernel.tsv", err) < 0)
+	if (on_host(b, "make the kernel and initramfs", argv, "kernel.tsv", err) < 0)
 		return -1;
 	json_t *kv = read_tsv(b, "kernel.tsv", "k", "v"), *v;
 	size_t i;
@@ -718,6 +908,22 @@ static json_t *read_packages(struct build *b)
 	return a;
 }
 
+/* The spec's text as it was parsed (the same open file), for its hash. */
+static char *spec_text(int fd)
+{
+	struct stat sb;
+	if (fstat(fd, &sb) < 0 || sb.st_size > (off_t)SBX_TMPLSPEC_FILE_MAX)
+		return NULL;
+	char *t = malloc((size_t)sb.st_size + 1);
+	ssize_t n = t ? pread(fd, t, (size_t)sb.st_size, 0) : -1;
+	if (n < 0) {
+		free(t);
+		return NULL;
+	}
+	t[n] = 0;
+	return t;
+}
+
 /* The base's kernel and initramfs (immutable: linked, copied across file
  * systems), the new root, hashes and the manifest, all in tpl/. */
 static int assemble(struct build *b, json_t **manifest, char version[64], char content[65],
@@ -735,7 +941,7 @@ static int assemble(struct build *b, json_t **manifest, char version[64], char c
 		snprintf(from, sizeof from, "%s/%s", b->base.dir, shared[i]);
 		snprintf(to, sizeof to, "%s/tpl/%s", b->wpath, shared[i]);
 		char *argv[] = { "/bin/cp", "--reflink=auto", "--", from, to, NULL };
-		if (run(b, "copy the kernel and initramfs", argv, NULL, err) < 0)
+		if (on_host(b, "copy the kernel and initramfs", argv, NULL, err) < 0)
 			return -1;
 	}
 	json_t *files = json_object();
@@ -757,8 +963,7 @@ static int assemble(struct build *b, json_t **manifest, char version[64], char c
 	sha256_str(sums, content); /* as lib-image.sh: over "file sha" lines, sorted */
 	json_t *spec = sbx_tmplspec_json(&b->spec);
 	_cleanup_free_ char *spec_txt = json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
-	_cleanup_free_ char *spec_file =
-		b->o->spec ? sbx_read_small_at(AT_FDCWD, b->o->spec, SBX_TMPLSPEC_FILE_MAX, NULL) : NULL;
+	_cleanup_free_ char *spec_file = b->spec_fd >= 0 ? spec_text(b->spec_fd) : NULL;
 	char spec_sha[65], vsha[65];
 	sha256_str(spec_file ? spec_file : "", spec_sha);
 	/* The version: the inputs (the spec as parsed, the base) and the result. */
@@ -842,10 +1047,179 @@ static int commit(struct build *b, const char *version, const char *content, str
 	return 0;
 }
 
+/* --- the root, step by step ---------------------------------------------- */
+
+struct unpack_arg {
+	int root, archive;
+	const char *name;
+};
+
+/* Confined (confine.h): libarchive reads the hostile archive as nobody the
+ * host knows, through the two fds it was given; what the image config
+ * said (and the outcome) goes back as JSON on stdout. */
+static int unpack_confined(void *p)
+{
+	const struct unpack_arg *a = p;
+	struct sbx_rootfs_config cfg;
+	struct sbx_err e = { 0 };
+	int rc = sbx_rootfs_unpack_fd(a->root, a->archive, a->name, &import_limits, &cfg, &e);
+	json_t *j = json_pack("{s:i, s:s, s:O?, s:s, s:s, s:s}", "code", rc < 0 ? e.code : 0, "msg", e.msg, "env",
+			      cfg.env, "user", cfg.user, "workdir", cfg.workdir, "format", cfg.format);
+	sbx_rootfs_config_free(&cfg);
+	int ok = j && json_dumpfd(j, 1, JSON_COMPACT) == 0;
+	json_decref(j);
+	return ok ? 0 : 70;
+}
+
+static int import_root(struct build *b, struct sbx_err *err)
+{
+	struct unpack_arg a = { .root = b->rootfd, .archive = b->import_fd, .name = b->o->import };
+	const int keep[] = { b->rootfd, b->import_fd };
+	struct step st = { .what = "unpack the archive", .how = CONFINED, .out_name = "unpack.json", .in_fd = -1,
+			   .feed_dir = -1, .fn = unpack_confined, .arg = &a, .keep = keep, .nkeep = 2 };
+	if (run_step(b, &st, err) < 0)
+		return -1;
+	/* The one thing read back from the confined step, kept small. */
+	_cleanup_free_ char *txt = sbx_read_small_at(b->wfd, "unpack.json", 1 << 20, NULL);
+	json_t *j = txt ? json_loads(txt, 0, NULL) : NULL;
+	json_t *code = json_object_get(j, "code"), *env = json_object_get(j, "env");
+	if (json_is_null(env))
+		env = NULL;
+	const char *msg = json_string_value(json_object_get(j, "msg"));
+	const char *user = json_string_value(json_object_get(j, "user"));
+	const char *wd = json_string_value(json_object_get(j, "workdir"));
+	const char *fmt = json_string_value(json_object_get(j, "format"));
+	int rc = 0;
+	if (!json_is_integer(code) || !msg || !user || !wd || !fmt || (env && !json_is_object(env)))
+		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot unpack the archive: the step said nothing");
+	else if (json_integer_value(code)) {
+		json_int_t c = json_integer_value(code);
+		rc = sbx_err_set(err, c > 0 && c < 256 ? (int)c : SBX_EXIT_INTERNAL, 0, "%s", msg);
+	} else {
+		if (env) {
+			json_decref(b->spec.env);
+			b->spec.env = json_incref(env);
+		}
+		snprintf(b->spec.user, sizeof b->spec.user, "%s", user);
+		snprintf(b->spec.workdir, sizeof b->spec.workdir, "%s", wd);
+		snprintf(b->format, sizeof b->format, "%s", fmt);
+		sbx_err_set(err, SBX_EXIT_OK, 0, "%s", msg);
+	}
+	json_decref(j);
+	if (rc < 0)
+		return -1;
+	char *argv[] = { b->helper, "prepare", b->root, NULL };
+	return confined(b, "prepare the root for guest-init", argv, NULL, err);
+}
+
+/* The base's tree, produced on the host from what the operator trusts (a
+ * template image sbx made, the host's archive, Debian's busybox) as a tar
+ * stream and unpacked confined. */
+static int base_root(struct build *b, struct sbx_err *err)
+{
+	char tsv[1600];
+	snprintf(tsv, sizeof tsv, "%s/base-packages.tsv", b->wpath);
+	char *tt[] = { b->helper, "tar-template", b->base.rootfs, NULL };
+	char *td[] = { b->helper, "tar-debian", b->spec.from_ref, NULL };
+	char *tb[] = { b->helper, "tar-busybox", tsv, NULL };
+	const char *kind = b->spec.from == SBX_FROM_TEMPLATE ? "template"
+			   : b->spec.from == SBX_FROM_BUSYBOX ? "busybox" : "debian";
+	char *argv[] = { b->helper, "unpack", b->root, (char *)kind, NULL };
+	const struct sbx_confine_bind binds[] = { ROOT_BIND(b) };
+	struct step st = { .how = CONFINED, .argv = argv, .in_fd = -1, .feed_dir = -1, .binds = binds,
+			   .nbinds = SBX_ARRAY_LEN(binds) };
+	if (b->spec.from == SBX_FROM_TEMPLATE)
+		st.what = "unpack the base's root", st.feed = tt;
+	else if (b->spec.from == SBX_FROM_BUSYBOX)
+		st.what = "unpack busybox", st.feed = tb;
+	else
+		st.what = "bootstrap Debian", st.feed = td;
+	return run_step(b, &st, err);
+}
+
+/* packages: the tree's facts read confined, the host archive's lists and
+ * .debs fetched on the host as the build's uid, the install confined in
+ * the tree with no network. */
+static int install_packages(struct build *b, struct sbx_err *err)
+{
+	char apt[1600];
+	snprintf(apt, sizeof apt, "%s/apt", b->wpath);
+	if (mkdirat(b->wfd, "apt", 0755) < 0 || fchownat(b->wfd, "apt", b->slot.base, b->slot.base, AT_SYMLINK_NOFOLLOW) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot install packages");
+	_cleanup_free_ char **fetch = calloc(b->spec.npackages + 4, sizeof *fetch);
+	_cleanup_free_ char **inst = calloc(b->spec.npackages + 5, sizeof *inst);
+	if (!fetch || !inst)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot install packages");
+	fetch[0] = inst[0] = b->helper;
+	fetch[1] = "apt-fetch", fetch[2] = apt;
+	inst[1] = "apt-install", inst[2] = b->root, inst[3] = apt;
+	for (unsigned i = 0; i < b->spec.npackages; i++)
+		fetch[3 + i] = inst[4 + i] = b->spec.packages[i];
+	char *facts[] = { b->helper, "apt-facts", b->root, apt, NULL };
+	const struct sbx_confine_bind rw[] = { ROOT_BIND(b), { apt, SBX_CONFINE_RW } };
+	const struct sbx_confine_bind ro[] = { ROOT_BIND(b), { apt, 0 } };
+	struct step st[] = {
+		{ .what = "read the base's packages", .argv = facts, .how = CONFINED, .binds = rw, .nbinds = 3,
+		  .chroot_tree = b->root },
+		{ .what = "download packages", .argv = fetch, .how = HOST_UID },
+		{ .what = "install packages", .argv = inst, .how = CONFINED, .binds = ro, .nbinds = 3,
+		  .chroot_tree = b->root },
+	};
+	for (size_t i = 0; i < SBX_ARRAY_LEN(st); i++) {
+		st[i].in_fd = st[i].feed_dir = -1;
+		if (run_step(b, &st[i], err) < 0)
+			return -1;
+	}
+	sbx_rm_rf_at(b->wfd, "apt");
+	return 0;
+}
+
+/* The kernel: the spec's own, or the base's, which must say which it is. */
+static int kernel(struct build *b, struct sbx_err *err)
+{
+	if (b->spec.kernel[0])
+		return own_kernel(b, err);
+	json_t *gi = json_object_get(b->base_manifest, "guest_init_sha256");
+	b->kernel = json_deep_copy(json_object_get(b->base_manifest, "kernel"));
+	snprintf(b->gi_sha, sizeof b->gi_sha, "%s", json_is_string(gi) ? json_string_value(gi) : "");
+	snprintf(b->boot, sizeof b->boot, "%s", b->base.dir);
+	return 0;
+}
+
+/* Everything from the kernel to tpl/rootfs.ext4, in order. */
+static int build_root(struct build *b, struct sbx_err *err)
+{
+	if (kernel(b, err) < 0 || (b->o->import ? import_root(b, err) : base_root(b, err)) < 0)
+		return -1;
+	struct sbx_err note = *err; /* an import's note of what it dropped */
+	if (b->spec.npackages && install_packages(b, err) < 0)
+		return -1;
+	if (b->spec.nremove) {
+		char *argv[3 + SBX_TMPLSPEC_REMOVE_MAX + 1] = { b->helper, "remove", b->root };
+		for (unsigned i = 0; i < b->spec.nremove; i++)
+			argv[3 + i] = b->spec.remove[i];
+		if (confined(b, "remove paths", argv, NULL, err) < 0)
+			return -1;
+	}
+	if (add_files(b, err) < 0 || (b->spec.nrun && run_steps(b, err) < 0) || set_user(b, err) < 0)
+		return -1;
+	char *argv[] = { b->helper, "packages", b->root, NULL };
+	if (confined(b, "list packages", argv, "packages.tsv", err) < 0)
+		return -1;
+	_cleanup_close_ int tpl = openat(b->wfd, "tpl", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (tpl < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make rootfs.ext4");
+	if (make_image(b, "make rootfs.ext4", tpl, err) < 0)
+		return -1;
+	*err = note;
+	return 0;
+}
+
 int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o, struct sbx_tmplbuild_result *r,
 		       struct sbx_err *err)
 {
-	struct build b = { .st = st, .o = o, .tdir = -1, .wfd = -1, .rootfd = -1, .logfd = -1 };
+	struct build b = { .st = st, .o = o, .tdir = -1, .wfd = -1, .rootfd = -1, .logfd = -1, .import_fd = -1,
+			   .spec_fd = -1, .spec_dfd = -1, .slot = { .lock_fd = -1 } };
 	memset(r, 0, sizeof *r);
 	int rc = check_inputs(&b, err);
 	/* One build of a name at a time (per owner): the second waits. */
@@ -858,77 +1232,11 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot lock the build of %s", o->name);
 	}
 	if (rc == 0)
+		rc = sbx_confine_slot_take(st->run_fd, &b.slot, err);
+	if (rc == 0)
 		rc = make_work(&b, err);
-	if (rc == 0 && b.spec.kernel[0])
-		rc = own_kernel(&b, err);
-	else if (rc == 0) {
-		/* The base's, which must say which kernel it is. */
-		json_t *gi = json_object_get(b.base_manifest, "guest_init_sha256");
-		b.kernel = json_deep_copy(json_object_get(b.base_manifest, "kernel"));
-		snprintf(b.gi_sha, sizeof b.gi_sha, "%s", json_is_string(gi) ? json_string_value(gi) : "");
-		snprintf(b.boot, sizeof b.boot, "%s", b.base.dir);
-	}
-	if (rc == 0 && o->import) {
-		struct sbx_rootfs_config cfg = { 0 };
-		progress(&b, "unpack the archive");
-		rc = sbx_rootfs_unpack(b.rootfd, o->import, &import_limits, &cfg, err);
-		if (rc == 0) {
-			if (cfg.env) {
-				json_decref(b.spec.env);
-				b.spec.env = json_incref(cfg.env);
-			}
-			snprintf(b.spec.user, sizeof b.spec.user, "%s", cfg.user);
-			snprintf(b.spec.workdir, sizeof b.spec.workdir, "%s", cfg.workdir);
-			snprintf(b.format, sizeof b.format, "%s", cfg.format);
-		}
-		sbx_rootfs_config_free(&cfg);
-		char *argv[] = { b.helper, "prepare", b.root, NULL };
-		if (rc == 0)
-			rc = run(&b, "prepare the root for guest-init", argv, NULL, err);
-	} else if (rc == 0) {
-		char *argv[] = { b.helper, "root-template", b.base.rootfs, b.root, NULL };
-		char *dargv[] = { b.helper, "root-debian", b.spec.from_ref, b.root, NULL };
-		char *bargv[] = { b.helper, "root-busybox", b.root, NULL };
-		rc = b.spec.from == SBX_FROM_TEMPLATE ? run(&b, "unpack the base's root", argv, NULL, err)
-		     : b.spec.from == SBX_FROM_BUSYBOX ? run(&b, "unpack busybox", bargv, "base-packages.tsv", err)
-						       : run(&b, "bootstrap Debian", dargv, NULL, err);
-	}
-	if (rc == 0 && b.spec.npackages) {
-		char **argv = calloc(b.spec.npackages + 4, sizeof *argv);
-		if (!argv)
-			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot install packages");
-		else {
-			argv[0] = b.helper;
-			argv[1] = "apt";
-			argv[2] = b.root;
-			for (unsigned i = 0; i < b.spec.npackages; i++)
-				argv[3 + i] = b.spec.packages[i];
-			rc = run(&b, "install packages", argv, NULL, err);
-			free(argv);
-		}
-	}
-	if (rc == 0 && b.spec.nremove) {
-		char *argv[3 + SBX_TMPLSPEC_REMOVE_MAX + 1] = { b.helper, "remove", b.root };
-		for (unsigned i = 0; i < b.spec.nremove; i++)
-			argv[3 + i] = b.spec.remove[i];
-		rc = run(&b, "remove paths", argv, NULL, err);
-	}
 	if (rc == 0)
-		rc = add_files(&b, err);
-	if (rc == 0 && b.spec.nrun)
-		rc = run_steps(&b, err);
-	if (rc == 0)
-		rc = set_user(&b, err);
-	if (rc == 0) {
-		char *argv[] = { b.helper, "packages", b.root, NULL };
-		rc = run(&b, "list packages", argv, "packages.tsv", err);
-	}
-	char img[1600];
-	snprintf(img, sizeof img, "%s/tpl/rootfs.ext4", b.wpath);
-	if (rc == 0) {
-		char *argv[] = { b.helper, "mkfs", b.root, img, NULL };
-		rc = run(&b, "make rootfs.ext4", argv, NULL, err);
-	}
+		rc = build_root(&b, err);
 	json_t *m = NULL;
 	char version[64] = "", content[65] = "";
 	unsigned long long total = 0;
@@ -961,6 +1269,10 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 	}
 	if (b.tdir >= 0)
 		close(b.tdir);
+	for (int *fd = (int[]){ b.import_fd, b.spec_fd, b.spec_dfd, -2 }; *fd != -2; fd++)
+		if (*fd >= 0)
+			close(*fd);
+	sbx_confine_slot_release(&b.slot);
 	json_decref(b.base_manifest);
 	json_decref(b.kernel);
 	sbx_tmplspec_free(&b.spec);

@@ -456,7 +456,8 @@ void sbx_tmplspec_free(struct sbx_tmplspec *s)
 	memset(s, 0, sizeof *s);
 }
 
-int sbx_tmplspec_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_tmplspec *s, struct sbx_err *err)
+static int parse(const char *name, const uint8_t *buf, size_t n, bool redact, struct sbx_tmplspec *s,
+		 struct sbx_err *err)
 {
 	struct sbx_yaml c;
 	char shown[200];
@@ -481,6 +482,7 @@ int sbx_tmplspec_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 		return -1;
 	}
 	c.value_tabs = true; /* a run: line may be indented */
+	c.redact = redact;
 	int r = parse_stream(&c, s);
 	sbx_yaml_close(&c);
 	if (r < 0) {
@@ -491,12 +493,16 @@ int sbx_tmplspec_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 	return 0;
 }
 
-int sbx_tmplspec_load(const char *path, struct sbx_tmplspec *s, struct sbx_err *err)
+int sbx_tmplspec_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_tmplspec *s, struct sbx_err *err)
+{
+	return parse(name, buf, n, false, s, err);
+}
+
+int sbx_tmplspec_load_fd(int fd, const char *path, bool redact, struct sbx_tmplspec *s, struct sbx_err *err)
 {
 	memset(s, 0, sizeof *s);
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	struct stat sb;
-	if (fd < 0 || fstat(fd, &sb) < 0)
+	if (fstat(fd, &sb) < 0)
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read template spec %.200s", path);
 	if (!S_ISREG(sb.st_mode))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load template spec %.200s: not a regular file", path);
@@ -509,8 +515,16 @@ int sbx_tmplspec_load(const char *path, struct sbx_tmplspec *s, struct sbx_err *
 	ssize_t got = pread(fd, txt, (size_t)sb.st_size, 0);
 	if (got < 0)
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read template spec %.200s", path);
-	size_t len = (size_t)got;
-	return sbx_tmplspec_parse(path, (const uint8_t *)txt, len, s, err);
+	return parse(path, (const uint8_t *)txt, (size_t)got, redact, s, err);
+}
+
+int sbx_tmplspec_load(const char *path, struct sbx_tmplspec *s, struct sbx_err *err)
+{
+	memset(s, 0, sizeof *s);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read template spec %.200s", path);
+	return sbx_tmplspec_load_fd(fd, path, false, s, err);
 }
 
 json_t *sbx_tmplspec_json(const struct sbx_tmplspec *s)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "err.h"
 
@@ -69,6 +70,10 @@ struct sbx_tmplspec {
 int sbx_tmplspec_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_tmplspec *s, struct sbx_err *err);
 /* Read and parse a regular file of at most SBX_TMPLSPEC_FILE_MAX bytes. */
 int sbx_tmplspec_load(const char *path, struct sbx_tmplspec *s, struct sbx_err *err);
+/* The same from an open fd (O_NONBLOCK: a FIFO answers at once); with
+ * redact, messages name the line and the rule but quote nothing of the
+ * file (a tenant's, read by root). */
+int sbx_tmplspec_load_fd(int fd, const char *path, bool redact, struct sbx_tmplspec *s, struct sbx_err *err);
 void sbx_tmplspec_free(struct sbx_tmplspec *s);
 /* The spec as canonical JSON (what the version hashes and the manifest
  * records as "spec"). */

@@ -100,8 +100,29 @@ static void utf8_trim(char *s)
 __attribute__((format(printf, 4, 0))) static int failv(struct sbx_yaml *c, size_t line, size_t col, const char *fmt,
 							 va_list ap)
 {
-	char msg[400];
+	char msg[400], hidden[400];
+	if (c->redact) {
+		/* Every value a message quotes is '%s' (or '%.Ns') by house
+		 * style: printed as nothing, the argument still consumed. */
+		size_t o = 0;
+		for (const char *f = fmt; *f && o + 16 < sizeof hidden;) {
+			size_t l = f[0] == '\'' && f[1] == '%' ? strspn(f + 2, "0123456789.") : 0;
+			if (l || (f[0] == '\'' && f[1] == '%')) {
+				if (f[2 + l] == 's' && f[3 + l] == '\'') {
+					o += (size_t)snprintf(hidden + o, sizeof hidden - o, "%%.0s(value not shown)");
+					f += 4 + l;
+					continue;
+				}
+			}
+			hidden[o++] = *f++;
+		}
+		hidden[o] = 0;
+		fmt = hidden;
+	}
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
 	vsnprintf(msg, sizeof msg, fmt, ap);
+#pragma GCC diagnostic pop
 	sbx_err_set(c->err, SBX_EXIT_INVALID, 0, "%s:%zu:%zu: %s", c->name, line, col, msg);
 	if (c->err)
 		utf8_trim(c->err->msg);

@@ -23,6 +23,7 @@ struct sbx_yaml {
 	unsigned depth, depth_max;
 	size_t scalar_max; /* longest value accepted */
 	bool value_tabs;   /* a value may hold a tab (set after sbx_yaml_open) */
+	bool redact;       /* messages quote no value (a tenant's file read as root) */
 	struct sbx_err *err;
 };
 

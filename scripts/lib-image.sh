@@ -23,7 +23,8 @@ image_init() {
 		virtio_pci virtio_blk virtio_console failover
 		net_failover virtio_net vsock vmw_vsock_virtio_transport_common
 		vmw_vsock_virtio_transport overlay virtio-rng pvpanic pvpanic-mmio pvpanic-pci)
-	mkdir -p "$debs" "$cache/unpacked"
+	# A confined step (common/confine.h) has no cache: it sees only its tree.
+	[ -n "${SBX_CONFINED:-}" ] || mkdir -p "$debs" "$cache/unpacked"
 }
 
 # sha256 FILE: hex digest.  openssl uses the SHA extensions and is ~4x

@@ -1,25 +1,48 @@
 # shellcheck shell=bash disable=SC2154 # lib-image.sh is prepended at build time
 # sbx-template-helper: the steps of a template build that are other
-# programs' work (debugfs, debootstrap, apt in a chroot, mkfs.ext4), run by
+# programs' work (debootstrap, tar, apt and dpkg, mkfs.ext4), run by
 # sbx-template build (common/tmplbuild.c), which owns the spec, the lock,
 # the work directory and the publish.  Installed in libexec/sbx as
 # lib-image.sh followed by this file.  Diagnostics on stderr (the builder
 # keeps them in the work directory's log), data on stdout.
 #
-#   root-template IMAGE DIR   DIR <- the tree in a template's rootfs.ext4
-#   root-debian SUITE DIR     DIR <- debootstrap minbase (cached), user 1000
-#   root-busybox DIR          DIR <- busybox-static and netbase unpacked, user
-#                             1000; their NAME<TAB>VERSION on stdout
+# Every step that reads, writes or runs anything of a template's root runs
+# confined (common/confine.h): root only in namespaces of its own, its ids
+# a host range nobody else has, no network, the host's programs read-only
+# and nothing of the host's but the directories it is given.  The steps on
+# the host's side handle only what the operator trusts (the host's archive,
+# sbx's own kernel and guest-init, a template image sbx made) and hand the
+# tree over as a tar stream; apt's downloads run on the host as the build's
+# unprivileged uid.
+#
+# On the host, as root:
+#   tar-template IMAGE        a template's rootfs.ext4 as a tar on stdout
+#   tar-debian SUITE          debootstrap minbase (cached) as a tar on stdout
+#   tar-busybox TSV           busybox-static and netbase as a tar on stdout;
+#                             their NAME<TAB>VERSION in TSV
 #   kernel PACKAGE OUTDIR     OUTDIR/vmlinux (PVH) and initrd.cpio (guest-init
 #                             beside this script, the virtio modules); KEY<TAB>VALUE
 #                             of package, version, release, guest_init_sha256
-#   apt DIR PKG...            apt-get upgrade, then install PKG... in DIR (a
-#                             chroot); documentation trimmed
-#   remove DIR PATH...        rm -rf each PATH of the root (it must exist)
-#   packages DIR              NAME<TAB>VERSION of each installed package
-#   mkfs DIR IMAGE            IMAGE <- DIR, reproducibly (lib-image.sh)
-#   replace-root TAR DIR      DIR <- the root a build VM tarred
+# On the host, as the build's unprivileged uid:
+#   apt-fetch APTDIR PKG...   the host archive's lists and the .debs an upgrade
+#                             and an install of PKG... need, for the suite,
+#                             architecture and dpkg status apt-facts left there
+# Confined:
+#   unpack DIR KIND           DIR <- the tar on stdin; KIND template (as it
+#                             is), debian (then prepare and trim) or busybox
+#                             (then prepare)
 #   prepare DIR               user 1000, /workspace, mount points (an import)
+#   apt-facts DIR APTDIR      the tree's suite, architecture, dpkg status
+#   apt-install DIR APTDIR PKG...  apt-get upgrade, then install PKG..., in DIR
+#                             (a chroot) from APTDIR only; documentation trimmed
+#   remove DIR PATH...        rm -rf each PATH of the root (it must exist)
+#   put PARENT NAME [MODE]    the tar on stdin (member NAME and what is below
+#                             it) into PARENT, a directory of the root; MODE
+#                             (octal) for NAME
+#   packages DIR              NAME<TAB>VERSION of each installed package
+#   mkfs DIR IMAGE [STAMP]    IMAGE <- DIR, reproducibly (lib-image.sh); what
+#                             is newer than STAMP gets the epoch
+#   replace-root DIR          DIR <- the root a build VM tarred (stdin)
 set -euo pipefail
 prog=sbx-template-helper
 # Exit 3: the input is at fault (the builder reports 3); anything else is 70.
@@ -70,36 +93,40 @@ no_links() {
 	return 0
 }
 
-# In the tree, in a mount namespace of its own (its proc mount never
-# outlives it), with a clean environment.
+# In the tree (a confined step with chroot_tree: its /proc and /dev are
+# the confinement's), with a clean environment.
 inroot() {
 	local d=$1
 	shift
-	mkdir -p "$d/proc" "$d/dev"
-	# shellcheck disable=SC2016 # expanded by the inner shell
-	unshare --mount --propagation private sh -c 'mount -t proc proc "$1/proc" && mount --rbind /dev "$1/dev" &&
-		d=$1 && shift &&
-		exec chroot "$d" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C \
-		DEBIAN_FRONTEND=noninteractive "$@"' sh "$d" "$@"
+	chroot "$d" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C \
+		DEBIAN_FRONTEND=noninteractive "$@"
 }
 
-# A read-only mount in a mount namespace of our own (gone with it), copied
-# whole: modes with their setuid and sticky bits, owners, hard links,
-# xattrs, which debugfs's rdump does not all keep.
-root_template() {
-	local img=$1 d=$2
-	mkdir -p "$d.mnt"
-	# shellcheck disable=SC2016 # expanded by the inner shell
-	unshare --mount --propagation private sh -c 'mount -o ro,loop,noload -t ext4 "$1" "$2" &&
-		tar --numeric-owner --xattrs --xattrs-include="*" -C "$2" -cf - . |
-		tar --numeric-owner --xattrs --xattrs-include="*" -p -C "$3" -xf -' sh "$img" "$d.mnt" "$d" ||
-		die "cannot copy the root of $img"
-	rmdir "$d.mnt"
-	rmdir "$d/lost+found" 2>/dev/null || true
+# The tar options every confined extraction uses: numeric owners (the
+# namespace's, which the image keeps), modes, file capabilities and user
+# xattrs (no trusted.* in a user namespace), and no device nodes (the guest
+# has devtmpfs; a user namespace cannot make them).
+untar() {
+	tar --numeric-owner -p --xattrs --xattrs-include='security.capability' --xattrs-include='user.*' \
+		--exclude='./dev/*' -C "$1" -xf -
 }
 
-root_debian() {
-	local suite=$1 d=$2 sources mirror key base_tar btmp
+# A read-only mount in a mount namespace of our own (gone with it), as a
+# tar stream: modes with their setuid and sticky bits, owners, hard links,
+# xattrs, which debugfs's rdump does not all keep.  The image is one sbx's
+# mkfs made; tar only reads it, and the extraction is confined.
+tar_template() {
+	local img=$1 mnt
+	mnt=$(mktemp -d /tmp/sbx-tpl-mnt.XXXXXX)
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	unshare --mount --propagation private sh -c 'mount -o ro,loop,noload,nosuid,nodev,noexec -t ext4 "$1" "$2" &&
+		tar --numeric-owner --xattrs --xattrs-include="*" -C "$2" --exclude=./lost+found -cf - .' sh "$img" "$mnt" ||
+		{ rmdir "$mnt"; die "cannot read the root of $img"; }
+	rmdir "$mnt"
+}
+
+tar_debian() {
+	local suite=$1 sources mirror key base_tar btmp
 	sources=$(host_sources "$suite" | sort -u)
 	mirror=$(awk -v s="$suite" '$2 == s { print $1; exit }' <<<"$sources")
 	[ -n "$mirror" ] || bad "from: debian:$suite: no '$suite' source in this host's apt sources"
@@ -123,19 +150,18 @@ root_debian() {
 		rm -rf "$btmp"
 	fi
 	exec 8>&-
-	zstd -q -dc "$base_tar" | tar --numeric-owner --xattrs --xattrs-include='*' -p -C "$d" -xf -
-	# debootstrap leaves its .debs in apt's cache: not the template's business
-	rm -f "$d"/var/cache/apt/archives/*.deb "$d"/var/cache/apt/*.bin
-	root_prepare "$d"
-	root_trim "$d"
+	zstd -q -dc "$base_tar"
 }
 
 # The busybox root: Debian's busybox-static (every applet a link to it)
 # and netbase's /etc/services and /etc/protocols (busybox is static glibc,
 # whose files lookups read them), unpacked from their .debs (cached), not
 # installed: there is no package manager in it.
-root_busybox() {
-	local d=$1 bb_deb nb_deb bb_tree nb_tree
+tar_busybox() {
+	local tsv=$1 d bb_deb nb_deb bb_tree nb_tree
+	d=$(mktemp -d /tmp/sbx-busybox.XXXXXX)
+	bb_tmp=$d
+	trap 'rm -rf "$bb_tmp"' EXIT
 	bb_deb=$(fetch_deb busybox-static)
 	bb_tree=$(unpack_deb "$bb_deb")
 	[ -x "$bb_tree/bin/busybox" ] || die "$bb_deb: no bin/busybox"
@@ -166,8 +192,8 @@ root_busybox() {
 	chmod 0644 "$d/etc/passwd" "$d/etc/group" "$d/etc/profile"
 	chmod 0600 "$d/etc/shadow"
 	chmod 0700 "$d/root"
-	root_prepare "$d"
-	printf '%s\t%s\n' busybox-static "$(dpkg-deb -f "$bb_deb" Version)" netbase "$(dpkg-deb -f "$nb_deb" Version)"
+	printf '%s\t%s\n' busybox-static "$(dpkg-deb -f "$bb_deb" Version)" netbase "$(dpkg-deb -f "$nb_deb" Version)" >"$tsv"
+	tar --numeric-owner -C "$d" -cf - .
 }
 
 # The template's own kernel and initramfs (lib-image.sh), from the kernel
@@ -234,7 +260,11 @@ root_prepare() {
 		[ -f "$d/etc/shadow" ] && echo 'user:*:0:0:99999:7:::' >>"$d/etc/shadow"
 	}
 	mkdir -p "$d"/{proc,sys,dev,run,tmp,var/tmp,root,home/user,workspace}
-	[ -d "$d/etc/skel" ] && cp -a "$d/etc/skel/." "$d/home/user/"
+	# A tar pipe, not cp: tar replaces a link it finds in home/user (an
+	# archive's .profile -> /etc/shadow) where cp would write through it.
+	if [ -d "$d/etc/skel" ]; then
+		tar -C "$d/etc/skel" --numeric-owner -cf - . | tar -C "$d/home/user" --numeric-owner -p -xf -
+	fi
 	chown -R 1000:1000 "$d/home/user" "$d/workspace"
 	chmod 1777 "$d/tmp" "$d/var/tmp"
 	[ -s "$d/etc/hostname" ] || echo sbx >"$d/etc/hostname"
@@ -242,47 +272,110 @@ root_prepare() {
 	rm -f "$d/etc/resolv.conf"
 }
 
-root_apt() {
-	local d=$1
-	shift
+# The facts apt-fetch needs from the tree, read here (confined): its
+# suite (os-release's VERSION_CODENAME), dpkg's architecture and status.
+root_apt_facts() {
+	local d=$1 a=$2 suite arch
 	[ -x "$d/usr/bin/apt-get" ] || bad "packages: the base has no apt-get (build from debian:SUITE or a Debian-based template)"
-	no_links "$d" etc proc dev var/lib/apt/lists var/cache/apt var/log var/cache/debconf var/cache/ldconfig var/lib/dpkg
-	# The host's resolver for apt only; the guest gets its own at boot.
+	suite=$({ cat "$d/etc/os-release" "$d/usr/lib/os-release" 2>/dev/null || true; } |
+		sed -n 's/^VERSION_CODENAME=\(.*\)$/\1/p' | tr -d '"' | sed -n 1p)
+	printf '%s' "$suite" | grep -Eqx '[a-z][a-z0-9.-]{0,31}' ||
+		bad "packages: the base's /etc/os-release names no Debian suite (VERSION_CODENAME)"
+	arch=$(inroot "$d" dpkg --print-architecture) || bad "packages: the base's dpkg does not run"
+	printf '%s' "$arch" | grep -Eqx '[a-z0-9]{1,16}' || bad "packages: the base's dpkg names no architecture"
+	printf '%s\n' "$suite" >"$a/suite"
+	printf '%s\n' "$arch" >"$a/arch"
+	if [ -f "$d/var/lib/dpkg/status" ]; then cat "$d/var/lib/dpkg/status"; fi >"$a/status"
+}
+
+# apt's options for the host's apt-get working on APTDIR alone: the host
+# archive's sources for the tree's suite (never the tree's own sources),
+# verified with the host's keys, the tree's dpkg status, no locks.
+apt_host_opts() {
+	local a=$1
+	apt_opts=(-o "Dir::Etc::SourceList=$a/sources.list" -o Dir::Etc::SourceParts=-
+		-o "Dir::Etc::Preferences=$a/none" -o Dir::Etc::PreferencesParts=-
+		-o Dir::Etc::Trusted=/etc/apt/trusted.gpg -o Dir::Etc::TrustedParts=/etc/apt/trusted.gpg.d
+		-o "Dir::State=$a/state" -o "Dir::State::Lists=$a/lists" -o "Dir::State::status=$a/status"
+		-o "Dir::Cache=$a/cache" -o "Dir::Cache::Archives=$a/archives" -o "Dir::Log=$a/log"
+		-o "APT::Architecture=$(cat "$a/arch")" -o APT::Architectures::= -o Debug::NoLocking=1
+		-o Acquire::Languages=none -q)
+}
+
+# On the host as the build's uid (no root, no capabilities): the lists and
+# the .debs of an upgrade and of installing PKG..., nothing installed.
+root_apt_fetch() {
+	local a=$1 suite sources signed=''
+	shift
+	suite=$(cat "$a/suite")
+	sources=$(host_sources "$suite" | sort -u)
+	[ -n "$sources" ] || bad "packages: the base is Debian '$suite', for which this host's apt has no source"
+	[ -f /usr/share/keyrings/debian-archive-keyring.gpg ] &&
+		signed='[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] '
+	awk -v s="$signed" '{ printf "deb %s%s %s main\n", s, $1, $2 }' <<<"$sources" >"$a/sources.list"
+	awk '{ printf "deb %s %s main\n", $1, $2 }' <<<"$sources" >"$a/sources.tree"
+	mkdir -p "$a/state" "$a/lists/partial" "$a/cache" "$a/archives/partial" "$a/log"
+	apt_host_opts "$a"
+	local o=(-y --no-install-recommends -d)
+	apt-get "${apt_opts[@]}" update >/dev/null || die "apt-get update from this host's archive failed"
+	apt-get "${apt_opts[@]}" "${o[@]}" upgrade >/dev/null || exit 3
+	apt-get "${apt_opts[@]}" "${o[@]}" install "$@" >/dev/null || exit 3
+}
+
+# Confined, in the tree: the upgrade and the install from APTDIR's lists
+# and .debs only (--no-download: there is no network here).
+root_apt_install() {
+	local d=$1 a=$2 t=var/lib/sbx-apt
+	shift 2
+	no_links "$d" etc proc dev var/lib var/lib/apt/lists var/cache/apt var/log var/cache/debconf \
+		var/cache/ldconfig var/lib/dpkg
+	rm -rf "${d:?}/$t"
+	mkdir -p "$d/$t"
+	cp -R "$a/lists" "$a/archives" "$d/$t/"
+	cp "$a/sources.tree" "$d/$t/sources.list"
 	rm -f "$d/etc/resolv.conf"
-	cp /etc/resolv.conf "$d/etc/resolv.conf"
 	# apt's own messages (E: Unable to locate package ...) go to stderr as they are.
 	# The base's packages first take the archive's updates (its -updates
 	# and -security suites too).
 	# shellcheck disable=SC2016 # expanded by the inner shell
-	inroot "$d" sh -c 'o="-q -y --no-install-recommends -o Dpkg::Use-Pty=0 -o Dpkg::Options::=--force-confold"
-		apt-get -q update >/dev/null && apt-get $o upgrade >/dev/null && apt-get $o install "$@" &&
-		apt-get clean' sh "$@" >&2 || exit 3
+	inroot "$d" sh -c 't=/var/lib/sbx-apt
+		o="-q -y --no-install-recommends --no-download -o Dpkg::Use-Pty=0 -o Dpkg::Options::=--force-confold
+		-o Dir::Etc::SourceList=$t/sources.list -o Dir::Etc::SourceParts=- -o Dir::State::Lists=$t/lists
+		-o Dir::Cache::Archives=$t/archives -o APT::Sandbox::User=root"
+		apt-get $o upgrade >/dev/null && apt-get $o install "$@"' sh "$@" >&2 || exit 3
+	rm -rf "${d:?}/$t"
 	# ldconfig's aux-cache records inode numbers and times of this host's
 	# unpack: the one file two builds of the same packages would differ in.
 	rm -rf "$d"/var/lib/apt/lists/* "$d"/var/cache/apt/*.bin "$d/var/cache/ldconfig/aux-cache"
+	rm -f "$d"/var/cache/apt/archives/*.deb
 	find "$d/var/log" -mindepth 1 ! -type d -delete 2>/dev/null || true
 	find "$d/var/cache/debconf" "$d/var/lib/dpkg" -maxdepth 1 -name '*-old' -delete 2>/dev/null || true
-	rm -f "$d/etc/resolv.conf"
 	root_trim "$d"
 }
 
 # The root a build VM's guest tarred (its own tar, of its whole root but
-# its mounts) replaces DIR.  Extracted into an empty directory, so no
-# symbolic link already there can carry a member elsewhere; GNU tar
-# refuses '..' and absolute names and makes symbolic links last.  Device
-# nodes are dropped (the guest has devtmpfs).
+# its mounts, on stdin) replaces DIR's contents.  Extracted into an empty
+# directory, so no symbolic link already there can carry a member
+# elsewhere; GNU tar refuses '..' and absolute names and makes symbolic
+# links last.  Device nodes are dropped (the guest has devtmpfs).
 root_replace() {
-	local tar=$1 d=$2
-	rm -rf "$d.new"
-	mkdir "$d.new"
-	tar --numeric-owner -p -C "$d.new" -xf "$tar" >&2 || bad "cannot unpack the root the build VM sent"
-	find "$d.new" \( -type b -o -type c -o -type p -o -type s \) -delete
-	mkdir -p "$d.new"/{proc,dev,sys,run}
-	for m in proc dev sys run; do
-		chmod --reference="$d/$m" "$d.new/$m" 2>/dev/null || true
-	done
-	rm -rf "$d"
-	mv "$d.new" "$d"
+	local d=$1 m
+	find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
+	untar "$d" >&2 || bad "cannot unpack the root the build VM sent"
+	find "$d" \( -type b -o -type c -o -type p -o -type s \) -delete
+	for m in proc sys; do mkdir -p "$d/$m" && chmod 0555 "$d/$m"; done
+	for m in dev run; do mkdir -p "$d/$m" && chmod 0755 "$d/$m"; done
+}
+
+# A spec's files: entry, as a tar of one member (the file or directory,
+# already named as its destination) on stdin, into PARENT, a directory of
+# the root that tmplbuild.c resolved inside it.  tar replaces a link it
+# finds at a member's name rather than write through it.  Owned by root,
+# modes kept (MODE, when given, for the member itself).
+root_put() {
+	local parent=$1 name=$2 mode=${3:-}
+	tar -C "$parent" --no-same-owner -p -xf - || bad "cannot copy $name into the root"
+	if [ -n "$mode" ]; then chmod "$mode" -- "$parent/$name"; fi
 }
 
 root_packages() {
@@ -300,8 +393,9 @@ root_mkfs() {
 	trap 'rm -rf "$work"' EXIT
 	fs_uuid=5b5c0c2e-7d0e-4c5e-9a55-0000000000d5
 	fs_seed=5b5c0c2e-7d0e-4c5e-9a55-0000000000d6
-	# Files the build wrote get the epoch; package files keep their times.
-	[ -n "${SBX_BUILD_STAMP:-}" ] && find "$rd" -newer "$SBX_BUILD_STAMP" -exec touch -h -d "@$epoch" {} +
+	# Files the build wrote (newer than STAMP, the build's start) get the
+	# epoch; package files keep their times.
+	[ -n "${3:-}" ] && find "$rd" -newer "$3" -exec touch -h -d "@$epoch" {} +
 	touch -h -d "@$epoch" "$rd"
 	data_mib=$(find "$rd" -type f -printf '%s\n' | awk '{ b += int(($1 + 4095) / 4096) } END { print int(b / 256) }')
 	inodes=$(find "$rd" | wc -l)
@@ -313,15 +407,31 @@ root_mkfs() {
 step=$1
 shift
 case $step in
-root-template) [ $# = 2 ] || die "usage: root-template IMAGE DIR"; root_template "$@" ;;
-root-debian) [ $# = 2 ] || die "usage: root-debian SUITE DIR"; root_debian "$@" ;;
-root-busybox) [ $# = 1 ] || die "usage: root-busybox DIR"; root_busybox "$@" ;;
+tar-template) [ $# = 1 ] || die "usage: tar-template IMAGE"; tar_template "$@" ;;
+tar-debian) [ $# = 1 ] || die "usage: tar-debian SUITE"; tar_debian "$@" ;;
+tar-busybox) [ $# = 1 ] || die "usage: tar-busybox TSV"; tar_busybox "$@" ;;
 kernel) [ $# = 2 ] || die "usage: kernel PACKAGE OUTDIR"; root_kernel "$@" ;;
-remove) [ $# -ge 2 ] || die "usage: remove DIR PATH..."; root_remove "$@" ;;
-apt) [ $# -ge 2 ] || die "usage: apt DIR PKG..."; root_apt "$@" ;;
-packages) [ $# = 1 ] || die "usage: packages DIR"; root_packages "$@" ;;
-mkfs) [ $# = 2 ] || die "usage: mkfs DIR IMAGE"; root_mkfs "$@" ;;
+apt-fetch) [ $# -ge 2 ] || die "usage: apt-fetch APTDIR PKG..."; root_apt_fetch "$@" ;;
+unpack)
+	[ $# = 2 ] || die "usage: unpack DIR KIND"
+	untar "$1"
+	case $2 in
+	template) ;;
+	debian)
+		# debootstrap leaves its .debs in apt's cache: not the template's business
+		rm -f "$1"/var/cache/apt/archives/*.deb "$1"/var/cache/apt/*.bin
+		root_prepare "$1"
+		root_trim "$1" ;;
+	busybox) root_prepare "$1" ;;
+	*) die "unknown kind '$2'" ;;
+	esac ;;
 prepare) [ $# = 1 ] || die "usage: prepare DIR"; root_prepare "$@" ;;
-replace-root) [ $# = 2 ] || die "usage: replace-root TAR DIR"; root_replace "$@" ;;
+apt-facts) [ $# = 2 ] || die "usage: apt-facts DIR APTDIR"; root_apt_facts "$@" ;;
+apt-install) [ $# -ge 3 ] || die "usage: apt-install DIR APTDIR PKG..."; root_apt_install "$@" ;;
+remove) [ $# -ge 2 ] || die "usage: remove DIR PATH..."; root_remove "$@" ;;
+put) [ $# -ge 2 ] && [ $# -le 3 ] || die "usage: put PARENT NAME [MODE]"; root_put "$@" ;;
+packages) [ $# = 1 ] || die "usage: packages DIR"; root_packages "$@" ;;
+mkfs) [ $# -ge 2 ] && [ $# -le 3 ] || die "usage: mkfs DIR IMAGE [STAMP]"; root_mkfs "$@" ;;
+replace-root) [ $# = 1 ] || die "usage: replace-root DIR"; root_replace "$@" ;;
 *) die "unknown step '$step'" ;;
 esac
