@@ -537,6 +537,35 @@ pid_t sbx_confine_spawn_host(const struct sbx_confine *c, char *const argv[], st
 	if (getppid() != parent)
 		_exit(125);
 	child_fds(c);
+	char prog[40];
+	char *const *av = argv;
+	char **moved = NULL;
+	if (c->work) {
+		/* Opened in the new namespace (a bind's source must be of it),
+		 * before /tmp, where it (or the program: a clone's build) may
+		 * lie, is covered; the program is run through its fd. */
+		if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+			fail("a mount namespace");
+		int w = open_host(c->work, 1), p = open(argv[0], O_RDONLY);
+		if (p < 0)
+			fail(argv[0]);
+		size_t n = 0;
+		while (argv[n])
+			n++;
+		if (!(moved = calloc(n + 1, sizeof *moved)))
+			fail("memory");
+		memcpy(moved, argv, n * sizeof *moved);
+		snprintf(prog, sizeof prog, "/proc/self/fd/%d", p);
+		moved[0] = prog;
+		av = moved;
+		char src[40];
+		snprintf(src, sizeof src, "/proc/self/fd/%d", w);
+		if (mount("sbx-work", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,size=64m") < 0 ||
+		    mkdir("/tmp/work", 0755) < 0 || mount(src, "/tmp/work", NULL, MS_BIND, NULL) < 0 ||
+		    chdir("/tmp/work") < 0)
+			fail("the step's directory");
+		close(w);
+	}
 	uid_t id = c->base;
 	/* Leaving uid 0 empties the permitted and effective sets. */
 	if (setgroups(0, NULL) < 0 || setresgid(id, id, id) < 0 || setresuid(id, id, id) < 0)
@@ -553,5 +582,5 @@ pid_t sbx_confine_spawn_host(const struct sbx_confine *c, char *const argv[], st
 		fail("the seccomp filter");
 	}
 	setenv("HOME", "/nonexistent", 1);
-	_exit(sbx_confine_execv((void *)argv));
+	_exit(sbx_confine_execv((void *)av));
 }

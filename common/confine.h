@@ -61,6 +61,11 @@ struct sbx_confine {
 	const char *chroot_tree;
 	int fds[3];  /* the step's stdin, stdout and stderr */
 	int keep_fd; /* one more fd the step inherits (a lock), or -1 */
+	/* sbx_confine_spawn_host: its one directory, shown to it alone as
+	 * /tmp/work (a tmpfs over /tmp in a mount namespace of its own: the
+	 * directories above it need not be its to search), its working
+	 * directory; or NULL. */
+	const char *work;
 	/* What a function (not a program) works through: every other fd of
 	 * the caller's is closed before it runs. */
 	const int *keep;
@@ -79,9 +84,10 @@ int sbx_confine_execv(void *argv);
 pid_t sbx_confine_spawn(const struct sbx_confine *c, sbx_confine_fn fn, void *arg, struct sbx_err *err);
 
 /* The one step that needs the host's network (apt's downloads), for
- * programs of the host's only: in the host's namespaces, as the slot's
- * root uid and gid with no groups, no capabilities, no_new_privs and the
- * seccomp filter.  It can write only what the slot owns. */
+ * programs of the host's only: in the host's namespaces but a mount
+ * namespace (c->work), as the slot's root uid and gid with no groups, no
+ * capabilities, no_new_privs and the seccomp filter.  It can write only
+ * what the slot owns. */
 pid_t sbx_confine_spawn_host(const struct sbx_confine *c, char *const argv[], struct sbx_err *err);
 
 #endif

@@ -94,6 +94,7 @@ struct step {
 	void *arg;
 	const int *keep; /* fn's fds */
 	unsigned nkeep;
+	const char *work; /* HOST_UID: its one directory (confine.h) */
 };
 
 /* A HOST program with the work directory's lock inherited, so the
@@ -149,7 +150,8 @@ static int run_step(struct build *b, const struct step *st, struct sbx_err *err)
 	int in = st->feed ? pipefd[0] : st->in_fd >= 0 ? st->in_fd : null;
 	struct sbx_confine c = { .base = b->slot.base, .binds = st->binds, .nbinds = st->nbinds,
 				 .chroot_tree = st->chroot_tree, .fds = { in, out >= 0 ? out : b->logfd, b->logfd },
-				 .keep_fd = -1, .keep = st->keep, .nkeep = st->nkeep };
+				 .keep_fd = -1, .keep = st->keep, .nkeep = st->nkeep,
+				 .work = st->how == HOST_UID ? st->work : NULL };
 	struct sbx_err e = { 0 };
 	if (st->how == HOST)
 		pid = host_spawn(b, st->argv, in, c.fds[1], -1);
@@ -748,8 +750,13 @@ void sbx_tmplbuild_gc(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx
 static int open_caller_file(struct build *b, const char *path, const char *key, int *dir_fd, struct sbx_err *err)
 {
 	_cleanup_hostpath_ struct sbx_hostpath hp;
-	if (sbx_hostpath_resolve(b->o->tenant, path, SBX_HOSTPATH_READ | SBX_HOSTPATH_FOLLOW, key, &hp, err) < 0)
+	if (sbx_hostpath_resolve(b->o->tenant, path, SBX_HOSTPATH_READ | SBX_HOSTPATH_FOLLOW, key, &hp, err) < 0) {
+		/* A missing file is bad input here (3), as it always was. */
+		if (err->code == SBX_EXIT_NOENT)
+			sbx_err_set(err, SBX_EXIT_INVALID, ENOENT, "cannot read %s %.200s", dir_fd ? "template spec" : "archive",
+				    path);
 		return -1;
+	}
 	int fd = sbx_hostpath_openat(&hp, NULL, O_RDONLY | O_NONBLOCK | O_NOCTTY);
 	struct stat sb;
 	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
@@ -1151,7 +1158,9 @@ static int install_packages(struct build *b, struct sbx_err *err)
 	if (!fetch || !inst)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot install packages");
 	fetch[0] = inst[0] = b->helper;
-	fetch[1] = "apt-fetch", fetch[2] = apt;
+	/* The download is not root: it sees work/apt alone, as /tmp/work,
+	 * not through the state root's directories. */
+	fetch[1] = "apt-fetch", fetch[2] = "/tmp/work";
 	inst[1] = "apt-install", inst[2] = b->root, inst[3] = apt;
 	for (unsigned i = 0; i < b->spec.npackages; i++)
 		fetch[3 + i] = inst[4 + i] = b->spec.packages[i];
@@ -1161,7 +1170,7 @@ static int install_packages(struct build *b, struct sbx_err *err)
 	struct step st[] = {
 		{ .what = "read the base's packages", .argv = facts, .how = CONFINED, .binds = rw, .nbinds = 3,
 		  .chroot_tree = b->root },
-		{ .what = "download packages", .argv = fetch, .how = HOST_UID },
+		{ .what = "download packages", .argv = fetch, .how = HOST_UID, .work = apt },
 		{ .what = "install packages", .argv = inst, .how = CONFINED, .binds = ro, .nbinds = 3,
 		  .chroot_tree = b->root },
 	};

@@ -193,7 +193,10 @@ tar_busybox() {
 	chmod 0600 "$d/etc/shadow"
 	chmod 0700 "$d/root"
 	printf '%s\t%s\n' busybox-static "$(dpkg-deb -f "$bb_deb" Version)" netbase "$(dpkg-deb -f "$nb_deb" Version)" >"$tsv"
-	tar --numeric-owner -C "$d" -cf - .
+	# Every file this step made gets the epoch here: tar keeps whole
+	# seconds, so a time from now could fall before the build's stamp
+	# once unpacked and escape mkfs's pinning.
+	tar --numeric-owner --mtime="@$epoch" -C "$d" -cf - .
 }
 
 # The template's own kernel and initramfs (lib-image.sh), from the kernel
@@ -293,8 +296,8 @@ root_apt_facts() {
 # verified with the host's keys, the tree's dpkg status, no locks.
 apt_host_opts() {
 	local a=$1
-	apt_opts=(-o "Dir::Etc::SourceList=$a/sources.list" -o Dir::Etc::SourceParts=-
-		-o "Dir::Etc::Preferences=$a/none" -o Dir::Etc::PreferencesParts=-
+	apt_opts=(-o "Dir::Etc::SourceList=$a/sources.list" -o "Dir::Etc::SourceParts=$a/empty"
+		-o "Dir::Etc::Preferences=$a/none" -o "Dir::Etc::PreferencesParts=$a/empty"
 		-o Dir::Etc::Trusted=/etc/apt/trusted.gpg -o Dir::Etc::TrustedParts=/etc/apt/trusted.gpg.d
 		-o "Dir::State=$a/state" -o "Dir::State::Lists=$a/lists" -o "Dir::State::status=$a/status"
 		-o "Dir::Cache=$a/cache" -o "Dir::Cache::Archives=$a/archives" -o "Dir::Log=$a/log"
@@ -314,7 +317,7 @@ root_apt_fetch() {
 		signed='[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] '
 	awk -v s="$signed" '{ printf "deb %s%s %s main\n", s, $1, $2 }' <<<"$sources" >"$a/sources.list"
 	awk '{ printf "deb %s %s main\n", $1, $2 }' <<<"$sources" >"$a/sources.tree"
-	mkdir -p "$a/state" "$a/lists/partial" "$a/cache" "$a/archives/partial" "$a/log"
+	mkdir -p "$a/state" "$a/lists/partial" "$a/cache" "$a/archives/partial" "$a/log" "$a/empty"
 	apt_host_opts "$a"
 	local o=(-y --no-install-recommends -d)
 	apt-get "${apt_opts[@]}" update >/dev/null || die "apt-get update from this host's archive failed"
@@ -330,7 +333,7 @@ root_apt_install() {
 	no_links "$d" etc proc dev var/lib var/lib/apt/lists var/cache/apt var/log var/cache/debconf \
 		var/cache/ldconfig var/lib/dpkg
 	rm -rf "${d:?}/$t"
-	mkdir -p "$d/$t"
+	mkdir -p "$d/$t/empty"
 	cp -R "$a/lists" "$a/archives" "$d/$t/"
 	cp "$a/sources.tree" "$d/$t/sources.list"
 	rm -f "$d/etc/resolv.conf"
@@ -340,7 +343,7 @@ root_apt_install() {
 	# shellcheck disable=SC2016 # expanded by the inner shell
 	inroot "$d" sh -c 't=/var/lib/sbx-apt
 		o="-q -y --no-install-recommends --no-download -o Dpkg::Use-Pty=0 -o Dpkg::Options::=--force-confold
-		-o Dir::Etc::SourceList=$t/sources.list -o Dir::Etc::SourceParts=- -o Dir::State::Lists=$t/lists
+		-o Dir::Etc::SourceList=$t/sources.list -o Dir::Etc::SourceParts=$t/empty -o Dir::State::Lists=$t/lists
 		-o Dir::Cache::Archives=$t/archives -o APT::Sandbox::User=root"
 		apt-get $o upgrade >/dev/null && apt-get $o install "$@"' sh "$@" >&2 || exit 3
 	rm -rf "${d:?}/$t"

@@ -206,7 +206,8 @@ bad 2 "bad --keep" "prune --keep -1" -- prune --keep -1
 bad 4 "no template 'nosuch'" "rm of an unknown template" -- rm nosuch
 bad 3 "invalid (template|tenant)" "rm of a path" -- rm ../default
 mkdir -p "$(dirname "$CONF")"
-printf 'templates:\n  publishers: [b]\n' >"$CONF"
+# A tenant's spec is read from its own host_paths only (t1820 has the rest).
+printf 'templates:\n  publishers: [b]\nhost_paths:\n  read: ["%s"]\n' "$S" >"$CONF"
 bad 3 "tenant a is not in templates.publishers" "a build by a tenant that may not publish" -- \
 	build --tenant a x -f "$S/web2.yaml"
 bad 3 "belongs to the operator" "a tenant's build never shadows an operator template" -- \
