@@ -693,6 +693,14 @@ static int run(const struct sbx_proxy_args *a, struct sbx_err *err)
 		close(a->dns_tcp_fd);
 	if (a->dns_udp_fd >= 0)
 		close(a->dns_udp_fd);
+	/* LIB alone stays (the audit trail, the package cache, the session's
+	 * packages.log and budget): not RUN, every session's sockets. */
+	int *dirs[] = { &px.st.run_fd, &px.st.rsessions_fd, &px.st.sessions_fd };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(dirs); i++) {
+		if (*dirs[i] >= 0)
+			close(*dirs[i]);
+		*dirs[i] = -1;
+	}
 	if (unprivileged(0, monitor, err) < 0)
 		return -1;
 	return run_priv(&px, a, sp[0], child, sfd, stop[1], err);
