@@ -40,6 +40,7 @@ static const struct sbx_cli_col cols[] = {
 	{ "ttl_left_s", "TTL_LEFT_S", NULL },
 	{ "tenant", "TENANT", NULL },
 	{ "template_owner", "TEMPLATE_OWNER", NULL },
+	{ "net", "NET", NULL }, /* last: the columns before it keep their places */
 };
 static const struct sbx_cli_table sessions_table = { SBX_CLI_COLS(cols), .key = { "id", NULL, NULL } };
 

@@ -533,3 +533,11 @@ int sbx_hostconf_load(struct sbx_hostconf *hc, struct sbx_err *err)
 	}
 	return sbx_hostconf_parse(path, buf, got, hc, err);
 }
+
+int sbx_hostconf_check(struct sbx_err *err)
+{
+	_cleanup_free_ struct sbx_hostconf *hc = malloc(sizeof *hc); /* tens of KiB: not on the stack */
+	if (!hc)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	return sbx_hostconf_load(hc, err);
+}

@@ -107,6 +107,9 @@ int sbx_hostconf_publisher(const struct sbx_hostconf *hc, const char *tenant);
 const char *sbx_hostconf_path(char *buf, size_t n);
 /* Read it; a missing file leaves hc empty (npool 0) and succeeds. */
 int sbx_hostconf_load(struct sbx_hostconf *hc, struct sbx_err *err);
+/* Is it valid (missing counts as valid)?  -1 with the parser's message,
+ * SBX_EXIT_INVALID, when it is not. */
+int sbx_hostconf_check(struct sbx_err *err);
 /* Parse n bytes (name used in messages) into hc, which is reset first. */
 int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_hostconf *hc,
 		       struct sbx_err *err);

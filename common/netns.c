@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -350,6 +351,60 @@ int sbx_netns_complete(int netns_fd, struct sbx_netns *n, struct sbx_err *err)
 	return run_helper(NS_COMPLETE, netns_fd, n, err);
 }
 
+/* The proxy's word on its readiness pipe: 'R' once it runs (its
+ * configuration accepted, both halves set up, its listeners served), or
+ * 'E' CODE ' ' MESSAGE when it cannot start.  EOF before either: it died
+ * without a word (its status then says how). */
+static int proxy_wait_ready(int fd, pid_t p, int pidfd, struct sbx_err *err)
+{
+	char buf[600];
+	size_t n = 0;
+	uint64_t deadline = sbx_mono_ns() + SBX_PROXY_START_TIMEOUT_S * 1000000000ull;
+	for (;;) {
+		uint64_t now = sbx_mono_ns();
+		if (now >= deadline)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the session's proxy did not start within %d s",
+					   SBX_PROXY_START_TIMEOUT_S);
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		int r = poll(&pf, 1, (int)((deadline - now) / 1000000u) + 1);
+		if (r < 0 && errno != EINTR)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot wait for the session's proxy");
+		if (r <= 0)
+			continue;
+		ssize_t k = read(fd, buf + n, sizeof buf - 1 - n);
+		if (k < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (k > 0 && (n += (size_t)k) < sizeof buf - 1 && buf[0] == 'E')
+			continue; /* the message, to its end */
+		if (n && buf[0] == 'R')
+			return 0;
+		break;
+	}
+	buf[n] = 0;
+	if (n > 1 && buf[0] == 'E') {
+		char *end;
+		long code = strtol(buf + 1, &end, 10);
+		end[strcspn(end, "\n")] = 0; /* the first message: a second half may say why too */
+		sbx_text_clean(end); /* the proxy's bytes, on their way to a terminal */
+		if (*end == ' ' && code > 0 && code < 256)
+			return sbx_err_set(err, (int)code, 0, "the session's proxy did not start: %s", end + 1);
+	}
+	int st = 0; /* how it ended: its pipe closes as it exits */
+	struct pollfd pf = { .fd = pidfd, .events = POLLIN };
+	if (pidfd >= 0)
+		poll(&pf, 1, 1000);
+	if (waitpid(p, &st, WNOHANG) != p)
+		st = 0;
+	else if (WIFSIGNALED(st))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the session's proxy was killed by signal %d as it started",
+				   WTERMSIG(st));
+	else if (WEXITSTATUS(st) == 126)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start the session's proxy");
+	else if (WEXITSTATUS(st) == 127)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "cannot execute the session's proxy");
+	return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the session's proxy ended as it started");
+}
+
 int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd,
 			  uint64_t *start, int *busy_fd, struct sbx_err *err)
 {
@@ -363,14 +418,21 @@ int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd,
 	if ((!slash || access(path, X_OK) < 0) &&
 	    (sbx_libexec_path("sbx-proxy", path, sizeof path) < 0 || access(path, X_OK) < 0))
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, errno, "cannot find sbx-proxy (looked at %s)", path);
-	int busy[2];
+	int busy[2], ready[2];
 	if (pipe2(busy, O_CLOEXEC | O_NONBLOCK) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the proxy's pipe");
+	if (pipe2(ready, O_CLOEXEC) < 0) {
+		close(busy[0]);
+		close(busy[1]);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the proxy's pipe");
+	}
 	int parent = getpid();
 	pid_t p = fork();
 	if (p < 0) {
 		close(busy[0]);
 		close(busy[1]);
+		close(ready[0]);
+		close(ready[1]);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the proxy");
 	}
 	if (p == 0) {
@@ -380,28 +442,38 @@ int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd,
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		/* Exactly these cross the exec, at fixed numbers (3..7). */
-		int from[5] = { n->tcp_fd, n->dns_udp_fd, n->dns_tcp_fd, n->pkg_fd, busy[1] }, hi[5];
-		for (int i = 0; i < 5; i++)
+		/* Exactly these cross the exec, at fixed numbers (3..8). */
+		int from[6] = { n->tcp_fd, n->dns_udp_fd, n->dns_tcp_fd, n->pkg_fd, busy[1], ready[1] }, hi[6];
+		for (int i = 0; i < 6; i++)
 			if ((hi[i] = fcntl(from[i], F_DUPFD_CLOEXEC, 64)) < 0)
 				_exit(126);
 		int devnull = open("/dev/null", O_RDONLY);
 		if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
 			_exit(126);
-		for (int i = 0; i < 5; i++)
+		for (int i = 0; i < 6; i++)
 			if (dup2(hi[i], 3 + i) < 0)
 				_exit(126);
-		close_range(8, ~0u, 0);
+		close_range(9, ~0u, 0);
 		execl(path, "sbx-proxy", "--id", id, "--tcp-fd", "3", "--dns-udp-fd", "4", "--dns-tcp-fd", "5", "--pkg-fd",
-		      "6", "--busy-fd", "7", (char *)NULL);
+		      "6", "--busy-fd", "7", "--ready-fd", "8", (char *)NULL);
 		dprintf(2, "cannot execute %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}
 	close(busy[1]);
-	*busy_fd = busy[0];
+	close(ready[1]);
 	*pid = p;
 	*pidfd = (int)syscall(SYS_pidfd_open, p, 0);
 	*start = sbx_proc_start_time(p);
+	/* Not ready, not started: a session whose proxy refused its
+	 * configuration must not be reported ready with no way out. */
+	int rc = proxy_wait_ready(ready[0], p, *pidfd, err);
+	close(ready[0]);
+	if (rc < 0) {
+		close(busy[0]);
+		sbx_netns_stop_proxy(pid, pidfd);
+		return -1;
+	}
+	*busy_fd = busy[0];
 	return 0;
 }
 

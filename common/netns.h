@@ -58,10 +58,16 @@ int sbx_netns_complete(int netns_fd, struct sbx_netns *n, struct sbx_err *err);
 /* Close whatever n still holds (fds < 0 are skipped) and set them to -1. */
 void sbx_netns_close(struct sbx_netns *n);
 /* The session's proxy (libexec/sbx/sbx-proxy, egress.h), started with the
- * listening sockets of n and the write end of a pipe (below) and nothing
- * else across exec, stdout and stderr on log_fd; it dies with the caller
- * (PR_SET_PDEATHSIG).  Fills pid, a pidfd, the start time and busy_fd,
- * the pipe's read end (O_NONBLOCK, O_CLOEXEC). */
+ * listening sockets of n, the write end of a pipe (below) and that of a
+ * readiness pipe and nothing else across exec, stdout and stderr on
+ * log_fd; it dies with the caller (PR_SET_PDEATHSIG).  Returns once the
+ * proxy says it runs (its configuration, sbx.yaml included, accepted,
+ * both halves set up), at most SBX_PROXY_START_TIMEOUT_S later; a proxy
+ * that cannot start is reaped and its own status and message are the
+ * error ("the session's proxy did not start: ...").  Fills pid, a pidfd,
+ * the start time and busy_fd, the pipe's read end (O_NONBLOCK,
+ * O_CLOEXEC). */
+#define SBX_PROXY_START_TIMEOUT_S 10
 int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd,
 			  uint64_t *start, int *busy_fd, struct sbx_err *err);
 /* What the proxy says on that pipe, for the idle policy (a session with a

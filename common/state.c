@@ -1,4 +1,5 @@
 #include "state.h"
+#include "hostconf.h"
 #include "util.h"
 
 #include <errno.h>
@@ -85,7 +86,11 @@ int sbx_state_open(struct sbx_state *st, struct sbx_err *err)
 
 int sbx_state_peek(struct sbx_state *st, struct sbx_err *err)
 {
-	if (state_paths(st, err) < 0)
+	/* Every command (and the monitor, and the proxy) comes through here
+	 * first: an sbx.yaml that does not parse stops each of them the same
+	 * way, with the same message, before anything is made or changed,
+	 * rather than only the few steps that read one of its settings. */
+	if (state_paths(st, err) < 0 || sbx_hostconf_check(err) < 0)
 		return -1;
 	st->lib_fd = open(st->lib, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	st->run_fd = open(st->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -98,6 +98,23 @@ static void add_record(const struct sbx_session *s, json_t *o)
 		json_object_set_new(o, "user", json_string(s->user));
 }
 
+/* The session's network: null without a NIC; "lost", with net_lost saying
+ * why, once its proxy is gone (as its monitor recorded, or, in the moment
+ * before that, as its recorded pid says); else "ok". */
+static void add_net(const struct sbx_session *s, const char *live, json_t *o)
+{
+	const char *lost = s->net_lost[0] ? s->net_lost : NULL;
+	if (!s->mac[0]) {
+		json_object_set_new(o, "net", json_null());
+		return;
+	}
+	if (!lost && sbx_state_up(live) && s->proxy_pid > 0 && sbx_proc_start_time(s->proxy_pid) != s->proxy_start)
+		lost = "proxy gone";
+	json_object_set_new(o, "net", json_string(lost ? "lost" : "ok"));
+	if (lost)
+		json_object_set_new(o, "net_lost", json_string(lost));
+}
+
 json_t *sbx_session_view(struct sbx_state *st, const char *id)
 {
 	struct sbx_session s;
@@ -130,6 +147,7 @@ json_t *sbx_session_view(struct sbx_state *st, const char *id)
 	/* sbx-port's forwards live with the monitor: shown while it runs. */
 	if (sbx_state_up(live))
 		json_object_set_new(o, "ports", sbx_port_recorded(st, s.id));
+	add_net(&s, live, o);
 	add_record(&s, o);
 	add_metrics(st, &s, o, now);
 	return o;

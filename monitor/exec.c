@@ -1,6 +1,8 @@
 /* sbx-monitor: execs: start, output kept and streamed, the end, deadlines and pings. */
 #include "mon.h"
 
+#include <poll.h>
+
 static int emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n,
 		       uint64_t credit);
 
@@ -182,6 +184,13 @@ static json_t *violations(struct mon *m, struct exec *ex, const struct sbx_exit_
 		json_object_set_new(v, "disk_full_on",
 				    json_pack("[s*s*]", (e->disk_full & SBX_DISK_FULL_SCRATCH) ? "scratch" : NULL,
 					      (e->disk_full & SBX_DISK_FULL_VOLUME) ? "workspace" : NULL));
+	/* The proxy gone (its pidfd says so even before the loop's turn has
+	 * reaped it): the exec ran without network, whatever its logs say. */
+	struct pollfd pf = { .fd = m->proxy.fd, .events = POLLIN };
+	if (m->proxy.fd >= 0 && poll(&pf, 1, 0) > 0)
+		mon_proxy_reap(m);
+	if (m->s.net_lost[0])
+		json_object_set_new(v, "network_lost", json_string(m->s.net_lost));
 	json_object_set_new(v, "output_truncated",
 			    json_boolean(ex->session_cut || ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size));
 	return v;

@@ -135,6 +135,7 @@ static int spawn_proxy(struct mon *m, const struct sbx_netns *n, struct sbx_err 
 	}
 	m->s.proxy_pid = m->proxy_pid;
 	m->s.proxy_start = start;
+	m->s.net_lost[0] = 0; /* a resume's or a claim's new proxy: the network is back */
 	return 0;
 }
 

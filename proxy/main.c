@@ -15,10 +15,12 @@ int main(int argc, char **argv)
 		{ "dns-udp-fd", required_argument, NULL, 'u' },
 		{ "id", required_argument, NULL, 'i' },
 		{ "pkg-fd", required_argument, NULL, 'p' },
+		{ "ready-fd", required_argument, NULL, 'r' },
 		{ "tcp-fd", required_argument, NULL, 't' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct sbx_proxy_args a = { .tcp_fd = -1, .dns_udp_fd = -1, .dns_tcp_fd = -1, .pkg_fd = -1, .busy_fd = -1 };
+	struct sbx_proxy_args a = { .tcp_fd = -1, .dns_udp_fd = -1, .dns_tcp_fd = -1, .pkg_fd = -1, .busy_fd = -1,
+				  .ready_fd = -1 };
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -26,6 +28,7 @@ int main(int argc, char **argv)
 		case 'd': a.dns_tcp_fd = atoi(optarg); break;
 		case 'i': a.id = optarg; break;
 		case 'p': a.pkg_fd = atoi(optarg); break;
+		case 'r': a.ready_fd = atoi(optarg); break;
 		case 't': a.tcp_fd = atoi(optarg); break;
 		case 'u': a.dns_udp_fd = atoi(optarg); break;
 		default: return SBX_EXIT_USAGE;

@@ -400,6 +400,30 @@ static int unprivileged(uid_t uid, pid_t parent, struct sbx_err *err)
 	return sbx_jail_filter(err);
 }
 
+/* ---- readiness (netns.h: the monitor waits for it) ---- */
+
+static int ready_fd = -1; /* until this process is ready or has said why not */
+
+static void ready_done(void)
+{
+	if (ready_fd >= 0)
+		close(ready_fd);
+	ready_fd = -1;
+}
+
+static void ready_say(const struct sbx_err *err)
+{
+	char m[sizeof err->msg + 16];
+	int n = err ? snprintf(m, sizeof m, "E%d %s\n", err->code ? err->code : SBX_EXIT_INTERNAL, err->msg)
+		    : snprintf(m, sizeof m, "R");
+	if (ready_fd >= 0 && n > 0) /* one write, under PIPE_BUF: never torn by the other half's */
+		(void)!write(ready_fd, m, (size_t)n < sizeof m ? (size_t)n : sizeof m - 1);
+	ready_done();
+}
+
+/* The network half's word, before its first record: it runs. */
+#define NET_READY "ready"
+
 /* ---- the audit writer ---- */
 
 
@@ -437,6 +461,21 @@ static int audit_serve(struct sbx_proxy *px, int fd, uint64_t *sec, unsigned *co
 	return 1;
 }
 
+/* The network half says NET_READY once it has dropped its privileges and
+ * serves its listeners; nothing else comes first. */
+static int wait_net_ready(int afd, int pidfd, struct sbx_err *err)
+{
+	char b[sizeof NET_READY];
+	struct pollfd pf[2] = { { .fd = afd, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+	int r;
+	while ((r = poll(pf, 2, SBX_PROXY_START_TIMEOUT_S * 1000)) < 0 && errno == EINTR)
+		;
+	ssize_t n = r > 0 && (pf[0].revents & POLLIN) ? recv(afd, b, sizeof b, MSG_DONTWAIT) : -1;
+	if (n != (ssize_t)strlen(NET_READY) || memcmp(b, NET_READY, (size_t)n))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the network half did not start");
+	return 0;
+}
+
 /* The privileged half: uid 0 without capabilities (it owns the trail),
  * writing the audit records the network half sends, and serving the
  * package cache (which writes the shared cache and the session's files).
@@ -448,6 +487,13 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 	int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
 	if (pidfd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot watch the network half");
+	if (wait_net_ready(afd, pidfd, err) < 0) {
+		kill(child, SIGKILL);
+		while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
+			;
+		return -1;
+	}
+	ready_say(NULL); /* both halves run: the session may be reported ready */
 	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
 				{ .fd = afd, .events = POLLIN },
 				{ .fd = pidfd, .events = POLLIN },
@@ -521,6 +567,9 @@ static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd
 	udp_arg[1] = (void *)(intptr_t)a->dns_udp_fd;
 	if (a->dns_udp_fd >= 0 && spawn(px_dns_udp_thread, udp_arg) != 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start the resolver");
+	if (send(afd, NET_READY, strlen(NET_READY), MSG_NOSIGNAL) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot reach the privileged half");
+	ready_done(); /* the privileged half says it for both */
 	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
 				{ .fd = a->tcp_fd, .events = POLLIN },
 				{ .fd = a->dns_tcp_fd, .events = POLLIN },
@@ -585,7 +634,7 @@ static int load(struct sbx_proxy *px, const char *id, struct sbx_err *err)
 	return 0;
 }
 
-int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
+static int run(const struct sbx_proxy_args *a, struct sbx_err *err)
 {
 	static struct sbx_proxy px; /* large (the policy); threads share it */
 	pthread_mutex_init(&px.mu, NULL);
@@ -644,7 +693,24 @@ int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
 		close(a->dns_tcp_fd);
 	if (a->dns_udp_fd >= 0)
 		close(a->dns_udp_fd);
+	/* LIB alone stays (the audit trail, the package cache, the session's
+	 * packages.log and budget): not RUN, every session's sockets. */
+	int *dirs[] = { &px.st.run_fd, &px.st.rsessions_fd, &px.st.sessions_fd };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(dirs); i++) {
+		if (*dirs[i] >= 0)
+			close(*dirs[i]);
+		*dirs[i] = -1;
+	}
 	if (unprivileged(0, monitor, err) < 0)
 		return -1;
 	return run_priv(&px, a, sp[0], child, sfd, stop[1], err);
+}
+
+int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)
+{
+	ready_fd = a->ready_fd;
+	if (run(a, err) == 0)
+		return 0;
+	ready_say(err); /* either half, whichever failed: its own message */
+	return -1;
 }
