@@ -218,7 +218,11 @@ static void cat(char *buf, size_t n, size_t *len, const char *fmt, ...)
 int sbx_vm_cmdline(const struct sbx_vm_config *c, char *buf, size_t n, struct sbx_err *err)
 {
 	size_t len = 0;
-	cat(buf, n, &len, "console=ttyS0 reboot=t panic=-1 quiet %scryptomgr.notests random.trust_cpu=on "
+	/* Not quiet: a boot's whole console (the kernel at its full log
+	 * level) is what a boot that never answers leaves to read
+	 * (LIB/boot-failures); measured here, it costs a TCG boot nothing
+	 * measurable (2057 against 2185 ms, six boots each, interleaved). */
+	cat(buf, n, &len, "console=ttyS0 reboot=t panic=-1 %scryptomgr.notests random.trust_cpu=on "
 		"8250.nr_uarts=1 sbx.hostname=%s%s",
 	    /* TCG models no speculation, so the mitigations only cost; under
 	     * KVM they keep guest users apart and stay on. */

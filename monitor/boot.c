@@ -101,6 +101,69 @@ void mon_vm_volumes(struct mon *m, struct sbx_vm_config *c, char (*vols)[1200])
 	}
 }
 
+/* A boot that failed keeps its whole console (the kernel's messages at
+ * its full log level, guest-init's): the last 256 KiB of console.log as
+ * LIB/boot-failures/ID.console, the newest 16 such files kept.  A rare
+ * hang is then read, not guessed at. */
+#define BOOT_FAILURES "boot-failures"
+#define BOOT_FAILURES_KEEP 16
+#define BOOT_CONSOLE_MAX (256 << 10)
+
+struct aged {
+	char name[80];
+	time_t t;
+};
+
+static int newer_first(const void *a, const void *b)
+{
+	const struct aged *x = a, *y = b;
+	return x->t < y->t ? 1 : x->t > y->t ? -1 : strcmp(x->name, y->name);
+}
+
+/* The newest BOOT_FAILURES_KEEP stay (of the first 1024 read). */
+static void prune_boot_failures(int dfd)
+{
+	_cleanup_closedir_ DIR *d = fdopendir(fcntl(dfd, F_DUPFD_CLOEXEC, 0));
+	static struct aged f[1024];
+	size_t n = 0;
+	for (struct dirent *e; d && n < SBX_ARRAY_LEN(f) && (e = readdir(d));) {
+		struct stat sb;
+		if (e->d_name[0] != '.' && strlen(e->d_name) < sizeof f[0].name &&
+		    fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+			snprintf(f[n].name, sizeof f[n].name, "%s", e->d_name);
+			f[n++].t = sb.st_mtime;
+		}
+	}
+	qsort(f, n, sizeof f[0], newer_first);
+	for (size_t i = BOOT_FAILURES_KEEP; i < n; i++)
+		unlinkat(dfd, f[i].name, 0);
+}
+
+static void keep_console(struct mon *m)
+{
+	if (m->st.lib_fd < 0 || !m->s.id[0])
+		return;
+	_cleanup_close_ int in = openat(m->run_dfd, "console.log", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat sb;
+	if (in < 0 || fstat(in, &sb) < 0 || !S_ISREG(sb.st_mode))
+		return;
+	if (mkdirat(m->st.lib_fd, BOOT_FAILURES, 0700) < 0 && errno != EEXIST)
+		return;
+	_cleanup_close_ int dfd = openat(m->st.lib_fd, BOOT_FAILURES, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	char name[SBX_ID_MAX + 16];
+	snprintf(name, sizeof name, "%s.console", m->s.id);
+	_cleanup_close_ int out = dfd < 0 ? -1 : openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (out < 0)
+		return;
+	off_t off = sb.st_size > BOOT_CONSOLE_MAX ? sb.st_size - BOOT_CONSOLE_MAX : 0;
+	static char buf[64 << 10];
+	ssize_t r;
+	while ((r = pread(in, buf, sizeof buf, off)) > 0 && write(out, buf, (size_t)r) == r)
+		off += r;
+	prune_boot_failures(dfd);
+	snprintf(m->boot_console, sizeof m->boot_console, "%s/" BOOT_FAILURES "/%s", m->st.lib, name);
+}
+
 int mon_boot(struct mon *m, struct sbx_err *err)
 {
 	struct sbx_template t;
@@ -255,9 +318,13 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	}
 	char tail[400];
 	vmmout_drain_all(m);
-	sbx_log_tail(m->run_dfd, m->vm_dead ? "vmm.log" : "console.log", tail, sizeof tail);
+	keep_console(m);
+	/* The tail's end is the news: short enough that the message (512
+	 * bytes) keeps it with the path of the whole console. */
+	size_t tn = m->boot_console[0] ? 240 : sizeof tail;
+	sbx_log_tail(m->run_dfd, m->vm_dead ? "vmm.log" : "console.log", tail, tn);
 	if (!tail[0])
-		sbx_log_tail(m->run_dfd, "console.log", tail, sizeof tail);
+		sbx_log_tail(m->run_dfd, "console.log", tail, tn);
 	if (m->secrets_err[0])
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest did not take the secrets: %s", m->secrets_err);
 	if (m->snap.err[0])
@@ -265,17 +332,20 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	if (m->secrets_sent && !m->vm_dead && !m->stopping)
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest did not confirm the secrets within %u s", timeout_s);
 	if (m->vm_dead)
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VM ended during mon_boot (%s)%s%s", m->vm_end,
-				   tail[0] ? ": " : "", tail);
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VM ended during mon_boot (%s)%s%s%s%s", m->vm_end,
+				   tail[0] ? ": " : "", tail, m->boot_console[0] ? "; whole console: " : "",
+				   m->boot_console);
 	if (m->stopping && m->killed_in_boot)
 		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s was destroyed (sbx-kill) while it was being created",
 				   m->s.id);
 	if (m->stopping)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "interrupted during mon_boot");
 	if (m->snap.restoring)
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest did not answer within %u s%s%s", timeout_s,
-				   tail[0] ? "; console: " : "", tail);
-	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest agent did not answer within %u s%s%s", timeout_s,
-			   tail[0] ? "; console: " : "", tail);
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest did not answer within %u s%s%s%s%s",
+				   timeout_s, tail[0] ? "; console: " : "", tail,
+				   m->boot_console[0] ? "; whole console: " : "", m->boot_console);
+	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest agent did not answer within %u s%s%s%s%s", timeout_s,
+			   tail[0] ? "; console: " : "", tail, m->boot_console[0] ? "; whole console: " : "",
+			   m->boot_console);
 }
 

@@ -212,6 +212,7 @@ struct mon {
 	uint32_t guest_caps;  /* SBX_GUEST_*: what the guest-init said it can do */
 	uint64_t output_session_cap, output_kept; /* over every exec of the session */
 	char vm_end[128];
+	char boot_console[700]; /* a failed boot: where its whole console was kept */
 	struct sbx_secrets sec; /* only to scrub stored output; see mon_boot() */
 	struct sbx_workspace ws; /* --workspace: held for the session's life */
 	struct src proxy;        /* the egress proxy's pidfd (netns.h); fd -1: none */
