@@ -25,6 +25,22 @@ static const char usage[] =
 	"       sbx-ps --capacity [--json]\n"
 	"       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT] [NAME...]\n";
 
+/* The session's host processes, MONITOR/VMM/PROXY, "-" for one not
+ * running (or never there). */
+static void show_pids(const struct sbx_cli_table *t, json_t *row, FILE *f)
+{
+	static const char *const which[] = { "monitor", "vmm", "proxy" };
+	json_t *p = json_object_get(row, "pids");
+	for (size_t i = 0; i < 3; i++) {
+		json_t *v = json_object_get(p, which[i]);
+		if (json_is_integer(v))
+			fprintf(f, "%s%lld", i ? "/" : "", (long long)json_integer_value(v));
+		else
+			fprintf(f, "%s-", i ? "/" : "");
+	}
+	(void)t;
+}
+
 static const struct sbx_cli_col cols[] = {
 	{ "id", "ID", NULL },
 	{ "state", "STATE", NULL },
@@ -40,7 +56,8 @@ static const struct sbx_cli_col cols[] = {
 	{ "ttl_left_s", "TTL_LEFT_S", NULL },
 	{ "tenant", "TENANT", NULL },
 	{ "template_owner", "TEMPLATE_OWNER", NULL },
-	{ "net", "NET", NULL }, /* last: the columns before it keep their places */
+	{ "net", "NET", NULL },
+	{ "pids", "PIDS", show_pids }, /* last: the columns before it keep their places */
 };
 static const struct sbx_cli_table sessions_table = { SBX_CLI_COLS(cols), .key = { "id", NULL, NULL } };
 

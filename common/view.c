@@ -115,6 +115,22 @@ static void add_net(const struct sbx_session *s, const char *live, json_t *o)
 		json_object_set_new(o, "net_lost", json_string(lost));
 }
 
+/* A host process of the session's, while it is the one recorded (its start
+ * time matches): its pid, else null. */
+static json_t *live_pid(int pid, uint64_t start)
+{
+	return pid > 0 && start && sbx_proc_start_time(pid) == start ? json_integer(pid) : json_null();
+}
+
+/* Its host processes by pid, for ps and pgrep: a claimed session's VMM
+ * was booted as a pool member, and its arguments name that member. */
+static void add_pids(const struct sbx_session *s, json_t *o)
+{
+	json_object_set_new(o, "pids", json_pack("{s:o, s:o, s:o}", "monitor", live_pid(s->monitor_pid, s->monitor_start),
+						 "vmm", live_pid(s->vmm_pid, s->vmm_start), "proxy",
+						 live_pid(s->proxy_pid, s->proxy_start)));
+}
+
 json_t *sbx_session_view(struct sbx_state *st, const char *id)
 {
 	struct sbx_session s;
@@ -148,6 +164,7 @@ json_t *sbx_session_view(struct sbx_state *st, const char *id)
 	if (sbx_state_up(live))
 		json_object_set_new(o, "ports", sbx_port_recorded(st, s.id));
 	add_net(&s, live, o);
+	add_pids(&s, o);
 	add_record(&s, o);
 	add_metrics(st, &s, o, now);
 	return o;

@@ -397,6 +397,7 @@ int claim_commit(struct mon *m, const char *id, const char *rec, const char *pol
 		unmoved = errno;
 	sbx_trace_step(&trace, "rename_files");
 	m->s = ns;
+	mon_title(m);
 	if (unmoved) {
 		snprintf(why, n, "cannot write the session record: %s", strerror(unmoved));
 		return 1;

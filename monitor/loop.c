@@ -673,3 +673,7 @@ out:
 	return rc;
 }
 
+void mon_title(struct mon *m)
+{
+	setproctitle("-sbx-monitor --id %s", m->s.id);
+}

@@ -2,11 +2,16 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "monitor.h"
 
+extern char **environ;
+
 int main(int argc, char **argv)
 {
+	/* A claim renames the session: its title follows (mon_title). */
+	setproctitle_init(argc, argv, environ);
 	static const struct option opts[] = {
 		{ "id", required_argument, NULL, 'i' },
 		{ "lock-fd", required_argument, NULL, 'l' },

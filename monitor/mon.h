@@ -337,6 +337,9 @@ static inline int mon_is_child(const struct mon *m)
 	return m->priv.role == PRIV_ROLE_CHILD;
 }
 int mon_audit(struct mon *m, const char *type, json_t *f, struct sbx_err *err);
+/* The process title names the session the monitor now serves (a claimed
+ * pool member's was the member's): `ps`/`pgrep -f` find it by its ID. */
+void mon_title(struct mon *m);
 int mon_record_save(struct mon *m, struct sbx_err *err);
 void mon_note_state(struct sbx_session *s, const char *state);
 void mon_end(struct mon *m, const char *state, const char *why);

@@ -620,6 +620,7 @@ int mon_claim_commit(struct mon *m, const char *id, const char *rec, const char 
 	}
 	snprintf(m->claim.from, sizeof m->claim.from, "%s", m->s.id);
 	m->s = ns;
+	mon_title(m);
 	if (a.num[PT_FLAG])
 		snprintf(why, n, "%s", a.str[PT_MSG] ? a.str[PT_MSG] : "the claim failed");
 	return a.num[PT_FLAG] ? 1 : 0;

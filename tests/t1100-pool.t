@@ -104,6 +104,14 @@ is "$(jq -r '[.id, .existed, .from_pool, .state] | join(" ")' <<<"$j")" "job1 fa
 is "$(rec job1 '[.tenant, .limits.ttl_ms, .from_pool, (.pool // false), .state] | join(" ")')" \
    "acme 600000 true false running" "its record: tenant, TTL and limits of the request"
 is "$(jq -r .resources.ttl "$S/job1/policy.json")" 600000 "and its policy.json is the request's"
+# An operator finds the claimed session's processes (issue 36, item 8).
+mpid=$(sbx-ps --json | jq -r '.[] | select(.id == "job1") | .pids.monitor')
+is "$(pgrep -f -- "sbx-monitor --id job1( |\$)" | sort -n | head -n1)" "$mpid" \
+	"pgrep finds the claimed session's monitor by its ID (its title follows the claim)"
+pgrep -f -- "sbx-monitor --id $m1( |\$)" >/dev/null; is "$?" 1 "and no monitor is titled with the member's ID"
+vpid=$(sbx-ps --json | jq -r '.[] | select(.id == "job1") | .pids.vmm')
+is "$(rec job1 .vmm_process.pid)" "$vpid" "sbx-ps --json shows its VMM's pid"
+like "$(sbx-ps | awk '$1 == "job1" { print $NF }')" "^$mpid/$vpid/" "and its PIDS column MONITOR/VMM/PROXY"
 # The session's first command: /etc/hosts, written after the claim's
 # answer (guest-init defers it), is there before any command runs.
 is "$(sbx-exec job1 -- grep -c '^127\.0\.1\.1	job1$' /etc/hosts)" 1 "the claim's first command finds the new ID in /etc/hosts"

@@ -73,13 +73,13 @@ ok $((kids < 1)) "when sbx-create returns, the proxy has its network half ($kids
 uids=$(for k in $(cat /proc/"$pid"/task/*/children); do awk '/^Uid:/ { print $2 }' /proc/"$k"/status; done)
 like "$uids" "^[1-9][0-9]+$" "which already runs as its own uid ($uids)"
 is "$(sbx-ps --json "$id" | jq -r '[.[0].net, .[0].net_lost] | join(" ")')" "ok " "sbx-ps --json: net ok"
-is "$(sbx-ps --no-headers "$id" | awk -F'\t' '{ print $NF }')" ok "sbx-ps: NET ok, the last column"
-is "$(sbx-ps | head -1 | awk -F'\t' '{ print $NF }')" NET "whose header is NET"
+is "$(sbx-ps --no-headers "$id" | awk -F'\t' '{ print $(NF - 1) }')" ok "sbx-ps: NET ok, before PIDS"
+is "$(sbx-ps | head -1 | awk -F'\t' '{ print $(NF - 1) " " $NF }')" "NET PIDS" "whose header is NET, then PIDS last"
 kill -9 "$pid"
 for _ in $(seq 50); do [ "$(jq -r '.net.lost // ""' "$S/$id/session.json")" != "" ] && break; sleep 0.1; done
 is "$(sbx-ps --json "$id" | jq -r '[.[0].state, .[0].net, .[0].net_lost] | join(" ")')" \
 	"running lost proxy killed by signal 9" "sbx-ps --json: running, net lost, and why"
-is "$(sbx-ps --no-headers "$id" | awk -F'\t' '{ print $2, $NF }')" "running lost" "sbx-ps: NET lost"
+is "$(sbx-ps --no-headers "$id" | awk -F'\t' '{ print $2, $(NF - 1) }')" "running lost" "sbx-ps: NET lost"
 sbx-exec "$id" -- true
 ok $? "the session still runs commands"
 e=$(ls "$S/$id/execs" | grep -v '^\.' | tail -1)
@@ -88,7 +88,7 @@ is "$(jq -r '.violations.network_lost' "$S/$id/execs/$e/result.json")" "proxy ki
 n=$(sbx-create -q)
 ok $? "a session without network"
 is "$(sbx-ps --json "$n" | jq -r '.[0].net')" null "has no net in sbx-ps --json"
-is "$(sbx-ps --no-headers "$n" | awk -F'\t' '{ print $NF }')" - "and - in its NET column"
+is "$(sbx-ps --no-headers "$n" | awk -F'\t' '{ print $(NF - 1) }')" - "and - in its NET column"
 sbx-exec "$n" -- true
 e=$(ls "$S/$n/execs" | grep -v '^\.' | tail -1)
 is "$(jq -r '.violations.network_lost' "$S/$n/execs/$e/result.json")" null "nor network_lost in its execs"
