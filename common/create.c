@@ -197,7 +197,6 @@ static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, c
 	if (s->workspace[0] && tl > 0 && (size_t)tl < sizeof txt)
 		snprintf(txt + tl, sizeof txt - (size_t)tl, "workspace=%s\n", s->workspace);
 	SHA2_CTX c;
-	uint8_t d[SHA256_DIGEST_LENGTH];
 	SHA256Init(&c);
 	SHA256Update(&c, (const uint8_t *)txt, strlen(txt));
 	/* The environment too, when there is one (so specs without one hash
@@ -223,9 +222,7 @@ static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, c
 		SHA256Update(&c, (const uint8_t *)ptxt, strlen(ptxt));
 	free(ptxt);
 	json_decref(pj);
-	SHA256Final(d, &c);
-	for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
-		snprintf(out + 2 * i, 3, "%02x", d[i]);
+	SHA256End(&c, out);
 }
 
 /* Start sbx-monitor detached (setsid, double fork) with the held session

@@ -236,10 +236,7 @@ static int member_read(const struct image *im, const char *name, size_t max, cha
 		}
 		n += (size_t)r;
 	}
-	uint8_t d[SHA256_DIGEST_LENGTH];
-	SHA256Final(d, &h);
-	for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
-		snprintf(hex + 2 * i, 3, "%02x", d[i]);
+	SHA256End(&h, hex);
 	if (buf) {
 		b[n] = 0;
 		*buf = steal_pointer(&b);

@@ -89,12 +89,6 @@ int sbx_snapshot_tenant_dir(struct sbx_state *st, const char *tenant, int create
 	return fd;
 }
 
-static void hex(const uint8_t *d, size_t n, char *out)
-{
-	for (size_t i = 0; i < n; i++)
-		snprintf(out + 2 * i, 3, "%02x", d[i]);
-}
-
 static int sha256_file(int dfd, const char *name, char out[65], uint64_t *size, struct sbx_err *err)
 {
 	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -102,7 +96,6 @@ static int sha256_file(int dfd, const char *name, char out[65], uint64_t *size, 
 	if (fd < 0 || !buf)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, fd < 0 ? errno : ENOMEM, "cannot read %s", name);
 	SHA2_CTX c;
-	uint8_t d[SHA256_DIGEST_LENGTH];
 	SHA256Init(&c);
 	*size = 0;
 	for (;;) {
@@ -116,8 +109,7 @@ static int sha256_file(int dfd, const char *name, char out[65], uint64_t *size, 
 		SHA256Update(&c, buf, (size_t)r);
 		*size += (uint64_t)r;
 	}
-	SHA256Final(d, &c);
-	hex(d, sizeof d, out);
+	SHA256End(&c, out);
 	return 0;
 }
 
@@ -740,7 +732,6 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 		goto fail;
 	json_t *files = json_object();
 	SHA2_CTX c;
-	uint8_t d[SHA256_DIGEST_LENGTH];
 	SHA256Init(&c);
 	for (size_t i = 0; i < SBX_ARRAY_LEN(data_files); i++) {
 		char sha[65];
@@ -755,8 +746,7 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 		SHA256Update(&c, (const uint8_t *)line, strlen(line));
 		s.size += size;
 	}
-	SHA256Final(d, &c);
-	hex(d, sizeof d, s.content_sha256);
+	SHA256End(&c, s.content_sha256);
 	json_t *m = manifest_json(&src, &s, files, save_ms);
 	char *txt = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
 	if (!txt) {

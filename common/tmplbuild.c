@@ -436,12 +436,6 @@ static int set_user(struct build *b, struct sbx_err *err)
 	return 0;
 }
 
-static void hex(const uint8_t *d, size_t n, char *out)
-{
-	for (size_t i = 0; i < n; i++)
-		sprintf(out + 2 * i, "%02x", d[i]);
-}
-
 static int sha256_at(int dfd, const char *name, char out[65], unsigned long long *size)
 {
 	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
@@ -458,20 +452,13 @@ static int sha256_at(int dfd, const char *name, char out[65], unsigned long long
 	}
 	if (r < 0)
 		return -1;
-	uint8_t d[SHA256_DIGEST_LENGTH];
-	SHA256Final(d, &c);
-	hex(d, sizeof d, out);
+	SHA256End(&c, out);
 	return 0;
 }
 
 static void sha256_str(const char *s, char out[65])
 {
-	uint8_t d[SHA256_DIGEST_LENGTH];
-	SHA2_CTX c;
-	SHA256Init(&c);
-	SHA256Update(&c, (const uint8_t *)s, strlen(s));
-	SHA256Final(d, &c);
-	hex(d, sizeof d, out);
+	SHA256Data((const uint8_t *)s, strlen(s), out);
 }
 
 /* The base: a template, or for debian:SUITE, busybox and imports the

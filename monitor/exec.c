@@ -241,7 +241,6 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 static void audit_argv(json_t *f, json_t *argv)
 {
 	SHA2_CTX c;
-	uint8_t d[SHA256_DIGEST_LENGTH];
 	char hex[2 * SHA256_DIGEST_LENGTH + 1];
 	json_t *out = json_array(), *a;
 	size_t i, total = 0;
@@ -259,9 +258,7 @@ static void audit_argv(json_t *f, json_t *argv)
 		json_array_append_new(out, json_stringn(s ? s : "", n > 512 ? 512 : n));
 		total += n > 512 ? 512 : n;
 	}
-	SHA256Final(d, &c);
-	for (int k = 0; k < SHA256_DIGEST_LENGTH; k++)
-		snprintf(hex + 2 * k, 3, "%02x", d[k]);
+	SHA256End(&c, hex);
 	json_object_set_new(f, "argv", out);
 	json_object_set_new(f, "argv_sha256", json_string(hex));
 	if (cut)
