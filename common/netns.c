@@ -64,11 +64,6 @@ static const char ruleset[] =
 	"  }\n"
 	"}\n";
 
-const char *sbx_netns_ruleset(void)
-{
-	return ruleset;
-}
-
 void sbx_netns_close(struct sbx_netns *n)
 {
 	int *fds[] = { &n->netns_fd, &n->tap_fd, &n->tcp_fd, &n->dns_udp_fd, &n->dns_tcp_fd, &n->pkg_fd };

@@ -7,7 +7,7 @@
  * runs in the host's namespace and holds listening sockets made inside
  * this one.  nftables in the namespace DNATs every TCP connection from
  * the guest to the proxy's transparent listener and drops everything
- * else (sbx_netns_ruleset).
+ * else (the ruleset in netns.c).
  *
  * The namespace is held by file descriptors only (no /run/netns name): it
  * goes when the VMM (TAP fd) and the proxy (listening sockets) are gone. */
@@ -87,7 +87,5 @@ int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd,
 void sbx_netns_stop_proxy(int *pid, int *pidfd);
 
 /* sbx_netns_mac_new: util.h (no netlink needed for it). */
-/* The nftables ruleset every session namespace gets. */
-const char *sbx_netns_ruleset(void);
 
 #endif

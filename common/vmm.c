@@ -133,7 +133,7 @@ int sbx_in_path(const char *bin)
 unsigned long sbx_host_tsc_khz(void)
 {
 	/* Under TCG the guest must be told the TSC rate (tsc_early_khz) or about
-	 * one boot in three hangs calibrating it (host-facts.md). */
+	 * one boot in three hangs calibrating it (design.md, QEMU). */
 	_cleanup_free_ char *s = sbx_read_small_at(AT_FDCWD, "/sys/devices/system/cpu/cpu0/tsc_freq_khz", 64, NULL);
 	if (s && strtoul(s, NULL, 10) > 0)
 		return strtoul(s, NULL, 10);

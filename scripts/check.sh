@@ -20,7 +20,7 @@ prove_opts+=(-j "${SBX_CHECK_JOBS:-2}")
 
 # Why the VM tests cannot run on backend $1 here; nothing when they can.
 # For Cloud Hypervisor that takes a real boot under KVM: /dev/kvm existing
-# proves nothing (host-facts.md).
+# proves nothing (design.md, "Acceleration probe").
 skip_reason() {
 	case $1 in
 	qemu)
