@@ -8,7 +8,6 @@
 
 #include "cli.h"
 #include "audit.h"
-#include "hostpath.h"
 #include "session.h"
 #include "vmctl.h"
 #include "transfer.h"

@@ -8,13 +8,11 @@
 #include <jansson.h>
 
 #include "cli.h"
-#include "hostpath.h"
 #include "policy.h"
 #include "secrets.h"
 #include "session.h"
 #include "snapshot.h"
 #include "template.h"
-#include "util.h"
 
 static const char usage[] =
 	"usage: sbx-create [-q] [--json] [--dry-run] [-p POLICY] [--id ID]\n"

@@ -11,7 +11,6 @@
 #include "proto.h"
 #include "snapshot.h"
 #include "template.h"
-#include "util.h"
 #include "vmctl.h"
 
 #define PROG "sbx-snapshot"

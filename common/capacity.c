@@ -2,7 +2,6 @@
 #include "hostconf.h"
 #include "policy.h"
 #include "session.h"
-#include "util.h"
 #include "workspace.h"
 
 #include <errno.h>

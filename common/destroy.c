@@ -1,18 +1,10 @@
 /* Ending a session (session.h): sbx-kill's destroy through the monitor, and the reclaim of what a dead one left. */
 #include "session.h"
 #include "audit.h"
-#include "policy.h"
 #include "cgroup.h"
 #include "proto.h"
-#include "hostpath.h"
 #include "monclient.h"
-#include "secrets.h"
-#include "template.h"
 #include "util.h"
-#include "vmm.h"
-#include "netns.h"
-#include "workspace.h"
-#include "progress.h"
 
 #include <errno.h>
 #include <fcntl.h>

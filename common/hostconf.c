@@ -18,7 +18,6 @@
 
 #include <yaml.h>
 
-#include "policy.h"
 #include "units.h"
 #include "yamlstrict.h"
 #include "util.h"

@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "hostconf.h"
-#include "state.h"
 #include "util.h"
 
 #define RESOLVE_CONFINED (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)

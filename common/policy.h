@@ -6,10 +6,6 @@
 #ifndef SBX_POLICY_H
 #define SBX_POLICY_H
 
-/* resources.output_session_cap when the policy does not say (and for a
- * session record written before there was one). */
-#define SBX_OUTPUT_SESSION_CAP_DEFAULT (1ull << 30)
-
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +13,7 @@
 #include <jansson.h>
 
 #include "err.h"
+#include "session.h" /* SBX_OUTPUT_SESSION_CAP_DEFAULT */
 #include "units.h"
 
 #define SBX_POLICY_FILE_MAX (1u << 20) /* bytes */

@@ -1,6 +1,5 @@
 #include "portfwd.h"
 #include "monclient.h"
-#include "session.h"
 #include "util.h"
 
 #include <arpa/inet.h>

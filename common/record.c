@@ -1,17 +1,7 @@
 /* The session record (session.h): session.json parsed, written (atomically) and loaded, the sessions listed, and their live state (the monitor's socket is monclient.c's). */
 #include "session.h"
-#include "audit.h"
-#include "policy.h"
-#include "cgroup.h"
-#include "proto.h"
-#include "hostpath.h"
-#include "secrets.h"
-#include "template.h"
+#include "policy.h" /* the package policy a record carries */
 #include "util.h"
-#include "vmm.h"
-#include "netns.h"
-#include "workspace.h"
-#include "progress.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,6 +10,11 @@
 #include "state.h"
 
 #define SBX_RECORD_SCHEMA 1
+/* The owner's name in records and listings of the operator's templates. */
+#define SBX_TEMPLATE_OPERATOR "operator"
+/* resources.output_session_cap when the policy does not say (and for a
+ * session record written before there was one). */
+#define SBX_OUTPUT_SESSION_CAP_DEFAULT (1ull << 30)
 #define SBX_LIMIT_PATHS_MAX 32  /* = SBX_POLICY_PATHS_MAX */
 #define SBX_LIMIT_PATH_LEN 256   /* = SBX_POLICY_PATH_LEN */
 

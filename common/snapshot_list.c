@@ -4,12 +4,7 @@
 #include "snapshot.h"
 #include "snapshot_int.h"
 #include "audit.h"
-#include "hostconf.h"
-#include "policy.h"
-#include "progress.h"
-#include "proto.h"
 #include "session.h"
-#include "template.h"
 #include "util.h"
 #include "zstream.h"
 

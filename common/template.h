@@ -27,9 +27,9 @@
 #include <jansson.h>
 
 #include "err.h"
+#include "session.h" /* SBX_TEMPLATE_OPERATOR */
 #include "state.h"
 
-#define SBX_TEMPLATE_OPERATOR "operator" /* the owner's name in records and listings */
 #define SBX_TEMPLATE_TENANTS "tenants"   /* TEMPLATES/tenants/TENANT/ */
 
 struct sbx_template {

@@ -2,8 +2,6 @@
  * uses it), and the removal of old unused versions.  Apart from the
  * builder (tmplbuild.c), which they share only tmplbuild.h with. */
 #include "tmplbuild.h"
-#include "audit.h"
-#include "session.h"
 #include "template.h"
 #include "util.h"
 

@@ -4,7 +4,6 @@
 #include "progress.h"
 #include "proto.h"
 #include "session.h"
-#include "util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -19,7 +19,6 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
-#include "state.h"
 #include "zstream.h"
 
 #include <jansson.h>

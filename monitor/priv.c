@@ -15,7 +15,6 @@
  * monitor always did it.  So the call sites read the same either way. */
 #include "mon.h"
 #include "jail.h"
-#include "port.h"
 #include "priv.h"
 #include "priv_int.h"
 #include "trace.h"

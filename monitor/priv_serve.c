@@ -1,8 +1,6 @@
 /* sbx-monitor: the parent's side of the split: one request from the
  * unprivileged half, every field checked, then the step (priv_steps.c). */
 #include "mon.h"
-#include "jail.h"
-#include "port.h"
 #include "priv.h"
 #include "priv_int.h"
 

@@ -2,8 +2,6 @@
  * either process: the step itself (a monitor that did not split, or the
  * parent serving a request) or, in the child, its request (priv.c). */
 #include "mon.h"
-#include "jail.h"
-#include "port.h"
 #include "priv.h"
 #include "priv_int.h"
 

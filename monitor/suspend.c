@@ -27,7 +27,6 @@
  * once its PONG is back, so nothing sent is in flight in the VMM; what
  * clients send meanwhile waits in aout for the resumed guest. */
 #include "mon.h"
-#include "port.h"
 #include "capacity.h"
 
 #include <poll.h>

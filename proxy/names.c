@@ -2,7 +2,6 @@
  * package, version and file name may be, the percent, hex and base64
  * the requests and registries use, and a growing buffer. */
 #include "pkgc.h"
-#include "util.h"
 
 #include <ctype.h>
 #include <stdlib.h>

@@ -3,7 +3,6 @@
  * address checked against the deny list, every body byte reserved against
  * packages.max_download before it is taken. */
 #include "pkgc.h"
-#include "budget.h"
 #include "egress.h"
 #include "util.h"
 
