@@ -447,18 +447,9 @@ static int session_env(const struct sbx_template *t, const struct sbx_create_opt
 	return sbx_env_bind_secrets(&s->env, sec, err);
 }
 
-int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s,
-		       int *existed, struct sbx_err *err)
+/* The request's own names, checked before anything is looked up. */
+static int check_request(const struct sbx_create_opts *o, struct sbx_err *err)
 {
-	struct sbx_template t;
-	struct sbx_accel_info ai;
-	char id[SBX_ID_MAX + 1];
-	/* make bench: where a create's time goes before the monitor's own
-	 * trace (boot.monitor) or a claim's (claim.client) takes over. */
-	_cleanup_trace_ struct sbx_trace tr;
-	sbx_trace_begin(&tr, o->pool ? "create.pool" : "create.client");
-
-	*existed = 0;
 	if (o->id && sbx_id_check(o->id, "session", err) < 0)
 		return -1;
 	if (o->id && sbx_pool_member_id(o->id))
@@ -468,97 +459,125 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 		return -1;
 	if (o->workspace && sbx_workspace_check(o->workspace, err) < 0)
 		return -1;
-	/* From a snapshot (-s, or a template that holds one): restored, not
-	 * booted (snapshot.h). */
-	struct sbx_snapshot snap;
-	int restore = 0;
-	if (o->snapshot) {
-		if (o->tmpl)
-			return sbx_err_set(err, SBX_EXIT_USAGE, 0, "-s and -t cannot be used together");
-		if (sbx_snapshot_find(st, o->tenant, o->snapshot, &snap, err) < 0 ||
-		    sbx_snapshot_template(st, &snap, &t, err) < 0)
-			return -1;
-		/* Its template is the operator's or the tenant's own, as sbx
-		 * wrote it; anything else is not there for this tenant. */
-		if (o->tenant && t.owner[0] && strcmp(t.owner, o->tenant))
-			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s: its template %s is gone", snap.ref, t.ref);
-		restore = 1;
-	} else if (sbx_template_resolve(st, o->tenant, o->tmpl ? o->tmpl : "default", &t, err) < 0) {
-		return -1;
-	} else if (t.snapshot) {
-		if (sbx_snapshot_of_template(&t, &snap, err) < 0)
-			return -1;
-		restore = 1;
-	}
-	sbx_trace_step(&tr, "template");
-	if (sbx_accel_get(st, t.kernel, t.initrd, &ai, err) < 0)
-		return -1;
-	sbx_trace_step(&tr, "accel");
-	struct sbx_policy defaults;
-	const struct sbx_policy *pol = o->policy;
-	if (!pol) {
-		sbx_policy_defaults(&defaults);
-		pol = &defaults;
-	}
-	const struct sbx_vmm_ops *vmm;
-	int needs_nic = pol->network.egress != SBX_EGRESS_NONE || pol->packages.mode != SBX_PKG_OFFLINE ||
-			(o->pool && o->pool_nic);
-	/* A snapshot has no NIC, and a restore cannot add one (snapshot.h). */
-	if (o->pool && o->pool_nic && restore)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "template %s@%s holds a snapshot: its pool members cannot have a network", t.ref,
-				   t.version);
-	if (sbx_vmm_choose(ai.accel, needs_nic, &vmm, err) < 0)
-		return -1;
-	if (policy_supported(st, pol, &ai, err) < 0)
-		return -1;
-	/* Read before anything exists: a secret that cannot be read fails the
-	 * create with nothing to clean up. */
-	_cleanup_secrets_ struct sbx_secrets sec = { 0 };
-	if (sbx_secrets_load(pol, o->tenant, &sec, err) < 0)
-		return -1;
-
-	memset(s, 0, sizeof *s);
-	snprintf(s->state, sizeof s->state, "creating");
-	snprintf(s->tmpl_name, sizeof s->tmpl_name, "%s", t.ref);
-	snprintf(s->tmpl_owner, sizeof s->tmpl_owner, "%s", t.owner);
-	snprintf(s->tmpl_version, sizeof s->tmpl_version, "%s", t.version);
-	snprintf(s->tmpl_dir, sizeof s->tmpl_dir, "%s", t.dir);
-	snprintf(s->tmpl_req, sizeof s->tmpl_req, "%s", o->tmpl ? o->tmpl : "default");
-	snprintf(s->tenant, sizeof s->tenant, "%s", o->tenant ? o->tenant : "");
-	s->vcpus = o->vcpus ? o->vcpus : 1;
-	s->memory_mib = o->memory_mib ? o->memory_mib : 256;
-	snprintf(s->accel, sizeof s->accel, "%s", ai.accel == SBX_ACCEL_KVM ? "kvm" : "tcg");
-	snprintf(s->vmm, sizeof s->vmm, "%s", vmm->name);
-	sbx_boot_id(s->boot_id, sizeof s->boot_id);
-	s->created_ns = sbx_now_ns();
 	if (o->nvols > 8)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "at most 8 volumes");
 	if (o->workspace && o->nvols > 7)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "at most 7 volumes with a workspace");
+	return 0;
+}
+
+/* What the session starts from: a template, or a snapshot (-s, or a
+ * template that holds one), restored rather than booted (snapshot.h). */
+static int resolve_source(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_template *t,
+			  struct sbx_snapshot *snap, int *restore, struct sbx_err *err)
+{
+	*restore = 0;
+	if (o->snapshot) {
+		if (o->tmpl)
+			return sbx_err_set(err, SBX_EXIT_USAGE, 0, "-s and -t cannot be used together");
+		if (sbx_snapshot_find(st, o->tenant, o->snapshot, snap, err) < 0 ||
+		    sbx_snapshot_template(st, snap, t, err) < 0)
+			return -1;
+		/* Its template is the operator's or the tenant's own, as sbx
+		 * wrote it; anything else is not there for this tenant. */
+		if (o->tenant && t->owner[0] && strcmp(t->owner, o->tenant))
+			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s: its template %s is gone", snap->ref, t->ref);
+		*restore = 1;
+	} else if (sbx_template_resolve(st, o->tenant, o->tmpl ? o->tmpl : "default", t, err) < 0) {
+		return -1;
+	} else if (t->snapshot) {
+		if (sbx_snapshot_of_template(t, snap, err) < 0)
+			return -1;
+		*restore = 1;
+	}
+	return 0;
+}
+
+/* Everything a create decides before it takes the global lock. */
+struct plan {
+	struct sbx_template t;
+	struct sbx_snapshot snap;
+	int restore;
+	struct sbx_accel_info ai;
+	const struct sbx_vmm_ops *vmm;
+	int needs_nic;
+	struct sbx_policy defaults;
+	const struct sbx_policy *pol;
+};
+
+/* The backend, the policy's support and the secrets (read before anything
+ * exists: a secret that cannot be read fails the create with nothing to
+ * clean up). */
+static int choose(struct sbx_state *st, const struct sbx_create_opts *o, struct plan *pl, struct sbx_secrets *sec,
+		  struct sbx_err *err)
+{
+	if (sbx_accel_get(st, pl->t.kernel, pl->t.initrd, &pl->ai, err) < 0)
+		return -1;
+	pl->pol = o->policy;
+	if (!pl->pol) {
+		sbx_policy_defaults(&pl->defaults);
+		pl->pol = &pl->defaults;
+	}
+	pl->needs_nic = pl->pol->network.egress != SBX_EGRESS_NONE || pl->pol->packages.mode != SBX_PKG_OFFLINE ||
+			(o->pool && o->pool_nic);
+	/* A snapshot has no NIC, and a restore cannot add one (snapshot.h). */
+	if (o->pool && o->pool_nic && pl->restore)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "template %s@%s holds a snapshot: its pool members cannot have a network", pl->t.ref,
+				   pl->t.version);
+	if (sbx_vmm_choose(pl->ai.accel, pl->needs_nic, &pl->vmm, err) < 0 ||
+	    policy_supported(st, pl->pol, &pl->ai, err) < 0)
+		return -1;
+	return sbx_secrets_load(pl->pol, o->tenant, sec, err);
+}
+
+/* The record as the request asks for it (its ID comes under the lock). */
+static int fill_record(const struct sbx_create_opts *o, const struct plan *pl, const struct sbx_secrets *sec,
+		       struct sbx_session *s, struct sbx_err *err)
+{
+	const struct sbx_template *t = &pl->t;
+	memset(s, 0, sizeof *s);
+	snprintf(s->state, sizeof s->state, "creating");
+	snprintf(s->tmpl_name, sizeof s->tmpl_name, "%s", t->ref);
+	snprintf(s->tmpl_owner, sizeof s->tmpl_owner, "%s", t->owner);
+	snprintf(s->tmpl_version, sizeof s->tmpl_version, "%s", t->version);
+	snprintf(s->tmpl_dir, sizeof s->tmpl_dir, "%s", t->dir);
+	snprintf(s->tmpl_req, sizeof s->tmpl_req, "%s", o->tmpl ? o->tmpl : "default");
+	snprintf(s->tenant, sizeof s->tenant, "%s", o->tenant ? o->tenant : "");
+	s->vcpus = o->vcpus ? o->vcpus : 1;
+	s->memory_mib = o->memory_mib ? o->memory_mib : 256;
+	snprintf(s->accel, sizeof s->accel, "%s", pl->ai.accel == SBX_ACCEL_KVM ? "kvm" : "tcg");
+	snprintf(s->vmm, sizeof s->vmm, "%s", pl->vmm->name);
+	sbx_boot_id(s->boot_id, sizeof s->boot_id);
+	s->created_ns = sbx_now_ns();
 	snprintf(s->workspace, sizeof s->workspace, "%s", o->workspace ? o->workspace : "");
 	for (unsigned i = 0; i < o->nvols; i++)
 		if (parse_volume(o->vols[i], o->tenant, &s->vols[s->nvols++], err) < 0)
 			return -1;
-	limits_from_policy(pol, &s->limits);
+	limits_from_policy(pl->pol, &s->limits);
 	/* A NIC for egress and for the package cache, both in the proxy; a
 	 * warm-pool member's leads nowhere until its claim (pool.h). */
-	if (needs_nic)
+	if (pl->needs_nic)
 		sbx_netns_mac_new(s->mac);
 	if (o->pool) {
 		s->pool = 1;
 		s->limits.ttl_ms = 0; /* a claim gives it the TTL of its session */
 	}
-	if (restore && sbx_snapshot_apply(&snap, o, pol, s, err) < 0)
+	if (pl->restore && sbx_snapshot_apply(&pl->snap, o, pl->pol, s, err) < 0)
 		return -1;
-	if (session_env(&t, o, &sec, s, err) < 0)
+	if (session_env(t, o, sec, s, err) < 0)
 		return -1;
-	spec_hash(s, pol, s->spec);
-	sbx_trace_step(&tr, "checks");
+	spec_hash(s, pl->pol, s->spec);
+	return 0;
+}
 
-	_cleanup_close_ int g = sbx_lock_global(st, err);
-	if (g < 0)
-		return -1;
+/* Under the global lock: the session's ID, given or new.  1 when a session
+ * of that ID and spec is already running (*s is its record), 0 when the
+ * ID is free. */
+static int take_id(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s,
+		   struct sbx_err *err)
+{
+	char id[SBX_ID_MAX + 1];
 	if (o->id) {
 		snprintf(id, sizeof id, "%s", o->id);
 	} else {
@@ -568,36 +587,33 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	}
 	snprintf(s->id, sizeof s->id, "%s", id);
 	snprintf(err ? err->session : (char[1]){ 0 }, err ? sizeof err->session : 1, "%s", id);
-	if (faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
-		struct sbx_session old;
-		if (sbx_record_load(st, id, &old, err) < 0) {
-			if (err && err->code == SBX_EXIT_NOENT)
-				return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is being destroyed", id);
-			return -1;
-		}
-		const char *live = sbx_session_live_state(st, &old);
-		if (strcmp(old.spec, s->spec))
-			return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s exists with another spec", id);
-		if (!strcmp(live, "creating"))
-			return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is still being created", id);
-		if (strcmp(live, "running"))
-			return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s exists but is %s; destroy it with sbx-kill",
-					   id, live);
-		*s = old;
-		*existed = 1;
+	if (faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
+	struct sbx_session old;
+	if (sbx_record_load(st, id, &old, err) < 0) {
+		if (err && err->code == SBX_EXIT_NOENT)
+			return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is being destroyed", id);
+		return -1;
 	}
-	/* A warm-pool member that fits serves the request (pool.h); when none
-	 * does, or its claim fails, the session boots cold as ever. */
-	sbx_trace_step(&tr, "lock");
-	if (!o->pool && !o->snapshot && sbx_pool_request_fits(o, pol)) {
-		int r = sbx_pool_claim(st, &g, s, pol, &sec, err);
-		sbx_trace_step(&tr, "claim");
-		if (r != 0) {
-			sbx_trace_end(&tr, r > 0);
-			return r < 0 ? -1 : 0;
-		}
-	}
+	const char *live = sbx_session_live_state(st, &old);
+	if (strcmp(old.spec, s->spec))
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s exists with another spec", id);
+	if (!strcmp(live, "creating"))
+		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is still being created", id);
+	if (strcmp(live, "running"))
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s exists but is %s; destroy it with sbx-kill", id,
+				   live);
+	*s = old;
+	return 1;
+}
+
+/* Still under the lock: room for it (capacity, its workspace) and its
+ * source still there.  sbx-snapshot rm and template rm take the lock
+ * too: from here on they see the record that names them, or we see them
+ * gone and are refused before anything exists. */
+static int admit(struct sbx_state *st, const struct sbx_create_opts *o, const struct plan *pl,
+		 const struct sbx_session *s, struct sbx_err *err)
+{
 	/* A workspace a live session holds: refused before anything exists.
 	 * The monitor takes it for real (and fails the create cleanly if
 	 * another one got there first). */
@@ -609,74 +625,120 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 			err->session[0] = 0; /* the generated ID never existed */
 		return -1;
 	}
-	/* sbx-snapshot rm takes the global lock too: from here on it sees
-	 * the record that names the snapshot, or we see it gone. */
-	if (restore && sbx_snapshot_present(&snap, err) < 0)
+	if (pl->restore && sbx_snapshot_present(&pl->snap, err) < 0)
 		return -1;
-	/* sbx-snapshot template rm takes it too: the template is still there,
-	 * or we are refused before anything exists. */
 	char tm[700];
-	snprintf(tm, sizeof tm, "%s/manifest.json", t.dir);
+	snprintf(tm, sizeof tm, "%s/manifest.json", pl->t.dir);
 	if (access(tm, F_OK) < 0)
-		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "template %s@%s was removed meanwhile", t.ref, t.version);
-	/* Record intent first: every resource is named by the ID, so a create
-	 * killed at any point leaves only what sbx-kill/sbx-gc can reclaim. */
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "template %s@%s was removed meanwhile", pl->t.ref,
+				   pl->t.version);
+	return 0;
+}
+
+/* Record intent first (every resource is named by the ID, so a create
+ * killed at any point leaves only what sbx-kill and sbx-gc reclaim),
+ * release the global lock (*g), start the monitor and wait for the guest.
+ * One unwind: whatever failed, the session is reclaimed. */
+static int commit_and_spawn(struct sbx_state *st, const struct sbx_create_opts *o, const struct sbx_policy *pol,
+			    const struct sbx_secrets *sec, int *g, struct sbx_session *s, struct sbx_err *err)
+{
+	const char *id = s->id;
 	if (mkdirat(st->sessions_fd, id, 0700) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create the session directory");
 	if (sbx_record_save(st, s, err) < 0 || policy_save(st, id, pol, err) < 0) {
 		sbx_rm_rf_at(st->sessions_fd, id);
 		return -1;
 	}
+	int p[2] = { -1, -1 }, sp[2] = { -1, -1 }, rc = -1;
 	_cleanup_close_ int lock = sbx_lock_session(st, id, 1, 1, err);
 	if (lock < 0) {
-		sbx_session_reclaim(st, id);
-		return lock == -2 ? sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is locked", id) : -1;
+		if (lock == -2)
+			sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is locked", id);
+		goto fail;
 	}
-	close(g);
-	g = -1;
-
-	int p[2], sp[2] = { -1, -1 };
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		sbx_session_reclaim(st, id);
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a pipe");
+	close(*g);
+	*g = -1;
+	if (pipe2(p, O_CLOEXEC) < 0 || (sec->n && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)) {
+		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the monitor's pipes");
+		goto fail;
 	}
-	if (sec.n && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0) {
-		close(p[0]);
-		close(p[1]);
-		sbx_session_reclaim(st, id);
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make a socket pair");
-	}
-	if (spawn_monitor(id, lock, p[1], sp[1], pol, err) < 0) {
-		close(p[0]);
-		close(p[1]);
-		if (sec.n) {
-			close(sp[0]);
-			close(sp[1]);
-		}
-		sbx_session_reclaim(st, id);
-		return -1;
-	}
+	if (spawn_monitor(id, lock, p[1], sp[1], pol, err) < 0)
+		goto fail;
 	close(p[1]);
-	if (sec.n) {
+	p[1] = -1;
+	if (sec->n) {
 		close(sp[1]);
-		send_secrets(sp[0], &sec);
-		close(sp[0]);
+		sp[1] = -1;
+		send_secrets(sp[0], sec);
+		close(sp[0]); /* the monitor reads them to their end */
+		sp[0] = -1;
 	}
 	/* The monitor enforces the boot deadline; this one only guards
 	 * against a monitor that hangs, so it is longer. */
-	int rc = await_ready(p[0], sbx_boot_timeout_s() + 30, o->progress_fd > 0 ? o->progress_fd : -1, err);
-	close(p[0]);
-	if (rc < 0) {
+	if (await_ready(p[0], sbx_boot_timeout_s() + 30, o->progress_fd > 0 ? o->progress_fd : -1, err) < 0) {
 		/* The monitor cleans up after itself; if it died instead, its
 		 * lock is free and we reclaim what it left. */
 		close(lock);
 		lock = sbx_lock_session(st, id, 0, 0, NULL);
-		if (lock >= 0)
-			sbx_session_reclaim(st, id);
-		return -1;
+		if (lock < 0)
+			lock = -3; /* its monitor has it: not ours to reclaim */
+		goto fail;
 	}
+	rc = 0;
+fail:
+	for (int i = 0; i < 2; i++) {
+		if (p[i] >= 0)
+			close(p[i]);
+		if (sp[i] >= 0)
+			close(sp[i]);
+	}
+	if (rc < 0 && lock != -3)
+		sbx_session_reclaim(st, id);
+	return rc;
+}
+
+int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s,
+		       int *existed, struct sbx_err *err)
+{
+	/* make bench: where a create's time goes before the monitor's own
+	 * trace (boot.monitor) or a claim's (claim.client) takes over. */
+	_cleanup_trace_ struct sbx_trace tr;
+	sbx_trace_begin(&tr, o->pool ? "create.pool" : "create.client");
+	*existed = 0;
+	struct plan pl;
+	if (check_request(o, err) < 0 || resolve_source(st, o, &pl.t, &pl.snap, &pl.restore, err) < 0)
+		return -1;
+	sbx_trace_step(&tr, "template");
+	_cleanup_secrets_ struct sbx_secrets sec = { 0 };
+	if (choose(st, o, &pl, &sec, err) < 0)
+		return -1;
+	sbx_trace_step(&tr, "accel");
+	if (fill_record(o, &pl, &sec, s, err) < 0)
+		return -1;
+	sbx_trace_step(&tr, "checks");
+	_cleanup_close_ int g = sbx_lock_global(st, err);
+	if (g < 0)
+		return -1;
+	int r = take_id(st, o, s, err);
+	if (r != 0) {
+		*existed = r > 0;
+		return r < 0 ? -1 : 0;
+	}
+	/* A warm-pool member that fits serves the request (pool.h); when none
+	 * does, or its claim fails, the session boots cold as ever. */
+	sbx_trace_step(&tr, "lock");
+	if (!o->pool && !o->snapshot && sbx_pool_request_fits(o, pl.pol)) {
+		r = sbx_pool_claim(st, &g, s, pl.pol, &sec, err);
+		sbx_trace_step(&tr, "claim");
+		if (r != 0) {
+			sbx_trace_end(&tr, r > 0);
+			return r < 0 ? -1 : 0;
+		}
+	}
+	if (admit(st, o, &pl, s, err) < 0 || commit_and_spawn(st, o, pl.pol, &sec, &g, s, err) < 0)
+		return -1;
 	sbx_trace_step(&tr, "booted");
-	int r = sbx_record_load(st, id, s, err);
+	r = sbx_record_load(st, s->id, s, err);
 	sbx_trace_end(&tr, r == 0);
 	return r;
 }
