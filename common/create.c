@@ -738,7 +738,9 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	if (admit(st, o, &pl, s, err) < 0 || commit_and_spawn(st, o, pl.pol, &sec, &g, s, err) < 0)
 		return -1;
 	sbx_trace_step(&tr, "booted");
-	r = sbx_record_load(st, s->id, s, err);
+	char id[SBX_ID_MAX + 1]; /* the load overwrites *s */
+	snprintf(id, sizeof id, "%s", s->id);
+	r = sbx_record_load(st, id, s, err);
 	sbx_trace_end(&tr, r == 0);
 	return r;
 }
