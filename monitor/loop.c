@@ -447,30 +447,28 @@ static void stop_vm(struct mon *m)
 		exec_abort(m, m->execs, SBX_R_KILLED);
 }
 
-int sbx_monitor_main(const struct sbx_monitor_args *a)
+/* Every source closed, every fd -1, before anything can fail. */
+static void mon_init(struct mon *m, const struct sbx_monitor_args *a)
 {
-	struct mon m = { 0 };
-	struct sbx_err err = { 0 };
-	int rc = 0;
-	m.listen = (struct src){ SRC_LISTEN, -1 };
-	m.agent_listen = (struct src){ SRC_AGENT_LISTEN, -1 };
-	m.agent = (struct src){ SRC_AGENT, -1 };
-	m.vmm = (struct src){ SRC_VMM, -1 };
-	m.sig = (struct src){ SRC_SIGNAL, -1 };
-	m.timer = (struct src){ SRC_TIMER, -1 };
-	m.readyp = (struct src){ SRC_READY, a->ready_fd };
-	m.proxy = (struct src){ SRC_PROXY, -1 };
-	m.proxybusy = (struct src){ SRC_PROXY_BUSY, -1 };
-	m.spare.dfd = m.spare.out = m.spare.err = -1;
-	m.spare.want = 1;
-	m.vmev = (struct src){ SRC_VMEV, -1 };
-	m.console = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
-	m.vmmlog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
-	m.proxylog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
-	m.vm.pidfd = -1;
-	m.bare_netns = -1;
-	m.ws.lock_fd = m.ws.dir_fd = -1;
-	m.priv.fd = m.priv.child_pidfd = -1;
+	m->listen = (struct src){ SRC_LISTEN, -1 };
+	m->agent_listen = (struct src){ SRC_AGENT_LISTEN, -1 };
+	m->agent = (struct src){ SRC_AGENT, -1 };
+	m->vmm = (struct src){ SRC_VMM, -1 };
+	m->sig = (struct src){ SRC_SIGNAL, -1 };
+	m->timer = (struct src){ SRC_TIMER, -1 };
+	m->readyp = (struct src){ SRC_READY, a->ready_fd };
+	m->proxy = (struct src){ SRC_PROXY, -1 };
+	m->proxybusy = (struct src){ SRC_PROXY_BUSY, -1 };
+	m->spare.dfd = m->spare.out = m->spare.err = -1;
+	m->spare.want = 1;
+	m->vmev = (struct src){ SRC_VMEV, -1 };
+	m->console = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
+	m->vmmlog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
+	m->proxylog = (struct vmmout){ .src = { SRC_VMMOUT, -1 }, .fd = -1 };
+	m->vm.pidfd = -1;
+	m->bare_netns = -1;
+	m->ws.lock_fd = m->ws.dir_fd = -1;
+	m->priv.fd = m->priv.child_pidfd = -1;
 
 	/* A suspend's compressor and a resume's reader each take a few MiB
 	 * and give them back.  With glibc's sliding mmap threshold the first
@@ -490,64 +488,198 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 		fcntl(a->ready_fd, F_SETFD, FD_CLOEXEC);
 	if (a->secrets_fd >= 0)
 		fcntl(a->secrets_fd, F_SETFD, FD_CLOEXEC);
-	sbx_trace_begin(&m.boot_tr, "boot.monitor");
-	if (setup(&m, a, &err) < 0)
-		goto failed;
-	sbx_trace_step(&m.boot_tr, "setup");
-	if (mon_boot(&m, &err) < 0)
-		goto failed;
-	/* A warm-pool member waits for a claim, paused (pool.h). */
-	snprintf(m.s.state, sizeof m.s.state, m.s.pool ? "pooled" : "running");
-	m.s.ready_ns = m.s.state_since_ns = sbx_now_ns();
-	/* The policy's cap as it is, 0 included (keep no output). */
-	m.output_cap = m.s.limits.output_cap;
-	m.output_session_cap = m.s.limits.output_session_cap;
-	if (m.s.limits.ttl_ms && mon_arm_ttl(&m) < 0) {
-		sbx_err_set(&err, SBX_EXIT_INTERNAL, errno, "cannot arm the session TTL");
-		goto failed;
-	}
-	m.s.vmm_pid = m.vm.pid;
-	m.s.vmm_start = m.vm.start_time;
-	if (mon_record_save(&m, &err) < 0)
-		goto failed;
-	sbx_trace_step(&m.boot_tr, "record_save");
-	if (m.s.pool) {
-		/* No session.create for a member: it is nobody's session until
-		 * a claim makes it one. */
-		claim_pool_park(&m);
-		goto ready;
-	}
+}
+
+/* session.create, with what the session got: a session that cannot be
+ * audited is not handed out. */
+static int audit_create(struct mon *m, struct sbx_err *err)
+{
 	char tmpl[140];
-	snprintf(tmpl, sizeof tmpl, "%s@%s", m.s.tmpl_name, m.s.tmpl_version);
-	json_t *cf = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I}", "session", m.s.id, "template",
-			       tmpl, "vcpus", (int)m.s.vcpus, "memory_mib", (int)m.s.memory_mib, "accel", m.s.accel,
-			       "vmm", m.s.vmm, "boot_ms", (json_int_t)m.s.boot_ms, "ttl_s",
-			       (json_int_t)(m.s.limits.ttl_ms / 1000), "disk_bytes", (json_int_t)m.s.limits.disk_bytes,
-			       "volumes", (json_int_t)m.s.nvols);
-	if (cf && m.s.snapshot[0])
-		json_object_set_new(cf, "from_snapshot", json_string(m.s.snapshot));
-	if (cf && m.sec.n) {
+	snprintf(tmpl, sizeof tmpl, "%s@%s", m->s.tmpl_name, m->s.tmpl_version);
+	json_t *cf = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I}", "session", m->s.id, "template",
+			       tmpl, "vcpus", (int)m->s.vcpus, "memory_mib", (int)m->s.memory_mib, "accel", m->s.accel,
+			       "vmm", m->s.vmm, "boot_ms", (json_int_t)m->s.boot_ms, "ttl_s",
+			       (json_int_t)(m->s.limits.ttl_ms / 1000), "disk_bytes", (json_int_t)m->s.limits.disk_bytes,
+			       "volumes", (json_int_t)m->s.nvols);
+	if (cf && m->s.snapshot[0])
+		json_object_set_new(cf, "from_snapshot", json_string(m->s.snapshot));
+	if (cf && m->sec.n) {
 		json_t *names = json_array(); /* names only, never values */
-		for (unsigned i = 0; i < m.sec.n; i++)
-			json_array_append_new(names, json_string(m.sec.s[i].name));
+		for (unsigned i = 0; i < m->sec.n; i++)
+			json_array_append_new(names, json_string(m->sec.s[i].name));
 		json_object_set_new(cf, "secrets", names);
 	}
-	int crc = mon_audit(&m, "session.create", cf, &err);
+	int crc = mon_audit(m, "session.create", cf, err);
 	json_decref(cf);
 	if (crc < 0) {
-		/* A session that cannot be audited is not handed out. */
-		sbx_err_wrap(&err, "cannot write the audit trail");
-		err.code = SBX_EXIT_INTERNAL;
-		goto failed;
+		sbx_err_wrap(err, "cannot write the audit trail");
+		err->code = SBX_EXIT_INTERNAL;
+		return -1;
 	}
-	sbx_trace_step(&m.boot_tr, "audit");
-ready:
+	return 0;
+}
+
+/* Set up, boot (or restore), arm the TTL, write the record and the
+ * session.create: the session is ready, or -1 with err. */
+static int mon_start(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err *err)
+{
+	sbx_trace_begin(&m->boot_tr, "boot.monitor");
+	if (setup(m, a, err) < 0)
+		return -1;
+	sbx_trace_step(&m->boot_tr, "setup");
+	if (mon_boot(m, err) < 0)
+		return -1;
+	/* A warm-pool member waits for a claim, paused (pool.h). */
+	snprintf(m->s.state, sizeof m->s.state, m->s.pool ? "pooled" : "running");
+	m->s.ready_ns = m->s.state_since_ns = sbx_now_ns();
+	/* The policy's cap as it is, 0 included (keep no output). */
+	m->output_cap = m->s.limits.output_cap;
+	m->output_session_cap = m->s.limits.output_session_cap;
+	if (m->s.limits.ttl_ms && mon_arm_ttl(m) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot arm the session TTL");
+	m->s.vmm_pid = m->vm.pid;
+	m->s.vmm_start = m->vm.start_time;
+	if (mon_record_save(m, err) < 0)
+		return -1;
+	sbx_trace_step(&m->boot_tr, "record_save");
+	if (m->s.pool) {
+		/* No session.create for a member: it is nobody's session until
+		 * a claim makes it one. */
+		claim_pool_park(m);
+		return 0;
+	}
+	if (audit_create(m, err) < 0)
+		return -1;
+	sbx_trace_step(&m->boot_tr, "audit");
+	return 0;
+}
+
+/* The unwind of a session that never became ready: nothing was handed
+ * out, so nothing of it stays but its failed session.create. */
+static int mon_failed(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err *err)
+{
+	sbx_trace_end(&m->boot_tr, 0);
+	if (m->vm.pid)
+		sbx_vm_kill(&m->vm);
+	mon_drop_workspace(m, 1);
+	if (m->st.lib_fd >= 0 && m->s.id[0]) {
+		json_t *ff = json_pack("{s:s, s:b, s:i, s:s}", "session", m->s.id, "ok", 0, "code", err->code,
+				       "error", err->msg);
+		mon_audit(m, "session.create", ff, NULL);
+		json_decref(ff);
+	}
+	if (m->st.sessions_fd >= 0 && m->s.id[0])
+		mon_destroy(m, 0);
+	report(a->ready_fd, err);
+	ack_shutdowns(m);
+	return err->code ? err->code : SBX_EXIT_INTERNAL;
+}
+
+/* The session's life: the guest, its clients, execs, deadlines, until it
+ * is stopped, its VM ends or its TTL expires. */
+static void mon_run(struct mon *m)
+{
+	const char *hbe = getenv("SBX_AGENT_PING_MS");
+	m->hb.interval = (hbe && atoi(hbe) > 0 ? (uint64_t)atoi(hbe) : AGENT_PING_MS) * 1000000u;
+	while (!m->stopping && !m->vm_dead && !m->expired) {
+		int w = claim_wait_ms(m), x = exec_wait_ms(m), h = mon_heartbeat_wait_ms(m);
+		if (x >= 0 && (w < 0 || x < w))
+			w = x;
+		if (h >= 0 && (w < 0 || h < w))
+			w = h;
+		if ((h = susp_wait_ms(m)) >= 0 && (w < 0 || h < w))
+			w = h;
+		if (mon_loop_once(m, w) < 0)
+			break;
+		claim_check_deadline(m);
+		exec_deadlines(m);
+		mon_heartbeat(m);
+		susp_tick(m);
+	}
+	port_end(m, "session ended"); /* before the record says it ended */
+}
+
+/* Stopped (sbx-kill, or a claim that failed): the VM goes, and so does
+ * everything of the session, with its session.destroy. */
+static void finish_stopped(struct mon *m)
+{
+	stop_vm(m);
+	uint64_t cpu = 0, peak = 0;
+	mon_cg_usage(m, &cpu, &peak);
+	/* A claim that did not complete leaves the member's old runtime
+	 * directory behind too (claim_abandoned says so). */
+	int left = mon_destroy(m, m->claim.stage == CLAIM_FAILED || m->claim.stage == CLAIM_GUEST);
+	if (m->claim.stage == CLAIM_FAILED) {
+		claim_abandoned(m); /* its session.create ok:false is the record */
+		ack_shutdowns(m);
+		return;
+	}
+	if (m->claim.stage == CLAIM_GUEST)
+		claim_abandoned(m); /* sbx-kill came first: sbx-create exits 5 */
+	/* A member whose claim failed before its commit goes under its own
+	 * name, saying why. */
+	int unclaimed = m->claim.touched && m->claim.stage == CLAIM_NONE;
+	json_t *df = json_pack("{s:s, s:s, s:f, s:f, s:s}", "session", m->s.id, "reason",
+			       unclaimed ? "claim-failed" : "sbx-kill", "duration_s",
+			       (double)(sbx_now_ns() - m->s.created_ns) / 1e9, "cpu_s", (double)cpu / 1e9, "cleanup",
+			       left ? "incomplete" : "complete");
+	if (df && unclaimed)
+		json_object_set_new(df, "error", json_string(m->claim.err));
+	mon_audit(m, "session.destroy", df, NULL);
+	json_decref(df);
+	ack_shutdowns(m); /* after the record: sbx-kill returns on this */
+}
+
+/* How the session ended, in one of four ways. */
+static void mon_finish(struct mon *m)
+{
+	if (m->expired && !m->stopping && !m->vm_dead) {
+		/* TTL: the VM goes, the record and the output stay so the user
+		 * sees what happened; sbx-kill (or sbx-gc) removes them. */
+		stop_vm(m);
+		char why[64];
+		snprintf(why, sizeof why, "ttl of %llu s expired", (unsigned long long)(m->s.limits.ttl_ms / 1000));
+		susp_discard(m);
+		mon_end(m, "expired", why);
+		return;
+	}
+	if (m->stopping) {
+		finish_stopped(m);
+		return;
+	}
+	if (m->claim.stage == CLAIM_GUEST) {
+		/* Never half a claimed session: it goes, sbx-create boots cold. */
+		claim_fail(m, SBX_EXIT_UNAVAIL, "the VM ended during the claim (%s)", m->vm_end);
+		mon_destroy(m, 1);
+		claim_abandoned(m);
+		return;
+	}
+	/* The VM ended on its own: keep the record and the output so the user
+	 * can see what happened; sbx-kill (or sbx-gc) reclaims the rest. */
+	while (m->execs)
+		exec_abort(m, m->execs, SBX_R_SESSION_LOST);
+	mon_drop_workspace(m, 0);
+	int crashed = strcmp(m->vm_end, "guest powered off") != 0;
+	mon_end(m, crashed ? "crashed" : "stopped", m->vm_end);
+}
+
+int sbx_monitor_main(const struct sbx_monitor_args *a)
+{
+	struct mon m = { 0 };
+	struct sbx_err err = { 0 };
+	int rc = 0;
+	mon_init(&m, a);
+	if (mon_start(&m, a, &err) < 0) {
+		rc = mon_failed(&m, a, &err);
+		goto out;
+	}
 	sbx_trace_end(&m.boot_tr, 1); /* before the split: one line, the parent's */
 	/* From here on, the guest and the clients are the unprivileged
 	 * half's (priv.c); this process, when split, only answers it. */
 	switch (mon_priv_start(&m, a->lock_fd, &err)) {
 	case -1:
-		goto failed;
+		rc = mon_failed(&m, a, &err);
+		goto out;
 	case 1: /* the child */
 		break;
 	default:
@@ -563,99 +695,8 @@ ready:
 		rc = mon_priv_serve(&m);
 		goto out;
 	}
-
-	const char *hbe = getenv("SBX_AGENT_PING_MS");
-	m.hb.interval = (hbe && atoi(hbe) > 0 ? (uint64_t)atoi(hbe) : AGENT_PING_MS) * 1000000u;
-	while (!m.stopping && !m.vm_dead && !m.expired) {
-		int w = claim_wait_ms(&m), x = exec_wait_ms(&m), h = mon_heartbeat_wait_ms(&m);
-		if (x >= 0 && (w < 0 || x < w))
-			w = x;
-		if (h >= 0 && (w < 0 || h < w))
-			w = h;
-		if ((h = susp_wait_ms(&m)) >= 0 && (w < 0 || h < w))
-			w = h;
-		if (mon_loop_once(&m, w) < 0)
-			break;
-		claim_check_deadline(&m);
-		exec_deadlines(&m);
-		mon_heartbeat(&m);
-		susp_tick(&m);
-	}
-	port_end(&m, "session ended"); /* before the record says it ended */
-
-	if (m.expired && !m.stopping && !m.vm_dead) {
-		/* TTL: the VM goes, the record and the output stay so the user
-		 * sees what happened; sbx-kill (or sbx-gc) removes them. */
-		stop_vm(&m);
-		char why[64];
-		snprintf(why, sizeof why, "ttl of %llu s expired", (unsigned long long)(m.s.limits.ttl_ms / 1000));
-		susp_discard(&m);
-		mon_end(&m, "expired", why);
-		goto out;
-	}
-
-	if (m.stopping) {
-		stop_vm(&m);
-		uint64_t cpu = 0, peak = 0;
-		mon_cg_usage(&m, &cpu, &peak);
-		/* A claim that did not complete leaves the member's old runtime
-		 * directory behind too (claim_abandoned says so). */
-		int left = mon_destroy(&m, m.claim.stage == CLAIM_FAILED || m.claim.stage == CLAIM_GUEST);
-		if (m.claim.stage == CLAIM_FAILED) {
-			claim_abandoned(&m); /* its session.create ok:false is the record */
-			ack_shutdowns(&m);
-			goto out;
-		}
-		if (m.claim.stage == CLAIM_GUEST)
-			claim_abandoned(&m); /* sbx-kill came first: sbx-create exits 5 */
-		/* A member whose claim failed before its commit goes under
-		 * its own name, saying why. */
-		int unclaimed = m.claim.touched && m.claim.stage == CLAIM_NONE;
-		json_t *df = json_pack("{s:s, s:s, s:f, s:f, s:s}", "session", m.s.id, "reason",
-				       unclaimed ? "claim-failed" : "sbx-kill", "duration_s",
-				       (double)(sbx_now_ns() - m.s.created_ns) / 1e9, "cpu_s", (double)cpu / 1e9, "cleanup",
-				       left ? "incomplete" : "complete");
-		if (df && unclaimed)
-			json_object_set_new(df, "error", json_string(m.claim.err));
-		mon_audit(&m, "session.destroy", df, NULL);
-		json_decref(df);
-		ack_shutdowns(&m); /* after the record: sbx-kill returns on this */
-		goto out;
-	}
-	if (m.claim.stage == CLAIM_GUEST) {
-		/* Never half a claimed session: it goes, sbx-create boots cold. */
-		claim_fail(&m, SBX_EXIT_UNAVAIL, "the VM ended during the claim (%s)", m.vm_end);
-		mon_destroy(&m, 1);
-		claim_abandoned(&m);
-		goto out;
-	}
-	/* The VM ended on its own: keep the record and the output so the user
-	 * can see what happened; sbx-kill (or sbx-gc) reclaims the rest. */
-	while (m.execs)
-		exec_abort(&m, m.execs, SBX_R_SESSION_LOST);
-	mon_drop_workspace(&m, 0);
-	int crashed = strcmp(m.vm_end, "guest powered off") != 0;
-	mon_end(&m, crashed ? "crashed" : "stopped", m.vm_end);
-	goto out;
-
-failed:
-	sbx_trace_end(&m.boot_tr, 0);
-	/* The one unwind of a session that never became ready: nothing was
-	 * handed out, so nothing of it stays but its failed session.create. */
-	if (m.vm.pid)
-		sbx_vm_kill(&m.vm);
-	mon_drop_workspace(&m, 1);
-	if (m.st.lib_fd >= 0 && m.s.id[0]) {
-		json_t *ff = json_pack("{s:s, s:b, s:i, s:s}", "session", m.s.id, "ok", 0, "code", err.code,
-				       "error", err.msg);
-		mon_audit(&m, "session.create", ff, NULL);
-		json_decref(ff);
-	}
-	if (m.st.sessions_fd >= 0 && m.s.id[0])
-		mon_destroy(&m, 0);
-	report(a->ready_fd, &err);
-	ack_shutdowns(&m);
-	rc = err.code ? err.code : SBX_EXIT_INTERNAL;
+	mon_run(&m);
+	mon_finish(&m);
 out:
 	mon_drop_workspace(&m, rc != 0);
 	int child = mon_priv_exit(&m, rc); /* the child's last word: the parent exits with it */
