@@ -232,9 +232,15 @@ static void follow_copy(int fd, uint64_t *off, int *out)
 	}
 }
 
-static int open_stream(int efd, const char *name)
+/* An output file, once it is there; -1 and *bad (EINVAL) for one that is
+ * not a regular file (execs/ is the unprivileged half's: a FIFO in its
+ * place must not hang us). */
+static int open_stream(int efd, const char *name, int *bad)
 {
-	return openat(efd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = sbx_open_regular_at(efd, name);
+	if (fd < 0 && errno == EINVAL)
+		*bad = 1;
+	return fd;
 }
 
 static json_t *attach_result(int efd)
@@ -282,8 +288,9 @@ int sbx_exec_attach(struct sbx_state *st, const char *session, const char *exec,
 	}
 	sigprocmask(SIG_BLOCK, &set, &old);
 	_cleanup_close_ int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-	_cleanup_close_ int ofd = open_stream(efd, "stdout");
-	_cleanup_close_ int rfd = open_stream(efd, "stderr");
+	int bad = 0;
+	_cleanup_close_ int ofd = open_stream(efd, "stdout", &bad);
+	_cleanup_close_ int rfd = open_stream(efd, "stderr", &bad);
 	uint64_t off_out = o->since_out, off_err = o->since_err;
 	int out = o->out_fd, errfd = o->err_fd, rc = -1, timed_out = 0;
 	for (;;) {
@@ -298,15 +305,24 @@ int sbx_exec_attach(struct sbx_state *st, const char *session, const char *exec,
 			ended = faccessat(efd, "result.json", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 		}
 		if (ofd < 0)
-			ofd = open_stream(efd, "stdout");
+			ofd = open_stream(efd, "stdout", &bad);
 		if (rfd < 0)
-			rfd = open_stream(efd, "stderr");
+			rfd = open_stream(efd, "stderr", &bad);
+		if (bad) {
+			sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the output of exec %s in session %s is not a regular file", exec,
+				    session);
+			break;
+		}
 		follow_copy(ofd, &off_out, &out);
 		follow_copy(rfd, &off_err, &errfd);
 		if (ended) {
 			json_t *r = attach_result(efd);
 			if (!r) {
-				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the result of %s", exec);
+				if (errno == EINVAL)
+					sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+						    "the result of exec %s in session %s is not a regular file", exec, session);
+				else
+					sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the result of %s", exec);
 				break;
 			}
 			*status = sbx_exec_result_status(r);

@@ -51,9 +51,14 @@ static int open_exec(struct sbx_state *st, const char *session, const char *exec
 	return e;
 }
 
-static json_t *load_result(int efd)
+/* Its result, or NULL; *bad set when what has the result's name is not a
+ * regular file (the unprivileged half owns execs/: a FIFO there must not
+ * make a reader wait for ever). */
+static json_t *load_result(int efd, int *bad)
 {
 	_cleanup_free_ char *txt = sbx_read_small_at(efd, "result.json", 1 << 20, NULL);
+	if (!txt && bad)
+		*bad = errno == EINVAL;
 	return txt ? json_loads(txt, 0, NULL) : NULL;
 }
 
@@ -82,7 +87,7 @@ int sbx_exec_list(struct sbx_state *st, const char *session, json_t **out, struc
 	json_t *arr = json_array();
 	for (size_t i = 0; i < n; i++) {
 		int efd = openat(x, names[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		json_t *r = efd >= 0 ? load_result(efd) : NULL;
+		json_t *r = efd >= 0 ? load_result(efd, NULL) : NULL;
 		if (efd >= 0)
 			close(efd);
 		if (r) {
@@ -130,14 +135,18 @@ int sbx_exec_wait(struct sbx_state *st, const char *session, const char *exec, u
 		inotify_add_watch(in, path, IN_MOVED_TO | IN_CREATE);
 	uint64_t deadline = timeout_ms ? sbx_mono_ns() + (uint64_t)timeout_ms * 1000000u : 0;
 	for (;;) {
-		json_t *r = load_result(efd);
+		int bad = 0;
+		json_t *r = load_result(efd, &bad);
 		if (r) {
 			*result = r;
 			return 0;
 		}
+		if (bad)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the result of exec %s in session %s is not a regular file",
+					   exec, session);
 		struct sbx_session s;
 		if (sbx_record_load(st, session, &s, NULL) < 0 || !sbx_state_live(sbx_session_live_state(st, &s))) {
-			if ((r = load_result(efd))) { /* written just before the end */
+			if ((r = load_result(efd, NULL))) { /* written just before the end */
 				*result = r;
 				return 0;
 			}
@@ -159,7 +168,7 @@ static int copy_file(int dfd, const char *name, int out)
 {
 	if (out < 0)
 		return 0;
-	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_close_ int fd = sbx_open_regular_at(dfd, name);
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -1;
 	char buf[65536];
@@ -176,8 +185,16 @@ int sbx_exec_output(struct sbx_state *st, const char *session, const char *exec,
 	_cleanup_close_ int efd = open_exec(st, session, exec, err);
 	if (efd < 0)
 		return -1;
-	if (copy_file(efd, "stdout", out_fd) < 0 || copy_file(efd, "stderr", err_fd) < 0)
+	const char *names[] = { "stdout", "stderr" };
+	int fds[] = { out_fd, err_fd };
+	for (int i = 0; i < 2; i++) {
+		if (copy_file(efd, names[i], fds[i]) == 0)
+			continue;
+		if (errno == EINVAL)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the %s of exec %s in session %s is not a regular file",
+					   names[i], exec, session);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot copy the output of %s", exec);
+	}
 	return 0;
 }
 

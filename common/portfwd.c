@@ -1,4 +1,5 @@
 #include "portfwd.h"
+#include "hostpath.h"
 #include "monclient.h"
 #include "util.h"
 
@@ -76,12 +77,18 @@ public:
 			   "--listen '%s': only a loopback address (127.0.0.0/8, ::1) may be bound, never a public one", s);
 }
 
-static int bind_tcp(const char *spec, struct sbx_err *err)
+static int bind_tcp(const char *tenant, const char *spec, struct sbx_err *err)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = 0;
 	if (parse_listen(spec ? spec : "127.0.0.1:0", &ss, &sl, err) < 0)
 		return -1;
+	/* The well-known ports are the host's services' (review r3, N7). */
+	unsigned port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+						      : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	if (tenant && *tenant && port && port < 1024)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "--listen '%s': ports below 1024 are the operator's, not a tenant's", spec);
 	int one = 1, fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "socket");
@@ -95,15 +102,16 @@ static int bind_tcp(const char *spec, struct sbx_err *err)
 	return fd;
 }
 
-static int bind_unix(const char *path, char *abs, size_t cap, struct sbx_err *err)
+/* --unix PATH, as any host path a caller names (hostpath.h): never under
+ * sbx's state, and a tenant's beneath a host_paths.write root with no
+ * symbolic link below it (review r3, N7).  hp holds its directory. */
+static int bind_unix(const char *tenant, const char *path, struct sbx_hostpath *hp, char *abs, size_t cap,
+		     struct sbx_err *err)
 {
-	char cwd[4096];
-	if (path[0] == '/')
-		snprintf(abs, cap, "%s", path);
-	else if (getcwd(cwd, sizeof cwd) && (size_t)snprintf(abs, cap, "%s/%s", cwd, path) < cap)
-		;
-	else
-		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "--unix %s: cannot make the path absolute", path);
+	if (sbx_hostpath_resolve(tenant, path, SBX_HOSTPATH_WRITE | SBX_HOSTPATH_MAY_BE_MISSING, "--unix", hp, err) < 0)
+		return -1;
+	if ((size_t)snprintf(abs, cap, "%s", hp->real) >= cap)
+		return sbx_err_set(err, SBX_EXIT_INVALID, ENAMETOOLONG, "--unix %s: the path is too long", path);
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (strlen(abs) >= sizeof a.sun_path || strlen(abs) + 6 > SBX_PORT_ADDR_MAX)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "--unix %s: the path is too long for a unix socket (%zu bytes at most)",
@@ -119,10 +127,19 @@ static int bind_unix(const char *path, char *abs, size_t cap, struct sbx_err *er
 		return sbx_err_set(err, e == EADDRINUSE ? SBX_EXIT_CONFLICT : e == ENOENT || e == EACCES ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL,
 				   e, "cannot create the unix socket %s", abs);
 	}
+	/* The bind went by the path, which the monitor checks the socket
+	 * against (getsockname): a directory swapped for a link since the
+	 * resolution would have put it elsewhere.  Then it is not where hp
+	 * holds, and is refused (and left: its name is not ours to remove). */
+	struct stat sb;
+	if (fstatat(hp->dir_fd, hp->rel, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(sb.st_mode)) {
+		close(fd);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "--unix %s: the path changed while the socket was made", path);
+	}
 	if (listen(fd, 128) < 0) {
 		int e = errno;
 		close(fd);
-		unlink(abs);
+		unlinkat(hp->dir_fd, hp->rel, 0);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot listen on %s", abs);
 	}
 	return fd;
@@ -207,7 +224,9 @@ int sbx_port_open(struct sbx_state *st, const char *session, unsigned guest_port
 		return -1;
 	if (!guest_port || guest_port > 65535)
 		return sbx_err_set(err, SBX_EXIT_USAGE, 0, "the guest port must be 1-65535");
-	int fd = unix_path ? bind_unix(unix_path, abs, sizeof abs, err) : bind_tcp(spec, err);
+	_cleanup_hostpath_ struct sbx_hostpath hp = { .dir_fd = -1 };
+	const char *tenant = sbx_state_tenant(st);
+	int fd = unix_path ? bind_unix(tenant, unix_path, &hp, abs, sizeof abs, err) : bind_tcp(tenant, spec, err);
 	if (fd < 0)
 		return -1;
 	if (unix_path)
@@ -221,7 +240,7 @@ int sbx_port_open(struct sbx_state *st, const char *session, unsigned guest_port
 		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "session %s gave an unexpected reply", session);
 	if (rc < 0) {
 		if (unix_path)
-			unlink(abs); /* ours, just made: nothing is left behind */
+			unlinkat(hp.dir_fd, hp.rel, 0); /* ours, just made: nothing is left behind */
 		return -1;
 	}
 	*out = got[0];

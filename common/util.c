@@ -51,16 +51,32 @@ int sbx_write_all(int fd, const void *buf, size_t n)
 	return 0;
 }
 
+int sbx_open_regular_at(int dirfd, const char *name)
+{
+	/* O_NONBLOCK: a FIFO opens at once instead of waiting for a writer;
+	 * cleared again for a file, where it means nothing anyway. */
+	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return -1;
+	if (!S_ISREG(st.st_mode))
+		return errno = EINVAL, -1;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+		return -1;
+	return sbx_steal_fd(&fd);
+}
+
 char *sbx_read_small_at(int dirfd, const char *name, size_t max, size_t *len)
 {
-	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_close_ int fd = sbx_open_regular_at(dirfd, name);
 	if (fd < 0)
 		return NULL;
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return NULL;
-	if (!S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
-		errno = S_ISREG(st.st_mode) ? EFBIG : EINVAL;
+	if ((size_t)st.st_size > max) {
+		errno = EFBIG;
 		return NULL;
 	}
 	char *buf = malloc((size_t)st.st_size + 1);

@@ -57,7 +57,13 @@ int sbx_write_all(int fd, const void *buf, size_t n);
  * as SCM_RIGHTS; flags as sendmsg's.  Returns what sendmsg returns. */
 #define SBX_SEND_FDS_MAX 8
 ssize_t sbx_sendmsg_fds(int sock, const void *buf, size_t len, const int *fds, int nfds, int flags);
-/* Read a small file under dirfd into a NUL-terminated malloc'd buffer. */
+/* Open a regular file under dirfd for reading (O_NOFOLLOW), never
+ * blocking on what is not one: a FIFO put in its place by whoever owns
+ * the directory (execs/ is the monitor's unprivileged half's) would hang
+ * open().  -1 with errno; EINVAL: not a regular file. */
+int sbx_open_regular_at(int dirfd, const char *name);
+/* Read a small file under dirfd into a NUL-terminated malloc'd buffer
+ * (sbx_open_regular_at: EINVAL for what is not a regular file). */
 char *sbx_read_small_at(int dirfd, const char *name, size_t max, size_t *len);
 /* The last few hundred bytes of a log under dirfd (AT_FDCWD: a path) on
  * one line, for messages that say what happened; "" when unreadable. */

@@ -251,14 +251,38 @@ void client_drop(struct mon *m, struct client *c)
 	m->nclients--;
 }
 
+/* A peer that is not sbx's own root: told why, if it listens, and
+ * dropped.  It never gets a HELLO nor has a frame read. */
+static void refuse_peer(int fd, const struct sbx_err *e)
+{
+	char msg[sizeof e->msg + 64];
+	snprintf(msg, sizeof msg, "only sbx's own root may drive a session (%s)", e->msg);
+	struct sbx_buf b = { 0 };
+	size_t off = sbx_frame_begin(&b, SBX_F_ERROR, 0);
+	sbx_tlv_u32(&b, SBX_T_CODE, SBX_EXIT_INVALID);
+	sbx_tlv_str(&b, SBX_T_MSG, msg);
+	sbx_frame_end(&b, off);
+	if (!b.oom)
+		(void)send(fd, b.data, b.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	sbx_buf_free(&b);
+	close(fd);
+}
+
 void client_accept(struct mon *m)
 {
 	for (;;) {
 		int fd = accept4(m->listen.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd < 0)
 			return;
+		/* Only sbx's own root drives a session: uid 0 without
+		 * capabilities reaches the socket too (N4). */
+		struct sbx_err e = { 0 };
 		if (m->nclients >= MAX_CLIENTS) {
 			close(fd);
+			continue;
+		}
+		if (mon_peer_check(m, fd, &e) < 0) {
+			refuse_peer(fd, &e);
 			continue;
 		}
 		struct client *c = calloc(1, sizeof *c);

@@ -6,6 +6,7 @@
 
 #include "monitor.h"
 #include "netns.h"
+#include "peer.h"
 #include "egress.h"
 #include "audit.h"
 #include "cgroup.h"
@@ -380,6 +381,7 @@ void mon_log_sizes(struct mon *m, uint64_t *net, uint64_t *pkg);
 json_t *mon_violations(struct mon *m, uint64_t net_off, uint64_t pkg_off);
 char *mon_policy_text(struct mon *m);
 void mon_ports_save(struct mon *m, const char *txt);
+int mon_peer_check(struct mon *m, int fd, struct sbx_err *err);
 int mon_port_reg(struct mon *m, int fd, const char *path, uint64_t *dev, uint64_t *ino);
 void mon_port_unlink(struct mon *m, const char *path, uint64_t dev, uint64_t ino);
 int mon_snap_dir(struct mon *m, const char *rel);

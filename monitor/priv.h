@@ -55,7 +55,8 @@ enum priv_op {
 	PRIV_CLAIM,           /* ID TEXT (record) TEXT2 (policy) -> FLAG (0 committed, 1 failed after) TEXT */
 	PRIV_NET_ATTACH,      /* the claimed member's bare namespace completed, its proxy started
 			       * -> PROXY_PID PROXY_START NUM_A (fds: 2 or 3), fds: [proxy.log,] its pipe, pidfd */
-	PRIV_OP_MAX = PRIV_NET_ATTACH,
+	PRIV_PEER,            /* fd: a client of monitor.sock; the answer: sbx's own root or not (peer.h) */
+	PRIV_OP_MAX = PRIV_PEER,
 	PRIV_REPLY = 100,     /* CODE [MSG] [ERRNO] and the request's results */
 	PRIV_PROGRESS,        /* WHAT NUM_A (done) NUM_B (total) */
 };

@@ -414,6 +414,10 @@ int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int 
 		return h_claim(m, q, r, err);
 	case PRIV_NET_ATTACH:
 		return h_net_attach(m, r, fds, nfds, err);
+	case PRIV_PEER:
+		if (q->nfds != 1)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "no client to look at");
+		return sbx_peer_check(q->fds[0], err);
 	default:
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not a request");
 	}

@@ -400,6 +400,20 @@ void mon_ports_save(struct mon *m, const char *txt)
 	priv_call_str(m, PRIV_PORTS_SAVE, PT_TEXT, txt, NULL);
 }
 
+/* A client of monitor.sock: sbx's own root or not (peer.h).  The parent
+ * judges for the child, which has no /proc to read the peer's
+ * capabilities and user namespace in. */
+int mon_peer_check(struct mon *m, int fd, struct sbx_err *err)
+{
+	if (!split_child(m))
+		return sbx_peer_check(fd, err);
+	struct sbx_buf b = { 0 };
+	priv_msg_begin(&b, PRIV_PEER);
+	int rc = priv_call(m, &b, &fd, 1, NULL, err);
+	sbx_buf_free(&b);
+	return rc;
+}
+
 int mon_port_reg(struct mon *m, int fd, const char *path, uint64_t *dev, uint64_t *ino)
 {
 	if (!split_child(m)) {

@@ -261,6 +261,19 @@ int snap_dir_ok(struct mon *m, const char *rel)
 
 static void snap_save_begin(struct mon *m, struct client *c, const char *rel)
 {
+	/* As a suspend (suspend.c): the memory image would hold the
+	 * secrets.  The guest wipes /run/secrets for a save, but not a copy
+	 * kept by a root process, one outside exec tracking or a variable
+	 * bound to one (-e), and a snapshot published as a template would
+	 * hand them to every session restored from it (review r3, N9). */
+	if (m->sec.n) {
+		char msg[SBX_ID_MAX + 160];
+		snprintf(msg, sizeof msg,
+			 "session %s has secrets: it cannot be saved (its memory image would hold them on the host's "
+			 "disk)",
+			 m->s.id);
+		return client_error(m, c, 0, SBX_EXIT_CONFLICT, msg);
+	}
 	/* A NIC is: a restore gets a fresh namespace, TAP and proxy for the
 	 * same device and MAC (loop.c: mon_start_network).  So is a
 	 * workspace, by name: the guest unmounts it for the save (QUIESCE)
