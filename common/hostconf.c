@@ -28,64 +28,27 @@
 /* Walk a mapping whose keys are any of keys[] (NULL: any name, checked by
  * fn); fn is called with the value's first event current. */
 typedef int (*val_fn)(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path);
-static int walk_map(struct sbx_yaml *c, const char *path, const char *const *keys, val_fn fn, void *obj)
+struct walk {
+	val_fn fn;
+	void *obj;
+};
+
+static int walk_value(struct sbx_yaml *c, int k, const char *key, yaml_mark_t km, const char *path, void *arg)
 {
-	if (sbx_yaml_expect(c, YAML_MAPPING_START_EVENT, path) < 0)
-		return -1;
-	char seen[SBX_QUOTA_TENANTS_MAX + 8][SCALAR_MAX + 1];
-	unsigned nseen = 0;
-	for (;;) {
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		if (c->ev.type == YAML_MAPPING_END_EVENT)
-			return 0;
-		yaml_mark_t km = c->ev.start_mark;
-		if (c->ev.type != YAML_SCALAR_EVENT)
-			return sbx_yaml_failm(c, km, "%s: keys must be scalars", path);
-		char key[SCALAR_MAX + 1];
-		snprintf(key, sizeof key, "%s", (const char *)c->ev.data.scalar.value);
-		if (keys) {
-			size_t i = 0;
-			while (keys[i] && strcmp(keys[i], key))
-				i++;
-			if (!keys[i]) {
-				char list[200] = "";
-				for (size_t j = 0; keys[j]; j++)
-					snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
-						 keys[j]);
-				return sbx_yaml_failm(c, km, "unknown key '%s' in %s (expected one of: %s)", SBX_YAML_SHOW(key), path, list);
-			}
-		}
-		for (unsigned i = 0; i < nseen; i++)
-			if (!strcmp(seen[i], key))
-				return sbx_yaml_failm(c, km, "duplicate key '%s' in %s", SBX_YAML_SHOW(key), path);
-		if (nseen == SBX_ARRAY_LEN(seen))
-			return sbx_yaml_failm(c, km, "%s: too many keys", path);
-		memcpy(seen[nseen++], key, sizeof key);
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		char sub[200];
-		snprintf(sub, sizeof sub, "%s.%s", path, key);
-		if (fn(c, key, km, obj, sub) < 0)
-			return -1;
-	}
+	const struct walk *w = arg;
+	(void)k;
+	return w->fn(c, key, km, w->obj, path);
 }
 
-/* Decimal digits only: no sign, no leading zero (octal in YAML 1.1). */
-static int parse_uint(const char *s, uint64_t max, uint64_t *out)
+/* A mapping (yamlstrict.h's walker) of the NULL-terminated keys, or of
+ * any names (keys NULL: tenants, templates). */
+static int walk_map(struct sbx_yaml *c, const char *path, const char *const *keys, val_fn fn, void *obj)
 {
-	uint64_t v = 0;
-	if (!*s || (s[0] == '0' && s[1]))
-		return -1;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9')
-			return -1;
-		v = v * 10 + (uint64_t)(*s - '0');
-		if (v > max)
-			return -1;
-	}
-	*out = v;
-	return 0;
+	size_t n = 0;
+	while (keys && keys[n])
+		n++;
+	struct walk w = { fn, obj };
+	return sbx_yaml_map(c, path, keys, n, walk_value, &w, NULL);
 }
 
 static int pool_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
@@ -97,15 +60,15 @@ static int pool_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void 
 		return -1;
 	yaml_mark_t m = c->ev.start_mark;
 	if (!strcmp(key, "size")) {
-		if (parse_uint(s, SBX_POOL_SIZE_MAX, &v) < 0)
+		if (sbx_parse_uint_max(s, SBX_POOL_SIZE_MAX, &v) < 0)
 			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 0..%d", path, SBX_YAML_SHOW(s), SBX_POOL_SIZE_MAX);
 		p->size = (unsigned)v;
 	} else if (!strcmp(key, "vcpus")) {
-		if (parse_uint(s, 64, &v) < 0 || v < 1)
+		if (sbx_parse_uint_max(s, 64, &v) < 0 || v < 1)
 			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 1..64", path, SBX_YAML_SHOW(s));
 		p->vcpus = (unsigned)v;
 	} else if (!strcmp(key, "network")) {
-		if (parse_uint(s, SBX_POOL_SIZE_MAX, &v) < 0)
+		if (sbx_parse_uint_max(s, SBX_POOL_SIZE_MAX, &v) < 0)
 			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 0..%d", path, SBX_YAML_SHOW(s), SBX_POOL_SIZE_MAX);
 		p->network = (unsigned)v;
 	} else if (!strcmp(key, "memory")) {
@@ -280,7 +243,7 @@ static int quota_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void
 		*bytes = v;
 		return 0;
 	}
-	if (parse_uint(s, 1000000, &v) < 0 || v < 1)
+	if (sbx_parse_uint_max(s, 1000000, &v) < 0 || v < 1)
 		return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 1..1000000", path, SBX_YAML_SHOW(s));
 	if (!strcmp(key, "vcpus"))
 		q->vcpus = (unsigned)v;
@@ -381,7 +344,7 @@ static int audit_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void
 		a->max_size = v;
 		return 0;
 	}
-	if (parse_uint(s, 1000000, &v) < 0)
+	if (sbx_parse_uint_max(s, 1000000, &v) < 0)
 		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a count of segments in 0..1000000", path, SBX_YAML_SHOW(s));
 	a->keep = (unsigned)v;
 	return 0;
@@ -474,7 +437,7 @@ int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 		sbx_yaml_failm(&c, c.ev.start_mark, "the top level must be a mapping");
 		goto out;
 	}
-	if (walk_map(&c, "the top level", keys, top_key, hc) < 0 || sbx_yaml_next(&c) < 0)
+	if (walk_map(&c, "", keys, top_key, hc) < 0 || sbx_yaml_next(&c) < 0)
 		goto out;
 	if (c.ev.type != YAML_DOCUMENT_END_EVENT || sbx_yaml_next(&c) < 0)
 		goto out;

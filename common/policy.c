@@ -123,62 +123,45 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 	return 0;
 }
 
-static void join(char *out, size_t n, const char *where, const char *key)
+struct map_walk {
+	const struct key *keys;
+	void *obj;
+	yaml_mark_t *marks;
+};
+
+static int map_value(struct sbx_yaml *c, int k, const char *key, yaml_mark_t km, const char *path, void *arg)
 {
-	snprintf(out, n, "%s%s%s", where, *where ? "." : "", key);
+	struct map_walk *w = arg;
+	const struct key *ky = &w->keys[k];
+	(void)key;
+	if (w->marks)
+		w->marks[k] = km;
+	if (ky->kind == K_FN)
+		return ky->fn(c, w->obj, path);
+	const char *s = sbx_yaml_scalar(c, path);
+	char why[300];
+	if (!s)
+		return -1;
+	if (set_scalar(ky, w->obj, s, why, sizeof why) < 0)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
+	return 0;
 }
 
-/* Walk a mapping (the current event starts it) whose keys must come from
- * keys[]; seen and marks (if non-NULL) report which keys it held and where. */
+/* A mapping of keys (yamlstrict.h's walker); scalars set through their
+ * table entry, K_FN values through theirs.  marks[i], unless NULL, gets
+ * where key i was. */
 static int parse_map(struct sbx_yaml *c, const char *where, const struct key *keys, size_t nkeys, void *obj,
 		     unsigned *seen_out, yaml_mark_t *marks)
 {
-	unsigned seen = 0;
-	if (sbx_yaml_expect(c, YAML_MAPPING_START_EVENT, where) < 0)
+	const char *names[64];
+	for (size_t i = 0; i < nkeys && i < SBX_ARRAY_LEN(names); i++)
+		names[i] = keys[i].name;
+	struct map_walk w = { keys, obj, marks };
+	uint64_t seen;
+	if (sbx_yaml_map(c, where, names, nkeys, map_value, &w, &seen) < 0)
 		return -1;
-	for (;;) {
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		if (c->ev.type == YAML_MAPPING_END_EVENT)
-			break;
-		yaml_mark_t km = c->ev.start_mark;
-		if (c->ev.type != YAML_SCALAR_EVENT)
-			return sbx_yaml_failm(c, km, "keys must be scalars%s%s", *where ? " in " : "", where);
-		const char *name = (const char *)c->ev.data.scalar.value;
-		size_t i;
-		for (i = 0; i < nkeys && strcmp(keys[i].name, name); i++)
-			;
-		if (i == nkeys) {
-			char list[400] = "";
-			for (size_t j = 0; j < nkeys; j++)
-				snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
-					 keys[j].name);
-			return sbx_yaml_failm(c, km, "unknown key '%s' %s%s (expected one of: %s)", SBX_YAML_SHOW(name),
-				     *where ? "in " : "at the top level", where, list);
-		}
-		if (seen & (1u << i))
-			return sbx_yaml_failm(c, km, "duplicate key '%s'%s%s", keys[i].name, *where ? " in " : "", where);
-		seen |= 1u << i;
-		if (marks)
-			marks[i] = km;
-		char path[160];
-		join(path, sizeof path, where, keys[i].name);
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		if (keys[i].kind == K_FN) {
-			if (keys[i].fn(c, obj, path) < 0)
-				return -1;
-			continue;
-		}
-		const char *s = sbx_yaml_scalar(c, path);
-		char why[300];
-		if (!s)
-			return -1;
-		if (set_scalar(&keys[i], obj, s, why, sizeof why) < 0)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
-	}
 	if (seen_out)
-		*seen_out = seen;
+		*seen_out = (unsigned)seen;
 	return 0;
 }
 

@@ -131,41 +131,29 @@ static int check_ref(const char *s, char *why, size_t n)
  * seen[] catches duplicates (keys is the list of allowed names). */
 typedef int (*key_fn)(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsigned k, const char *path);
 
+struct walk {
+	struct sbx_tmplspec *s;
+	void *item;
+	key_fn fn;
+};
+
+static int walk_value(struct sbx_yaml *c, int k, const char *key, yaml_mark_t km, const char *path, void *arg)
+{
+	const struct walk *w = arg;
+	(void)key;
+	(void)km;
+	return w->fn(c, w->s, w->item, (unsigned)k, path);
+}
+
 static int parse_map(struct sbx_yaml *c, const char *path, const char *const *keys, size_t nkeys, struct sbx_tmplspec *s,
 		     void *item, key_fn fn, unsigned *seen_mask)
 {
-	if (sbx_yaml_expect(c, YAML_MAPPING_START_EVENT, path) < 0)
+	struct walk w = { s, item, fn };
+	uint64_t seen;
+	if (sbx_yaml_map(c, path, keys, nkeys, walk_value, &w, &seen) < 0)
 		return -1;
-	unsigned seen = 0;
-	for (;;) {
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		if (c->ev.type == YAML_MAPPING_END_EVENT)
-			break;
-		const char *key = sbx_yaml_scalar(c, path);
-		if (!key)
-			return -1;
-		yaml_mark_t km = c->ev.start_mark;
-		unsigned k = 0;
-		while (k < nkeys && strcmp(keys[k], key))
-			k++;
-		if (k == nkeys) {
-			char list[200] = "";
-			for (size_t i = 0; i < nkeys; i++)
-				snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", keys[i]);
-			return sbx_yaml_failm(c, km, "%s%sunknown key '%.60s' (expected one of: %s)", path, *path ? ": " : "", key,
-				     list);
-		}
-		if (seen & (1u << k))
-			return sbx_yaml_failm(c, km, "%s%sduplicate key '%s'", path, *path ? ": " : "", keys[k]);
-		seen |= 1u << k;
-		char sub[160];
-		snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", keys[k]);
-		if (sbx_yaml_next(c) < 0 || fn(c, s, item, k, sub) < 0)
-			return -1;
-	}
 	if (seen_mask)
-		*seen_mask = seen;
+		*seen_mask = (unsigned)seen;
 	return 0;
 }
 
@@ -302,38 +290,31 @@ static int v_run(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path)
 	return sbx_yaml_seq(c, path, SBX_TMPLSPEC_RUN_MAX, "steps", run_item, s, NULL);
 }
 
+static int env_value(struct sbx_yaml *c, int k, const char *name, yaml_mark_t km, const char *path, void *arg)
+{
+	struct sbx_tmplspec *s = arg;
+	(void)k;
+	char where[80];
+	snprintf(where, sizeof where, "%.*s", (int)(strlen(path) - strlen(name) - 1), path);
+	if (check_env_name(name) < 0)
+		return sbx_yaml_failm(c, km, "%s: '%.60s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 128)",
+				      where, name);
+	if (json_object_size(s->env) == SBX_TMPLSPEC_ENV_MAX)
+		return sbx_yaml_failm(c, km, "%s: more than %d variables", where, SBX_TMPLSPEC_ENV_MAX);
+	/* A plain null is a mistake, not an empty value: write "". */
+	const char *v = sbx_yaml_scalar(c, path);
+	if (!v)
+		return -1;
+	if (strlen(v) > SBX_TMPLSPEC_ENV_VAL_MAX)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: longer than %d bytes", path, SBX_TMPLSPEC_ENV_VAL_MAX);
+	json_object_set_new(s->env, name, json_string(v));
+	return 0;
+}
+
+/* Names the walker takes as any (its duplicates refused there). */
 static int v_env(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path)
 {
-	if (sbx_yaml_expect(c, YAML_MAPPING_START_EVENT, path) < 0)
-		return -1;
-	for (;;) {
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		if (c->ev.type == YAML_MAPPING_END_EVENT)
-			return 0;
-		const char *k = sbx_yaml_scalar(c, path);
-		if (!k)
-			return -1;
-		yaml_mark_t km = c->ev.start_mark;
-		if (check_env_name(k) < 0)
-			return sbx_yaml_failm(c, km, "%s: '%.60s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 128)", path,
-				     k);
-		if (json_object_get(s->env, k))
-			return sbx_yaml_failm(c, km, "%s: duplicate key '%s'", path, k);
-		if (json_object_size(s->env) == SBX_TMPLSPEC_ENV_MAX)
-			return sbx_yaml_failm(c, km, "%s: more than %d variables", path, SBX_TMPLSPEC_ENV_MAX);
-		char name[130];
-		snprintf(name, sizeof name, "%s", k);
-		if (sbx_yaml_next(c) < 0)
-			return -1;
-		/* A plain null is a mistake, not an empty value: write "". */
-		const char *v = sbx_yaml_scalar(c, path);
-		if (!v)
-			return -1;
-		if (strlen(v) > SBX_TMPLSPEC_ENV_VAL_MAX)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s.%s: longer than %d bytes", path, name, SBX_TMPLSPEC_ENV_VAL_MAX);
-		json_object_set_new(s->env, name, json_string(v));
-	}
+	return sbx_yaml_map(c, path, NULL, 0, env_value, s, NULL);
 }
 
 static int remove_item(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *path, const char *v)

@@ -31,6 +31,17 @@ int sbx_parse_uint(const char *s, uint64_t *out)
 	return *s ? (errno = EINVAL, -1) : 0;
 }
 
+int sbx_parse_uint_max(const char *s, uint64_t max, uint64_t *out)
+{
+	uint64_t v;
+	if (sbx_parse_uint(s, &v) < 0)
+		return -1;
+	if (v > max)
+		return errno = ERANGE, -1;
+	*out = v;
+	return 0;
+}
+
 int sbx_parse_size(const char *s, uint64_t *out)
 {
 	uint64_t v, mult = 1;

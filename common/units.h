@@ -22,6 +22,8 @@
 int sbx_parse_digits(const char **sp, uint64_t *out);
 /* The whole string as a decimal number. */
 int sbx_parse_uint(const char *s, uint64_t *out);
+/* The same, at most max (-1 with errno ERANGE past it). */
+int sbx_parse_uint_max(const char *s, uint64_t max, uint64_t *out);
 /* "512M", "2GiB", "1048576": binary multiples only (K = 1024).  -1 with
  * errno EINVAL (syntax) or ERANGE (overflow). */
 int sbx_parse_size(const char *s, uint64_t *out);

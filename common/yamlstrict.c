@@ -4,10 +4,12 @@
  * directives, deep nesting, long values, control characters, invalid
  * UTF-8), every error as FILE:LINE:COL (yamlstrict.h). */
 #include "yamlstrict.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* One UTF-8 sequence at p (at most n bytes): its length, or 0 when it is
@@ -341,4 +343,73 @@ void sbx_yaml_close(struct sbx_yaml *c)
 		yaml_event_delete(&c->ev);
 	c->have_ev = false;
 	yaml_parser_delete(&c->y);
+}
+
+/* "in WHERE", or "at the top level". */
+static const char *in_where(const char *where, char *buf, size_t n)
+{
+	if (!*where)
+		return "at the top level";
+	snprintf(buf, n, "in %s", where);
+	return buf;
+}
+
+int sbx_yaml_map(struct sbx_yaml *c, const char *where, const char *const *keys, size_t nkeys, sbx_yaml_key_fn fn,
+		 void *arg, uint64_t *seen_out)
+{
+	char in[200];
+	if (sbx_yaml_expect(c, YAML_MAPPING_START_EVENT, where) < 0)
+		return -1;
+	uint64_t seen = 0;
+	/* Names given so far, for a map of any names (keys NULL). */
+	_cleanup_free_ char *names = keys ? NULL : calloc(SBX_YAML_MAP_ANY, 256);
+	unsigned nnames = 0;
+	if (!keys && !names)
+		return sbx_yaml_failm(c, c->ev.start_mark, "out of memory");
+	for (;;) {
+		if (sbx_yaml_next(c) < 0)
+			return -1;
+		if (c->ev.type == YAML_MAPPING_END_EVENT)
+			break;
+		yaml_mark_t km = c->ev.start_mark;
+		if (c->ev.type != YAML_SCALAR_EVENT)
+			return sbx_yaml_failm(c, km, "keys must be scalars %s", in_where(where, in, sizeof in));
+		char key[256];
+		snprintf(key, sizeof key, "%s", (const char *)c->ev.data.scalar.value);
+		int k = -1;
+		if (keys) {
+			size_t i = 0;
+			while (i < nkeys && strcmp(keys[i], key))
+				i++;
+			if (i == nkeys) {
+				char list[600] = "";
+				for (size_t j = 0; j < nkeys; j++)
+					snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
+						 keys[j]);
+				return sbx_yaml_failm(c, km, "unknown key '%s' %s (expected one of: %s)", SBX_YAML_SHOW(key),
+						      in_where(where, in, sizeof in), list);
+			}
+			if (seen & (1ull << i))
+				return sbx_yaml_failm(c, km, "duplicate key '%s' %s", keys[i],
+						      in_where(where, in, sizeof in));
+			seen |= 1ull << i;
+			k = (int)i;
+		} else {
+			for (unsigned i = 0; i < nnames; i++)
+				if (!strcmp(names + 256 * i, key))
+					return sbx_yaml_failm(c, km, "duplicate key '%s' %s", SBX_YAML_SHOW(key),
+							      in_where(where, in, sizeof in));
+			if (nnames == SBX_YAML_MAP_ANY)
+				return sbx_yaml_failm(c, km, "more than %u keys %s", SBX_YAML_MAP_ANY,
+						      in_where(where, in, sizeof in));
+			memcpy(names + 256 * nnames++, key, sizeof key);
+		}
+		char path[300];
+		snprintf(path, sizeof path, "%s%s%s", where, *where ? "." : "", key);
+		if (sbx_yaml_next(c) < 0 || fn(c, k, key, km, path, arg) < 0)
+			return -1;
+	}
+	if (seen_out)
+		*seen_out = seen;
+	return 0;
 }

@@ -53,6 +53,21 @@ const char *sbx_yaml_scalar(struct sbx_yaml *c, const char *path);
 typedef int (*sbx_yaml_item_fn)(struct sbx_yaml *c, void *obj, unsigned i, const char *path);
 int sbx_yaml_seq(struct sbx_yaml *c, const char *path, unsigned max, const char *what, sbx_yaml_item_fn fn,
 		 void *obj, unsigned *count);
+/* A mapping at the current event, the one walker of every strict file
+ * (policies, sbx.yaml, template specs).  keys: the names allowed (at most
+ * 64), or NULL for any name (a tenant's, a template's: then at most
+ * SBX_YAML_MAP_ANY of them).  Each key at most once; for each, fn is
+ * called with the value's first event current, k its index in keys (-1
+ * when keys is NULL), km the key's mark and path the value's ("WHERE.KEY",
+ * or "KEY" at the top level).  One wording for every file:
+ * "unknown key 'K' in WHERE (expected one of: ...)" ("at the top level"
+ * for WHERE ""), "duplicate key 'K' in WHERE".  *seen (unless NULL) gets
+ * the mask of the keys given. */
+#define SBX_YAML_MAP_ANY 256
+typedef int (*sbx_yaml_key_fn)(struct sbx_yaml *c, int k, const char *key, yaml_mark_t km, const char *path,
+			       void *arg);
+int sbx_yaml_map(struct sbx_yaml *c, const char *where, const char *const *keys, size_t nkeys, sbx_yaml_key_fn fn,
+		 void *arg, uint64_t *seen);
 /* Set err at a mark (or a line and column, 1-based); always -1. */
 int sbx_yaml_failm(struct sbx_yaml *c, yaml_mark_t m, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int sbx_yaml_failat(struct sbx_yaml *c, size_t line, size_t col, const char *fmt, ...)

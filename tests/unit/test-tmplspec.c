@@ -83,7 +83,7 @@ int main(void)
 	bad("packages: [git]\n", "t.yaml:1:1: from: is required", "from is required");
 	bad("", "empty spec", "an empty file");
 	bad("from: debian:bookworm\nfrm: x\n", "t.yaml:2:1: unknown key 'frm'", "unknown key, with its position");
-	bad("from: debian:bookworm\nfiles: [{src: a, dst: /a, owner: x}]\n", "t.yaml:2:27: files[0]: unknown key 'owner'",
+	bad("from: debian:bookworm\nfiles: [{src: a, dst: /a, owner: x}]\n", "t.yaml:2:27: unknown key 'owner' in files[0]",
 	    "unknown key in a files entry");
 	bad("from: debian:bookworm\nfrom: debian:trixie\n", "duplicate key 'from'", "duplicate key");
 	bad("from: debian:bookworm\nenv: {A: 1, A: 2}\n", "duplicate key 'A'", "duplicate env key");
