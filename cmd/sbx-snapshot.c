@@ -11,6 +11,7 @@
 #include "proto.h"
 #include "snapshot.h"
 #include "template.h"
+#include "util.h"
 #include "vmctl.h"
 
 #define PROG "sbx-snapshot"
@@ -183,6 +184,15 @@ int main(int argc, char **argv)
 		default: return sbx_cli_usage(usage, 0);
 		}
 	}
+	enum { V_PAUSE, V_RESUME, V_SUSPEND, V_SAVE, V_LIST, V_RM, V_TEMPLATE };
+	static const struct sbx_cli_verb verbs[] = {
+		{ "pause", V_PAUSE }, { "resume", V_RESUME }, { "suspend", V_SUSPEND },	     { "save", V_SAVE },
+		{ "list", V_LIST },   { "ls", V_LIST },	      { "rm", V_RM },		     { "template", V_TEMPLATE },
+		{ "templates", V_TEMPLATE },
+	};
+	const struct sbx_cli_verb *v = sbx_cli_verb_find(PROG, verbs, SBX_ARRAY_LEN(verbs), verb, o.json);
+	if (!v)
+		return SBX_EXIT_USAGE;
 	char **args = argv + optind;
 	int n = argc - optind, rc;
 	struct sbx_state st;
@@ -194,28 +204,14 @@ int main(int argc, char **argv)
 		return err.code;
 	}
 	o.tenant = sbx_state_tenant(&st);
-	if (!strcmp(verb, "pause"))
-		rc = pause_resume(&st, &o, SBX_VMCTL_PAUSE, args, n, &err);
-	else if (!strcmp(verb, "resume"))
-		rc = pause_resume(&st, &o, SBX_VMCTL_RESUME, args, n, &err);
-	else if (!strcmp(verb, "suspend"))
-		rc = pause_resume(&st, &o, SBX_VMCTL_SUSPEND, args, n, &err);
-	else if (!strcmp(verb, "save"))
-		rc = save(&st, &o, args, n, &err);
-	else if (!strcmp(verb, "list") || !strcmp(verb, "ls"))
-		rc = list(&st, &o, args, n, &err);
-	else if (!strcmp(verb, "rm"))
-		rc = rm(&st, &o, args, n, &err);
-	else if (!strcmp(verb, "template") || !strcmp(verb, "templates"))
-		rc = templates(&st, &o, args, n, &err);
-	else
-		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o.json,
-				    "unknown command '%s' (pause, resume, suspend, save, list, rm, template)", verb);
-	if (rc > 0)
-		return rc; /* a usage error, already reported */
-	if (rc < 0) {
-		sbx_err_print(PROG, &err, o.json);
-		return err.code ? err.code : SBX_EXIT_INTERNAL;
+	switch (v->op) {
+	case V_PAUSE: rc = pause_resume(&st, &o, SBX_VMCTL_PAUSE, args, n, &err); break;
+	case V_RESUME: rc = pause_resume(&st, &o, SBX_VMCTL_RESUME, args, n, &err); break;
+	case V_SUSPEND: rc = pause_resume(&st, &o, SBX_VMCTL_SUSPEND, args, n, &err); break;
+	case V_SAVE: rc = save(&st, &o, args, n, &err); break;
+	case V_LIST: rc = list(&st, &o, args, n, &err); break;
+	case V_RM: rc = rm(&st, &o, args, n, &err); break;
+	default: rc = templates(&st, &o, args, n, &err); break;
 	}
-	return 0;
+	return sbx_cli_verb_done(PROG, rc, &err, o.json);
 }

@@ -168,8 +168,7 @@ int main(int argc, char **argv)
 	struct opts o = { .headers = 1, .keep = 1 };
 	if (argc < 2 || argv[1][0] == '-') {
 		int help = argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
-		fputs(usage_text, help ? stdout : stderr);
-		return help ? 0 : SBX_EXIT_USAGE;
+		return sbx_cli_usage(usage_text, help);
 	}
 	const char *verb = argv[1];
 	optind = 2;
@@ -177,7 +176,7 @@ int main(int argc, char **argv)
 		char *end;
 		switch (c) {
 		case 'f': o.spec = optarg; break;
-		case 'h': fputs(usage_text, stdout); return 0;
+		case 'h': return sbx_cli_usage(usage_text, 1);
 		case 'H': o.headers = 0; break;
 		case 'j': o.json = 1; break;
 		case 'k':
@@ -187,20 +186,16 @@ int main(int argc, char **argv)
 			break;
 		case 'q': o.quiet = 1; break;
 		case 't': o.tenant = optarg; break;
-		default: fputs(usage_text, stderr); return SBX_EXIT_USAGE;
+		default: return sbx_cli_usage(usage_text, 0);
 		}
 	}
-	static const struct {
-		const char *verb;
-		int (*fn)(struct sbx_state *, const struct opts *, char **, int, struct sbx_err *);
-	} verbs[] = { { "build", build }, { "import", import }, { "list", list },     { "ls", list },
-		      { "inspect", inspect }, { "rm", rm },       { "prune", prune } };
-	size_t v = 0;
-	while (v < SBX_ARRAY_LEN(verbs) && strcmp(verbs[v].verb, verb))
-		v++;
-	if (v == SBX_ARRAY_LEN(verbs))
-		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o.json,
-				    "unknown command '%s' (build, import, list, inspect, rm, prune)", verb);
+	typedef int (*verb_fn)(struct sbx_state *, const struct opts *, char **, int, struct sbx_err *);
+	static const verb_fn fns[] = { build, import, list, inspect, rm, prune };
+	static const struct sbx_cli_verb verbs[] = { { "build", 0 }, { "import", 1 }, { "list", 2 }, { "ls", 2 },
+						     { "inspect", 3 }, { "rm", 4 },	{ "prune", 5 } };
+	const struct sbx_cli_verb *v = sbx_cli_verb_find(PROG, verbs, SBX_ARRAY_LEN(verbs), verb, o.json);
+	if (!v)
+		return SBX_EXIT_USAGE;
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
 	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, o.tenant, &err) < 0) {
@@ -208,12 +203,6 @@ int main(int argc, char **argv)
 		return err.code;
 	}
 	o.tenant = sbx_state_tenant(&st);
-	int rc = verbs[v].fn(&st, &o, argv + optind, argc - optind, &err);
-	if (rc > 0)
-		return rc; /* a usage error, already reported */
-	if (rc < 0) {
-		sbx_err_print(PROG, &err, o.json);
-		return err.code ? err.code : SBX_EXIT_INTERNAL;
-	}
-	return 0;
+	int rc = fns[v->op](&st, &o, argv + optind, argc - optind, &err);
+	return sbx_cli_verb_done(PROG, rc, &err, o.json);
 }

@@ -88,6 +88,31 @@ int sbx_cli_usage(const char *usage, int ok)
 	return ok ? SBX_EXIT_OK : SBX_EXIT_USAGE;
 }
 
+const struct sbx_cli_verb *sbx_cli_verb_find(const char *prog, const struct sbx_cli_verb *verbs, size_t n,
+					     const char *verb, int json)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(verbs[i].name, verb))
+			return &verbs[i];
+	char list[300] = "";
+	for (size_t i = 0; i < n; i++)
+		if (!i || verbs[i].op != verbs[i - 1].op)
+			snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", verbs[i].name);
+	sbx_cli_fail(prog, SBX_EXIT_USAGE, json, "unknown command '%.40s' (%s)", verb, list);
+	return NULL;
+}
+
+int sbx_cli_verb_done(const char *prog, int rc, const struct sbx_err *err, int json)
+{
+	if (rc > 0)
+		return rc;
+	if (rc < 0) {
+		sbx_err_print(prog, err, json);
+		return err->code ? err->code : SBX_EXIT_INTERNAL;
+	}
+	return 0;
+}
+
 void sbx_cli_put_string(const struct sbx_cli_table *t, const char *s, FILE *f)
 {
 	/* sbx-audit(1) documents every control character but tab and

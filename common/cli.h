@@ -25,6 +25,21 @@ void sbx_cli_print_removed(json_t *removed);
  * bad usage to stderr, returning SBX_EXIT_USAGE. */
 int sbx_cli_usage(const char *usage, int ok);
 
+/* A command's subcommands (sbx-template, sbx-snapshot): each verb's name
+ * and what the command does for it (op: its own code).  An alias repeats
+ * the op of the entry before it. */
+struct sbx_cli_verb {
+	const char *name;
+	int op;
+};
+/* verb's entry, or NULL once "unknown command 'VERB' (a, b, ...)" (the
+ * table's names, aliases left out) is reported. */
+const struct sbx_cli_verb *sbx_cli_verb_find(const char *prog, const struct sbx_cli_verb *verbs, size_t n,
+					     const char *verb, int json);
+/* The exit status of a subcommand that returned rc: > 0 a usage error it
+ * reported itself, < 0 err (printed here), 0 success. */
+int sbx_cli_verb_done(const char *prog, int rc, const struct sbx_err *err, int json);
+
 /* The one table printer of the listing commands: rows are JSON objects,
  * and text, -q and JSON are all printed from them, so they cannot drift.
  *
