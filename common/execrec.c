@@ -9,8 +9,10 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/inotify.h>
 #include <sys/sendfile.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 
 int sbx_exec_id_check(const char *id, struct sbx_err *err)
@@ -227,4 +229,130 @@ int sbx_exec_kill(struct sbx_state *st, const char *session, const char *exec, s
 	if (m.fail != SBX_MON_REFUSED)
 		sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "no answer from the monitor of %s", session);
 	return -1;
+}
+
+/* --- attach ------------------------------------------------------------ */
+
+/* Copy what the file holds past *off to out (-1: nowhere, after a failed
+ * write: the exec's status still comes). */
+static void follow_copy(int fd, uint64_t *off, int *out)
+{
+	uint8_t buf[SBX_DATA_CHUNK];
+	ssize_t r;
+	while (fd >= 0 && (r = pread(fd, buf, sizeof buf, (off_t)*off)) > 0) {
+		*off += (uint64_t)r;
+		if (*out >= 0 && sbx_write_all(*out, buf, (size_t)r) < 0)
+			*out = -1;
+	}
+}
+
+/* An output file, once it is there; -1 and *bad (EINVAL) for one that is
+ * not a regular file (execs/ is the unprivileged half's: a FIFO in its
+ * place must not hang us). */
+static int open_stream(int efd, const char *name, int *bad)
+{
+	int fd = sbx_open_regular_at(efd, name);
+	if (fd < 0 && errno == EINVAL)
+		*bad = 1;
+	return fd;
+}
+
+int sbx_exec_attach(struct sbx_state *st, const char *session, const char *exec, const struct sbx_attach_opts *o,
+		    int *status, int *lost, struct sbx_err *err)
+{
+	*status = *lost = 0;
+	/* The exec's directory, seen through the caller's tenant scope:
+	 * another tenant's session, and an exec the session never had, are
+	 * both 4. */
+	_cleanup_close_ int efd = sbx_id_check(session, "session", err) < 0 ? -1 : open_exec(st, session, exec, err);
+	if (efd < 0)
+		return -1;
+	/* inotify wakes us for new output and for result.json's rename; the
+	 * bounded poll checks that the session still lives (a monitor that
+	 * died writes no result). */
+	_cleanup_close_ int in = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/fd/%d", efd);
+	if (in < 0 || inotify_add_watch(in, path, IN_MODIFY | IN_MOVED_TO | IN_CREATE) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot watch exec %s", exec);
+	sigset_t set, old;
+	sigemptyset(&set);
+	if (o->detach_signals) {
+		sigaddset(&set, SIGINT);
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGHUP);
+	}
+	sigprocmask(SIG_BLOCK, &set, &old);
+	_cleanup_close_ int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	int bad = 0;
+	_cleanup_close_ int ofd = open_stream(efd, "stdout", &bad);
+	_cleanup_close_ int rfd = open_stream(efd, "stderr", &bad);
+	uint64_t off_out = o->since_out, off_err = o->since_err;
+	int out = o->out_fd, errfd = o->err_fd, rc = -1, timed_out = 0;
+	for (;;) {
+		/* Looked at before the copy: the result is renamed in after the
+		 * last byte was stored, so what follows it is everything. */
+		int ended = faccessat(efd, "result.json", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+		int gone = 0;
+		if (!ended && timed_out) {
+			struct sbx_session s;
+			gone = sbx_record_load(st, session, &s, NULL) < 0 ||
+			       !sbx_state_up(sbx_session_live_state(st, &s));
+			ended = faccessat(efd, "result.json", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+		}
+		if (ofd < 0)
+			ofd = open_stream(efd, "stdout", &bad);
+		if (rfd < 0)
+			rfd = open_stream(efd, "stderr", &bad);
+		if (bad) {
+			sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the output of exec %s in session %s is not a regular file", exec,
+				    session);
+			break;
+		}
+		follow_copy(ofd, &off_out, &out);
+		follow_copy(rfd, &off_err, &errfd);
+		if (ended) {
+			int rbad = 0;
+			json_t *r = load_result(efd, &rbad);
+			if (!r) {
+				if (rbad)
+					sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+						    "the result of exec %s in session %s is not a regular file", exec, session);
+				else
+					sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the result of %s", exec);
+				break;
+			}
+			*status = sbx_exec_result_status(r);
+			const char *reason = json_string_value(json_object_get(r, "reason"));
+			*lost = reason && !strcmp(reason, "session-lost");
+			json_decref(r);
+			rc = 0;
+			break;
+		}
+		if (gone) { /* nobody will write its result: as sbx_exec_wait says */
+			*status = 125;
+			*lost = 1;
+			rc = 0;
+			break;
+		}
+		struct pollfd p[2] = { { .fd = in, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
+		int n = poll(p, 2, 500);
+		if (n < 0 && errno != EINTR) {
+			sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "poll");
+			break;
+		}
+		timed_out = n == 0;
+		if (p[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof si) == sizeof si) /* all of them, none left pending */
+				rc = (int)si.ssi_signo;
+			if (rc > 0)
+				break;
+		}
+		char buf[4096];
+		while (read(in, buf, sizeof buf) > 0)
+			;
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return rc;
 }
