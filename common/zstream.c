@@ -292,7 +292,8 @@ static int pack_chunk(struct sbx_zsink *s, const uint8_t *p, size_t n, uint64_t 
 	return 0;
 }
 
-int sbx_zdisk_pack(const char *src, int dirfd, const char *name, sbx_zprogress cb, void *ctx, struct sbx_err *err)
+int sbx_zdisk_pack(const char *src, int dirfd, const char *name, uint64_t max_out, sbx_zprogress cb, void *ctx,
+		   struct sbx_err *err)
 {
 	_cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	struct stat sb;
@@ -307,6 +308,7 @@ int sbx_zdisk_pack(const char *src, int dirfd, const char *name, sbx_zprogress c
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot copy %s", src);
 	if (sbx_zsink_open(&s, out, 1, err) < 0)
 		return -1;
+	s.limit = max_out;
 	uint8_t h[16];
 	uint64_t size = (uint64_t)sb.st_size, done = 0, shown = 0, total = (uint64_t)sb.st_blocks * 512;
 	memcpy(h, DISK_MAGIC, 8);

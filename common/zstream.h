@@ -59,8 +59,10 @@ int sbx_zpump(int in_fd, int out_fd, int alive_fd, uint64_t deadline_ns, sbx_zpr
 	      struct sbx_err *err);
 
 /* Pack the disk image at src (read while nothing writes it) into dirfd/name,
- * created 0600 and fsynced. */
-int sbx_zdisk_pack(const char *src, int dirfd, const char *name, sbx_zprogress cb, void *ctx, struct sbx_err *err);
+ * created 0600 and fsynced, of at most max_out bytes (0: no cap; past it,
+ * errnum EDQUOT and the file is the caller's to remove). */
+int sbx_zdisk_pack(const char *src, int dirfd, const char *name, uint64_t max_out, sbx_zprogress cb, void *ctx,
+		   struct sbx_err *err);
 /* Unpack dirfd/name into dst (must not exist; created 0600, sparse).
  * *size gets the image size. */
 int sbx_zdisk_unpack(int dirfd, const char *name, const char *dst, uint64_t *size, struct sbx_err *err);

@@ -143,7 +143,7 @@ int main(void)
 	pwrite(fd, block, sizeof block, (64 << 20) - (off_t)sizeof block);
 	close(fd);
 
-	ok(sbx_zdisk_pack(src, dfd, "disk.zst", NULL, NULL, &e) == 0, "pack");
+	ok(sbx_zdisk_pack(src, dfd, "disk.zst", 0, NULL, NULL, &e) == 0, "pack");
 	struct stat st;
 	ok(fstatat(dfd, "disk.zst", &st, 0) == 0 && (st.st_mode & 0777) == 0600 && st.st_size < 4096,
 	   "packed 0600 and small (holes and zeros left out)");
