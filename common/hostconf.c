@@ -367,7 +367,8 @@ static int packages_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, v
 }
 
 /* audit: max_size (a size, at least 64K so a segment holds a record of
- * the largest size) and keep (segments). */
+ * the largest size), session_max (as much, for the same reason) and keep
+ * (segments). */
 static int audit_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf_audit *a = obj;
@@ -376,10 +377,10 @@ static int audit_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void
 	(void)km;
 	if (!s)
 		return -1;
-	if (!strcmp(key, "max_size")) {
+	if (!strcmp(key, "max_size") || !strcmp(key, "session_max")) {
 		if (sbx_parse_size(s, &v) < 0 || v < 65536 || v > (1ull << 50))
 			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a size in 64K..1P", path, SBX_YAML_SHOW(s));
-		a->max_size = v;
+		*(key[0] == 'm' ? &a->max_size : &a->session_max) = v;
 		return 0;
 	}
 	if (parse_uint(s, 1000000, &v) < 0)
@@ -416,7 +417,7 @@ static int top_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *ob
 {
 	struct sbx_hostconf *hc = obj;
 	if (!strcmp(key, "audit")) {
-		static const char *const audit_keys[] = { "keep", "max_size", NULL };
+		static const char *const audit_keys[] = { "keep", "max_size", "session_max", NULL };
 		return walk_map(c, "audit", audit_keys, audit_value, &hc->audit);
 	}
 	if (!strcmp(key, "packages")) {

@@ -73,11 +73,19 @@ struct sbx_hostconf_packages {
 
 /* audit: retention of the trail (audit.h).  max_size: the log rotates
  * into a segment once it holds this many bytes (0: never); keep: sbx-gc
- * drops the oldest segments beyond this many (0: keeps them all). */
+ * drops the oldest segments beyond this many (0: keeps them all);
+ * session_max: the bytes of a session's proxy records (net.connect,
+ * net.close, dns.query, net.refused) the trail takes, past which they are
+ * only counted (0: not set, SBX_AUDIT_SESSION_MAX_DEFAULT). */
 struct sbx_hostconf_audit {
 	uint64_t max_size;
 	unsigned keep;
+	uint64_t session_max;
 };
+/* A guest drives its proxy's records: 64 MiB is some 150000 connections
+ * with their DNS queries, far more than a build or a test run makes,
+ * and a day of N5's flood would be 2 GB without it. */
+#define SBX_AUDIT_SESSION_MAX_DEFAULT (64ull << 20)
 
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */

@@ -61,6 +61,9 @@ int main(void)
 	ok(parse("audit: {max_size: 64M, keep: 30}\n", &hc, &e) == 0 && hc.audit.max_size == 64ull << 20 &&
 		   hc.audit.keep == 30,
 	   "audit: max_size and keep");
+	ok(parse("audit: {session_max: 1M}\n", &hc, &e) == 0 && hc.audit.session_max == 1ull << 20 &&
+		   hc.audit.max_size == 0,
+	   "audit: session_max");
 
 	static const struct {
 		const char *txt, *msg;
@@ -108,6 +111,7 @@ int main(void)
 		{ "quotas: {tenant: {}}\n", "unknown key 'tenant' in quotas" },
 		{ "audit: {max_size: 1K}\n", "not a size in 64K..1P" },
 		{ "audit: {max_size: lots}\n", "not a size in 64K..1P" },
+		{ "audit: {session_max: 4K}\n", "not a size in 64K..1P" },
 		{ "audit: {keep: -1}\n", "not a count of segments" },
 		{ "audit: {keep: 010}\n", "not a count of segments" },
 		{ "audit: {keep: 2000000}\n", "not a count of segments" },
