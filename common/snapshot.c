@@ -1,4 +1,5 @@
 #include "snapshot.h"
+#include "capacity.h"
 #include "snapshot_int.h"
 #include "audit.h"
 #include "hostconf.h"
@@ -703,6 +704,8 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 				   src.id, src.id);
 	if (!sbx_state_up(live))
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s)", src.id, live);
+	if (sbx_capacity_disk(st, err) < 0)
+		return -1;
 	/* A template's sessions are everyone's it serves (and the warm
 	 * pool's, which never has a workspace): a workspace is one tenant's,
 	 * attached by one session at a time. */
