@@ -115,13 +115,15 @@ static const char *const budget_types[] = { "net.connect", "net.close", "dns.que
 
 static void budget_save(struct sbx_proxy *px)
 {
-	if (px->budget.dfd < 0 || (px->budget.saved == px->budget.used && !px->budget.over))
+	if (px->budget.dfd < 0 || (px->budget.saved == px->budget.used && px->budget.saved_over == px->budget.over))
 		return;
 	char buf[128];
 	int n = snprintf(buf, sizeof buf, "{\"schema\":1,\"bytes\":%llu,\"suppressed\":%s}\n",
 			 (unsigned long long)px->budget.used, px->budget.over ? "true" : "false");
-	if (sbx_atomic_write_at(px->budget.dfd, AUDIT_BUDGET_FILE, buf, (size_t)n, 0600, NULL) == 0)
+	if (sbx_atomic_write_at(px->budget.dfd, AUDIT_BUDGET_FILE, buf, (size_t)n, 0600, NULL) == 0) {
 		px->budget.saved = px->budget.used;
+		px->budget.saved_over = px->budget.over;
+	}
 }
 
 /* What an earlier proxy of the session took, and the budget, before the
@@ -133,7 +135,7 @@ static void budget_load(struct sbx_proxy *px)
 	json_t *o = txt ? json_loads(txt, 0, NULL) : NULL;
 	json_int_t b = json_integer_value(json_object_get(o, "bytes"));
 	px->budget.used = px->budget.saved = b > 0 ? (uint64_t)b : 0;
-	px->budget.over = json_is_true(json_object_get(o, "suppressed"));
+	px->budget.over = px->budget.saved_over = json_is_true(json_object_get(o, "suppressed"));
 	json_decref(o);
 }
 

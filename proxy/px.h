@@ -60,6 +60,7 @@ struct sbx_proxy {
 		int dfd;         /* the session's directory (its count, AUDIT_BUDGET_FILE); -1: none */
 		uint64_t max, used, saved; /* bytes: the budget, taken, last saved */
 		int over;        /* net.suppressed is written (for the session, across proxies) */
+		int saved_over;  /* ... and so saved */
 		uint64_t left_out[4], left_bytes; /* this proxy's, by type (budget_types) */
 	} budget;
 };

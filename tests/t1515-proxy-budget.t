@@ -4,7 +4,8 @@
 # refused connections and admitted ones makes the trail grow by at most
 # audit.session_max plus one record, then one net.suppressed record; what
 # is left out is counted, and the counts are in a net.totals record when
-# the proxy ends.  The session goes on working, connections included.
+# the proxy ends.  The count outlives a proxy (suspend and resume).  The
+# session goes on working, connections included.
 . "$(dirname "$0")/lib.sh"
 require_vm
 [ "$(id -u)" = 0 ] || skip_all "needs root (network namespaces)"
@@ -57,10 +58,22 @@ sbx-exec --timeout 2m -u root "$id" -- \
 	sh -c 'for i in $(seq 50); do nslookup -type=a more-$i.flood.test 10.0.2.2 >/dev/null 2>&1; done' >/dev/null 2>&1
 sleep 2
 is "$(pbytes)" "$size1" "further records are only counted"
+# A suspend ends the proxy; the one the resume starts goes on from the
+# session's count.
+sbx-snapshot suspend "$id" >/dev/null && sbx-snapshot resume "$id" >/dev/null
+ok $? "suspended and resumed (a new proxy)"
+sbx-exec --timeout 2m -u root "$id" -- \
+	sh -c 'for i in $(seq 50); do nslookup -type=a again-$i.flood.test 10.0.2.2 >/dev/null 2>&1; done' >/dev/null 2>&1
+sleep 2
+is "$(pbytes)" "$size1" "the new proxy only counts too"
+is "$(jq -s "[.[] | select(.type==\"net.suppressed\" and .session==\"$id\")] | length" "$A")" 1 \
+	"and writes no second net.suppressed"
 sbx-kill "$id" >/dev/null
 ok $? "the session ends"
 tot=$(jq -c -s "[.[] | select(.type==\"net.totals\" and .session==\"$id\")] | last" "$A")
 like "$tot" '"suppressed_records":[1-9]' "a net.totals record at the end counts the records left out"
-like "$(printf '%s' "$tot" | jq -r '.suppressed | keys | join(" ")')" "dns.query" "by type"
+like "$(printf '%s' "$tot" | jq -r '.suppressed | keys | join(" ")')" "net.refused" "by type"
+is "$(jq -s "[.[] | select(.type==\"net.totals\" and .session==\"$id\")] | length" "$A")" 2 \
+	"one for each proxy (the suspend ended the first)"
 is "$(printf '%s' "$tot" | jq -r .budget_bytes)" "$BUDGET" "naming the budget"
 done_testing
