@@ -174,6 +174,27 @@ uint64_t snap_stream_max(const struct mon *m)
 	return ((uint64_t)m->s.memory_mib << 20) + SBX_SAVE_DEVICE_ALLOWANCE;
 }
 
+/* The bytes of the regular files in directory dfd (what a VMM's save
+ * wrote there: memory.zst for QEMU, Cloud Hypervisor's own files). */
+static uint64_t dir_bytes(int dfd)
+{
+	int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	uint64_t n = 0;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	struct dirent *e;
+	struct stat sb;
+	while ((e = readdir(d)))
+		if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+			n += (uint64_t)sb.st_size;
+	closedir(d);
+	return n;
+}
+
 /* The stopped VM's state and its disk into m->snap.dir (snap_dir_ok
  * checked it): the save's own part, which the privileged half does for the
  * unprivileged one (mon_snap_write).  Memory and disk together stay
@@ -189,12 +210,12 @@ int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, uint64_t max_by
 	int rc = sbx_vm_save(&m->vm, m->snap.dir, err);
 	m->vm.save_max_in = m->vm.save_max_out = 0;
 	_cleanup_close_ int dfd = rc == 0 ? open(m->snap.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
-	struct stat sb;
-	if (rc == 0 && (dfd < 0 || fstatat(dfd, "memory.zst", &sb, 0) < 0))
+	if (rc == 0 && dfd < 0)
 		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshot directory");
 	uint64_t left = 0;
 	if (rc == 0 && max_bytes) {
-		left = (uint64_t)sb.st_size < max_bytes ? max_bytes - (uint64_t)sb.st_size : 0;
+		uint64_t mem = dir_bytes(dfd);
+		left = mem < max_bytes ? max_bytes - mem : 0;
 		if (!left)
 			rc = sbx_err_set(err, SBX_EXIT_TEMPFAIL, EDQUOT,
 					 "the memory image took all of the tenant's snapshot_bytes left (%llu bytes): the "
