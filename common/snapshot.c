@@ -638,54 +638,60 @@ static int save_audit(struct sbx_state *st, const struct sbx_snapshot *s, int to
 	return rc;
 }
 
-/* What s's tenant has left of quotas.snapshot_bytes (*left 0: no quota);
- * none left is refused before any work. */
-static int snapshot_room(struct sbx_state *st, const struct sbx_snapshot *s, uint64_t *left, struct sbx_err *err)
+/* The sizes of tenant's snapshots, and its snapshot_bytes quota (0: none,
+ * and *used not counted). */
+static int snapshot_use(struct sbx_state *st, const char *tenant, unsigned long long *used, uint64_t *quota,
+			struct sbx_err *err)
 {
 	struct sbx_quota q;
-	*left = 0;
-	if (!s->tenant[0])
-		return 0;
-	if (sbx_hostconf_tenant_quota(s->tenant, &q, err) < 0)
+	*used = 0;
+	if (sbx_hostconf_tenant_quota(tenant, &q, err) < 0)
 		return -1;
+	*quota = q.snapshot_bytes;
 	if (!q.snapshot_bytes)
 		return 0;
 	struct sbx_snapshot *v;
 	size_t n;
-	if (sbx_snapshot_collect(st, s->tenant, NULL, NULL, &v, &n, err) < 0)
+	if (sbx_snapshot_collect(st, tenant, NULL, NULL, &v, &n, err) < 0)
 		return -1;
-	unsigned long long used = 0;
 	for (size_t i = 0; i < n; i++)
-		used += v[i].size;
+		*used += v[i].size;
 	free(v);
-	if (used < q.snapshot_bytes) {
-		*left = q.snapshot_bytes - used;
+	return 0;
+}
+
+/* What s's tenant has left of quotas.snapshot_bytes (*left 0: no quota);
+ * none left is refused before any work. */
+static int snapshot_room(struct sbx_state *st, const struct sbx_snapshot *s, uint64_t *left, struct sbx_err *err)
+{
+	unsigned long long used;
+	uint64_t quota;
+	*left = 0;
+	if (!s->tenant[0])
+		return 0;
+	if (snapshot_use(st, s->tenant, &used, &quota, err) < 0)
+		return -1;
+	if (!quota)
+		return 0;
+	if (used < quota) {
+		*left = quota - used;
 		return 0;
 	}
-	return sbx_err_tenant_quota(err, s->tenant, "snapshot_bytes", used, 1, q.snapshot_bytes, " bytes",
-				    "its snapshots", "remove one of its snapshots first");
+	return sbx_err_tenant_quota(err, s->tenant, "snapshot_bytes", used, 1, quota, " bytes", "its snapshots",
+				    "remove one of its snapshots first");
 }
 
 /* Would s (not yet listed) take its tenant past quotas.snapshot_bytes? */
 static int snapshot_quota(struct sbx_state *st, const struct sbx_snapshot *s, struct sbx_err *err)
 {
-	struct sbx_quota q;
-	if (sbx_hostconf_tenant_quota(s->tenant, &q, err) < 0)
+	unsigned long long used;
+	uint64_t quota;
+	if (snapshot_use(st, s->tenant, &used, &quota, err) < 0)
 		return -1;
-	if (!q.snapshot_bytes)
+	if (!quota || used + s->size <= quota)
 		return 0;
-	struct sbx_snapshot *v;
-	size_t n;
-	if (sbx_snapshot_collect(st, s->tenant, NULL, NULL, &v, &n, err) < 0)
-		return -1;
-	unsigned long long used = 0;
-	for (size_t i = 0; i < n; i++)
-		used += v[i].size;
-	free(v);
-	if (used + s->size <= q.snapshot_bytes)
-		return 0;
-	return sbx_err_tenant_quota(err, s->tenant, "snapshot_bytes", used, s->size, q.snapshot_bytes, " bytes",
-				    "its snapshots", "remove one of its snapshots first");
+	return sbx_err_tenant_quota(err, s->tenant, "snapshot_bytes", used, s->size, quota, " bytes", "its snapshots",
+				    "remove one of its snapshots first");
 }
 
 int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts *o, struct sbx_snapshot *out,

@@ -111,6 +111,7 @@ void sbx_proxy_log(struct sbx_proxy *px, json_t *rec)
  * net.totals), not refused.  The count is kept in the session's
  * directory, so a proxy started again (a resume) goes on from it. */
 
+/* The network half's record types, all of them budgeted. */
 static const char *const budget_types[] = { "net.connect", "net.close", "dns.query", "net.refused" };
 
 static void budget_save(struct sbx_proxy *px)
@@ -543,7 +544,6 @@ static void ready_say(const struct sbx_err *err)
 static int audit_serve(struct sbx_proxy *px, int fd, uint64_t *sec, unsigned *count)
 {
 	static char buf[AUDIT_MSG_MAX + 1];
-	static const char *const types[] = { "net.connect", "net.close", "dns.query", "net.refused" };
 	ssize_t n = recv(fd, buf, AUDIT_MSG_MAX, MSG_DONTWAIT);
 	if (n <= 0)
 		return 0;
@@ -551,8 +551,8 @@ static int audit_serve(struct sbx_proxy *px, int fd, uint64_t *sec, unsigned *co
 	uint8_t rc = 1;
 	size_t tl = strnlen(buf, (size_t)n);
 	int known = 0;
-	for (size_t i = 0; i < SBX_ARRAY_LEN(types) && tl < (size_t)n; i++)
-		known |= !strcmp(buf, types[i]);
+	for (size_t i = 0; i < SBX_ARRAY_LEN(budget_types) && tl < (size_t)n; i++)
+		known |= !strcmp(buf, budget_types[i]);
 	uint64_t now = sbx_mono_ns() / 1000000000ull;
 	if (now != *sec)
 		*sec = now, *count = 0;
