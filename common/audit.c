@@ -471,8 +471,9 @@ int aud_open_log(struct sbx_state *st, struct sbx_err *err)
 }
 
 /* sbx.yaml's audit: settings, read again only when the file changed (an
- * append is on every exec's path).  A file that does not parse rotates
- * nothing: the trail goes on in one file rather than stop. */
+ * append is on every exec's path), max_size its default when unset.  A
+ * file that does not parse rotates nothing (max_size 0): the trail goes on
+ * in one file rather than stop. */
 static void audit_conf(struct sbx_hostconf_audit *out)
 {
 	static struct {
@@ -488,14 +489,18 @@ static void audit_conf(struct sbx_hostconf_audit *out)
 	memset(out, 0, sizeof *out);
 	if (stat(sbx_hostconf_path(path, sizeof path), &sb) < 0) {
 		c.valid = 0;
+		out->max_size = SBX_AUDIT_MAX_SIZE_DEFAULT;
 		return;
 	}
 	if (!c.valid || c.dev != sb.st_dev || c.ino != sb.st_ino || c.size != sb.st_size ||
 	    c.mtime.tv_sec != sb.st_mtim.tv_sec || c.mtime.tv_nsec != sb.st_mtim.tv_nsec) {
 		struct sbx_hostconf *hc = malloc(sizeof *hc);
 		memset(&c.a, 0, sizeof c.a);
-		if (hc && sbx_hostconf_load(hc, NULL) == 0)
+		if (hc && sbx_hostconf_load(hc, NULL) == 0) {
 			c.a = hc->audit;
+			if (!c.a.max_size)
+				c.a.max_size = SBX_AUDIT_MAX_SIZE_DEFAULT;
+		}
 		free(hc);
 		c.valid = 1;
 		c.dev = sb.st_dev;

@@ -10,7 +10,8 @@
  * files.upload, files.download, gc.reclaim, policy.refused, package.fetch,
  * workspace.create, workspace.attach, workspace.remove, session.pause,
  * session.resume, snapshot.save, snapshot.rm, template.rm, net.connect,
- * net.close, dns.query, net.lost (the session proxy's, egress.h),
+ * net.close, dns.query, net.lost, net.suppressed, net.totals (the session
+ * proxy's, egress.h; the last two its budget, sbx.yaml audit.session_max),
  * audit.segment (the first record after a rotation), audit.retention
  * (sbx-gc dropped old segments), and
  * audit.repair (written by the library itself when it discards a record

@@ -240,17 +240,21 @@ static void seg_dropped(const char *segment, void *ctx)
 		r->cb(&a, r->ctx);
 }
 
-/* Audit retention (sbx.yaml audit.keep): the oldest segments beyond it
- * go; sbx_audit_retain records that in the trail itself (audit.retention),
- * so these actions are not recorded again as gc.reclaim. */
+/* Audit retention (sbx.yaml audit.keep, default SBX_AUDIT_KEEP_DEFAULT;
+ * 0 keeps all): the oldest segments beyond it go; sbx_audit_retain records
+ * that in the trail itself (audit.retention), so these actions are not
+ * recorded again as gc.reclaim. */
 static void gc_audit(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc_cb cb, void *ctx)
 {
-	struct sbx_hostconf hc;
-	if (sbx_hostconf_load(&hc, NULL) < 0 || !hc.audit.keep)
+	static struct sbx_hostconf hc; /* large */
+	if (sbx_hostconf_load(&hc, NULL) < 0)
 		return;
-	struct seg_report r = { cb, ctx, hc.audit.keep };
+	unsigned keep = hc.audit.keep_set ? hc.audit.keep : SBX_AUDIT_KEEP_DEFAULT;
+	if (!keep)
+		return;
+	struct seg_report r = { cb, ctx, keep };
 	struct sbx_err e = { 0 };
-	if (sbx_audit_retain(st, hc.audit.keep, o->dry_run, seg_dropped, &r, &e) < 0) {
+	if (sbx_audit_retain(st, keep, o->dry_run, seg_dropped, &r, &e) < 0) {
 		struct sbx_gc_action a = { .action = "audit-error", .session = "-" };
 		snprintf(a.detail, sizeof a.detail, "audit retention: %s", e.msg);
 		if (cb)

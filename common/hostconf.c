@@ -329,7 +329,8 @@ static int packages_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, v
 }
 
 /* audit: max_size (a size, at least 64K so a segment holds a record of
- * the largest size) and keep (segments). */
+ * the largest size), session_max (as much, for the same reason), reserve
+ * (any size, 0 included) and keep (segments). */
 static int audit_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf_audit *a = obj;
@@ -338,16 +339,32 @@ static int audit_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void
 	(void)km;
 	if (!s)
 		return -1;
-	if (!strcmp(key, "max_size")) {
+	if (!strcmp(key, "reserve")) {
+		if (sbx_parse_size(s, &v) < 0 || v > (1ull << 50))
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a size in 0..1P", path, SBX_YAML_SHOW(s));
+		a->reserve = v;
+		a->reserve_set = 1;
+		return 0;
+	}
+	if (!strcmp(key, "max_size") || !strcmp(key, "session_max")) {
 		if (sbx_parse_size(s, &v) < 0 || v < 65536 || v > (1ull << 50))
 			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a size in 64K..1P", path, SBX_YAML_SHOW(s));
-		a->max_size = v;
+		*(key[0] == 'm' ? &a->max_size : &a->session_max) = v;
 		return 0;
 	}
 	if (sbx_parse_uint_max(s, 1000000, &v) < 0)
 		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a count of segments in 0..1000000", path, SBX_YAML_SHOW(s));
 	a->keep = (unsigned)v;
+	a->keep_set = 1;
 	return 0;
+}
+
+uint64_t sbx_hostconf_reserve(const struct sbx_hostconf_audit *a, uint64_t fs_bytes)
+{
+	if (a->reserve_set)
+		return a->reserve;
+	uint64_t pct = fs_bytes / 100 * SBX_AUDIT_RESERVE_PCT;
+	return pct < SBX_AUDIT_RESERVE_MIN ? SBX_AUDIT_RESERVE_MIN : pct > SBX_AUDIT_RESERVE_MAX ? SBX_AUDIT_RESERVE_MAX : pct;
 }
 
 /* templates.publishers: a sequence of tenant IDs. */
@@ -378,7 +395,7 @@ static int top_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *ob
 {
 	struct sbx_hostconf *hc = obj;
 	if (!strcmp(key, "audit")) {
-		static const char *const audit_keys[] = { "keep", "max_size", NULL };
+		static const char *const audit_keys[] = { "keep", "max_size", "reserve", "session_max", NULL };
 		return walk_map(c, "audit", audit_keys, audit_value, &hc->audit);
 	}
 	if (!strcmp(key, "packages")) {

@@ -73,11 +73,40 @@ struct sbx_hostconf_packages {
 
 /* audit: retention of the trail (audit.h).  max_size: the log rotates
  * into a segment once it holds this many bytes (0: never); keep: sbx-gc
- * drops the oldest segments beyond this many (0: keeps them all). */
+ * drops the oldest segments beyond this many (0: keeps them all);
+ * session_max: the bytes of a session's proxy records (net.connect,
+ * net.close, dns.query, net.refused) the trail takes, past which they are
+ * only counted (0: not set, SBX_AUDIT_SESSION_MAX_DEFAULT); reserve: the
+ * free space on LIB's filesystem below which new work is refused, so that
+ * the trail's appends still find room.  Unset (0, or *_set 0) means the
+ * defaults below. */
 struct sbx_hostconf_audit {
 	uint64_t max_size;
 	unsigned keep;
+	int keep_set;
+	uint64_t session_max;
+	uint64_t reserve;
+	int reserve_set;
 };
+/* The trail then takes at most about 65 x 64 MiB, a size an operator can
+ * plan a disk for: a trail that grows without end fills LIB, and then
+ * every tenant's work fails closed.  What retention drops is recorded
+ * (audit.retention); the full history is kept off the host
+ * (sbx-audit --jsonl), or here with keep: 0. */
+#define SBX_AUDIT_MAX_SIZE_DEFAULT (64ull << 20)
+#define SBX_AUDIT_KEEP_DEFAULT 64u
+/* The reserve: the larger of 256 MiB and 2% of LIB's filesystem, room for
+ * some hundred thousand records while the operator frees space, but no
+ * more than 4 GiB (about what the default retention lets the trail keep). */
+#define SBX_AUDIT_RESERVE_MIN (256ull << 20)
+#define SBX_AUDIT_RESERVE_MAX (4ull << 30)
+#define SBX_AUDIT_RESERVE_PCT 2u
+/* The reserve in bytes for a filesystem of fs_bytes. */
+uint64_t sbx_hostconf_reserve(const struct sbx_hostconf_audit *a, uint64_t fs_bytes);
+/* A guest drives its proxy's records: 64 MiB is some 150000 connections
+ * with their DNS queries, far more than a build or a test run makes,
+ * and a day of N5's flood would be 2 GB without it. */
+#define SBX_AUDIT_SESSION_MAX_DEFAULT (64ull << 20)
 
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */

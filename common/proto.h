@@ -146,7 +146,8 @@ enum sbx_tag {
 	SBX_T_ACCEPTED = 47, /* u64: connections accepted so far */
 	SBX_T_REFUSED = 48,  /* u64: connections the guest refused (nobody listening) or the bounds */
 	SBX_T_PKG = 49,      /* str: sbx.pkg* parameters (pkgparams.h), in a claim's IDENTITY */
-	SBX_T_MAX = 49
+	SBX_T_MAX_BYTES = 50, /* u64: the most a VMCTL SAVE may write (a tenant's snapshot_bytes left) */
+	SBX_T_MAX = 50
 };
 
 /* SBX_F_PORT's OP */

@@ -1,4 +1,5 @@
 #include "snapshot.h"
+#include "capacity.h"
 #include "snapshot_int.h"
 #include "audit.h"
 #include "hostconf.h"
@@ -629,26 +630,60 @@ static int save_audit(struct sbx_state *st, const struct sbx_snapshot *s, int to
 	return rc;
 }
 
-/* Would s (not yet listed) take its tenant past quotas.snapshot_bytes? */
-static int snapshot_quota(struct sbx_state *st, const struct sbx_snapshot *s, struct sbx_err *err)
+/* The sizes of tenant's snapshots, and its snapshot_bytes quota (0: none,
+ * and *used not counted). */
+static int snapshot_use(struct sbx_state *st, const char *tenant, unsigned long long *used, uint64_t *quota,
+			struct sbx_err *err)
 {
 	struct sbx_quota q;
-	if (sbx_hostconf_tenant_quota(s->tenant, &q, err) < 0)
+	*used = 0;
+	if (sbx_hostconf_tenant_quota(tenant, &q, err) < 0)
 		return -1;
+	*quota = q.snapshot_bytes;
 	if (!q.snapshot_bytes)
 		return 0;
 	struct sbx_snapshot *v;
 	size_t n;
-	if (sbx_snapshot_collect(st, s->tenant, NULL, NULL, &v, &n, err) < 0)
+	if (sbx_snapshot_collect(st, tenant, NULL, NULL, &v, &n, err) < 0)
 		return -1;
-	unsigned long long used = 0;
 	for (size_t i = 0; i < n; i++)
-		used += v[i].size;
+		*used += v[i].size;
 	free(v);
-	if (used + s->size <= q.snapshot_bytes)
+	return 0;
+}
+
+/* What s's tenant has left of quotas.snapshot_bytes (*left 0: no quota);
+ * none left is refused before any work. */
+static int snapshot_room(struct sbx_state *st, const struct sbx_snapshot *s, uint64_t *left, struct sbx_err *err)
+{
+	unsigned long long used;
+	uint64_t quota;
+	*left = 0;
+	if (!s->tenant[0])
 		return 0;
-	return sbx_err_tenant_quota(err, s->tenant, "snapshot_bytes", used, s->size, q.snapshot_bytes, " bytes",
-				    "its snapshots", "remove one of its snapshots first");
+	if (snapshot_use(st, s->tenant, &used, &quota, err) < 0)
+		return -1;
+	if (!quota)
+		return 0;
+	if (used < quota) {
+		*left = quota - used;
+		return 0;
+	}
+	return sbx_err_tenant_quota(err, s->tenant, "snapshot_bytes", used, 1, quota, " bytes", "its snapshots",
+				    "remove one of its snapshots first");
+}
+
+/* Would s (not yet listed) take its tenant past quotas.snapshot_bytes? */
+static int snapshot_quota(struct sbx_state *st, const struct sbx_snapshot *s, struct sbx_err *err)
+{
+	unsigned long long used;
+	uint64_t quota;
+	if (snapshot_use(st, s->tenant, &used, &quota, err) < 0)
+		return -1;
+	if (!quota || used + s->size <= quota)
+		return 0;
+	return sbx_err_tenant_quota(err, s->tenant, "snapshot_bytes", used, s->size, quota, " bytes", "its snapshots",
+				    "remove one of its snapshots first");
 }
 
 int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts *o, struct sbx_snapshot *out,
@@ -667,6 +702,8 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 				   src.id, src.id);
 	if (!sbx_state_up(live))
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s)", src.id, live);
+	if (sbx_capacity_disk(st, err) < 0)
+		return -1;
 	/* A template's sessions are everyone's it serves (and the warm
 	 * pool's, which never has a workspace): a workspace is one tenant's,
 	 * attached by one session at a time. */
@@ -705,6 +742,12 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 					   o->to_template ? "template" : "snapshot", final);
 		snprintf(s.version, sizeof s.version, "%s-%d", version, i);
 	}
+	/* A snapshot (not a template: publishing is not counted there) stops
+	 * while it is written at what its tenant has left, so a hostile VMM
+	 * or a full disk image cannot write past the quota (N6). */
+	uint64_t left = 0;
+	if (!o->to_template && snapshot_room(st, &s, &left, err) < 0)
+		return -1;
 	char wname[160];
 	_cleanup_close_ int wd = -1;
 	if (work_dir(tdir, &s, wname, sizeof wname, &wd, err) < 0)
@@ -714,8 +757,13 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 	uint64_t t0 = sbx_mono_ns();
 	s.created_ns = sbx_now_ns();
 	sbx_fmt_time(s.created_ns, s.created, sizeof s.created);
-	if (sbx_vmctl(st, src.id, SBX_VMCTL_SAVE, rel, NULL, o->progress_fd, SAVE_TIMEOUT_MS, NULL, 0, err) < 0)
+	if (sbx_vmctl(st, src.id, SBX_VMCTL_SAVE, rel, NULL, left, o->progress_fd, SAVE_TIMEOUT_MS, NULL, 0, err) < 0) {
+		if (left && err && err->code == SBX_EXIT_TEMPFAIL && strstr(err->msg, "snapshot_bytes")) {
+			snprintf(err->kind, sizeof err->kind, "tenant_quota");
+			snprintf(err->quota, sizeof err->quota, "snapshot_bytes");
+		}
 		goto fail;
+	}
 	uint64_t save_ms = (sbx_mono_ns() - t0) / 1000000u;
 	/* What the source was: recorded so a restore can check it gets the
 	 * same (template content, VMM, acceleration, shape). */

@@ -70,7 +70,7 @@ static int vmctl_frame(void *ctx, struct sbx_mon *m, const struct sbx_frame *f, 
 }
 
 int sbx_vmctl(struct sbx_state *st, const char *id, unsigned op, const char *path, const char *hostname,
-	      int progress_fd, unsigned timeout_ms, char *state, size_t n, struct sbx_err *err)
+	      uint64_t max_bytes, int progress_fd, unsigned timeout_ms, char *state, size_t n, struct sbx_err *err)
 {
 	_cleanup_mon_ struct sbx_mon m = { .fd = -1 };
 	struct vmctl vp = { .fd = progress_fd, .state = state, .n = n };
@@ -82,6 +82,8 @@ int sbx_vmctl(struct sbx_state *st, const char *id, unsigned op, const char *pat
 		sbx_tlv_str(&m.out, SBX_T_PATH, path);
 	if (hostname)
 		sbx_tlv_str(&m.out, SBX_T_HOSTNAME, hostname);
+	if (max_bytes)
+		sbx_tlv_u64(&m.out, SBX_T_MAX_BYTES, max_bytes);
 	sbx_frame_end(&m.out, off);
 	int rc = sbx_mon_call(&m, timeout_ms, vmctl_frame, &vp, err) > 0 ? 0 : -1;
 	if (vp.on)
@@ -116,7 +118,7 @@ int sbx_session_vmctl(struct sbx_state *st, const char *id, const char *tenant, 
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
 	if (hostname && sbx_id_check(hostname, "hostname", err) < 0)
 		return -1;
-	return sbx_vmctl(st, id, op, NULL, hostname, -1, VMCTL_TIMEOUT_MS, state, n, err);
+	return sbx_vmctl(st, id, op, NULL, hostname, 0, -1, VMCTL_TIMEOUT_MS, state, n, err);
 }
 
 int sbx_session_wake(struct sbx_state *st, const char *id, int no_resume, struct sbx_err *err)
@@ -130,5 +132,5 @@ int sbx_session_wake(struct sbx_state *st, const char *id, int no_resume, struct
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0,
 				   "session %s is suspended and --no-resume was given (sbx-snapshot resume %s runs it again)",
 				   id, id);
-	return sbx_vmctl(st, id, SBX_VMCTL_RESUME, NULL, NULL, -1, VMCTL_TIMEOUT_MS, NULL, 0, err);
+	return sbx_vmctl(st, id, SBX_VMCTL_RESUME, NULL, NULL, 0, -1, VMCTL_TIMEOUT_MS, NULL, 0, err);
 }

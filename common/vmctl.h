@@ -5,17 +5,18 @@
 #define SBX_VMCTL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "err.h"
 #include "state.h"
 
 /* One VMCTL op (enum sbx_vmctl_op) to session id's monitor, with its PATH
- * and HOSTNAME when not NULL, waiting up to timeout_ms for the answer; the
+ * and HOSTNAME when not NULL, and MAX_BYTES when not 0 (a save's cap), waiting up to timeout_ms for the answer; the
  * monitor's PROGRESS frames are drawn on progress_fd when it is a terminal
  * (-1: never).  *state (n bytes, may be NULL): the session's state after
  * it.  75 when the monitor did not answer in time. */
 int sbx_vmctl(struct sbx_state *st, const char *id, unsigned op, const char *path, const char *hostname,
-	      int progress_fd, unsigned timeout_ms, char *state, size_t n, struct sbx_err *err);
+	      uint64_t max_bytes, int progress_fd, unsigned timeout_ms, char *state, size_t n, struct sbx_err *err);
 
 /* A running session's VM: pause, resume, or a fresh identity (the guest's
  * hostname, clock and RNG; hostname NULL: the session ID).  With tenant,

@@ -71,6 +71,13 @@ struct sbx_vm {
 	 * far the memory image is (bytes done of total, 0: unknown). */
 	void (*progress)(void *ctx, const char *what, uint64_t done, uint64_t total);
 	void *progress_ctx;
+	/* Optional, set by the caller before a save: the most bytes the VMM
+	 * may write for it (the guest's memory plus SBX_SAVE_DEVICE_ALLOWANCE,
+	 * zstream.h), and the most the image may take on disk (a tenant's
+	 * snapshot_bytes left); 0: no cap.  Past either the save fails and
+	 * leaves no image.  Backends that stream the state through the
+	 * caller (QEMU) honour them. */
+	uint64_t save_max_in, save_max_out;
 	/* The VMM's event stream (Cloud Hypervisor --event-monitor), read end,
 	 * nonblocking: the caller watches it and calls ops->events; -1 or 0:
 	 * none (QEMU). */

@@ -373,53 +373,22 @@ static int qemu_resume(struct sbx_vm *vm, unsigned timeout_ms, struct sbx_err *e
 #define SAVE_TIMEOUT_NS (600ull * 1000000000u)
 
 /* Read the migration stream from the pipe until QEMU closes it,
- * compressing it into out. */
+ * compressing it into out, within the caller's caps (N6: a compromised
+ * VMM must not make the monitor's root half fill LIB). */
 static int save_stream(struct sbx_vm *vm, int rd, int out, struct sbx_err *err)
 {
-	struct sbx_zsink z;
-	_cleanup_free_ uint8_t *buf = malloc(1u << 20);
-	if (!buf)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot save the VM");
-	if (sbx_zsink_open(&z, out, 1, err) < 0)
-		return -1;
-	uint64_t deadline = sbx_mono_ns() + SAVE_TIMEOUT_NS, shown = 0;
-	int rc = 0;
-	for (;;) {
-		ssize_t r = read(rd, buf, 1u << 20);
-		if (r > 0) {
-			if ((rc = sbx_zsink_write(&z, buf, (size_t)r, err)) < 0)
-				break;
-			if (vm->progress && z.in - shown >= (4u << 20)) {
-				vm->progress(vm->progress_ctx, "saving memory", z.in, 0);
-				shown = z.in;
-			}
-			continue;
-		}
-		if (r == 0)
-			break;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN) {
-			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the VM's state");
-			break;
-		}
-		uint64_t now = sbx_mono_ns();
-		if (now >= deadline) {
-			rc = sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VMM did not finish writing its state in time");
-			break;
-		}
-		struct pollfd p[2] = { { .fd = rd, .events = POLLIN }, { .fd = vm->pidfd, .events = POLLIN } };
-		if (poll(p, vm->pidfd >= 0 ? 2 : 1, 1000) > 0 && vm->pidfd >= 0 && (p[1].revents & POLLIN) &&
-		    !(p[0].revents & (POLLIN | POLLHUP))) {
-			rc = sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VMM exited while saving");
-			break;
-		}
-	}
-	if (rc == 0)
-		rc = sbx_zsink_finish(&z, err);
-	if (rc == 0 && vm->progress)
-		vm->progress(vm->progress_ctx, "saving memory", z.in, z.in);
-	sbx_zsink_free(&z);
+	int rc = sbx_zsave(rd, out, vm->pidfd, sbx_mono_ns() + SAVE_TIMEOUT_NS, vm->save_max_in, vm->save_max_out,
+			   vm->progress, vm->progress_ctx, err);
+	if (rc < 0 && err && err->errnum == EFBIG)
+		sbx_err_set(err, SBX_EXIT_INTERNAL, EFBIG,
+			    "the VMM wrote more than the guest's memory and %llu MiB of device state (%llu MiB): "
+			    "that is no memory image, the save was stopped",
+			    SBX_SAVE_DEVICE_ALLOWANCE >> 20, (unsigned long long)(vm->save_max_in >> 20));
+	else if (rc < 0 && err && err->errnum == EDQUOT)
+		sbx_err_set(err, SBX_EXIT_TEMPFAIL, EDQUOT,
+			    "the memory image passed the %llu bytes it may take (the tenant's snapshot_bytes left): "
+			    "the save was stopped",
+			    (unsigned long long)vm->save_max_out);
 	return rc;
 }
 

@@ -56,6 +56,9 @@ static int sink_step(struct sbx_zsink *s, ZSTD_inBuffer *in, ZSTD_EndDirective m
 		size_t left = ZSTD_compressStream2(s->z, &out, in, mode);
 		if (ZSTD_isError(left))
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot compress: %s", ZSTD_getErrorName(left));
+		if (s->limit && out.pos > s->limit - s->out)
+			return sbx_err_set(err, SBX_EXIT_TEMPFAIL, EDQUOT, "the file would pass its limit of %llu bytes",
+					   (unsigned long long)s->limit);
 		if (out.pos && sbx_write_all(s->fd, s->buf, out.pos) < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot write the snapshot");
 		s->out += out.pos;
@@ -87,6 +90,65 @@ void sbx_zsink_free(struct sbx_zsink *s)
 	free(s->buf);
 	s->z = NULL;
 	s->buf = NULL;
+}
+
+/* --- a VMM's save stream, capped --------------------------------------- */
+
+int sbx_zsave(int rd, int out, int alive_fd, uint64_t deadline_ns, uint64_t max_in, uint64_t max_out,
+	      sbx_zprogress cb, void *ctx, struct sbx_err *err)
+{
+	struct sbx_zsink z;
+	_cleanup_free_ uint8_t *buf = malloc(1u << 20);
+	if (!buf)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot save the VM");
+	if (sbx_zsink_open(&z, out, 1, err) < 0)
+		return -1;
+	z.limit = max_out;
+	uint64_t shown = 0;
+	int rc = 0;
+	for (;;) {
+		ssize_t r = read(rd, buf, 1u << 20);
+		if (r > 0) {
+			/* Counted before it is taken: past max_in, not one byte
+			 * more reaches the file. */
+			if (max_in && (uint64_t)r > max_in - z.in) {
+				rc = sbx_err_set(err, SBX_EXIT_INTERNAL, EFBIG, "the stream passed its limit of %llu bytes",
+						 (unsigned long long)max_in);
+				break;
+			}
+			if ((rc = sbx_zsink_write(&z, buf, (size_t)r, err)) < 0)
+				break;
+			if (cb && z.in - shown >= PROGRESS_EVERY) {
+				cb(ctx, "saving memory", z.in, 0);
+				shown = z.in;
+			}
+			continue;
+		}
+		if (r == 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN) {
+			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the VM's state");
+			break;
+		}
+		if (sbx_mono_ns() >= deadline_ns) {
+			rc = sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VMM did not finish writing its state in time");
+			break;
+		}
+		struct pollfd p[2] = { { .fd = rd, .events = POLLIN }, { .fd = alive_fd, .events = POLLIN } };
+		if (poll(p, alive_fd >= 0 ? 2 : 1, 1000) > 0 && alive_fd >= 0 && (p[1].revents & POLLIN) &&
+		    !(p[0].revents & (POLLIN | POLLHUP))) {
+			rc = sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VMM exited while saving");
+			break;
+		}
+	}
+	if (rc == 0)
+		rc = sbx_zsink_finish(&z, err);
+	if (rc == 0 && cb)
+		cb(ctx, "saving memory", z.in, z.in);
+	sbx_zsink_free(&z);
+	return rc;
 }
 
 /* --- decompressing into a pipe ------------------------------------------ */
@@ -230,7 +292,8 @@ static int pack_chunk(struct sbx_zsink *s, const uint8_t *p, size_t n, uint64_t 
 	return 0;
 }
 
-int sbx_zdisk_pack(const char *src, int dirfd, const char *name, sbx_zprogress cb, void *ctx, struct sbx_err *err)
+int sbx_zdisk_pack(const char *src, int dirfd, const char *name, uint64_t max_out, sbx_zprogress cb, void *ctx,
+		   struct sbx_err *err)
 {
 	_cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	struct stat sb;
@@ -245,6 +308,7 @@ int sbx_zdisk_pack(const char *src, int dirfd, const char *name, sbx_zprogress c
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot copy %s", src);
 	if (sbx_zsink_open(&s, out, 1, err) < 0)
 		return -1;
+	s.limit = max_out;
 	uint8_t h[16];
 	uint64_t size = (uint64_t)sb.st_size, done = 0, shown = 0, total = (uint64_t)sb.st_blocks * 512;
 	memcpy(h, DISK_MAGIC, 8);

@@ -24,6 +24,9 @@ struct sbx_zsink {
 	uint8_t *buf;     /* compressed output staging */
 	size_t cap;
 	uint64_t in, out; /* bytes taken, bytes written */
+	uint64_t limit;   /* the most out may reach (0: none); set after open.
+			   * A write that would pass it fails with EDQUOT and
+			   * writes none of its bytes. */
 };
 
 /* Compress into fd (level 1..19); fd stays the caller's. */
@@ -33,6 +36,21 @@ int sbx_zsink_write(struct sbx_zsink *s, const void *p, size_t n, struct sbx_err
 int sbx_zsink_finish(struct sbx_zsink *s, struct sbx_err *err);
 void sbx_zsink_free(struct sbx_zsink *s);
 
+/* What a VMM writes for a save beyond the guest's memory: device state
+ * (CPU registers, virtio queues, the serial port), a few MiB on microvm.
+ * A stream longer than memory plus this is not a memory image. */
+#define SBX_SAVE_DEVICE_ALLOWANCE (64ull << 20)
+
+/* Compress the stream on rd (a nonblocking pipe, written by a VMM that may
+ * be hostile) into out until the writer closes it.  Fails when more than
+ * max_in bytes come (errnum EFBIG), when the file would pass max_out bytes
+ * (EDQUOT; the file stays at most max_out), at deadline_ns, or when
+ * alive_fd (a pidfd; -1: none) says the writer died.  0: no such cap.  cb
+ * hears "saving memory" every few MiB and done of done at the end.  On
+ * failure the file is the caller's to remove. */
+int sbx_zsave(int rd, int out, int alive_fd, uint64_t deadline_ns, uint64_t max_in, uint64_t max_out,
+	      sbx_zprogress cb, void *ctx, struct sbx_err *err);
+
 /* Decompress the file in_fd into out_fd (a pipe, nonblocking or not),
  * giving up at deadline_ns (CLOCK_MONOTONIC) or when alive_fd (a pidfd;
  * -1: none) says the reader is gone.  cb hears 0 of total before the
@@ -41,8 +59,10 @@ int sbx_zpump(int in_fd, int out_fd, int alive_fd, uint64_t deadline_ns, sbx_zpr
 	      struct sbx_err *err);
 
 /* Pack the disk image at src (read while nothing writes it) into dirfd/name,
- * created 0600 and fsynced. */
-int sbx_zdisk_pack(const char *src, int dirfd, const char *name, sbx_zprogress cb, void *ctx, struct sbx_err *err);
+ * created 0600 and fsynced, of at most max_out bytes (0: no cap; past it,
+ * errnum EDQUOT and the file is the caller's to remove). */
+int sbx_zdisk_pack(const char *src, int dirfd, const char *name, uint64_t max_out, sbx_zprogress cb, void *ctx,
+		   struct sbx_err *err);
 /* Unpack dirfd/name into dst (must not exist; created 0600, sparse).
  * *size gets the image size. */
 int sbx_zdisk_unpack(int dirfd, const char *name, const char *dst, uint64_t *size, struct sbx_err *err);

@@ -247,6 +247,8 @@ struct mon {
 		struct client *c; /* the client waiting for op, while connected */
 		unsigned op;
 		char dir[PATH_MAX]; /* where a save writes */
+		uint64_t max_bytes; /* ... and the most it may write there (the
+				     * client's SBX_T_MAX_BYTES; 0: no cap but memory's) */
 		int restoring;  /* booted from a snapshot: ready after IDENTITY */
 		int told;       /* ... which was sent */
 		char err[256];  /* the restored guest refused its identity */
@@ -423,7 +425,8 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f);
 
 /* snap.c */
 int snap_dir_ok(struct mon *m, const char *rel);
-int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, struct sbx_err *err);
+uint64_t snap_stream_max(const struct mon *m);
+int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, uint64_t max_bytes, struct sbx_err *err);
 int snap_identity_queue(struct mon *m, const char *hostname, const char *pkg);
 void snap_identity_reply(struct mon *m, const struct sbx_frame *f);
 int snap_guest_error(struct mon *m, const struct sbx_frame *f);

@@ -465,10 +465,10 @@ int mon_snap_dir(struct mon *m, const char *rel)
 int mon_snap_write(struct mon *m, sbx_zprogress progress, struct sbx_err *err)
 {
 	if (!split_child(m))
-		return snap_write(m, progress, m, err);
+		return snap_write(m, progress, m, m->snap.max_bytes, err);
 	m->priv.progress = progress;
 	m->priv.progress_ctx = m;
-	int rc = priv_call0(m, PRIV_SNAP_SAVE, err);
+	int rc = priv_call_num(m, PRIV_SNAP_SAVE, PT_NUM_A, m->snap.max_bytes, err);
 	m->priv.progress = NULL;
 	return rc;
 }

@@ -167,20 +167,70 @@ static void snap_progress(void *ctx, const char *what, uint64_t done, uint64_t t
 	sbx_buf_free(&b);
 }
 
+/* The most a save or suspend of this VM may read from its VMM: the
+ * guest's memory and the device-state allowance (N6). */
+uint64_t snap_stream_max(const struct mon *m)
+{
+	return ((uint64_t)m->s.memory_mib << 20) + SBX_SAVE_DEVICE_ALLOWANCE;
+}
+
+/* The bytes of the regular files in directory dfd (what a VMM's save
+ * wrote there: memory.zst for QEMU, Cloud Hypervisor's own files). */
+static uint64_t dir_bytes(int dfd)
+{
+	int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	uint64_t n = 0;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	struct dirent *e;
+	struct stat sb;
+	while ((e = readdir(d)))
+		if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+			n += (uint64_t)sb.st_size;
+	closedir(d);
+	return n;
+}
+
 /* The stopped VM's state and its disk into m->snap.dir (snap_dir_ok
  * checked it): the save's own part, which the privileged half does for the
- * unprivileged one (mon_snap_write). */
-int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, struct sbx_err *err)
+ * unprivileged one (mon_snap_write).  Memory and disk together stay
+ * within max_bytes (the tenant's snapshot_bytes left; 0: no cap): the
+ * quota is checked again once the snapshot is complete, but a write past
+ * it must stop while it runs, not after. */
+int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, uint64_t max_bytes, struct sbx_err *err)
 {
 	m->vm.progress = progress;
 	m->vm.progress_ctx = ctx;
+	m->vm.save_max_in = snap_stream_max(m);
+	m->vm.save_max_out = max_bytes;
 	int rc = sbx_vm_save(&m->vm, m->snap.dir, err);
+	m->vm.save_max_in = m->vm.save_max_out = 0;
+	_cleanup_close_ int dfd = rc == 0 ? open(m->snap.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
+	if (rc == 0 && dfd < 0)
+		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshot directory");
+	uint64_t left = 0;
+	if (rc == 0 && max_bytes) {
+		uint64_t mem = dir_bytes(dfd);
+		left = mem < max_bytes ? max_bytes - mem : 0;
+		if (!left)
+			rc = sbx_err_set(err, SBX_EXIT_TEMPFAIL, EDQUOT,
+					 "the memory image took all of the tenant's snapshot_bytes left (%llu bytes): the "
+					 "save was stopped",
+					 (unsigned long long)max_bytes);
+	}
 	if (rc == 0) {
 		char scratch[1200];
 		snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
-		_cleanup_close_ int dfd = open(m->snap.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		rc = dfd < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshot directory")
-			     : sbx_zdisk_pack(scratch, dfd, "scratch.zst", progress, ctx, err);
+		rc = sbx_zdisk_pack(scratch, dfd, "scratch.zst", left, progress, ctx, err);
+		if (rc < 0 && err && err->errnum == EDQUOT)
+			sbx_err_set(err, SBX_EXIT_TEMPFAIL, EDQUOT,
+				    "the snapshot passed the tenant's snapshot_bytes left (%llu bytes) while its disk was "
+				    "saved: the save was stopped",
+				    (unsigned long long)max_bytes);
 	}
 	m->vm.progress = NULL;
 	return rc;
@@ -259,7 +309,7 @@ int snap_dir_ok(struct mon *m, const char *rel)
 	return 0;
 }
 
-static void snap_save_begin(struct mon *m, struct client *c, const char *rel)
+static void snap_save_begin(struct mon *m, struct client *c, const char *rel, uint64_t max_bytes)
 {
 	/* As a suspend (suspend.c): the memory image would hold the
 	 * secrets.  The guest wipes /run/secrets for a save, but not a copy
@@ -313,6 +363,7 @@ static void snap_save_begin(struct mon *m, struct client *c, const char *rel)
 	 * them, in the image.  5 MiB passing through the ring overwrites every
 	 * buffer; they go as PONG frames, which the guest reads and ignores. */
 	m->snap.saving = 1;
+	m->snap.max_bytes = max_bytes;
 	m->snap.deadline = sbx_mono_ns() + SNAP_QUIESCE_NS;
 	m->snap.c = c;
 	m->snap.op = SBX_VMCTL_SAVE;
@@ -349,12 +400,14 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
 	uint16_t tag;
 	const uint8_t *v;
 	uint32_t n, op = 0;
+	uint64_t max_bytes = 0;
 	char path[400] = "", host[SBX_ID_MAX + 1] = "";
 	struct sbx_err err = { 0 };
 	sbx_tlv_init(&it, f->payload, f->len);
 	int rc;
 	while ((rc = sbx_tlv_next(&it, &tag, &v, &n)) == 1) {
 		if ((tag == SBX_T_OP && sbx_tlv_as_u32(v, n, &op) == 0) ||
+		    (tag == SBX_T_MAX_BYTES && sbx_tlv_as_u64(v, n, &max_bytes) == 0) ||
 		    (tag == SBX_T_PATH && sbx_tlv_as_str(v, n, path, sizeof path) == 0) ||
 		    (tag == SBX_T_HOSTNAME && sbx_tlv_as_str(v, n, host, sizeof host) == 0 &&
 		     (!host[0] || sbx_id_check(host, "hostname", NULL) == 0)))
@@ -378,7 +431,7 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
 			return client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
 		return snap_reply(m, c, op);
 	case SBX_VMCTL_SAVE:
-		return snap_save_begin(m, c, path);
+		return snap_save_begin(m, c, path, max_bytes);
 	case SBX_VMCTL_IDENTITY:
 		if (m->snap.paused)
 			return client_error(m, c, 0, SBX_EXIT_CONFLICT, "the session is paused: resume it first");

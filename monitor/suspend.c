@@ -182,8 +182,10 @@ int susp_write_image(struct mon *m, uint64_t *bytes, struct sbx_err *err)
 	snprintf(dir, sizeof dir, "%s/sessions/%s/" SUSP_TMP, m->st.lib, m->s.id);
 	m->vm.progress = susp_progress;
 	m->vm.progress_ctx = m;
+	m->vm.save_max_in = snap_stream_max(m); /* N6: at most about memory_mib */
 	int rc = sbx_vm_save(&m->vm, dir, err);
 	m->vm.progress = NULL;
+	m->vm.save_max_in = 0;
 	_cleanup_close_ int dfd = rc == 0 ? openat(m->lib_dfd, SUSP_TMP, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	struct stat sb;
 	if (rc == 0 && (dfd < 0 || fsync(dfd) < 0 || fstatat(dfd, "memory.zst", &sb, 0) < 0))

@@ -10,6 +10,7 @@
 #include "px.h"
 #include "audit.h"
 #include "cgroup.h"
+#include "hostconf.h"
 #include "jail.h"
 #include "netns.h"
 #include "util.h"
@@ -41,6 +42,9 @@
 #define AUDIT_MSG_MAX 65536     /* a record from the network half */
 #define AUDIT_PER_SEC 512       /* records a second it may send: a compromised one
 				 * cannot hog the shared audit lock */
+#define AUDIT_BUDGET_FILE "proxy-audit.json" /* the budget's count, across proxies */
+#define AUDIT_ENVELOPE 160      /* a record's own fields (seq, time, type, prev), counted
+				 * with its fields against the budget */
 /* The network half's uid: SBX_JAIL_UID_BASE + 2^22 + its pid.  pid_max is
  * at most 2^22, so no VMM's jail uid (the base + its pid), live or left
  * on a crashed session's files, is ever one. */
@@ -95,6 +99,113 @@ void sbx_proxy_log(struct sbx_proxy *px, json_t *rec)
 	pthread_mutex_unlock(&px->mu);
 }
 
+/* ---- the budget of the session's records (N5) ----
+ *
+ * Every second can bring a net.refused and a dns.query record, and each
+ * admitted connection a net.connect/net.close pair: bounded a second, not
+ * in total.  So the half that writes them counts their bytes, and past
+ * audit.session_max writes one net.suppressed record and from then on
+ * only counts, by type; when it ends, a net.totals record says how many
+ * were left out.  A record left out counts as taken: a connection past
+ * the budget is admitted without its own record (its count is in
+ * net.totals), not refused.  The count is kept in the session's
+ * directory, so a proxy started again (a resume) goes on from it. */
+
+/* The network half's record types, all of them budgeted. */
+static const char *const budget_types[] = { "net.connect", "net.close", "dns.query", "net.refused" };
+
+static void budget_save(struct sbx_proxy *px)
+{
+	if (px->budget.dfd < 0 || (px->budget.saved == px->budget.used && px->budget.saved_over == px->budget.over))
+		return;
+	char buf[128];
+	int n = snprintf(buf, sizeof buf, "{\"schema\":1,\"bytes\":%llu,\"suppressed\":%s}\n",
+			 (unsigned long long)px->budget.used, px->budget.over ? "true" : "false");
+	if (sbx_atomic_write_at(px->budget.dfd, AUDIT_BUDGET_FILE, buf, (size_t)n, 0600, NULL) == 0) {
+		px->budget.saved = px->budget.used;
+		px->budget.saved_over = px->budget.over;
+	}
+}
+
+/* What an earlier proxy of the session took, and the budget, before the
+ * privileged half serves any record. */
+static void budget_load(struct sbx_proxy *px)
+{
+	_cleanup_free_ char *txt = px->budget.dfd >= 0 ? sbx_read_small_at(px->budget.dfd, AUDIT_BUDGET_FILE, 4096, NULL)
+						      : NULL;
+	json_t *o = txt ? json_loads(txt, 0, NULL) : NULL;
+	json_int_t b = json_integer_value(json_object_get(o, "bytes"));
+	px->budget.used = px->budget.saved = b > 0 ? (uint64_t)b : 0;
+	px->budget.over = px->budget.saved_over = json_is_true(json_object_get(o, "suppressed"));
+	json_decref(o);
+}
+
+/* Append one record of the proxy's, within the budget; audit_mu held. */
+static int budget_append(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *err)
+{
+	int k = -1;
+	for (size_t i = 0; i < SBX_ARRAY_LEN(budget_types); i++)
+		if (!strcmp(type, budget_types[i]))
+			k = (int)i;
+	if (k < 0 || !px->budget.max)
+		return sbx_audit_append(&px->st, type, f, err);
+	char *body = json_dumps(f, JSON_COMPACT);
+	uint64_t size = (body ? strlen(body) : 0) + strlen(type) + AUDIT_ENVELOPE;
+	free(body);
+	if (!px->budget.over && px->budget.used + size <= px->budget.max) {
+		if (sbx_audit_append(&px->st, type, f, err) < 0)
+			return -1;
+		px->budget.used += size;
+		return 0;
+	}
+	px->budget.left_out[k]++;
+	px->budget.left_bytes += size;
+	if (px->budget.over)
+		return 0;
+	json_t *s = json_pack("{s:s, s:s, s:I, s:I}", "session", px->s.id, "type_first", type, "budget_bytes",
+			      (json_int_t)px->budget.max, "used_bytes", (json_int_t)px->budget.used);
+	if (s && px->s.tenant[0])
+		json_object_set_new(s, "tenant", json_string(px->s.tenant));
+	int rc = s ? sbx_audit_append(&px->st, "net.suppressed", s, err)
+		   : sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	json_decref(s);
+	if (rc < 0) { /* not said: this record is not taken either */
+		px->budget.left_out[k]--;
+		px->budget.left_bytes -= size;
+		return -1;
+	}
+	px->budget.over = 1;
+	budget_save(px);
+	return 0;
+}
+
+/* The proxy ends: what it left out, if anything, in one record. */
+static void budget_totals(struct sbx_proxy *px)
+{
+	pthread_mutex_lock(&px->audit_mu);
+	uint64_t n = 0;
+	json_t *by = json_object();
+	for (size_t i = 0; by && i < SBX_ARRAY_LEN(budget_types); i++)
+		if (px->budget.left_out[i]) {
+			n += px->budget.left_out[i];
+			json_object_set_new(by, budget_types[i], json_integer((json_int_t)px->budget.left_out[i]));
+		}
+	if (n) {
+		json_t *f = json_pack("{s:s, s:I, s:I, s:I, s:I, s:O}", "session", px->s.id, "budget_bytes",
+				      (json_int_t)px->budget.max, "used_bytes", (json_int_t)px->budget.used,
+				      "suppressed_records", (json_int_t)n, "suppressed_bytes",
+				      (json_int_t)px->budget.left_bytes, "suppressed", by);
+		if (f && px->s.tenant[0])
+			json_object_set_new(f, "tenant", json_string(px->s.tenant));
+		if (f)
+			sbx_audit_append(&px->st, "net.totals", f, NULL);
+		json_decref(f);
+	}
+	json_decref(by);
+	budget_save(px);
+	pthread_mutex_unlock(&px->audit_mu);
+}
+
 /* The audit trail, with the session's tenant; -1 (err) when the record
  * could not be written. */
 int px_audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *err)
@@ -105,7 +216,7 @@ int px_audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *
 		if (px->s.tenant[0])
 			json_object_set_new(f, "tenant", json_string(px->s.tenant));
 		pthread_mutex_lock(&px->audit_mu);
-		int rc = sbx_audit_append(&px->st, type, f, err);
+		int rc = budget_append(px, type, f, err);
 		pthread_mutex_unlock(&px->audit_mu);
 		return rc;
 	}
@@ -433,7 +544,6 @@ static void ready_say(const struct sbx_err *err)
 static int audit_serve(struct sbx_proxy *px, int fd, uint64_t *sec, unsigned *count)
 {
 	static char buf[AUDIT_MSG_MAX + 1];
-	static const char *const types[] = { "net.connect", "net.close", "dns.query", "net.refused" };
 	ssize_t n = recv(fd, buf, AUDIT_MSG_MAX, MSG_DONTWAIT);
 	if (n <= 0)
 		return 0;
@@ -441,8 +551,8 @@ static int audit_serve(struct sbx_proxy *px, int fd, uint64_t *sec, unsigned *co
 	uint8_t rc = 1;
 	size_t tl = strnlen(buf, (size_t)n);
 	int known = 0;
-	for (size_t i = 0; i < SBX_ARRAY_LEN(types) && tl < (size_t)n; i++)
-		known |= !strcmp(buf, types[i]);
+	for (size_t i = 0; i < SBX_ARRAY_LEN(budget_types) && tl < (size_t)n; i++)
+		known |= !strcmp(buf, budget_types[i]);
 	uint64_t now = sbx_mono_ns() / 1000000000ull;
 	if (now != *sec)
 		*sec = now, *count = 0;
@@ -453,7 +563,9 @@ static int audit_serve(struct sbx_proxy *px, int fd, uint64_t *sec, unsigned *co
 			json_object_del(f, "tenant");
 			if (px->s.tenant[0])
 				json_object_set_new(f, "tenant", json_string(px->s.tenant));
-			rc = sbx_audit_append(&px->st, buf, f, NULL) == 0 ? 0 : 1;
+			pthread_mutex_lock(&px->audit_mu);
+			rc = budget_append(px, buf, f, NULL) == 0 ? 0 : 1;
+			pthread_mutex_unlock(&px->audit_mu);
 		}
 		json_decref(f);
 	}
@@ -493,6 +605,7 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 			;
 		return -1;
 	}
+	budget_load(px);
 	ready_say(NULL); /* both halves run: the session may be reported ready */
 	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
 				{ .fd = afd, .events = POLLIN },
@@ -506,6 +619,9 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 		if (sbx_mono_ns() >= next) {
 			second_flush(px);
 			busy_tick(px);
+			pthread_mutex_lock(&px->audit_mu);
+			budget_save(px);
+			pthread_mutex_unlock(&px->audit_mu);
 			next = sbx_mono_ns() + 1000000000ull;
 		}
 		int r = poll(pf, 4, stopping ? 50 : 1000);
@@ -541,6 +657,7 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 		}
 	}
 	second_flush(px);
+	budget_totals(px);
 	if (stop_fd >= 0)
 		close(stop_fd);
 	int st = 0;
@@ -560,6 +677,9 @@ static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd
 {
 	px->audit_fd = afd;
 	sbx_state_close(&px->st);
+	if (px->budget.dfd >= 0)
+		close(px->budget.dfd);
+	px->budget.dfd = -1;
 	if (unprivileged(PROXY_UID_BASE + (uid_t)getpid(), priv, err) < 0)
 		return -1;
 	static void *udp_arg[2];
@@ -619,6 +739,12 @@ static int load(struct sbx_proxy *px, const char *id, struct sbx_err *err)
 	if (px->log_fd < 0 || fstat(px->log_fd, &sb) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open net.log");
 	px->log_size = (uint64_t)sb.st_size; /* a restarted proxy goes on counting */
+	static struct sbx_hostconf hc; /* large */
+	if (sbx_hostconf_load(&hc, err) < 0)
+		return -1;
+	px->budget.max = hc.audit.session_max ? hc.audit.session_max : SBX_AUDIT_SESSION_MAX_DEFAULT;
+	if ((px->budget.dfd = fcntl(dfd, F_DUPFD_CLOEXEC, 0)) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the session directory");
 	const char *hf = getenv("SBX_HOSTS_FILE");
 	if (hf && *hf && (px->hosts_fd = open(hf, O_RDONLY | O_CLOEXEC)) < 0)
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot open SBX_HOSTS_FILE %s", hf);
@@ -642,6 +768,7 @@ static int run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	px.log_fd = -1;
 	px.audit_fd = -1;
 	px.hosts_fd = -1;
+	px.budget.dfd = -1;
 	px.busy_fd = a->busy_fd;
 	px.dns_batch = json_array();
 	sigset_t set;

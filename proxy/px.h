@@ -53,6 +53,16 @@ struct sbx_proxy {
 	unsigned ref_lines; /* written one by one this second */
 	uint64_t log_size, log_max, log_dropped;
 	int log_full;       /* the truncation line is written: count only */
+	/* The budget of the session's proxy records in the trail (N5), kept
+	 * by the half that writes them, under audit_mu: audit.session_max
+	 * bytes, then one net.suppressed record and counts only. */
+	struct {
+		int dfd;         /* the session's directory (its count, AUDIT_BUDGET_FILE); -1: none */
+		uint64_t max, used, saved; /* bytes: the budget, taken, last saved */
+		int over;        /* net.suppressed is written (for the session, across proxies) */
+		int saved_over;  /* ... and so saved */
+		uint64_t left_out[4], left_bytes; /* this proxy's, by type (budget_types) */
+	} budget;
 };
 
 /* One accepted connection, handed to its thread (malloc'd; the thread frees it). */

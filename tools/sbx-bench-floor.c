@@ -133,7 +133,7 @@ static int save_vm(struct sbx_vm *vm, const char *dir, double *ms)
 	uint64_t t0 = sbx_mono_ns();
 	int dfd = open(snap, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0 || sbx_vm_pause(vm, &err) < 0 || sbx_vm_save(vm, snap, &err) < 0 ||
-	    sbx_zdisk_pack(ov, dfd, "scratch.zst", NULL, NULL, &err) < 0) {
+	    sbx_zdisk_pack(ov, dfd, "scratch.zst", 0, NULL, NULL, &err) < 0) {
 		fprintf(stderr, "floor: save: %s\n", err.msg);
 		return -1;
 	}

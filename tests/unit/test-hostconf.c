@@ -61,6 +61,16 @@ int main(void)
 	ok(parse("audit: {max_size: 64M, keep: 30}\n", &hc, &e) == 0 && hc.audit.max_size == 64ull << 20 &&
 		   hc.audit.keep == 30,
 	   "audit: max_size and keep");
+	ok(parse("audit: {session_max: 1M}\n", &hc, &e) == 0 && hc.audit.session_max == 1ull << 20 &&
+		   hc.audit.max_size == 0,
+	   "audit: session_max");
+	ok(parse("audit: {reserve: 0, keep: 0}\n", &hc, &e) == 0 && hc.audit.reserve_set && !hc.audit.reserve &&
+		   hc.audit.keep_set && !hc.audit.keep,
+	   "audit: reserve 0 and keep 0 are set, not defaults");
+	ok(parse("", &hc, &e) == 0 && sbx_hostconf_reserve(&hc.audit, 1ull << 30) == 256ull << 20 &&
+		   sbx_hostconf_reserve(&hc.audit, 100ull << 30) == 2ull << 30 &&
+		   sbx_hostconf_reserve(&hc.audit, 1ull << 40) == 4ull << 30,
+	   "the default reserve: 256M, 2%, at most 4G");
 
 	static const struct {
 		const char *txt, *msg;
@@ -108,6 +118,7 @@ int main(void)
 		{ "quotas: {tenant: {}}\n", "unknown key 'tenant' in quotas" },
 		{ "audit: {max_size: 1K}\n", "not a size in 64K..1P" },
 		{ "audit: {max_size: lots}\n", "not a size in 64K..1P" },
+		{ "audit: {session_max: 4K}\n", "not a size in 64K..1P" },
 		{ "audit: {keep: -1}\n", "not a count of segments" },
 		{ "audit: {keep: 010}\n", "not a count of segments" },
 		{ "audit: {keep: 2000000}\n", "not a count of segments" },

@@ -1,11 +1,15 @@
 /* Unit tests for the snapshot streams (zstream.h): a sparse disk packed
  * and unpacked byte for byte with its holes, corrupt or truncated input
- * refused, names checked (TAP). */
+ * refused, a VMM's endless save stream cut off at its caps, names checked
+ * (TAP). */
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "snapshot.h"
@@ -43,6 +47,80 @@ static void corrupt_copy(int dfd, const char *from, const char *to, off_t at, si
 	free(buf);
 }
 
+/* A stand-in for a hostile VMM: writes pattern bytes (zeros, or
+ * incompressible ones) into a pipe forever, or limit bytes and closes it. */
+static pid_t endless_writer(int *rd, int random_bytes, size_t limit)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		static char buf[65536];
+		uint32_t x = 2463534242u;
+		for (size_t done = 0; !limit || done < limit;) {
+			for (size_t i = 0; random_bytes && i < sizeof buf; i++) {
+				x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+				buf[i] = (char)x;
+			}
+			size_t w = limit && limit - done < sizeof buf ? limit - done : sizeof buf;
+			if (sbx_write_all(p[1], buf, w) < 0)
+				_exit(0);
+			done += w;
+		}
+		_exit(0);
+	}
+	close(p[1]);
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	*rd = p[0];
+	return pid;
+}
+
+static void reap(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+/* N6: what a VMM writes for a save is capped: past the guest's memory and
+ * its allowance (max_in), or past what the file may take (max_out: the
+ * tenant's snapshot_bytes left), the copy stops with an error, well
+ * before its 600 s deadline. */
+static void save_caps(int dfd)
+{
+	struct sbx_err e = { 0 };
+	int rd, out;
+	struct stat st;
+
+	pid_t pid = endless_writer(&rd, 0, 0);
+	out = openat(dfd, "cap-in.zst", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	uint64_t t0 = sbx_mono_ns();
+	int rc = sbx_zsave(rd, out, -1, t0 + 60000000000ull, 8u << 20, 0, NULL, NULL, &e);
+	ok(rc < 0 && e.errnum == EFBIG && sbx_mono_ns() - t0 < 20000000000ull,
+	   "an endless stream stops at max_in (EFBIG), long before the deadline");
+	close(rd);
+	close(out);
+	reap(pid);
+
+	pid = endless_writer(&rd, 1, 0);
+	out = openat(dfd, "cap-out.zst", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	rc = sbx_zsave(rd, out, -1, sbx_mono_ns() + 60000000000ull, 0, 1u << 20, NULL, NULL, &e);
+	ok(rc < 0 && e.errnum == EDQUOT, "an incompressible stream stops at max_out (EDQUOT)");
+	ok(fstat(out, &st) == 0 && st.st_size <= (off_t)(1u << 20), "and the file never passed max_out");
+	close(rd);
+	close(out);
+	reap(pid);
+
+	pid = endless_writer(&rd, 0, 3u << 20);
+	out = openat(dfd, "cap-ok.zst", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	rc = sbx_zsave(rd, out, -1, sbx_mono_ns() + 60000000000ull, 3u << 20, 1u << 20, NULL, NULL, &e);
+	ok(rc == 0, "a stream within both caps (max_in exactly) is saved");
+	close(rd);
+	close(out);
+	reap(pid);
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/sbx-unit-z.XXXXXX", src[200], dst[200];
@@ -65,7 +143,7 @@ int main(void)
 	pwrite(fd, block, sizeof block, (64 << 20) - (off_t)sizeof block);
 	close(fd);
 
-	ok(sbx_zdisk_pack(src, dfd, "disk.zst", NULL, NULL, &e) == 0, "pack");
+	ok(sbx_zdisk_pack(src, dfd, "disk.zst", 0, NULL, NULL, &e) == 0, "pack");
 	struct stat st;
 	ok(fstatat(dfd, "disk.zst", &st, 0) == 0 && (st.st_mode & 0777) == 0600 && st.st_size < 4096,
 	   "packed 0600 and small (holes and zeros left out)");
@@ -116,6 +194,8 @@ int main(void)
 	close(in);
 	close(p[0]);
 	close(p[1]);
+
+	save_caps(dfd);
 
 	/* Names. */
 	char nm[64], ver[64];
