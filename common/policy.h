@@ -9,6 +9,12 @@
 /* resources.output_session_cap when the policy does not say (and for a
  * session record written before there was one). */
 #define SBX_OUTPUT_SESSION_CAP_DEFAULT (1ull << 30)
+/* resources.disk_bps and disk_iops when the policy does not say: about
+ * what a busy TCG guest's writeback reaches on its own (so a normal
+ * session is not slowed), well under what the host disk that every
+ * session and the audit trail share can take. */
+#define SBX_DISK_BPS_DEFAULT (64ull << 20)
+#define SBX_DISK_IOPS_DEFAULT 2000u
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -93,6 +99,10 @@ struct sbx_policy {
 		uint64_t output_cap;
 		uint64_t output_session_cap; /* bytes of output kept over all execs */
 		bool require_kvm;
+		/* The session's writable disks together (one QEMU throttle
+		 * group): bytes and requests per second; 0: unlimited. */
+		uint64_t disk_bps;
+		unsigned disk_iops;
 	} resources;
 	struct {
 		enum sbx_egress egress;

@@ -36,6 +36,11 @@ struct sbx_vm_config {
 	const char *guest_params; /* more kernel parameters for guest-init, space
 				   * separated (sbx.pkg=...); NULL: none */
 	unsigned vcpus, memory_mib;
+	/* The writable disks' shared throttle, bytes and requests per
+	 * second; 0: none.  The read-only root is the template every session
+	 * reads, nearly always in the host's page cache: not throttled. */
+	uint64_t disk_bps;
+	unsigned disk_iops;
 	enum sbx_accel accel;
 	unsigned long tsc_khz;    /* TCG only; 0: unknown */
 	int tsc_reliable;         /* TCG only: the host TSC is invariant (tsc=reliable) */

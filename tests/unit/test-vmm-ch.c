@@ -78,6 +78,8 @@ static void add_vols(struct sbx_vm_config *c)
 	}
 	c->nvols = 3;
 	c->vol_rw_mask = 1u << 2;
+	c->disk_bps = 64ull << 20;
+	c->disk_iops = 2000;
 }
 
 struct body {
@@ -187,6 +189,16 @@ static void check_bodies(void)
 	ok(cl && strstr(cl, " sbx.vol0=/data") && strstr(cl, " sbx.vol2=/workspace/project") &&
 		   strstr(cl, " sbx.volrw=4"),
 	   "volumes: where the guest mounts them, and which is writable");
+	ok(is(str(v, "rate_limit_groups.0.id"), "sbx") &&
+		   num(v, "rate_limit_groups.0.rate_limiter_config.bandwidth.size") == 64ll << 20 &&
+		   num(v, "rate_limit_groups.0.rate_limiter_config.bandwidth.refill_time") == 1000 &&
+		   num(v, "rate_limit_groups.0.rate_limiter_config.ops.size") == 2000 &&
+		   is(str(v, "disks.1.rate_limit_group"), "sbx") && is(str(v, "disks.4.rate_limit_group"), "sbx") &&
+		   !json_object_get(json_array_get(json_object_get(v, "disks"), 0), "rate_limit_group") &&
+		   !json_object_get(json_array_get(json_object_get(v, "disks"), 2), "rate_limit_group"),
+	   "volumes: the writable disks share one rate limit group, the read-only ones are not in it");
+	ok(!json_object_get(s, "rate_limit_groups") && !str(s, "disks.1.rate_limit_group"),
+	   "session without a disk throttle: no rate limit group");
 
 	ok(is(str(u, "disks.1.path"), "/var/lib/sbx/sessions/s-0123456789ab/scratch.img") &&
 		   is(str(u, "payload.kernel"), "/var/lib/sbx/templates/d@1/vmlinux") &&
