@@ -386,6 +386,7 @@ static const struct key network_keys[] = {
 	{ .name = "dns", .kind = K_BOOL, .off = P(network.dns) },
 	{ .name = "max_connections", .kind = K_U32, .off = P(network.max_connections), .min = 1, .max = 65536 },
 	{ .name = "max_bytes", .kind = K_SIZE, .off = P(network.max_bytes), .min = MIB, .max = TIB },
+	{ .name = "rate", .kind = K_SIZE, .off = P(network.rate), .min = 64 * KIB, .max = 4 * GIB, .flags = F_ZERO },
 };
 
 static int v_network(struct sbx_yaml *c, void *obj, const char *path)
@@ -745,6 +746,7 @@ void sbx_policy_defaults(struct sbx_policy *p)
 	p->network.dns = true;
 	p->network.max_connections = 64;
 	p->network.max_bytes = GIB;
+	p->network.rate = SBX_NET_RATE_DEFAULT;
 	p->packages.mode = SBX_PKG_OFFLINE;
 	p->packages.max_download = 512 * MIB;
 	static const char *const paths[] = { "/workspace", "/tmp" };

@@ -15,6 +15,9 @@
  * session and the audit trail share can take. */
 #define SBX_DISK_BPS_DEFAULT (64ull << 20)
 #define SBX_DISK_IOPS_DEFAULT 2000u
+/* network.rate when the policy does not say: above what a guest's
+ * downloads through the proxy reach under TCG, far below a host link. */
+#define SBX_NET_RATE_DEFAULT (32ull << 20)
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -111,6 +114,7 @@ struct sbx_policy {
 		bool dns;
 		unsigned max_connections;
 		uint64_t max_bytes;
+		uint64_t rate; /* bytes/s each way on the guest's NIC; 0: unlimited */
 	} network;
 	struct {
 		enum sbx_pkg_mode mode;

@@ -136,9 +136,10 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 				JI(r->exec_timeout_max_ms), "ttl", JI(r->ttl_ms), "output_cap", JI(r->output_cap),
 				"output_session_cap", JI(r->output_session_cap), "require_kvm", r->require_kvm,
 				"disk_bps", JI(r->disk_bps), "disk_iops", JI(r->disk_iops));
-	json_t *net = json_pack("{s:s, s:o, s:b, s:i, s:I}", "egress", sbx_policy_egress_names[p->network.egress],
+	json_t *net = json_pack("{s:s, s:o, s:b, s:i, s:I, s:I}", "egress", sbx_policy_egress_names[p->network.egress],
 	                        "allow", allow, "dns", p->network.dns, "max_connections",
-	                        (int)p->network.max_connections, "max_bytes", JI(p->network.max_bytes));
+	                        (int)p->network.max_connections, "max_bytes", JI(p->network.max_bytes), "rate",
+	                        JI(p->network.rate));
 	json_t *pkg = json_pack("{s:s, s:o, s:I, s:b}", "mode", sbx_policy_mode_names[p->packages.mode], "registries", regs,
 				"max_download", JI(p->packages.max_download), "require_hashes",
 				p->packages.require_hashes);

@@ -56,6 +56,9 @@ struct sbx_vm_config {
 				   * to the VMM across exec (QEMU -netdev tap,fd=N): no
 				   * /dev/net/tun in the jail; 0: open tap_name */
 	const char *mac;          /* the guest NIC's MAC address */
+	uint64_t net_rate;        /* network.rate, bytes/s: Cloud Hypervisor's NIC rate
+				   * limiter (the namespace's nftables rules hold it for
+				   * every backend, netns.c); 0: none */
 	/* Snapshots: start from the state ops->save wrote into this directory
 	 * instead of booting; the VM comes up paused (ops->resume runs it). */
 	const char *restore_dir;

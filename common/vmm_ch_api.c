@@ -89,6 +89,10 @@ json_t *sbx_ch_vm_config(const struct sbx_vm_config *c, const char *cmdline)
 		json_t *n = json_pack("{s:s, s:s}", "tap", c->tap_name, "id", "net0");
 		if (n && c->mac)
 			rc |= json_object_set_new(n, "mac", json_string(c->mac));
+		/* Shaped here (the queue waits), where the namespace's nftables
+		 * rules can only drop (netns.c). */
+		if (n && c->net_rate)
+			rc |= json_object_set_new(n, "rate_limiter_config", rate_limiter(c->net_rate, 0));
 		rc |= json_object_set_new(o, "net", json_pack("[o]", n));
 	}
 	if (rc) {

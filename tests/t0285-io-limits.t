@@ -14,6 +14,11 @@ for v in "disk_bps: -1" "disk_bps: 100K" "disk_bps: 65G" "disk_bps: 999999999999
 	printf 'resources:\n  %s\n' "$v" >bad.yaml
 	sbx-create --dry-run -p bad.yaml >/dev/null 2>&1; is "$?" 3 "resources.$v is refused with 3"
 done
+for v in "rate: 1K" "rate: 5G" "rate: -1" "rate: 1M/s"; do
+	printf 'network:\n  %s\n' "$v" >bad.yaml
+	sbx-create --dry-run -p bad.yaml >/dev/null 2>&1; is "$?" 3 "network.$v is refused with 3"
+done
+is "$(sbx-create --dry-run | jq .network.rate)" 33554432 "network.rate defaults to 32M"
 printf 'resources:\n  disk_bps: 0\n  disk_iops: 0\n' >off.yaml
 is "$(sbx-create --dry-run -p off.yaml | jq -c '[.resources.disk_bps, .resources.disk_iops]')" "[0,0]" \
    "0 turns the throttle off"
@@ -50,5 +55,22 @@ sbx-kill "$id"
 id=$(sbx-create -q -p off.yaml)
 vmm=$(jq -r .vmm_process.pid "$L/$id/session.json")
 tr '\0' ' ' <"/proc/$vmm/cmdline" | grep -q throttling; ok $((! $?)) "with 0 and 0 no disk is throttled"
+sbx-kill "$id"
+
+# network.rate: 2 MiB from a test host at 256K/s takes 8 s, less the
+# second's worth the kernel's bucket starts with.
+test_web_host rate 1 "hello"
+head -c 2097152 /dev/urandom >"$TEST_TMP/www/big"
+printf 'network:\n  egress: allowlist\n  allow:\n    - {cidr: %s/32, ports: [80]}\n  rate: 256K\n' "$WEB" >net.yaml
+id=$(sbx-create -q -p net.yaml)
+ok $? "a session with network.rate: 256K is created"
+vmm=$(jq -r .vmm_process.pid "$L/$id/session.json")
+like "$(nsenter --net="/proc/$vmm/ns/net" nft list table inet sbx_rate 2>&1)" \
+     'iifname "sbx0" limit rate over 256 kbytes/second drop' "the namespace polices sbx0 at the rate"
+t0=$(date +%s%N)
+sbx-exec --timeout 120s "$id" -- wget -q -O /tmp/big "http://$WEB/big"; ok $? "the download ran"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+is "$(sbx-exec "$id" -- sh -c 'wc -c </tmp/big')" 2097152 "all of it arrived"
+[ "$ms" -ge 6000 ]; ok $? "2 MiB at 256K/s took at least 6 s ($ms ms)"
 sbx-kill "$id"
 done_testing

@@ -166,6 +166,11 @@ static void test_values(void)
 	bad("resources: {disk_bps: -1}\n", "is not a size", "disk_bps negative");
 	bad("resources: {disk_bps: 20000000000000000000}\n", "is too large", "disk_bps overflowing");
 	bad("resources: {disk_iops: 9}\n", "out of range (10..1000000, or 0)", "disk_iops below 10");
+	good("network: {rate: 10M}\n", "network.rate 10M");
+	ok(pol.network.rate == 10ull << 20, "... stored");
+	good("network: {rate: 0}\n", "network.rate 0: none");
+	ok(pol.network.rate == 0, "... stored");
+	bad("network: {rate: 32K}\n", "out of range (64K..4G, or 0)", "network.rate below 64K");
 	bad("resources: {pids: {per_exec: 0}}\n", "out of range", "pids 0");
 	bad("resources: {pids: {per_exec: 1048577, per_session: 1048577}}\n", "out of range", "pids too many");
 	bad("network: {max_connections: -1}\n", "not a whole number", "negative number");

@@ -104,6 +104,7 @@ static size_t bodies(struct body *b)
 	c.tap_name = "sbx0";
 	c.mac = "52:54:00:12:34:56";
 	c.netns_fd = 7;
+	c.net_rate = 32ull << 20;
 	b[k++] = (struct body){ "vm.create-network", "/vm.create", sbx_ch_create_body(&c, 0, &e) };
 	b[k++] = (struct body){ "vm.snapshot", "/vm.snapshot", sbx_ch_snapshot_config("/sbx/state") };
 	b[k++] = (struct body){ "vm.restore", "/vm.restore", sbx_ch_restore_config("/sbx/state") };
@@ -207,6 +208,10 @@ static void check_bodies(void)
 	ok(is(str(net, "net.0.tap"), "sbx0") && is(str(net, "net.0.mac"), "52:54:00:12:34:56") &&
 		   is(str(net, "net.0.id"), "net0") && !json_object_get(json_array_get(json_object_get(net, "net"), 0), "ip"),
 	   "network: the TAP by name and the MAC, no host-side IP for the VMM to set");
+	ok(num(net, "net.0.rate_limiter_config.bandwidth.size") == 32ll << 20 &&
+		   num(net, "net.0.rate_limiter_config.bandwidth.refill_time") == 1000 &&
+		   !str(net, "net.0.rate_limiter_config.ops"),
+	   "network: network.rate as the NIC's bandwidth bucket, refilled each second");
 
 	ok(is(str(b[5].j, "destination_url"), "file:///sbx/state") && json_object_size(b[5].j) == 1,
 	   "vm.snapshot: destination_url file:// of the state directory");
