@@ -29,10 +29,15 @@ require_vm
 printf 'resources:\n  disk_bps: 2M\n  disk_iops: 1000\n' >slow.yaml
 id=$(sbx-create -q -p slow.yaml)
 vmm=$(jq -r .vmm_process.pid "$L/$id/session.json")
-args=$(tr '\0' ' ' <"/proc/$vmm/cmdline")
-like "$args" "id=scratch0,[^ ]*throttling.bps-total=2097152,throttling.iops-total=1000,throttling.group=sbx" \
-     "the scratch disk carries the throttle"
-like "$args" "id=root0,[^ ]*readonly=on " "the read-only root is not throttled"
+backend=$(jq -r .vmm "$L/$id/session.json")
+# Cloud Hypervisor's configuration goes over its API (t0020 checks the
+# body); only the timings below hold for it here.
+if [ "$backend" = qemu ]; then
+	args=$(tr '\0' ' ' <"/proc/$vmm/cmdline")
+	like "$args" "id=scratch0,[^ ]*throttling.bps-total=2097152,throttling.iops-total=1000,throttling.group=sbx" \
+	     "the scratch disk carries the throttle"
+	like "$args" "id=root0,[^ ]*readonly=on " "the read-only root is not throttled"
+fi
 is "$(jq -c '[.limits.disk_bps, .limits.disk_iops]' "$L/$id/session.json")" "[2097152,1000]" \
    "the session record keeps the throttle"
 # 8 MiB at 2 MiB/s: 4 s, less QEMU's burst (a tenth of a second's worth).
@@ -52,10 +57,12 @@ ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 [ "$ms" -ge 3000 ]; ok $? "100 direct 4 KiB writes at 25 requests/s took at least 3 s ($ms ms)"
 sbx-kill "$id"
 
-id=$(sbx-create -q -p off.yaml)
-vmm=$(jq -r .vmm_process.pid "$L/$id/session.json")
-tr '\0' ' ' <"/proc/$vmm/cmdline" | grep -q throttling; ok $((! $?)) "with 0 and 0 no disk is throttled"
-sbx-kill "$id"
+if [ "$backend" = qemu ]; then
+	id=$(sbx-create -q -p off.yaml)
+	vmm=$(jq -r .vmm_process.pid "$L/$id/session.json")
+	tr '\0' ' ' <"/proc/$vmm/cmdline" | grep -q throttling; ok $((! $?)) "with 0 and 0 no disk is throttled"
+	sbx-kill "$id"
+fi
 
 # network.rate: 2 MiB from a test host at 256K/s takes 8 s, less the
 # second's worth the kernel's bucket starts with.
