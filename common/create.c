@@ -97,6 +97,9 @@ static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 	l->pids_per_exec = p->resources.pids_per_exec;
 	l->pids_per_session = p->resources.pids_per_session;
 	l->cpu_milli = sbx_policy_cpu_limit_milli(p);
+	l->disk_bps = p->resources.disk_bps;
+	l->disk_iops = p->resources.disk_iops;
+	l->net_rate = p->network.rate;
 	const struct sbx_policy_paths *from[] = { &p->files.writable, &p->files.exportable };
 	struct sbx_limit_paths *to[] = { &l->writable, &l->exportable };
 	for (int k = 0; k < 2; k++) {

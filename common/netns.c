@@ -155,8 +155,37 @@ static int make_tap(char *why, size_t n)
 	return fd;
 }
 
-static int load_ruleset(char *why, size_t n)
+/* network.rate: a token bucket each way on sbx0, in a table of its own
+ * at the edges (before conntrack in, after everything out), so every
+ * packet of the guest's counts, DNS and the package cache included.
+ * Policing, not shaping: what passes the rate is dropped and TCP backs
+ * off to it; QEMU's TAP netdev has no rate limit of its own, and a drop
+ * here needs no qdisc the host may lack.  No burst: the kernel's bucket
+ * holds a second's worth besides it, enough for TCP to reach the rate. */
+static int rate_rules(char *out, size_t outn, uint64_t rate)
 {
+	unsigned long long r = (unsigned long long)rate;
+	return snprintf(out, outn,
+			"table inet sbx_rate {\n"
+			"  chain in {\n"
+			"    type filter hook prerouting priority -400; policy accept;\n"
+			"    iifname \"" SBX_NET_TAP "\" limit rate over %llu bytes/second drop\n"
+			"  }\n"
+			"  chain out {\n"
+			"    type filter hook postrouting priority 400; policy accept;\n"
+			"    oifname \"" SBX_NET_TAP "\" limit rate over %llu bytes/second drop\n"
+			"  }\n"
+			"}\n",
+			r, r);
+}
+
+static int load_ruleset(uint64_t rate, char *why, size_t n)
+{
+	char rl[600];
+	if (rate && (size_t)rate_rules(rl, sizeof rl, rate) >= sizeof rl) {
+		errno = 0;
+		return fail(why, n, "the rate rules do not fit");
+	}
 	struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
 	if (!nft) {
 		errno = 0;
@@ -165,6 +194,8 @@ static int load_ruleset(char *why, size_t n)
 	nft_ctx_buffer_output(nft);
 	nft_ctx_buffer_error(nft);
 	int rc = nft_run_cmd_from_buffer(nft, ruleset);
+	if (!rc && rate)
+		rc = nft_run_cmd_from_buffer(nft, rl);
 	if (rc) {
 		const char *e = nft_ctx_get_error_buffer(nft);
 		errno = 0;
@@ -219,7 +250,7 @@ static int child_bare(int fds[6], char *why, size_t n)
 
 /* In a namespace holding sbx0 (ours, made by child_bare): its address,
  * the ruleset, the listeners. */
-static int child_configure(int fds[6], char *why, size_t n)
+static int child_configure(int fds[6], uint64_t rate, char *why, size_t n)
 {
 	struct nl_sock *sk = nl_socket_alloc();
 	if (!sk || nl_connect(sk, NETLINK_ROUTE) < 0) {
@@ -239,7 +270,7 @@ static int child_configure(int fds[6], char *why, size_t n)
 	if (rc == 0)
 		rc = link_up(sk, SBX_NET_TAP, NULL, why, n);
 	nl_socket_free(sk);
-	if (rc < 0 || load_ruleset(why, n) < 0)
+	if (rc < 0 || load_ruleset(rate, why, n) < 0)
 		return -1;
 	if ((fds[2] = listener(SOCK_STREAM, SBX_NET_PROXY_PORT, why, n)) < 0 ||
 	    (fds[3] = listener(SOCK_DGRAM, SBX_NET_DNS_PORT, why, n)) < 0 ||
@@ -253,36 +284,36 @@ static int child_configure(int fds[6], char *why, size_t n)
  * of a bare one it joins. */
 enum { NS_FULL, NS_BARE, NS_COMPLETE };
 
-static int child_setup(int mode, int join_fd, int fds[6], char *why, size_t n)
+static int child_setup(int mode, int join_fd, uint64_t rate, int fds[6], char *why, size_t n)
 {
 	if (mode == NS_COMPLETE) {
 		if (setns(join_fd, CLONE_NEWNET) < 0)
 			return fail(why, n, "cannot enter the session's network namespace");
-		return child_configure(fds, why, n);
+		return child_configure(fds, rate, why, n);
 	}
 	if (child_bare(fds, why, n) < 0)
 		return -1;
-	return mode == NS_BARE ? 0 : child_configure(fds, why, n);
+	return mode == NS_BARE ? 0 : child_configure(fds, rate, why, n);
 }
 
 /* The fds a mode hands back, in netns.h's order. */
 static const unsigned mode_first[] = { 0, 0, 2 }, mode_count[] = { 6, 2, 4 };
 
-static void child(int sock, int parent, int mode, int join_fd)
+static void child(int sock, int parent, int mode, int join_fd, uint64_t rate)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(1);
 	int fds[6] = { -1, -1, -1, -1, -1, -1 };
 	char why[512] = "";
-	if (child_setup(mode, join_fd, fds, why, sizeof why) < 0) {
+	if (child_setup(mode, join_fd, rate, fds, why, sizeof why) < 0) {
 		sbx_write_all(sock, why, strlen(why));
 		_exit(1);
 	}
 	_exit(sbx_sendmsg_fds(sock, "k", 1, fds + mode_first[mode], (int)mode_count[mode], 0) == 1 ? 0 : 1);
 }
 
-static int run_helper(int mode, int join_fd, struct sbx_netns *n, struct sbx_err *err)
+static int run_helper(int mode, int join_fd, uint64_t rate, struct sbx_netns *n, struct sbx_err *err)
 {
 	*n = (struct sbx_netns){ -1, -1, -1, -1, -1, -1 };
 	int sp[2];
@@ -297,7 +328,7 @@ static int run_helper(int mode, int join_fd, struct sbx_netns *n, struct sbx_err
 	}
 	if (pid == 0) {
 		close(sp[0]);
-		child(sp[1], parent, mode, join_fd);
+		child(sp[1], parent, mode, join_fd, rate);
 	}
 	close(sp[1]);
 	char msg[512];
@@ -331,19 +362,19 @@ static int run_helper(int mode, int join_fd, struct sbx_netns *n, struct sbx_err
 			   msg[0] ? msg : "the set-up helper died");
 }
 
-int sbx_netns_create(struct sbx_netns *n, struct sbx_err *err)
+int sbx_netns_create(struct sbx_netns *n, uint64_t rate, struct sbx_err *err)
 {
-	return run_helper(NS_FULL, -1, n, err);
+	return run_helper(NS_FULL, -1, rate, n, err);
 }
 
 int sbx_netns_create_bare(struct sbx_netns *n, struct sbx_err *err)
 {
-	return run_helper(NS_BARE, -1, n, err);
+	return run_helper(NS_BARE, -1, 0, n, err);
 }
 
-int sbx_netns_complete(int netns_fd, struct sbx_netns *n, struct sbx_err *err)
+int sbx_netns_complete(int netns_fd, uint64_t rate, struct sbx_netns *n, struct sbx_err *err)
 {
-	return run_helper(NS_COMPLETE, netns_fd, n, err);
+	return run_helper(NS_COMPLETE, netns_fd, rate, n, err);
 }
 
 /* The proxy's word on its readiness pipe: 'R' once it runs (its

@@ -42,9 +42,10 @@ struct sbx_netns {
 
 /* Make and configure a new namespace (in a short-lived child, so the
  * caller never leaves its own): loopback, sbx0 (netlink), the nftables
- * ruleset (libnftables), the listening sockets.  Every fd is O_CLOEXEC.
+ * ruleset (libnftables) with the rate cap (policy network.rate, bytes/s
+ * each way on sbx0; 0: none), the listening sockets.  Every fd is O_CLOEXEC.
  * Failures are 69 (the host cannot give sessions a network) or 70. */
-int sbx_netns_create(struct sbx_netns *n, struct sbx_err *err);
+int sbx_netns_create(struct sbx_netns *n, uint64_t rate, struct sbx_err *err);
 /* A namespace holding only sbx0 (down, no address, no rules, no
  * listener: nothing reaches anything through it), for a VM whose egress
  * is decided later: n gets netns_fd and tap_fd, the rest -1.  A warm-pool
@@ -54,7 +55,7 @@ int sbx_netns_create_bare(struct sbx_netns *n, struct sbx_err *err);
  * holds: what sbx_netns_create does after the TAP (addresses, the
  * ruleset, the listeners), in a child that joins it.  n gets the four
  * listeners (netns_fd and tap_fd -1).  Failures as sbx_netns_create's. */
-int sbx_netns_complete(int netns_fd, struct sbx_netns *n, struct sbx_err *err);
+int sbx_netns_complete(int netns_fd, uint64_t rate, struct sbx_netns *n, struct sbx_err *err);
 /* Close whatever n still holds (fds < 0 are skipped) and set them to -1. */
 void sbx_netns_close(struct sbx_netns *n);
 /* The session's proxy (libexec/sbx/sbx-proxy, egress.h), started with the

@@ -262,6 +262,11 @@ static const struct key resources_keys[] = {
 	{ .name = "output_session_cap", .kind = K_SIZE, .off = P(resources.output_session_cap), .min = 0,
 	  .max = TIB },
 	{ .name = "require_kvm", .kind = K_BOOL, .off = P(resources.require_kvm) },
+	/* The floors keep a session bootable and its agent answering. */
+	{ .name = "disk_bps", .kind = K_SIZE, .off = P(resources.disk_bps), .min = MIB, .max = 64 * GIB,
+	  .flags = F_ZERO },
+	{ .name = "disk_iops", .kind = K_U32, .off = P(resources.disk_iops), .min = 10, .max = 1000000,
+	  .flags = F_ZERO },
 };
 
 static int v_resources(struct sbx_yaml *c, void *obj, const char *path)
@@ -364,6 +369,7 @@ static const struct key network_keys[] = {
 	{ .name = "dns", .kind = K_BOOL, .off = P(network.dns) },
 	{ .name = "max_connections", .kind = K_U32, .off = P(network.max_connections), .min = 1, .max = 65536 },
 	{ .name = "max_bytes", .kind = K_SIZE, .off = P(network.max_bytes), .min = MIB, .max = TIB },
+	{ .name = "rate", .kind = K_SIZE, .off = P(network.rate), .min = 64 * KIB, .max = 4 * GIB, .flags = F_ZERO },
 };
 
 static int v_network(struct sbx_yaml *c, void *obj, const char *path)
@@ -717,10 +723,13 @@ void sbx_policy_defaults(struct sbx_policy *p)
 	p->resources.ttl_ms = HOUR;
 	p->resources.output_cap = 64 * MIB;
 	p->resources.output_session_cap = SBX_OUTPUT_SESSION_CAP_DEFAULT;
+	p->resources.disk_bps = SBX_DISK_BPS_DEFAULT;
+	p->resources.disk_iops = SBX_DISK_IOPS_DEFAULT;
 	p->network.egress = SBX_EGRESS_NONE;
 	p->network.dns = true;
 	p->network.max_connections = 64;
 	p->network.max_bytes = GIB;
+	p->network.rate = SBX_NET_RATE_DEFAULT;
 	p->packages.mode = SBX_PKG_OFFLINE;
 	p->packages.max_download = 512 * MIB;
 	static const char *const paths[] = { "/workspace", "/tmp" };

@@ -6,6 +6,16 @@
 #ifndef SBX_POLICY_H
 #define SBX_POLICY_H
 
+/* resources.disk_bps and disk_iops when the policy does not say: about
+ * what a busy TCG guest's writeback reaches on its own (so a normal
+ * session is not slowed), well under what the host disk that every
+ * session and the audit trail share can take. */
+#define SBX_DISK_BPS_DEFAULT (64ull << 20)
+#define SBX_DISK_IOPS_DEFAULT 2000u
+/* network.rate when the policy does not say: above what a guest's
+ * downloads through the proxy reach under TCG, far below a host link. */
+#define SBX_NET_RATE_DEFAULT (32ull << 20)
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -90,6 +100,10 @@ struct sbx_policy {
 		uint64_t output_cap;
 		uint64_t output_session_cap; /* bytes of output kept over all execs */
 		bool require_kvm;
+		/* The session's writable disks together (one QEMU throttle
+		 * group): bytes and requests per second; 0: unlimited. */
+		uint64_t disk_bps;
+		unsigned disk_iops;
 	} resources;
 	struct {
 		enum sbx_egress egress;
@@ -98,6 +112,7 @@ struct sbx_policy {
 		bool dns;
 		unsigned max_connections;
 		uint64_t max_bytes;
+		uint64_t rate; /* bytes/s each way on the guest's NIC; 0: unlimited */
 	} network;
 	struct {
 		enum sbx_pkg_mode mode;

@@ -128,16 +128,18 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 		json_array_append_new(secrets, json_pack("{s:s, s:s}", "name", s->name, s->from_env[0] ? "from_env" : "from_file",
 							 s->from_env[0] ? s->from_env : s->from_file));
 	}
-	json_t *res = json_pack("{s:i, s:I, s:I, s:f, s:{s:i, s:i}, s:I, s:{s:I, s:I}, s:I, s:I, s:I, s:b}", "vcpus",
+	json_t *res = json_pack("{s:i, s:I, s:I, s:f, s:{s:i, s:i}, s:I, s:{s:I, s:I}, s:I, s:I, s:I, s:b, s:I, s:I}", "vcpus",
 				(int)r->vcpus, "memory", JI(r->memory), "disk", JI(r->disk), "cpu_limit",
 				sbx_policy_cpu_limit_milli(p) / 1000.0, "pids", "per_exec", (int)r->pids_per_exec,
 				"per_session", (int)r->pids_per_session, "exec_memory", JI(r->exec_memory),
 				"exec_timeout", "default", JI(r->exec_timeout_default_ms), "max",
 				JI(r->exec_timeout_max_ms), "ttl", JI(r->ttl_ms), "output_cap", JI(r->output_cap),
-				"output_session_cap", JI(r->output_session_cap), "require_kvm", r->require_kvm);
-	json_t *net = json_pack("{s:s, s:o, s:b, s:i, s:I}", "egress", sbx_policy_egress_names[p->network.egress],
+				"output_session_cap", JI(r->output_session_cap), "require_kvm", r->require_kvm,
+				"disk_bps", JI(r->disk_bps), "disk_iops", JI(r->disk_iops));
+	json_t *net = json_pack("{s:s, s:o, s:b, s:i, s:I, s:I}", "egress", sbx_policy_egress_names[p->network.egress],
 	                        "allow", allow, "dns", p->network.dns, "max_connections",
-	                        (int)p->network.max_connections, "max_bytes", JI(p->network.max_bytes));
+	                        (int)p->network.max_connections, "max_bytes", JI(p->network.max_bytes), "rate",
+	                        JI(p->network.rate));
 	json_t *pkg = json_pack("{s:s, s:o, s:I, s:b}", "mode", sbx_policy_mode_names[p->packages.mode], "registries", regs,
 				"max_download", JI(p->packages.max_download), "require_hashes",
 				p->packages.require_hashes);

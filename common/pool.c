@@ -46,6 +46,8 @@ int sbx_pool_member_fits(const struct sbx_session *m, const struct sbx_session *
 {
 	return m->pool && !strcmp(m->tmpl_name, s->tmpl_name) && !strcmp(m->tmpl_version, s->tmpl_version) &&
 	       m->vcpus == s->vcpus && m->memory_mib == s->memory_mib && m->limits.disk_bytes == s->limits.disk_bytes &&
+	       /* the disk throttle is on the VMM's command line */
+	       m->limits.disk_bps == s->limits.disk_bps && m->limits.disk_iops == s->limits.disk_iops &&
 	       !m->nvols && !s->nvols && !m->workspace[0] && !s->workspace[0] && !strcmp(m->accel, s->accel) &&
 	       !strcmp(m->vmm, s->vmm) && !strcmp(m->boot_id, s->boot_id) && !strcmp(m->snapshot, s->snapshot) &&
 	       /* a NIC exactly when the session needs one (egress, package

@@ -228,6 +228,9 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	s->limits.pids_per_exec = (unsigned)sbx_json_u64(lo, "pids_per_exec");
 	s->limits.pids_per_session = (unsigned)sbx_json_u64(lo, "pids_per_session");
 	s->limits.cpu_milli = (unsigned)sbx_json_u64(lo, "cpu_milli");
+	s->limits.disk_bps = sbx_json_u64(lo, "disk_bps");
+	s->limits.disk_iops = (unsigned)sbx_json_u64(lo, "disk_iops");
+	s->limits.net_rate = sbx_json_u64(lo, "net_rate");
 	s->limits.workspace_size = sbx_json_u64(lo, "workspace_size");
 	s->limits.workspace_retention_ms = sbx_json_u64(lo, "workspace_retention_ms");
 	get_files(json_object_get(lo, "files"), &s->limits);
@@ -321,6 +324,9 @@ char *sbx_record_text(const struct sbx_session *s)
 				      "disk_bytes", (json_int_t)l->disk_bytes, "pids_per_exec", (int)l->pids_per_exec,
 				      "pids_per_session", (int)l->pids_per_session, "cpu_milli", (int)l->cpu_milli));
 	json_object_set_new(json_object_get(o, "limits"), "workspace_size", json_integer((json_int_t)l->workspace_size));
+	json_object_set_new(json_object_get(o, "limits"), "disk_bps", json_integer((json_int_t)l->disk_bps));
+	json_object_set_new(json_object_get(o, "limits"), "disk_iops", json_integer((json_int_t)l->disk_iops));
+	json_object_set_new(json_object_get(o, "limits"), "net_rate", json_integer((json_int_t)l->net_rate));
 	json_object_set_new(json_object_get(o, "limits"), "output_session_cap",
 			    json_integer((json_int_t)l->output_session_cap));
 	json_object_set_new(json_object_get(o, "limits"), "workspace_retention_ms",

@@ -95,6 +95,11 @@ struct sbx_session {
 		uint64_t disk_bytes;             /* writable space */
 		unsigned pids_per_exec, pids_per_session;
 		unsigned cpu_milli;              /* host CPU cap for the VMM, 1000 = one CPU */
+		/* the writable disks' throttle (resources.disk_bps, disk_iops);
+		 * 0: none, as in a record without them */
+		uint64_t disk_bps;
+		unsigned disk_iops;
+		uint64_t net_rate; /* network.rate, bytes/s; 0: none (and in a record without it) */
 		/* files: (sbx-cp); a record without them gets sbx-policy(5)'s
 		 * defaults, so older sessions are neither closed nor opened up. */
 		struct sbx_limit_paths {

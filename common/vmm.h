@@ -36,6 +36,11 @@ struct sbx_vm_config {
 	const char *guest_params; /* more kernel parameters for guest-init, space
 				   * separated (sbx.pkg=...); NULL: none */
 	unsigned vcpus, memory_mib;
+	/* The writable disks' shared throttle, bytes and requests per
+	 * second; 0: none.  The read-only root is the template every session
+	 * reads, nearly always in the host's page cache: not throttled. */
+	uint64_t disk_bps;
+	unsigned disk_iops;
 	enum sbx_accel accel;
 	unsigned long tsc_khz;    /* TCG only; 0: unknown */
 	int tsc_reliable;         /* TCG only: the host TSC is invariant (tsc=reliable) */
@@ -51,6 +56,9 @@ struct sbx_vm_config {
 				   * to the VMM across exec (QEMU -netdev tap,fd=N): no
 				   * /dev/net/tun in the jail; 0: open tap_name */
 	const char *mac;          /* the guest NIC's MAC address */
+	uint64_t net_rate;        /* network.rate, bytes/s: Cloud Hypervisor's NIC rate
+				   * limiter (the namespace's nftables rules hold it for
+				   * every backend, netns.c); 0: none */
 	/* Snapshots: start from the state ops->save wrote into this directory
 	 * instead of booting; the VM comes up paused (ops->resume runs it). */
 	const char *restore_dir;

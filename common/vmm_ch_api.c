@@ -13,7 +13,19 @@
 
 /* ---- request bodies ---------------------------------------------------- */
 
-static int add_disk(json_t *disks, const char *path, const char *id, int readonly)
+/* A RateLimiterConfig: token buckets refilled each second, so size is the
+ * rate; absent buckets are unlimited. */
+static json_t *rate_limiter(uint64_t bps, unsigned ops)
+{
+	json_t *r = json_object();
+	if (r && bps)
+		json_object_set_new(r, "bandwidth", json_pack("{s:I, s:i}", "size", (json_int_t)bps, "refill_time", 1000));
+	if (r && ops)
+		json_object_set_new(r, "ops", json_pack("{s:i, s:i}", "size", (int)ops, "refill_time", 1000));
+	return r;
+}
+
+static int add_disk(json_t *disks, const char *path, const char *id, int readonly, int throttled)
 {
 	/* image_type pinned to Raw: the scratch disk and workspaces hold
 	 * guest-written bytes, and a guest must not make them look like a
@@ -21,8 +33,15 @@ static int add_disk(json_t *disks, const char *path, const char *id, int readonl
 	 * serial: guest-init finds its disks by virtio-blk serial. */
 	char serial[32];
 	snprintf(serial, sizeof serial, "sbx-%s", id);
-	return json_array_append_new(disks, json_pack("{s:s, s:b, s:s, s:s, s:s}", "path", path, "readonly", readonly,
-						      "serial", serial, "id", id, "image_type", "Raw"));
+	json_t *d = json_pack("{s:s, s:b, s:s, s:s, s:s}", "path", path, "readonly", readonly, "serial", serial, "id", id,
+			      "image_type", "Raw");
+	/* The session's writable disks share one group, as QEMU's throttle
+	 * group (vmm_qemu.c): together they get the policy's rate. */
+	if (d && throttled && !readonly && json_object_set_new(d, "rate_limit_group", json_string("sbx")) < 0) {
+		json_decref(d);
+		return -1;
+	}
+	return json_array_append_new(disks, d);
 }
 
 json_t *sbx_ch_vm_config(const struct sbx_vm_config *c, const char *cmdline)
@@ -45,17 +64,22 @@ json_t *sbx_ch_vm_config(const struct sbx_vm_config *c, const char *cmdline)
 	rc |= json_object_set_new(o, "serial", c->console_path
 					       ? json_pack("{s:s, s:s}", "mode", "File", "file", c->console_path)
 					       : json_pack("{s:s}", "mode", "Tty"));
+	int throttled = (c->disk_bps || c->disk_iops) && (c->scratch || c->vol_rw_mask);
+	if (throttled)
+		rc |= json_object_set_new(o, "rate_limit_groups",
+					  json_pack("[{s:s, s:o}]", "id", "sbx", "rate_limiter_config",
+						    rate_limiter(c->disk_bps, c->disk_iops)));
 	if (c->rootfs || c->scratch || c->nvols) {
 		json_t *d = json_array();
 		rc |= json_object_set_new(o, "disks", d);
 		if (c->rootfs)
-			rc |= add_disk(d, c->rootfs, "root", 1);
+			rc |= add_disk(d, c->rootfs, "root", 1, 0);
 		if (c->scratch)
-			rc |= add_disk(d, c->scratch, "scratch", 0);
+			rc |= add_disk(d, c->scratch, "scratch", 0, throttled);
 		for (unsigned i = 0; i < c->nvols && i < 8; i++) {
 			char id[8];
 			snprintf(id, sizeof id, "vol%u", i);
-			rc |= add_disk(d, c->vol_path[i], id, !(c->vol_rw_mask & (1u << i)));
+			rc |= add_disk(d, c->vol_path[i], id, !(c->vol_rw_mask & (1u << i)), throttled);
 		}
 	}
 	if (c->vsock_sock)
@@ -65,6 +89,10 @@ json_t *sbx_ch_vm_config(const struct sbx_vm_config *c, const char *cmdline)
 		json_t *n = json_pack("{s:s, s:s}", "tap", c->tap_name, "id", "net0");
 		if (n && c->mac)
 			rc |= json_object_set_new(n, "mac", json_string(c->mac));
+		/* Shaped here (the queue waits), where the namespace's nftables
+		 * rules can only drop (netns.c). */
+		if (n && c->net_rate)
+			rc |= json_object_set_new(n, "rate_limiter_config", rate_limiter(c->net_rate, 0));
 		rc |= json_object_set_new(o, "net", json_pack("[o]", n));
 	}
 	if (rc) {

@@ -63,6 +63,23 @@ static void add(struct argv *a, const char *fmt, ...)
 
 /* QEMU's option syntax would need ',' doubled; refuse instead.  Checked on
  * the host paths, which the jail's fixed paths hide from the argv. */
+/* The throttle of every writable disk (resources.disk_bps, disk_iops), ""
+ * for none.  QEMU's block layer counts the guest's requests before any
+ * host cache, so it holds under cache=unsafe, where the host's blkio
+ * throttling (cgroup v1) misses buffered writeback.  One group: the
+ * session's disks share the rate rather than each getting it. */
+static void qemu_throttle(const struct sbx_vm_config *c, char *out, size_t n)
+{
+	size_t k = 0;
+	*out = 0;
+	if (c->disk_bps)
+		k += (size_t)snprintf(out + k, n - k, ",throttling.bps-total=%llu", (unsigned long long)c->disk_bps);
+	if (c->disk_iops && k < n)
+		k += (size_t)snprintf(out + k, n - k, ",throttling.iops-total=%u", c->disk_iops);
+	if (k && k < n)
+		snprintf(out + k, n - k, ",throttling.group=sbx");
+}
+
 static int check_paths(const struct sbx_vm_config *c, struct sbx_err *err)
 {
 	const char *paths[10] = { c->rootfs, c->scratch };
@@ -125,6 +142,8 @@ static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd
 	add(a, "-append");
 	add(a, "%s", cmdline);
 	/* Disks carry serials; the guest finds them by serial, not by order. */
+	char throttle[160];
+	qemu_throttle(c, throttle, sizeof throttle);
 	if (c->rootfs) {
 		add(a, "-drive");
 		add(a, "file=%s,format=raw,if=none,id=root0,readonly=on", c->rootfs);
@@ -135,7 +154,7 @@ static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd
 		add(a, "-drive");
 		/* cache=unsafe: scratch dies with the session; honouring guest
 		 * flushes would only slow every write. */
-		add(a, "file=%s,format=raw,if=none,id=scratch0,cache=unsafe,discard=unmap", c->scratch);
+		add(a, "file=%s,format=raw,if=none,id=scratch0,cache=unsafe,discard=unmap%s", c->scratch, throttle);
 		add(a, "-device");
 		add(a, "virtio-blk-device,drive=scratch0,serial=sbx-scratch");
 	}
@@ -144,7 +163,8 @@ static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd
 		if (c->vol_rw_mask & (1u << i))
 			/* A workspace outlives the session: guest flushes reach the
 			 * host file (cache=writeback honours them; never unsafe). */
-			add(a, "file=%s,format=raw,if=none,id=vol%u,cache=writeback,discard=unmap", c->vol_path[i], i);
+			add(a, "file=%s,format=raw,if=none,id=vol%u,cache=writeback,discard=unmap%s", c->vol_path[i], i,
+			    throttle);
 		else
 			add(a, "file=%s,format=raw,if=none,id=vol%u,readonly=on", c->vol_path[i], i);
 		add(a, "-device");

@@ -206,6 +206,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 		.agent_sock = accept_agent ? "agent.sock" : NULL, .vsock_sock = accept_agent ? NULL : "vsock/agent.sock",
 		.qmp_sock = "qmp.sock",
 		.hostname = m->s.id, .vcpus = m->s.vcpus, .memory_mib = m->s.memory_mib,
+		.disk_bps = m->s.limits.disk_bps, .disk_iops = m->s.limits.disk_iops,
 		.accel = strcmp(m->s.accel, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM,
 		.tsc_khz = sbx_host_tsc_khz(), .tsc_reliable = sbx_host_tsc_invariant(), .sandbox = 1,
 	};

@@ -161,7 +161,7 @@ int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *
 			return -1;
 		if ((m->bare_netns = fcntl(n->netns_fd, F_DUPFD_CLOEXEC, 3)) < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot keep the network namespace");
-	} else if (sbx_netns_create(n, err) < 0 || spawn_proxy(m, n, err) < 0 ||
+	} else if (sbx_netns_create(n, m->s.limits.net_rate, err) < 0 || spawn_proxy(m, n, err) < 0 ||
 		   sbx_record_save(&m->st, &m->s, err) < 0) {
 		return -1;
 	}
@@ -169,6 +169,7 @@ int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *
 	c->tap_fd = n->tap_fd;
 	c->tap_name = SBX_NET_TAP;
 	c->mac = m->s.mac;
+	c->net_rate = m->s.limits.net_rate;
 	return 0;
 }
 
@@ -181,7 +182,7 @@ int mon_start_network(struct mon *m, struct sbx_netns *n, struct sbx_vm_config *
 int mon_attach_network(struct mon *m, int netns_fd, struct sbx_err *err)
 {
 	struct sbx_netns n;
-	if (sbx_netns_complete(netns_fd, &n, err) < 0)
+	if (sbx_netns_complete(netns_fd, m->s.limits.net_rate, &n, err) < 0)
 		return -1;
 	int rc = spawn_proxy(m, &n, err);
 	sbx_netns_close(&n); /* the proxy's now */

@@ -360,6 +360,7 @@ int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err)
 		.agent_sock = accept_agent ? "agent.sock" : NULL, .vsock_sock = accept_agent ? NULL : "vsock/agent.sock",
 		.qmp_sock = "qmp.sock",
 		.hostname = m->s.id, .vcpus = m->s.vcpus, .memory_mib = m->s.memory_mib,
+		.disk_bps = m->s.limits.disk_bps, .disk_iops = m->s.limits.disk_iops,
 		.accel = strcmp(m->s.accel, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM,
 		.tsc_khz = sbx_host_tsc_khz(), .sandbox = 1, .restore_dir = dir,
 	};

@@ -29,7 +29,12 @@
 #  - density: BENCH_DENSITY_N (200) sessions, at most 8 running, the rest
 #    suspended by their idle policy, and a random one's `sbx-exec true`
 #    (p50/p95/p99), with disk and memory per suspended session
-#    (scripts/bench-density.sh).
+#    (scripts/bench-density.sh);
+#  - fairness: a neighbour's `sbx-exec true` and audit appends (p50/p95)
+#    with no writer, beside a session writing flat out to its disk under
+#    the default resources.disk_bps/disk_iops, and beside one without
+#    limits, as ratios to the first (scripts/bench-fair.sh; run alone:
+#    scripts/bench-fair.sh).
 # Prints a table, then each figure beside its floor with the ratio, and
 # writes $SBX_BUILD/bench.json.  Runs: BENCH_RUNS (10).
 set -euo pipefail
@@ -452,3 +457,8 @@ bench_suspend "$raw" "$B/bench.json"
 # about 10 minutes under TCG).
 . "$(dirname "$0")/bench-density.sh"
 bench_density "$raw" "$B/bench.json"
+
+# Fairness under a disk writer (scripts/bench-fair.sh; BENCH_FAIR_SECS=0
+# leaves it out).
+. "$(dirname "$0")/bench-fair.sh"
+bench_fair "$raw" "$B/bench.json"

@@ -35,6 +35,9 @@ bad lowcid '.vsock.cid = 2' 'a vsock CID below the minimum 3'
 bad badenum '.serial.mode = "file"' 'a serial mode not in ConsoleMode'
 bad boolint '.disks[1].readonly = 0' 'an integer for a boolean'
 bad noserial '.disks[0].serial = 5' 'a disk serial of the wrong type'
+bad nosize 'del(.rate_limit_groups[0].rate_limiter_config.bandwidth.size)' 'a token bucket without its size'
+bad badgroup '.disks[1].rate_limit_group = 1' 'a rate limit group named by a number'
+bad netrate '.disks[1].rate_limiter_config = {"bandwidth": {"size": -1, "refill_time": 1000}}' 'a negative token bucket'
 
 # Recorded response shapes: real answers carry nulls and keys the schema
 # lacks, so they are checked leniently (and parsed by test-vmm-ch).

@@ -98,7 +98,7 @@ is "$(stat -c %s "$H/big.yaml")" 1048577 "the big file is 1 MiB + 1"
 msg() { sbx-create --dry-run -p "$1" 2>&1 >/dev/null; }
 cd "$H" || exit 1
 is "$(msg unknown.yaml)" \
-   "sbx-create: error: unknown.yaml:3:3: unknown key 'cpuz' in resources (expected one of: vcpus, memory, disk, cpu_limit, pids, exec_memory, exec_timeout, ttl, output_cap, output_session_cap, require_kvm)" \
+   "sbx-create: error: unknown.yaml:3:3: unknown key 'cpuz' in resources (expected one of: vcpus, memory, disk, cpu_limit, pids, exec_memory, exec_timeout, ttl, output_cap, output_session_cap, require_kvm, disk_bps, disk_iops)" \
    "an unknown key is named with file:line:col and the keys allowed"
 like "$(msg duplicate.yaml)" "^sbx-create: error: duplicate.yaml:2:1: duplicate key 'resources'" "duplicate key position"
 like "$(msg anchor.yaml)" "anchor.yaml:1:12: anchors are not allowed" "anchor position"

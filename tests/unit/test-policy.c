@@ -111,6 +111,8 @@ static void test_defaults(void)
 		   !pol.resources.require_kvm && pol.resources.exec_memory == 0,
 	   "default timeouts, ttl, output cap");
 	ok(pol.resources.output_session_cap == 1ull << 30, "default output_session_cap 1G");
+	ok(pol.resources.disk_bps == 64ull << 20 && pol.resources.disk_iops == 2000,
+	   "default disk throttle 64M/s, 2000 requests/s");
 	ok(pol.network.egress == SBX_EGRESS_NONE && pol.network.nallow == 0 && pol.network.dns &&
 		   pol.network.max_connections == 64 && pol.network.max_bytes == 1ull << 30,
 	   "default network: none");
@@ -156,6 +158,19 @@ static void test_values(void)
 	good("resources: {output_session_cap: 0}\n", "output_session_cap 0: keep no output");
 	ok(pol.resources.output_session_cap == 0, "... stored");
 	bad("resources: {output_session_cap: 2T}\n", "out of range", "output_session_cap 2T");
+	good("resources: {disk_bps: 100M, disk_iops: 500}\n", "disk_bps 100M, disk_iops 500");
+	ok(pol.resources.disk_bps == 100ull << 20 && pol.resources.disk_iops == 500, "... stored");
+	good("resources: {disk_bps: 0, disk_iops: 0}\n", "disk throttle 0: none");
+	ok(pol.resources.disk_bps == 0 && pol.resources.disk_iops == 0, "... stored");
+	bad("resources: {disk_bps: 512K}\n", "'512K' is out of range (1M..64G, or 0)", "disk_bps below 1M");
+	bad("resources: {disk_bps: -1}\n", "is not a size", "disk_bps negative");
+	bad("resources: {disk_bps: 20000000000000000000}\n", "is too large", "disk_bps overflowing");
+	bad("resources: {disk_iops: 9}\n", "out of range (10..1000000, or 0)", "disk_iops below 10");
+	good("network: {rate: 10M}\n", "network.rate 10M");
+	ok(pol.network.rate == 10ull << 20, "... stored");
+	good("network: {rate: 0}\n", "network.rate 0: none");
+	ok(pol.network.rate == 0, "... stored");
+	bad("network: {rate: 32K}\n", "out of range (64K..4G, or 0)", "network.rate below 64K");
 	bad("resources: {pids: {per_exec: 0}}\n", "out of range", "pids 0");
 	bad("resources: {pids: {per_exec: 1048577, per_session: 1048577}}\n", "out of range", "pids too many");
 	bad("network: {max_connections: -1}\n", "not a whole number", "negative number");
@@ -383,7 +398,7 @@ static void test_hostile(void)
 {
 	bad("resources:\n  cpuz: 1\n",
 	    "p.yaml:2:3: unknown key 'cpuz' in resources (expected one of: vcpus, memory, disk, cpu_limit, pids, "
-	    "exec_memory, exec_timeout, ttl, output_cap, output_session_cap, require_kvm)",
+	    "exec_memory, exec_timeout, ttl, output_cap, output_session_cap, require_kvm, disk_bps, disk_iops)",
 	    "unknown key, with file:line:col and the expected keys");
 	bad("resourcez: {}\n", "p.yaml:1:1: unknown key 'resourcez' at the top level (expected one of: resources,",
 	    "unknown top-level key");

@@ -78,6 +78,8 @@ static void add_vols(struct sbx_vm_config *c)
 	}
 	c->nvols = 3;
 	c->vol_rw_mask = 1u << 2;
+	c->disk_bps = 64ull << 20;
+	c->disk_iops = 2000;
 }
 
 struct body {
@@ -102,6 +104,7 @@ static size_t bodies(struct body *b)
 	c.tap_name = "sbx0";
 	c.mac = "52:54:00:12:34:56";
 	c.netns_fd = 7;
+	c.net_rate = 32ull << 20;
 	b[k++] = (struct body){ "vm.create-network", "/vm.create", sbx_ch_create_body(&c, 0, &e) };
 	b[k++] = (struct body){ "vm.snapshot", "/vm.snapshot", sbx_ch_snapshot_config("/sbx/state") };
 	b[k++] = (struct body){ "vm.restore", "/vm.restore", sbx_ch_restore_config("/sbx/state") };
@@ -187,6 +190,16 @@ static void check_bodies(void)
 	ok(cl && strstr(cl, " sbx.vol0=/data") && strstr(cl, " sbx.vol2=/workspace/project") &&
 		   strstr(cl, " sbx.volrw=4"),
 	   "volumes: where the guest mounts them, and which is writable");
+	ok(is(str(v, "rate_limit_groups.0.id"), "sbx") &&
+		   num(v, "rate_limit_groups.0.rate_limiter_config.bandwidth.size") == 64ll << 20 &&
+		   num(v, "rate_limit_groups.0.rate_limiter_config.bandwidth.refill_time") == 1000 &&
+		   num(v, "rate_limit_groups.0.rate_limiter_config.ops.size") == 2000 &&
+		   is(str(v, "disks.1.rate_limit_group"), "sbx") && is(str(v, "disks.4.rate_limit_group"), "sbx") &&
+		   !json_object_get(json_array_get(json_object_get(v, "disks"), 0), "rate_limit_group") &&
+		   !json_object_get(json_array_get(json_object_get(v, "disks"), 2), "rate_limit_group"),
+	   "volumes: the writable disks share one rate limit group, the read-only ones are not in it");
+	ok(!json_object_get(s, "rate_limit_groups") && !str(s, "disks.1.rate_limit_group"),
+	   "session without a disk throttle: no rate limit group");
 
 	ok(is(str(u, "disks.1.path"), "/var/lib/sbx/sessions/s-0123456789ab/scratch.img") &&
 		   is(str(u, "payload.kernel"), "/var/lib/sbx/templates/d@1/vmlinux") &&
@@ -195,6 +208,10 @@ static void check_bodies(void)
 	ok(is(str(net, "net.0.tap"), "sbx0") && is(str(net, "net.0.mac"), "52:54:00:12:34:56") &&
 		   is(str(net, "net.0.id"), "net0") && !json_object_get(json_array_get(json_object_get(net, "net"), 0), "ip"),
 	   "network: the TAP by name and the MAC, no host-side IP for the VMM to set");
+	ok(num(net, "net.0.rate_limiter_config.bandwidth.size") == 32ll << 20 &&
+		   num(net, "net.0.rate_limiter_config.bandwidth.refill_time") == 1000 &&
+		   !str(net, "net.0.rate_limiter_config.ops"),
+	   "network: network.rate as the NIC's bandwidth bucket, refilled each second");
 
 	ok(is(str(b[5].j, "destination_url"), "file:///sbx/state") && json_object_size(b[5].j) == 1,
 	   "vm.snapshot: destination_url file:// of the state directory");
