@@ -686,175 +686,214 @@ static int snapshot_quota(struct sbx_state *st, const struct sbx_snapshot *s, st
 				    "remove one of its snapshots first");
 }
 
-int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts *o, struct sbx_snapshot *out,
-		      struct sbx_err *err)
-{
-	struct sbx_snapshot s = { 0 };
+/* One save, from its checks to its commit. */
+struct save {
+	const struct sbx_snapshot_save_opts *o;
+	struct sbx_snapshot s;
 	struct sbx_session src;
 	char version[64];
-	if (sbx_snapshot_spec(o->spec, s.name, version, err) < 0)
+	int auto_version;
+	char owner[SBX_ID_MAX + 1]; /* a template's publisher ("" the operator) */
+	int tdir, tpl;              /* the tenant's snapshots, the templates namespace */
+	char tbase[600], final[140], wname[160];
+	uint64_t left;              /* what the tenant's quota leaves; 0: no cap */
+	uint64_t save_ms;
+};
+
+/* Everything checked before any work: the name, the session (running,
+ * its workspace), who may publish, a free name, the tenant's room. */
+static int save_prepare(struct sbx_state *st, struct save *v, struct sbx_err *err)
+{
+	const struct sbx_snapshot_save_opts *o = v->o;
+	struct sbx_snapshot *s = &v->s;
+	if (sbx_snapshot_spec(o->spec, s->name, v->version, err) < 0 ||
+	    session_of(st, o->session, o->tenant, &v->src, err) < 0)
 		return -1;
-	if (session_of(st, o->session, o->tenant, &src, err) < 0)
-		return -1;
-	const char *live = sbx_session_live_state(st, &src);
+	const char *live = sbx_session_live_state(st, &v->src);
 	if (!strcmp(live, "suspended"))
 		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s is suspended: resume it first (sbx-snapshot resume %s)",
-				   src.id, src.id);
+				   v->src.id, v->src.id);
 	if (!sbx_state_up(live))
-		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s)", src.id, live);
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s)", v->src.id, live);
 	if (sbx_capacity_disk(st, err) < 0)
 		return -1;
 	/* A template's sessions are everyone's it serves (and the warm
 	 * pool's, which never has a workspace): a workspace is one tenant's,
 	 * attached by one session at a time. */
-	if (o->to_template && src.workspace[0])
+	if (o->to_template && v->src.workspace[0])
 		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
 				   "session %s has a workspace: it can be saved as a snapshot, not as a template (every "
 				   "session of the template would attach a workspace of that name)",
-				   src.id);
+				   v->src.id);
 	/* The snapshot is the session's tenant's: its memory never changes
 	 * hands, whoever asks. */
-	snprintf(s.tenant, sizeof s.tenant, "%s", src.tenant);
-	if (sbx_snapshot_tenant_check(s.tenant, err) < 0)
+	snprintf(s->tenant, sizeof s->tenant, "%s", v->src.tenant);
+	if (sbx_snapshot_tenant_check(s->tenant, err) < 0)
 		return -1;
 	const char *caller = o->tenant ? o->tenant : sbx_state_tenant(st);
-	char owner[SBX_ID_MAX + 1] = "";
-	if (o->to_template && publish_check(st, caller, &src, s.name, owner, err) < 0)
+	if (o->to_template && publish_check(st, caller, &v->src, s->name, v->owner, err) < 0)
 		return -1;
-	int auto_version = !version[0];
-	if (auto_version)
-		version_now(version, sizeof version);
-	snprintf(s.version, sizeof s.version, "%s", version);
-	_cleanup_close_ int tdir = sbx_snapshot_tenant_dir(st, s.tenant, 1, err);
-	if (tdir < 0)
+	v->auto_version = !v->version[0];
+	if (v->auto_version)
+		version_now(v->version, sizeof v->version);
+	snprintf(s->version, sizeof s->version, "%s", v->version);
+	if ((v->tdir = sbx_snapshot_tenant_dir(st, s->tenant, 1, err)) < 0)
 		return -1;
-	char tbase[600], final[140];
-	sbx_templates_dir(st, tbase, sizeof tbase);
-	_cleanup_close_ int tpl = o->to_template ? sbx_template_ns(st, owner, 0, NULL) : -1;
+	sbx_templates_dir(st, v->tbase, sizeof v->tbase);
+	v->tpl = o->to_template ? sbx_template_ns(st, v->owner, 0, NULL) : -1;
 	/* Taken names are refused before any work (and again at the rename). */
 	for (int i = 1;; i++) {
-		snprintf(final, sizeof final, "%s@%s", s.name, s.version);
-		int taken = o->to_template ? tpl >= 0 && exists_at(tpl, final) : exists_at(tdir, final);
+		snprintf(v->final, sizeof v->final, "%s@%s", s->name, s->version);
+		int taken = o->to_template ? v->tpl >= 0 && exists_at(v->tpl, v->final) : exists_at(v->tdir, v->final);
 		if (!taken)
 			break;
-		if (!auto_version || i > 9)
+		if (!v->auto_version || i > 9)
 			return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "%s %s already exists",
-					   o->to_template ? "template" : "snapshot", final);
-		snprintf(s.version, sizeof s.version, "%s-%d", version, i);
+					   o->to_template ? "template" : "snapshot", v->final);
+		snprintf(s->version, sizeof s->version, "%s-%d", v->version, i);
 	}
 	/* A snapshot (not a template: publishing is not counted there) stops
 	 * while it is written at what its tenant has left, so a hostile VMM
 	 * or a full disk image cannot write past the quota (N6). */
-	uint64_t left = 0;
-	if (!o->to_template && snapshot_room(st, &s, &left, err) < 0)
+	if (!o->to_template && snapshot_room(st, s, &v->left, err) < 0)
 		return -1;
-	char wname[160];
-	_cleanup_close_ int wd = -1;
-	if (work_dir(tdir, &s, wname, sizeof wname, &wd, err) < 0)
+	return 0;
+}
+
+/* The monitor saves the VM into a work directory (*wd); then the source
+ * is recorded, every file hashed and the manifest written.  *m: the
+ * manifest, for a publish. */
+static int save_and_hash(struct sbx_state *st, struct save *v, int *wd, json_t **m, struct sbx_err *err)
+{
+	struct sbx_snapshot *s = &v->s;
+	const struct sbx_session *src = &v->src;
+	if (work_dir(v->tdir, s, v->wname, sizeof v->wname, wd, err) < 0)
 		return -1;
 	char rel[300];
-	snprintf(rel, sizeof rel, "snapshots/%s/%s", tenant_dir_name(s.tenant), wname);
+	snprintf(rel, sizeof rel, "snapshots/%s/%s", tenant_dir_name(s->tenant), v->wname);
 	uint64_t t0 = sbx_mono_ns();
-	s.created_ns = sbx_now_ns();
-	sbx_fmt_time(s.created_ns, s.created, sizeof s.created);
-	if (sbx_vmctl(st, src.id, SBX_VMCTL_SAVE, rel, NULL, left, o->progress_fd, SAVE_TIMEOUT_MS, NULL, 0, err) < 0) {
-		if (left && err && err->code == SBX_EXIT_TEMPFAIL && strstr(err->msg, "snapshot_bytes")) {
+	s->created_ns = sbx_now_ns();
+	sbx_fmt_time(s->created_ns, s->created, sizeof s->created);
+	if (sbx_vmctl(st, src->id, SBX_VMCTL_SAVE, rel, NULL, v->left, v->o->progress_fd, SAVE_TIMEOUT_MS, NULL, 0,
+		      err) < 0) {
+		if (v->left && err && err->code == SBX_EXIT_TEMPFAIL && strstr(err->msg, "snapshot_bytes")) {
 			snprintf(err->kind, sizeof err->kind, "tenant_quota");
 			snprintf(err->quota, sizeof err->quota, "snapshot_bytes");
 		}
-		goto fail;
+		return -1;
 	}
-	uint64_t save_ms = (sbx_mono_ns() - t0) / 1000000u;
+	v->save_ms = (sbx_mono_ns() - t0) / 1000000u;
 	/* What the source was: recorded so a restore can check it gets the
 	 * same (template content, VMM, acceleration, shape). */
-	snprintf(s.source, sizeof s.source, "%s", src.id);
-	snprintf(s.tmpl_name, sizeof s.tmpl_name, "%s", src.tmpl_name);
-	snprintf(s.tmpl_version, sizeof s.tmpl_version, "%s", src.tmpl_version);
-	template_sha(src.tmpl_dir, s.tmpl_sha256);
-	snprintf(s.kernel, sizeof s.kernel, "%s", src.kernel);
-	snprintf(s.vmm, sizeof s.vmm, "%s", src.vmm);
-	snprintf(s.accel, sizeof s.accel, "%s", src.accel);
-	s.vcpus = src.vcpus;
-	s.memory_mib = src.memory_mib;
-	if (sbx_zdisk_size(wd, "scratch.zst", &s.disk_bytes, err) < 0)
-		goto fail;
+	snprintf(s->source, sizeof s->source, "%s", src->id);
+	snprintf(s->tmpl_name, sizeof s->tmpl_name, "%s", src->tmpl_name);
+	snprintf(s->tmpl_version, sizeof s->tmpl_version, "%s", src->tmpl_version);
+	template_sha(src->tmpl_dir, s->tmpl_sha256);
+	snprintf(s->kernel, sizeof s->kernel, "%s", src->kernel);
+	snprintf(s->vmm, sizeof s->vmm, "%s", src->vmm);
+	snprintf(s->accel, sizeof s->accel, "%s", src->accel);
+	s->vcpus = src->vcpus;
+	s->memory_mib = src->memory_mib;
+	if (sbx_zdisk_size(*wd, "scratch.zst", &s->disk_bytes, err) < 0)
+		return -1;
 	json_t *files = json_object();
 	SHA2_CTX c;
 	SHA256Init(&c);
 	for (size_t i = 0; i < SBX_ARRAY_LEN(data_files); i++) {
 		char sha[65];
 		uint64_t size = 0;
-		if (sha256_file(wd, data_files[i], sha, &size, err) < 0) {
+		if (sha256_file(*wd, data_files[i], sha, &size, err) < 0) {
 			json_decref(files);
-			goto fail;
+			return -1;
 		}
 		json_object_set_new(files, data_files[i], json_pack("{s:I, s:s}", "size", (json_int_t)size, "sha256", sha));
 		char line[200];
 		snprintf(line, sizeof line, "%s %s\n", sha, data_files[i]);
 		SHA256Update(&c, (const uint8_t *)line, strlen(line));
-		s.size += size;
+		s->size += size;
 	}
-	SHA256End(&c, s.content_sha256);
-	json_t *m = manifest_json(&src, &s, files, save_ms);
-	char *txt = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
-	if (!txt) {
-		json_decref(m);
-		sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot write the manifest");
-		goto fail;
-	}
-	int rc = sbx_atomic_write_at(wd, MANIFEST, txt, strlen(txt), 0600, err);
-	free(txt);
-	if (rc == 0 && o->to_template) {
-		rc = publish(st, &src, wd, m, &s, owner, err);
-		if (rc == 0) {
-			sbx_rm_rf_at(tdir, wname);
-			s.is_template = 1;
-			snprintf(s.ref, sizeof s.ref, "template:%s%s%s@%s", owner, owner[0] ? "/" : "", s.name, s.version);
-			if (owner[0])
-				snprintf(s.dir, sizeof s.dir, "%s/" SBX_TEMPLATE_TENANTS "/%s/%s", tbase, owner, final);
-			else
-				snprintf(s.dir, sizeof s.dir, "%s/%s", tbase, final);
-			if (tpl < 0)
-				tpl = sbx_template_ns(st, owner, 0, NULL);
-		}
-	} else if (rc == 0) {
-		/* A tenant's snapshots stay within its snapshot_bytes quota:
-		 * checked under the global lock, so two saves cannot both take
-		 * the last bytes.  The commit point: the name appears with
-		 * everything in it. */
-		_cleanup_close_ int g = s.tenant[0] ? sbx_lock_global(st, err) : -1;
-		if (s.tenant[0] && (g < 0 || snapshot_quota(st, &s, err) < 0))
-			rc = -1;
-		else if (renameat2(tdir, wname, tdir, final, RENAME_NOREPLACE) < 0)
-			rc = errno == EEXIST || errno == ENOTEMPTY
-				     ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "snapshot %s already exists", final)
-				     : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot store snapshot %s", final);
+	SHA256End(&c, s->content_sha256);
+	*m = manifest_json(src, s, files, v->save_ms);
+	_cleanup_free_ char *txt = *m ? json_dumps(*m, JSON_INDENT(2)) : NULL;
+	if (!txt)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot write the manifest");
+	return sbx_atomic_write_at(*wd, MANIFEST, txt, strlen(txt), 0600, err);
+}
+
+/* The commit point: a template published, or the snapshot's name made to
+ * appear with everything in it (a tenant's under the global lock, so two
+ * saves cannot both take the last bytes of its snapshot_bytes). */
+static int save_commit(struct sbx_state *st, struct save *v, int wd, json_t *m, struct sbx_err *err)
+{
+	struct sbx_snapshot *s = &v->s;
+	if (v->o->to_template) {
+		if (publish(st, &v->src, wd, m, s, v->owner, err) < 0)
+			return -1;
+		sbx_rm_rf_at(v->tdir, v->wname);
+		s->is_template = 1;
+		snprintf(s->ref, sizeof s->ref, "template:%s%s%s@%s", v->owner, v->owner[0] ? "/" : "", s->name,
+			 s->version);
+		if (v->owner[0])
+			snprintf(s->dir, sizeof s->dir, "%s/" SBX_TEMPLATE_TENANTS "/%s/%s", v->tbase, v->owner, v->final);
 		else
-			fsync(tdir);
-		sbx_snapshot_set_place(st, s.tenant, &s);
+			snprintf(s->dir, sizeof s->dir, "%s/%s", v->tbase, v->final);
+		if (v->tpl < 0)
+			v->tpl = sbx_template_ns(st, v->owner, 0, NULL);
+		return 0;
 	}
-	json_decref(m);
-	if (rc < 0)
-		goto fail;
-	/* Audited once it exists; one that cannot be audited does not stay. */
-	if (save_audit(st, &s, o->to_template, save_ms, err) < 0) {
-		sbx_err_wrap(err, "cannot write the audit trail, the snapshot was removed");
-		if (err)
-			err->code = SBX_EXIT_INTERNAL;
-		char gone[160];
-		if (s.is_template)
-			snprintf(gone, sizeof gone, ".tmp-snap-rm-%08x", arc4random());
-		else
-			snprintf(gone, sizeof gone, ".rm-%s-%08x", final, arc4random());
-		int at = s.is_template ? tpl : tdir;
-		if (at >= 0 && renameat(at, final, at, gone) == 0)
-			sbx_rm_rf_at(at, gone);
-		return -1;
-	}
-	if (out)
-		*out = s;
-	return 0;
-fail:
-	sbx_rm_rf_at(tdir, wname);
+	int rc = 0;
+	_cleanup_close_ int g = s->tenant[0] ? sbx_lock_global(st, err) : -1;
+	if (s->tenant[0] && (g < 0 || snapshot_quota(st, s, err) < 0))
+		rc = -1;
+	else if (renameat2(v->tdir, v->wname, v->tdir, v->final, RENAME_NOREPLACE) < 0)
+		rc = errno == EEXIST || errno == ENOTEMPTY
+			     ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "snapshot %s already exists", v->final)
+			     : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot store snapshot %s", v->final);
+	else
+		fsync(v->tdir);
+	sbx_snapshot_set_place(st, s->tenant, s);
+	return rc;
+}
+
+/* Audited once it exists; one that cannot be audited does not stay. */
+static int save_audited(struct sbx_state *st, struct save *v, struct sbx_err *err)
+{
+	if (save_audit(st, &v->s, v->o->to_template, v->save_ms, err) == 0)
+		return 0;
+	sbx_err_wrap(err, "cannot write the audit trail, the snapshot was removed");
+	if (err)
+		err->code = SBX_EXIT_INTERNAL;
+	char gone[160];
+	if (v->s.is_template)
+		snprintf(gone, sizeof gone, ".tmp-snap-rm-%08x", arc4random());
+	else
+		snprintf(gone, sizeof gone, ".rm-%s-%08x", v->final, arc4random());
+	int at = v->s.is_template ? v->tpl : v->tdir;
+	if (at >= 0 && renameat(at, v->final, at, gone) == 0)
+		sbx_rm_rf_at(at, gone);
 	return -1;
+}
+
+int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts *o, struct sbx_snapshot *out,
+		      struct sbx_err *err)
+{
+	struct save v = { .o = o, .tdir = -1, .tpl = -1 };
+	_cleanup_close_ int wd = -1;
+	json_t *m = NULL;
+	int rc = save_prepare(st, &v, err);
+	if (rc == 0 && (rc = save_and_hash(st, &v, &wd, &m, err)) == 0)
+		rc = save_commit(st, &v, wd, m, err);
+	json_decref(m);
+	/* The one unwind before the commit: the work directory goes. */
+	if (rc < 0 && v.tdir >= 0 && v.wname[0])
+		sbx_rm_rf_at(v.tdir, v.wname);
+	if (rc == 0)
+		rc = save_audited(st, &v, err);
+	if (rc == 0 && out)
+		*out = v.s;
+	if (v.tdir >= 0)
+		close(v.tdir);
+	if (v.tpl >= 0)
+		close(v.tpl);
+	return rc;
 }
