@@ -164,6 +164,86 @@ static void keep_console(struct mon *m)
 	snprintf(m->boot_console, sizeof m->boot_console, "%s/" BOOT_FAILURES "/%s", m->st.lib, name);
 }
 
+/* The VM is launched: wait for its guest agent's HELLO (or a restored
+ * guest's answer), until the boot deadline; a failure's message carries
+ * the console's last lines and where its whole console was kept. */
+static int boot_wait(struct mon *m, const struct sbx_vm_config *c, int accept_agent, uint64_t t0,
+		     struct sbx_err *err)
+{
+	m->vmm.fd = m->vm.pidfd;
+	mon_ep_mod(m, &m->listen, EPOLLIN, EPOLL_CTL_ADD);
+	if (accept_agent)
+		mon_ep_mod(m, &m->agent_listen, EPOLLIN, EPOLL_CTL_ADD);
+	mon_ep_mod(m, &m->vmm, EPOLLIN, EPOLL_CTL_ADD);
+	if ((m->vmev.fd = m->vm.event_fd) > 0)
+		mon_ep_mod(m, &m->vmev, EPOLLIN, EPOLL_CTL_ADD);
+	if (m->readyp.fd >= 0)
+		mon_ep_mod(m, &m->readyp, 0, EPOLL_CTL_ADD); /* EPOLLERR: the reader closed */
+	unsigned timeout_s = sbx_boot_timeout_s();
+	uint64_t deadline = t0 + (uint64_t)timeout_s * 1000000000u, next_connect = 0;
+	while (!m->ready && !m->vm_dead && !m->stopping && !m->secrets_err[0] && !m->snap.err[0]) {
+		uint64_t now = sbx_mono_ns(), until = deadline;
+		if (now >= deadline)
+			break;
+		warm_check(m);
+		if (m->ready)
+			continue;
+		if (m->warm.deadline && m->warm.deadline < until)
+			until = m->warm.deadline;
+		/* A restored guest says no HELLO: it is told who it is now. */
+		if (m->snap.restoring && !m->snap.told && m->agent.fd >= 0) {
+			if (snap_identity_queue(m, NULL, NULL) < 0)
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send the guest its identity");
+			m->snap.told = 1;
+		}
+		if (!accept_agent && m->agent.fd < 0 && now >= next_connect) {
+			/* Until the guest listens, every ~15 ms. */
+			if (agent_connect(m, c, err) < 0)
+				return -1;
+			next_connect = now + 15000000u;
+		}
+		if (!accept_agent && m->agent.fd < 0 && next_connect < until)
+			until = next_connect;
+		mon_loop_once(m, (int)((until - now) / 1000000u) + 1);
+	}
+	if (m->ready) {
+		sbx_trace_step(&m->boot_tr, "guest_ready");
+		m->s.boot_ms = (sbx_mono_ns() - t0) / 1000000u;
+		return 0;
+	}
+	char tail[400];
+	vmmout_drain_all(m);
+	keep_console(m);
+	/* The tail's end is the news: short enough that the message (512
+	 * bytes) keeps it with the path of the whole console. */
+	size_t tn = m->boot_console[0] ? 240 : sizeof tail;
+	sbx_log_tail(m->run_dfd, m->vm_dead ? "vmm.log" : "console.log", tail, tn);
+	if (!tail[0])
+		sbx_log_tail(m->run_dfd, "console.log", tail, tn);
+	if (m->secrets_err[0])
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest did not take the secrets: %s", m->secrets_err);
+	if (m->snap.err[0])
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest refused its new identity: %s", m->snap.err);
+	if (m->secrets_sent && !m->vm_dead && !m->stopping)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest did not confirm the secrets within %u s", timeout_s);
+	if (m->vm_dead)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VM ended during mon_boot (%s)%s%s%s%s", m->vm_end,
+				   tail[0] ? ": " : "", tail, m->boot_console[0] ? "; whole console: " : "",
+				   m->boot_console);
+	if (m->stopping && m->killed_in_boot)
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s was destroyed (sbx-kill) while it was being created",
+				   m->s.id);
+	if (m->stopping)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "interrupted during mon_boot");
+	if (m->snap.restoring)
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest did not answer within %u s%s%s%s%s",
+				   timeout_s, tail[0] ? "; console: " : "", tail,
+				   m->boot_console[0] ? "; whole console: " : "", m->boot_console);
+	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest agent did not answer within %u s%s%s%s%s", timeout_s,
+			   tail[0] ? "; console: " : "", tail, m->boot_console[0] ? "; whole console: " : "",
+			   m->boot_console);
+}
+
 int mon_boot(struct mon *m, struct sbx_err *err)
 {
 	struct sbx_template t;
@@ -276,77 +356,6 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	if (c.restore_dir && snap_restored(m, err) < 0)
 		return -1;
 	sbx_trace_step(&m->boot_tr, "resume");
-	m->vmm.fd = m->vm.pidfd;
-	mon_ep_mod(m, &m->listen, EPOLLIN, EPOLL_CTL_ADD);
-	if (accept_agent)
-		mon_ep_mod(m, &m->agent_listen, EPOLLIN, EPOLL_CTL_ADD);
-	mon_ep_mod(m, &m->vmm, EPOLLIN, EPOLL_CTL_ADD);
-	if ((m->vmev.fd = m->vm.event_fd) > 0)
-		mon_ep_mod(m, &m->vmev, EPOLLIN, EPOLL_CTL_ADD);
-	if (m->readyp.fd >= 0)
-		mon_ep_mod(m, &m->readyp, 0, EPOLL_CTL_ADD); /* EPOLLERR: the reader closed */
-	unsigned timeout_s = sbx_boot_timeout_s();
-	uint64_t deadline = t0 + (uint64_t)timeout_s * 1000000000u, next_connect = 0;
-	while (!m->ready && !m->vm_dead && !m->stopping && !m->secrets_err[0] && !m->snap.err[0]) {
-		uint64_t now = sbx_mono_ns(), until = deadline;
-		if (now >= deadline)
-			break;
-		warm_check(m);
-		if (m->ready)
-			continue;
-		if (m->warm.deadline && m->warm.deadline < until)
-			until = m->warm.deadline;
-		/* A restored guest says no HELLO: it is told who it is now. */
-		if (m->snap.restoring && !m->snap.told && m->agent.fd >= 0) {
-			if (snap_identity_queue(m, NULL, NULL) < 0)
-				return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send the guest its identity");
-			m->snap.told = 1;
-		}
-		if (!accept_agent && m->agent.fd < 0 && now >= next_connect) {
-			/* Until the guest listens, every ~15 ms. */
-			if (agent_connect(m, &c, err) < 0)
-				return -1;
-			next_connect = now + 15000000u;
-		}
-		if (!accept_agent && m->agent.fd < 0 && next_connect < until)
-			until = next_connect;
-		mon_loop_once(m, (int)((until - now) / 1000000u) + 1);
-	}
-	if (m->ready) {
-		sbx_trace_step(&m->boot_tr, "guest_ready");
-		m->s.boot_ms = (sbx_mono_ns() - t0) / 1000000u;
-		return 0;
-	}
-	char tail[400];
-	vmmout_drain_all(m);
-	keep_console(m);
-	/* The tail's end is the news: short enough that the message (512
-	 * bytes) keeps it with the path of the whole console. */
-	size_t tn = m->boot_console[0] ? 240 : sizeof tail;
-	sbx_log_tail(m->run_dfd, m->vm_dead ? "vmm.log" : "console.log", tail, tn);
-	if (!tail[0])
-		sbx_log_tail(m->run_dfd, "console.log", tail, tn);
-	if (m->secrets_err[0])
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest did not take the secrets: %s", m->secrets_err);
-	if (m->snap.err[0])
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest refused its new identity: %s", m->snap.err);
-	if (m->secrets_sent && !m->vm_dead && !m->stopping)
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest did not confirm the secrets within %u s", timeout_s);
-	if (m->vm_dead)
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VM ended during mon_boot (%s)%s%s%s%s", m->vm_end,
-				   tail[0] ? ": " : "", tail, m->boot_console[0] ? "; whole console: " : "",
-				   m->boot_console);
-	if (m->stopping && m->killed_in_boot)
-		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s was destroyed (sbx-kill) while it was being created",
-				   m->s.id);
-	if (m->stopping)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "interrupted during mon_boot");
-	if (m->snap.restoring)
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest did not answer within %u s%s%s%s%s",
-				   timeout_s, tail[0] ? "; console: " : "", tail,
-				   m->boot_console[0] ? "; whole console: " : "", m->boot_console);
-	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest agent did not answer within %u s%s%s%s%s", timeout_s,
-			   tail[0] ? "; console: " : "", tail, m->boot_console[0] ? "; whole console: " : "",
-			   m->boot_console);
+	return boot_wait(m, &c, accept_agent, t0, err);
 }
 
