@@ -87,19 +87,9 @@ static int policy_save(struct sbx_state *st, const char *id, const struct sbx_po
 
 static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 {
-	l->ttl_ms = p->resources.ttl_ms;
-	l->exec_timeout_default_ms = p->resources.exec_timeout_default_ms;
-	l->exec_timeout_max_ms = p->resources.exec_timeout_max_ms;
-	l->output_cap = p->resources.output_cap;
-	l->output_session_cap = p->resources.output_session_cap;
-	l->exec_memory = p->resources.exec_memory;
-	l->disk_bytes = p->resources.disk;
-	l->pids_per_exec = p->resources.pids_per_exec;
-	l->pids_per_session = p->resources.pids_per_session;
+	sbx_limits_compile(p, l); /* the table's (record.c), then the rest */
 	l->cpu_milli = sbx_policy_cpu_limit_milli(p);
-	l->disk_bps = p->resources.disk_bps;
-	l->disk_iops = p->resources.disk_iops;
-	l->net_rate = p->network.rate;
+	l->ttl_running = p->lifecycle.ttl_counts == SBX_TTL_RUNNING;
 	const struct sbx_policy_paths *from[] = { &p->files.writable, &p->files.exportable };
 	struct sbx_limit_paths *to[] = { &l->writable, &l->exportable };
 	for (int k = 0; k < 2; k++) {
@@ -112,11 +102,6 @@ static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 	l->egress = p->network.egress == SBX_EGRESS_ALLOWLIST;
 	l->max_connections = p->network.max_connections;
 	l->max_bytes = p->network.max_bytes;
-	l->workspace_size = p->workspace.size;
-	l->workspace_retention_ms = p->workspace.retention_ms;
-	l->idle_pause_ms = p->lifecycle.idle_pause_ms;
-	l->idle_suspend_ms = p->lifecycle.idle_suspend_ms;
-	l->ttl_running = p->lifecycle.ttl_counts == SBX_TTL_RUNNING;
 	struct sbx_limit_packages *k = &l->packages;
 	memset(k, 0, sizeof *k);
 	k->mode = p->packages.mode;

@@ -19,6 +19,89 @@
 
 #define RECORD SBX_RECORD_FILE
 
+#define L(f) offsetof(struct sbx_limits, f)
+#define P(f) offsetof(struct sbx_policy, f)
+const struct sbx_limit_field sbx_limit_fields[] = {
+	{ "ttl_ms", SBX_LIMIT_U64, L(ttl_ms), 0, P(resources.ttl_ms) },
+	{ "exec_timeout_default_ms", SBX_LIMIT_U64, L(exec_timeout_default_ms), 0, P(resources.exec_timeout_default_ms) },
+	{ "exec_timeout_max_ms", SBX_LIMIT_U64, L(exec_timeout_max_ms), 0, P(resources.exec_timeout_max_ms) },
+	{ "output_cap", SBX_LIMIT_U64, L(output_cap), 0, P(resources.output_cap) },
+	{ "output_session_cap", SBX_LIMIT_U64, L(output_session_cap), SBX_OUTPUT_SESSION_CAP_DEFAULT,
+	  P(resources.output_session_cap) },
+	{ "exec_memory", SBX_LIMIT_U64, L(exec_memory), 0, P(resources.exec_memory) },
+	{ "disk_bytes", SBX_LIMIT_U64, L(disk_bytes), 0, P(resources.disk) },
+	{ "pids_per_exec", SBX_LIMIT_UINT, L(pids_per_exec), 0, P(resources.pids_per_exec) },
+	{ "pids_per_session", SBX_LIMIT_UINT, L(pids_per_session), 0, P(resources.pids_per_session) },
+	{ "cpu_milli", SBX_LIMIT_UINT, L(cpu_milli), 0, SBX_LIMIT_DERIVED },
+	{ "workspace_size", SBX_LIMIT_U64, L(workspace_size), 0, P(workspace.size) },
+	{ "workspace_retention_ms", SBX_LIMIT_U64, L(workspace_retention_ms), 0, P(workspace.retention_ms) },
+	{ "disk_bps", SBX_LIMIT_U64, L(disk_bps), 0, P(resources.disk_bps) },
+	{ "disk_iops", SBX_LIMIT_UINT, L(disk_iops), 0, P(resources.disk_iops) },
+	{ "net_rate", SBX_LIMIT_U64, L(net_rate), 0, P(network.rate) },
+	{ "idle_pause_ms", SBX_LIMIT_U64, L(idle_pause_ms), 0, P(lifecycle.idle_pause_ms) },
+	{ "idle_suspend_ms", SBX_LIMIT_U64, L(idle_suspend_ms), 0, P(lifecycle.idle_suspend_ms) },
+	{ "ttl_running", SBX_LIMIT_BOOL, L(ttl_running), 0, SBX_LIMIT_DERIVED },
+};
+const size_t sbx_limit_nfields = SBX_ARRAY_LEN(sbx_limit_fields);
+#undef L
+#undef P
+
+/* The value of a field of a limits or a policy struct, as u64. */
+static uint64_t field_get(const void *base, size_t off, enum sbx_limit_type t)
+{
+	const char *b = base;
+	switch (t) {
+	case SBX_LIMIT_U64: { uint64_t v; memcpy(&v, b + off, sizeof v); return v; }
+	case SBX_LIMIT_UINT: { unsigned v; memcpy(&v, b + off, sizeof v); return v; }
+	default: { int v; memcpy(&v, b + off, sizeof v); return v != 0; }
+	}
+}
+
+static void field_set(void *base, size_t off, enum sbx_limit_type t, uint64_t v)
+{
+	char *b = base;
+	if (t == SBX_LIMIT_U64) {
+		memcpy(b + off, &v, sizeof v);
+	} else if (t == SBX_LIMIT_UINT) {
+		unsigned u = (unsigned)v;
+		memcpy(b + off, &u, sizeof u);
+	} else {
+		int i = v != 0;
+		memcpy(b + off, &i, sizeof i);
+	}
+}
+
+void sbx_limits_compile(const struct sbx_policy *p, struct sbx_limits *l)
+{
+	for (size_t i = 0; i < sbx_limit_nfields; i++) {
+		const struct sbx_limit_field *f = &sbx_limit_fields[i];
+		/* the policy's fields are u64 but the pids caps (unsigned) */
+		if (f->policy_off != SBX_LIMIT_DERIVED)
+			field_set(l, f->off, f->type, field_get(p, f->policy_off, f->type));
+	}
+}
+
+static void limits_read(json_t *lo, struct sbx_limits *l)
+{
+	for (size_t i = 0; i < sbx_limit_nfields; i++) {
+		const struct sbx_limit_field *f = &sbx_limit_fields[i];
+		json_t *v = json_object_get(lo, f->key);
+		uint64_t x = !v ? f->absent : f->type == SBX_LIMIT_BOOL ? json_is_true(v) : sbx_json_u64(lo, f->key);
+		field_set(l, f->off, f->type, x);
+	}
+}
+
+static json_t *limits_json(const struct sbx_limits *l)
+{
+	json_t *o = json_object();
+	for (size_t i = 0; o && i < sbx_limit_nfields; i++) {
+		const struct sbx_limit_field *f = &sbx_limit_fields[i];
+		uint64_t v = field_get(l, f->off, f->type);
+		json_object_set_new(o, f->key, f->type == SBX_LIMIT_BOOL ? json_boolean(v) : json_integer((json_int_t)v));
+	}
+	return o;
+}
+
 /* limits.files; absent (a record from before sbx-cp): the policy defaults. */
 static void get_files(json_t *f, struct sbx_limits *l)
 {
@@ -216,23 +299,7 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	s->cpu_ns = sbx_json_u64(o, "cpu_ns");
 	s->mem_peak = sbx_json_u64(o, "mem_peak");
 	json_t *lo = json_object_get(o, "limits");
-	s->limits.ttl_ms = sbx_json_u64(lo, "ttl_ms");
-	s->limits.exec_timeout_default_ms = sbx_json_u64(lo, "exec_timeout_default_ms");
-	s->limits.exec_timeout_max_ms = sbx_json_u64(lo, "exec_timeout_max_ms");
-	s->limits.output_cap = sbx_json_u64(lo, "output_cap");
-	s->limits.output_session_cap = json_object_get(lo, "output_session_cap")
-					       ? sbx_json_u64(lo, "output_session_cap")
-					       : SBX_OUTPUT_SESSION_CAP_DEFAULT;
-	s->limits.exec_memory = sbx_json_u64(lo, "exec_memory");
-	s->limits.disk_bytes = sbx_json_u64(lo, "disk_bytes");
-	s->limits.pids_per_exec = (unsigned)sbx_json_u64(lo, "pids_per_exec");
-	s->limits.pids_per_session = (unsigned)sbx_json_u64(lo, "pids_per_session");
-	s->limits.cpu_milli = (unsigned)sbx_json_u64(lo, "cpu_milli");
-	s->limits.disk_bps = sbx_json_u64(lo, "disk_bps");
-	s->limits.disk_iops = (unsigned)sbx_json_u64(lo, "disk_iops");
-	s->limits.net_rate = sbx_json_u64(lo, "net_rate");
-	s->limits.workspace_size = sbx_json_u64(lo, "workspace_size");
-	s->limits.workspace_retention_ms = sbx_json_u64(lo, "workspace_retention_ms");
+	limits_read(lo, &s->limits);
 	get_files(json_object_get(lo, "files"), &s->limits);
 	get_packages(json_object_get(lo, "packages"), &s->limits.packages);
 	json_t *net = json_object_get(o, "net");
@@ -245,9 +312,6 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	s->suspended_ns = sbx_json_u64(lc, "suspended_ns");
 	s->state_since_ns = sbx_json_u64(lc, "state_since_ns");
 	s->resume_ms = sbx_json_u64(lc, "resume_ms");
-	s->limits.idle_pause_ms = sbx_json_u64(lo, "idle_pause_ms");
-	s->limits.idle_suspend_ms = sbx_json_u64(lo, "idle_suspend_ms");
-	s->limits.ttl_running = json_is_true(json_object_get(lo, "ttl_running"));
 	s->limits.egress = json_is_string(json_object_get(net, "egress")) &&
 			   !strcmp(json_string_value(json_object_get(net, "egress")), "allowlist");
 	s->limits.max_connections = (unsigned)sbx_json_u64(net, "max_connections");
@@ -316,21 +380,7 @@ char *sbx_record_text(const struct sbx_session *s)
 		json_object_set_new(o, "cpu_ns", json_integer((json_int_t)s->cpu_ns));
 		json_object_set_new(o, "mem_peak", json_integer((json_int_t)s->mem_peak));
 	}
-	json_object_set_new(o, "limits",
-			    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i}", "ttl_ms", (json_int_t)l->ttl_ms,
-				      "exec_timeout_default_ms", (json_int_t)l->exec_timeout_default_ms,
-				      "exec_timeout_max_ms", (json_int_t)l->exec_timeout_max_ms, "output_cap",
-				      (json_int_t)l->output_cap, "exec_memory", (json_int_t)l->exec_memory,
-				      "disk_bytes", (json_int_t)l->disk_bytes, "pids_per_exec", (int)l->pids_per_exec,
-				      "pids_per_session", (int)l->pids_per_session, "cpu_milli", (int)l->cpu_milli));
-	json_object_set_new(json_object_get(o, "limits"), "workspace_size", json_integer((json_int_t)l->workspace_size));
-	json_object_set_new(json_object_get(o, "limits"), "disk_bps", json_integer((json_int_t)l->disk_bps));
-	json_object_set_new(json_object_get(o, "limits"), "disk_iops", json_integer((json_int_t)l->disk_iops));
-	json_object_set_new(json_object_get(o, "limits"), "net_rate", json_integer((json_int_t)l->net_rate));
-	json_object_set_new(json_object_get(o, "limits"), "output_session_cap",
-			    json_integer((json_int_t)l->output_session_cap));
-	json_object_set_new(json_object_get(o, "limits"), "workspace_retention_ms",
-			    json_integer((json_int_t)l->workspace_retention_ms));
+	json_object_set_new(o, "limits", limits_json(l));
 	json_object_set_new(json_object_get(o, "limits"), "files", files_json(l));
 	json_object_set_new(json_object_get(o, "limits"), "packages", packages_json(&l->packages));
 	if (s->mac[0]) {
@@ -343,10 +393,6 @@ char *sbx_record_text(const struct sbx_session *s)
 	}
 	if (s->agent_unresponsive_ns)
 		json_object_set_new(o, "agent_unresponsive_ns", json_integer((json_int_t)s->agent_unresponsive_ns));
-	json_t *lim = json_object_get(o, "limits");
-	json_object_set_new(lim, "idle_pause_ms", json_integer((json_int_t)l->idle_pause_ms));
-	json_object_set_new(lim, "idle_suspend_ms", json_integer((json_int_t)l->idle_suspend_ms));
-	json_object_set_new(lim, "ttl_running", json_boolean(l->ttl_running));
 	json_object_set_new(o, "lifecycle",
 			    json_pack("{s:i, s:I, s:I, s:I, s:I}", "suspends", (int)s->suspends, "paused_ns",
 				      (json_int_t)s->paused_ns, "suspended_ns", (json_int_t)s->suspended_ns,

@@ -136,6 +136,27 @@ struct sbx_session {
 	} limits;
 };
 
+/* One field table describes a session's scalar limits (record.c): its key
+ * in session.json's "limits", its type and place in struct sbx_limits,
+ * what a record written before the key existed means, and the compiled
+ * policy's value it comes from (an offset into struct sbx_policy, or
+ * SBX_LIMIT_DERIVED for the few the create computes).  The record is read
+ * and written, and a create compiles the policy into it, through the
+ * table: a new scalar limit is its policy key, its row and its enforcer. */
+enum sbx_limit_type { SBX_LIMIT_U64, SBX_LIMIT_UINT, SBX_LIMIT_BOOL };
+#define SBX_LIMIT_DERIVED ((size_t)-1)
+struct sbx_limit_field {
+	const char *key;
+	enum sbx_limit_type type;
+	size_t off;
+	uint64_t absent;
+	size_t policy_off;
+};
+extern const struct sbx_limit_field sbx_limit_fields[];
+extern const size_t sbx_limit_nfields;
+/* The table's limits from the policy p into l (derived ones left). */
+void sbx_limits_compile(const struct sbx_policy *p, struct sbx_limits *l);
+
 struct sbx_create_opts {
 	const char *id;       /* NULL: generate */
 	const char *tmpl;     /* NAME or NAME@VERSION, default "default" */

@@ -1,10 +1,14 @@
 /* Unit tests for a session's lifecycle accounting (TAP): the running,
  * paused and suspended split sbx-ps shows and ttl_counts: running uses,
  * and the record fields that carry it, through a save and a load. */
+#include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "session.h"
+#include "util.h"
 
 #include "tap.h"
 
@@ -13,6 +17,43 @@
 static int near(double a, double b)
 {
 	return a - b < 1e-6 && b - a < 1e-6;
+}
+
+/* A record written by the code before the limits' field table (c04433e,
+ * a session with a policy that sets every scalar limit): it loads as it
+ * was, the limits added since take what they mean for an old record
+ * (none), and written again it keeps every value. */
+static void old_record(void)
+{
+	char exe[PATH_MAX], path[PATH_MAX + 64];
+	ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (l <= 0) {
+		ok(0, "cannot find the fixture");
+		return;
+	}
+	exe[l] = 0;
+	*strrchr(exe, '/') = 0; /* B/tests */
+	snprintf(path, sizeof path, "%s/../../tests/fixtures/records/c04433e-session.json", exe);
+	char *txt = sbx_read_small_at(AT_FDCWD, path, 1 << 20, NULL);
+	struct sbx_session s, back;
+	ok(txt && sbx_record_parse(txt, "old-record", &s) == 0, "a record written before the field table loads");
+	const struct sbx_limits *k = &s.limits;
+	ok(k->ttl_ms == 7200000 && k->exec_timeout_default_ms == 30000 && k->exec_timeout_max_ms == 600000 &&
+		   k->output_cap == 2097152 && k->output_session_cap == 8388608 && k->exec_memory == 134217728 &&
+		   k->disk_bytes == 1073741824 && k->pids_per_exec == 50 && k->pids_per_session == 200 &&
+		   k->cpu_milli == 500 && k->workspace_size == 268435456 && k->workspace_retention_ms == 259200000 &&
+		   k->idle_pause_ms == 300000 && k->idle_suspend_ms == 3600000 && k->ttl_running == 1,
+	   "every scalar limit as the old code wrote it");
+	ok(k->disk_bps == 0 && k->disk_iops == 0 && k->net_rate == 0, "limits it did not know: none");
+	ok(k->writable.n == 2 && k->max_session_transfer == 1073741824 && !strcmp(k->packages.policy, "p.yaml"),
+	   "files and packages as before");
+	char *again = sbx_record_text(&s);
+	ok(again && sbx_record_parse(again, "old-record", &back) == 0 &&
+		   !memcmp(&back.limits, &s.limits, sizeof s.limits),
+	   "written and read again, the limits are the same");
+	free(again);
+	free(txt);
+	ok(sbx_limit_nfields >= 18, "the table describes the scalar limits");
 }
 
 int main(void)
@@ -82,5 +123,6 @@ int main(void)
 	ok(sbx_state_live("suspended") && !sbx_state_up("suspended") && sbx_state_live("running") &&
 		   !sbx_state_live("crashed"),
 	   "suspended is live but not up");
+	old_record();
 	return tap_done();
 }
