@@ -623,6 +623,21 @@ static int admit(struct sbx_state *st, const struct sbx_create_opts *o, const st
 	return 0;
 }
 
+/* A claim that failed after its commit: the session it made goes (by its
+ * monitor, or here as sbx-kill would), then the global lock is taken again
+ * for the cold boot, with the ID free once more. */
+static int undo_claim(struct sbx_state *st, int *g, const char *id, struct sbx_err *err)
+{
+	int gone;
+	sbx_session_destroy(st, id, &gone, NULL);
+	if ((*g = sbx_lock_global(st, err)) < 0)
+		return -1;
+	if (faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
+	    faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is being created or destroyed", id);
+	return 0;
+}
+
 /* Record intent first (every resource is named by the ID, so a create
  * killed at any point leaves only what sbx-kill and sbx-gc reclaim),
  * release the global lock (*g), start the monitor and wait for the guest.
@@ -717,6 +732,8 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	sbx_trace_step(&tr, "lock");
 	if (!o->pool && !o->snapshot && sbx_pool_request_fits(o, pl.pol)) {
 		r = sbx_pool_claim(st, &g, s, pl.pol, &sec, err);
+		if (r == SBX_POOL_UNDO)
+			r = undo_claim(st, &g, s->id, err);
 		sbx_trace_step(&tr, "claim");
 		if (r != 0) {
 			sbx_trace_end(&tr, r > 0);

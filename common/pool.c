@@ -90,25 +90,18 @@ static size_t find_members(struct sbx_state *st, const struct sbx_session *s, st
 	return k;
 }
 
-enum { NOT_CLAIMED = 0, CLAIMED = 1, TRY_ANOTHER = 2 };
+enum { NOT_CLAIMED = 0, CLAIMED = 1, TRY_ANOTHER = 3 };
 
-/* A claim that failed after its commit: the session under s->id is
- * destroyed (by its monitor, or here as sbx-kill would), then the global
- * lock is taken again for the cold boot, with the ID free once more. */
-static int undo(struct sbx_state *st, int *g, const char *id, struct sbx_err *err)
+/* A claim that failed after its commit: the session under s->id must go
+ * before the create boots cold; that is the create's to do (create.c),
+ * with the global lock released here. */
+static int undo(int *g)
 {
-	int gone;
 	if (*g >= 0) {
 		close(*g);
 		*g = -1;
 	}
-	sbx_session_destroy(st, id, &gone, NULL);
-	if ((*g = sbx_lock_global(st, err)) < 0)
-		return -1;
-	if (faccessat(st->sessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
-	    faccessat(st->rsessions_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
-		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is being created or destroyed", id);
-	return NOT_CLAIMED;
+	return SBX_POOL_UNDO;
 }
 
 static int claim_one(struct sbx_state *st, int *g, const char *member, struct sbx_session *s, const char *pol,
@@ -160,7 +153,7 @@ static int claim_one(struct sbx_state *st, int *g, const char *member, struct sb
 		 * exists now, it is the member's doing: undo it. */
 		if (faccessat(st->sessions_fd, s->id, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
 		    faccessat(st->rsessions_fd, s->id, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
-			return undo(st, g, s->id, err);
+			return undo(g);
 		return TRY_ANOTHER;
 	}
 	/* Committed: the session exists under its ID, and is finished
@@ -181,7 +174,7 @@ static int claim_one(struct sbx_state *st, int *g, const char *member, struct sb
 	sbx_trace_step(&tr, "claimed");
 	if (r < 0 || f.type != SBX_F_CLAIMED) {
 		sbx_trace_end(&tr, 0);
-		return undo(st, g, s->id, err);
+		return undo(g);
 	}
 	char id[SBX_ID_MAX + 1];
 	snprintf(id, sizeof id, "%s", s->id);

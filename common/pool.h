@@ -57,9 +57,12 @@ int sbx_pool_member_fits(const struct sbx_session *m, const struct sbx_session *
  * effective policy), with
  * the global lock held in *g.  1: claimed, s is the session's record, *g
  * released.  0: no member was claimed; *g held and the ID still free, boot
- * cold.  -1: err set.  A member taken out of the pool (claimed, or
+ * cold.  SBX_POOL_UNDO: a claim committed, then failed: the session under
+ * s->id exists and is the caller's to destroy before it boots cold (*g
+ * released).  -1: err set.  A member taken out of the pool (claimed, or
  * destroyed by a claim that failed) is replaced: sbx_pool_refill, started
  * once the claim is over. */
+#define SBX_POOL_UNDO 2
 int sbx_pool_claim(struct sbx_state *st, int *g, struct sbx_session *s, const struct sbx_policy *p,
 		   const struct sbx_secrets *sec, struct sbx_err *err);
 /* Start `sbx-gc --pool-only` detached (posix_spawn, own session, stdio
