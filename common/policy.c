@@ -31,7 +31,7 @@
 
 /* ---- Schema ---- */
 
-enum kind { K_U32, K_SIZE, K_DUR, K_BOOL, K_CPU, K_ENUM, K_FN };
+enum kind { K_U32, K_SIZE, K_DUR, K_BOOL, K_CPU, K_ENUM, K_STR, K_FN };
 #define F_ZERO 1u /* 0 is allowed besides min..max ("none") */
 #define F_MIB 2u  /* a whole number of MiB */
 
@@ -42,6 +42,10 @@ struct key {
 	uint64_t min, max;
 	unsigned flags;
 	const char *const *enums;
+	/* K_STR: the string's checker, which writes what it keeps (the text,
+	 * or its normal form) into out (size: the field's), or sets why. */
+	int (*check)(const char *s, char *out, size_t size, char *why, size_t whyn);
+	size_t size;
 	int (*fn)(struct sbx_yaml *c, void *obj, const char *path);
 };
 
@@ -92,6 +96,7 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 	case K_SIZE: r = sbx_parse_size(s, &v); break;
 	case K_DUR: r = sbx_parse_duration_ms(s, &v); break;
 	case K_CPU: r = sbx_parse_milli(s, &v); break;
+	case K_STR: return k->check(s, f, k->size, why, n);
 	case K_FN: return sbx_policy_whyf(why, n, "not a scalar key");
 	}
 	if (r < 0 && errno == ERANGE)
@@ -283,17 +288,47 @@ static int v_resources(struct sbx_yaml *c, void *obj, const char *path)
 
 /* ---- network ---- */
 
-static int v_domain(struct sbx_yaml *c, void *obj, const char *path)
+/* K_STR checkers: each keeps the text (or its normal form) in out. */
+static int c_domain(const char *s, char *out, size_t size, char *why, size_t whyn)
 {
-	struct sbx_policy_rule *r = obj;
-	const char *s = sbx_yaml_scalar(c, path);
-	char why[300];
-	if (!s)
+	return sbx_policy_check_domain(s, true, out, size, why, whyn);
+}
+
+static int c_url(const char *s, char *out, size_t size, char *why, size_t whyn)
+{
+	if (sbx_policy_check_url(s, why, whyn) < 0)
 		return -1;
-	if (sbx_policy_check_domain(s, true, r->domain, sizeof r->domain, why, sizeof why) < 0)
-		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
+	snprintf(out, size, "%s", s);
 	return 0;
 }
+
+static int c_secret_name(const char *s, char *out, size_t size, char *why, size_t whyn)
+{
+	if (sbx_policy_check_ident(s, true, SBX_POLICY_NAME_LEN - 1) < 0)
+		return sbx_policy_whyf(why, whyn, "'%s' is not a secret name ([A-Z_][A-Z0-9_]*, at most %d)",
+				       SBX_YAML_SHOW(s), SBX_POLICY_NAME_LEN - 1);
+	snprintf(out, size, "%s", s);
+	return 0;
+}
+
+static int c_env_name(const char *s, char *out, size_t size, char *why, size_t whyn)
+{
+	if (sbx_policy_check_ident(s, false, size - 1) < 0)
+		return sbx_policy_whyf(why, whyn, "'%s' is not an environment variable name", SBX_YAML_SHOW(s));
+	snprintf(out, size, "%s", s);
+	return 0;
+}
+
+static int c_path(const char *s, char *out, size_t size, char *why, size_t whyn)
+{
+	if (sbx_policy_check_path(s, why, whyn) < 0)
+		return -1;
+	snprintf(out, size, "%s", s);
+	return 0;
+}
+
+#define K_STRING(n, type, field, fn) \
+	{ .name = (n), .kind = K_STR, .off = offsetof(type, field), .size = sizeof(((type *)0)->field), .check = (fn) }
 
 static int v_cidr(struct sbx_yaml *c, void *obj, const char *path)
 {
@@ -332,7 +367,7 @@ static int v_ports(struct sbx_yaml *c, void *obj, const char *path)
 }
 
 static const struct key rule_keys[] = {
-	{ .name = "domain", .kind = K_FN, .fn = v_domain },
+	K_STRING("domain", struct sbx_policy_rule, domain, c_domain),
 	{ .name = "cidr", .kind = K_FN, .fn = v_cidr },
 	{ .name = "ports", .kind = K_FN, .fn = v_ports },
 };
@@ -389,19 +424,6 @@ static int v_network(struct sbx_yaml *c, void *obj, const char *path)
 
 /* ---- packages ---- */
 
-static int v_url(struct sbx_yaml *c, void *obj, const char *path)
-{
-	struct sbx_policy_registry *r = obj;
-	const char *s = sbx_yaml_scalar(c, path);
-	char why[300];
-	if (!s)
-		return -1;
-	if (sbx_policy_check_url(s, why, sizeof why) < 0)
-		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
-	snprintf(r->url, sizeof r->url, "%s", s);
-	return 0;
-}
-
 const char *const sbx_policy_registry_names[] = { "pypi", "npm", NULL };
 
 static const struct key registry_keys[] = {
@@ -409,7 +431,7 @@ static const struct key registry_keys[] = {
      .kind = K_ENUM,
      .off = offsetof(struct sbx_policy_registry, type),
      .enums = sbx_policy_registry_names},
-    {.name = "url", .kind = K_FN, .fn = v_url},
+    K_STRING("url", struct sbx_policy_registry, url, c_url),
 };
 
 static int registry_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
@@ -504,48 +526,10 @@ static int v_files(struct sbx_yaml *c, void *obj, const char *path)
 
 /* ---- secrets ---- */
 
-static int v_secret_name(struct sbx_yaml *c, void *obj, const char *path)
-{
-	struct sbx_policy_secret *sec = obj;
-	const char *s = sbx_yaml_scalar(c, path);
-	if (!s)
-		return -1;
-	if (sbx_policy_check_ident(s, true, SBX_POLICY_NAME_LEN - 1) < 0)
-		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a secret name ([A-Z_][A-Z0-9_]*, at most %d)", path,
-			     SBX_YAML_SHOW(s), SBX_POLICY_NAME_LEN - 1);
-	snprintf(sec->name, sizeof sec->name, "%s", s);
-	return 0;
-}
-
-static int v_from_env(struct sbx_yaml *c, void *obj, const char *path)
-{
-	struct sbx_policy_secret *sec = obj;
-	const char *s = sbx_yaml_scalar(c, path);
-	if (!s)
-		return -1;
-	if (sbx_policy_check_ident(s, false, sizeof sec->from_env - 1) < 0)
-		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not an environment variable name", path, SBX_YAML_SHOW(s));
-	snprintf(sec->from_env, sizeof sec->from_env, "%s", s);
-	return 0;
-}
-
-static int v_from_file(struct sbx_yaml *c, void *obj, const char *path)
-{
-	struct sbx_policy_secret *sec = obj;
-	const char *s = sbx_yaml_scalar(c, path);
-	char why[300];
-	if (!s)
-		return -1;
-	if (sbx_policy_check_path(s, why, sizeof why) < 0)
-		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
-	snprintf(sec->from_file, sizeof sec->from_file, "%s", s);
-	return 0;
-}
-
 static const struct key secret_keys[] = {
-	{ .name = "name", .kind = K_FN, .fn = v_secret_name },
-	{ .name = "from_env", .kind = K_FN, .fn = v_from_env },
-	{ .name = "from_file", .kind = K_FN, .fn = v_from_file },
+	K_STRING("name", struct sbx_policy_secret, name, c_secret_name),
+	K_STRING("from_env", struct sbx_policy_secret, from_env, c_env_name),
+	K_STRING("from_file", struct sbx_policy_secret, from_file, c_path),
 };
 
 static int secret_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
