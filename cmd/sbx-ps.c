@@ -11,7 +11,7 @@
 
 #include "cli.h"
 #include "capacity.h"
-#include "egress.h"
+#include "netlog.h"
 #include "execrec.h"
 #include "session.h"
 #include "util.h"

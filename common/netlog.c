@@ -1,7 +1,7 @@
 /* Reading a session's connection log (LIB/sessions/ID/net.log, written by
  * its proxy, proxy/) for sbx-ps --net: the client layer's reader of the
  * proxy's one output format. */
-#include "egress.h"
+#include "netlog.h"
 #include "session.h"
 #include "util.h"
 

@@ -7,7 +7,7 @@
 #include "monitor.h"
 #include "netns.h"
 #include "peer.h"
-#include "egress.h"
+#include "netlog.h"
 #include "audit.h"
 #include "cgroup.h"
 #include "disk.h"

@@ -32,7 +32,7 @@ for src in tests/fuzz/fuzz-*.c; do
 		# the deny list.
 		deps=(proxy/pkgcache.c proxy/http.c proxy/names.c proxy/upstream.c proxy/pypi.c proxy/npm.c
 			proxy/store.c common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c
-			common/err.c common/egress.c "${policy[@]}" common/units.c common/yamlstrict.c common/hostconf.c
+			common/err.c proxy/egress.c "${policy[@]}" common/units.c common/yamlstrict.c common/hostconf.c
 			common/budget.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
 	fuzz-tar)
@@ -40,7 +40,7 @@ for src in tests/fuzz/fuzz-*.c; do
 		deps=(common/tarcheck.c common/err.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs libarchive jansson libbsd-overlay)" ;;
 	fuzz-egress)
-		deps=(common/egress.c)
+		deps=(proxy/egress.c)
 		read -ra libs <<<"$(pkg-config --cflags jansson)" ;;
 	fuzz-audit)
 		# hostconf.c (and its size parser) for audit retention's settings.

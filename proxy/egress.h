@@ -1,7 +1,8 @@
 /* Network egress of a session (policy network.egress: allowlist): what the
  * session's proxy (libexec/sbx/sbx-proxy) does, in two halves.
  *
- * egress.c, pure functions over hostile bytes (bounded, no I/O, fuzzed by
+ * egress.c (here, in proxy/: only the proxy parses these bytes), pure
+ * functions over hostile bytes (bounded, no I/O, fuzzed by
  * tests/fuzz/fuzz-egress.c): the host name a connection asks for (TLS SNI
  * or HTTP Host), DNS queries and answers, the allowlist and the fixed deny
  * list.
@@ -123,17 +124,4 @@ int sbx_egress_in_subnet(const struct sockaddr *sa, const struct sockaddr *ifa, 
  * and the package cache check before they connect anywhere.  NULL, or why
  * not. */
 const char *sbx_egress_denied_here(const struct sockaddr *sa);
-/* The session's connection log (LIB/sessions/ID/net.log) as a JSON array
- * of its records, oldest first; empty for a session without network.  4
- * when the session does not exist. */
-int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct sbx_err *err);
-/* What the session's proxy refused since the logs held net_off and pkg_off
- * bytes (the sizes when an exec started), under the session directory
- * dfd: {"egress": {"denied", "first"}, "dns": {...}, "packages":
- * {"refused", "first"}}, counts and the first few destinations.  Reads at
- * most 4 MiB of each log; NULL only when out of memory.  dfd -1: no logs,
- * the zero counts. */
-#define SBX_VIOLATIONS_FIRST 5
-json_t *sbx_netlog_violations(int dfd, uint64_t net_off, uint64_t pkg_off);
-
 #endif
