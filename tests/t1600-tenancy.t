@@ -96,7 +96,7 @@ is "$(jq -r '.template | [.name, .owner, .dir] | join(" ")' "$L/sessions/$b/sess
    "b's session is from the shipped default, the operator's (its record names the owner)"
 is "$(sbx-ps --tenant b --json "$b" | jq -r '.[0].template_owner')" operator "sbx-ps names the template's owner"
 schema ps.json "sbx-ps --json matches its schema" < <(sbx-ps --tenant b --json "$b")
-like "$(sbx-ps --tenant b --no-headers "$b")" "	b	operator$" "its text line too (last column)"
+like "$(sbx-ps --tenant b --no-headers "$b")" "	b	operator	-	[0-9]+/[0-9]+/-$" "its text line too (TENANT TEMPLATE_OWNER, then NET and PIDS)"
 
 # --- a tenant that may publish: into its own namespace, never over another owner's ---------
 printf 'templates:\n  publishers: [a]\n' >"$CONF"
