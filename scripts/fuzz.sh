@@ -16,8 +16,10 @@ for src in tests/fuzz/fuzz-*.c; do
 		deps=("${policy[@]}" common/units.c common/yamlstrict.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson)" ;;
 	fuzz-tmplspec)
-		# state.c for the ID allowlist.
-		deps=(common/tmplspec.c common/yamlstrict.c common/state.c common/err.c common/util.c)
+		# state.c for the ID allowlist, and hostconf.c (with units.c)
+		# for the sbx.yaml check it makes as it opens the state.
+		deps=(common/tmplspec.c common/yamlstrict.c common/state.c common/hostconf.c common/units.c common/err.c
+			common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs yaml-0.1 jansson libbsd-overlay)" ;;
 	fuzz-hostconf)
 		# policy.c for its size parser.
