@@ -60,6 +60,7 @@ int main(int argc, char **argv)
 	struct sbx_err err = { 0 };
 	if (sbx_state_open(&st, &err) < 0 || sbx_state_scope(&st, tenant, &err) < 0) {
 		sbx_err_print("sbx-kill", &err, json);
+		sbx_cli_free_ids(ids);
 		return err.code;
 	}
 	/* Check every ID before touching anything: bad input changes nothing. */
