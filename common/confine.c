@@ -461,10 +461,6 @@ static void child_fds(const struct sbx_confine *c)
 	for (int i = 0; i < 3; i++)
 		if (c->fds[i] != i && dup2(c->fds[i], i) < 0)
 			_exit(125);
-	if (c->keep_fd >= 0) {
-		int fl = fcntl(c->keep_fd, F_GETFD);
-		fcntl(c->keep_fd, F_SETFD, fl & ~FD_CLOEXEC);
-	}
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);

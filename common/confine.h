@@ -59,8 +59,7 @@ struct sbx_confine {
 	 * own and its /dev a tmpfs holding the minimal /dev, both made
 	 * beneath the tree without following any link of its.  NULL: none. */
 	const char *chroot_tree;
-	int fds[3];  /* the step's stdin, stdout and stderr */
-	int keep_fd; /* one more fd the step inherits (a lock), or -1 */
+	int fds[3]; /* the step's stdin, stdout and stderr */
 	/* sbx_confine_spawn_host: its one directory, shown to it alone as
 	 * /tmp/work (a tmpfs over /tmp in a mount namespace of its own: the
 	 * directories above it need not be its to search), its working

@@ -150,7 +150,7 @@ static int run_step(struct build *b, const struct step *st, struct sbx_err *err)
 	int in = st->feed ? pipefd[0] : st->in_fd >= 0 ? st->in_fd : null;
 	struct sbx_confine c = { .base = b->slot.base, .binds = st->binds, .nbinds = st->nbinds,
 				 .chroot_tree = st->chroot_tree, .fds = { in, out >= 0 ? out : b->logfd, b->logfd },
-				 .keep_fd = -1, .keep = st->keep, .nkeep = st->nkeep,
+				 .keep = st->keep, .nkeep = st->nkeep,
 				 .work = st->how == HOST_UID ? st->work : NULL };
 	struct sbx_err e = { 0 };
 	if (st->how == HOST)
