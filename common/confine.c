@@ -14,6 +14,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/openat2.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -405,7 +406,7 @@ static _Noreturn void inside(const struct sbx_confine *c, sbx_confine_fn fn, voi
 /* The namespaces' first process (the user namespace's creator): it makes
  * the others, forks their PID 1 and reports its end. */
 static _Noreturn void creator(const struct sbx_confine *c, sbx_confine_fn fn, void *arg, int sync_w, int go_r,
-			      int report_fd)
+			      int report_fd, pid_t parent)
 {
 	if (unshare(CLONE_NEWUSER) < 0)
 		fail("a user namespace");
@@ -434,17 +435,31 @@ static _Noreturn void creator(const struct sbx_confine *c, sbx_confine_fn fn, vo
 	}
 	if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
 		fail("root in the user namespace");
+	/* A change of uid clears the death signal (prctl(2)): armed again,
+	 * else a build killed now leaves this step running, and its work
+	 * directory locked, to its end. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(125);
 	if (unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) < 0)
 		fail("namespaces");
+	/* PID 1 of the namespace sees its parent as 0 (getppid), so it asks
+	 * this pidfd whether we died before its death signal was armed. */
+	int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (self < 0)
+		fail("pidfd_open");
 	pid_t pid = fork();
 	if (pid < 0)
 		fail("fork");
 	if (pid == 0) {
-		/* PID 1 of its namespace, whose getppid() is 0: the creator
-		 * (itself killed with the build) cannot die before this. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		struct pollfd pf = { .fd = self, .events = POLLIN };
+		if (poll(&pf, 1, 0) != 0)
+			_exit(125);
+		close(self);
 		inside(c, fn, arg, report_fd, &h);
 	}
+	close(self);
 	for (unsigned i = 0; i < c->nbinds; i++)
 		close(h.bind[i]);
 	for (size_t i = 0; i < SBX_ARRAY_LEN(dev_nodes); i++)
@@ -496,7 +511,7 @@ pid_t sbx_confine_spawn(const struct sbx_confine *c, sbx_confine_fn fn, void *ar
 		close(sync[0]);
 		close(go[1]);
 		child_fds(c);
-		creator(c, fn, arg, sync[1], go[0], report_fd);
+		creator(c, fn, arg, sync[1], go[0], report_fd, parent);
 	}
 	if (report_fd >= 0)
 		close(report_fd);

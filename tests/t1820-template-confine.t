@@ -143,6 +143,34 @@ unchanged n2 "the host file is unchanged"
 grep -q 'GET /n2' "$TEST_TMP/http.log"; is "$?" 1 "the loopback service saw no request"
 kill "$http" 2>/dev/null; wait "$http" 2>/dev/null
 
+# --- a confined step dies with its build ----------------------------------------
+# Its death signal was lost when it took root in its user namespace (a
+# change of uid clears it), so a build killed with SIGKILL left the step
+# running to its end, its work directory locked: forever, for this one.
+printf '#!/bin/sh\nexec sleep 98765\n' >"$TEST_TMP/env4"
+archive "$TEST_TMP/n4.tar" "$tree" "
+drop('usr/bin/env')
+entries.append(entry('usr/bin/env', open('$TEST_TMP/env4','rb').read(), mode=0o755))
+entries.append(entry('usr/bin/apt-get', b'#!/bin/sh\\nexit 0\\n', mode=0o755))
+entries.append(entry('etc/os-release', b'VERSION_CODENAME=bookworm\\n'))
+"
+sbx-template import n4 "$TEST_TMP/n4.tar" >/dev/null; ok $? "a base whose /usr/bin/env never returns imports"
+printf 'from: n4\npackages: [hello]\n' >"$S/n4.yaml"
+hung() { ps -eo uid=,args= | awk -v b=$((0x58000000)) '$1 >= b && $2 == "sleep" && $3 == "98765"' | wc -l; }
+sbx-template build n4b -f "$S/n4.yaml" >/dev/null 2>&1 &
+bp=$!
+for _ in $(seq 600); do [ "$(hung)" -gt 0 ] && break; sleep 0.1; done
+is "$(hung)" 1 "a packages: build over it hangs in its confined step"
+kill -9 "$bp"; wait "$bp" 2>/dev/null
+for _ in $(seq 300); do [ "$(hung)" = 0 ] && break; sleep 0.1; done
+is "$(hung)" 0 "killed with SIGKILL, the build takes its step with it"
+for _ in $(seq 100); do
+	sbx-gc --grace 0 >/dev/null 2>&1
+	[ -z "$(find "$T" -maxdepth 1 -name '.tmp-build-n4b-*')" ] && break
+	sleep 0.2
+done
+is "$(find "$T" -maxdepth 1 -name '.tmp-build-n4b-*' | wc -l)" 0 "and sbx-gc reclaims its work directory"
+
 # --- N3: a tenant's files -----------------------------------------------------
 mkdir -p "$SBX_ROOT/etc/sbx" "$TEST_TMP/in/pub"
 cat >"$SBX_ROOT/etc/sbx/sbx.yaml" <<EOF
