@@ -41,11 +41,17 @@ MON_SRC = $(filter-out monitor/main.c,$(wildcard monitor/*.c))
 MON_OBJ = $(MON_SRC:monitor/%.c=$(B)/obj/monitor/%.o)
 PROXY_SRC = $(filter-out proxy/main.c,$(wildcard proxy/*.c))
 PROXY_OBJ = $(PROXY_SRC:proxy/%.c=$(B)/obj/proxy/%.o)
+# sbx-serve (serve/): a command, but a daemon's layout; libmicrohttpd and
+# OpenSSL's libcrypto are its own.
+SERVE_SRC = $(filter-out serve/main.c,$(wildcard serve/*.c))
+SERVE_OBJ = $(SERVE_SRC:serve/%.c=$(B)/obj/serve/%.o)
+SERVE_CFLAGS := $(shell pkg-config --cflags libmicrohttpd libcrypto)
+SERVE_LIBS := $(shell pkg-config --libs libmicrohttpd libcrypto)
 CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit sbx-snapshot sbx-template sbx-port
 # guest-init and sbx-mkcpio beside the helper: its kernel step makes a
 # template's initramfs from them.
 LIBEXEC = sbx-monitor sbx-proxy sbx-template-helper guest-init sbx-mkcpio
-BINS = $(CMDS:%=$(B)/bin/%) $(LIBEXEC:%=$(B)/libexec/sbx/%)
+BINS = $(CMDS:%=$(B)/bin/%) $(B)/bin/sbx-serve $(LIBEXEC:%=$(B)/libexec/sbx/%)
 UNIT_SRC = $(wildcard tests/unit/*.c)
 UNITS = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 MANS = $(wildcard man/*.[1-8])
@@ -64,6 +70,10 @@ $(B)/obj/proxy/%.o: proxy/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -Iproxy -c $< -o $@
 
+$(B)/obj/serve/%.o: serve/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(SERVE_CFLAGS) -Iserve -c $< -o $@
+
 $(B)/libsbx.a: $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^
@@ -75,6 +85,10 @@ $(B)/bin/%: cmd/%.c $(B)/libsbx.a
 $(B)/libexec/sbx/sbx-monitor: monitor/main.c $(MON_OBJ) $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -Imonitor $< $(MON_OBJ) $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+
+$(B)/bin/sbx-serve: serve/main.c $(SERVE_OBJ) $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(SERVE_CFLAGS) -Iserve $< $(SERVE_OBJ) $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) $(SERVE_LIBS) -o $@
 
 $(B)/libexec/sbx/sbx-proxy: proxy/main.c $(PROXY_OBJ) $(B)/libsbx.a
 	@mkdir -p $(@D)
@@ -208,7 +222,7 @@ clean:
 check-unit: $(UNITS)
 	SBX_BUILD=$(abspath $(B)) prove -v tests/t0001-unit.t
 
--include $(wildcard $(B)/obj/*.d $(B)/obj/monitor/*.d $(B)/obj/proxy/*.d $(B)/bin/*.d $(B)/libexec/sbx/*.d $(B)/tests/*.d $(B)/tools/*.d)
+-include $(wildcard $(B)/obj/*.d $(B)/obj/monitor/*.d $(B)/obj/proxy/*.d $(B)/obj/serve/*.d $(B)/bin/*.d $(B)/libexec/sbx/*.d $(B)/tests/*.d $(B)/tools/*.d)
 
 .PHONY: all image python-image check check-unit asan fuzz bench install clean lint-man
 .DELETE_ON_ERROR:

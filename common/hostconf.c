@@ -391,6 +391,51 @@ static int templates_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, vo
 	}
 }
 
+/* serve.users: NAME or UID to a tenant ID. */
+static int serve_user(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf_serve *sv = obj;
+	const char *s = sbx_yaml_scalar(c, path);
+	if (!s)
+		return -1;
+	size_t kl = strlen(key);
+	if (!kl || kl >= sizeof sv->users[0].user || strspn(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != kl ||
+	    key[0] == '-')
+		return sbx_yaml_failm(c, km, "serve.users: '%s' is not a user name or uid", SBX_YAML_SHOW(key));
+	if (!name_ok(s, strlen(s)) || !strcmp(s, "_") || !strcasecmp(s, "operator"))
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a tenant ID", path, SBX_YAML_SHOW(s));
+	if (sv->nusers == SBX_SERVE_USERS_MAX)
+		return sbx_yaml_failm(c, km, "serve.users: more than %d users", SBX_SERVE_USERS_MAX);
+	snprintf(sv->users[sv->nusers].user, sizeof sv->users[0].user, "%s", key);
+	snprintf(sv->users[sv->nusers].tenant, sizeof sv->users[0].tenant, "%s", s);
+	sv->nusers++;
+	return 0;
+}
+
+static int serve_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf_serve *sv = obj;
+	(void)km;
+	if (!strcmp(key, "users"))
+		return walk_map(c, path, NULL, serve_user, sv);
+	const char *s = sbx_yaml_scalar(c, path);
+	if (!s)
+		return -1;
+	if (!strcmp(key, "socket")) {
+		if (s[0] != '/' || strlen(s) >= sizeof sv->socket)
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: expected an absolute path of at most %zu bytes",
+					      path, sizeof sv->socket - 1);
+		snprintf(sv->socket, sizeof sv->socket, "%s", s);
+		return 0;
+	}
+	const char *colon = strrchr(s, ':');
+	if (!colon || colon == s || !colon[1] || strlen(s) >= sizeof sv->listen ||
+	    strspn(colon + 1, "0123456789") != strlen(colon + 1))
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: expected ADDRESS:PORT, as 127.0.0.1:49982", path);
+	snprintf(sv->listen, sizeof sv->listen, "%s", s);
+	return 0;
+}
+
 static int top_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf *hc = obj;
@@ -413,6 +458,10 @@ static int top_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *ob
 	if (!strcmp(key, "secrets")) {
 		static const char *const keys[] = { "env_allow", NULL };
 		return walk_map(c, "secrets", keys, secrets_key, &hc->paths);
+	}
+	if (!strcmp(key, "serve")) {
+		static const char *const skeys[] = { "listen", "socket", "users", NULL };
+		return walk_map(c, path, skeys, serve_key, &hc->serve);
 	}
 	if (!strcmp(key, "templates")) {
 		static const char *const tkeys[] = { "publishers", NULL };
@@ -441,7 +490,8 @@ int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 		return -1;
 	}
 	int rc = -1;
-	static const char *const keys[] = { "audit", "host_paths", "packages", "pool", "quotas", "secrets", "templates", NULL };
+	static const char *const keys[] = { "audit",  "host_paths", "packages", "pool", "quotas",
+					    "secrets", "serve",      "templates", NULL };
 	if (sbx_yaml_next(&c) < 0 || sbx_yaml_next(&c) < 0)
 		goto out;
 	if (c.ev.type == YAML_STREAM_END_EVENT) {
@@ -467,6 +517,7 @@ out:
 	sbx_yaml_close(&c);
 	if (rc < 0) {
 		hc->npool = hc->npublishers = 0;
+		memset(&hc->serve, 0, sizeof hc->serve); /* nor any user a tenant */
 		memset(&hc->paths, 0, sizeof hc->paths); /* a bad file grants nothing */
 		memset(&hc->quotas, 0, sizeof hc->quotas);
 	}

@@ -108,6 +108,19 @@ uint64_t sbx_hostconf_reserve(const struct sbx_hostconf_audit *a, uint64_t fs_by
  * and a day of N5's flood would be 2 GB without it. */
 #define SBX_AUDIT_SESSION_MAX_DEFAULT (64ull << 20)
 
+/* serve: sbx-serve(8)'s listeners, and which host users are which
+ * tenants on its unix socket (root is the operator; others are refused). */
+#define SBX_SERVE_USERS_MAX 64
+struct sbx_hostconf_serve {
+	char socket[108]; /* "": RUN/serve.sock */
+	char listen[64];  /* ADDR:PORT of a TCP listener (API keys); "": none */
+	struct sbx_serve_user {
+		char user[33]; /* a user name, or a uid in decimal */
+		char tenant[64];
+	} users[SBX_SERVE_USERS_MAX];
+	unsigned nusers;
+};
+
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */
 	struct sbx_hostconf_audit audit;
@@ -120,6 +133,7 @@ struct sbx_hostconf {
 	 * own (sbx-snapshot save --template); none by default. */
 	char publishers[SBX_PUBLISHERS_MAX][64];
 	unsigned npublishers;
+	struct sbx_hostconf_serve serve;
 };
 
 /* The quota that applies to tenant (per_tenant, overridden key by key by

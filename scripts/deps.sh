@@ -6,6 +6,8 @@ PKGS=(
 	build-essential pkg-config
 	libjansson-dev libbsd-dev libmd-dev libarchive-dev libyaml-dev libseccomp-dev
 	libcurl4-openssl-dev libxml2-dev
+	# sbx-serve: its HTTP server, and OpenSSL (base64, constant-time compare, TLS)
+	libmicrohttpd-dev libssl-dev
 	libnl-3-dev libnl-route-3-dev libnftables-dev nftables iproute2 util-linux
 	qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs lz4 zstd libzstd-dev
 	jq mandoc procps python3 python3-yaml clang libclang-rt-14-dev curl

@@ -14,25 +14,27 @@
 #   npm_registry_stop                  ends it and waits for it
 NPM_FIXTURE=$(cd "$(dirname "${BASH_SOURCE[0]}")/fixtures/verdaccio" && pwd)
 
-# The install is keyed by the lockfile, so a change to the pins installs
-# anew beside the old one.  Two tests installing at once serialize.
-npm_registry_install() {
-	local cache=${SBX_CACHE:-/var/cache/sbx} key dir tmp lock
+# npm_fixture_install FIXTURE NAME: FIXTURE's package.json and lockfile
+# installed (npm ci) under SBX_CACHE/NAME/KEY, keyed by the lockfile, so
+# a change to the pins installs anew beside the old one; NPM_DIR says
+# where, NPM_WHY why not.  Two tests installing at once serialize.
+npm_fixture_install() {
+	local fixture=$1 name=$2 cache=${SBX_CACHE:-/var/cache/sbx} key dir tmp lock
 	command -v npm >/dev/null && command -v node >/dev/null || { NPM_WHY="the host has no node and npm (scripts/deps.sh)"; return 1; }
-	key=$(cat "$NPM_FIXTURE/package.json" "$NPM_FIXTURE/package-lock.json" | sha256sum | cut -c1-12)
-	dir=$cache/verdaccio/$key
-	VERDACCIO=$dir/node_modules/verdaccio/bin/verdaccio
+	key=$(cat "$fixture/package.json" "$fixture/package-lock.json" | sha256sum | cut -c1-12)
+	dir=$cache/$name/$key
+	NPM_DIR=$dir
 	[ -f "$dir/.complete" ] && return 0
-	mkdir -p "$cache/verdaccio" || { NPM_WHY="cannot make $cache/verdaccio"; return 1; }
-	exec {lock}>"$cache/verdaccio/.lock"
+	mkdir -p "$cache/$name" || { NPM_WHY="cannot make $cache/$name"; return 1; }
+	exec {lock}>"$cache/$name/.lock"
 	flock "$lock"
 	if [ ! -f "$dir/.complete" ]; then
-		tmp=$(mktemp -d "$cache/verdaccio/.$key.tmp.XXXXXX")
-		cp "$NPM_FIXTURE/package.json" "$NPM_FIXTURE/package-lock.json" "$tmp/"
+		tmp=$(mktemp -d "$cache/$name/.$key.tmp.XXXXXX")
+		cp "$fixture/package.json" "$fixture/package-lock.json" "$tmp/"
 		# npm ci: exactly the lockfile's versions, their integrity checked.
 		if ! (cd "$tmp" && npm ci --no-audit --no-fund --ignore-scripts --cache "$tmp/.npm-cache" \
 			--userconfig /dev/null >"$tmp/install.log" 2>&1); then
-			NPM_WHY="npm ci of verdaccio failed: $(tail -3 "$tmp/install.log" | tr '\n' ' ')"
+			NPM_WHY="npm ci of $name failed: $(tail -3 "$tmp/install.log" | tr '\n' ' ')"
 			rm -rf "$tmp"; exec {lock}>&-; return 1
 		fi
 		rm -rf "$tmp/.npm-cache" "$dir"
@@ -41,6 +43,11 @@ npm_registry_install() {
 		mv "$tmp" "$dir"
 	fi
 	exec {lock}>&-
+}
+
+npm_registry_install() {
+	npm_fixture_install "$NPM_FIXTURE" verdaccio || return 1
+	VERDACCIO=$NPM_DIR/node_modules/verdaccio/bin/verdaccio
 }
 
 npm_registry_start() {

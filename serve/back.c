@@ -1,0 +1,392 @@
+/* sbx-serve's back: root, acting for the front (serve.h, wire.h).  Each
+ * call is served by a child of its own (a create takes seconds, an exec
+ * as long as its command), which works out who asks, scopes the state to
+ * that tenant, and answers on the call's own socket. */
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "audit.h"
+#include "exec_client.h"
+#include "keys.h"
+#include "policy.h"
+#include "serve.h"
+#include "session.h"
+#include "template.h"
+#include "util.h"
+#include "wire.h"
+
+int serve_back_init(struct serve_back *b, struct sbx_err *err)
+{
+	b->keys_fd = b->meta_fd = -1;
+	if (sbx_state_open(&b->st, err) < 0 || sbx_hostconf_load(&b->hc, err) < 0)
+		return -1;
+	if ((b->keys_fd = serve_keys_dir(&b->st, err)) < 0)
+		return -1;
+	_cleanup_close_ int s = openat(b->st.lib_fd, "serve", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (s < 0 || (mkdirat(s, "sandboxes", 0700) < 0 && errno != EEXIST) ||
+	    (b->meta_fd = openat(s, "sandboxes", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open %s/serve/sandboxes", b->st.lib);
+	return 0;
+}
+
+static json_t *meta_load(struct serve_back *b, const char *id)
+{
+	char name[SBX_ID_MAX + 8];
+	if (sbx_id_check(id, "sandbox ID", NULL) < 0)
+		return NULL;
+	snprintf(name, sizeof name, "%s.json", id);
+	_cleanup_close_ int fd = openat(b->meta_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > (1 << 20))
+		return NULL;
+	return json_loadfd(fd, 0, NULL);
+}
+
+/* An envd call (in-sandbox: run, files) names its sandbox and carries the
+ * token its create handed out; the sandbox's tenant is the caller's. */
+static int token_check(struct serve_back *b, const struct serve_req *r, char *tenant, char *who, struct sbx_err *err)
+{
+	json_t *m = meta_load(b, r->id);
+	const char *tok = json_string_value(json_object_get(m, "token"));
+	const char *t = json_string_value(json_object_get(m, "tenant"));
+	int ok = tok && t && strlen(tok) == strlen(r->token) && CRYPTO_memcmp(tok, r->token, strlen(tok)) == 0 &&
+		 strlen(t) <= SBX_ID_MAX;
+	if (ok) {
+		snprintf(tenant, SBX_ID_MAX + 1, "%s", t);
+		snprintf(who, 64, "token:%.40s", r->id);
+	}
+	json_decref(m);
+	/* A wrong token and an unknown sandbox look alike. */
+	return ok ? 0 : sbx_err_set(err, SBX_EXIT_NOENT, 0, "no sandbox %.64s", r->id);
+}
+
+/* Who asks: the API key's tenant, or the unix peer's by serve.users
+ * (root: the operator).  who names the principal in the audit trail. */
+static int principal(struct serve_back *b, const struct serve_req *r, int peer, char *tenant, char *who,
+		     struct sbx_err *err)
+{
+	if (peer >= 0) {
+		struct ucred cr;
+		socklen_t l = sizeof cr;
+		if (getsockopt(peer, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0)
+			return sbx_err_set(err, SERVE_EXIT_NOPERM, errno, "who is asking cannot be told");
+		snprintf(who, 64, "uid:%u", (unsigned)cr.uid);
+		tenant[0] = 0;
+		if (cr.uid == 0)
+			return 0;
+		char uid[16], buf[1024];
+		snprintf(uid, sizeof uid, "%u", (unsigned)cr.uid);
+		struct passwd pw, *pp = NULL;
+		getpwuid_r(cr.uid, &pw, buf, sizeof buf, &pp);
+		for (unsigned i = 0; i < b->hc.serve.nusers; i++) {
+			const struct sbx_serve_user *u = &b->hc.serve.users[i];
+			if (!strcmp(u->user, uid) || (pp && !strcmp(u->user, pp->pw_name))) {
+				snprintf(tenant, SBX_ID_MAX + 1, "%s", u->tenant);
+				return 0;
+			}
+		}
+		return sbx_err_set(err, SERVE_EXIT_NOPERM, 0, "uid %u is no tenant of this service (serve.users in sbx.yaml)",
+				   (unsigned)cr.uid);
+	}
+	if (r->token[0] && r->id[0])
+		return token_check(b, r, tenant, who, err);
+	char id[SERVE_KEY_ID_LEN + 1];
+	int ok = serve_key_check(b->keys_fd, r->key, tenant, SBX_ID_MAX + 1, id, err);
+	if (ok < 0)
+		return -1;
+	if (!ok)
+		return sbx_err_set(err, SERVE_EXIT_NOPERM, 0, "invalid API key");
+	snprintf(who, 64, "key:%s", id);
+	return 0;
+}
+
+static int reply_json(int sock, json_t *j, const int *fds, unsigned nfds)
+{
+	char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	int rc = t ? serve_send(sock, t, strlen(t), fds, nfds) : -1;
+	free(t);
+	return rc;
+}
+
+static int reply_err(int sock, const struct sbx_err *e)
+{
+	return reply_json(sock, json_pack("{s:b, s:i, s:s}", "ok", 0, "code", e->code ? e->code : SBX_EXIT_INTERNAL,
+					  "message", e->msg[0] ? e->msg : "failed"),
+			  NULL, 0);
+}
+
+/* RFC 3339, UTC, of a CLOCK_REALTIME time in ns. */
+static void rfc3339(uint64_t ns, char *out, size_t n)
+{
+	time_t t = (time_t)(ns / 1000000000u);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* What E2B says of a sandbox: sbx's record, and what the create kept. */
+static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
+{
+	char started[40], end[40];
+	json_t *meta = meta_load(b, s->id);
+	json_t *md = json_object_get(meta, "metadata");
+	const char *tmpl = json_string_value(json_object_get(meta, "template"));
+	uint64_t ttl = (uint64_t)json_integer_value(json_object_get(meta, "timeout"));
+	rfc3339(s->created_ns, started, sizeof started);
+	rfc3339(s->created_ns + ttl * 1000000000u, end, sizeof end);
+	const char *live = sbx_session_live_state(&b->st, s);
+	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:s, s:O}", "sandboxID", s->id, "templateID",
+			      tmpl ? tmpl : s->tmpl_name, "clientID", "sbx", "startedAt", started, "endAt", end,
+			      "cpuCount", (int)s->vcpus, "memoryMB", (int)s->memory_mib, "envdVersion",
+			      SERVE_ENVD_VERSION, "state", !strcmp(live, "paused") || !strcmp(live, "suspended") ? "paused" : "running",
+			      "metadata", md ? md : json_object());
+	json_decref(meta);
+	if (j && !md)
+		json_object_set_new(j, "metadata", json_object());
+	return j;
+}
+
+static int op_create(struct serve_back *b, const struct serve_req *r, const char *tenant, int sock,
+		     struct sbx_err *err)
+{
+	struct sbx_policy pol;
+	char ttl[32];
+	unsigned timeout = r->timeout_s ? r->timeout_s : 300;
+	sbx_policy_defaults(&pol);
+	snprintf(ttl, sizeof ttl, "%us", timeout);
+	if (sbx_policy_set(&pol, "resources.ttl", ttl, err) < 0)
+		return -1;
+	struct sbx_create_opts o = { .tmpl = r->tmpl[0] ? r->tmpl : "base", .policy = &pol,
+				     .tenant = tenant[0] ? tenant : NULL, .env = (const char *const *)r->env,
+				     .nenv = (unsigned)r->nenv, .progress_fd = -1, .vcpus = pol.resources.vcpus,
+				     .memory_mib = (unsigned)(pol.resources.memory >> 20) };
+	struct sbx_session s;
+	int existed;
+	if (sbx_session_create(&b->st, &o, &s, &existed, err) < 0)
+		return -1;
+	unsigned char rnd[24];
+	char token[2 * sizeof rnd + 1];
+	if (RAND_bytes(rnd, sizeof rnd) != 1)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot make the sandbox's access token");
+	for (size_t i = 0; i < sizeof rnd; i++)
+		snprintf(token + 2 * i, 3, "%02x", rnd[i]);
+	json_t *meta = json_pack("{s:s, s:O?, s:i, s:s, s:s}", "template", o.tmpl, "metadata", r->metadata, "timeout",
+				 (int)timeout, "tenant", tenant, "token", token);
+	char *t = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+	json_decref(meta);
+	char name[SBX_ID_MAX + 8];
+	snprintf(name, sizeof name, "%s.json", s.id);
+	struct sbx_err ignored = { 0 };
+	if (t)
+		sbx_atomic_write_at(b->meta_fd, name, t, strlen(t), 0600, &ignored);
+	free(t);
+	json_t *j = sandbox_json(b, &s);
+	json_object_set_new(j, "ok", json_true());
+	json_object_set_new(j, "envdAccessToken", json_string(token));
+	explicit_bzero(token, sizeof token);
+	return reply_json(sock, j, NULL, 0);
+}
+
+static int op_list(struct serve_back *b, int sock, struct sbx_err *err)
+{
+	char **ids;
+	size_t n;
+	if (sbx_session_list(&b->st, &ids, &n, err) < 0)
+		return -1;
+	json_t *a = json_array();
+	for (size_t i = 0; i < n; i++) {
+		struct sbx_session s;
+		struct sbx_err e = { 0 };
+		if (sbx_session_lookup(&b->st, ids[i], &s, &e) == 0 && !s.pool &&
+		    sbx_state_live(sbx_session_live_state(&b->st, &s)))
+			json_array_append_new(a, sandbox_json(b, &s));
+		free(ids[i]);
+	}
+	free(ids);
+	return reply_json(sock, json_pack("{s:b, s:o}", "ok", 1, "sandboxes", a), NULL, 0);
+}
+
+static int op_get(struct serve_back *b, const struct serve_req *r, int sock, int with_token, struct sbx_err *err)
+{
+	struct sbx_session s;
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_lookup(&b->st, r->id, &s, err) < 0)
+		return -1;
+	if (!sbx_state_live(sbx_session_live_state(&b->st, &s)))
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "sandbox %s is not running", r->id);
+	json_t *j = sandbox_json(b, &s);
+	json_object_set_new(j, "ok", json_true());
+	if (with_token) { /* connect: what a create handed out, again */
+		json_t *m = meta_load(b, s.id);
+		json_object_set(j, "envdAccessToken", json_object_get(m, "token"));
+		json_decref(m);
+	}
+	return reply_json(sock, j, NULL, 0);
+}
+
+static int op_kill(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
+{
+	int gone = 0;
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_visible(&b->st, r->id, err) < 0 ||
+	    sbx_session_destroy(&b->st, r->id, &gone, err) < 0)
+		return -1;
+	char name[SBX_ID_MAX + 8];
+	snprintf(name, sizeof name, "%s.json", r->id);
+	unlinkat(b->meta_fd, name, 0);
+	return reply_json(sock, json_pack("{s:b, s:b}", "ok", 1, "gone", gone), NULL, 0);
+}
+
+static int op_templates(struct serve_back *b, const char *tenant, int sock, struct sbx_err *err)
+{
+	json_t *list;
+	if (sbx_template_list(&b->st, tenant[0] ? tenant : NULL, NULL, &list, err) < 0)
+		return -1;
+	return reply_json(sock, json_pack("{s:b, s:o}", "ok", 1, "templates", list), NULL, 0);
+}
+
+/* The command's output goes to pipes whose read ends the front gets
+ * first; how it ended follows on the call's socket once it has. */
+static int op_exec(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
+{
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_visible(&b->st, r->id, err) < 0)
+		return -1;
+	int out[2] = { -1, -1 }, er[2] = { -1, -1 }, in[2] = { -1, -1 };
+	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(er, O_CLOEXEC) < 0 || (r->stdin_open && pipe2(in, O_CLOEXEC) < 0)) {
+		int e = errno;
+		for (int i = 0; i < 2; i++) {
+			if (out[i] >= 0)
+				close(out[i]);
+			if (er[i] >= 0)
+				close(er[i]);
+		}
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot start the command");
+	}
+	int fds[3] = { out[0], er[0], in[1] };
+	int rc = reply_json(sock, json_pack("{s:b, s:s}", "ok", 1, "started", "yes"), fds, r->stdin_open ? 3 : 2);
+	close(out[0]);
+	close(er[0]);
+	if (in[1] >= 0)
+		close(in[1]);
+	if (rc < 0) {
+		close(out[1]);
+		close(er[1]);
+		if (in[0] >= 0)
+			close(in[0]);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "the front went away");
+	}
+	struct sbx_exec_opts o = { .in_fd = in[0], .out_fd = out[1], .err_fd = er[1], .tty_fd = -1 };
+	o.req.argv = r->argv;
+	o.req.argc = r->argc;
+	o.req.env = r->env;
+	o.req.envc = r->nenv;
+	o.req.cwd = r->cwd[0] ? (char *)r->cwd : NULL;
+	if (!strcmp(r->user, "root"))
+		o.req.have_uid = o.req.have_gid = 1;
+	struct sbx_exec_result res;
+	memset(&res, 0, sizeof res);
+	rc = sbx_exec_run(&b->st, r->id, &o, &res, err);
+	close(out[1]);
+	close(er[1]);
+	if (in[0] >= 0)
+		close(in[0]);
+	if (rc < 0)
+		return -1;
+	return reply_json(sock,
+			  json_pack("{s:b, s:s, s:i, s:i, s:i}", "ok", 1, "exec_id", res.exec_id, "status",
+				    (int)res.exit.status, "signal", (int)res.exit.signo, "reason", (int)res.exit.reason),
+			  NULL, 0);
+}
+
+static int audit_call(struct serve_back *b, const struct serve_req *r, const char *who, const struct sbx_err *e)
+{
+	json_t *f = json_pack("{s:s, s:s, s:s, s:i}", "principal", who, "op", serve_op_name(r->op), "session",
+			      r->id[0] ? r->id : "-", "code", e->code);
+	struct sbx_err ignored = { 0 };
+	return sbx_audit_append(&b->st, "serve.call", f, &ignored);
+}
+
+/* One call, in a child of its own. */
+static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n, int sock, int peer)
+{
+	struct serve_req r;
+	struct sbx_err err = { 0 };
+	char tenant[SBX_ID_MAX + 1] = "", who[64] = "?";
+	int rc = serve_req_decode(msg, n, &r, &err);
+	if (rc == 0 && (rc = principal(b, &r, peer, tenant, who, &err)) == 0)
+		rc = sbx_state_scope(&b->st, tenant[0] ? tenant : NULL, &err);
+	if (peer >= 0)
+		close(peer);
+	if (rc == 0) {
+		switch (r.op) {
+		case SERVE_OP_CREATE: rc = op_create(b, &r, tenant, sock, &err); break;
+		case SERVE_OP_GET: rc = op_get(b, &r, sock, 0, &err); break;
+		case SERVE_OP_CONNECT: rc = op_get(b, &r, sock, 1, &err); break;
+		case SERVE_OP_LIST: rc = op_list(b, sock, &err); break;
+		case SERVE_OP_KILL: rc = op_kill(b, &r, sock, &err); break;
+		case SERVE_OP_EXEC: rc = op_exec(b, &r, sock, &err); break;
+		case SERVE_OP_TEMPLATES: rc = op_templates(b, tenant, sock, &err); break;
+		case SERVE_OP_WHOAMI:
+			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who), NULL, 0);
+			break;
+		default: rc = sbx_err_set(&err, SBX_EXIT_INVALID, 0, "%s is not served yet", serve_op_name(r.op));
+		}
+	}
+	if (rc < 0)
+		reply_err(sock, &err);
+	if (r.op && r.op != SERVE_OP_LIST && r.op != SERVE_OP_GET && r.op != SERVE_OP_WHOAMI &&
+	    r.op != SERVE_OP_TEMPLATES)
+		audit_call(b, &r, who, &err);
+	serve_req_free(&r);
+	_exit(rc < 0 ? 1 : 0);
+}
+
+int serve_back_run(struct serve_back *b, int ctl, pid_t front, volatile int *stop, struct sbx_err *err)
+{
+	static char msg[SERVE_MSG_MAX + 1];
+	while (!*stop) {
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			;
+		struct pollfd p = { .fd = ctl, .events = POLLIN };
+		int k = poll(&p, 1, 1000);
+		if (k < 0 && errno != EINTR)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "poll");
+		if (k <= 0)
+			continue;
+		int fds[2];
+		unsigned nfds;
+		ssize_t n = serve_recv(ctl, msg, sizeof msg, fds, &nfds, 2);
+		if (n == 0 && nfds == 0)
+			return 0; /* the front is gone */
+		if (n < 0) {
+			if (errno == EINTR || errno == EMSGSIZE)
+				continue;
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "the front's socket");
+		}
+		if (nfds < 1) /* nowhere to answer */
+			continue;
+		pid_t pid = fork();
+		if (pid == 0) {
+			signal(SIGTERM, SIG_DFL);
+			signal(SIGINT, SIG_DFL);
+			close(ctl);
+			serve_call(b, msg, (size_t)n, fds[0], nfds > 1 ? fds[1] : -1);
+		}
+		for (unsigned i = 0; i < nfds; i++)
+			close(fds[i]);
+	}
+	(void)front;
+	return 0;
+}

@@ -1,0 +1,71 @@
+/* Between sbx-serve's two halves.  The front (unprivileged: it parses
+ * HTTP) sends the back (root: it acts) one request per call, as a JSON
+ * object on a SOCK_SEQPACKET socket of its own, whose other end travels
+ * with the request over the control socket; the back answers there (and,
+ * for an exec, passes the output pipes and sends how it ended).
+ *
+ * The back trusts nothing the front says about who asks: a TCP request
+ * carries the API key it came with, which the back checks; a unix socket
+ * request carries the client's connection itself, whose peer credentials
+ * the back reads. */
+#ifndef SBX_SERVE_WIRE_H
+#define SBX_SERVE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "err.h"
+
+#define SERVE_MSG_MAX (256u << 10)
+#define SERVE_ARGV_MAX 256
+#define SERVE_ENV_MAX 128
+#define SERVE_META_MAX 64
+#define SERVE_STR_MAX 4096
+
+enum serve_op {
+	SERVE_OP_CREATE = 1,
+	SERVE_OP_GET,
+	SERVE_OP_LIST,
+	SERVE_OP_KILL,
+	SERVE_OP_EXEC,
+	SERVE_OP_SIGNAL,
+	SERVE_OP_TEMPLATES,
+	SERVE_OP_WHOAMI,
+	SERVE_OP_CONNECT,
+};
+
+/* A request as the back decodes it: every string checked for length and
+ * NULs, every list bounded. */
+struct serve_req {
+	enum serve_op op;
+	char key[64];       /* the API key presented ("" over the unix socket) */
+	char token[64];     /* the sandbox's access token (X-Access-Token), for envd calls */
+	char id[64];        /* a sandbox (session) ID */
+	char tmpl[130];     /* create: the template */
+	unsigned timeout_s; /* create: seconds to live; 0: the default */
+	json_t *metadata;   /* create: string to string (owned) */
+	char **env;         /* create, exec: NAME=VALUE, NULL-terminated (owned) */
+	size_t nenv;
+	char **argv; /* exec (owned) */
+	size_t argc;
+	char cwd[SERVE_STR_MAX];
+	char user[64];
+	int stdin_open;   /* exec: the client will send input */
+	unsigned exec_no; /* signal: the exec's number as the front numbered it */
+	char exec_id[16]; /* signal: sbx's exec ID */
+	int signo;
+};
+
+/* 0, or -1 with err (3) naming what is wrong. */
+int serve_req_decode(const char *buf, size_t n, struct serve_req *r, struct sbx_err *err);
+void serve_req_free(struct serve_req *r);
+const char *serve_op_name(enum serve_op op);
+
+/* One message with up to 4 fds (SCM_RIGHTS). */
+int serve_send(int sock, const void *buf, size_t n, const int *fds, unsigned nfds);
+/* One message (at most cap bytes, NUL-terminated: cap - 1 of data) and
+ * the fds it carried (the rest closed); -1 on error, 0 at the end. */
+ssize_t serve_recv(int sock, char *buf, size_t cap, int *fds, unsigned *nfds, unsigned max_fds);
+
+#endif

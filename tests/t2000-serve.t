@@ -1,0 +1,134 @@
+#!/bin/bash
+# sbx-serve (issue 37): the E2B API over sbx.  The real E2B JS SDK (pinned
+# in tests/fixtures/e2b-sdk, installed with npm ci) creates, runs and
+# kills against the service with only E2B_API_URL, E2B_SANDBOX_URL and
+# E2B_API_KEY set; then the attacks, with curl: no key, a wrong key,
+# another tenant's sandbox, an envd call without its sandbox's token or
+# with another's, hostile JSON, an oversized body, path tricks; the unix
+# socket's callers told apart by their uid; and the front's own
+# confinement (uid, capabilities, namespaces).
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib-npm.sh"
+require_vm
+command -v curl >/dev/null || skip_all "curl not installed"
+if ! ls "$SBX_TEMPLATES"/python@*/manifest.json >/dev/null 2>&1; then
+	[ "${SBX_REQUIRE_PYTHON:-0}" = 1 ] || skip_all "no python template built (make python-image)"
+fi
+top=$(cd "$(dirname "$0")/.." && pwd)
+if ! npm_fixture_install "$top/tests/fixtures/e2b-sdk" e2b-sdk; then
+	[ "${SBX_REQUIRE_NODE:-0}" = 1 ] || skip_all "$NPM_WHY"
+	ok 1 "the E2B SDK installs: $NPM_WHY"
+	done_testing
+fi
+SDK=$NPM_DIR/node_modules/e2b
+L=$SBX_ROOT/var/lib/sbx
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+U=http://127.0.0.1:$port
+SOCK=$SBX_ROOT/run/sbx-serve/serve.sock
+mkdir -p "$SBX_ROOT/etc/sbx"
+cat >"$SBX_ROOT/etc/sbx/sbx.yaml" <<EOF2
+serve:
+  users: {"54321": carol}
+EOF2
+
+# --- keys ------------------------------------------------------------------------
+KA=$(sbx-serve key add --tenant alice 2>"$TEST_TMP/err"); ok $? "sbx-serve key add --tenant alice"
+like "$KA" '^e2b_[0-9a-f]{40}$' "prints a key in E2B's format, and only it"
+like "$(cat "$TEST_TMP/err")" 'key [0-9a-f]{12} for tenant alice' "its ID on stderr"
+KB=$(sbx-serve key add --tenant bob 2>/dev/null)
+idb=$(sbx-serve key list --json | jq -r '.[] | select(.tenant == "bob") | .id')
+like "$idb" '^[0-9a-f]{12}$' "key list --json names bob's key ($idb)"
+! grep -rqF "${KA#e2b_}" "$L/serve/keys"; ok $? "the keys are stored hashed, not as text"
+is "$(stat -c %a "$L/serve/keys")" 700 "in a root-only directory"
+sbx-serve key add >/dev/null 2>&1; is "$?" 2 "key add without a tenant: 2"
+sbx-serve key add --tenant operator >/dev/null 2>&1; is "$?" 3 "key add for a reserved name: 3"
+sbx-serve key rm 000000000000 >/dev/null 2>&1; is "$?" 4 "key rm of an unknown ID: 4"
+sbx-serve key rm ../../x >/dev/null 2>&1; is "$?" 3 "key rm of a path: 3"
+
+# --- the service -----------------------------------------------------------------
+sbx-serve --listen "127.0.0.1:$port" >"$TEST_TMP/serve.log" 2>&1 &
+srv=$!
+for _ in $(seq 100); do curl -sf "$U/health" >/dev/null && break; sleep 0.1; done
+curl -sf "$U/health" >/dev/null; ok $? "sbx-serve --listen 127.0.0.1:$port answers"
+[ -S "$SOCK" ]; ok $? "and listens on $SOCK"
+front=$(pgrep -P "$srv" | head -n1)
+st=$(grep -E '^(Uid|CapEff|NoNewPrivs|Seccomp):' "/proc/$front/status" | tr -s '\t ' ' ' | tr '\n' ' ')
+like "$st" "Uid: $((0x5b000000 + (3 << 22) + front)) " "the front (HTTP parser) runs as a uid of its own ($st)"
+like "$st" 'CapEff: 0000000000000000' "with no capabilities"
+like "$st" 'NoNewPrivs: 1 Seccomp: 2' "no_new_privs, under seccomp"
+[ "$(readlink "/proc/$front/ns/net")" != "$(readlink /proc/self/ns/net)" ]; ok $? "in a network namespace of its own"
+is "$(ls "/proc/$front/root/" 2>/dev/null | wc -l)" 0 "with an empty root"
+
+# --- the real SDK ------------------------------------------------------------------
+ver=$(jq -r .version "$SDK/package.json")
+diag "e2b $ver on node $(node --version)"
+E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KA E2B_SDK=$SDK/dist/index.mjs SBX_TEMPLATE=python \
+	timeout 600 node --test --test-reporter=tap "$top/tests/serve/sdk.test.mjs" >"$TEST_TMP/sdk.tap" 2>&1
+rc=$?
+pass=$(grep -c '^# pass' "$TEST_TMP/sdk.tap" >/dev/null && sed -n 's/^# pass //p' "$TEST_TMP/sdk.tap")
+total=$(sed -n 's/^# tests //p' "$TEST_TMP/sdk.tap")
+[ "$rc" = 0 ] || sed 's/^/#   /' "$TEST_TMP/sdk.tap" | tail -40
+is "$rc" 0 "the E2B SDK $ver's tests (tests/serve/sdk.test.mjs): ${pass:-0} of ${total:-?} pass"
+grep -q '"type":"serve.call".*"principal":"key:' "$L/audit.log"; ok $? "the SDK's calls are audited under its key's ID"
+
+# --- the attacks, with curl ----------------------------------------------------------
+api() { # api KEY METHOD PATH [BODY]: the status, the body in $TEST_TMP/body
+	curl -s -o "$TEST_TMP/body" -w '%{http_code}' -X "$2" ${1:+-H "X-API-Key: $1"} \
+		-H 'Content-Type: application/json' ${4:+--data-binary "$4"} "$U$3"
+}
+is "$(api '' GET /sandboxes)" 401 "no key: 401"
+is "$(api e2b_0000000000000000000000000000000000000000 GET /sandboxes)" 401 "a wrong key: 401"
+is "$(api "$KA"x GET /sandboxes)" 401 "a malformed key: 401"
+code=$(api "$KA" POST /sandboxes '{"templateID":"python","timeout":300}')
+is "$code" 201 "alice creates a sandbox: 201"
+sa=$(jq -r .sandboxID "$TEST_TMP/body"); tok=$(jq -r .envdAccessToken "$TEST_TMP/body")
+like "$tok" '^[0-9a-f]{48}$' "with an access token for its envd calls"
+is "$(sbx-ps --json --tenant alice | jq -r '.[0].session')" "$sa" "it is an sbx session of tenant alice"
+is "$(api "$KB" GET "/sandboxes/$sa")" 404 "bob cannot see it: 404"
+is "$(api "$KB" DELETE "/sandboxes/$sa")" 404 "nor kill it: 404"
+is "$(api "$KB" GET /sandboxes) $(jq length "$TEST_TMP/body")" "200 0" "bob's list is empty"
+start() { # start TOKEN SANDBOX: a Start call's status and body
+	python3 -c 'import sys, struct; m = b"{\"process\":{\"cmd\":\"/bin/echo\",\"args\":[\"hi\"]}}"
+sys.stdout.buffer.write(b"\0" + struct.pack(">I", len(m)) + m)' >"$TEST_TMP/start"
+	curl -s -o "$TEST_TMP/out" -w '%{http_code}' -H "E2b-Sandbox-Id: $2" ${1:+-H "X-Access-Token: $1"} \
+		-H 'Content-Type: application/connect+json' --data-binary @"$TEST_TMP/start" "$U/process.Process/Start"
+}
+is "$(start "$tok" "$sa")" 200 "a Start with the sandbox's token: 200"
+grep -q '"stdout":"aGkK"' "$TEST_TMP/out"; ok $? "and its output"
+start '' "$sa" >/dev/null; grep -q '"code":"unauthenticated"' "$TEST_TMP/out"; ok $? "without the token: unauthenticated"
+start "${tok%?}0" "$sa" >/dev/null; grep -q '"code":"not_found"' "$TEST_TMP/out"; ok $? "with a wrong token: not found"
+is "$(api "$KA" POST /sandboxes '{"templateID":')" 400 "broken JSON: 400"
+is "$(api "$KA" POST /sandboxes '[1,2]')" 400 "JSON that is not an object: 400"
+is "$(api "$KA" POST /sandboxes '{"templateID":"python","timeout":-1}')" 400 "a negative timeout: 400"
+is "$(api "$KA" POST /sandboxes '{"templateID":"../../etc","timeout":1}')" 400 "a template name with a path: 400"
+is "$(api "$KA" POST /sandboxes '{"templateID":"python","envVars":{"A=B":"x"}}')" 400 "an env name with '=': 400"
+head -c 2000000 /dev/zero | tr '\0' ' ' >"$TEST_TMP/big"
+is "$(curl -s -o /dev/null -w '%{http_code}' -H "X-API-Key: $KA" --data-binary @"$TEST_TMP/big" "$U/sandboxes")" 413 \
+	"a body over a MiB: 413"
+is "$(api "$KA" GET '/sandboxes/..%2F..%2Fetc')" 404 "a sandbox ID with a path: 404"
+is "$(api "$KA" GET '/sandboxes/s-1%00x')" 404 "a sandbox ID with a NUL: 404"
+is "$(api "$KA" DELETE "/sandboxes/$sa")" 204 "alice kills hers: 204"
+is "$(api "$KA" GET "/sandboxes/$sa")" 404 "and it is gone"
+kill -0 "$srv"; ok $? "the service is still up after all of it"
+
+# --- the unix socket ------------------------------------------------------------------
+chmod 0711 "$SBX_ROOT" "$SBX_ROOT/run" # mktemp's 0700; /run is open to all
+us() { curl -s -o "$TEST_TMP/body" -w '%{http_code}' --unix-socket "$SOCK" "$@"; }
+is "$(us http://x/sandboxes)" 200 "root on the unix socket is the operator: 200"
+is "$(setpriv --reuid 54321 --regid 54321 --clear-groups curl -s -o /dev/null -w '%{http_code}' \
+	--unix-socket "$SOCK" http://x/sandboxes)" 200 "uid 54321 (serve.users: carol) is let in"
+is "$(setpriv --reuid 54322 --regid 54322 --clear-groups curl -s -o /dev/null -w '%{http_code}' \
+	--unix-socket "$SOCK" http://x/sandboxes)" 401 "uid 54322, in no serve.users, is refused: 401"
+out=$(setpriv --reuid 54321 --regid 54321 --clear-groups curl -s -w '\n%{http_code}' \
+	-H 'Content-Type: application/json' -d '{"templateID":"python"}' --unix-socket "$SOCK" http://x/sandboxes)
+is "$(printf '%s' "$out" | tail -n1)" 201 "carol creates over the socket: 201"
+sc=$(printf '%s' "$out" | head -n1 | jq -r .sandboxID)
+is "$(sbx-ps --json --tenant carol | jq -r '.[0].session')" "$sc" "as tenant carol"
+is "$(setpriv --reuid 54321 --regid 54321 --clear-groups curl -s -o /dev/null -w '%{http_code}' -X DELETE \
+	--unix-socket "$SOCK" "http://x/sandboxes/$sc")" 204 "and kills it"
+grep -q '"principal":"uid:54321"' "$L/audit.log"; ok $? "audited under uid 54321"
+
+kill "$srv"; wait "$srv"
+is "$?" 0 "SIGTERM ends the service with 0"
+[ ! -e "$SOCK" ]; ok $? "and removes its socket"
+done_testing
