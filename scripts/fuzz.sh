@@ -53,6 +53,10 @@ for src in tests/fuzz/fuzz-*.c; do
 		# The import unpacker: libarchive, jansson and libmd's SHA-256.
 		deps=(common/rootfs.c common/rootfs_tar.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libarchive libbsd-overlay libmd)" ;;
+	fuzz-serve)
+		# sbx-serve's request decoder and Connect framing (both pure).
+		deps=(serve/wire.c serve/connect.c common/err.c common/util.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcrypto libbsd-overlay)" ;;
 	fuzz-priv)
 		# The monitor's request decoder alone (privmsg.c is pure).
 		deps=(monitor/privmsg.c common/proto.c)
@@ -61,7 +65,7 @@ for src in tests/fuzz/fuzz-*.c; do
 		deps=(common/proto.c)
 		libs=() ;;
 	esac
-	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Icommon -Iproxy -Imonitor -fsanitize=fuzzer,address,undefined \
+	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Icommon -Iproxy -Imonitor -Iserve -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined "$src" "${deps[@]}" "${libs[@]}" -o "$B/$name"
 	corpus=$B/corpus-$name
 	mkdir -p "$corpus"
