@@ -7,6 +7,7 @@ MANDIR = $(PREFIX)/share/man
 # Where bash-completion looks for a command's completion on first use.
 BASHCOMPDIR ?= $(or $(shell pkg-config --variable=completionsdir bash-completion 2>/dev/null),/usr/share/bash-completion/completions)
 B ?= build
+SYSTEMDDIR ?= /etc/systemd/system
 
 CC ?= cc
 PKGS = jansson libarchive libbsd-overlay libcurl libmd libnftables libnl-route-3.0 libseccomp libxml-2.0 libzstd yaml-0.1
@@ -206,13 +207,15 @@ lint-man:
 
 install: $(BINS)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 \
-		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
-	install -m 0755 $(CMDS:%=$(B)/bin/%) $(DESTDIR)$(BINDIR)
+		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(CMDS:%=$(B)/bin/%) $(B)/bin/sbx-serve $(DESTDIR)$(BINDIR)
 	install -m 0755 $(LIBEXEC:%=$(B)/libexec/sbx/%) $(DESTDIR)$(LIBEXECDIR)
 	for m in $(MANS); do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s; done
 	install -d $(DESTDIR)$(BASHCOMPDIR)
 	install -m 0644 completions/sbx.bash $(DESTDIR)$(BASHCOMPDIR)/sbx
 	for c in $(sort $(CMDS) sbx-snapshot); do ln -sf sbx $(DESTDIR)$(BASHCOMPDIR)/$$c; done
+	install -d $(DESTDIR)$(SYSTEMDDIR)
+	sed 's|/usr/local/bin|$(BINDIR)|' systemd/sbx-serve.service >$(DESTDIR)$(SYSTEMDDIR)/sbx-serve.service
 
 clean:
 	rm -rf $(B) build-asan build-fuzz

@@ -149,12 +149,16 @@ static pid_t front_start(struct serve_front_conf *fc, int back_end, struct sbx_e
 	int ppfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
 	if (ppfd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "pidfd_open");
+	int san = sbx_jail_report_spare(); /* sanitized builds: the front's report file */
 	pid_t pid = fork();
 	if (pid != 0) {
 		close(ppfd);
+		if (san >= 0)
+			close(san);
 		return pid < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot start the front") : pid;
 	}
 	close(back_end);
+	sbx_jail_report_use(san);
 	struct sbx_err e = { 0 };
 	if (sbx_jail_namespaces("sbx-serve", &e) < 0 || sbx_jail_self(SERVE_UID_BASE + (uid_t)getpid(), ppfd, &e) < 0 ||
 	    serve_front_run(fc, &e) < 0) {

@@ -70,6 +70,11 @@ total=$(sed -n 's/^# tests //p' "$TEST_TMP/sdk.tap")
 [ "$rc" = 0 ] || sed 's/^/#   /' "$TEST_TMP/sdk.tap" | tail -40
 is "$rc" 0 "the E2B SDK $ver's tests (tests/serve/sdk.test.mjs): ${pass:-0} of ${total:-?} pass"
 grep -q '"type":"serve.call".*"principal":"key:' "$L/audit.log"; ok $? "the SDK's calls are audited under its key's ID"
+# The README's example, as pasted, with only the three variables set.
+awk '/^node -e "$/ { f = 1; next } f && /^\}\)\(\)"$/ { print "})()"; exit } f' "$top/README.md" >"$TEST_TMP/readme.js"
+out=$(cd "$TEST_TMP" && E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KA NODE_PATH=$NPM_DIR/node_modules \
+	timeout 300 node "$TEST_TMP/readme.js" 2>&1)
+is "$out" "hello from sbx" "the README's example runs with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY set"
 
 # --- the attacks, with curl ----------------------------------------------------------
 api() { # api KEY METHOD PATH [BODY]: the status, the body in $TEST_TMP/body
@@ -127,6 +132,9 @@ is "$(sbx-ps --json --tenant carol | jq -r '.[0].session')" "$sc" "as tenant car
 is "$(setpriv --reuid 54321 --regid 54321 --clear-groups curl -s -o /dev/null -w '%{http_code}' -X DELETE \
 	--unix-socket "$SOCK" "http://x/sandboxes/$sc")" 204 "and kills it"
 grep -q '"principal":"uid:54321"' "$L/audit.log"; ok $? "audited under uid 54321"
+grep '"type":"serve.call"' "$L/audit.log" |
+	python3 "$top/tests/tools/json-schema-check.py" validate --strict --lines "$top/docs/schema" 'audit.json#/$defs/record' >/dev/null 2>&1
+ok $? "serve.call records as the audit schema describes them"
 
 kill "$srv"; wait "$srv"
 is "$?" 0 "SIGTERM ends the service with 0"
