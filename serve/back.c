@@ -160,7 +160,7 @@ static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
 	return j;
 }
 
-static int op_create(struct serve_back *b, const struct serve_req *r, const char *tenant, int sock,
+static int op_create(struct serve_back *b, struct serve_req *r, const char *tenant, int sock,
 		     struct sbx_err *err)
 {
 	struct sbx_policy pol;
@@ -178,6 +178,7 @@ static int op_create(struct serve_back *b, const struct serve_req *r, const char
 	int existed;
 	if (sbx_session_create(&b->st, &o, &s, &existed, err) < 0)
 		return -1;
+	snprintf(r->id, sizeof r->id, "%s", s.id); /* for the audit record */
 	unsigned char rnd[24];
 	char token[2 * sizeof rnd + 1];
 	if (RAND_bytes(rnd, sizeof rnd) != 1)
@@ -310,10 +311,15 @@ static int op_exec(struct serve_back *b, const struct serve_req *r, int sock, st
 			  NULL, 0);
 }
 
-static int audit_call(struct serve_back *b, const struct serve_req *r, const char *who, const struct sbx_err *e)
+/* The session named (or made), and the tenant, in the envelope. */
+static int audit_call(struct serve_back *b, const struct serve_req *r, const char *who, const char *tenant,
+		      const struct sbx_err *e)
 {
-	json_t *f = json_pack("{s:s, s:s, s:s, s:i}", "principal", who, "op", serve_op_name(r->op), "session",
-			      r->id[0] ? r->id : "-", "code", e->code);
+	json_t *f = json_pack("{s:s, s:s, s:i}", "principal", who, "op", serve_op_name(r->op), "code", e->code);
+	if (f && r->id[0] && sbx_id_check(r->id, "", NULL) == 0)
+		json_object_set_new(f, "session", json_string(r->id));
+	if (f && tenant[0])
+		json_object_set_new(f, "tenant", json_string(tenant));
 	struct sbx_err ignored = { 0 };
 	return sbx_audit_append(&b->st, "serve.call", f, &ignored);
 }
@@ -348,7 +354,7 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		reply_err(sock, &err);
 	if (r.op && r.op != SERVE_OP_LIST && r.op != SERVE_OP_GET && r.op != SERVE_OP_WHOAMI &&
 	    r.op != SERVE_OP_TEMPLATES)
-		audit_call(b, &r, who, &err);
+		audit_call(b, &r, who, tenant, &err);
 	serve_req_free(&r);
 	_exit(rc < 0 ? 1 : 0);
 }
