@@ -101,6 +101,8 @@ static int run_frame(void *ctx, struct sbx_mon *m, const struct sbx_frame *f, st
 		while (sbx_tlv_next(&it, &tag, &v, &n) == 1)
 			if (tag == SBX_T_EXEC_ID)
 				sbx_tlv_as_str(v, n, x->r->exec_id, sizeof x->r->exec_id);
+		if (x->o->on_started)
+			x->o->on_started(x->o->started_ctx, x->r->exec_id);
 		if (x->o->detach)
 			return 1;
 		send_winsize(m, x->o->tty_fd, x->stream);

@@ -15,6 +15,10 @@ struct sbx_exec_opts {
 	int tty_fd;              /* terminal whose size to follow, -1 for none */
 	int detach;              /* return once started */
 	int forward_signals;     /* INT, TERM, HUP to the guest command */
+	/* Called once the session has started the command, with its exec
+	 * ID (sbx-serve tells its client the pid then); NULL: not called. */
+	void (*on_started)(void *ctx, const char *exec_id);
+	void *started_ctx;
 };
 
 struct sbx_exec_result {

@@ -20,12 +20,14 @@
 
 #include "audit.h"
 #include "exec_client.h"
+#include "execrec.h"
 #include "keys.h"
 #include "policy.h"
 #include "serve.h"
 #include "session.h"
 #include "template.h"
 #include "util.h"
+#include "vmctl.h"
 #include "wire.h"
 
 int serve_back_init(struct serve_back *b, struct sbx_err *err)
@@ -226,8 +228,15 @@ static int op_get(struct serve_back *b, const struct serve_req *r, int sock, int
 	struct sbx_session s;
 	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_lookup(&b->st, r->id, &s, err) < 0)
 		return -1;
-	if (!sbx_state_live(sbx_session_live_state(&b->st, &s)))
+	const char *live = sbx_session_live_state(&b->st, &s);
+	if (!sbx_state_live(live))
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "sandbox %s is not running", r->id);
+	/* connect: a paused or suspended sandbox runs again (E2B's resume) */
+	char state[32];
+	if (with_token && strcmp(live, "running") &&
+	    (sbx_session_vmctl(&b->st, s.id, sbx_state_tenant(&b->st), SBX_VMCTL_RESUME, NULL, state, sizeof state, err) < 0 ||
+	     sbx_session_lookup(&b->st, r->id, &s, err) < 0))
+		return -1;
 	json_t *j = sandbox_json(b, &s);
 	json_object_set_new(j, "ok", json_true());
 	if (with_token) { /* connect: what a create handed out, again */
@@ -258,8 +267,14 @@ static int op_templates(struct serve_back *b, const char *tenant, int sock, stru
 	return reply_json(sock, json_pack("{s:b, s:o}", "ok", 1, "templates", list), NULL, 0);
 }
 
+static void exec_started(void *ctx, const char *exec_id)
+{
+	reply_json(*(int *)ctx, json_pack("{s:b, s:s}", "ok", 1, "exec_id", exec_id), NULL, 0);
+}
+
 /* The command's output goes to pipes whose read ends the front gets
- * first; how it ended follows on the call's socket once it has. */
+ * first; its exec ID follows once the session started it (E2B's pid: the
+ * ID's number), and how it ended once it has, on the call's socket. */
 static int op_exec(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
 {
 	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_visible(&b->st, r->id, err) < 0)
@@ -288,12 +303,14 @@ static int op_exec(struct serve_back *b, const struct serve_req *r, int sock, st
 			close(in[0]);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "the front went away");
 	}
-	struct sbx_exec_opts o = { .in_fd = in[0], .out_fd = out[1], .err_fd = er[1], .tty_fd = -1 };
+	struct sbx_exec_opts o = { .in_fd = in[0], .out_fd = out[1], .err_fd = er[1], .tty_fd = -1,
+				   .on_started = exec_started, .started_ctx = &sock };
 	o.req.argv = r->argv;
 	o.req.argc = r->argc;
 	o.req.env = r->env;
 	o.req.envc = r->nenv;
 	o.req.cwd = r->cwd[0] ? (char *)r->cwd : NULL;
+	o.req.timeout_ms = r->exec_timeout_ms;
 	if (!strcmp(r->user, "root"))
 		o.req.have_uid = o.req.have_gid = 1;
 	struct sbx_exec_result res;
@@ -312,6 +329,98 @@ static int op_exec(struct serve_back *b, const struct serve_req *r, int sock, st
 }
 
 /* The session named (or made), and the tenant, in the envelope. */
+/* The session's running execs, as envd's ListResponse has them. */
+static int op_ps(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
+{
+	json_t *list, *e, *out = json_array();
+	size_t i;
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_visible(&b->st, r->id, err) < 0 ||
+	    sbx_exec_list(&b->st, r->id, &list, err) < 0) {
+		json_decref(out);
+		return -1;
+	}
+	json_array_foreach(list, i, e) {
+		const char *id = json_string_value(json_object_get(e, "exec"));
+		if (!id || strcmp(json_string_value(json_object_get(e, "state")) ?: "", "running"))
+			continue;
+		json_t *rq = json_object_get(e, "request"), *argv = json_object_get(rq, "argv");
+		json_t *args = json_array(), *a;
+		size_t k;
+		json_array_foreach(argv, k, a) if (k > 0) json_array_append(args, a);
+		json_t *cfg = json_pack("{s:s, s:o, s:{}}", "cmd", json_string_value(json_array_get(argv, 0)) ?: "",
+					"args", args, "envs");
+		if (json_is_string(json_object_get(rq, "cwd")))
+			json_object_set(cfg, "cwd", json_object_get(rq, "cwd"));
+		json_array_append_new(out, json_pack("{s:o, s:I}", "config", cfg, "pid", (json_int_t)strtoll(id + 1, NULL, 10)));
+	}
+	json_decref(list);
+	return reply_json(sock, json_pack("{s:b, s:o}", "ok", 1, "processes", out), NULL, 0);
+}
+
+static int op_signal(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
+{
+	/* sbx ends an exec's whole tree (SIGKILL after SIGTERM's grace):
+	 * what both of E2B's signals ask for. */
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_exec_id_check(r->exec_id, err) < 0 ||
+	    sbx_session_visible(&b->st, r->id, err) < 0 || sbx_exec_kill(&b->st, r->id, r->exec_id, err) < 0)
+		return -1;
+	return reply_json(sock, json_pack("{s:b}", "ok", 1), NULL, 0);
+}
+
+/* Follow a running (or ended) exec's output from its records: pipes as
+ * for an exec, then how it ended. */
+static int op_attach(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
+{
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_exec_id_check(r->exec_id, err) < 0 ||
+	    sbx_session_visible(&b->st, r->id, err) < 0)
+		return -1;
+	json_t *list, *e;
+	size_t i;
+	int running = 0;
+	if (sbx_exec_list(&b->st, r->id, &list, err) < 0)
+		return -1;
+	json_array_foreach(list, i, e) if (!strcmp(json_string_value(json_object_get(e, "exec")) ?: "", r->exec_id))
+		running = !strcmp(json_string_value(json_object_get(e, "state")) ?: "", "running");
+	json_decref(list);
+	if (!running)
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no running process %s", r->exec_id + 1);
+	int out[2] = { -1, -1 }, er[2] = { -1, -1 };
+	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(er, O_CLOEXEC) < 0) {
+		int e2 = errno;
+		if (out[0] >= 0) {
+			close(out[0]);
+			close(out[1]);
+		}
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e2, "cannot follow the command");
+	}
+	int fds[2] = { out[0], er[0] };
+	int rc = reply_json(sock, json_pack("{s:b, s:s}", "ok", 1, "exec_id", r->exec_id), fds, 2);
+	close(out[0]);
+	close(er[0]);
+	struct sbx_attach_opts ao = { .out_fd = out[1], .err_fd = er[1] };
+	int status = 0, lost = 0;
+	if (rc == 0)
+		rc = sbx_exec_attach(&b->st, r->id, r->exec_id, &ao, &status, &lost, err);
+	close(out[1]);
+	close(er[1]);
+	if (rc < 0)
+		return -1;
+	int sig = status > 128 && status < 128 + 65 ? status - 128 : 0;
+	return reply_json(sock,
+			  json_pack("{s:b, s:s, s:i, s:i}", "ok", 1, "exec_id", r->exec_id, "status", sig ? 0 : status,
+				    "signal", sig),
+			  NULL, 0);
+}
+
+static int op_vmctl(struct serve_back *b, const struct serve_req *r, unsigned op, int sock, struct sbx_err *err)
+{
+	char state[32];
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 ||
+	    sbx_session_vmctl(&b->st, r->id, sbx_state_tenant(&b->st), op, NULL, state, sizeof state, err) < 0)
+		return -1;
+	return reply_json(sock, json_pack("{s:b, s:s}", "ok", 1, "state", state), NULL, 0);
+}
+
 static int audit_call(struct serve_back *b, const struct serve_req *r, const char *who, const char *tenant,
 		      const struct sbx_err *e)
 {
@@ -344,6 +453,11 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_KILL: rc = op_kill(b, &r, sock, &err); break;
 		case SERVE_OP_EXEC: rc = op_exec(b, &r, sock, &err); break;
 		case SERVE_OP_TEMPLATES: rc = op_templates(b, tenant, sock, &err); break;
+		case SERVE_OP_PS: rc = op_ps(b, &r, sock, &err); break;
+		case SERVE_OP_SIGNAL: rc = op_signal(b, &r, sock, &err); break;
+		case SERVE_OP_ATTACH: rc = op_attach(b, &r, sock, &err); break;
+		case SERVE_OP_PAUSE: rc = op_vmctl(b, &r, SBX_VMCTL_PAUSE, sock, &err); break;
+		case SERVE_OP_RESUME: rc = op_vmctl(b, &r, SBX_VMCTL_RESUME, sock, &err); break;
 		case SERVE_OP_WHOAMI:
 			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who), NULL, 0);
 			break;
@@ -353,7 +467,7 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 	if (rc < 0)
 		reply_err(sock, &err);
 	if (r.op && r.op != SERVE_OP_LIST && r.op != SERVE_OP_GET && r.op != SERVE_OP_WHOAMI &&
-	    r.op != SERVE_OP_TEMPLATES)
+	    r.op != SERVE_OP_TEMPLATES && r.op != SERVE_OP_PS && r.op != SERVE_OP_ATTACH)
 		audit_call(b, &r, who, tenant, &err);
 	serve_req_free(&r);
 	_exit(rc < 0 ? 1 : 0);

@@ -2,10 +2,10 @@
  * control API and envd's Connect RPC, as an unprivileged uid in empty
  * namespaces.  Every action is a call to the back (wire.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +23,6 @@
 #define CALL_TIMEOUT_MS (10 * 60 * 1000) /* a create under TCG, with a cold template */
 
 static const struct serve_front_conf *conf;
-static atomic_uint exec_seq;
 
 struct conn {
 	char *body;
@@ -204,6 +203,8 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 	const char *op = !strcmp(method, "DELETE") && !*rest                    ? "kill"
 			 : !strcmp(method, "GET") && !*rest                     ? "get"
 			 : !strcmp(method, "POST") && !strcmp(rest, "/connect") ? "connect"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/pause")   ? "pause"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/resume")  ? "connect"
 										: NULL;
 	if (!op)
 		return api_error(c, 404, "no such route in this service");
@@ -212,7 +213,7 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 	json_t *a = call(r, peer, NULL, NULL, NULL);
 	if (!json_is_true(json_object_get(a, "ok")))
 		return back_error(c, a);
-	if (!strcmp(op, "kill")) {
+	if (!strcmp(op, "kill") || !strcmp(op, "pause")) {
 		json_decref(a);
 		return answer(c, MHD_HTTP_NO_CONTENT, NULL, NULL);
 	}
@@ -260,24 +261,63 @@ static enum MHD_Result stream_error(struct MHD_Connection *c, const char *code, 
 struct stream {
 	int out, err, in, sock; /* the command's output, its stdin, the call */
 	int started, out_eof, err_eof, ended;
+	int want_id; /* a Start: the exec ID (the pid) comes first */
 	unsigned pid;
-	json_t *end; /* how it ended, once the back says */
+	char sandbox[SBX_ID_MAX + 1];
 	unsigned keepalive_s;
+	struct stream *next; /* in running, while its stdin is open */
 };
+
+/* The commands started here whose stdin is open, for SendInput and
+ * CloseStdin (the other calls go to the back). */
+static pthread_mutex_t running_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct stream *running;
+
+static void running_add(struct stream *s)
+{
+	pthread_mutex_lock(&running_mu);
+	s->next = running;
+	running = s;
+	pthread_mutex_unlock(&running_mu);
+}
+
+static void running_del(struct stream *s)
+{
+	pthread_mutex_lock(&running_mu);
+	for (struct stream **p = &running; *p; p = &(*p)->next)
+		if (*p == s) {
+			*p = s->next;
+			break;
+		}
+	pthread_mutex_unlock(&running_mu);
+}
 
 static void stream_free(void *cls)
 {
 	struct stream *s = cls;
+	running_del(s);
 	int fds[] = { s->out, s->err, s->in, s->sock };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	json_decref(s->end);
 	free(s);
 }
 
-/* The next envelopes of a Start stream: start, data, end, then the end of
- * the stream (connect.h). */
+/* The back's next message on the call's socket (NULL: none in time). */
+static json_t *call_next(int sock, int timeout_ms)
+{
+	char msg[4096];
+	int fds[1];
+	unsigned nfds = 0;
+	struct pollfd p = { .fd = sock, .events = POLLIN };
+	ssize_t n = poll(&p, 1, timeout_ms) == 1 ? serve_recv(sock, msg, sizeof msg, fds, &nfds, 1) : -1;
+	for (unsigned i = 0; i < nfds; i++)
+		close(fds[i]);
+	return n > 0 ? json_loads(msg, 0, NULL) : NULL;
+}
+
+/* The next envelopes of a Start or Connect stream: start, data, end, then
+ * the end of the stream (connect.h). */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct stream *s = cls;
@@ -286,6 +326,20 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	if (!s->started) {
 		s->started = 1;
+		if (s->want_id) { /* the session started it, or says why not */
+			json_t *a = call_next(s->sock, CALL_TIMEOUT_MS);
+			const char *id = json_string_value(json_object_get(a, "exec_id"));
+			if (!id || id[0] != 'e') {
+				s->ended = 1;
+				ssize_t rc = serve_cx_end(buf, max, a);
+				json_decref(a);
+				return rc;
+			}
+			s->pid = (unsigned)strtoul(id + 1, NULL, 10);
+			json_decref(a);
+			if (s->in >= 0)
+				running_add(s);
+		}
 		return serve_cx_start_event(buf, max, s->pid);
 	}
 	while (!s->out_eof || !s->err_eof) {
@@ -309,15 +363,72 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		}
 	}
 	/* Both closed: how it ended. */
-	char msg[4096];
-	int fds[1];
-	unsigned nfds = 0;
-	struct pollfd p = { .fd = s->sock, .events = POLLIN };
-	ssize_t n = poll(&p, 1, 30000) == 1 ? serve_recv(s->sock, msg, sizeof msg, fds, &nfds, 1) : -1;
-	json_t *e = n > 0 ? json_loads(msg, 0, NULL) : NULL;
+	running_del(s);
+	json_t *e = call_next(s->sock, 30000);
 	s->ended = 1;
 	ssize_t rc = serve_cx_end(buf, max, e);
 	json_decref(e);
+	return rc;
+}
+
+/* A Connect error code for the back's answer that was not ok. */
+static const char *cx_code(json_t *a)
+{
+	int code = (int)json_integer_value(json_object_get(a, "code"));
+	return !a ? "unavailable" : code == SBX_EXIT_NOENT ? "not_found" : code == SERVE_EXIT_NOPERM ? "unauthenticated"
+	       : code == SBX_EXIT_INVALID || code == SBX_EXIT_USAGE ? "invalid_argument"
+	       : code == SBX_EXIT_TEMPFAIL ? "resource_exhausted" : code == SBX_EXIT_CONFLICT ? "failed_precondition"
+								     : "internal";
+}
+
+static unsigned cx_status(const char *code)
+{
+	return !strcmp(code, "not_found") ? 404 : !strcmp(code, "unauthenticated") ? 401
+	       : !strcmp(code, "invalid_argument") ? 400 : !strcmp(code, "resource_exhausted") ? 429
+	       : !strcmp(code, "failed_precondition") ? 412 : !strcmp(code, "unavailable") ? 503 : 500;
+}
+
+/* A call to the back that opens a stream (exec, attach), streamed. */
+static enum MHD_Result stream_call(struct MHD_Connection *c, json_t *r, int peer, const char *sandbox, unsigned pid)
+{
+	int fds[4], sock = -1;
+	unsigned nfds = 0;
+	json_t *a = call(r, peer, fds, &nfds, &sock);
+	if (!json_is_true(json_object_get(a, "ok")) || nfds < 2) {
+		for (unsigned k = 0; k < nfds; k++)
+			close(fds[k]);
+		if (sock >= 0)
+			close(sock);
+		const char *m = json_string_value(json_object_get(a, "message"));
+		enum MHD_Result rc = stream_error(c, cx_code(a), m ? m : "the service's back end is not answering");
+		json_decref(a);
+		return rc;
+	}
+	json_decref(a);
+	struct stream *s = calloc(1, sizeof *s);
+	if (!s) {
+		for (unsigned k = 0; k < nfds; k++)
+			close(fds[k]);
+		close(sock);
+		return MHD_NO;
+	}
+	s->out = fds[0];
+	s->err = fds[1];
+	s->in = nfds > 2 ? fds[2] : -1;
+	s->sock = sock;
+	s->pid = pid;
+	s->want_id = !pid;
+	snprintf(s->sandbox, sizeof s->sandbox, "%s", sandbox);
+	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
+	s->keepalive_s = ka && atoi(ka) > 0 && atoi(ka) < 3600 ? (unsigned)atoi(ka) : 50;
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32768, stream_read, s, stream_free);
+	if (!resp) {
+		stream_free(s);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/connect+json");
+	enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp);
 	return rc;
 }
 
@@ -330,6 +441,10 @@ static enum MHD_Result envd_start(struct MHD_Connection *c, const struct listene
 	if (!json_is_string(cmd)) {
 		json_decref(msg);
 		return stream_error(c, "invalid_argument", "process.cmd: expected a string");
+	}
+	if (json_object_get(msg, "pty")) {
+		json_decref(msg);
+		return stream_error(c, "unimplemented", "PTYs are not served by this version of sbx-serve");
 	}
 	int peer;
 	json_t *r = request(c, l, "exec", &peer);
@@ -350,62 +465,212 @@ static enum MHD_Result envd_start(struct MHD_Connection *c, const struct listene
 	char user[64];
 	if (serve_cx_user(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), user, sizeof user))
 		json_object_set_new(r, "user", json_string(user));
+	/* The client's deadline for the call is the command's: sbx ends it
+	 * then (reason timeout), rather than leaving it to run unwatched. */
+	const char *to = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connect-Timeout-Ms");
+	char *end;
+	unsigned long ms = to ? strtoul(to, &end, 10) : 0;
+	if (to && (*end || !*to || ms > 86400000ul)) {
+		json_decref(r);
+		json_decref(msg);
+		return stream_error(c, "invalid_argument", "Connect-Timeout-Ms: expected milliseconds, at most a day");
+	}
+	if (ms)
+		json_object_set_new(r, "exec_timeout_ms", json_integer((json_int_t)ms));
 	json_decref(msg);
-	int fds[4], sock = -1;
-	unsigned nfds = 0;
-	json_t *a = call(r, peer, fds, &nfds, &sock);
-	if (!json_is_true(json_object_get(a, "ok")) || nfds < 2) {
-		for (unsigned k = 0; k < nfds; k++)
-			close(fds[k]);
-		if (sock >= 0)
-			close(sock);
-		const char *m = json_string_value(json_object_get(a, "message"));
-		int code = (int)json_integer_value(json_object_get(a, "code"));
-		enum MHD_Result rc = stream_error(c, code == SBX_EXIT_NOENT ? "not_found" : code == SERVE_EXIT_NOPERM ? "unauthenticated" : code == SBX_EXIT_INVALID ? "invalid_argument" : "unavailable",
-						    m ? m : "the service's back end is not answering");
+	return stream_call(c, r, peer, sandbox, 0);
+}
+
+/* The pid a call names: {"process": {"pid": N}} (E2B's selector); 0 for
+ * none. */
+static unsigned selected_pid(json_t *msg)
+{
+	json_t *p = json_object_get(json_object_get(msg, "process"), "pid");
+	json_int_t v = json_is_integer(p) ? json_integer_value(p) : 0;
+	return v > 0 && v < 1000000000 ? (unsigned)v : 0;
+}
+
+/* A unary call's body: plain JSON (application/json), else one envelope. */
+static json_t *unary_body(struct conn *cn)
+{
+	json_t *j = cn->n ? json_loadb(cn->body, cn->n, JSON_REJECT_DUPLICATES, NULL) : json_object();
+	if (!j)
+		j = serve_cx_unwrap(cn->body, cn->n);
+	if (j && !json_is_object(j)) {
+		json_decref(j);
+		j = NULL;
+	}
+	return j;
+}
+
+/* Ask the back whether the caller may act on the sandbox at all. */
+static int may(struct MHD_Connection *c, const struct listener *l, const char *sandbox, json_t **why)
+{
+	int peer;
+	json_t *r = request(c, l, "get", &peer);
+	json_object_set_new(r, "id", json_string(sandbox));
+	json_t *a = call(r, peer, NULL, NULL, NULL);
+	if (json_is_true(json_object_get(a, "ok"))) {
 		json_decref(a);
-		return rc;
+		return 1;
 	}
+	*why = a;
+	return 0;
+}
+
+static enum MHD_Result unary_back_error(struct MHD_Connection *c, json_t *a)
+{
+	const char *code = cx_code(a);
+	const char *m = json_string_value(json_object_get(a, "message"));
+	enum MHD_Result rc = unary_error(c, cx_status(code), code, m ? m : "the service's back end is not answering");
 	json_decref(a);
-	struct stream *s = calloc(1, sizeof *s);
-	if (!s) {
-		for (unsigned k = 0; k < nfds; k++)
-			close(fds[k]);
-		close(sock);
-		return MHD_NO;
-	}
-	s->out = fds[0];
-	s->err = fds[1];
-	s->in = nfds > 2 ? fds[2] : -1;
-	s->sock = sock;
-	s->pid = 1000 + atomic_fetch_add(&exec_seq, 1);
-	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
-	s->keepalive_s = ka && atoi(ka) > 0 && atoi(ka) < 3600 ? (unsigned)atoi(ka) : 50;
-	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32768, stream_read, s, stream_free);
-	if (!resp) {
-		stream_free(s);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/connect+json");
-	enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
-	MHD_destroy_response(resp);
 	return rc;
+}
+
+/* SendInput and CloseStdin: the pipe to the command, held here. */
+static enum MHD_Result envd_stdin(struct MHD_Connection *c, const struct listener *l, const char *sandbox,
+				  json_t *msg, int close_it)
+{
+	unsigned pid = selected_pid(msg);
+	json_t *why = NULL;
+	if (!may(c, l, sandbox, &why))
+		return unary_back_error(c, why);
+	const char *b64 = json_string_value(json_object_get(json_object_get(msg, "input"), "stdin"));
+	unsigned char *raw = NULL;
+	int n = 0;
+	if (!close_it) {
+		size_t bl = b64 ? strlen(b64) : 0;
+		if (!b64 || bl > (4u << 20))
+			return unary_error(c, 400, "invalid_argument", "input.stdin: expected base64 of at most 3 MiB");
+		/* base64 as JSON carries it: padded; EVP wants whole quads */
+		char *padded = malloc(bl + 4);
+		raw = malloc(bl / 4 * 3 + 6);
+		if (!padded || !raw) {
+			free(padded);
+			free(raw);
+			return MHD_NO;
+		}
+		memcpy(padded, b64, bl);
+		while (bl % 4)
+			padded[bl++] = '=';
+		n = bl ? EVP_DecodeBlock(raw, (unsigned char *)padded, (int)bl) : 0;
+		while (n > 0 && bl > 0 && padded[bl - 1] == '=') {
+			n--;
+			bl--;
+		}
+		free(padded);
+		if (n < 0) {
+			free(raw);
+			return unary_error(c, 400, "invalid_argument", "input.stdin: not base64");
+		}
+	}
+	int found = 0, ok = 1;
+	pthread_mutex_lock(&running_mu);
+	for (struct stream *s = running; s; s = s->next) {
+		if (s->pid != pid || strcmp(s->sandbox, sandbox) || s->in < 0)
+			continue;
+		found = 1;
+		if (close_it) {
+			close(s->in);
+			s->in = -1;
+		} else {
+			/* A command that does not read blocks the writer: no
+			 * waiting here, with the lock held. */
+			int fl = fcntl(s->in, F_GETFL);
+			fcntl(s->in, F_SETFL, fl | O_NONBLOCK);
+			ok = n == 0 || write(s->in, raw, (size_t)n) == n;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&running_mu);
+	free(raw);
+	if (!found)
+		return unary_error(c, 404, "not_found", "no running process with that pid and its stdin open here");
+	if (!ok)
+		return unary_error(c, 429, "resource_exhausted", "the command is not reading its input");
+	return answer(c, MHD_HTTP_OK, "application/json", "{}");
+}
+
+/* The calls to the back with a pid: SendSignal (pid -> exec eN), List. */
+static enum MHD_Result envd_unary(struct MHD_Connection *c, const struct listener *l, const char *sandbox,
+				  const char *op, json_t *msg)
+{
+	int peer;
+	json_t *r = request(c, l, op, &peer);
+	json_object_set_new(r, "id", json_string(sandbox));
+	if (!strcmp(op, "signal")) {
+		unsigned pid = selected_pid(msg);
+		const char *sig = json_string_value(json_object_get(msg, "signal"));
+		json_t *sn = json_object_get(msg, "signal");
+		int signo = sig ? (!strcmp(sig, "SIGNAL_SIGKILL") ? 9 : !strcmp(sig, "SIGNAL_SIGTERM") ? 15 : 0)
+				: json_is_integer(sn) ? (int)json_integer_value(sn) : 0;
+		if (!pid || (signo != 9 && signo != 15)) {
+			json_decref(r);
+			return unary_error(c, 400, "invalid_argument", "expected process.pid and signal SIGKILL or SIGTERM");
+		}
+		char id[16];
+		snprintf(id, sizeof id, "e%u", pid);
+		json_object_set_new(r, "exec_id", json_string(id));
+		json_object_set_new(r, "signal", json_integer(signo));
+	}
+	json_t *a = call(r, peer, NULL, NULL, NULL);
+	if (!json_is_true(json_object_get(a, "ok")))
+		return unary_back_error(c, a);
+	json_object_del(a, "ok");
+	return answer_json(c, MHD_HTTP_OK, !strcmp(op, "ps") ? a : (json_decref(a), json_object()));
+}
+
+static enum MHD_Result envd_connect(struct MHD_Connection *c, const struct listener *l, struct conn *cn,
+				    const char *sandbox)
+{
+	json_t *msg = serve_cx_unwrap(cn->body, cn->n);
+	unsigned pid = selected_pid(msg);
+	json_decref(msg);
+	if (!pid)
+		return stream_error(c, "invalid_argument", "process.pid: expected a pid");
+	int peer;
+	json_t *r = request(c, l, "attach", &peer);
+	char id[16];
+	snprintf(id, sizeof id, "e%u", pid);
+	json_object_set_new(r, "id", json_string(sandbox));
+	json_object_set_new(r, "exec_id", json_string(id));
+	return stream_call(c, r, peer, sandbox, pid);
 }
 
 static enum MHD_Result envd(struct MHD_Connection *c, const struct listener *l, const char *url,
 			    const char *method, struct conn *cn, const char *sandbox)
 {
 	if (!strcmp(url, "/health")) { /* the sandbox is there, and the token its */
-		int peer;
-		json_t *r = request(c, l, "get", &peer);
-		json_object_set_new(r, "id", json_string(sandbox));
-		json_t *a = call(r, peer, NULL, NULL, NULL);
-		int up = json_is_true(json_object_get(a, "ok"));
-		json_decref(a);
-		return up ? answer(c, MHD_HTTP_NO_CONTENT, NULL, NULL) : api_error(c, 502, "the sandbox is not running");
+		json_t *why = NULL;
+		if (may(c, l, sandbox, &why))
+			return answer(c, MHD_HTTP_NO_CONTENT, NULL, NULL);
+		json_decref(why);
+		return api_error(c, 502, "the sandbox is not running");
 	}
-	if (!strcmp(method, "POST") && !strcmp(url, "/process.Process/Start"))
+	if (strcmp(method, "POST"))
+		return api_error(c, 404, "no such route in this service");
+	if (!strcmp(url, "/process.Process/Start"))
 		return envd_start(c, l, cn, sandbox);
+	if (!strcmp(url, "/process.Process/Connect"))
+		return envd_connect(c, l, cn, sandbox);
+	static const struct {
+		const char *path, *op;
+	} unary[] = { { "/process.Process/List", "ps" },
+		      { "/process.Process/SendSignal", "signal" },
+		      { "/process.Process/SendInput", "stdin" },
+		      { "/process.Process/CloseStdin", "close" } };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(unary); i++) {
+		if (strcmp(url, unary[i].path))
+			continue;
+		json_t *msg = unary_body(cn);
+		if (!msg)
+			return unary_error(c, 400, "invalid_argument", "the body is not a JSON object");
+		enum MHD_Result rc = !strcmp(unary[i].op, "stdin")   ? envd_stdin(c, l, sandbox, msg, 0)
+				     : !strcmp(unary[i].op, "close") ? envd_stdin(c, l, sandbox, msg, 1)
+								     : envd_unary(c, l, sandbox, unary[i].op, msg);
+		json_decref(msg);
+		return rc;
+	}
 	if (!strncmp(url, "/process.Process/", 17) || !strncmp(url, "/filesystem.Filesystem/", 23))
 		return unary_error(c, MHD_HTTP_NOT_IMPLEMENTED, "unimplemented", "not served by this version of sbx-serve");
 	return api_error(c, 404, "no such route in this service");

@@ -19,8 +19,9 @@
 #define SERVE_EXIT_NOPERM 77
 
 /* The E2B envd version the front answers as: the SDK turns features on by
- * it (0.1.0: anything at all; 0.4.0: a user by name). */
-#define SERVE_ENVD_VERSION "0.4.0"
+ * it (0.1.0: anything at all; 0.4.0: a user by name; 0.5.2: CloseStdin;
+ * 0.5.7 would be octet-stream uploads, not served). */
+#define SERVE_ENVD_VERSION "0.5.2"
 
 struct serve_back {
 	struct sbx_state st; /* the operator's; each call is scoped to its caller */

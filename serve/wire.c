@@ -13,7 +13,9 @@ static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",     [SERVE
 					[SERVE_OP_LIST] = "list",         [SERVE_OP_KILL] = "kill",
 					[SERVE_OP_EXEC] = "exec",         [SERVE_OP_SIGNAL] = "signal",
 					[SERVE_OP_TEMPLATES] = "templates", [SERVE_OP_WHOAMI] = "whoami",
-					[SERVE_OP_CONNECT] = "connect" };
+					[SERVE_OP_CONNECT] = "connect",   [SERVE_OP_PS] = "ps",
+					[SERVE_OP_ATTACH] = "attach",     [SERVE_OP_PAUSE] = "pause",
+					[SERVE_OP_RESUME] = "resume" };
 
 const char *serve_op_name(enum serve_op op)
 {
@@ -138,6 +140,7 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 	    str_field(o, "cwd", r->cwd, sizeof r->cwd, err) < 0 || str_field(o, "user", r->user, sizeof r->user, err) < 0 ||
 	    str_field(o, "exec_id", r->exec_id, sizeof r->exec_id, err) < 0 ||
 	    uint_field(o, "timeout", 86400 * 30, &r->timeout_s, err) < 0 || uint_field(o, "signal", 64, &sig, err) < 0 ||
+	    uint_field(o, "exec_timeout_ms", 86400000, &r->exec_timeout_ms, err) < 0 ||
 	    env_field(o, r, err) < 0 || meta_field(o, r, err) < 0)
 		return -1;
 	r->signo = (int)sig;
@@ -153,6 +156,8 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: no sandbox ID", op);
 	if (r->op == SERVE_OP_SIGNAL && (!r->exec_id[0] || !r->signo))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "signal: an exec ID and a signal are needed");
+	if (r->op == SERVE_OP_ATTACH && !r->exec_id[0])
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "attach: an exec ID is needed");
 	return 0;
 }
 

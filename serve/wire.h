@@ -33,6 +33,10 @@ enum serve_op {
 	SERVE_OP_TEMPLATES,
 	SERVE_OP_WHOAMI,
 	SERVE_OP_CONNECT,
+	SERVE_OP_PS,
+	SERVE_OP_ATTACH,
+	SERVE_OP_PAUSE,
+	SERVE_OP_RESUME,
 };
 
 /* A request as the back decodes it: every string checked for length and
@@ -52,8 +56,8 @@ struct serve_req {
 	char cwd[SERVE_STR_MAX];
 	char user[64];
 	int stdin_open;   /* exec: the client will send input */
-	unsigned exec_no; /* signal: the exec's number as the front numbered it */
-	char exec_id[16]; /* signal: sbx's exec ID */
+	unsigned exec_timeout_ms; /* exec: its deadline (Connect-Timeout-Ms); 0: the policy's default */
+	char exec_id[16]; /* signal, attach: sbx's exec ID (eN: E2B's pid N) */
 	int signo;
 };
 

@@ -56,3 +56,68 @@ test('a wrong API key is refused', async () => {
 		AuthenticationError
 	)
 })
+
+test('background commands: list, connect, stdin, kill', async () => {
+	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
+	try {
+		let seen
+		const started = new Promise((resolve) => { seen = resolve })
+		const bg = await sbx.commands.run('echo started; sleep 600', {
+			background: true,
+			onStdout: (d) => d.includes('started') && seen(),
+		})
+		assert.ok(bg.pid > 0, `a pid (${bg.pid})`)
+		await started // its output is there before anyone connects to it
+		const listed = await sbx.commands.list()
+		const me = listed.find((p) => p.pid === bg.pid)
+		assert.ok(me, 'listed while it runs')
+		assert.equal(me.cmd, '/bin/bash')
+		assert.deepEqual(me.args.slice(0, 2), ['-l', '-c'])
+		const again = await sbx.commands.connect(bg.pid)
+		assert.equal(await sbx.commands.kill(bg.pid), true, 'kill says it was there')
+		const res = await again.wait().catch((e) => e)
+		assert.notEqual(res.exitCode, 0, `ended by the kill (${res.exitCode})`)
+		assert.match(again.stdout, /^started\n/, 'the connected handle has its output')
+		assert.equal((await sbx.commands.list()).some((p) => p.pid === bg.pid), false, 'and it is no longer listed')
+		assert.equal(await sbx.commands.kill(bg.pid), false, 'a second kill says it was not there')
+		const cat = await sbx.commands.run('cat; echo done', { background: true, stdin: true })
+		await sbx.commands.sendStdin(cat.pid, 'hello stdin\n')
+		await sbx.commands.closeStdin(cat.pid)
+		const out = await cat.wait()
+		assert.equal(out.stdout, 'hello stdin\ndone\n')
+	} finally {
+		await sbx.kill()
+	}
+})
+
+test('pause, then connect resumes', async () => {
+	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
+	try {
+		await sbx.commands.run('echo kept > /tmp/k')
+		await sbx.pause()
+		assert.equal((await sbx.getInfo()).state, 'paused')
+		const back = await Sandbox.connect(sbx.sandboxId)
+		assert.equal((await back.getInfo()).state, 'running')
+		assert.equal((await back.commands.run('cat /tmp/k')).stdout, 'kept\n')
+	} finally {
+		await sbx.kill()
+	}
+})
+
+test('a command past its timeout is ended by sbx', async () => {
+	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
+	try {
+		const t0 = Date.now()
+		const e = await sbx.commands.run('sleep 120', { timeoutMs: 3000 }).catch((x) => x)
+		assert.ok(e instanceof Error, `it fails (${e})`)
+		assert.ok(Date.now() - t0 < 60_000, 'at its deadline, not the command\'s end')
+		let left = true
+		for (let i = 0; i < 50 && left; i++) {
+			left = (await sbx.commands.list()).some((p) => p.cmd === '/bin/bash')
+			if (left) await new Promise((r) => setTimeout(r, 200))
+		}
+		assert.equal(left, false, 'and it does not run on in the sandbox')
+	} finally {
+		await sbx.kill()
+	}
+})
