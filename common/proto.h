@@ -147,7 +147,8 @@ enum sbx_tag {
 	SBX_T_REFUSED = 48,  /* u64: connections the guest refused (nobody listening) or the bounds */
 	SBX_T_PKG = 49,      /* str: sbx.pkg* parameters (pkgparams.h), in a claim's IDENTITY */
 	SBX_T_MAX_BYTES = 50, /* u64: the most a VMCTL SAVE may write (a tenant's snapshot_bytes left) */
-	SBX_T_MAX = 50
+	SBX_T_TTL_MS = 51,   /* u64: a VMCTL TTL's time left */
+	SBX_T_MAX = 51
 };
 
 /* SBX_F_PORT's OP */
@@ -172,8 +173,11 @@ enum sbx_vmctl_op {
 	SBX_VMCTL_IDENTITY = 4, /* a fresh identity (HOSTNAME: default the session ID) */
 	SBX_VMCTL_SUSPEND = 5,  /* save memory into the session's directory, stop the VMM
 				 * (RESUME, or any guest operation, restores it) */
-	SBX_VMCTL_MAX = 5
+	SBX_VMCTL_TTL = 6,      /* TTL_MS: the session ends that long from now (sbx-serve's
+				 * set-timeout); the record's TTL follows */
+	SBX_VMCTL_MAX = 6
 };
+#define SBX_TTL_LEFT_MAX_MS (24ull * 3600 * 1000) /* a VMCTL TTL's most */
 
 /* The stream of the monitor's warm-up EXEC (monitor/warm.c): the host's
  * own exec before a new guest is ready, never a session's (theirs count

@@ -82,8 +82,8 @@ int sbx_vmctl(struct sbx_state *st, const char *id, unsigned op, const char *pat
 		sbx_tlv_str(&m.out, SBX_T_PATH, path);
 	if (hostname)
 		sbx_tlv_str(&m.out, SBX_T_HOSTNAME, hostname);
-	if (max_bytes)
-		sbx_tlv_u64(&m.out, SBX_T_MAX_BYTES, max_bytes);
+	if (max_bytes) /* a save's cap, or a TTL's time left */
+		sbx_tlv_u64(&m.out, op == SBX_VMCTL_TTL ? SBX_T_TTL_MS : SBX_T_MAX_BYTES, max_bytes);
 	sbx_frame_end(&m.out, off);
 	int rc = sbx_mon_call(&m, timeout_ms, vmctl_frame, &vp, err) > 0 ? 0 : -1;
 	if (vp.on)
@@ -119,6 +119,16 @@ int sbx_session_vmctl(struct sbx_state *st, const char *id, const char *tenant, 
 	if (hostname && sbx_id_check(hostname, "hostname", err) < 0)
 		return -1;
 	return sbx_vmctl(st, id, op, NULL, hostname, 0, -1, VMCTL_TIMEOUT_MS, state, n, err);
+}
+
+int sbx_session_set_ttl(struct sbx_state *st, const char *id, uint64_t left_ms, struct sbx_err *err)
+{
+	if (sbx_id_check(id, "session", err) < 0 || sbx_session_visible(st, id, err) < 0)
+		return -1;
+	if (!left_ms || left_ms > SBX_TTL_LEFT_MAX_MS)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "a time left of 1 ms to %llu h",
+				   (unsigned long long)(SBX_TTL_LEFT_MAX_MS / 3600000u));
+	return sbx_vmctl(st, id, SBX_VMCTL_TTL, NULL, NULL, left_ms, -1, VMCTL_TIMEOUT_MS, NULL, 0, err);
 }
 
 int sbx_session_wake(struct sbx_state *st, const char *id, int no_resume, struct sbx_err *err)

@@ -13,7 +13,7 @@
 /* One VMCTL op (enum sbx_vmctl_op) to session id's monitor, with its PATH
  * and HOSTNAME when not NULL, and MAX_BYTES when not 0 (a save's cap), waiting up to timeout_ms for the answer; the
  * monitor's PROGRESS frames are drawn on progress_fd when it is a terminal
- * (-1: never).  *state (n bytes, may be NULL): the session's state after
+ * (-1: never); MAX_BYTES is TTL_MS for op TTL.  *state (n bytes, may be NULL): the session's state after
  * it.  75 when the monitor did not answer in time. */
 int sbx_vmctl(struct sbx_state *st, const char *id, unsigned op, const char *path, const char *hostname,
 	      uint64_t max_bytes, int progress_fd, unsigned timeout_ms, char *state, size_t n, struct sbx_err *err);
@@ -25,6 +25,12 @@ int sbx_vmctl(struct sbx_state *st, const char *id, unsigned op, const char *pat
  * (session.pause, session.resume).  SUSPEND: snapshot.h. */
 int sbx_session_vmctl(struct sbx_state *st, const char *id, const char *tenant, unsigned op, const char *hostname,
 		      char *state, size_t n, struct sbx_err *err);
+
+/* The session ends left_ms from now (VMCTL TTL): its TTL becomes the time
+ * it has run plus left_ms, whether it had one or not, and its record says
+ * so.  At most SBX_TTL_LEFT_MAX_MS (3); another tenant's session is 4; a
+ * session whose TTL counts running time only (lifecycle.ttl_counts) is 5. */
+int sbx_session_set_ttl(struct sbx_state *st, const char *id, uint64_t left_ms, struct sbx_err *err);
 
 /* A session suspended to disk runs again (VMCTL RESUME), or, with
  * no_resume (sbx-exec, sbx-cp --no-resume), is 4; any other session is

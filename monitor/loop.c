@@ -392,6 +392,41 @@ int mon_arm_ttl(struct mon *m)
 	return 0;
 }
 
+/* VMCTL TTL: the session ends left_ms from now.  The timer is set again
+ * (made, for a session that had no TTL) and the record follows. */
+void mon_set_ttl(struct mon *m, struct client *c, uint64_t left_ms)
+{
+	struct sbx_err err = { 0 };
+	uint64_t now = sbx_now_ns(), was = m->s.limits.ttl_ms;
+	if (!left_ms || left_ms > SBX_TTL_LEFT_MAX_MS)
+		return client_error(m, c, 0, SBX_EXIT_INVALID, "a time left out of range");
+	if (m->s.limits.ttl_running)
+		return client_error(m, c, 0, SBX_EXIT_CONFLICT,
+				    "the session's TTL counts its running time (lifecycle.ttl_counts), not the clock");
+	m->s.limits.ttl_ms = (now > m->s.created_ns ? (now - m->s.created_ns) / 1000000u : 0) + left_ms;
+	int rc;
+	if (m->timer.fd < 0) {
+		rc = mon_arm_ttl(m);
+	} else {
+		uint64_t at = m->s.created_ns + m->s.limits.ttl_ms * 1000000u;
+		struct itimerspec its = { .it_value = { .tv_sec = (time_t)(at / 1000000000u),
+							.tv_nsec = (long)(at % 1000000000u) } };
+		rc = timerfd_settime(m->timer.fd, TFD_TIMER_ABSTIME, &its, NULL);
+	}
+	if (rc < 0 || mon_record_save(m, &err) < 0) {
+		m->s.limits.ttl_ms = was;
+		return client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL,
+				    err.msg[0] ? err.msg : "cannot set the session's timer");
+	}
+	struct sbx_buf b = { 0 };
+	size_t off = sbx_frame_begin(&b, SBX_F_VMCTL, 0);
+	sbx_tlv_u32(&b, SBX_T_OP, SBX_VMCTL_TTL);
+	sbx_tlv_str(&b, SBX_T_STATE, m->snap.paused ? "paused" : "running");
+	sbx_frame_end(&b, off);
+	client_send(m, c, &b);
+	sbx_buf_free(&b);
+}
+
 /* Tell every sbx-kill waiting on us that the session is gone. */
 static void ack_shutdowns(struct mon *m)
 {

@@ -406,6 +406,7 @@ int mon_attach_network(struct mon *m, int netns_fd, struct sbx_err *err);
 void mon_stop_network(struct mon *m);
 int mon_loop_once(struct mon *m, int timeout_ms);
 int mon_arm_ttl(struct mon *m);
+void mon_set_ttl(struct mon *m, struct client *c, uint64_t left_ms);
 
 /* boot.c */
 void mon_workspace_release(struct mon *m, int failed);

@@ -27,7 +27,7 @@ enum priv_op {
 	PRIV_READY = 1,       /* child: jailed, serving (the first message) */
 	PRIV_EXIT,            /* child: done, STATUS is the monitor's exit status */
 	PRIV_AUDIT,           /* TYPE FIELDS: an audit record of this session */
-	PRIV_RECORD,          /* [STATE] [UNRESPONSIVE_NS] [KERNEL] [CLAIM_MS] [RESUME_MS]: save the record */
+	PRIV_RECORD,          /* [STATE] [UNRESPONSIVE_NS] [KERNEL] [CLAIM_MS] [RESUME_MS] [TTL_MS]: save the record */
 	PRIV_END,             /* STATE REASON: the VM ended, the record stays (expired, crashed, stopped) */
 	PRIV_DESTROY,         /* [FLAG: also the claimed member's runtime directory] -> FLAG (left) */
 	PRIV_VM_KILL,
@@ -86,6 +86,7 @@ enum priv_tag {
 	PT_WHAT,        /* str */
 	PT_PROXY_PID,   /* u64 */
 	PT_PROXY_START, /* u64 */
+	PT_TTL_MS,      /* u64: the record's TTL (a VMCTL TTL set it) */
 	PT_MAX
 };
 

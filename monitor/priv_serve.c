@@ -67,6 +67,12 @@ static int h_record(struct mon *m, const struct priv_msg *q, struct sbx_err *err
 		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "bad kernel release");
 	else if (q->num[PT_CLAIM_MS] > MAX_MS || q->num[PT_RESUME_MS] > MAX_MS)
 		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "times out of range");
+	/* A TTL the child may move (sbx-serve's set-timeout), within what a
+	 * VMCTL TTL allows from the session's creation on: the child already
+	 * holds the timer, so this grants it nothing new. */
+	else if (priv_has(q, PT_TTL_MS) && q->num[PT_TTL_MS] != r->limits.ttl_ms &&
+		 (!q->num[PT_TTL_MS] || q->num[PT_TTL_MS] > (now - r->created_ns) / 1000000u + SBX_TTL_LEFT_MAX_MS))
+		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "a TTL out of range");
 	if (rc == 0) {
 		if (strcmp(r->state, st)) {
 			int from_susp = !strcmp(r->state, "suspended"), from_creating = !strcmp(r->state, "creating");
@@ -88,6 +94,8 @@ static int h_record(struct mon *m, const struct priv_msg *q, struct sbx_err *err
 		snprintf(r->kernel, sizeof r->kernel, "%s", q->str[PT_KERNEL]);
 		r->claim_ms = q->num[PT_CLAIM_MS];
 		r->resume_ms = q->num[PT_RESUME_MS];
+		if (priv_has(q, PT_TTL_MS))
+			r->limits.ttl_ms = q->num[PT_TTL_MS];
 		rc = sbx_record_save(&m->st, r, err);
 	}
 	if (rc == 0)

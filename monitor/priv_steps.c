@@ -48,6 +48,7 @@ int mon_record_save(struct mon *m, struct sbx_err *err)
 	sbx_tlv_str(&b, PT_KERNEL, m->s.kernel);
 	sbx_tlv_u64(&b, PT_CLAIM_MS, m->s.claim_ms);
 	sbx_tlv_u64(&b, PT_RESUME_MS, m->s.resume_ms);
+	sbx_tlv_u64(&b, PT_TTL_MS, m->s.limits.ttl_ms);
 	int rc = priv_call(m, &b, NULL, 0, NULL, err);
 	sbx_buf_free(&b);
 	return rc;

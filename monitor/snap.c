@@ -400,7 +400,7 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
 	uint16_t tag;
 	const uint8_t *v;
 	uint32_t n, op = 0;
-	uint64_t max_bytes = 0;
+	uint64_t max_bytes = 0, ttl_ms = 0;
 	char path[400] = "", host[SBX_ID_MAX + 1] = "";
 	struct sbx_err err = { 0 };
 	sbx_tlv_init(&it, f->payload, f->len);
@@ -408,6 +408,7 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
 	while ((rc = sbx_tlv_next(&it, &tag, &v, &n)) == 1) {
 		if ((tag == SBX_T_OP && sbx_tlv_as_u32(v, n, &op) == 0) ||
 		    (tag == SBX_T_MAX_BYTES && sbx_tlv_as_u64(v, n, &max_bytes) == 0) ||
+		    (tag == SBX_T_TTL_MS && sbx_tlv_as_u64(v, n, &ttl_ms) == 0) ||
 		    (tag == SBX_T_PATH && sbx_tlv_as_str(v, n, path, sizeof path) == 0) ||
 		    (tag == SBX_T_HOSTNAME && sbx_tlv_as_str(v, n, host, sizeof host) == 0 &&
 		     (!host[0] || sbx_id_check(host, "hostname", NULL) == 0)))
@@ -420,6 +421,8 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
 	snap_check_deadline(m);
 	if (!m->ready || m->stopping || m->vm_dead)
 		return client_error(m, c, 0, SBX_EXIT_NOENT, "the session is not running");
+	if (op == SBX_VMCTL_TTL) /* any time: it touches nothing of the VM */
+		return mon_set_ttl(m, c, ttl_ms);
 	if (m->snap.c || m->snap.saving || m->snap.identity)
 		return client_error(m, c, 0, SBX_EXIT_TEMPFAIL, "another snapshot operation is in progress; try again");
 	if (susp_vmctl(m, c, op)) /* suspend, and what a suspended session may do */

@@ -147,7 +147,9 @@ static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
 	json_t *meta = meta_load(b, s->id);
 	json_t *md = json_object_get(meta, "metadata");
 	const char *tmpl = json_string_value(json_object_get(meta, "template"));
-	uint64_t ttl = (uint64_t)json_integer_value(json_object_get(meta, "timeout"));
+	/* the record's TTL: a set-timeout moves it */
+	uint64_t ttl = s->limits.ttl_ms ? s->limits.ttl_ms / 1000u
+					: (uint64_t)json_integer_value(json_object_get(meta, "timeout"));
 	rfc3339(s->created_ns, started, sizeof started);
 	rfc3339(s->created_ns + ttl * 1000000000u, end, sizeof end);
 	const char *live = sbx_session_live_state(&b->st, s);
@@ -421,6 +423,24 @@ static int op_vmctl(struct serve_back *b, const struct serve_req *r, unsigned op
 	return reply_json(sock, json_pack("{s:b, s:s}", "ok", 1, "state", state), NULL, 0);
 }
 
+/* set-timeout: the sandbox ends timeout seconds from now; refresh: not
+ * before that (E2B's refreshes never shorten). */
+static int op_timeout(struct serve_back *b, const struct serve_req *r, int refresh, int sock, struct sbx_err *err)
+{
+	struct sbx_session s;
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_lookup(&b->st, r->id, &s, err) < 0)
+		return -1;
+	uint64_t left = (uint64_t)(r->timeout_s ? r->timeout_s : 60) * 1000u, now = sbx_now_ns();
+	if (refresh && s.limits.ttl_ms) {
+		uint64_t end = s.created_ns + s.limits.ttl_ms * 1000000u;
+		if (end > now + left * 1000000u)
+			return reply_json(sock, json_pack("{s:b}", "ok", 1), NULL, 0);
+	}
+	if (sbx_session_set_ttl(&b->st, r->id, left, err) < 0)
+		return -1;
+	return reply_json(sock, json_pack("{s:b}", "ok", 1), NULL, 0);
+}
+
 static int audit_call(struct serve_back *b, const struct serve_req *r, const char *who, const char *tenant,
 		      const struct sbx_err *e)
 {
@@ -458,6 +478,8 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_ATTACH: rc = op_attach(b, &r, sock, &err); break;
 		case SERVE_OP_PAUSE: rc = op_vmctl(b, &r, SBX_VMCTL_PAUSE, sock, &err); break;
 		case SERVE_OP_RESUME: rc = op_vmctl(b, &r, SBX_VMCTL_RESUME, sock, &err); break;
+		case SERVE_OP_TIMEOUT: rc = op_timeout(b, &r, 0, sock, &err); break;
+		case SERVE_OP_REFRESH: rc = op_timeout(b, &r, 1, sock, &err); break;
 		case SERVE_OP_WHOAMI:
 			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who), NULL, 0);
 			break;

@@ -197,7 +197,7 @@ static enum MHD_Result api_create(struct MHD_Connection *c, const struct listene
 }
 
 static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listener *l, const char *method,
-				   const char *id, const char *rest)
+				   const char *id, const char *rest, struct conn *cn)
 {
 	int peer;
 	const char *op = !strcmp(method, "DELETE") && !*rest                    ? "kill"
@@ -205,15 +205,32 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 			 : !strcmp(method, "POST") && !strcmp(rest, "/connect") ? "connect"
 			 : !strcmp(method, "POST") && !strcmp(rest, "/pause")   ? "pause"
 			 : !strcmp(method, "POST") && !strcmp(rest, "/resume")  ? "connect"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/timeout") ? "timeout"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/refreshes") ? "refresh"
 										: NULL;
 	if (!op)
 		return api_error(c, 404, "no such route in this service");
+	json_t *secs = NULL;
+	if (!strcmp(op, "timeout") || !strcmp(op, "refresh")) {
+		/* {"timeout": seconds} and {"duration": seconds} */
+		json_t *b = cn->n ? json_loadb(cn->body, cn->n, JSON_REJECT_DUPLICATES, NULL) : json_object();
+		json_t *v = json_object_get(b, !strcmp(op, "timeout") ? "timeout" : "duration");
+		int ok = json_is_object(b) && (v ? json_is_integer(v) && json_integer_value(v) >= 0 : !strcmp(op, "refresh"));
+		if (ok && v)
+			secs = json_incref(v);
+		json_decref(b);
+		if (!ok)
+			return api_error(c, 400, !strcmp(op, "timeout") ? "expected {\"timeout\": seconds}"
+									: "expected {\"duration\": seconds}");
+	}
 	json_t *r = request(c, l, op, &peer);
 	json_object_set_new(r, "id", json_string(id));
+	if (secs)
+		json_object_set_new(r, "timeout", secs);
 	json_t *a = call(r, peer, NULL, NULL, NULL);
 	if (!json_is_true(json_object_get(a, "ok")))
 		return back_error(c, a);
-	if (!strcmp(op, "kill") || !strcmp(op, "pause")) {
+	if (!strcmp(op, "kill") || !strcmp(op, "pause") || !strcmp(op, "timeout") || !strcmp(op, "refresh")) {
 		json_decref(a);
 		return answer(c, MHD_HTTP_NO_CONTENT, NULL, NULL);
 	}
@@ -718,7 +735,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			return api_list(c, l);
 	}
 	if (path_id(url, "/sandboxes/", id, sizeof id, &rest) || path_id(url, "/v2/sandboxes/", id, sizeof id, &rest))
-		return api_sandbox(c, l, method, id, rest);
+		return api_sandbox(c, l, method, id, rest, cn);
 	if (!strcmp(url, "/health"))
 		return answer(c, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}");
 	return api_error(c, 404, "no such route in this service");

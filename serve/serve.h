@@ -12,8 +12,9 @@
 #include "state.h"
 
 /* The front's uid: beside the VMM's (0x5b000000 + pid), the proxy's
- * network half's (+ 2^22) and the monitor's unprivileged half's (+ 2^23). */
-#define SERVE_UID_BASE (0x5b000000u + (3u << 22))
+ * network half's (+ 2^22 + pid), the monitor's unprivileged half's (+ 2^23
+ * + pid) and the package cache's (+ 3 * 2^22): + 2^24 + its pid. */
+#define SERVE_UID_BASE (0x5b000000u + (1u << 24))
 
 /* Who asks is not known, or may not (sysexits' EX_NOPERM): HTTP 401. */
 #define SERVE_EXIT_NOPERM 77

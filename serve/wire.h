@@ -37,6 +37,8 @@ enum serve_op {
 	SERVE_OP_ATTACH,
 	SERVE_OP_PAUSE,
 	SERVE_OP_RESUME,
+	SERVE_OP_TIMEOUT,
+	SERVE_OP_REFRESH,
 };
 
 /* A request as the back decodes it: every string checked for length and

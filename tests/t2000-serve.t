@@ -53,7 +53,7 @@ curl -sf "$U/health" >/dev/null; ok $? "sbx-serve --listen 127.0.0.1:$port answe
 [ -S "$SOCK" ]; ok $? "and listens on $SOCK"
 front=$(pgrep -P "$srv" | head -n1)
 st=$(grep -E '^(Uid|CapEff|NoNewPrivs|Seccomp):' "/proc/$front/status" | tr -s '\t ' ' ' | tr '\n' ' ')
-like "$st" "Uid: $((0x5b000000 + (3 << 22) + front)) " "the front (HTTP parser) runs as a uid of its own ($st)"
+like "$st" "Uid: $((0x5b000000 + (1 << 24) + front)) " "the front (HTTP parser) runs as a uid of its own ($st)"
 like "$st" 'CapEff: 0000000000000000' "with no capabilities"
 like "$st" 'NoNewPrivs: 1 Seccomp: 2' "no_new_privs, under seccomp"
 [ "$(readlink "/proc/$front/ns/net")" != "$(readlink /proc/self/ns/net)" ]; ok $? "in a network namespace of its own"

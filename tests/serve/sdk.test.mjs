@@ -121,3 +121,24 @@ test('a command past its timeout is ended by sbx', async () => {
 		await sbx.kill()
 	}
 })
+
+test('setTimeout moves the end, and the sandbox ends then', async () => {
+	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
+	try {
+		const before = (await sbx.getInfo()).endAt.getTime()
+		await sbx.setTimeout(600_000)
+		const later = (await sbx.getInfo()).endAt.getTime()
+		assert.ok(later > before + 200_000, `the end moved later (${before} -> ${later})`)
+		await sbx.setTimeout(4_000)
+		const soon = (await sbx.getInfo()).endAt.getTime()
+		assert.ok(soon < before, 'and earlier')
+		let running = true
+		for (let i = 0; i < 120 && running; i++) {
+			await new Promise((r) => setTimeout(r, 500))
+			running = await sbx.isRunning()
+		}
+		assert.equal(running, false, 'it ended at its new time')
+	} finally {
+		await sbx.kill().catch(() => {})
+	}
+})
