@@ -4,6 +4,7 @@
 #include "capacity.h"
 #include "policy.h"
 #include "hostpath.h"
+#include "netns.h"
 #include "secrets.h"
 #include "template.h"
 #include "util.h"
