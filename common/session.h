@@ -203,7 +203,9 @@ int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s,
 int sbx_session_lookup(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err);
 /* sbx_session_lookup without the record: 0 when the caller may see it. */
 int sbx_session_visible(struct sbx_state *st, const char *id, struct sbx_err *err);
-/* The record's text, already read: -1 when it is not a record of id. */
+/* The record's text, already read: -1 when it is not a record of id, or
+ * id is not a valid session ID (sbx_id_check): a record off a socket or
+ * from disk needs no check of its ID besides this one. */
 int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s);
 int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sbx_err *err);
 /* The record as saved (JSON text, malloc'd); NULL when out of memory. */
