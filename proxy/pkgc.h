@@ -2,7 +2,7 @@
  * private to proxy/:
  *   pkgcache.c  set-up, one connection's context and records (packages.log,
  *               the audit trail, the download budget), routing, serving
- *   http.c      the request head
+ *   http.c      the request head (http.h, shared with egress.c)
  *   reply.c     responses
  *   names.c     names and encodings, a growing buffer
  *   upstream.c  upstream slots, fetches through libcurl, the deny list

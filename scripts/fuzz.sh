@@ -42,7 +42,8 @@ for src in tests/fuzz/fuzz-*.c; do
 		deps=(common/tarcheck.c common/err.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs libarchive jansson libbsd-overlay)" ;;
 	fuzz-egress)
-		deps=(proxy/egress.c)
+		# The request head parser it shares with the cache (http.c, pure).
+		deps=(proxy/egress.c proxy/http.c)
 		read -ra libs <<<"$(pkg-config --cflags jansson)" ;;
 	fuzz-audit)
 		# hostconf.c (and its size parser) for audit retention's settings.
