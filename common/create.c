@@ -4,6 +4,7 @@
 #include "capacity.h"
 #include "policy.h"
 #include "hostpath.h"
+#include "netns.h"
 #include "secrets.h"
 #include "template.h"
 #include "util.h"
@@ -435,7 +436,9 @@ static int session_env(const struct sbx_template *t, const struct sbx_create_opt
 	return sbx_env_bind_secrets(&s->env, sec, err);
 }
 
-/* The request's own names, checked before anything is looked up. */
+/* The request's own names, checked before anything is looked up.  The
+ * one check of a given session ID in a create (a new one is minted valid,
+ * take_id): the steps after take it as checked. */
 static int check_request(const struct sbx_create_opts *o, struct sbx_err *err)
 {
 	if (o->id && sbx_id_check(o->id, "session", err) < 0)

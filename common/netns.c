@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <limits.h>
 #include <poll.h>
 #include <sys/socket.h>

@@ -87,6 +87,8 @@ int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd,
  * reaped.  Sets *pid to 0 and closes *pidfd. */
 void sbx_netns_stop_proxy(int *pid, int *pidfd);
 
-/* sbx_netns_mac_new: util.h (no netlink needed for it). */
+/* A fresh guest MAC, locally administered and unicast, into out[18]
+ * ("02:xx:xx:xx:xx:xx" form). */
+void sbx_netns_mac_new(char out[18]);
 
 #endif

@@ -428,11 +428,6 @@ int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sb
 	return rc;
 }
 
-int sbx_state_ended(const char *state)
-{
-	return !strcmp(state, "crashed") || !strcmp(state, "stopped") || !strcmp(state, "expired");
-}
-
 int sbx_libexec_path(const char *name, char *buf, size_t n)
 {
 	const char *e = getenv("SBX_LIBEXEC");
@@ -469,16 +464,6 @@ const char *sbx_session_live_state(struct sbx_state *st, const struct sbx_sessio
 	    !strcmp(s->state, "paused") || !strcmp(s->state, "suspended"))
 		return locked ? s->state : "crashed";
 	return s->state;
-}
-
-int sbx_state_up(const char *live)
-{
-	return !strcmp(live, "running") || !strcmp(live, "paused");
-}
-
-int sbx_state_live(const char *live)
-{
-	return sbx_state_up(live) || !strcmp(live, "suspended");
 }
 
 void sbx_session_times(const struct sbx_session *s, uint64_t now_ns, double *running_s, double *paused_s,

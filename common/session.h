@@ -203,7 +203,9 @@ int sbx_record_load(struct sbx_state *st, const char *id, struct sbx_session *s,
 int sbx_session_lookup(struct sbx_state *st, const char *id, struct sbx_session *s, struct sbx_err *err);
 /* sbx_session_lookup without the record: 0 when the caller may see it. */
 int sbx_session_visible(struct sbx_state *st, const char *id, struct sbx_err *err);
-/* The record's text, already read: -1 when it is not a record of id. */
+/* The record's text, already read: -1 when it is not a record of id, or
+ * id is not a valid session ID (sbx_id_check): a record off a socket or
+ * from disk needs no check of its ID besides this one. */
 int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s);
 int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sbx_err *err);
 /* The record as saved (JSON text, malloc'd); NULL when out of memory. */
@@ -220,16 +222,6 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
  * against the recorded start time), anything left in its cgroups, its
  * directories.  The caller holds the session lock. */
 int sbx_session_reclaim(struct sbx_state *st, const char *id);
-/* A recorded state in which the session is over: crashed, stopped or
- * expired (its record alone is left, until reclaimed). */
-int sbx_state_ended(const char *state);
-/* A live state in which the session has its VM: running, or paused
- * (sbx-snapshot pause).  A suspended session has none (its monitor lives
- * on, holding the lock; sbx_state_live says so). */
-int sbx_state_up(const char *live);
-/* A live state in which the session exists and its monitor answers:
- * up, or suspended to disk. */
-int sbx_state_live(const char *live);
 /* Seconds spent running, paused and suspended by a session so far (its
  * current stretch included, up to now or its end). */
 void sbx_session_times(const struct sbx_session *s, uint64_t now_ns, double *running_s, double *paused_s,

@@ -131,6 +131,21 @@ int sbx_id_check(const char *id, const char *what, struct sbx_err *err)
 	return 0;
 }
 
+int sbx_state_ended(const char *state)
+{
+	return !strcmp(state, "crashed") || !strcmp(state, "stopped") || !strcmp(state, "expired");
+}
+
+int sbx_state_up(const char *live)
+{
+	return !strcmp(live, "running") || !strcmp(live, "paused");
+}
+
+int sbx_state_live(const char *live)
+{
+	return sbx_state_up(live) || !strcmp(live, "suspended");
+}
+
 int sbx_tenant_check(const char *tenant, struct sbx_err *err)
 {
 	if (!tenant || !*tenant)

@@ -44,6 +44,17 @@ static inline const char *sbx_state_tenant(const struct sbx_state *st)
 {
 	return st->tenant[0] ? st->tenant : NULL;
 }
+/* A session's state by name (its record's, or sbx_session_live_state's).
+ * Over: crashed, stopped or expired (its record alone is left, until
+ * reclaimed). */
+int sbx_state_ended(const char *state);
+/* A live state in which the session has its VM: running, or paused
+ * (sbx-snapshot pause).  A suspended session has none (its monitor lives
+ * on, holding the lock; sbx_state_live says so). */
+int sbx_state_up(const char *live);
+/* A live state in which the session exists and its monitor answers:
+ * up, or suspended to disk. */
+int sbx_state_live(const char *live);
 /* A fresh random ID, "s-" + 12 hex digits, into buf[16]. */
 void sbx_id_new(char *buf, size_t n);
 

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -145,17 +144,6 @@ void sbx_fputs_field(const char *s, FILE *f)
 				putc(*p, f);
 		}
 	}
-}
-
-void sbx_netns_mac_new(char out[18])
-{
-	uint8_t m[6];
-	if (getrandom(m, sizeof m, 0) != (ssize_t)sizeof m) {
-		uint64_t t = sbx_mono_ns() ^ ((uint64_t)getpid() << 32);
-		memcpy(m, &t, sizeof m);
-	}
-	m[0] = (uint8_t)((m[0] & 0xfe) | 0x02); /* unicast, locally administered */
-	snprintf(out, 18, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
 }
 
 void sbx_json_str(json_t *o, const char *k, char *out, size_t n)

@@ -76,10 +76,6 @@ void sbx_log_tail_fd(int fd, char *out, size_t n);
  * as an escape sequence.  Printable bytes and UTF-8 pass through. */
 void sbx_fputs_field(const char *s, FILE *f);
 
-/* A fresh guest MAC, locally administered and unicast, into out[18]
- * ("02:xx:xx:xx:xx:xx" form). */
-void sbx_netns_mac_new(char out[18]);
-
 /* Record fields (jansson): a string copied into out ("" when absent or
  * not a string), a non-negative integer (0 when absent or negative). */
 struct json_t;

@@ -61,8 +61,6 @@ static void add(struct argv *a, const char *fmt, ...)
 	a->used += (size_t)w + 1;
 }
 
-/* QEMU's option syntax would need ',' doubled; refuse instead.  Checked on
- * the host paths, which the jail's fixed paths hide from the argv. */
 /* The throttle of every writable disk (resources.disk_bps, disk_iops), ""
  * for none.  QEMU's block layer counts the guest's requests before any
  * host cache, so it holds under cache=unsafe, where the host's blkio
@@ -80,6 +78,8 @@ static void qemu_throttle(const struct sbx_vm_config *c, char *out, size_t n)
 		snprintf(out + k, n - k, ",throttling.group=sbx");
 }
 
+/* QEMU's option syntax would need ',' doubled; refuse instead.  Checked on
+ * the host paths, which the jail's fixed paths hide from the argv. */
 static int check_paths(const struct sbx_vm_config *c, struct sbx_err *err)
 {
 	const char *paths[10] = { c->rootfs, c->scratch };
@@ -91,11 +91,10 @@ static int check_paths(const struct sbx_vm_config *c, struct sbx_err *err)
 	return 0;
 }
 
-static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd, struct argv *a,
-		      struct sbx_err *err)
+/* The machine: accelerator, CPU, memory, console, kernel and its command
+ * line (the same for every backend, vmm.c). */
+static int add_machine(struct argv *a, const struct sbx_vm_config *c, struct sbx_err *err)
 {
-	memset(a, 0, sizeof *a);
-	add(a, "%s", qemu_bin());
 	/* microvm without the legacy PIT and PIC.  Keep the RTC: without it the
 	 * guest kernel waits 1 s for it, twice. */
 	add(a, "-M");
@@ -135,13 +134,18 @@ static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd
 	add(a, "%s", c->kernel);
 	add(a, "-initrd");
 	add(a, "%s", c->initrd);
-	/* The same for every backend (vmm.c). */
 	char cmdline[1024];
 	if (sbx_vm_cmdline(c, cmdline, sizeof cmdline, err) < 0)
 		return -1;
 	add(a, "-append");
 	add(a, "%s", cmdline);
-	/* Disks carry serials; the guest finds them by serial, not by order. */
+	return 0;
+}
+
+/* The disks, with their serials (the guest finds them by serial, not by
+ * order), and the session's I/O throttle on the writable ones. */
+static void add_disks(struct argv *a, const struct sbx_vm_config *c)
+{
 	char throttle[160];
 	qemu_throttle(c, throttle, sizeof throttle);
 	if (c->rootfs) {
@@ -170,6 +174,12 @@ static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd
 		add(a, "-device");
 		add(a, "virtio-blk-device,drive=vol%u,serial=sbx-vol%u", i, i);
 	}
+}
+
+/* The other devices: entropy, panic, the NIC, the agent's port, the QMP
+ * socket and, for a restore, the incoming state. */
+static void add_devices(struct argv *a, const struct sbx_vm_config *c, int qmp_fd, int incoming_fd)
+{
 	add(a, "-device");
 	add(a, "virtio-rng-device");
 	/* The guest kernel's own word that it panicked (its pvpanic driver),
@@ -212,6 +222,17 @@ static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd
 		add(a, "-incoming");
 		add(a, "fd:%d", incoming_fd);
 	}
+}
+
+static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd, struct argv *a,
+		      struct sbx_err *err)
+{
+	memset(a, 0, sizeof *a);
+	add(a, "%s", qemu_bin());
+	if (add_machine(a, c, err) < 0)
+		return -1;
+	add_disks(a, c);
+	add_devices(a, c, qmp_fd, incoming_fd);
 	if (a->n + 1 >= SBX_ARRAY_LEN(a->v) || a->used >= sizeof a->store - 1)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "VMM command line too long");
 	return 0;

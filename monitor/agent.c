@@ -51,10 +51,6 @@ void agent_note_guest(struct mon *m, const struct sbx_frame *f)
 	m->guest_caps = caps;
 }
 
-/* The guest is up (HELLO, or a restore's identity applied): ready now, or
- * secrets first and ready only once the guest has them in place, so no exec
- * can ever run before its secrets exist.  Written into reserved room so no
- * stale copy is left behind a realloc. */
 /* The guest's clock follows the host's: a PING carrying CLOCK_REALTIME,
  * which guest-init slews toward (guest-init/agent.c, clock_follow).  Its
  * PONG, on a stream no one waits on, is dropped.  Sent when the guest says
@@ -71,6 +67,10 @@ void agent_time_sync(struct mon *m, uint32_t token)
 	agent_flush(m);
 }
 
+/* The guest is up (HELLO, or a restore's identity applied): ready now, or
+ * secrets first and ready only once the guest has them in place, so no exec
+ * can ever run before its secrets exist.  Written into reserved room so no
+ * stale copy is left behind a realloc. */
 void agent_secrets_then_ready(struct mon *m)
 {
 	if (!m->sec.n) {
@@ -83,6 +83,91 @@ void agent_secrets_then_ready(struct mon *m)
 		snprintf(m->secrets_err, sizeof m->secrets_err, "out of memory");
 	m->secrets_sent = 1;
 	agent_flush(m);
+}
+
+/* The guest took the secrets frame (an empty SECRETS back): for a claim,
+ * the claim's secrets are in place; for a boot, the session is ready. */
+static void agent_secrets_taken(struct mon *m, const struct sbx_frame *f)
+{
+	if (m->claim.stage == CLAIM_GUEST && m->secrets_sent && !f->len) {
+		if (m->aout.data) /* as below */
+			explicit_bzero(m->aout.data + m->aout.len, m->aout.cap - m->aout.len);
+		m->claim.secrets_ok = 1;
+		return;
+	}
+	if (!m->secrets_sent || m->ready || f->len)
+		return;
+	/* The guest read the whole frame: wipe what is left of it here. */
+	if (m->aout.data)
+		explicit_bzero(m->aout.data + m->aout.len, m->aout.cap - m->aout.len);
+	m->ready = 1;
+}
+
+/* An ERROR from the guest: a claim refused, a snapshot step failed, the
+ * secrets refused, or an exec that could not start (ex, if any). */
+static void agent_error(struct mon *m, struct exec *ex, const struct sbx_frame *f)
+{
+	if (!f->stream && m->claim.stage == CLAIM_GUEST) {
+		char msg[200] = "refused";
+		uint32_t code = 0;
+		sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+		sbx_text_clean(msg); /* the guest's words, shown to people */
+		claim_fail(m, SBX_EXIT_UNAVAIL, "the guest refused the claim: %s", msg);
+		return;
+	}
+	if (snap_guest_error(m, f))
+		return;
+	if (!f->stream && m->secrets_sent && !m->ready) {
+		char msg[200] = "refused";
+		uint32_t code = 0;
+		sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+		sbx_text_clean(msg); /* the guest's words, shown to people */
+		snprintf(m->secrets_err, sizeof m->secrets_err, "%s", msg);
+		return;
+	}
+	if (!ex)
+		return;
+	char msg[256] = "the guest refused the command";
+	uint32_t code = SBX_EXIT_INTERNAL;
+	sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
+	sbx_text_clean(msg); /* the guest's words, shown to people */
+	/* After STARTED an ERROR is only news: the guest ends the exec
+	 * and reports EXIT.  Before it, the exec never ran. */
+	if (ex->started || ex->done)
+		return;
+	if (code != SBX_EXIT_INVALID && code != SBX_EXIT_TEMPFAIL)
+		code = SBX_EXIT_INTERNAL;
+	if (ex->client)
+		client_error(m, ex->client, ex->n, (int)code, msg);
+	exec_abort(m, ex, SBX_R_SESSION_LOST);
+}
+
+/* A PONG: for a suspend, a claim, the heartbeat, and any client whose
+ * PING it answers. */
+static void agent_pong(struct mon *m, const struct sbx_frame *f)
+{
+	susp_pong(m, f->stream);
+	if (m->claim.stage == CLAIM_GUEST && f->stream == m->claim.ping)
+		claim_guest_answered(m);
+	if (m->hb.sent && f->stream == m->hb.token) {
+		m->hb.sent = 0;
+		m->hb.next = sbx_mono_ns() + m->hb.interval;
+		if (m->s.agent_unresponsive_ns) {
+			m->s.agent_unresponsive_ns = 0;
+			mon_record_save(m, NULL);
+			json_t *af = json_pack("{s:s}", "session", m->s.id);
+			mon_audit(m, "session.responsive", af, NULL);
+			json_decref(af);
+		}
+	}
+	for (struct client *c = m->clients; c; c = c->next)
+		if (c->ping_token && c->ping_token == f->stream) {
+			struct sbx_buf b = { 0 };
+			sbx_frame_raw(&b, SBX_F_PONG, 0, f->payload, f->len);
+			client_send(m, c, &b);
+			sbx_buf_free(&b);
+			c->ping_token = 0;
+		}
 }
 
 static void agent_frame(struct mon *m, const struct sbx_frame *f)
@@ -110,18 +195,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		break;
 	}
 	case SBX_F_SECRETS:
-		if (m->claim.stage == CLAIM_GUEST && m->secrets_sent && !f->len) {
-			if (m->aout.data) /* as below */
-				explicit_bzero(m->aout.data + m->aout.len, m->aout.cap - m->aout.len);
-			m->claim.secrets_ok = 1;
-			break;
-		}
-		if (!m->secrets_sent || m->ready || f->len)
-			break;
-		/* The guest read the whole frame: wipe what is left of it here. */
-		if (m->aout.data)
-			explicit_bzero(m->aout.data + m->aout.len, m->aout.cap - m->aout.len);
-		m->ready = 1;
+		agent_secrets_taken(m, f);
 		break;
 	case SBX_F_STARTED:
 		if (ex)
@@ -157,67 +231,12 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 	case SBX_F_IDENTITY:
 		snap_identity_reply(m, f);
 		break;
-	case SBX_F_ERROR: {
-		if (!f->stream && m->claim.stage == CLAIM_GUEST) {
-			char msg[200] = "refused";
-			uint32_t code = 0;
-			sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
-			sbx_text_clean(msg); /* the guest's words, shown to people */
-			claim_fail(m, SBX_EXIT_UNAVAIL, "the guest refused the claim: %s", msg);
-			break;
-		}
-		if (snap_guest_error(m, f))
-			break;
-		if (!f->stream && m->secrets_sent && !m->ready) {
-			char msg[200] = "refused";
-			uint32_t code = 0;
-			sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
-			sbx_text_clean(msg); /* the guest's words, shown to people */
-			snprintf(m->secrets_err, sizeof m->secrets_err, "%s", msg);
-			break;
-		}
-		if (!ex)
-			break;
-		char msg[256] = "the guest refused the command";
-		uint32_t code = SBX_EXIT_INTERNAL;
-		sbx_error_decode(f->payload, f->len, &code, msg, sizeof msg);
-		sbx_text_clean(msg); /* the guest's words, shown to people */
-		/* After STARTED an ERROR is only news: the guest ends the exec
-		 * and reports EXIT.  Before it, the exec never ran. */
-		if (ex->started || ex->done)
-			break;
-		if (code != SBX_EXIT_INVALID && code != SBX_EXIT_TEMPFAIL)
-			code = SBX_EXIT_INTERNAL;
-		if (ex->client)
-			client_error(m, ex->client, ex->n, (int)code, msg);
-		exec_abort(m, ex, SBX_R_SESSION_LOST);
+	case SBX_F_ERROR:
+		agent_error(m, ex, f);
 		break;
-	}
-	case SBX_F_PONG: {
-		susp_pong(m, f->stream);
-		if (m->claim.stage == CLAIM_GUEST && f->stream == m->claim.ping)
-			claim_guest_answered(m);
-		if (m->hb.sent && f->stream == m->hb.token) {
-			m->hb.sent = 0;
-			m->hb.next = sbx_mono_ns() + m->hb.interval;
-			if (m->s.agent_unresponsive_ns) {
-				m->s.agent_unresponsive_ns = 0;
-				mon_record_save(m, NULL);
-				json_t *af = json_pack("{s:s}", "session", m->s.id);
-				mon_audit(m, "session.responsive", af, NULL);
-				json_decref(af);
-			}
-		}
-		for (struct client *c = m->clients; c; c = c->next)
-			if (c->ping_token && c->ping_token == f->stream) {
-				struct sbx_buf b = { 0 };
-				sbx_frame_raw(&b, SBX_F_PONG, 0, f->payload, f->len);
-				client_send(m, c, &b);
-				sbx_buf_free(&b);
-				c->ping_token = 0;
-			}
+	case SBX_F_PONG:
+		agent_pong(m, f);
 		break;
-	}
 	default:
 		break; /* unexpected from a guest: ignore, never trust */
 	}

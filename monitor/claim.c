@@ -263,9 +263,11 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 		r = -1;
 		break;
 	}
+	/* The ID is checked once here, where it comes off the socket: the
+	 * record's parse holds it to the ID allowlist (record.c), and the
+	 * steps below take it as checked. */
 	struct sbx_session ns;
-	if (r < 0 || !rec || !pol || sbx_id_check(id, "session", NULL) < 0 || sbx_pool_member_id(id) ||
-	    sbx_record_parse(rec, id, &ns) < 0)
+	if (r < 0 || !rec || !pol || sbx_pool_member_id(id) || sbx_record_parse(rec, id, &ns) < 0)
 		return client_error(m, c, 0, SBX_EXIT_INVALID, "malformed claim");
 	if (!sbx_pool_member_fits(&m->s, &ns))
 		return client_error(m, c, 0, SBX_EXIT_INVALID, "the session does not fit this pool member");
@@ -331,9 +333,11 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
  * monitor knows, from its own. */
 int claim_commit(struct mon *m, const char *id, const char *rec, const char *pol, int *code, char *why, size_t n)
 {
+	/* Checked again here: when the monitor is split, this is the
+	 * privileged half, and the request came from the unprivileged one.
+	 * The record's parse holds the ID to the allowlist (record.c). */
 	struct sbx_session ns;
-	if (sbx_id_check(id, "session", NULL) < 0 || sbx_pool_member_id(id) || sbx_record_parse(rec, id, &ns) < 0 ||
-	    !sbx_pool_member_fits(&m->s, &ns)) {
+	if (sbx_pool_member_id(id) || sbx_record_parse(rec, id, &ns) < 0 || !sbx_pool_member_fits(&m->s, &ns)) {
 		*code = SBX_EXIT_INVALID;
 		snprintf(why, n, "malformed claim");
 		return -1;

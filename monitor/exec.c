@@ -352,76 +352,134 @@ static json_t *req_json(struct mon *m, const struct sbx_exec_req *r)
 	return o;
 }
 
-void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
+/* Why the session cannot take an exec now (a code, msg filled), or 0. */
+static int exec_refusal(struct mon *m, const struct client *c, char *msg, size_t n)
 {
-	struct sbx_exec_req r;
-	const char *why = "invalid request";
-	uint64_t t0 = sbx_mono_ns();
-	if (c->ex)
-		return client_error(m, c, f->stream, SBX_EXIT_INVALID, "one exec per connection");
-	if (m->stopping || m->vm_dead)
-		return client_error(m, c, f->stream, SBX_EXIT_NOENT, "the session is ending");
-	if (m->agent.fd < 0)
-		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, "the guest agent is gone");
-	snap_check_deadline(m);
-	if (m->snap.paused) {
-		char msg[200];
-		snprintf(msg, sizeof msg, "session %s is paused: resume it (sbx-snapshot resume %s, or sbx-exec --resume)",
-			 m->s.id, m->s.id);
-		return client_error(m, c, f->stream, SBX_EXIT_NOENT, msg);
-	}
-	if (m->snap.saving)
-		return client_error(m, c, f->stream, SBX_EXIT_TEMPFAIL, "a snapshot of the session is being saved");
-	if (sbx_exec_req_decode(f->payload, f->len, &r, &why) < 0)
-		return client_error(m, c, f->stream, SBX_EXIT_INVALID, why);
-	const struct sbx_limits *lim = &m->s.limits;
-	/* Limits come from the session's policy, never from the client. */
-	r.pids_max = lim->pids_per_exec;
-	r.session_pids = lim->pids_per_session;
-	r.memory_max = lim->exec_memory;
-	if (!r.timeout_ms && lim->exec_timeout_default_ms)
-		r.timeout_ms = (uint32_t)(lim->exec_timeout_default_ms > UINT32_MAX ? UINT32_MAX
-										      : lim->exec_timeout_default_ms);
-	if (lim->exec_timeout_max_ms && (!r.timeout_ms || r.timeout_ms > lim->exec_timeout_max_ms)) {
-		char msg[200], max[32], asked[40] = "";
-		sbx_fmt_duration(max, sizeof max, lim->exec_timeout_max_ms);
-		if (r.timeout_ms) {
-			asked[0] = ' ';
-			sbx_fmt_duration(asked + 1, sizeof asked - 1, r.timeout_ms);
+	const char *why = NULL;
+	int code = 0;
+	if (c->ex) {
+		why = "one exec per connection";
+		code = SBX_EXIT_INVALID;
+	} else if (m->stopping || m->vm_dead) {
+		why = "the session is ending";
+		code = SBX_EXIT_NOENT;
+	} else if (m->agent.fd < 0) {
+		why = "the guest agent is gone";
+		code = SBX_EXIT_INTERNAL;
+	} else {
+		snap_check_deadline(m);
+		if (m->snap.paused) {
+			snprintf(msg, n, "session %s is paused: resume it (sbx-snapshot resume %s, or sbx-exec --resume)",
+				 m->s.id, m->s.id);
+			return SBX_EXIT_NOENT;
 		}
-		snprintf(msg, sizeof msg, "the exec timeout%s %s the policy's maximum of %s (resources.exec_timeout.max)",
-			 asked, r.timeout_ms ? "exceeds" : "must be set within", max);
-		sbx_exec_req_free(&r);
-		return client_error(m, c, f->stream, SBX_EXIT_INVALID, msg);
+		if (m->snap.saving) {
+			why = "a snapshot of the session is being saved";
+			code = SBX_EXIT_TEMPFAIL;
+		}
 	}
+	if (why)
+		snprintf(msg, n, "%s", why);
+	return code;
+}
+
+/* The session's limits written over the request: they come from its
+ * policy, never from the client.  0, or SBX_EXIT_INVALID with msg. */
+static int exec_limits(struct mon *m, struct sbx_exec_req *r, char *msg, size_t n)
+{
+	const struct sbx_limits *lim = &m->s.limits;
+	r->pids_max = lim->pids_per_exec;
+	r->session_pids = lim->pids_per_session;
+	r->memory_max = lim->exec_memory;
+	if (!r->timeout_ms && lim->exec_timeout_default_ms)
+		r->timeout_ms = (uint32_t)(lim->exec_timeout_default_ms > UINT32_MAX ? UINT32_MAX
+										       : lim->exec_timeout_default_ms);
+	if (lim->exec_timeout_max_ms && (!r->timeout_ms || r->timeout_ms > lim->exec_timeout_max_ms)) {
+		char max[32], asked[40] = "";
+		sbx_fmt_duration(max, sizeof max, lim->exec_timeout_max_ms);
+		if (r->timeout_ms) {
+			asked[0] = ' ';
+			sbx_fmt_duration(asked + 1, sizeof asked - 1, r->timeout_ms);
+		}
+		snprintf(msg, n, "the exec timeout%s %s the policy's maximum of %s (resources.exec_timeout.max)", asked,
+			 r->timeout_ms ? "exceeds" : "must be set within", max);
+		return SBX_EXIT_INVALID;
+	}
+	return 0;
+}
+
+/* A new exec for the request, with its directory (a spare's, or made),
+ * its deadline and its recorded request; the request's flags as the guest
+ * gets them.  NULL with msg when there is no memory or no directory. */
+static struct exec *exec_new(struct mon *m, struct sbx_exec_req *r, uint64_t t0, int *detach, char *msg, size_t n)
+{
 	struct exec *ex = calloc(1, sizeof *ex);
 	if (!ex) {
-		sbx_exec_req_free(&r);
-		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, "out of memory");
+		snprintf(msg, n, "out of memory");
+		return NULL;
 	}
 	ex->n = ++m->next_exec;
 	snprintf(ex->id, sizeof ex->id, "e%u", ex->n);
 	ex->out_fd = ex->err_fd = ex->dfd = -1;
 	if (spare_take(m, ex) < 0 && exec_dir_make(m, ex) < 0) {
-		char msg[200];
-		snprintf(msg, sizeof msg, "cannot store exec output: %s", strerror(errno));
+		snprintf(msg, n, "cannot store exec output: %s", strerror(errno));
 		free(ex);
-		sbx_exec_req_free(&r);
-		return client_error(m, c, f->stream, SBX_EXIT_INTERNAL, msg);
+		return NULL;
 	}
 	sbx_trace_begin_at(&ex->tr, "exec.monitor", t0);
 	ex->started_ns = sbx_now_ns();
-	if (r.timeout_ms)
-		ex->deadline = sbx_mono_ns() + ((uint64_t)r.timeout_ms + EXEC_TIMEOUT_GRACE_MS) * 1000000u;
+	if (r->timeout_ms)
+		ex->deadline = sbx_mono_ns() + ((uint64_t)r->timeout_ms + EXEC_TIMEOUT_GRACE_MS) * 1000000u;
 	ex->credit = SBX_STDIN_WINDOW;
-	ex->flags = r.flags;
-	ex->req = req_json(m, &r);
-	int detach = r.flags & SBX_EXEC_DETACH;
-	r.flags &= ~(uint32_t)(SBX_EXEC_DETACH | SBX_EXEC_COPY | SBX_EXEC_OUT_WINDOW);
-	if (detach)
-		r.flags &= ~(uint32_t)SBX_EXEC_STDIN;
+	ex->flags = r->flags;
+	ex->req = req_json(m, r);
+	*detach = r->flags & SBX_EXEC_DETACH;
+	r->flags &= ~(uint32_t)(SBX_EXEC_DETACH | SBX_EXEC_COPY | SBX_EXEC_OUT_WINDOW);
+	if (*detach)
+		r->flags &= ~(uint32_t)SBX_EXEC_STDIN;
 	else if (m->guest_caps & SBX_GUEST_OUT_WINDOW)
-		r.flags |= SBX_EXEC_OUT_WINDOW; /* a streamed exec's output under credit */
+		r->flags |= SBX_EXEC_OUT_WINDOW; /* a streamed exec's output under credit */
+	return ex;
+}
+
+/* What is running, for sbx-ps --execs, before any result exists
+ * (request.json), and the audit trail's exec.start.  Nothing of it is the
+ * guest's to wait for: it runs while the guest starts the command.  -1
+ * with aerr when the trail cannot be written. */
+static int exec_record_start(struct mon *m, struct exec *ex, const struct sbx_exec_req *r, struct sbx_err *aerr)
+{
+	char *rq = json_dumps(ex->req, JSON_COMPACT);
+	/* whole or not there, for a reader (a spare's file: no new inode) */
+	if (rq && (spare_write(ex->dfd, ".request.tmp", rq) < 0 ||
+		   renameat(ex->dfd, ".request.tmp", ex->dfd, "request.json") < 0))
+		unlinkat(ex->dfd, ".request.tmp", 0);
+	free(rq);
+	json_t *af = json_pack("{s:s, s:s, s:s?, s:i}", "session", m->s.id, "exec", ex->id, "cwd",
+			       json_string_value(json_object_get(ex->req, "cwd")), "user", r->have_uid ? (int)r->uid : 1000);
+	if (af)
+		audit_argv(af, json_object_get(ex->req, "argv"));
+	int arc = mon_audit(m, "exec.start", af, aerr);
+	json_decref(af);
+	return arc;
+}
+
+void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
+{
+	struct sbx_exec_req r;
+	const char *why = "invalid request";
+	char msg[200];
+	uint64_t t0 = sbx_mono_ns();
+	int code = exec_refusal(m, c, msg, sizeof msg), detach;
+	if (code)
+		return client_error(m, c, f->stream, code, msg);
+	if (sbx_exec_req_decode(f->payload, f->len, &r, &why) < 0)
+		return client_error(m, c, f->stream, SBX_EXIT_INVALID, why);
+	code = exec_limits(m, &r, msg, sizeof msg);
+	struct exec *ex = code ? NULL : exec_new(m, &r, t0, &detach, msg, sizeof msg);
+	if (!ex) {
+		sbx_exec_req_free(&r);
+		return client_error(m, c, f->stream, code ? code : SBX_EXIT_INTERNAL, msg);
+	}
 	ex->next = m->execs;
 	m->execs = ex;
 	if (sbx_mono_ns() - m->time_synced > MON_TIME_SYNC_NS)
@@ -435,32 +493,18 @@ void client_exec(struct mon *m, struct client *c, const struct sbx_frame *f)
 	sbx_exec_req_encode(&m->aout, ex->n, &r);
 	agent_flush(m);
 	sbx_trace_step(&ex->tr, "sent");
-	/* What follows runs while the guest starts the command: nothing of it
-	 * is the guest's to wait for.  What is running, for sbx-ps --execs,
-	 * before any result exists. */
-	char *rq = json_dumps(ex->req, JSON_COMPACT);
-	/* whole or not there, for a reader (a spare's file: no new inode) */
-	if (rq && (spare_write(ex->dfd, ".request.tmp", rq) < 0 ||
-		   renameat(ex->dfd, ".request.tmp", ex->dfd, "request.json") < 0))
-		unlinkat(ex->dfd, ".request.tmp", 0);
-	free(rq);
 	/* Recorded while the guest already starts it (off the critical path);
 	 * an exec that cannot be recorded does not run: fail closed. */
-	json_t *af = json_pack("{s:s, s:s, s:s?, s:i}", "session", m->s.id, "exec", ex->id, "cwd",
-			       json_string_value(json_object_get(ex->req, "cwd")), "user", r.have_uid ? (int)r.uid : 1000);
-	if (af)
-		audit_argv(af, json_object_get(ex->req, "argv"));
 	struct sbx_err aerr = { 0 };
-	int arc = mon_audit(m, "exec.start", af, &aerr);
-	json_decref(af);
+	int arc = exec_record_start(m, ex, &r, &aerr);
 	sbx_exec_req_free(&r);
 	sbx_trace_step(&ex->tr, "audit");
 	if (arc < 0) {
 		sbx_frame_raw(&m->aout, SBX_F_KILL, ex->n, NULL, 0);
 		agent_flush(m);
-		char msg[600];
-		snprintf(msg, sizeof msg, "cannot write the audit trail, the command was stopped: %s", aerr.msg);
-		return client_error(m, c, ex->n, SBX_EXIT_INTERNAL, msg);
+		char amsg[600];
+		snprintf(amsg, sizeof amsg, "cannot write the audit trail, the command was stopped: %s", aerr.msg);
+		return client_error(m, c, ex->n, SBX_EXIT_INTERNAL, amsg);
 	}
 	if (!detach) {
 		ex->client = c;

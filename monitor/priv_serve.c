@@ -293,40 +293,87 @@ static int h_claim(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, s
 	return 0;
 }
 
+/* An audit record the child asks for: only of a type the monitor writes,
+ * and always of this session (never another's, nor another tenant's). */
+static int h_audit(struct mon *m, const struct priv_msg *q, struct sbx_err *err)
+{
+	const char *t = q->str[PT_TYPE];
+	int known = 0;
+	for (size_t i = 0; t && i < SBX_ARRAY_LEN(audit_types); i++)
+		known |= !strcmp(t, audit_types[i]);
+	json_t *f = known && q->str[PT_FIELDS] && strlen(q->str[PT_FIELDS]) <= (64u << 10)
+			    ? json_loads(q->str[PT_FIELDS], JSON_REJECT_DUPLICATES, NULL)
+			    : NULL;
+	if (!json_is_object(f)) {
+		json_decref(f);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not an audit record the monitor writes");
+	}
+	json_object_set_new(f, "session", json_string(m->s.id));
+	json_object_del(f, "tenant");
+	int rc = audit_direct(m, t, f, err);
+	json_decref(f);
+	return rc;
+}
+
+static int h_end(struct mon *m, const struct priv_msg *q, struct sbx_err *err)
+{
+	const char *st = q->str[PT_STATE], *why = q->str[PT_REASON];
+	if (m->priv.ended || !st || !why || !printable(why) || strlen(why) >= sizeof m->s.end_reason ||
+	    !sbx_state_ended(st))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not an end of a session");
+	end_direct(m, st, why);
+	return 0;
+}
+
+static void h_vm_reap(struct mon *m, struct sbx_buf *r)
+{
+	int status = 0;
+	int n = m->vm.pid > 0 && waitpid(m->vm.pid, &status, WNOHANG) > 0;
+	if (n)
+		m->vm.pid = 0;
+	sbx_tlv_u64(r, PT_FLAG, (uint64_t)n);
+	sbx_tlv_u64(r, PT_STATUS, (uint64_t)(unsigned)status);
+}
+
+static void h_violations(struct mon *m, const struct priv_msg *q, struct sbx_buf *r)
+{
+	json_t *v = sbx_netlog_violations(m->lib_dfd, q->num[PT_NUM_A], q->num[PT_NUM_B]);
+	char *txt = v ? json_dumps(v, JSON_COMPACT) : NULL;
+	json_decref(v);
+	if (txt && strlen(txt) < PRIV_MSG_MAX / 2)
+		sbx_tlv_str(r, PT_TEXT, txt);
+	free(txt);
+}
+
+static void h_policy(struct mon *m, struct sbx_buf *r)
+{
+	char *txt = sbx_read_small_at(m->lib_dfd, "policy.json", PRIV_MSG_MAX / 2, NULL);
+	if (txt)
+		sbx_tlv_str(r, PT_TEXT, txt);
+	free(txt);
+}
+
+static int h_susp_image(struct mon *m, struct sbx_buf *r, struct sbx_err *err)
+{
+	uint64_t bytes = 0;
+	if (susp_write_image(m, &bytes, err) < 0)
+		return -1;
+	sbx_tlv_u64(r, PT_NUM_A, bytes);
+	return 0;
+}
+
 /* One request: the answer into r (after its CODE), fds to pass into fds. */
 int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int *fds, int *nfds, struct sbx_err *err)
 {
-	int status = 0, n;
+	int n;
 	*nfds = 0;
 	switch (q->op) {
-	case PRIV_AUDIT: {
-		const char *t = q->str[PT_TYPE];
-		int known = 0;
-		for (size_t i = 0; t && i < SBX_ARRAY_LEN(audit_types); i++)
-			known |= !strcmp(t, audit_types[i]);
-		json_t *f = known && q->str[PT_FIELDS] && strlen(q->str[PT_FIELDS]) <= (64u << 10)
-				    ? json_loads(q->str[PT_FIELDS], JSON_REJECT_DUPLICATES, NULL)
-				    : NULL;
-		if (!json_is_object(f)) {
-			json_decref(f);
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not an audit record the monitor writes");
-		}
-		json_object_set_new(f, "session", json_string(m->s.id));
-		json_object_del(f, "tenant");
-		int rc = audit_direct(m, t, f, err);
-		json_decref(f);
-		return rc;
-	}
+	case PRIV_AUDIT:
+		return h_audit(m, q, err);
 	case PRIV_RECORD:
 		return h_record(m, q, err);
-	case PRIV_END: {
-		const char *st = q->str[PT_STATE], *why = q->str[PT_REASON];
-		if (m->priv.ended || !st || !why || !printable(why) || strlen(why) >= sizeof m->s.end_reason ||
-		    !sbx_state_ended(st))
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not an end of a session");
-		end_direct(m, st, why);
-		return 0;
-	}
+	case PRIV_END:
+		return h_end(m, q, err);
 	case PRIV_DESTROY:
 		sbx_tlv_u64(r, PT_FLAG, (uint64_t)destroy_direct(m, q->num[PT_FLAG] != 0));
 		return 0;
@@ -334,11 +381,7 @@ int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int 
 		sbx_vm_kill(&m->vm);
 		return 0;
 	case PRIV_VM_REAP:
-		n = m->vm.pid > 0 && waitpid(m->vm.pid, &status, WNOHANG) > 0;
-		if (n)
-			m->vm.pid = 0;
-		sbx_tlv_u64(r, PT_FLAG, (uint64_t)n);
-		sbx_tlv_u64(r, PT_STATUS, (uint64_t)(unsigned)status);
+		h_vm_reap(m, r);
 		return 0;
 	case PRIV_VM_PAUSE:
 		return sbx_vm_pause(&m->vm, err);
@@ -371,22 +414,12 @@ int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int 
 		sbx_tlv_u64(r, PT_NUM_A, priv_file_size(m->lib_dfd, "net.log"));
 		sbx_tlv_u64(r, PT_NUM_B, priv_file_size(m->lib_dfd, "packages.log"));
 		return 0;
-	case PRIV_VIOLATIONS: {
-		json_t *v = sbx_netlog_violations(m->lib_dfd, q->num[PT_NUM_A], q->num[PT_NUM_B]);
-		char *txt = v ? json_dumps(v, JSON_COMPACT) : NULL;
-		json_decref(v);
-		if (txt && strlen(txt) < PRIV_MSG_MAX / 2)
-			sbx_tlv_str(r, PT_TEXT, txt);
-		free(txt);
+	case PRIV_VIOLATIONS:
+		h_violations(m, q, r);
 		return 0;
-	}
-	case PRIV_POLICY: {
-		char *txt = sbx_read_small_at(m->lib_dfd, "policy.json", PRIV_MSG_MAX / 2, NULL);
-		if (txt)
-			sbx_tlv_str(r, PT_TEXT, txt);
-		free(txt);
+	case PRIV_POLICY:
+		h_policy(m, r);
 		return 0;
-	}
 	case PRIV_PORTS_SAVE:
 		return h_ports(m, q, err);
 	case PRIV_PORT_REG:
@@ -404,13 +437,8 @@ int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int 
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "no snapshot directory");
 		m->priv.snap_dir_set = 0;
 		return snap_write(m, relay_progress, m, q->num[PT_NUM_A], err);
-	case PRIV_SUSP_IMAGE: {
-		uint64_t bytes = 0;
-		if (susp_write_image(m, &bytes, err) < 0)
-			return -1;
-		sbx_tlv_u64(r, PT_NUM_A, bytes);
-		return 0;
-	}
+	case PRIV_SUSP_IMAGE:
+		return h_susp_image(m, r, err);
 	case PRIV_SUSP_DISCARD:
 		susp_discard_direct(m);
 		return 0;

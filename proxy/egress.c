@@ -1,13 +1,13 @@
 /* The pure half of egress.h: parsers of what the guest sends, the
  * allowlist, the deny list.  Every byte here comes from the guest. */
 #include "egress.h"
+#include "http.h"
 #include "util.h"
 
 #include <ifaddrs.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
-#include <strings.h>
 
 /* ---- host names ---- */
 
@@ -124,19 +124,10 @@ static enum sbx_sniff sniff_tls(const uint8_t *b, size_t n, char *host, size_t h
 	return SBX_SNIFF_TLS;
 }
 
-#define HTTP_HEAD_MAX 8192
 #define HTTP_CHUNK_LINE_MAX 1024
 
 static const char *const methods[] = { "GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ",
 				       "CONNECT ", "TRACE " };
-
-/* What a request head says about the request, beyond its host. */
-struct http_head {
-	size_t len;         /* of the head, its blank line included */
-	int64_t length;     /* Content-Length; -1: none */
-	int chunked;        /* Transfer-Encoding ends in chunked */
-	int upgrade;        /* an Upgrade header: the stream may stop being HTTP */
-};
 
 /* A host[:port] as Host or an authority writes it, into host without the
  * port.  SBX_SNIFF_HTTP or SBX_SNIFF_BAD. */
@@ -217,94 +208,27 @@ static int is_method(const char *s, size_t n, int *prefix, int *connect)
 	return m;
 }
 
-/* An HTTP/1.x request head (RFC 9112): its host (Host, which an
+/* An HTTP/1.x request head (http.h) and its host: Host, which an
  * absolute-form or authority-form target must agree with, or that target
- * alone) and its framing.  Anything a server and the proxy could read in
- * two ways is refused: folded or space-before-colon fields, a bare CR,
- * two Host or Content-Length fields, both Content-Length and
- * Transfer-Encoding, a coding that does not end in chunked. */
-static enum sbx_sniff http_head(const uint8_t *b, size_t n, char *host, size_t hn, struct http_head *h)
+ * alone.  SBX_SNIFF_MORE or _OTHER while it may not be HTTP at all (the
+ * first bytes of a connection), _CONFLICT when target and Host name two
+ * hosts. */
+static enum sbx_sniff http_head(const uint8_t *b, size_t n, char *host, size_t hn, struct sbx_http_head *h)
 {
 	const char *s = (const char *)b;
-	int prefix, connect;
-	memset(h, 0, sizeof *h);
-	h->length = -1;
+	int prefix, connect, status;
 	host[0] = 0;
-	if (!is_method(s, n, &prefix, &connect))
+	if (!is_method(s, n, &prefix, &connect)) {
+		memset(h, 0, sizeof *h);
 		return prefix ? SBX_SNIFF_MORE : SBX_SNIFF_OTHER;
-	size_t lim = n < HTTP_HEAD_MAX ? n : HTTP_HEAD_MAX;
-	const char *eoh = memmem(s, lim, "\r\n\r\n", 4), *e2 = memmem(s, lim, "\n\n", 2);
-	size_t tail = 4;
-	if (!eoh || (e2 && e2 < eoh))
-		eoh = e2, tail = 2;
-	if (!eoh)
-		return n >= HTTP_HEAD_MAX ? SBX_SNIFF_BAD : SBX_SNIFF_MORE;
-	h->len = (size_t)(eoh - s) + tail;
-	if (memchr(s, 0, h->len))
-		return SBX_SNIFF_BAD;
-	for (const char *c = s; c < s + h->len; c++)
-		if (*c == '\r' && c[1] != '\n')
-			return SBX_SNIFF_BAD;
-	const char *line = memchr(s, '\n', h->len);
-	/* The request line: METHOD SP target SP HTTP/1.x */
-	size_t rl = (size_t)(line - s);
-	if (rl && s[rl - 1] == '\r')
-		rl--;
-	if (rl < 9 || memcmp(s + rl - 8, "HTTP/1.", 7) || s[rl - 9] != ' ')
-		return SBX_SNIFF_BAD;
-	const char *t = memchr(s, ' ', rl) + 1, *te = s + rl - 9;
-	if (t > te || memchr(t, ' ', (size_t)(te - t)) || memchr(t, '\t', (size_t)(te - t)))
-		return SBX_SNIFF_BAD;
-	char thost[SBX_HOST_LEN];
-	if (target_host(t, (size_t)(te - t), connect, thost, sizeof thost) != SBX_SNIFF_HTTP)
-		return SBX_SNIFF_BAD;
-	int found = 0, te_seen = 0;
-	for (const char *p = line + 1; p < eoh;) {
-		const char *nl = memchr(p, '\n', (size_t)(eoh - p) + 1);
-		if (!nl)
-			nl = eoh;
-		size_t ll = (size_t)(nl - p);
-		if (ll && p[ll - 1] == '\r')
-			ll--;
-		const char *colon = memchr(p, ':', ll);
-		if (!ll || !colon || colon == p || p[0] == ' ' || p[0] == '\t')
-			return SBX_SNIFF_BAD;
-		for (const char *c = p; c < colon; c++)
-			if (*c == ' ' || *c == '\t')
-				return SBX_SNIFF_BAD;
-		size_t nlen = (size_t)(colon - p);
-		const char *v = colon + 1, *ve = p + ll;
-		while (v < ve && (*v == ' ' || *v == '\t'))
-			v++;
-		while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
-			ve--;
-		if (nlen == 4 && !strncasecmp(p, "host", 4)) {
-			if (found++)
-				return SBX_SNIFF_BAD; /* two Host headers: ambiguous */
-			if (authority(v, ve, host, hn) != SBX_SNIFF_HTTP)
-				return SBX_SNIFF_BAD;
-		} else if (nlen == 14 && !strncasecmp(p, "content-length", 14)) {
-			if (h->length >= 0 || v == ve || ve - v > 15)
-				return SBX_SNIFF_BAD;
-			h->length = 0;
-			for (const char *d = v; d < ve; d++) {
-				if (*d < '0' || *d > '9')
-					return SBX_SNIFF_BAD;
-				h->length = h->length * 10 + (*d - '0');
-			}
-		} else if (nlen == 17 && !strncasecmp(p, "transfer-encoding", 17)) {
-			if (te_seen++)
-				return SBX_SNIFF_BAD;
-			if (ve - v < 7 || strncasecmp(ve - 7, "chunked", 7) ||
-			    (ve - v > 7 && ve[-8] != ' ' && ve[-8] != ','))
-				return SBX_SNIFF_BAD;
-			h->chunked = 1;
-		} else if (nlen == 7 && !strncasecmp(p, "upgrade", 7)) {
-			h->upgrade = 1;
-		}
-		p = nl + 1;
 	}
-	if (h->chunked && h->length >= 0)
+	int r = sbx_http_head_parse(s, n, 0, 0, h, &status);
+	if (r <= 0)
+		return r ? SBX_SNIFF_BAD : SBX_SNIFF_MORE;
+	char thost[SBX_HOST_LEN];
+	if (target_host(h->target, h->target_len, connect, thost, sizeof thost) != SBX_SNIFF_HTTP)
+		return SBX_SNIFF_BAD;
+	if (h->host && authority(h->host, h->host + h->host_len, host, hn) != SBX_SNIFF_HTTP)
 		return SBX_SNIFF_BAD;
 	if (thost[0]) {
 		if (host[0] && strcmp(host, thost))
@@ -316,7 +240,7 @@ static enum sbx_sniff http_head(const uint8_t *b, size_t n, char *host, size_t h
 
 static enum sbx_sniff sniff_http(const uint8_t *b, size_t n, char *host, size_t hn)
 {
-	struct http_head h;
+	struct sbx_http_head h;
 	enum sbx_sniff k = http_head(b, n, host, hn, &h);
 	if (k != SBX_SNIFF_HTTP && k != SBX_SNIFF_CONFLICT)
 		host[0] = 0;
@@ -377,7 +301,7 @@ size_t sbx_http_flow_scan(struct sbx_http_flow *f, const uint8_t *b, size_t n, i
 				continue;
 			}
 			char host[SBX_HOST_LEN];
-			struct http_head h;
+			struct sbx_http_head h;
 			enum sbx_sniff k = http_head(p, left, host, sizeof host, &h);
 			if (k == SBX_SNIFF_MORE)
 				return off;

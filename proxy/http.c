@@ -1,13 +1,11 @@
-/* The package cache's HTTP side (pkgcache.h): the guest's request head,
- * parsed within fixed bounds, and every response sent back to it. */
-#include "pkgc.h"
-#include "util.h"
+/* The HTTP/1.x request head (http.h), and the package cache's reading
+ * of it (pkgcache.h).  Pure: egress.c, its fuzz target and the unit tests
+ * link it without the cache. */
+#include "http.h"
+#include "pkgcache.h"
 
-#include <errno.h>
 #include <string.h>
-#include <sys/sendfile.h>
-
-/* ---- the request head ----------------------------------------------------- */
+#include <strings.h>
 
 static int is_tchar(int c)
 {
@@ -15,50 +13,76 @@ static int is_tchar(int c)
 	       (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
+/* Where the head ends (*end: the byte after its empty line), within
+ * SBX_HTTP_HEAD_MAX.  1 found, 0 not in buf yet, -1 when the empty line
+ * is CRLF after a line ended by a bare LF: a reader that splits lines at
+ * LF ends the head there, one that looks for CRLFCRLF or LFLF reads on. */
+static int head_end(const char *buf, size_t n, size_t *end)
+{
+	size_t lim = n < SBX_HTTP_HEAD_MAX ? n : SBX_HTTP_HEAD_MAX;
+	for (size_t i = 0; i + 1 < lim; i++) {
+		if (buf[i] != '\n')
+			continue;
+		if (buf[i + 1] == '\n') {
+			*end = i + 2;
+			return 1;
+		}
+		if (buf[i + 1] == '\r' && i + 2 < lim && buf[i + 2] == '\n') {
+			if (!i || buf[i - 1] != '\r')
+				return -1;
+			*end = i + 3;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* METHOD SP request-target SP HTTP/1.x, without its line end.  0, or -1
  * with *status set. */
-static int parse_request_line(const char *l, size_t ll, struct sbx_http_req *r, int *status)
+static int request_line(const char *l, size_t ll, size_t target_max, unsigned flags, struct sbx_http_head *h,
+			int *status)
 {
 	size_t m = 0;
 	while (m < ll && l[m] >= 'A' && l[m] <= 'Z')
 		m++;
-	if (!m || m >= sizeof r->method || m >= ll || l[m] != ' ')
+	if (!m || m >= sizeof h->method || m >= ll || l[m] != ' ')
 		return -1;
-	memcpy(r->method, l, m);
+	memcpy(h->method, l, m);
 	const char *t = l + m + 1, *le = l + ll;
 	const char *sp = memchr(t, ' ', (size_t)(le - t));
 	if (!sp || sp == t)
 		return -1;
 	size_t tl = (size_t)(sp - t);
-	if (tl >= sizeof r->target) {
+	if (target_max && tl >= target_max) {
 		*status = 414;
 		return -1;
 	}
-	if (*t != '/')
-		return -1; /* origin-form only: no absolute URLs, no CONNECT */
+	if ((flags & SBX_HTTP_ORIGIN_FORM) && *t != '/')
+		return -1;
 	for (size_t i = 0; i < tl; i++)
 		if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f || t[i] == '#')
 			return -1;
-	memcpy(r->target, t, tl);
+	h->target = t;
+	h->target_len = tl;
 	const char *v = sp + 1;
 	if (le - v != 8 || memcmp(v, "HTTP/1.", 7) || v[7] < '0' || v[7] > '9') {
 		if (le - v == 8 && !memcmp(v, "HTTP/", 5))
 			*status = 505;
 		return -1;
 	}
-	r->minor = (unsigned)(v[7] - '0');
+	h->minor = (unsigned)(v[7] - '0');
 	return 0;
 }
 
-/* One "Name: value" line; the few headers we act on.  *clen is the
- * Content-Length seen so far (-1: none). */
-static int parse_header(const char *l, size_t ll, struct sbx_http_req *r, long long *clen)
+/* One "Name: value" line; the fields that frame the request or name its
+ * host are taken once each. */
+static int field(const char *l, size_t ll, struct sbx_http_head *h)
 {
-	if (l[0] == ' ' || l[0] == '\t')
-		return -1; /* obsolete line folding */
 	size_t k = 0;
 	while (k < ll && is_tchar((unsigned char)l[k]))
 		k++;
+	/* A line that starts with a space or tab (obsolete folding), a name
+	 * that is not a token or has a space before its colon: refused. */
 	if (!k || k >= ll || l[k] != ':')
 		return -1;
 	const char *v = l + k + 1, *ve = l + ll;
@@ -66,53 +90,53 @@ static int parse_header(const char *l, size_t ll, struct sbx_http_req *r, long l
 		v++;
 	while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
 		ve--;
-	for (const char *q = v; q < ve; q++)
-		if ((unsigned char)*q == 0x7f)
-			return -1;
-	if (k == 14 && !strncasecmp(l, "Content-Length", 14)) {
-		long long x = 0;
-		if (v == ve || ve - v > 18)
-			return -1;
-		for (const char *q = v; q < ve; q++) {
-			if (*q < '0' || *q > '9')
-				return -1;
-			x = x * 10 + (*q - '0');
-		}
-		if (*clen >= 0 && *clen != x)
+	if (k == 4 && !strncasecmp(l, "Host", 4)) {
+		if (h->host)
+			return -1; /* two Host fields: which one a server takes is its choice */
+		h->host = v;
+		h->host_len = (size_t)(ve - v);
+	} else if (k == 14 && !strncasecmp(l, "Content-Length", 14)) {
+		if (h->length >= 0 || v == ve || ve - v > 15)
 			return -1; /* two lengths: a smuggling attempt or a broken client */
-		*clen = x;
-		if (x)
-			r->has_body = 1;
+		h->length = 0;
+		for (const char *d = v; d < ve; d++) {
+			if (*d < '0' || *d > '9')
+				return -1;
+			h->length = h->length * 10 + (*d - '0');
+		}
 	} else if (k == 17 && !strncasecmp(l, "Transfer-Encoding", 17)) {
-		r->has_body = 1;
+		/* Once, and its last coding chunked: else where the body ends is
+		 * a matter of opinion (RFC 9112 6.3). */
+		if (h->chunked || ve - v < 7 || strncasecmp(ve - 7, "chunked", 7) ||
+		    (ve - v > 7 && ve[-8] != ' ' && ve[-8] != ','))
+			return -1;
+		h->chunked = 1;
+	} else if (k == 7 && !strncasecmp(l, "Upgrade", 7)) {
+		h->upgrade = 1;
 	} else if (k == 10 && !strncasecmp(l, "User-Agent", 10)) {
-		r->pip = ve - v >= 4 && !strncmp(v, "pip/", 4);
+		h->pip = ve - v >= 4 && !strncmp(v, "pip/", 4);
 	}
 	return 0;
 }
 
-int sbx_http_parse_head(const char *buf, size_t n, struct sbx_http_req *r, int *status)
+int sbx_http_head_parse(const char *buf, size_t n, size_t target_max, unsigned flags, struct sbx_http_head *h,
+			int *status)
 {
-	memset(r, 0, sizeof *r);
+	memset(h, 0, sizeof *h);
+	h->length = -1;
 	*status = 400;
 	size_t end = 0;
-	for (size_t i = 0; i < n && !end; i++) {
-		if (buf[i] != '\n')
-			continue;
-		if (i + 1 < n && buf[i + 1] == '\n')
-			end = i + 2;
-		else if (i + 2 < n && buf[i + 1] == '\r' && buf[i + 2] == '\n')
-			end = i + 3;
-	}
-	if (!end || end > SBX_HTTP_HEAD_MAX) {
-		if (end || n >= SBX_HTTP_HEAD_MAX) {
+	int found = head_end(buf, n, &end);
+	if (found < 0)
+		return -1;
+	if (!found) {
+		if (n >= SBX_HTTP_HEAD_MAX) {
 			*status = 431;
 			return -1;
 		}
 		return 0; /* not all there yet */
 	}
 	size_t pos = 0, nh = 0;
-	long long clen = -1;
 	for (int line_no = 0; pos < end; line_no++) {
 		const char *l = buf + pos;
 		const char *nl = memchr(l, '\n', end - pos);
@@ -121,10 +145,10 @@ int sbx_http_parse_head(const char *buf, size_t n, struct sbx_http_req *r, int *
 		if (ll && l[ll - 1] == '\r')
 			ll--;
 		for (size_t i = 0; i < ll; i++)
-			if ((unsigned char)l[i] < 0x20 && l[i] != '\t')
-				return -1; /* CR, NUL, other controls inside a line */
+			if (((unsigned char)l[i] < 0x20 && l[i] != '\t') || l[i] == 0x7f)
+				return -1; /* CR, NUL, DEL, other controls inside a line */
 		if (line_no == 0) {
-			if (parse_request_line(l, ll, r, status) < 0)
+			if (request_line(l, ll, target_max, flags, h, status) < 0)
 				return -1;
 			continue;
 		}
@@ -134,132 +158,29 @@ int sbx_http_parse_head(const char *buf, size_t n, struct sbx_http_req *r, int *
 			*status = 431;
 			return -1;
 		}
-		if (parse_header(l, ll, r, &clen) < 0)
+		if (field(l, ll, h) < 0)
 			return -1;
 	}
+	if (h->chunked && h->length >= 0)
+		return -1; /* both framings: which one holds is a matter of opinion */
+	h->len = end;
 	*status = 0;
 	return (int)end;
 }
 
-/* ---- responses -------------------------------------------------------------- */
+/* ---- the package cache's request ---------------------------------------- */
 
-int pc_send_head(struct conn *c, int status, const char *reason, const char *ctype, uint64_t len)
+int sbx_http_parse_head(const char *buf, size_t n, struct sbx_http_req *r, int *status)
 {
-	pc_slot_give(c); /* upstream is done with: a slow reader holds no slot */
-	char r[256], h[1024];
-	size_t i = 0;
-	/* A reason phrase is one line of printable text: what pip, npm, curl
-	 * and wget print on an error. */
-	for (; reason[i] && i < 200; i++)
-		r[i] = (unsigned char)reason[i] >= 0x20 && (unsigned char)reason[i] < 0x7f ? reason[i] : '?';
-	r[i] = 0;
-	int w = snprintf(h, sizeof h,
-	                 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %llu\r\n"
-	                 "Cache-Control: no-store\r\nConnection: close\r\nServer: sbx-pkgcache\r\n\r\n",
-	                 status, r, ctype, (unsigned long long)len);
-	if (w < 0 || (size_t)w >= sizeof h)
-		return -1;
-	return sbx_write_all(c->fd, h, (size_t)w);
-}
-
-static int send_mem(struct conn *c, int status, const char *reason, const char *ctype, const void *body, size_t n)
-{
-	if (pc_send_head(c, status, reason, ctype, n) < 0)
-		return -1;
-	return c->head || !n ? 0 : sbx_write_all(c->fd, body, n);
-}
-
-int pc_send_file(struct conn *c, int fd, uint64_t size)
-{
-	if (pc_send_head(c, 200, "OK", "application/octet-stream", size) < 0)
-		return -1;
-	if (c->head)
-		return 0;
-	off_t off = 0;
-	while ((uint64_t)off < size) {
-		ssize_t w =
-		    sendfile(c->fd, fd, &off, size - (uint64_t)off > (1u << 30) ? 1u << 30 : size - (uint64_t)off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-	}
-	return 0;
-}
-
-/* The standard reason phrase of the statuses pc_refuse() sends. */
-static const char *std_reason(int status)
-{
-	switch (status) {
-	case 403: return "Forbidden";
-	case 404: return "Not Found";
-	case 500: return "Internal Server Error";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	default: return status >= 500 ? "Server Error" : "Client Error";
-	}
-}
-
-/* An error the guest should read.  pip logs an index page's HTTP error
- * only at debug level and then says just "from versions: none"; what it
- * does print is the Content-Type of a page that is not an index.  So to
- * pip, an index page that cannot be served is a 200 whose Content-Type
- * carries the reason; to everyone else it is an honest 4xx/5xx whose
- * reason phrase (curl, wget, pip downloads) says it, or on npm's routes
- * the body's "error" (which npm prints after the standard phrase). */
-int pc_refuse(struct conn *c, struct outcome *o, int status, const char *msg, int audit)
-{
-	char text[600];
-	snprintf(text, sizeof text, "%s", msg);
-	for (char *q = text; *q; q++)
-		if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f || *q == '"' || *q == '\\')
-			*q = '?';
-	o->status = status;
-	o->reason = text;
-	if (!o->verdict)
-		o->verdict = status == 404 ? "not-found" : status >= 500 ? "error" : "refused";
-	pc_record(c, o, audit);
-	if (c->index && c->req.pip && status != 404) {
-		char ct[700];
-		snprintf(ct, sizeof ct, "text/plain; sbx-refused=\"%s\"", text);
-		char body[700];
-		int n = snprintf(body, sizeof body, "sbx package cache: %s\n", text);
-		return send_mem(c, 200, "Refused", ct, body, (size_t)n);
-	}
-	if (c->npm) {
-		/* npm prints "STATUS REASON - GET URL - ERROR": the reason
-		 * phrase is the standard one, so the message is said once. */
-		json_t *e = json_pack("{s:s}", "error", text);
-		char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
-		json_decref(e);
-		int rc = send_mem(c, status, c->head ? text : std_reason(status), "application/json", s ? s : "{}",
-		                  s ? strlen(s) : 2);
-		free(s);
-		return rc;
-	}
-	char body[700];
-	int n = snprintf(body, sizeof body, "sbx package cache: %s\n", text);
-	return send_mem(c, status, text, "text/plain; charset=utf-8", body, (size_t)n);
-}
-
-/* Send a generated body after counting it against the budget: what it
- * holds beyond the upstream bytes already charged for it. */
-int pc_serve_body(struct conn *c, struct outcome *o, const char *ctype, const char *body, size_t n)
-{
-	uint64_t used = 0;
-	int b = pc_budget_take(c, c->head || n <= c->charged_up ? 0 : n - c->charged_up, &used);
-	char msg[300];
-	if (b < 0)
-		return pc_refuse(c, o, 500, "cannot account the download against packages.max_download", 0);
-	if (b > 0) {
-		snprintf(msg, sizeof msg,
-		         "packages.max_download of policy %s exceeded: %zu more bytes asked, %llu used of %llu",
-		         pc_policy_name(c), n, (unsigned long long)used, (unsigned long long)c->cfg->pkg->max_download);
-		return pc_refuse(c, o, 403, msg, 0);
-	}
-	o->status = 200;
-	o->verdict = "ok";
-	o->size = n;
-	pc_record(c, o, 0);
-	return send_mem(c, 200, "OK", ctype, body, n);
+	struct sbx_http_head h;
+	memset(r, 0, sizeof *r);
+	int used = sbx_http_head_parse(buf, n, sizeof r->target, SBX_HTTP_ORIGIN_FORM, &h, status);
+	if (used <= 0)
+		return used;
+	memcpy(r->method, h.method, sizeof r->method);
+	memcpy(r->target, h.target, h.target_len); /* under sizeof r->target: target_max */
+	r->minor = h.minor;
+	r->has_body = h.length > 0 || h.chunked;
+	r->pip = h.pip;
+	return used;
 }

@@ -2,7 +2,8 @@
  * private to proxy/:
  *   pkgcache.c  set-up, one connection's context and records (packages.log,
  *               the audit trail, the download budget), routing, serving
- *   http.c      the request head, responses
+ *   http.c      the request head (http.h, shared with egress.c)
+ *   reply.c     responses
  *   names.c     names and encodings, a growing buffer
  *   upstream.c  upstream slots, fetches through libcurl, the deny list
  *   pypi.c      PEP 503 index pages and the files they name
@@ -126,7 +127,7 @@ uint64_t pc_budget_left(const struct conn *c, uint64_t used);
 uint64_t pc_scope_quota(const struct conn *c);
 int pc_refuse_head(struct conn *c);
 
-/* http.c */
+/* reply.c */
 int pc_send_head(struct conn *c, int status, const char *reason, const char *ctype, uint64_t len);
 int pc_send_file(struct conn *c, int fd, uint64_t size);
 /* Record the refusal (audit: in the audit trail too) and send it. */

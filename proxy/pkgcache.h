@@ -56,6 +56,7 @@
 #include "state.h"
 
 #include "pkgparams.h"
+#include "http.h"
 
 #define SBX_PKGCACHE_FETCHES_MAX   4               /* upstream fetches at once, per proxy */
 #define SBX_PKGCACHE_INDEX_MAX     (32u << 20)     /* an index page or metadata document */
@@ -95,9 +96,6 @@ const char *sbx_pkgcache_addr_denied(const struct sockaddr *sa, socklen_t len);
 
 /* ---- exposed for tests and fuzzing ---- */
 
-#define SBX_HTTP_HEAD_MAX    8192 /* request line and headers */
-#define SBX_HTTP_HEADERS_MAX 64
-
 struct sbx_http_req {
 	char method[8];
 	char target[2048]; /* origin-form: starts with '/', no '#' */
@@ -106,10 +104,10 @@ struct sbx_http_req {
 	int pip;           /* User-Agent: pip/... */
 };
 
-/* Parse a request head (request line and headers up to the empty line;
- * CRLF or bare LF).  Returns the bytes consumed (> 0), 0 when buf holds
- * no complete head yet, -1 when it is malformed or over the bounds
- * (*status gets 400, 414, 431 or 501). */
+/* Parse a request head (http.h, sbx_http_head_parse) as the cache takes
+ * it: origin-form only, a target under sizeof target.  Returns the bytes
+ * consumed (> 0), 0 when buf holds no complete head yet, -1 when it is
+ * malformed or over the bounds (*status gets 400, 414, 431 or 505). */
 int sbx_http_parse_head(const char *buf, size_t n, struct sbx_http_req *r, int *status);
 
 /* PEP 503 name normalization: lower case, runs of "-", "_", "." as one

@@ -32,8 +32,8 @@ for src in tests/fuzz/fuzz-*.c; do
 		# The cache's request head and index parsers; the cache's files
 		# (all of proxy/ but the proxy itself) link the audit trail and
 		# the deny list.
-		deps=(proxy/pkgcache.c proxy/http.c proxy/names.c proxy/upstream.c proxy/pypi.c proxy/npm.c
-			proxy/store.c common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c
+		deps=(proxy/pkgcache.c proxy/http.c proxy/reply.c proxy/names.c proxy/upstream.c proxy/pypi.c
+			proxy/npm.c proxy/store.c common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c
 			common/err.c proxy/egress.c "${policy[@]}" common/units.c common/yamlstrict.c common/hostconf.c
 			common/budget.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
@@ -42,7 +42,8 @@ for src in tests/fuzz/fuzz-*.c; do
 		deps=(common/tarcheck.c common/err.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs libarchive jansson libbsd-overlay)" ;;
 	fuzz-egress)
-		deps=(proxy/egress.c)
+		# The request head parser it shares with the cache (http.c, pure).
+		deps=(proxy/egress.c proxy/http.c)
 		read -ra libs <<<"$(pkg-config --cflags jansson)" ;;
 	fuzz-audit)
 		# hostconf.c (and its size parser) for audit retention's settings.

@@ -1,12 +1,15 @@
 /* libFuzzer target for what a guest sends its proxy (egress.c): the first
- * bytes of a TCP connection (TLS ClientHello / HTTP request head) and a DNS
- * query, then the answer built from it.  The first byte picks the parser. */
+ * bytes of a TCP connection (TLS ClientHello / HTTP request head, the
+ * latter through the parser it shares with the package cache, http.c) and
+ * a DNS query, then the answer built from it.  The first byte picks the
+ * parser. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "egress.h"
+#include "http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -39,6 +42,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t i = 0; i < hl; i++)
 			if (host[i] >= 'A' && host[i] <= 'Z')
 				__builtin_trap(); /* always lowercased */
+	}
+	/* The request head itself: an accepted one lies within the input and
+	 * the bounds, and what it points at is inside it. */
+	struct sbx_http_head hd;
+	int status;
+	int used = sbx_http_head_parse((const char *)p, n, data[0] & 4 ? 64 : 0, data[0] & 8 ? SBX_HTTP_ORIGIN_FORM : 0,
+				       &hd, &status);
+	if (used > 0) {
+		if ((size_t)used > n || (size_t)used > SBX_HTTP_HEAD_MAX || status || !hd.method[0] || !hd.target_len ||
+		    hd.target < (const char *)p || hd.target + hd.target_len > (const char *)p + used ||
+		    (hd.host && (hd.host < (const char *)p || hd.host + hd.host_len > (const char *)p + used)) ||
+		    memchr(hd.target, ' ', hd.target_len) || memchr(hd.target, '#', hd.target_len) ||
+		    (hd.chunked && hd.length >= 0) || hd.minor > 9)
+			__builtin_trap();
+	} else if (used < 0 && status != 400 && status != 414 && status != 431 && status != 505) {
+		__builtin_trap();
+	} else if (used == 0 && n >= SBX_HTTP_HEAD_MAX) {
+		__builtin_trap();
 	}
 	/* Every request on a connection: the stream fed in pieces (sizes from
 	 * the input), as the proxy forwards it; never more than it was given. */
