@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -102,6 +104,60 @@ static int refuse_budget(struct conn *c, struct outcome *o, uint64_t need, int m
 		         pc_policy_name(c), c->file, (unsigned long long)need, (unsigned long long)left,
 		         (unsigned long long)max);
 	return pc_refuse(c, o, 403, msg, 1);
+}
+
+/* A download's file until it is verified: PART_DIR/.part-RANDOM, made
+ * O_EXCL|O_NOFOLLOW (nothing planted there is opened or followed) and
+ * renamed into place, or removed, before the request ends.  One left by a
+ * proxy that died mid-download is swept by the next eviction scan
+ * (part_sweep) once it is PART_STALE_S old. */
+#define PART_DIR      "tmp"
+#define PART_NAME_MAX 32
+#define PART_STALE_S  (2 * 3600)
+
+static int part_create(int tmp, char name[PART_NAME_MAX])
+{
+	for (int i = 0; i < 16; i++) {
+		uint8_t r[8];
+		arc4random_buf(r, sizeof r);
+		memcpy(name, ".part-", 6);
+		pc_to_hex(r, sizeof r, name + 6);
+		int fd = openat(tmp, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0 || errno != EEXIST)
+			return fd;
+	}
+	return -1;
+}
+
+struct part_name {
+	int dir; /* -1: nothing to remove */
+	const char *name;
+};
+
+static void part_drop(struct part_name *p)
+{
+	if (p->dir >= 0)
+		unlinkat(p->dir, p->name, 0);
+}
+
+/* Downloads that never finished (their proxy was killed): regular files
+ * named .part-* older than PART_STALE_S. */
+static void part_sweep(int dir)
+{
+	int dd = openat(dir, PART_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_closedir_ DIR *d = dd < 0 ? NULL : fdopendir(dd);
+	if (!d) {
+		if (dd >= 0)
+			close(dd);
+		return;
+	}
+	time_t now = time(NULL);
+	for (struct dirent *e; (e = readdir(d));) {
+		struct stat st;
+		if (!strncmp(e->d_name, ".part-", 6) && fstatat(dd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode) && st.st_mtime + PART_STALE_S < now)
+			unlinkat(dd, e->d_name, 0);
+	}
 }
 
 /* ---- cache entries: verification records, LRU, quota, names ---------------- */
@@ -244,6 +300,7 @@ static void evict(const struct conn *c, int dir, const char *keep)
 		total += v[n].size;
 		n++;
 	}
+	part_sweep(dir);
 	uint64_t quota = pc_scope_quota(c);
 	if (total <= quota)
 		return;
@@ -353,7 +410,7 @@ static int cached(struct conn *c, struct outcome *o, int dir, const struct want 
 	return sbx_steal_fd(&fd);
 }
 
-/* Download url into an unnamed file of the cache directory.  Every byte is
+/* Download url into a new file of the cache directory.  Every byte is
  * reserved against what is left of the budget before it is taken (the
  * whole Content-Length at once when upstream gives one, so a larger file
  * is refused before its body is fetched), and what arrived stays charged.
@@ -364,7 +421,10 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 {
 	char msg[URL_MAX + 512];
 	*sent = 1;
-	_cleanup_close_ int tfd = openat(dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	char part[PART_NAME_MAX];
+	_cleanup_close_ int tmp = pc_subdir(dir, PART_DIR);
+	_cleanup_close_ int tfd = tmp < 0 ? -1 : part_create(tmp, part);
+	__attribute__((cleanup(part_drop))) struct part_name pn = { tfd < 0 ? -1 : tmp, part };
 	if (tfd < 0) {
 		pc_diag(c, "cannot create a file in the cache: %s", strerror(errno));
 		return pc_refuse(c, o, 500, "cannot write to the package cache", 1), -1;
@@ -419,14 +479,15 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 		pc_diag(c, "%s (%llu bytes) is larger than the cache quota of %llu bytes: served, not kept", w->key,
 		     (unsigned long long)f.bytes, (unsigned long long)pc_scope_quota(c));
 	} else if (w->key[0]) {
-		char self[64];
-		snprintf(self, sizeof self, "/proc/self/fd/%d", tfd);
-		/* An entry already there has the same content: same hash. */
-		if (fsync(tfd) < 0 || linkat(AT_FDCWD, self, dir, w->key, AT_SYMLINK_FOLLOW) < 0) {
+		/* Named by rename, not by linking the fd through /proc (which
+		 * the proxy does not mount).  An entry already there has the
+		 * same content (same hash): it stays, this name goes. */
+		if (fsync(tfd) < 0 || renameat2(tmp, part, dir, w->key, RENAME_NOREPLACE) < 0) {
 			if (errno != EEXIST)
 				pc_diag(c, "cannot keep %s in the cache: %s", w->key, strerror(errno));
 		} else {
-			/* Linking changed the inode's ctime: record it as it is now. */
+			pn.dir = -1; /* renamed: nothing left to remove */
+			/* Renaming changed the inode's ctime: record it as it is now. */
 			struct stat st;
 			if (fstat(tfd, &st) == 0)
 				meta_write(c, dir, w->key, tfd, &st, s256, s512, s1);
