@@ -3,6 +3,7 @@
  * scope's quota, the names HEAD is answered from, and serving a file from
  * there or from upstream into it. */
 #include "pkgc.h"
+#include "state.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -21,25 +22,76 @@
 
 /* ---- files -------------------------------------------------------------------- */
 
-/* The cache directory this session may share: its tenant's, or the one
- * for sessions without a tenant. */
+/* The cache directory this session may share, its tenant's or the one for
+ * sessions without a tenant: a copy of the fd opened before the drop. */
 int pc_cache_dir(const struct conn *c)
 {
+	return fcntl(c->cfg->cache_fd, F_DUPFD_CLOEXEC, 0);
+}
+
+/* ---- the scope's owner (as root, before the drop) ---------------------------- */
+
+/* Hand dir's entries to uid, depth levels down: directories and regular
+ * files with one link only (a hard link to a file elsewhere keeps its
+ * owner); a symlink is never followed, nor handed over. */
+static int hand_over(int dir, uid_t uid, int depth)
+{
+	int dd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = dd < 0 ? NULL : fdopendir(dd);
+	if (!d) {
+		if (dd >= 0)
+			close(dd);
+		return -1;
+	}
+	for (struct dirent *e; (e = readdir(d));) {
+		struct stat st;
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+		    fstatat(dir, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode) && depth > 0) {
+			_cleanup_close_ int sub = openat(dir, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			if (sub < 0 || hand_over(sub, uid, depth - 1) < 0 || fchown(sub, uid, uid) < 0)
+				return -1;
+		} else if (S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid != uid) {
+			_cleanup_close_ int f = openat(dir, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+			struct stat fs;
+			if (f >= 0 && fstat(f, &fs) == 0 && fs.st_ino == st.st_ino && S_ISREG(fs.st_mode) &&
+			    fs.st_nlink == 1 && fchown(f, uid, uid) < 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+int sbx_pkgcache_scope_open(int lib_fd, const char *tenant, uid_t uid, struct sbx_err *err)
+{
 	char p[128];
-	const char *t = c->cfg->tenant;
-	if (t && *t && sbx_id_check(t, "tenant", NULL) < 0)
+	if (tenant && *tenant && sbx_id_check(tenant, "tenant", err) < 0)
 		return -1;
-	mkdirat(c->cfg->st->lib_fd, "pkgcache", 0700);
-	_cleanup_close_ int base =
-	    openat(c->cfg->st->lib_fd, "pkgcache", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (base < 0)
-		return -1;
-	if (t && *t)
-		snprintf(p, sizeof p, "tenant-%s", t);
+	if (mkdirat(lib_fd, "pkgcache", 0700) < 0 && errno != EEXIST)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the package cache directory");
+	_cleanup_close_ int base = openat(lib_fd, "pkgcache", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	/* Root's and 0700: no scope reaches another through "..". */
+	if (base < 0 || fstat(base, &st) < 0 || ((st.st_uid || st.st_gid) && fchown(base, 0, 0) < 0) ||
+	    ((st.st_mode & 07777) != 0700 && fchmod(base, 0700) < 0))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the package cache directory");
+	if (tenant && *tenant)
+		snprintf(p, sizeof p, "tenant-%s", tenant);
 	else
 		snprintf(p, sizeof p, "shared");
-	mkdirat(base, p, 0700);
-	return openat(base, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (mkdirat(base, p, 0700) == 0 && fchownat(base, p, uid, uid, AT_SYMLINK_NOFOLLOW) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hand package cache %s over", p);
+	_cleanup_close_ int fd = openat(base, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open package cache %s", p);
+	if (st.st_uid != uid || st.st_gid != uid) { /* an older sbx's, root's: once */
+		if (hand_over(fd, uid, 2) < 0 || fchown(fd, uid, uid) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hand package cache %s over", p);
+	}
+	if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make package cache %s private", p);
+	return sbx_steal_fd(&fd);
 }
 
 static void hash_fd_done(struct fetch *f, char s256[65], char s512[129], char s1[41])

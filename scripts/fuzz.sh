@@ -53,6 +53,10 @@ for src in tests/fuzz/fuzz-*.c; do
 		# The import unpacker: libarchive, jansson and libmd's SHA-256.
 		deps=(common/rootfs.c common/rootfs_tar.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libarchive libbsd-overlay libmd)" ;;
+	fuzz-wmsg)
+		# The proxy writer's channel decoder (wmsg.c is pure) and the JSON parse after it.
+		deps=(proxy/wmsg.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson)" ;;
 	fuzz-priv)
 		# The monitor's request decoder alone (privmsg.c is pure).
 		deps=(monitor/privmsg.c common/proto.c)
