@@ -134,7 +134,7 @@ static void budget_save(struct sbx_proxy *px)
 }
 
 /* What an earlier proxy of the session took, and the budget, before the
- * privileged half serves any record. */
+ * writer serves any record. */
 static void budget_load(struct sbx_proxy *px)
 {
 	_cleanup_free_ char *txt = px->budget.dfd >= 0 ? sbx_read_small_at(px->budget.dfd, AUDIT_BUDGET_FILE, 4096, NULL)
@@ -236,7 +236,7 @@ int px_audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *
 		pthread_mutex_unlock(&px->audit_mu);
 		return rc;
 	}
-	/* Through the privileged half, one record at a time; its answer says
+	/* Through the writer, one record at a time; its answer says
 	 * whether the record is in the trail. */
 	char *body = json_dumps(f, JSON_COMPACT);
 	size_t tl = strlen(type), bl = body ? strlen(body) : 0;
