@@ -57,8 +57,9 @@ int sbx_jail_namespaces(const char *hostname, struct sbx_err *err);
  * nothing else of the host (the egress proxy: the resolver's configuration,
  * libraries, CA certificates), as root: a new mount namespace whose root
  * is a read-only tmpfs holding read-only, nosuid, nodev, non-recursive
- * binds of /etc, /usr, /run and /proc, and /bin, /sbin and /lib* as the
- * host has them.  No other mount is copied (none is kept alive, no other
+ * binds of /etc and /usr, /bin, /sbin and /lib* as the host has them, and
+ * of the one file /etc/resolv.conf resolves to when that is elsewhere: no
+ * /run, no /proc.  No other mount is copied (none is kept alive, no other
  * tenant's path shows); state is reached through fds opened before. */
 int sbx_jail_system_root(struct sbx_err *err);
 /* Both keep a sanitized build's report file (make asan), which the runtime

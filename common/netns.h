@@ -75,7 +75,7 @@ int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd,
  * connection open is not idle): one byte each time a half of the proxy
  * goes from no connection open (TCP, DNS over TCP, the package cache) to
  * some, or back.  'N'/'n': the network half has some/none; 'P'/'p': the
- * privileged half (the package cache).  Both start at none.  The proxy
+ * cache half (the package cache).  Both start at none.  The proxy
  * parses the guest's bytes, so its reader takes anything else as "some,
  * for as long as this proxy runs", and EOF (the proxy gone, its
  * connections with it) as none. */

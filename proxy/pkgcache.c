@@ -8,8 +8,6 @@
  * index.  Every byte sent to the guest is counted against
  * packages.max_download before it is sent. */
 #include "pkgc.h"
-#include "audit.h"
-#include "budget.h"
 #include "hostconf.h"
 #include "policy.h"
 #include "util.h"
@@ -22,9 +20,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 
-#define BUDGET      "pkgbudget.json"
-#define BUDGET_LOCK "pkgbudget.lock"
-#define LOG         "packages.log"
+#define LOG "packages.log"
 
 /* ---- process set-up ----------------------------------------------------- */
 
@@ -106,13 +102,6 @@ const char *pc_policy_name(const struct conn *c)
 
 /* ---- the session's records ------------------------------------------------ */
 
-static int session_dir(const struct conn *c)
-{
-	char p[128];
-	snprintf(p, sizeof p, "sessions/%s", c->cfg->session);
-	return openat(c->cfg->st->lib_fd, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-}
-
 static json_t *record_json(const struct conn *c, const struct outcome *o)
 {
 	json_t *r = json_pack("{s:s, s:s, s:s, s:s}", "session", c->cfg->session, "kind", c->kind, "registry",
@@ -191,17 +180,13 @@ int pc_record(const struct conn *c, const struct outcome *o, int audit)
 	if (line) {
 		json_object_set_new(line, "time", json_string(ts));
 		char *s = json_dumps(line, JSON_COMPACT);
-		_cleanup_close_ int dfd = session_dir(c);
-		_cleanup_close_ int lfd =
-		    dfd < 0 ? -1 : openat(dfd, LOG, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		int lfd = c->cfg->pkglog_fd;
 		if (s && lfd >= 0) {
 			size_t n = strlen(s);
 			s[n] = '\n'; /* one write per line: lines never interleave */
 			if (log_append(lfd, s, n + 1) < 0)
 				pc_diag(c, "cannot append to %s: %s", LOG, strerror(errno));
 			s[n] = 0;
-		} else {
-			pc_diag(c, "cannot open %s: %s", LOG, strerror(errno));
 		}
 		free(s);
 		json_decref(line);
@@ -209,7 +194,7 @@ int pc_record(const struct conn *c, const struct outcome *o, int audit)
 	int rc = 0;
 	if (audit) {
 		struct sbx_err e = {0};
-		if (sbx_audit_append(c->cfg->st, "package.fetch", r, &e) < 0) {
+		if (c->cfg->audit(c->cfg->ctx, "package.fetch", r, &e) < 0) {
 			pc_diag(c, "cannot append package.fetch to the audit trail: %s", e.msg);
 			rc = -1;
 		}
@@ -218,19 +203,14 @@ int pc_record(const struct conn *c, const struct outcome *o, int audit)
 	return rc;
 }
 
-/* The session's download budget, under its lock: give back `give` bytes
- * reserved earlier and not used, then reserve `take` bytes of
- * max_download, so concurrent requests cannot overdraw it.  0: granted;
- * 1: refused (*used set, nothing reserved); -1: the counter cannot be read
- * or written. */
+/* The session's download budget, kept by the root writer (proxy.c) under
+ * its lock: give back `give` bytes reserved earlier and not used, then
+ * reserve `take` bytes of max_download, so concurrent requests cannot
+ * overdraw it.  0: granted; 1: refused (*used set, nothing reserved); -1:
+ * the counter cannot be read or written. */
 int pc_budget_op(const struct conn *c, uint64_t take, uint64_t give, uint64_t *used)
 {
-	_cleanup_close_ int dfd = session_dir(c);
-	if (dfd < 0)
-		return -1;
-	struct sbx_err ignored = { 0 };
-	return sbx_counter_take(dfd, BUDGET, BUDGET_LOCK, c->cfg->pkg->max_download, give, take, 0, NULL, used,
-				&ignored);
+	return c->cfg->budget(c->cfg->ctx, take, give, used);
 }
 
 int pc_budget_take(const struct conn *c, uint64_t n, uint64_t *used)
@@ -326,7 +306,8 @@ static int route(struct conn *c)
 
 int sbx_pkgcache_serve(const struct sbx_pkgcache_cfg *cfg, int conn_fd)
 {
-	if (sbx_pkgcache_init(NULL) < 0 || !cfg || !cfg->pkg || !cfg->st || !cfg->session)
+	if (sbx_pkgcache_init(NULL) < 0 || !cfg || !cfg->pkg || cfg->cache_fd < 0 || !cfg->audit || !cfg->budget ||
+	    !cfg->session)
 		return -1;
 	struct conn c = {.cfg = cfg, .fd = conn_fd};
 	struct timeval tv = {.tv_sec = IO_TIMEOUT_S};

@@ -14,7 +14,7 @@
  * those registries' own index pages name, never from the request, so the
  * cache is no general proxy.  Files are verified against the registry's
  * hash (PyPI #sha256=, npm dist.integrity / dist.shasum), stored
- * content-addressed under LIB/pkgcache/, logged to
+ * content-addressed under LIB/pkgcache/SCOPE/ (as SBX_PKGCACHE_UID), logged to
  * LIB/sessions/ID/packages.log and the audit trail (package.fetch), and
  * counted against packages.max_download.
  *
@@ -51,9 +51,12 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <jansson.h>
+#include <sys/types.h>
+
 #include "err.h"
+#include "jail.h"
 #include "session.h"
-#include "state.h"
 
 #include "pkgparams.h"
 #include "http.h"
@@ -62,9 +65,25 @@
 #define SBX_PKGCACHE_INDEX_MAX     (32u << 20)     /* an index page or metadata document */
 #define SBX_PKGCACHE_QUOTA_DEFAULT (4ull << 30)    /* per cache scope, when sbx.yaml sets none */
 
+/* The package cache runs as this uid (the proxy's cache half, proxy.c),
+ * which owns every cache scope, LIB/pkgcache/SCOPE (0700); LIB/pkgcache
+ * itself stays root's (0700), so no scope reaches another by "..".  Next
+ * to the jail's ranges (jail.h): the VMM's base + pid, the proxy's
+ * network half base + 2^22 + pid, the monitor's unprivileged half base +
+ * 2^23 + pid (pid < 2^22): base + 3 * 2^22 is none of them. */
+#define SBX_PKGCACHE_UID (SBX_JAIL_UID_BASE + (3u << 22))
+
 struct sbx_pkgcache_cfg {
-	struct sbx_state *st;                 /* LIB (st->lib_fd): LIB/pkgcache, the session's
-	                                       * directory, the audit trail */
+	int cache_fd;                         /* the session's cache scope (sbx_pkgcache_scope_open) */
+	int pkglog_fd;                        /* the session's packages.log (O_APPEND), opened
+	                                       * before the drop; -1: none */
+	/* The audit trail and the session's packages.max_download counter,
+	 * both the root writer's (proxy.c): an append (-1 when the record is
+	 * not in the trail) and a budget operation (give back `give`, then
+	 * reserve `take`: 0 granted, 1 refused, -1 not accounted; *used). */
+	int (*audit)(void *ctx, const char *type, json_t *fields, struct sbx_err *err);
+	int (*budget)(void *ctx, uint64_t take, uint64_t give, uint64_t *used);
+	void *ctx;
 	const char *session;                  /* session ID */
 	const char *tenant;                   /* "" or NULL: none; cached files are shared
 	                                       * only among sessions of the same tenant */
@@ -79,6 +98,15 @@ struct sbx_pkgcache_cfg {
  * sbx.yaml's packages.cache_quota, read here so a later jail need not
  * see /etc). */
 int sbx_pkgcache_init(struct sbx_err *err);
+
+/* As root, before the drop: the cache scope of tenant (NULL or "": the
+ * shared one) under lib_fd, made if need be, owned by uid.  A scope an
+ * older sbx made (root's) is handed over once, walking it without
+ * following a link and leaving alone anything hard-linked elsewhere; the
+ * scope itself is handed over last, so an interrupted hand-over is done
+ * again.  LIB/pkgcache is made root's and 0700.  The scope's fd, or -1
+ * (err). */
+int sbx_pkgcache_scope_open(int lib_fd, const char *tenant, uid_t uid, struct sbx_err *err);
 
 /* Serve one connection: one request, one response, then return (the
  * response says Connection: close).  Does not close conn_fd.  Returns 0

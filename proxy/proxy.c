@@ -9,6 +9,7 @@
  * audit record a second, never one each.  net.log is capped too. */
 #include "px.h"
 #include "audit.h"
+#include "budget.h"
 #include "cgroup.h"
 #include "hostconf.h"
 #include "jail.h"
@@ -32,6 +33,7 @@
 #include <sys/wait.h>
 
 #include "pkgcache.h"
+#include "wmsg.h"
 
 #define CONN_SLACK 8            /* TCP connections being decided past max_connections */
 #define DNS_TCP_MAX 8           /* DNS over TCP connections at once */
@@ -39,9 +41,11 @@
 #define REFUSED_OTHER "(other destinations and reasons)" /* the rest's key, per protocol */
 #define REFUSED_LINES 20        /* refusals a second written to net.log one by one */
 #define NETLOG_MAX (4u << 20)   /* net.log's cap; $SBX_NETLOG_MAX overrides */
-#define AUDIT_MSG_MAX 65536     /* a record from the network half */
-#define AUDIT_PER_SEC 512       /* records a second it may send: a compromised one
-				 * cannot hog the shared audit lock */
+#define AUDIT_MSG_MAX WMSG_MAX /* a message from an unprivileged half */
+#define AUDIT_PER_SEC 512       /* records a second each half may send: a compromised
+				 * one cannot hog the shared audit lock */
+#define BUDGET_PER_SEC 2048     /* package budget operations a second (one per MiB
+				 * fetched, and a few per request) */
 #define AUDIT_BUDGET_FILE "proxy-audit.json" /* the budget's count, across proxies */
 #define AUDIT_ENVELOPE 160      /* a record's own fields (seq, time, type, prev), counted
 				 * with its fields against the budget */
@@ -111,8 +115,10 @@ void sbx_proxy_log(struct sbx_proxy *px, json_t *rec)
  * net.totals), not refused.  The count is kept in the session's
  * directory, so a proxy started again (a resume) goes on from it. */
 
-/* The network half's record types, all of them budgeted. */
-static const char *const budget_types[] = { "net.connect", "net.close", "dns.query", "net.refused" };
+/* The network half's record types (wmsg.h's first four), all of them
+ * budgeted. */
+#define budget_types wmsg_types
+#define BUDGET_TYPES 4
 
 static void budget_save(struct sbx_proxy *px)
 {
@@ -128,7 +134,7 @@ static void budget_save(struct sbx_proxy *px)
 }
 
 /* What an earlier proxy of the session took, and the budget, before the
- * privileged half serves any record. */
+ * writer serves any record. */
 static void budget_load(struct sbx_proxy *px)
 {
 	_cleanup_free_ char *txt = px->budget.dfd >= 0 ? sbx_read_small_at(px->budget.dfd, AUDIT_BUDGET_FILE, 4096, NULL)
@@ -144,7 +150,7 @@ static void budget_load(struct sbx_proxy *px)
 static int budget_append(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *err)
 {
 	int k = -1;
-	for (size_t i = 0; i < SBX_ARRAY_LEN(budget_types); i++)
+	for (size_t i = 0; i < BUDGET_TYPES; i++)
 		if (!strcmp(type, budget_types[i]))
 			k = (int)i;
 	if (k < 0 || !px->budget.max)
@@ -185,16 +191,26 @@ static void budget_totals(struct sbx_proxy *px)
 	pthread_mutex_lock(&px->audit_mu);
 	uint64_t n = 0;
 	json_t *by = json_object();
-	for (size_t i = 0; by && i < SBX_ARRAY_LEN(budget_types); i++)
+	for (size_t i = 0; by && i < BUDGET_TYPES; i++)
 		if (px->budget.left_out[i]) {
 			n += px->budget.left_out[i];
 			json_object_set_new(by, budget_types[i], json_integer((json_int_t)px->budget.left_out[i]));
 		}
-	if (n) {
+	uint64_t bad = 0;
+	for (size_t i = 0; i < SBX_ARRAY_LEN(px->refused); i++)
+		bad += px->refused[i];
+	if (n || bad) {
 		json_t *f = json_pack("{s:s, s:I, s:I, s:I, s:I, s:O}", "session", px->s.id, "budget_bytes",
 				      (json_int_t)px->budget.max, "used_bytes", (json_int_t)px->budget.used,
 				      "suppressed_records", (json_int_t)n, "suppressed_bytes",
 				      (json_int_t)px->budget.left_bytes, "suppressed", by);
+		/* What the writer refused of its halves' messages (wmsg.h),
+		 * by why: a compromised half shows here. */
+		if (f && bad)
+			json_object_set_new(f, "refused_messages",
+					    json_pack("{s:I, s:I, s:I, s:I}", "malformed", (json_int_t)px->refused[0],
+						      "not_allowed", (json_int_t)px->refused[1], "too_large",
+						      (json_int_t)px->refused[2], "over_rate", (json_int_t)px->refused[3]));
 		if (f && px->s.tenant[0])
 			json_object_set_new(f, "tenant", json_string(px->s.tenant));
 		if (f)
@@ -220,7 +236,7 @@ int px_audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *
 		pthread_mutex_unlock(&px->audit_mu);
 		return rc;
 	}
-	/* Through the privileged half, one record at a time; its answer says
+	/* Through the writer, one record at a time; its answer says
 	 * whether the record is in the trail. */
 	char *body = json_dumps(f, JSON_COMPACT);
 	size_t tl = strlen(type), bl = body ? strlen(body) : 0;
@@ -242,6 +258,33 @@ int px_audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *
 	if (k != 1 || ans)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, k == 1 ? 0 : errno, "the audit trail did not take the record");
 	return 0;
+}
+
+/* The session's packages.max_download counter, through the writer (the
+ * package cache's budget callback, pkgcache.h): 0 granted, 1 refused, -1
+ * not accounted. */
+static int px_budget(void *ctx, uint64_t take, uint64_t give, uint64_t *used)
+{
+	struct sbx_proxy *px = ctx;
+	uint8_t q[17], a[9];
+	size_t ql = wmsg_budget_encode(q, take, give);
+	pthread_mutex_lock(&px->audit_mu);
+	ssize_t k = send(px->audit_fd, q, ql, MSG_NOSIGNAL);
+	while (k >= 0 && (k = recv(px->audit_fd, a, sizeof a, 0)) < 0 && errno == EINTR)
+		;
+	pthread_mutex_unlock(&px->audit_mu);
+	if (k != (ssize_t)sizeof a || a[0] > 1)
+		return -1;
+	uint64_t u = 0;
+	for (int i = 8; i >= 1; i--)
+		u = (u << 8) | a[i];
+	*used = u;
+	return a[0];
+}
+
+static int px_audit_cb(void *ctx, const char *type, json_t *f, struct sbx_err *err)
+{
+	return px_audit(ctx, type, f, err);
 }
 
 /* Count a refusal.  1 when it is to be written to net.log on its own
@@ -366,7 +409,9 @@ static void *pkg_thread(void *arg)
 {
 	struct conn c = *(struct conn *)arg;
 	free(arg);
-	struct sbx_pkgcache_cfg cfg = { .st = &c.px->st, .session = c.px->s.id, .tenant = c.px->s.tenant,
+	struct sbx_pkgcache_cfg cfg = { .cache_fd = c.px->cache_fd, .pkglog_fd = c.px->pkglog_fd,
+					.audit = px_audit_cb, .budget = px_budget, .ctx = c.px,
+					.session = c.px->s.id, .tenant = c.px->s.tenant,
 					.pkg = &c.px->s.limits.packages, .log_fd = 2 };
 	sbx_pkgcache_serve(&cfg, c.fd);
 	close(c.fd);
@@ -532,138 +577,214 @@ static void ready_say(const struct sbx_err *err)
 	ready_done();
 }
 
-/* The network half's word, before its first record: it runs. */
+
+/* ---- the writer (root, the audit trail and the session's counters) ---- */
+
+/* The network half's word, before its first record: it runs; and the
+ * writer's to the cache half, once the network half said it. */
 #define NET_READY "ready"
 
-/* ---- the audit writer ---- */
+/* Messages a second on one channel (rate limits, wmsg.h). */
+struct wrate {
+	uint64_t sec;
+	unsigned records, budget;
+};
 
-
-/* One record from the network half: "TYPE\0{fields}".  Only the proxy's
- * own types, always for this session; a one-byte answer, 0 when it is in
- * the trail. */
-static int audit_serve(struct sbx_proxy *px, int fd, uint64_t *sec, unsigned *count)
+/* One message from an unprivileged half (wmsg.h), which may send what
+ * allow says: a record appended (its session and tenant forced to this
+ * session's, within the budget), or a package budget operation on the
+ * session's counter with this session's max_download.  Anything else is
+ * refused and counted (px->refused), and answered: the half waits.  0
+ * when the channel is closed. */
+static int writer_serve(struct sbx_proxy *px, int fd, unsigned allow, struct wrate *r)
 {
-	static char buf[AUDIT_MSG_MAX + 1];
-	ssize_t n = recv(fd, buf, AUDIT_MSG_MAX, MSG_DONTWAIT);
-	if (n <= 0)
+	static uint8_t buf[AUDIT_MSG_MAX + 1];
+	ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
 		return 0;
-	buf[n] = 0;
-	uint8_t rc = 1;
-	size_t tl = strnlen(buf, (size_t)n);
-	int known = 0;
-	for (size_t i = 0; i < SBX_ARRAY_LEN(budget_types) && tl < (size_t)n; i++)
-		known |= !strcmp(buf, budget_types[i]);
+	if (n < 0)
+		return 1;
 	uint64_t now = sbx_mono_ns() / 1000000000ull;
-	if (now != *sec)
-		*sec = now, *count = 0;
-	if (known && (*count)++ < AUDIT_PER_SEC) {
-		json_t *f = json_loadb(buf + tl + 1, (size_t)n - tl - 1, JSON_REJECT_DUPLICATES, NULL);
+	if (now != r->sec)
+		r->sec = now, r->records = r->budget = 0;
+	struct wmsg m;
+	int rc = wmsg_decode(buf, (size_t)n > AUDIT_MSG_MAX ? AUDIT_MSG_MAX + 1 : (size_t)n, allow, &m);
+	if (rc < 0) {
+		px->refused[rc == WMSG_NOT_ALLOWED ? 1 : rc == WMSG_TOO_LARGE ? 2 : 0]++;
+		uint8_t no = 1;
+		send(fd, &no, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		return 1;
+	}
+	if (m.kind == WMSG_BUDGET) {
+		uint8_t a[9] = { 2 };
+		uint64_t used = 0;
+		if (r->budget++ >= BUDGET_PER_SEC) {
+			px->refused[3]++;
+		} else if (px->budget.dfd >= 0) {
+			int b = sbx_counter_take(px->budget.dfd, "pkgbudget.json", "pkgbudget.lock",
+						 px->s.limits.packages.max_download, m.give, m.take, 0, NULL, &used, NULL);
+			a[0] = b < 0 ? 2 : (uint8_t)b;
+		}
+		for (int i = 0; i < 8; i++)
+			a[1 + i] = (uint8_t)(used >> (8 * i));
+		send(fd, a, sizeof a, MSG_NOSIGNAL | MSG_DONTWAIT);
+		return 1;
+	}
+	uint8_t ans = 1;
+	if (r->records++ >= AUDIT_PER_SEC) {
+		px->refused[3]++;
+	} else {
+		json_t *f = json_loadb(m.json, m.json_len, JSON_REJECT_DUPLICATES, NULL);
 		if (json_is_object(f)) {
 			json_object_set_new(f, "session", json_string(px->s.id));
 			json_object_del(f, "tenant");
 			if (px->s.tenant[0])
 				json_object_set_new(f, "tenant", json_string(px->s.tenant));
 			pthread_mutex_lock(&px->audit_mu);
-			rc = budget_append(px, buf, f, NULL) == 0 ? 0 : 1;
+			ans = budget_append(px, wmsg_types[m.type], f, NULL) == 0 ? 0 : 1;
 			pthread_mutex_unlock(&px->audit_mu);
+		} else {
+			px->refused[0]++;
 		}
 		json_decref(f);
 	}
-	send(fd, &rc, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	send(fd, &ans, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 	return 1;
 }
 
 /* The network half says NET_READY once it has dropped its privileges and
- * serves its listeners; nothing else comes first. */
-static int wait_net_ready(int afd, int pidfd, struct sbx_err *err)
+ * serves its listeners; nothing else comes first.  Its channel's end
+ * (EOF) is its death. */
+static int wait_net_ready(int afd, struct sbx_err *err)
 {
 	char b[sizeof NET_READY];
-	struct pollfd pf[2] = { { .fd = afd, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+	struct pollfd pf = { .fd = afd, .events = POLLIN };
 	int r;
-	while ((r = poll(pf, 2, SBX_PROXY_START_TIMEOUT_S * 1000)) < 0 && errno == EINTR)
+	while ((r = poll(&pf, 1, SBX_PROXY_START_TIMEOUT_S * 1000)) < 0 && errno == EINTR)
 		;
-	ssize_t n = r > 0 && (pf[0].revents & POLLIN) ? recv(afd, b, sizeof b, MSG_DONTWAIT) : -1;
+	ssize_t n = r > 0 && (pf.revents & POLLIN) ? recv(afd, b, sizeof b, MSG_DONTWAIT) : -1;
 	if (n != (ssize_t)strlen(NET_READY) || memcmp(b, NET_READY, (size_t)n))
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the network half did not start");
 	return 0;
 }
 
-/* The privileged half: uid 0 without capabilities (it owns the trail),
- * writing the audit records the network half sends, and serving the
- * package cache (which writes the shared cache and the session's files).
- * It ends the network half on SIGTERM (by closing its stop pipe), giving
- * it a moment to send its last counts, and ends (non-zero) when it dies. */
-static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd, pid_t child, int sfd,
-		    int stop_fd, struct sbx_err *err)
+/* The writer: root without capabilities, the one process of the proxy
+ * that holds LIB (the audit trail lives in LIB itself) and the session's
+ * directory (the counters), and parses nothing but its two channels'
+ * messages (wmsg.h).  No listener, no upstream, no cache.  It ends when
+ * both halves have closed their channels, with the session's totals. */
+static int run_writer(struct sbx_proxy *px, int nfd, int cfd, struct sbx_err *err)
 {
-	int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
-	if (pidfd < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot watch the network half");
-	if (wait_net_ready(afd, pidfd, err) < 0) {
-		kill(child, SIGKILL);
-		while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
-			;
+	if (wait_net_ready(nfd, err) < 0)
 		return -1;
-	}
+	ready_done(); /* the cache half says it for all three */
 	budget_load(px);
-	ready_say(NULL); /* both halves run: the session may be reported ready */
-	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
-				{ .fd = afd, .events = POLLIN },
-				{ .fd = pidfd, .events = POLLIN },
-				{ .fd = a->pkg_fd, .events = POLLIN } };
-	uint64_t sec = 0, deadline = 0, next = sbx_mono_ns() + 1000000000ull;
-	unsigned count = 0;
-	int stopping = 0;
-	for (;;) {
-		/* Its own refusals (package cache connections past the cap). */
+	if (send(cfd, NET_READY, strlen(NET_READY), MSG_NOSIGNAL) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot reach the cache half");
+	struct pollfd pf[2] = { { .fd = nfd, .events = POLLIN }, { .fd = cfd, .events = POLLIN } };
+	static const unsigned allow[2] = { WMSG_ALLOW_NET, WMSG_ALLOW_PKG };
+	struct wrate rate[2] = { { 0 } };
+	uint64_t next = sbx_mono_ns() + 1000000000ull;
+	while (pf[0].fd >= 0 || pf[1].fd >= 0) {
 		if (sbx_mono_ns() >= next) {
-			second_flush(px);
-			busy_tick(px);
 			pthread_mutex_lock(&px->audit_mu);
 			budget_save(px);
 			pthread_mutex_unlock(&px->audit_mu);
 			next = sbx_mono_ns() + 1000000000ull;
 		}
+		int r = poll(pf, 2, 1000);
+		if (r < 0 && errno != EINTR)
+			break;
+		for (int i = 0; r > 0 && i < 2; i++)
+			if (pf[i].revents && !writer_serve(px, pf[i].fd, allow[i], &rate[i]))
+				pf[i].fd = -1;
+	}
+	budget_totals(px);
+	return 0;
+}
+
+/* ---- the cache half (the recorded pid) ---- */
+
+/* The cache half: SBX_PKGCACHE_UID without capabilities, serving the
+ * package cache (the guest's HTTP, the registries' replies) with its
+ * scope's directory, packages.log and its channel to the writer.  It
+ * ends the network half on SIGTERM (by closing its stop pipe), giving it
+ * a moment to send its last counts, then closes its channel so the
+ * writer ends with the totals; it ends (non-zero) when either dies. */
+static int run_cache(struct sbx_proxy *px, const struct sbx_proxy_args *a, pid_t net, pid_t writer, int sfd,
+		     int stop_fd, struct sbx_err *err)
+{
+	int npfd = (int)syscall(SYS_pidfd_open, net, 0), wpfd = (int)syscall(SYS_pidfd_open, writer, 0);
+	if (npfd < 0 || wpfd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot watch the other halves");
+	if (wait_net_ready(px->audit_fd, err) < 0) /* the writer's word: both run */
+		return -1;
+	ready_say(NULL); /* all three run: the session may be reported ready */
+	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
+				{ .fd = npfd, .events = POLLIN },
+				{ .fd = wpfd, .events = POLLIN },
+				{ .fd = a->pkg_fd, .events = POLLIN } };
+	uint64_t deadline = 0, next = sbx_mono_ns() + 1000000000ull;
+	int stopping = 0, lost = 0;
+	for (;;) {
+		/* Its own refusals (package cache connections past the cap). */
+		if (sbx_mono_ns() >= next) {
+			second_flush(px);
+			busy_tick(px);
+			next = sbx_mono_ns() + 1000000000ull;
+		}
 		int r = poll(pf, 4, stopping ? 50 : 1000);
 		if (r < 0 && errno != EINTR)
 			break;
-		if (stopping && sbx_mono_ns() >= deadline) {
-			kill(child, SIGKILL);
-			break;
-		}
+		if (stopping && sbx_mono_ns() >= deadline)
+			break; /* it dies with us (its death signal) */
 		if (r <= 0)
 			continue;
 		if (pf[0].revents && !stopping) {
 			struct signalfd_siginfo si;
 			if (read(sfd, &si, sizeof si) < 0)
 				continue;
-			/* Not kill(): a uid 0 without capabilities may not signal
-			 * the network half's uid.  Closing its stop pipe tells it. */
+			/* Not kill(): this uid may not signal the network
+			 * half's.  Closing its stop pipe tells it. */
 			close(stop_fd);
 			stop_fd = -1;
 			stopping = 1;
 			deadline = sbx_mono_ns() + 800000000ull; /* the monitor waits 1 s */
 			pf[0].fd = -1;
 		}
-		if ((pf[1].revents & POLLIN) && !audit_serve(px, afd, &sec, &count))
-			pf[1].fd = -1; /* closed: its end is near */
 		if (pf[3].revents & POLLIN)
 			accept_one(px, pf[3].fd, 2);
-		if (pf[2].revents) { /* gone: what it sent last still goes in */
-			struct pollfd q = { .fd = afd, .events = POLLIN };
-			while (poll(&q, 1, 0) > 0 && (q.revents & POLLIN) && audit_serve(px, afd, &sec, &count))
-				;
+		if (pf[2].revents) { /* the writer: nothing can be recorded any more */
+			lost = 2;
+			break;
+		}
+		if (pf[1].revents) { /* its last records are with the writer */
+			lost = !stopping;
 			break;
 		}
 	}
-	second_flush(px);
-	budget_totals(px);
+	if (lost != 2) {
+		/* Our last counts, then our channel's end: the writer
+		 * writes the totals and ends. */
+		second_flush(px);
+		pthread_mutex_lock(&px->audit_mu);
+		shutdown(px->audit_fd, SHUT_RDWR);
+		pthread_mutex_unlock(&px->audit_mu);
+		struct pollfd w = { .fd = wpfd, .events = POLLIN };
+		uint64_t now = sbx_mono_ns(), until = now + 150000000ull;
+		if (!stopping || deadline > until)
+			until = deadline > now ? deadline : now + 150000000ull;
+		while (poll(&w, 1, (int)((until - sbx_mono_ns()) / 1000000u) + 1) < 0 && errno == EINTR)
+			;
+	}
 	if (stop_fd >= 0)
 		close(stop_fd);
 	int st = 0;
-	while (waitpid(child, &st, 0) < 0 && errno == EINTR)
-		;
-	if (!stopping)
+	waitpid(net, &st, WNOHANG);
+	waitpid(writer, NULL, WNOHANG);
+	if (lost == 2)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the proxy's audit writer ended");
+	if (lost)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the network half ended (status %d)", st);
 	return 0;
 }
@@ -671,15 +792,11 @@ static int run_priv(struct sbx_proxy *px, const struct sbx_proxy_args *a, int af
 /* The network half, as its own uid (PROXY_UID_BASE + its pid): the
  * transparent proxy and the resolver, the parsers of the
  * guest's bytes.  It holds its listeners, net.log and a socket to the
- * privileged half, and nothing else: no state directory, no trail. */
+ * writer, and nothing else: no state directory, no trail, no cache. */
 static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd, pid_t priv, int sfd,
 		   int stop_fd, struct sbx_err *err)
 {
 	px->audit_fd = afd;
-	sbx_state_close(&px->st);
-	if (px->budget.dfd >= 0)
-		close(px->budget.dfd);
-	px->budget.dfd = -1;
 	if (unprivileged(PROXY_UID_BASE + (uid_t)getpid(), priv, err) < 0)
 		return -1;
 	static void *udp_arg[2];
@@ -688,8 +805,8 @@ static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd
 	if (a->dns_udp_fd >= 0 && spawn(px_dns_udp_thread, udp_arg) != 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start the resolver");
 	if (send(afd, NET_READY, strlen(NET_READY), MSG_NOSIGNAL) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot reach the privileged half");
-	ready_done(); /* the privileged half says it for both */
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot reach the writer");
+	ready_done(); /* the cache half says it for all three */
 	struct pollfd pf[4] = { { .fd = sfd, .events = POLLIN },
 				{ .fd = a->tcp_fd, .events = POLLIN },
 				{ .fd = a->dns_tcp_fd, .events = POLLIN },
@@ -709,7 +826,7 @@ static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd
 			break;
 		if (r <= 0)
 			continue;
-		if (pf[0].revents || pf[3].revents) /* a signal, or the privileged half says stop */
+		if (pf[0].revents || pf[3].revents) /* a signal, or the cache half says stop */
 			break;
 		for (int k = 1; k < 3; k++)
 			if (pf[k].revents & POLLIN)
@@ -760,6 +877,30 @@ static int load(struct sbx_proxy *px, const char *id, struct sbx_err *err)
 	return 0;
 }
 
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* What the package cache holds, opened as root before anyone drops: its
+ * scope's directory (handed to SBX_PKGCACHE_UID; an older sbx's, root's,
+ * handed over here once) and the session's packages.log. */
+static int cache_open(struct sbx_proxy *px, const struct sbx_proxy_args *a, struct sbx_err *err)
+{
+	if (a->pkg_fd < 0)
+		return 0;
+	px->cache_fd = sbx_pkgcache_scope_open(px->st.lib_fd, px->s.tenant, SBX_PKGCACHE_UID, err);
+	if (px->cache_fd < 0)
+		return -1;
+	px->pkglog_fd = openat(px->budget.dfd, "packages.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+			       0600);
+	if (px->pkglog_fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open packages.log");
+	return 0;
+}
+
 static int run(const struct sbx_proxy_args *a, struct sbx_err *err)
 {
 	static struct sbx_proxy px; /* large (the policy); threads share it */
@@ -769,6 +910,7 @@ static int run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	px.audit_fd = -1;
 	px.hosts_fd = -1;
 	px.budget.dfd = -1;
+	px.cache_fd = px.pkglog_fd = -1;
 	px.busy_fd = a->busy_fd;
 	px.dns_batch = json_array();
 	sigset_t set;
@@ -781,56 +923,72 @@ static int run(const struct sbx_proxy_args *a, struct sbx_err *err)
 	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
 	if (sfd < 0 || !px.dns_batch)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set up");
-	if (load(&px, a->id, err) < 0)
+	if (load(&px, a->id, err) < 0 || cache_open(&px, a, err) < 0)
 		return -1;
-	/* Two halves (as OpenSSH's privilege separation): the network half
-	 * parses the guest's bytes as an unprivileged uid of its own; this
-	 * one, uid 0 without capabilities, writes the audit trail for it and
-	 * serves the package cache. */
+	/* Three processes (as OpenSSH's privilege separation, one step
+	 * further): the network half parses the guest's bytes as a uid of
+	 * its own; the cache half (this one, the pid the record names)
+	 * serves the package cache as SBX_PKGCACHE_UID; the writer, root
+	 * without capabilities, holds LIB for the audit trail and the
+	 * session's counters and parses only what the two send it. */
 	pid_t monitor = getppid();
-	int san = sbx_jail_report_spare(); /* sanitized builds: the network half's report file */
+	int san_net = sbx_jail_report_spare(), san_w = sbx_jail_report_spare(); /* sanitized builds' report files */
 	if (confine(&px, a, err) < 0)
 		return -1;
-	int sp[2], stop[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the audit socket");
+	int nch[2], cch[2], stop[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, nch) < 0 ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, cch) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the audit sockets");
 	if (pipe2(stop, O_CLOEXEC) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the stop pipe");
-	pid_t priv = getpid(), child = fork();
-	if (child < 0)
+	int listeners[] = { a->tcp_fd, a->dns_udp_fd, a->dns_tcp_fd, a->pkg_fd };
+	pid_t top = getpid(), writer = fork();
+	if (writer < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the audit writer");
+	if (writer == 0) {
+		/* LIB and the session's directory, its two channels: nothing
+		 * of the network, the guest or the cache. */
+		sbx_jail_report_use(san_w);
+		close_fd(&san_net);
+		int *drop[] = { &nch[1], &cch[0], &stop[0], &stop[1], &px.busy_fd, &px.log_fd, &px.hosts_fd,
+				&px.cache_fd, &px.pkglog_fd, &px.st.run_fd, &px.st.rsessions_fd, &px.st.sessions_fd };
+		for (size_t i = 0; i < SBX_ARRAY_LEN(drop); i++)
+			close_fd(drop[i]);
+		for (size_t i = 0; i < SBX_ARRAY_LEN(listeners); i++)
+			close_fd(&listeners[i]);
+		if (unprivileged(0, top, err) < 0)
+			return -1;
+		return run_writer(&px, nch[0], cch[1], err);
+	}
+	pid_t net = fork();
+	if (net < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot fork the network half");
-	if (child == 0) {
+	if (net == 0) {
 		px.busy_on = SBX_PROXY_BUSY_NET;
 		px.busy_off = SBX_PROXY_IDLE_NET;
-		sbx_jail_report_use(san);
-		close(sp[0]);
-		close(stop[1]);
-		if (a->pkg_fd >= 0)
-			close(a->pkg_fd);
-		return run_net(&px, a, sp[1], priv, sfd, stop[0], err);
+		sbx_jail_report_use(san_net);
+		close_fd(&san_w);
+		int *drop[] = { &nch[0], &cch[0], &cch[1], &stop[1], &px.budget.dfd, &px.cache_fd, &px.pkglog_fd };
+		for (size_t i = 0; i < SBX_ARRAY_LEN(drop); i++)
+			close_fd(drop[i]);
+		close_fd(&listeners[3]);
+		sbx_state_close(&px.st);
+		return run_net(&px, a, nch[1], top, sfd, stop[0], err);
 	}
 	px.busy_on = SBX_PROXY_BUSY_PKG;
 	px.busy_off = SBX_PROXY_IDLE_PKG;
-	if (san >= 0)
-		close(san);
-	close(sp[1]);
-	close(stop[0]);
-	close(a->tcp_fd);
-	if (a->dns_tcp_fd >= 0)
-		close(a->dns_tcp_fd);
-	if (a->dns_udp_fd >= 0)
-		close(a->dns_udp_fd);
-	/* LIB alone stays (the audit trail, the package cache, the session's
-	 * packages.log and budget): not RUN, every session's sockets. */
-	int *dirs[] = { &px.st.run_fd, &px.st.rsessions_fd, &px.st.sessions_fd };
-	for (size_t i = 0; i < SBX_ARRAY_LEN(dirs); i++) {
-		if (*dirs[i] >= 0)
-			close(*dirs[i]);
-		*dirs[i] = -1;
-	}
-	if (unprivileged(0, monitor, err) < 0)
+	/* Of LIB, only the cache scope and packages.log stay: not LIB, not
+	 * the session's directory, not RUN (every session's sockets). */
+	int *drop[] = { &san_net, &san_w, &nch[0], &nch[1], &cch[1], &stop[0], &px.budget.dfd };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(drop); i++)
+		close_fd(drop[i]);
+	for (size_t i = 0; i < 3; i++)
+		close_fd(&listeners[i]);
+	sbx_state_close(&px.st);
+	px.audit_fd = cch[0];
+	if (unprivileged(SBX_PKGCACHE_UID, monitor, err) < 0)
 		return -1;
-	return run_priv(&px, a, sp[0], child, sfd, stop[1], err);
+	return run_cache(&px, a, net, writer, sfd, stop[1], err);
 }
 
 int sbx_proxy_run(const struct sbx_proxy_args *a, struct sbx_err *err)

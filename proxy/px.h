@@ -31,7 +31,11 @@ struct sbx_proxy {
 	pthread_mutex_t mu; /* everything below, and net.log */
 	pthread_mutex_t audit_mu; /* the audit trail: an append fsyncs, which may be slow,
 				   * and must hold up neither answers nor the log */
-	int audit_fd;       /* the network half's way to it (run_net); -1: its own */
+	int audit_fd;       /* the halves' channel to the writer (wmsg.h); -1: the writer's own */
+	int cache_fd;       /* the cache half's: its cache scope (pkgcache.h); -1: none */
+	int pkglog_fd;      /* ... and the session's packages.log */
+	uint64_t refused[4]; /* the writer's: messages refused, by why (malformed, not
+			      * allowed, too large, over the rate) */
 	int hosts_fd;       /* $SBX_HOSTS_FILE, opened while it could be */
 	unsigned threads;   /* TCP connections accepted and not yet closed */
 	unsigned active;    /* of them, admitted (connected out) */

@@ -3,12 +3,15 @@
  * scope's quota, the names HEAD is answered from, and serving a file from
  * there or from upstream into it. */
 #include "pkgc.h"
+#include "state.h"
 #include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -19,25 +22,76 @@
 
 /* ---- files -------------------------------------------------------------------- */
 
-/* The cache directory this session may share: its tenant's, or the one
- * for sessions without a tenant. */
+/* The cache directory this session may share, its tenant's or the one for
+ * sessions without a tenant: a copy of the fd opened before the drop. */
 int pc_cache_dir(const struct conn *c)
 {
+	return fcntl(c->cfg->cache_fd, F_DUPFD_CLOEXEC, 0);
+}
+
+/* ---- the scope's owner (as root, before the drop) ---------------------------- */
+
+/* Hand dir's entries to uid, depth levels down: directories and regular
+ * files with one link only (a hard link to a file elsewhere keeps its
+ * owner); a symlink is never followed, nor handed over. */
+static int hand_over(int dir, uid_t uid, int depth)
+{
+	int dd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = dd < 0 ? NULL : fdopendir(dd);
+	if (!d) {
+		if (dd >= 0)
+			close(dd);
+		return -1;
+	}
+	for (struct dirent *e; (e = readdir(d));) {
+		struct stat st;
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+		    fstatat(dir, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode) && depth > 0) {
+			_cleanup_close_ int sub = openat(dir, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			if (sub < 0 || hand_over(sub, uid, depth - 1) < 0 || fchown(sub, uid, uid) < 0)
+				return -1;
+		} else if (S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid != uid) {
+			_cleanup_close_ int f = openat(dir, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+			struct stat fs;
+			if (f >= 0 && fstat(f, &fs) == 0 && fs.st_ino == st.st_ino && S_ISREG(fs.st_mode) &&
+			    fs.st_nlink == 1 && fchown(f, uid, uid) < 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+int sbx_pkgcache_scope_open(int lib_fd, const char *tenant, uid_t uid, struct sbx_err *err)
+{
 	char p[128];
-	const char *t = c->cfg->tenant;
-	if (t && *t && sbx_id_check(t, "tenant", NULL) < 0)
+	if (tenant && *tenant && sbx_id_check(tenant, "tenant", err) < 0)
 		return -1;
-	mkdirat(c->cfg->st->lib_fd, "pkgcache", 0700);
-	_cleanup_close_ int base =
-	    openat(c->cfg->st->lib_fd, "pkgcache", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (base < 0)
-		return -1;
-	if (t && *t)
-		snprintf(p, sizeof p, "tenant-%s", t);
+	if (mkdirat(lib_fd, "pkgcache", 0700) < 0 && errno != EEXIST)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the package cache directory");
+	_cleanup_close_ int base = openat(lib_fd, "pkgcache", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	/* Root's and 0700: no scope reaches another through "..". */
+	if (base < 0 || fstat(base, &st) < 0 || ((st.st_uid || st.st_gid) && fchown(base, 0, 0) < 0) ||
+	    ((st.st_mode & 07777) != 0700 && fchmod(base, 0700) < 0))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the package cache directory");
+	if (tenant && *tenant)
+		snprintf(p, sizeof p, "tenant-%s", tenant);
 	else
 		snprintf(p, sizeof p, "shared");
-	mkdirat(base, p, 0700);
-	return openat(base, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (mkdirat(base, p, 0700) == 0 && fchownat(base, p, uid, uid, AT_SYMLINK_NOFOLLOW) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hand package cache %s over", p);
+	_cleanup_close_ int fd = openat(base, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open package cache %s", p);
+	if (st.st_uid != uid || st.st_gid != uid) { /* an older sbx's, root's: once */
+		if (hand_over(fd, uid, 2) < 0 || fchown(fd, uid, uid) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hand package cache %s over", p);
+	}
+	if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make package cache %s private", p);
+	return sbx_steal_fd(&fd);
 }
 
 static void hash_fd_done(struct fetch *f, char s256[65], char s512[129], char s1[41])
@@ -102,6 +156,60 @@ static int refuse_budget(struct conn *c, struct outcome *o, uint64_t need, int m
 		         pc_policy_name(c), c->file, (unsigned long long)need, (unsigned long long)left,
 		         (unsigned long long)max);
 	return pc_refuse(c, o, 403, msg, 1);
+}
+
+/* A download's file until it is verified: PART_DIR/.part-RANDOM, made
+ * O_EXCL|O_NOFOLLOW (nothing planted there is opened or followed) and
+ * renamed into place, or removed, before the request ends.  One left by a
+ * proxy that died mid-download is swept by the next eviction scan
+ * (part_sweep) once it is PART_STALE_S old. */
+#define PART_DIR      "tmp"
+#define PART_NAME_MAX 32
+#define PART_STALE_S  (2 * 3600)
+
+static int part_create(int tmp, char name[PART_NAME_MAX])
+{
+	for (int i = 0; i < 16; i++) {
+		uint8_t r[8];
+		arc4random_buf(r, sizeof r);
+		memcpy(name, ".part-", 6);
+		pc_to_hex(r, sizeof r, name + 6);
+		int fd = openat(tmp, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0 || errno != EEXIST)
+			return fd;
+	}
+	return -1;
+}
+
+struct part_name {
+	int dir; /* -1: nothing to remove */
+	const char *name;
+};
+
+static void part_drop(struct part_name *p)
+{
+	if (p->dir >= 0)
+		unlinkat(p->dir, p->name, 0);
+}
+
+/* Downloads that never finished (their proxy was killed): regular files
+ * named .part-* older than PART_STALE_S. */
+static void part_sweep(int dir)
+{
+	int dd = openat(dir, PART_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_closedir_ DIR *d = dd < 0 ? NULL : fdopendir(dd);
+	if (!d) {
+		if (dd >= 0)
+			close(dd);
+		return;
+	}
+	time_t now = time(NULL);
+	for (struct dirent *e; (e = readdir(d));) {
+		struct stat st;
+		if (!strncmp(e->d_name, ".part-", 6) && fstatat(dd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode) && st.st_mtime + PART_STALE_S < now)
+			unlinkat(dd, e->d_name, 0);
+	}
 }
 
 /* ---- cache entries: verification records, LRU, quota, names ---------------- */
@@ -244,6 +352,7 @@ static void evict(const struct conn *c, int dir, const char *keep)
 		total += v[n].size;
 		n++;
 	}
+	part_sweep(dir);
 	uint64_t quota = pc_scope_quota(c);
 	if (total <= quota)
 		return;
@@ -353,7 +462,7 @@ static int cached(struct conn *c, struct outcome *o, int dir, const struct want 
 	return sbx_steal_fd(&fd);
 }
 
-/* Download url into an unnamed file of the cache directory.  Every byte is
+/* Download url into a new file of the cache directory.  Every byte is
  * reserved against what is left of the budget before it is taken (the
  * whole Content-Length at once when upstream gives one, so a larger file
  * is refused before its body is fetched), and what arrived stays charged.
@@ -364,7 +473,10 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 {
 	char msg[URL_MAX + 512];
 	*sent = 1;
-	_cleanup_close_ int tfd = openat(dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	char part[PART_NAME_MAX];
+	_cleanup_close_ int tmp = pc_subdir(dir, PART_DIR);
+	_cleanup_close_ int tfd = tmp < 0 ? -1 : part_create(tmp, part);
+	__attribute__((cleanup(part_drop))) struct part_name pn = { tfd < 0 ? -1 : tmp, part };
 	if (tfd < 0) {
 		pc_diag(c, "cannot create a file in the cache: %s", strerror(errno));
 		return pc_refuse(c, o, 500, "cannot write to the package cache", 1), -1;
@@ -419,14 +531,15 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 		pc_diag(c, "%s (%llu bytes) is larger than the cache quota of %llu bytes: served, not kept", w->key,
 		     (unsigned long long)f.bytes, (unsigned long long)pc_scope_quota(c));
 	} else if (w->key[0]) {
-		char self[64];
-		snprintf(self, sizeof self, "/proc/self/fd/%d", tfd);
-		/* An entry already there has the same content: same hash. */
-		if (fsync(tfd) < 0 || linkat(AT_FDCWD, self, dir, w->key, AT_SYMLINK_FOLLOW) < 0) {
+		/* Named by rename, not by linking the fd through /proc (which
+		 * the proxy does not mount).  An entry already there has the
+		 * same content (same hash): it stays, this name goes. */
+		if (fsync(tfd) < 0 || renameat2(tmp, part, dir, w->key, RENAME_NOREPLACE) < 0) {
 			if (errno != EEXIST)
 				pc_diag(c, "cannot keep %s in the cache: %s", w->key, strerror(errno));
 		} else {
-			/* Linking changed the inode's ctime: record it as it is now. */
+			pn.dir = -1; /* renamed: nothing left to remove */
+			/* Renaming changed the inode's ctime: record it as it is now. */
 			struct stat st;
 			if (fstat(tfd, &st) == 0)
 				meta_write(c, dir, w->key, tfd, &st, s256, s512, s1);

@@ -58,6 +58,10 @@ for src in tests/fuzz/fuzz-*.c; do
 		# sbx-serve's request decoder and Connect framing (both pure).
 		deps=(serve/wire.c serve/connect.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcrypto libbsd-overlay)" ;;
+	fuzz-wmsg)
+		# The proxy writer's channel decoder (wmsg.c is pure) and the JSON parse after it.
+		deps=(proxy/wmsg.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson)" ;;
 	fuzz-priv)
 		# The monitor's request decoder alone (privmsg.c is pure).
 		deps=(monitor/privmsg.c common/proto.c)

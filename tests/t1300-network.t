@@ -104,17 +104,23 @@ rm -f /var/tmp/sbx-t1300-$$
 grep -q "$FOREIGN" /proc/"$ppid"/mountinfo
 ok $((! $?)) "it holds no copy of a host mount made before it started (another tenant's)"
 is "$(awk '$5 == "/" { print $4 }' /proc/"$ppid"/mountinfo)" / "its root is a mount of its own"
-is "$(ls /proc/"$ppid"/root/ | grep -cvx -e etc -e usr -e run -e proc -e 'lib.*' -e bin -e sbin)" 0 \
-   "holding only /etc, /usr, /run, /proc and the library and binary links ($(ls /proc/"$ppid"/root/ | tr '\n' ' '))"
+is "$(ls /proc/"$ppid"/root/ | grep -cvx -e etc -e usr -e run -e 'lib.*' -e bin -e sbin)" 0 \
+   "holding only /etc, /usr, (resolv.conf's) /run and the library and binary links ($(ls /proc/"$ppid"/root/ | tr '\n' ' '))"
 [ ! -e /proc/"$ppid"/root/"$SBX_ROOT" ] && [ ! -e /proc/"$ppid"/root/var/lib ] && [ ! -e /proc/"$ppid"/root/home ]
 ok $? "no state directory, /var or /home by path"
 awk '$6 !~ /(^|,)nodev(,|$)/' /proc/"$ppid"/mountinfo | grep -q .
 ok $((! $?)) "and no device node it could open (nodev everywhere)"
 # Its network half (the parsers of the guest's bytes) is a child with a uid
-# of its own; the parent keeps uid 0 (it owns the audit trail) and writes
-# the records the child sends it.
-pnet=$(cat /proc/"$ppid"/task/"$ppid"/children | tr -d ' ')
-like "$pnet" '^[0-9]+$' "the proxy has one child, its network half"
+# of its own; the recorded process (the package cache) runs as the cache's
+# uid; a second child, the writer, keeps uid 0 (it owns the audit trail)
+# and writes the records both send it (t1565 looks at each closely).
+pnet= pw=
+for k in $(cat /proc/"$ppid"/task/"$ppid"/children); do
+	if [ "$(awk '/^Uid:/ { print $2 }' /proc/"$k"/status)" = 0 ]; then pw=$k; else pnet=$k; fi
+done
+like "$pnet $pw" '^[0-9]+ [0-9]+$' "the proxy has two children, its network half and its writer"
+is "$(awk '/^Uid:/ { print $2 }' /proc/"$ppid"/status)" $((0x5b000000 + 3 * (1 << 22))) \
+   "the proxy itself runs as the package cache's uid"
 cmp -s /proc/"$ppid"/mountinfo /proc/"$pnet"/mountinfo && ! grep -q "$FOREIGN" /proc/"$pnet"/mountinfo
 ok $? "which has the same built root"
 is "$(awk '/^Uid:/ {print ($2 == 0 || $3 == 0 || $4 == 0) ? "root" : "unprivileged"}' /proc/"$pnet"/status)" \
