@@ -26,22 +26,23 @@ make image
 make python-image
 # t0900-python.t fails, not skips, without it.
 export SBX_REQUIRE_PYTHON=1
-# The node template (templates/node.yaml) for t1420-npm.t.  A build takes
-# minutes (Debian's nodejs and npm installed afresh; only the bootstrap is
-# cached), so the last one is kept in SBX_CACHE/templates and copied in
-# (seconds) while it was built from this spec over the current default
-# template (kernel, guest-init); else it is built, and replaces the cached
-# one.  In a state root of its own: the machine's /var/lib/sbx is not
-# touched.
-node_template() {
-	local cache=${SBX_CACHE:-/var/cache/sbx}/templates spec_sha base have root
-	root=$(mktemp -d /tmp/sbx-node-tpl.XXXXXX)
+# The node template (templates/node.yaml) for t1420-npm.t, and the base
+# template (templates/base.yaml: E2B's default) for sbx-serve's tests.  A
+# build takes minutes (Debian's packages installed afresh; only the
+# bootstrap is cached), so the last one is kept in SBX_CACHE/templates and
+# copied in (seconds) while it was built from this spec over the current
+# template it is built from (kernel, guest-init); else it is built, and
+# replaces the cached one.  In a state root of its own: the machine's
+# /var/lib/sbx is not touched.
+cached_template() { # NAME FROM
+	local name=$1 from=$2 cache=${SBX_CACHE:-/var/cache/sbx}/templates spec_sha base have root
+	root=$(mktemp -d /tmp/sbx-$name-tpl.XXXXXX)
 	export SBX_TEMPLATES=$PWD/build/templates SBX_ROOT=$root
-	spec_sha=$(sha256sum templates/node.yaml | cut -d' ' -f1)
-	base=$(build/bin/sbx-template inspect --json default | jq -r .template)
-	current() { # DIR: the node template in DIR built from this spec over $base
+	spec_sha=$(sha256sum "templates/$name.yaml" | cut -d' ' -f1)
+	base=$(build/bin/sbx-template inspect --json "$from" | jq -r .template)
+	current() { # DIR: the template in DIR built from this spec over $base
 		local m
-		for m in "$1"/node@*/manifest.json; do
+		for m in "$1/$name"@*/manifest.json; do
 			[ -f "$m" ] && jq -e --arg s "$spec_sha" --arg b "$base" \
 				'.source.sha256 == $s and .base == $b' "$m" >/dev/null &&
 				jq -r '.name + "@" + .version' "$m" && return 0
@@ -57,22 +58,23 @@ node_template() {
 			mv "build/templates/.$have.tmp" "build/templates/$have"
 			echo "test.sh: $have from $cache" >&2
 		else
-			have=$(build/bin/sbx-template build node -f templates/node.yaml)
+			have=$(build/bin/sbx-template build "$name" -f "templates/$name.yaml")
 			mkdir -p "$cache"
 			rm -rf "$cache/.$have.tmp"
 			cp -a "build/templates/$have" "$cache/.$have.tmp"
-			find "$cache" -mindepth 1 -maxdepth 1 -name 'node@*' -exec rm -rf {} +
+			find "$cache" -mindepth 1 -maxdepth 1 -name "$name@*" -exec rm -rf {} +
 			mv "$cache/.$have.tmp" "$cache/$have"
 			echo "test.sh: built $have (kept in $cache)" >&2
 		fi
 	fi
-	# Older node versions of this build directory go (not in use here).
-	build/bin/sbx-template list -q node | grep -vxF "$have" | xargs -r build/bin/sbx-template rm || true
+	# Older versions of this build directory go (not in use here).
+	build/bin/sbx-template list -q "$name" | grep -vxF "$have" | xargs -r build/bin/sbx-template rm || true
 	root_cgroups_remove || true
 	rm -rf "$root"
 	unset SBX_TEMPLATES SBX_ROOT
 }
-node_template
+cached_template node default
+cached_template base python
 # t1420-npm.t fails, not skips, without it.
 export SBX_REQUIRE_NODE=1
 make lint-man

@@ -27,6 +27,7 @@
 #include "session.h"
 #include "template.h"
 #include "util.h"
+#include "view.h"
 #include "vmctl.h"
 #include "wire.h"
 
@@ -441,6 +442,41 @@ static int op_timeout(struct serve_back *b, const struct serve_req *r, int refre
 	return reply_json(sock, json_pack("{s:b}", "ok", 1), NULL, 0);
 }
 
+/* E2B's SandboxMetric, one sample, host-measured (sbx-ps's figures): CPU
+ * over a quarter second of the VMM's cgroup time, memory the VMM's peak
+ * (an upper bound of the guest's use), disk the overlay's blocks. */
+static int op_metrics(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
+{
+	struct sbx_session s;
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_lookup(&b->st, r->id, &s, err) < 0)
+		return -1;
+	json_t *v1 = sbx_session_view(&b->st, r->id);
+	uint64_t t1 = sbx_mono_ns();
+	struct timespec q = { 0, 250000000 };
+	nanosleep(&q, NULL);
+	json_t *v2 = sbx_session_view(&b->st, r->id);
+	uint64_t t2 = sbx_mono_ns();
+	if (!v1 || !v2) {
+		json_decref(v1);
+		json_decref(v2);
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no sandbox %s", r->id);
+	}
+	double cpu = json_real_value(json_object_get(v2, "cpu_s")) - json_real_value(json_object_get(v1, "cpu_s"));
+	double pct = s.vcpus && t2 > t1 ? 100.0 * cpu / ((double)(t2 - t1) / 1e9) / s.vcpus : 0;
+	char now[40];
+	uint64_t wall = sbx_now_ns();
+	rfc3339(wall, now, sizeof now);
+	json_t *m = json_pack("{s:s, s:I, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", now, "timestampUnix",
+			      (json_int_t)(wall / 1000000000u), "cpuCount", (int)s.vcpus, "cpuUsedPct",
+			      pct < 0 ? 0.0 : pct > 100 ? 100.0 : pct, "memUsed",
+			      json_integer_value(json_object_get(v2, "memory_peak_bytes")), "memTotal",
+			      (json_int_t)s.memory_mib << 20, "diskUsed", json_integer_value(json_object_get(v2, "disk_written_bytes")),
+			      "diskTotal", (json_int_t)s.limits.disk_bytes);
+	json_decref(v1);
+	json_decref(v2);
+	return reply_json(sock, json_pack("{s:b, s:[o]}", "ok", 1, "metrics", m), NULL, 0);
+}
+
 static int audit_call(struct serve_back *b, const struct serve_req *r, const char *who, const char *tenant,
 		      const struct sbx_err *e)
 {
@@ -480,6 +516,7 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_RESUME: rc = op_vmctl(b, &r, SBX_VMCTL_RESUME, sock, &err); break;
 		case SERVE_OP_TIMEOUT: rc = op_timeout(b, &r, 0, sock, &err); break;
 		case SERVE_OP_REFRESH: rc = op_timeout(b, &r, 1, sock, &err); break;
+		case SERVE_OP_METRICS: rc = op_metrics(b, &r, sock, &err); break;
 		case SERVE_OP_WHOAMI:
 			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who), NULL, 0);
 			break;
@@ -489,7 +526,7 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 	if (rc < 0)
 		reply_err(sock, &err);
 	if (r.op && r.op != SERVE_OP_LIST && r.op != SERVE_OP_GET && r.op != SERVE_OP_WHOAMI &&
-	    r.op != SERVE_OP_TEMPLATES && r.op != SERVE_OP_PS && r.op != SERVE_OP_ATTACH)
+	    r.op != SERVE_OP_TEMPLATES && r.op != SERVE_OP_PS && r.op != SERVE_OP_ATTACH && r.op != SERVE_OP_METRICS)
 		audit_call(b, &r, who, tenant, &err);
 	serve_req_free(&r);
 	_exit(rc < 0 ? 1 : 0);

@@ -207,6 +207,7 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 			 : !strcmp(method, "POST") && !strcmp(rest, "/resume")  ? "connect"
 			 : !strcmp(method, "POST") && !strcmp(rest, "/timeout") ? "timeout"
 			 : !strcmp(method, "POST") && !strcmp(rest, "/refreshes") ? "refresh"
+			 : !strcmp(method, "GET") && !strcmp(rest, "/metrics") ? "metrics"
 										: NULL;
 	if (!op)
 		return api_error(c, 404, "no such route in this service");
@@ -233,6 +234,11 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 	if (!strcmp(op, "kill") || !strcmp(op, "pause") || !strcmp(op, "timeout") || !strcmp(op, "refresh")) {
 		json_decref(a);
 		return answer(c, MHD_HTTP_NO_CONTENT, NULL, NULL);
+	}
+	if (!strcmp(op, "metrics")) {
+		json_t *m = json_incref(json_object_get(a, "metrics"));
+		json_decref(a);
+		return answer_json(c, MHD_HTTP_OK, m);
 	}
 	json_object_del(a, "ok");
 	return answer_json(c, MHD_HTTP_OK, a);

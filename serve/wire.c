@@ -16,7 +16,7 @@ static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",     [SERVE
 					[SERVE_OP_CONNECT] = "connect",   [SERVE_OP_PS] = "ps",
 					[SERVE_OP_ATTACH] = "attach",     [SERVE_OP_PAUSE] = "pause",
 					[SERVE_OP_RESUME] = "resume",     [SERVE_OP_TIMEOUT] = "timeout",
-					[SERVE_OP_REFRESH] = "refresh" };
+					[SERVE_OP_REFRESH] = "refresh",   [SERVE_OP_METRICS] = "metrics" };
 
 const char *serve_op_name(enum serve_op op)
 {

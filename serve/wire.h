@@ -39,6 +39,7 @@ enum serve_op {
 	SERVE_OP_RESUME,
 	SERVE_OP_TIMEOUT,
 	SERVE_OP_REFRESH,
+	SERVE_OP_METRICS,
 };
 
 /* A request as the back decodes it: every string checked for length and

@@ -142,3 +142,18 @@ test('setTimeout moves the end, and the sandbox ends then', async () => {
 		await sbx.kill().catch(() => {})
 	}
 })
+
+test('metrics: a host-measured sample', async () => {
+	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
+	try {
+		const m = await sbx.getMetrics()
+		assert.equal(m.length, 1)
+		assert.equal(m[0].cpuCount, 1)
+		assert.ok(m[0].memTotal >= 64 << 20, `memTotal ${m[0].memTotal}`)
+		assert.ok(m[0].memUsed > 0 && m[0].cpuUsedPct >= 0 && m[0].cpuUsedPct <= 100)
+		assert.ok(m[0].diskTotal > 0, `diskTotal ${m[0].diskTotal}`)
+		assert.ok(Math.abs(m[0].timestamp.getTime() - Date.now()) < 60_000)
+	} finally {
+		await sbx.kill()
+	}
+})
