@@ -1,7 +1,8 @@
 #!/bin/bash
 # Install sbx on a Debian 12 host: packages (Cloud Hypervisor too where the
 # archive has it), build, commands under PREFIX
-# (default /usr/local), the default and python templates, then one real
+# (default /usr/local), the default, python and base templates (base:
+# E2B's default, for sbx-serve), then one real
 # session end to end.  Idempotent; honours SBX_ROOT (state and templates go
 # under it).
 #   ./install.sh [--no-smoke]
@@ -37,8 +38,9 @@ echo "install.sh: commands in $PREFIX/bin, bash completion for them in new shell
 # The templates, built by the installed sbx-template from their specs
 # (under SBX_ROOT's templates directory; the build is audited there).
 # python: debootstrap and apt, a few minutes the first time, seconds once
-# cached under /var/cache/sbx.
-for t in default python; do
+# cached under /var/cache/sbx; base (over python: Node.js, npm, git, curl
+# for code written for E2B, sbx-serve(8)): a few minutes more.
+for t in default python base; do
 	tmpl=$("$PREFIX/bin/sbx-template" build "$t" -f "templates/$t.yaml")
 	echo "install.sh: template $tmpl" >&2
 done

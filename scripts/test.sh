@@ -75,6 +75,8 @@ cached_template() { # NAME FROM
 }
 cached_template node default
 cached_template base python
+# t2000-serve.t fails, not skips, without base.
+export SBX_REQUIRE_BASE=1
 # t1420-npm.t fails, not skips, without it.
 export SBX_REQUIRE_NODE=1
 make lint-man

@@ -14,6 +14,11 @@ command -v curl >/dev/null || skip_all "curl not installed"
 if ! ls "$SBX_TEMPLATES"/python@*/manifest.json >/dev/null 2>&1; then
 	[ "${SBX_REQUIRE_PYTHON:-0}" = 1 ] || skip_all "no python template built (make python-image)"
 fi
+# base (templates/base.yaml) is E2B's default template; scripts/test.sh
+# builds it.  Without it the SDK's own default is left untested.
+BASE=0
+ls "$SBX_TEMPLATES"/base@*/manifest.json >/dev/null 2>&1 && BASE=1
+[ "$BASE" = 1 ] || [ "${SBX_REQUIRE_BASE:-0}" = 0 ] || { ok 1 "the base template is built (scripts/test.sh)"; done_testing; }
 top=$(cd "$(dirname "$0")/.." && pwd)
 if ! npm_fixture_install "$top/tests/fixtures/e2b-sdk" e2b-sdk; then
 	[ "${SBX_REQUIRE_NODE:-0}" = 1 ] || skip_all "$NPM_WHY"
@@ -62,7 +67,7 @@ is "$(ls "/proc/$front/root/" 2>/dev/null | wc -l)" 0 "with an empty root"
 # --- the real SDK ------------------------------------------------------------------
 ver=$(jq -r .version "$SDK/package.json")
 diag "e2b $ver on node $(node --version)"
-E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KA E2B_SDK=$SDK/dist/index.mjs SBX_TEMPLATE=python \
+E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KA E2B_SDK=$SDK/dist/index.mjs SBX_TEMPLATE=python SBX_BASE=$BASE \
 	timeout 600 node --test --test-reporter=tap "$top/tests/serve/sdk.test.mjs" >"$TEST_TMP/sdk.tap" 2>&1
 rc=$?
 pass=$(grep -c '^# pass' "$TEST_TMP/sdk.tap" >/dev/null && sed -n 's/^# pass //p' "$TEST_TMP/sdk.tap")

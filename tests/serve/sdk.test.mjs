@@ -157,3 +157,14 @@ test('metrics: a host-measured sample', async () => {
 		await sbx.kill()
 	}
 })
+
+test('the default template is base: bash, node, /home/user', { skip: process.env.SBX_BASE !== '1' && 'no base template built' }, async () => {
+	const sbx = await Sandbox.create({ timeoutMs: 300_000 })
+	try {
+		assert.equal((await sbx.getInfo()).templateId, 'base')
+		const r = await sbx.commands.run('echo "$(whoami) $PWD"; node -e "console.log(6*7)"; git --version | cut -d" " -f1-2')
+		assert.equal(r.stdout, 'user /home/user\n42\ngit version\n')
+	} finally {
+		await sbx.kill()
+	}
+})
