@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 
 uint64_t sbx_now_ns(void)
@@ -156,6 +157,61 @@ uint64_t sbx_json_u64(json_t *o, const char *k)
 {
 	json_int_t v = json_integer_value(json_object_get(o, k));
 	return v > 0 ? (uint64_t)v : 0;
+}
+
+int sbx_listen_unix(const char *path, unsigned mode, int backlog)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct stat sb;
+	if (strlen(path) >= sizeof a.sun_path) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
+		unlink(path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(path, mode) < 0 || listen(fd, backlog) < 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+ssize_t sbx_recvmsg_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int max)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	union {
+		char buf[CMSG_SPACE(SBX_SEND_FDS_MAX * 2 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+	ssize_t n;
+	*nfds = 0;
+	while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			int *p = (int *)CMSG_DATA(c);
+			for (int i = 0; i < k; i++) {
+				if (*nfds < max)
+					fds[(*nfds)++] = p[i];
+				else
+					close(p[i]);
+			}
+		}
+	if (n >= 0 && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+		return n;
+	for (int i = 0; i < *nfds; i++)
+		close(fds[i]);
+	*nfds = 0;
+	if (n >= 0)
+		errno = EMSGSIZE;
+	return -1;
 }
 
 ssize_t sbx_sendmsg_fds(int sock, const void *buf, size_t len, const int *fds, int nfds, int flags)

@@ -218,19 +218,12 @@ static int listen_api(const char *path, struct sbx_vm *vm, struct ch *ch, struct
 		snprintf(tmp, sizeof tmp, "%s/api.sock", ch->api_dir);
 		path = tmp;
 	}
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof a.sun_path || strlen(path) >= sizeof vm->ctl_path)
+	if (strlen(path) >= sizeof vm->ctl_path)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "API socket path too long: %s", path);
-	snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
 	snprintf(vm->ctl_path, sizeof vm->ctl_path, "%s", path);
-	unlink(path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(path, 0600) < 0 || listen(fd, 8) < 0) {
-		int e = errno;
-		if (fd >= 0)
-			close(fd);
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot listen on %s", path);
-	}
+	int fd = sbx_listen_unix(path, 0600, 8);
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot listen on %s", path);
 	return fd;
 }
 

@@ -243,18 +243,10 @@ static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd
  * session's runtime directory, and must not be able to. */
 static int listen_qmp(const char *path, struct sbx_err *err)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof a.sun_path)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "QMP socket path too long: %s", path);
-	snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-	unlink(path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(path, 0600) < 0 || listen(fd, 4) < 0) {
-		int e = errno;
-		if (fd >= 0)
-			close(fd);
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot listen on %s", path);
-	}
+	int fd = sbx_listen_unix(path, 0600, 4);
+	if (fd < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, errno == ENAMETOOLONG ? "QMP socket path too long: %s"
+										      : "cannot listen on %s", path);
 	return fd;
 }
 

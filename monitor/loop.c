@@ -418,13 +418,7 @@ void mon_set_ttl(struct mon *m, struct client *c, uint64_t left_ms)
 		return client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL,
 				    err.msg[0] ? err.msg : "cannot set the session's timer");
 	}
-	struct sbx_buf b = { 0 };
-	size_t off = sbx_frame_begin(&b, SBX_F_VMCTL, 0);
-	sbx_tlv_u32(&b, SBX_T_OP, SBX_VMCTL_TTL);
-	sbx_tlv_str(&b, SBX_T_STATE, m->snap.paused ? "paused" : "running");
-	sbx_frame_end(&b, off);
-	client_send(m, c, &b);
-	sbx_buf_free(&b);
+	snap_reply(m, c, SBX_VMCTL_TTL);
 }
 
 /* Tell every sbx-kill waiting on us that the session is gone. */

@@ -407,6 +407,8 @@ void mon_stop_network(struct mon *m);
 int mon_loop_once(struct mon *m, int timeout_ms);
 int mon_arm_ttl(struct mon *m);
 void mon_set_ttl(struct mon *m, struct client *c, uint64_t left_ms);
+/* A VMCTL's answer: OP and the VM's state (running or paused). */
+void snap_reply(struct mon *m, struct client *c, unsigned op);
 
 /* boot.c */
 void mon_workspace_release(struct mon *m, int failed);

@@ -65,33 +65,7 @@ int priv_chan_send(int fd, const struct sbx_buf *b, const int *fds, int nfds)
  * fit (its fds closed). */
 static ssize_t chan_recv(int fd, uint8_t *buf, size_t size, int *fds, int *nfds)
 {
-	struct iovec iov = { .iov_base = buf, .iov_len = size - 1 };
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * PRIV_FDS_MAX)];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
-	ssize_t n;
-	*nfds = 0;
-	while ((n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-		;
-	for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-			int *p = (int *)CMSG_DATA(c);
-			for (int i = 0; i < k; i++) {
-				if (*nfds < PRIV_FDS_MAX)
-					fds[(*nfds)++] = p[i];
-				else
-					close(p[i]);
-			}
-		}
-	if (n > 0 && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
-		return n;
-	for (int i = 0; i < *nfds; i++)
-		close(fds[i]);
-	*nfds = 0;
-	return n == 0 ? 0 : -1;
+	return sbx_recvmsg_fds(fd, buf, size - 1, fds, nfds, PRIV_FDS_MAX);
 }
 
 void priv_close_fds(struct priv_msg *a)

@@ -10,7 +10,7 @@
 #define SNAP_QUIESCE_NS (30ull * 1000000000u)
 #define SNAP_RINSE_FRAMES 5 /* of SBX_FRAME_MAX bytes: see snap_save_begin */
 
-static void snap_reply(struct mon *m, struct client *c, unsigned op)
+void snap_reply(struct mon *m, struct client *c, unsigned op)
 {
 	struct sbx_buf b = { 0 };
 	size_t off = sbx_frame_begin(&b, SBX_F_VMCTL, 0);

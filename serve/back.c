@@ -132,15 +132,6 @@ static int reply_err(int sock, const struct sbx_err *e)
 			  NULL, 0);
 }
 
-/* RFC 3339, UTC, of a CLOCK_REALTIME time in ns. */
-static void rfc3339(uint64_t ns, char *out, size_t n)
-{
-	time_t t = (time_t)(ns / 1000000000u);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 /* What E2B says of a sandbox: sbx's record, and what the create kept. */
 static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
 {
@@ -151,8 +142,8 @@ static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
 	/* the record's TTL: a set-timeout moves it */
 	uint64_t ttl = s->limits.ttl_ms ? s->limits.ttl_ms / 1000u
 					: (uint64_t)json_integer_value(json_object_get(meta, "timeout"));
-	rfc3339(s->created_ns, started, sizeof started);
-	rfc3339(s->created_ns + ttl * 1000000000u, end, sizeof end);
+	sbx_fmt_time(s->created_ns, started, sizeof started);
+	sbx_fmt_time(s->created_ns + ttl * 1000000000u, end, sizeof end);
 	const char *live = sbx_session_live_state(&b->st, s);
 	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:s, s:O}", "sandboxID", s->id, "templateID",
 			      tmpl ? tmpl : s->tmpl_name, "clientID", "sbx", "startedAt", started, "endAt", end,
@@ -465,7 +456,7 @@ static int op_metrics(struct serve_back *b, const struct serve_req *r, int sock,
 	double pct = s.vcpus && t2 > t1 ? 100.0 * cpu / ((double)(t2 - t1) / 1e9) / s.vcpus : 0;
 	char now[40];
 	uint64_t wall = sbx_now_ns();
-	rfc3339(wall, now, sizeof now);
+	sbx_fmt_time(wall, now, sizeof now);
 	json_t *m = json_pack("{s:s, s:I, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", now, "timestampUnix",
 			      (json_int_t)(wall / 1000000000u), "cpuCount", (int)s.vcpus, "cpuUsedPct",
 			      pct < 0 ? 0.0 : pct > 100 ? 100.0 : pct, "memUsed",

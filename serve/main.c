@@ -14,7 +14,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -97,21 +96,8 @@ static int key_main(int argc, char **argv)
  * to: who they are is read from the connection. */
 static int listen_unix(const char *path, struct sbx_err *err)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof a.sun_path)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: too long for a socket", path);
-	strcpy(a.sun_path, path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct stat sb;
-	if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
-		unlink(path);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(path, 0666) < 0 || listen(fd, 512) < 0) {
-		int e = errno;
-		if (fd >= 0)
-			close(fd);
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot listen on %s", path);
-	}
-	return fd;
+	int fd = sbx_listen_unix(path, 0666, 512);
+	return fd >= 0 ? fd : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot listen on %s", path);
 }
 
 static int listen_tcp(const char *spec, struct sbx_err *err)

@@ -194,61 +194,18 @@ void serve_req_free(struct serve_req *r)
 
 int serve_send(int sock, const void *buf, size_t n, const int *fds, unsigned nfds)
 {
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = n };
-	union {
-		char b[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (nfds) {
-		memset(&u, 0, sizeof u);
-		mh.msg_control = u.b;
-		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-	}
 	ssize_t k;
-	while ((k = sendmsg(sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+	while ((k = sbx_sendmsg_fds(sock, buf, n, fds, (int)nfds, MSG_NOSIGNAL)) < 0 && errno == EINTR)
 		;
 	return k == (ssize_t)n ? 0 : -1;
 }
 
 ssize_t serve_recv(int sock, char *buf, size_t cap, int *fds, unsigned *nfds, unsigned max_fds)
 {
-	struct iovec iov = { .iov_base = buf, .iov_len = cap - 1 };
-	union {
-		char b[CMSG_SPACE(8 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
-	ssize_t k;
-	*nfds = 0;
-	while ((k = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-		;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); k >= 0 && c; c = CMSG_NXTHDR(&mh, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t m = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		int *p = (int *)CMSG_DATA(c);
-		for (size_t i = 0; i < m; i++) {
-			if (*nfds < max_fds)
-				fds[(*nfds)++] = p[i];
-			else
-				close(p[i]);
-		}
-	}
-	if (k < 0)
-		return -1;
-	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-		for (unsigned i = 0; i < *nfds; i++)
-			close(fds[i]);
-		*nfds = 0;
-		errno = EMSGSIZE;
-		return -1;
-	}
-	buf[k] = 0;
+	int n = 0;
+	ssize_t k = sbx_recvmsg_fds(sock, buf, cap - 1, fds, &n, (int)max_fds);
+	*nfds = (unsigned)n;
+	if (k >= 0)
+		buf[k] = 0;
 	return k;
 }
