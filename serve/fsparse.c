@@ -183,7 +183,7 @@ void serve_fs_perms(uint32_t mode, char out[24])
 	out[k] = 0;
 }
 
-/* A decimal (optionally negative) of at most 19 digits. */
+/* A decimal (optionally negative) of at most 18 digits: no overflow. */
 static int num(const char **p, const char *end, int neg_ok, int64_t *v)
 {
 	const char *s = *p;
@@ -194,7 +194,7 @@ static int num(const char **p, const char *end, int neg_ok, int64_t *v)
 	}
 	int64_t x = 0;
 	int digits = 0;
-	while (s < end && *s >= '0' && *s <= '9' && digits < 19) {
+	while (s < end && *s >= '0' && *s <= '9' && digits < 18) {
 		x = x * 10 + (*s++ - '0');
 		digits++;
 	}
