@@ -296,6 +296,8 @@ struct serve_upload {
 	char *path;   /* ?path=, or NULL: each part's file name */
 	struct MHD_PostProcessor *pp; /* multipart; NULL: the body is the file */
 	int data, sock; /* the open part's: its bytes, its call */
+	char *name;     /* its file name */
+	uint64_t sent;  /* its bytes so far */
 	unsigned parts;
 	json_t *entries;
 	unsigned status; /* 0, or the first refusal */
@@ -393,8 +395,16 @@ static enum MHD_Result part_iter(void *cls, enum MHD_ValueKind kind, const char 
 	(void)enc;
 	if (!key || strcmp(key, "file")) /* envd takes only "file" parts */
 		return MHD_YES;
-	if (off == 0)
+	/* MHD may hand a part's start twice (empty, then its first bytes):
+	 * a part is new at offset 0 unless nothing of the open one came yet
+	 * under the same name. */
+	if (off == 0 && (u->sock < 0 || u->sent || !u->name != !filename || (filename && strcmp(u->name, filename)))) {
 		part_begin(u, filename);
+		free(u->name);
+		u->name = filename ? strdup(filename) : NULL;
+		u->sent = 0;
+	}
+	u->sent += size;
 	if (!u->status)
 		part_data(u, data, size);
 	return MHD_YES;
@@ -476,6 +486,7 @@ void serve_files_upload_free(struct serve_upload *u)
 	if (u->sock >= 0)
 		close(u->sock);
 	json_decref(u->entries);
+	free(u->name);
 	free(u->path);
 	free(u);
 }
