@@ -146,6 +146,9 @@ is "$(CT=application/connect+json fs "$tok" "$sa" WatchDir x)" 200 "WatchDir: a 
 grep -q '"code":"unimplemented"' "$TEST_TMP/out"; ok $? "that ends at once with unimplemented"
 grep -q '"op":"upload".*"session":"'"$sa" "$L/audit.log"; ok $? "uploads are audited, with the session"
 grep -q '"op":"download"' "$L/audit.log" && grep -q '"op":"fs"' "$L/audit.log"; ok $? "and downloads and filesystem calls"
+grep '"type":"serve.call"' "$L/audit.log" |
+	python3 "$top/tests/tools/json-schema-check.py" validate --strict --lines "$top/docs/schema" 'audit.json#/$defs/record' >/dev/null 2>&1
+ok $? "serve.call records as the audit schema describes them"
 
 kill -0 "$srv"; ok $? "the service is still up after all of it"
 api "$KA" DELETE "/sandboxes/$sa" >/dev/null
