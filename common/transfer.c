@@ -85,9 +85,9 @@ static void *errcap_run(void *arg)
 	return NULL;
 }
 
-/* Run argv in the session as its default user with stdin from in_fd and
- * stdout to out_fd; *msg gets the guest's stderr. */
-static int run_guest(struct sbx_state *st, const char *session, char **argv, int in_fd, int out_fd,
+/* Run argv in the session as its default user (or root) with stdin from
+ * in_fd and stdout to out_fd; *msg gets the guest's stderr. */
+static int run_guest(struct sbx_state *st, const char *session, char **argv, int as_root, int in_fd, int out_fd,
 		     struct sbx_exec_result *r, char **msg, struct sbx_err *err)
 {
 	/* busybox tar skips symlinks with ".." in the target unless told;
@@ -95,6 +95,7 @@ static int run_guest(struct sbx_state *st, const char *session, char **argv, int
 	static char *env[] = { "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "EXTRACT_UNSAFE_SYMLINKS=1", NULL };
 	struct sbx_exec_opts o = { .in_fd = in_fd, .out_fd = out_fd, .tty_fd = -1, .forward_signals = 1 };
 	o.req.flags = SBX_EXEC_COPY; /* listed as sbx's own, not the user's */
+	o.req.have_uid = o.req.have_gid = as_root != 0; /* uid and gid 0 */
 	size_t argc = 0;
 	while (argv[argc])
 		argc++;
@@ -577,7 +578,7 @@ int sbx_cp_upload(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **re
 	}
 	char *argv[] = { "/bin/sh", "-c", (char *)upload_sh, "sbx-cp", dest, name, NULL };
 	struct sbx_exec_result r;
-	int ran = run_guest(st, o->session, argv, in_fd, -1, &r, o->guest_msg, err);
+	int ran = run_guest(st, o->session, argv, o->as_root, in_fd, -1, &r, o->guest_msg, err);
 	/* The guest may stop reading early: closing our end turns the
 	 * producer's next write into EPIPE, so the join cannot hang. */
 	close(in_fd);
@@ -859,7 +860,7 @@ int sbx_cp_download(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **
 	consuming = 1;
 	char *argv[] = { "/bin/sh", "-c", (char *)download_sh, "sbx-cp", dir, name, NULL };
 	struct sbx_exec_result r;
-	int ran = run_guest(st, o->session, argv, -1, pp[1], &r, o->guest_msg, err);
+	int ran = run_guest(st, o->session, argv, o->as_root, -1, pp[1], &r, o->guest_msg, err);
 	close(pp[1]);
 	pp[1] = -1;
 	pthread_join(ct, NULL);

@@ -40,6 +40,7 @@ struct sbx_cp_opts {
 	const char *host_dest;  /* download: a host path, or NULL to write a tar to to_fd */
 	int to_fd;
 	char **guest_msg;
+	int as_root; /* the guest's tar as root, not the session's user (sbx-serve's user "root") */
 };
 int sbx_cp_upload(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **result, struct sbx_err *err);
 int sbx_cp_download(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **result, struct sbx_err *err);

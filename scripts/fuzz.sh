@@ -55,8 +55,9 @@ for src in tests/fuzz/fuzz-*.c; do
 		deps=(common/rootfs.c common/rootfs_tar.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libarchive libbsd-overlay libmd)" ;;
 	fuzz-serve)
-		# sbx-serve's request decoder and Connect framing (both pure).
-		deps=(serve/wire.c serve/connect.c common/err.c common/util.c)
+		# sbx-serve's request decoder, Connect framing and the filesystem
+		# calls' parsers (all pure).
+		deps=(serve/wire.c serve/connect.c serve/fsparse.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcrypto libbsd-overlay)" ;;
 	fuzz-wmsg)
 		# The proxy writer's channel decoder (wmsg.c is pure) and the JSON parse after it.

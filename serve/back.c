@@ -21,6 +21,7 @@
 #include "audit.h"
 #include "exec_client.h"
 #include "execrec.h"
+#include "files.h"
 #include "keys.h"
 #include "policy.h"
 #include "serve.h"
@@ -127,8 +128,8 @@ static int reply_json(int sock, json_t *j, const int *fds, unsigned nfds)
 
 static int reply_err(int sock, const struct sbx_err *e)
 {
-	return reply_json(sock, json_pack("{s:b, s:i, s:s}", "ok", 0, "code", e->code ? e->code : SBX_EXIT_INTERNAL,
-					  "message", e->msg[0] ? e->msg : "failed"),
+	return reply_json(sock, json_pack("{s:b, s:i, s:s, s:i}", "ok", 0, "code", e->code ? e->code : SBX_EXIT_INTERNAL,
+					  "message", e->msg[0] ? e->msg : "failed", "errno", e->errnum),
 			  NULL, 0);
 }
 
@@ -508,6 +509,9 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_TIMEOUT: rc = op_timeout(b, &r, 0, sock, &err); break;
 		case SERVE_OP_REFRESH: rc = op_timeout(b, &r, 1, sock, &err); break;
 		case SERVE_OP_METRICS: rc = op_metrics(b, &r, sock, &err); break;
+		case SERVE_OP_FS: rc = serve_files_fs(&b->st, &r, sock, &err); break;
+		case SERVE_OP_DOWNLOAD: rc = serve_files_download(&b->st, &r, sock, &err); break;
+		case SERVE_OP_UPLOAD: rc = serve_files_upload(&b->st, &r, sock, &err); break;
 		case SERVE_OP_WHOAMI:
 			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who), NULL, 0);
 			break;

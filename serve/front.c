@@ -16,6 +16,7 @@
 #include <microhttpd.h>
 
 #include "connect.h"
+#include "front.h"
 #include "serve.h"
 #include "util.h"
 #include "wire.h"
@@ -28,6 +29,7 @@ struct conn {
 	char *body;
 	size_t n;
 	int too_big;
+	struct serve_upload *up; /* /files POST, taken as it arrives (front_files.c) */
 };
 
 struct listener {
@@ -670,6 +672,8 @@ static enum MHD_Result envd(struct MHD_Connection *c, const struct listener *l, 
 		json_decref(why);
 		return api_error(c, 502, "the sandbox is not running");
 	}
+	if (!strcmp(url, "/files") || !strncmp(url, "/filesystem.Filesystem/", 23))
+		return serve_files_envd(c, l, url, method, cn->body, cn->n, sandbox);
 	if (strcmp(method, "POST"))
 		return api_error(c, 404, "no such route in this service");
 	if (!strcmp(url, "/process.Process/Start"))
@@ -694,7 +698,7 @@ static enum MHD_Result envd(struct MHD_Connection *c, const struct listener *l, 
 		json_decref(msg);
 		return rc;
 	}
-	if (!strncmp(url, "/process.Process/", 17) || !strncmp(url, "/filesystem.Filesystem/", 23))
+	if (!strncmp(url, "/process.Process/", 17))
 		return unary_error(c, MHD_HTTP_NOT_IMPLEMENTED, "unimplemented", "not served by this version of sbx-serve");
 	return api_error(c, 404, "no such route in this service");
 }
@@ -711,8 +715,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		if (!(cn = calloc(1, sizeof *cn)))
 			return MHD_NO;
 		*ctx = cn;
+		cn->up = serve_files_upload_start(c, l, url, method);
 		return MHD_YES;
 	}
+	if (cn->up)
+		return serve_files_upload_step(c, cn->up, upload, upload_n);
 	if (*upload_n) {
 		if (cn->n + *upload_n > conf->body_max)
 			cn->too_big = 1;
@@ -754,6 +761,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_
 	(void)c;
 	(void)t;
 	if (cn) {
+		serve_files_upload_free(cn->up);
 		free(cn->body);
 		free(cn);
 	}
@@ -788,4 +796,21 @@ int serve_front_run(const struct serve_front_conf *c, struct sbx_err *err)
 	if (dt)
 		MHD_stop_daemon(dt);
 	return 0;
+}
+
+/* ---- for the front's other files (front.h) ------------------------------ */
+
+json_t *serve_front_call(json_t *req, int peer, int *fds, unsigned *nfds, int *sock)
+{
+	return call(req, peer, fds, nfds, sock);
+}
+
+json_t *serve_front_request(struct MHD_Connection *c, const void *l, const char *op, int *peer)
+{
+	return request(c, l, op, peer);
+}
+
+enum MHD_Result serve_front_answer_json(struct MHD_Connection *c, unsigned status, json_t *j)
+{
+	return answer_json(c, status, j);
 }

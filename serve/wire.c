@@ -16,7 +16,8 @@ static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",     [SERVE
 					[SERVE_OP_CONNECT] = "connect",   [SERVE_OP_PS] = "ps",
 					[SERVE_OP_ATTACH] = "attach",     [SERVE_OP_PAUSE] = "pause",
 					[SERVE_OP_RESUME] = "resume",     [SERVE_OP_TIMEOUT] = "timeout",
-					[SERVE_OP_REFRESH] = "refresh",   [SERVE_OP_METRICS] = "metrics" };
+					[SERVE_OP_REFRESH] = "refresh",   [SERVE_OP_METRICS] = "metrics", [SERVE_OP_FS] = "fs",
+					[SERVE_OP_DOWNLOAD] = "download", [SERVE_OP_UPLOAD] = "upload" };
 
 const char *serve_op_name(enum serve_op op)
 {
@@ -151,6 +152,9 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 	r->stdin_open = json_is_true(si);
 	if (r->op == SERVE_OP_EXEC && argv_field(o, r, err) < 0)
 		return -1;
+	if ((r->op == SERVE_OP_FS || r->op == SERVE_OP_DOWNLOAD || r->op == SERVE_OP_UPLOAD) &&
+	    !json_is_object(r->args = json_incref(json_object_get(o, "args"))))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: no args", op);
 	int need_id = r->op != SERVE_OP_CREATE && r->op != SERVE_OP_LIST && r->op != SERVE_OP_TEMPLATES &&
 		      r->op != SERVE_OP_WHOAMI;
 	if (need_id && !r->id[0])
@@ -181,7 +185,8 @@ int serve_req_decode(const char *buf, size_t n, struct serve_req *r, struct sbx_
 void serve_req_free(struct serve_req *r)
 {
 	json_decref(r->metadata);
-	r->metadata = NULL;
+	json_decref(r->args);
+	r->metadata = r->args = NULL;
 	for (size_t i = 0; r->env && i < r->nenv; i++)
 		free(r->env[i]);
 	for (size_t i = 0; r->argv && i < r->argc; i++)

@@ -40,6 +40,9 @@ enum serve_op {
 	SERVE_OP_TIMEOUT,
 	SERVE_OP_REFRESH,
 	SERVE_OP_METRICS,
+	SERVE_OP_FS,       /* envd's filesystem calls (files.h) */
+	SERVE_OP_DOWNLOAD, /* /files GET */
+	SERVE_OP_UPLOAD,   /* /files POST, one file */
 };
 
 /* A request as the back decodes it: every string checked for length and
@@ -62,6 +65,7 @@ struct serve_req {
 	unsigned exec_timeout_ms; /* exec: its deadline (Connect-Timeout-Ms); 0: the policy's default */
 	char exec_id[16]; /* signal, attach: sbx's exec ID (eN: E2B's pid N) */
 	int signo;
+	json_t *args; /* fs, download, upload: their own fields, decoded by files.h (owned) */
 };
 
 /* 0, or -1 with err (3) naming what is wrong. */

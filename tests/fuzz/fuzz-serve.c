@@ -1,12 +1,14 @@
-/* sbx-serve's own parsers of bytes that come from the network or from its
- * unprivileged front: the back's request decoder (wire.c) and Connect's
- * framing, the Basic user and the end of a stream (connect.c).  The first
- * byte picks which. */
+/* sbx-serve's own parsers of bytes that come from the network, from its
+ * unprivileged front or from a guest: the back's request decoder (wire.c)
+ * and Connect's framing, the Basic user and the end of a stream
+ * (connect.c); the filesystem calls' arguments and paths, and the guest's
+ * records of its files (fsparse.c).  The first byte picks which. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "connect.h"
+#include "files.h"
 #include "wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -15,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	const char *p = (const char *)data + 1;
 	size_t n = size - 1;
-	switch (data[0] % 4) {
+	switch (data[0] % 7) {
 	case 0: {
 		struct serve_req r;
 		struct sbx_err err = { 0 };
@@ -36,6 +38,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (s)
 			serve_cx_user(s, user, sizeof user);
 		free(s);
+		break;
+	}
+	case 4: { /* a guest's records, listed under a base or not */
+		char real[256];
+		struct sbx_err err = { 0 };
+		json_t *a = serve_fs_parse(p, n, (data[0] & 0x80) ? "/home/user" : NULL, 1000, real, sizeof real, &err);
+		if (a) {
+			char *t = json_dumps(a, JSON_COMPACT);
+			if (!t) /* every string the parser makes is JSON */
+				abort();
+			free(t);
+		}
+		json_decref(a);
+		break;
+	}
+	case 5: { /* a client's path */
+		char out[SERVE_FS_PATH_MAX];
+		if (serve_fs_path(p, n, "/home/user", out, sizeof out) == 0 && out[0] != '/')
+			abort();
+		break;
+	}
+	case 6: { /* a call's args as the front sends them */
+		json_t *j = json_loadb(p, n, 0, NULL);
+		struct serve_fs_args *a = malloc(sizeof *a);
+		struct sbx_err err = { 0 };
+		if (a)
+			serve_fs_args_decode(j, (data[0] & 0x80) ? "root" : "user", data[0] & 0x40, a, &err);
+		free(a);
+		json_decref(j);
 		break;
 	}
 	default: {

@@ -1,0 +1,158 @@
+#!/bin/bash
+# sbx-serve's filesystem API and /files (issue 37): the real E2B JS SDK
+# (tests/serve/files.test.mjs: write, read, list, makeDir, rename, remove,
+# exists, getInfo, megabytes, errors) with only E2B_API_URL,
+# E2B_SANDBOX_URL and E2B_API_KEY set; then the attacks, with curl: paths
+# that climb ("../", NUL), symlinks in the guest that point out of what
+# the policy lets cross, an upload over files.max_transfer, a wrong token,
+# another tenant's sandbox, hostile messages.  Everything is done in the
+# guest: a host file of the same name is never what is served.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib-npm.sh"
+require_vm
+command -v curl >/dev/null || skip_all "curl not installed"
+if ! ls "$SBX_TEMPLATES"/python@*/manifest.json >/dev/null 2>&1; then
+	[ "${SBX_REQUIRE_PYTHON:-0}" = 1 ] || skip_all "no python template built (make python-image)"
+fi
+top=$(cd "$(dirname "$0")/.." && pwd)
+L=$SBX_ROOT/var/lib/sbx
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+U=http://127.0.0.1:$port
+mkdir -p "$SBX_ROOT/etc/sbx"
+: >"$SBX_ROOT/etc/sbx/sbx.yaml"
+KA=$(sbx-serve key add --tenant alice 2>/dev/null)
+KB=$(sbx-serve key add --tenant bob 2>/dev/null)
+sbx-serve --listen "127.0.0.1:$port" >"$TEST_TMP/serve.log" 2>&1 &
+srv=$!
+for _ in $(seq 100); do curl -sf "$U/health" >/dev/null && break; sleep 0.1; done
+curl -sf "$U/health" >/dev/null; ok $? "sbx-serve --listen 127.0.0.1:$port answers"
+
+# --- the real SDK ------------------------------------------------------------------
+if npm_fixture_install "$top/tests/fixtures/e2b-sdk" e2b-sdk; then
+	SDK=$NPM_DIR/node_modules/e2b
+	diag "e2b $(jq -r .version "$SDK/package.json") on node $(node --version)"
+	E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KA E2B_SDK=$SDK/dist/index.mjs SBX_TEMPLATE=python \
+		timeout 900 node --test --test-reporter=tap "$top/tests/serve/files.test.mjs" >"$TEST_TMP/sdk.tap" 2>&1
+	rc=$?
+	pass=$(sed -n 's/^# pass //p' "$TEST_TMP/sdk.tap")
+	total=$(sed -n 's/^# tests //p' "$TEST_TMP/sdk.tap")
+	[ "$rc" = 0 ] || sed 's/^/#   /' "$TEST_TMP/sdk.tap" | tail -60
+	is "$rc" 0 "the E2B SDK's files tests (tests/serve/files.test.mjs): ${pass:-0} of ${total:-?} pass"
+elif [ "${SBX_REQUIRE_NODE:-0}" = 1 ]; then
+	ok 1 "the E2B SDK installs: $NPM_WHY"
+else
+	diag "SKIP the SDK's tests: $NPM_WHY"
+fi
+
+# --- raw HTTP ----------------------------------------------------------------------
+api() { # api KEY METHOD PATH [BODY]: the status, the body in $TEST_TMP/body
+	curl -s -o "$TEST_TMP/body" -w '%{http_code}' -X "$2" ${1:+-H "X-API-Key: $1"} \
+		-H 'Content-Type: application/json' ${4:+--data-binary "$4"} "$U$3"
+}
+is "$(api "$KA" POST /sandboxes '{"templateID":"python","timeout":900}')" 201 "alice creates a sandbox"
+sa=$(jq -r .sandboxID "$TEST_TMP/body"); tok=$(jq -r .envdAccessToken "$TEST_TMP/body")
+is "$(api "$KB" POST /sandboxes '{"templateID":"python","timeout":900}')" 201 "bob creates one"
+sb=$(jq -r .sandboxID "$TEST_TMP/body"); tokb=$(jq -r .envdAccessToken "$TEST_TMP/body")
+# fs TOKEN SANDBOX RPC BODY [CURL ARGS]: a filesystem call's status; its body in
+# $TEST_TMP/out.  Its Content-Type is $CT (Connect's JSON by default).
+fs() {
+	local t=$1 s=$2 rpc=$3 body=$4
+	shift 4
+	curl -s -o "$TEST_TMP/out" -w '%{http_code}' -H "E2b-Sandbox-Id: $s" ${t:+-H "X-Access-Token: $t"} \
+		-H "Content-Type: ${CT:-application/json}" "$@" --data-binary "$body" "$U/filesystem.Filesystem/$rpc"
+}
+# get TOKEN SANDBOX QUERY: /files GET's status, its body in $TEST_TMP/got
+get() {
+	curl -s -o "$TEST_TMP/got" -w '%{http_code}' -H "E2b-Sandbox-Id: $2" ${1:+-H "X-Access-Token: $1"} "$U/files?$3"
+}
+# put TOKEN SANDBOX QUERY FILE: /files POST (multipart, as the SDK sends it)
+put() {
+	curl -s -o "$TEST_TMP/put" -w '%{http_code}' -H "E2b-Sandbox-Id: $2" ${1:+-H "X-Access-Token: $1"} \
+		-F "file=@$4" "$U/files?$3"
+}
+code() { jq -r .code "$TEST_TMP/$1" 2>/dev/null; }
+inguest() { sbx-exec --tenant alice "$sa" -- sh -c "$1"; }
+
+echo "hello" >"$TEST_TMP/hello.txt"
+is "$(put "$tok" "$sa" 'path=/tmp/h/hello.txt' "$TEST_TMP/hello.txt")" 200 "an upload with the sandbox's token: 200"
+is "$(jq -c . "$TEST_TMP/put")" '[{"path":"/tmp/h/hello.txt","name":"hello.txt","type":"file"}]' "answered as envd does"
+is "$(inguest 'cat /tmp/h/hello.txt; stat -c %U /tmp/h/hello.txt')" "hello
+user" "it is in the guest, the user's"
+is "$(get "$tok" "$sa" 'path=/tmp/h/hello.txt')" 200 "a download: 200"
+is "$(cat "$TEST_TMP/got")" hello "of the file's bytes"
+is "$(fs "$tok" "$sa" Stat '{"path":"/tmp/h/hello.txt"}')" 200 "Stat: 200"
+is "$(jq -r '.entry | "\(.type) \(.size) \(.permissions) \(.owner)"' "$TEST_TMP/out")" "FILE_TYPE_FILE 6 -rw-r--r-- user" \
+	"as envd's EntryInfo"
+is "$(fs "$tok" "$sa" MakeDir '{"path":"/tmp/h"}'; echo " $(code out)")" "409 already_exists" \
+	"MakeDir of an existing directory: already_exists"
+is "$(fs "$tok" "$sa" ListDir '{"path":"/tmp/nope"}'; echo " $(code out)")" "404 not_found" "ListDir of nothing: not_found"
+
+# The host's files are never what is served: a host file of the same name.
+echo "host secret" >"$TEST_TMP/host-only"
+is "$(get "$tok" "$sa" "path=$TEST_TMP/host-only")" 404 "a path only the host has: 404, not the host's file"
+
+# Paths that climb: cleaned as envd cleans them, then the policy's rules.
+is "$(get "$tok" "$sa" 'path=/tmp/../etc/passwd')" 403 "GET /tmp/../etc/passwd: 403 (not exportable)"
+is "$(get "$tok" "$sa" 'path=../../etc/passwd')" 403 "GET ../../etc/passwd (from the home): 403"
+is "$(get "$tok" "$sa" 'path=/tmp/h/hello.txt%00.png')" 400 "a path with a NUL: 400"
+is "$(put "$tok" "$sa" 'path=/tmp/x/../../etc/evil' "$TEST_TMP/hello.txt")" 403 "POST /tmp/x/../../etc/evil: 403"
+is "$(put "$tok" "$sa" 'path=/tmp/h%00/x' "$TEST_TMP/hello.txt")" 400 "POST to a path with a NUL: 400"
+is "$(fs "$tok" "$sa" Stat '{"path":"/tmp/h\u0000x"}'; echo " $(code out)")" "400 invalid_argument" "Stat of a path with a NUL"
+# Symlinks in the guest resolve in the guest, and the rules are checked
+# on where they lead.
+sum=$(inguest 'ln -s /etc/passwd /tmp/link; ln -s /etc /tmp/ldir; ln -s /tmp/h/hello.txt /tmp/good; md5sum </etc/passwd')
+is "$(get "$tok" "$sa" 'path=/tmp/link')" 403 "GET of a guest symlink to /etc/passwd: 403"
+is "$(get "$tok" "$sa" 'path=/tmp/good'; echo " $(cat "$TEST_TMP/got")")" "200 hello" "one to a file under /tmp: its target's bytes"
+is "$(put "$tok" "$sa" 'path=/tmp/ldir/evil' "$TEST_TMP/hello.txt")" 403 "POST through a symlinked directory to /etc: 403"
+is "$(put "$tok" "$sa" 'path=/tmp/link&username=root' "$TEST_TMP/hello.txt")" 200 "POST onto the symlink itself, as root: 200"
+is "$(inguest 'md5sum </etc/passwd; [ -L /tmp/link ] || echo replaced; ls /etc/evil 2>&1 | grep -c "No such"')" "$sum
+replaced
+1" "the link was replaced, never followed: /etc/passwd unchanged, no /etc/evil"
+# Users: the guest's own permissions apply.
+is "$(fs "$tok" "$sa" MakeDir '{"path":"/root/x"}'; echo " $(code out)")" "403 permission_denied" "the user cannot make /root/x"
+is "$(fs "$tok" "$sa" MakeDir '{"path":"/root/x"}' -u root:; echo " $(jq -r .entry.owner "$TEST_TMP/out")")" "200 root" \
+	"root (HTTP Basic, as the SDK sends it) can, and owns it"
+is "$(fs "$tok" "$sa" Stat '{"path":"x"}' -u root:; echo " $(jq -r .entry.path "$TEST_TMP/out")")" "200 /root/x" \
+	"a relative path is under that user's home"
+
+# Caps: files.max_transfer (256 MiB by default) bounds an upload.
+truncate -s 257M "$TEST_TMP/big"
+is "$(put "$tok" "$sa" 'path=/tmp/big' "$TEST_TMP/big")" 413 "an upload over files.max_transfer: 413"
+like "$(jq -r .message "$TEST_TMP/put")" 'max_transfer' "saying which cap"
+is "$(inguest 'ls /tmp/big 2>&1 | grep -c "No such"')" 1 "and nothing of it reached the guest"
+rm -f "$TEST_TMP/big"
+
+# Who asks.
+is "$(get "${tok%?}0" "$sa" 'path=/tmp/h/hello.txt')" 404 "GET with a wrong token: 404"
+is "$(get '' "$sa" 'path=/tmp/h/hello.txt')" 401 "GET with no token and no key: 401"
+is "$(get "$tokb" "$sa" 'path=/tmp/h/hello.txt')" 404 "GET with another sandbox's token: 404"
+is "$(put "$tokb" "$sa" 'path=/tmp/h/bob.txt' "$TEST_TMP/hello.txt")" 404 "POST with another sandbox's token: 404"
+is "$(curl -s -o /dev/null -w '%{http_code}' -H "E2b-Sandbox-Id: $sa" -H "X-API-Key: $KB" "$U/files?path=/tmp/h/hello.txt")" 404 \
+	"GET with another tenant's API key: 404"
+is "$(fs "$tokb" "$sa" Stat '{"path":"/tmp"}'; echo " $(code out)")" "404 not_found" "Stat with another sandbox's token: not_found"
+is "$(fs '' "$sa" Remove '{"path":"/tmp/h"}'; echo " $(code out)")" "401 unauthenticated" "Remove with no token: unauthenticated"
+is "$(inguest 'cat /tmp/h/hello.txt')" hello "none of it touched alice's files"
+
+# Hostile messages.
+is "$(fs "$tok" "$sa" Stat '{"path":1}'; echo " $(code out)")" "400 invalid_argument" "a path that is no string"
+is "$(fs "$tok" "$sa" ListDir '{"path":"/tmp","depth":1000}'; echo " $(code out)")" "400 invalid_argument" "a depth over 64"
+is "$(fs "$tok" "$sa" Stat '{"path":' )" 400 "broken JSON: 400"
+is "$(CT=application/proto fs "$tok" "$sa" Stat '{"path":"/tmp"}')" 415 "Connect's binary format: 415"
+is "$(curl -s -o /dev/null -w '%{http_code}' -H "E2b-Sandbox-Id: $sa" -H "X-Access-Token: $tok" -H 'Content-Type: text/plain' \
+	--data-binary x "$U/files?path=/tmp/t")" 400 "an upload that is neither multipart nor a raw body: 400"
+is "$(fs "$tok" "$sa" CreateWatcher '{"path":"/tmp"}'; echo " $(code out)")" "501 unimplemented" \
+	"CreateWatcher: unimplemented (sbx-serve(8) CAVEATS)"
+is "$(CT=application/connect+json fs "$tok" "$sa" WatchDir x)" 200 "WatchDir: a stream"
+grep -q '"code":"unimplemented"' "$TEST_TMP/out"; ok $? "that ends at once with unimplemented"
+grep -q '"op":"upload".*"session":"'"$sa" "$L/audit.log"; ok $? "uploads are audited, with the session"
+grep -q '"op":"download"' "$L/audit.log" && grep -q '"op":"fs"' "$L/audit.log"; ok $? "and downloads and filesystem calls"
+grep '"type":"serve.call"' "$L/audit.log" |
+	python3 "$top/tests/tools/json-schema-check.py" validate --strict --lines "$top/docs/schema" 'audit.json#/$defs/record' >/dev/null 2>&1
+ok $? "serve.call records as the audit schema describes them"
+
+kill -0 "$srv"; ok $? "the service is still up after all of it"
+api "$KA" DELETE "/sandboxes/$sa" >/dev/null
+api "$KB" DELETE "/sandboxes/$sb" >/dev/null
+kill "$srv"; wait "$srv"
+is "$?" 0 "SIGTERM ends the service with 0"
+done_testing
