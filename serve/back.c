@@ -167,6 +167,12 @@ static int op_create(struct serve_back *b, struct serve_req *r, const char *tena
 	snprintf(ttl, sizeof ttl, "%us", timeout);
 	if (sbx_policy_set(&pol, "resources.ttl", ttl, err) < 0)
 		return -1;
+	/* E2B's code works in /home/user: its files may be copied in and out
+	 * there too, beside the defaults' /workspace and /tmp. */
+	struct sbx_policy_paths *fp[] = { &pol.files.writable, &pol.files.exportable };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(fp); i++)
+		if (fp[i]->n < SBX_POLICY_PATHS_MAX)
+			snprintf(fp[i]->path[fp[i]->n++], SBX_POLICY_PATH_LEN, "%s", "/home/user");
 	struct sbx_create_opts o = { .tmpl = r->tmpl[0] ? r->tmpl : "base", .policy = &pol,
 				     .tenant = tenant[0] ? tenant : NULL, .env = (const char *const *)r->env,
 				     .nenv = (unsigned)r->nenv, .progress_fd = -1, .vcpus = pol.resources.vcpus,

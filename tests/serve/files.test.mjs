@@ -48,6 +48,11 @@ test('a relative path is under the user\'s home', async () => {
 	const info = await sbx.files.getInfo('.bashrc')
 	assert.equal(info.path, '/home/user/.bashrc')
 	assert.equal(info.type, 'file')
+	// where E2B code writes: the home is writable and exportable for the
+	// service's sandboxes
+	await sbx.files.write('notes.txt', 'in the home\n')
+	assert.equal(await sbx.files.read('/home/user/notes.txt'), 'in the home\n')
+	assert.equal((await sbx.commands.run('cat ~/notes.txt')).stdout, 'in the home\n')
 })
 
 test('makeDir, list with depth, rename, remove', async () => {
