@@ -16,6 +16,7 @@
 #include <microhttpd.h>
 
 #include "connect.h"
+#include "query.h"
 #include "front.h"
 #include "serve.h"
 #include "util.h"
@@ -253,9 +254,12 @@ static enum MHD_Result api_list(struct MHD_Connection *c, const struct listener 
 	json_t *a = call(r, peer, NULL, NULL, NULL);
 	if (!json_is_true(json_object_get(a, "ok")))
 		return back_error(c, a);
-	json_t *s = json_incref(json_object_get(a, "sandboxes"));
+	const char *why = NULL;
+	json_t *s = serve_list_filter(json_object_get(a, "sandboxes"),
+				      MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "metadata"),
+				      MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "state"), &why);
 	json_decref(a);
-	return answer_json(c, MHD_HTTP_OK, s);
+	return s ? answer_json(c, MHD_HTTP_OK, s) : api_error(c, 400, why);
 }
 
 /* ---- envd: Connect RPC ------------------------------------------------ */

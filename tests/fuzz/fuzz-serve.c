@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "connect.h"
+#include "query.h"
 #include "files.h"
 #include "wire.h"
 
@@ -17,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	const char *p = (const char *)data + 1;
 	size_t n = size - 1;
-	switch (data[0] % 7) {
+	switch (data[0] % 8) {
 	case 0: {
 		struct serve_req r;
 		struct sbx_err err = { 0 };
@@ -67,6 +68,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			serve_fs_args_decode(j, (data[0] & 0x80) ? "root" : "user", data[0] & 0x40, a, &err);
 		free(a);
 		json_decref(j);
+		break;
+	}
+	case 7: { /* the list's filters: metadata, then state, split at the first NUL */
+		static const char *const states[] = { "running", "paused", "running,paused", "x" };
+		char *q = strndup(p, n);
+		json_t *list = json_pack("[{s:s, s:{s:s}}, {s:s, s:{}}]", "state", "running", "metadata", "k", "v", "state",
+					 "paused", "metadata");
+		const char *why = NULL;
+		json_t *out = q && list ? serve_list_filter(list, q, states[(data[0] >> 4) & 3], &why) : NULL;
+		if (!out && q && list && !why)
+			abort();
+		json_decref(out);
+		json_decref(list);
+		free(q);
 		break;
 	}
 	default: {

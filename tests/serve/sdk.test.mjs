@@ -31,6 +31,11 @@ test('create, run, kill', async () => {
 		assert.equal(info.state, 'running')
 		const listed = await Sandbox.list().nextItems()
 		assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId), 'list has it')
+		const mine = await Sandbox.list({ query: { metadata: { job: 'sdk-test' }, state: ['running'] } }).nextItems()
+		assert.deepEqual(mine.map((s) => s.sandboxId), [sbx.sandboxId], 'a metadata filter finds it alone')
+		const none = await Sandbox.list({ query: { metadata: { job: 'other & more' } } }).nextItems()
+		assert.equal(none.length, 0, 'and another value finds nothing')
+		assert.equal((await Sandbox.list({ query: { state: ['paused'] } }).nextItems()).length, 0, 'nor a paused filter')
 		assert.equal(await sbx.isRunning(), true)
 	} finally {
 		await sbx.kill()
