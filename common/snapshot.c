@@ -1,4 +1,6 @@
 #include "snapshot.h"
+
+#include <dirent.h>
 #include "capacity.h"
 #include "snapshot_int.h"
 #include "audit.h"
@@ -27,6 +29,57 @@
 #define SAVE_TIMEOUT_MS (30u * 60 * 1000) /* the monitor bounds each step itself */
 
 static const char *const data_files[] = { "memory.zst", "scratch.zst" };
+/* The running execs' records a save took with it (monitor/snapexec.c):
+ * execs.json and eN.stdout, eN.stderr; none when nothing ran. */
+#define EXECS_FILE "execs.json"
+
+static int exec_file_name(const char *n)
+{
+	if (!strcmp(n, EXECS_FILE))
+		return 1;
+	size_t d = n[0] == 'e' ? strspn(n + 1, "0123456789") : 0;
+	return d && d < 10 && (!strcmp(n + 1 + d, ".stdout") || !strcmp(n + 1 + d, ".stderr"));
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Their names in dfd, sorted; *n 0 when there are none. */
+static char **exec_files(int dfd, size_t *n)
+{
+	int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	char **v = NULL;
+	*n = 0;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (exec_file_name(e->d_name)) {
+			char **nv = realloc(v, (*n + 1) * sizeof *v);
+			if (!nv)
+				break;
+			v = nv;
+			if ((v[*n] = strdup(e->d_name)))
+				(*n)++;
+		}
+	closedir(d);
+	if (*n)
+		qsort(v, *n, sizeof *v, cmp_str);
+	return v;
+}
+
+static void exec_files_free(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
 
 /* --- names and places ----------------------------------------------------- */
 
@@ -796,22 +849,34 @@ static int save_and_hash(struct sbx_state *st, struct save *v, int *wd, json_t *
 	s->memory_mib = src->memory_mib;
 	if (sbx_zdisk_size(*wd, "scratch.zst", &s->disk_bytes, err) < 0)
 		return -1;
+	/* A template serves every session made from it (and the pool): it
+	 * does not carry running commands. */
+	if (v->o->to_template && faccessat(*wd, EXECS_FILE, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+				   "session %s had execs running: a template's sessions would all run them; end them "
+				   "(sbx-kill --exec) or save a snapshot instead",
+				   src->id);
+	size_t nx = 0;
+	char **xf = exec_files(*wd, &nx);
 	json_t *files = json_object();
 	SHA2_CTX c;
 	SHA256Init(&c);
-	for (size_t i = 0; i < SBX_ARRAY_LEN(data_files); i++) {
+	for (size_t i = 0; i < SBX_ARRAY_LEN(data_files) + nx; i++) {
+		const char *name = i < SBX_ARRAY_LEN(data_files) ? data_files[i] : xf[i - SBX_ARRAY_LEN(data_files)];
 		char sha[65];
 		uint64_t size = 0;
-		if (sha256_file(*wd, data_files[i], sha, &size, err) < 0) {
+		if (sha256_file(*wd, name, sha, &size, err) < 0) {
 			json_decref(files);
+			exec_files_free(xf, nx);
 			return -1;
 		}
-		json_object_set_new(files, data_files[i], json_pack("{s:I, s:s}", "size", (json_int_t)size, "sha256", sha));
+		json_object_set_new(files, name, json_pack("{s:I, s:s}", "size", (json_int_t)size, "sha256", sha));
 		char line[200];
-		snprintf(line, sizeof line, "%s %s\n", sha, data_files[i]);
+		snprintf(line, sizeof line, "%s %s\n", sha, name);
 		SHA256Update(&c, (const uint8_t *)line, strlen(line));
 		s->size += size;
 	}
+	exec_files_free(xf, nx);
 	SHA256End(&c, s->content_sha256);
 	*m = manifest_json(src, s, files, v->save_ms);
 	_cleanup_free_ char *txt = *m ? json_dumps(*m, JSON_INDENT(2)) : NULL;
