@@ -117,6 +117,9 @@ is "$(jq -c "select(.type == \"snapshot.fork\" and .session == \"$id\") | .sessi
    "[\"$1\",\"$2\"]" "snapshot.fork in the audit trail names the source and the copies"
 j=$(sbx-snapshot fork --json "$id"); ok $? "fork --json"
 is "$(echo "$j" | jq -r '[.session, (.sessions|length)] | join(" ")')" "$id 1" "says the source and the copies"
+schema() { python3 "$(dirname "$0")/tools/json-schema-check.py" validate --strict "$(dirname "$0")/../docs/schema" "$1"; }
+echo "$j" | schema snapshot-fork.json; ok $? "fork --json matches docs/schema/snapshot-fork.json"
+sbx-audit --json | schema audit.json; ok $? "the audit trail (snapshot.fork, session.create with execs) matches audit.json"
 sbx-kill "$f1" "$@" "$(echo "$j" | jq -r '.sessions[0]')" >/dev/null
 
 # --- bad input: the documented status, nothing left ------------------------------
