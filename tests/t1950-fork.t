@@ -141,6 +141,15 @@ like "$(cat "$TEST_TMP/err")" "sessions" "saying which quota"
 is "$(count)" "$before" "no session was made"
 is "$(ls -A "$L/snapshots/acme" 2>/dev/null | wc -l)" 0 "no snapshot was left"
 sbx-snapshot fork --tenant other "$t" 2>/dev/null; is "$?" 4 "another tenant's session: 4"
+# All or nothing: room on the host for one copy more, not two (the
+# tenant's quota allows both, so the second restore is what fails).
+before=$(count)
+SBX_MAX_SESSIONS=$((before + 1)) sbx-snapshot fork -n 2 "$id" >"$TEST_TMP/out" 2>"$TEST_TMP/err"; rc=$?
+is "$rc" 75 "a fork the host has room for only in part: 75"
+like "$(cat "$TEST_TMP/err")" "host capacity" "saying why"
+is "$(cat "$TEST_TMP/out")" "" "no ID printed"
+is "$(count)" "$before" "the copy made before it was destroyed"
+is "$(ls -A "$L/snapshots/_" | grep -c -- '^\.tmp-')" 0 "and no snapshot is left"
 c=$(SBX_MAX_SESSIONS_PER_TENANT=2 sbx-snapshot fork --tenant acme "$t"); ok $? "within the quota it forks ($c)"
 is "$(sbx-ps --tenant acme -q "$c")" "$c" "a session of the same tenant"
 sbx-kill "$t" "$c" >/dev/null
