@@ -1,5 +1,6 @@
 /* sbx-snapshot: pause, suspend to disk and resume sessions; save them as snapshots (or
  * templates), list and remove snapshots. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "policy.h"
 #include "proto.h"
 #include "snapshot.h"
 #include "template.h"
@@ -21,13 +23,14 @@ static const char usage[] =
 	"       sbx-snapshot resume [--tenant TENANT] [--json] SESSION\n"
 	"       sbx-snapshot suspend [--tenant TENANT] [--json] SESSION\n"
 	"       sbx-snapshot save [--tenant TENANT] [--template] [--json] SESSION NAME[@VERSION]\n"
+	"       sbx-snapshot fork [--tenant TENANT] [-n N] [-p POLICY] [--json] SESSION\n"
 	"       sbx-snapshot list [--tenant TENANT] [-q] [--json] [--no-headers] [NAME[@VERSION]]\n"
 	"       sbx-snapshot rm [--tenant TENANT] [--force] [--json] NAME[@VERSION]...\n"
 	"       sbx-snapshot template list [--tenant TENANT] [-q] [--json] [--no-headers] [[OWNER/]NAME[@VERSION]]\n"
 	"       sbx-snapshot template rm [--tenant TENANT] [--json] [OWNER/]NAME[@VERSION]...\n";
 
 struct opts {
-	const char *tenant;
+	const char *tenant, *count, *policy;
 	int json, quiet, headers, force, to_template;
 };
 
@@ -76,6 +79,47 @@ static int save(struct sbx_state *st, const struct opts *o, char **args, int n, 
 		printf("%s@%s\n", s.name, s.version); /* what -s and -t take */
 	}
 	return 0;
+}
+
+/* fork: the new sessions' IDs, one a line, as sbx-create prints one. */
+static int fork_session(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
+{
+	if (n != 1)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "fork takes one SESSION");
+	struct sbx_snapshot_fork_opts fo = { .session = args[0], .tenant = o->tenant, .n = 1 };
+	if (o->count) {
+		char *end;
+		errno = 0;
+		unsigned long v = strtoul(o->count, &end, 10);
+		if (!*o->count || *end || o->count[0] == '-' || errno)
+			return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "-n takes a number of copies, not '%s'", o->count);
+		fo.n = v > SBX_FORK_MAX ? SBX_FORK_MAX + 1 : (unsigned)v;
+	}
+	static struct sbx_policy pol; /* large */
+	if (o->policy) {
+		if (sbx_policy_load(o->policy, &pol, err) < 0)
+			return -1;
+		fo.policy = &pol;
+	}
+	char(*ids)[SBX_ID_MAX + 1] = calloc(SBX_FORK_MAX, sizeof *ids);
+	uint64_t ms = 0;
+	if (!ids)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	int rc = sbx_snapshot_fork(st, &fo, ids, &ms, err);
+	if (rc == 0 && o->json) {
+		json_t *a = json_array();
+		for (unsigned i = 0; i < fo.n; i++)
+			json_array_append_new(a, json_string(ids[i]));
+		json_t *j = json_pack("{s:i, s:s, s:o, s:I}", "schema", 1, "session", args[0], "sessions", a, "fork_ms",
+				      (json_int_t)ms);
+		print_json(j);
+		json_decref(j);
+	} else if (rc == 0) {
+		for (unsigned i = 0; i < fo.n; i++)
+			printf("%s\n", ids[i]);
+	}
+	free(ids);
+	return rc;
 }
 
 /* What -s takes: NAME@VERSION. */
@@ -158,7 +202,9 @@ int main(int argc, char **argv)
 		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "number", required_argument, NULL, 'n' },
 		{ "no-headers", no_argument, NULL, 'H' },
+		{ "policy", required_argument, NULL, 'p' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "template", no_argument, NULL, 'T' },
 		{ "tenant", required_argument, NULL, 't' },
@@ -172,27 +218,32 @@ int main(int argc, char **argv)
 	}
 	const char *verb = argv[1];
 	optind = 2;
-	while ((c = getopt_long(argc, argv, "fhq", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "fhn:p:q", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'f': o.force = 1; break;
 		case 'h': return sbx_cli_usage(usage, 1);
 		case 'H': o.headers = 0; break;
 		case 'j': o.json = 1; break;
+		case 'n': o.count = optarg; break;
+		case 'p': o.policy = optarg; break;
 		case 'q': o.quiet = 1; break;
 		case 'T': o.to_template = 1; break;
 		case 't': o.tenant = optarg; break;
 		default: return sbx_cli_usage(usage, 0);
 		}
 	}
-	enum { V_PAUSE, V_RESUME, V_SUSPEND, V_SAVE, V_LIST, V_RM, V_TEMPLATE };
+	enum { V_PAUSE, V_RESUME, V_SUSPEND, V_SAVE, V_FORK, V_LIST, V_RM, V_TEMPLATE };
 	static const struct sbx_cli_verb verbs[] = {
 		{ "pause", V_PAUSE }, { "resume", V_RESUME }, { "suspend", V_SUSPEND },	     { "save", V_SAVE },
+		{ "fork", V_FORK },
 		{ "list", V_LIST },   { "ls", V_LIST },	      { "rm", V_RM },		     { "template", V_TEMPLATE },
 		{ "templates", V_TEMPLATE },
 	};
 	const struct sbx_cli_verb *v = sbx_cli_verb_find(PROG, verbs, SBX_ARRAY_LEN(verbs), verb, o.json);
 	if (!v)
 		return SBX_EXIT_USAGE;
+	if ((o.count || o.policy) && v->op != V_FORK)
+		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o.json, "-n and -p are fork's");
 	char **args = argv + optind;
 	int n = argc - optind, rc;
 	struct sbx_state st;
@@ -209,6 +260,7 @@ int main(int argc, char **argv)
 	case V_RESUME: rc = pause_resume(&st, &o, SBX_VMCTL_RESUME, args, n, &err); break;
 	case V_SUSPEND: rc = pause_resume(&st, &o, SBX_VMCTL_SUSPEND, args, n, &err); break;
 	case V_SAVE: rc = save(&st, &o, args, n, &err); break;
+	case V_FORK: rc = fork_session(&st, &o, args, n, &err); break;
 	case V_LIST: rc = list(&st, &o, args, n, &err); break;
 	case V_RM: rc = rm(&st, &o, args, n, &err); break;
 	default: rc = templates(&st, &o, args, n, &err); break;

@@ -81,8 +81,8 @@ int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_er
  * for the session count): 75 with kind "tenant_quota" naming the one a
  * session of this size would exceed.  Not host capacity: the tenant must
  * end a session of its own, another host would refuse it too. */
-static int tenant_admit(const char *tenant, const struct sbx_capacity *c, const struct tenant_use *tu,
-			unsigned vcpus, unsigned memory_mib, struct sbx_err *err)
+static int tenant_admit_n(const char *tenant, const struct sbx_capacity *c, const struct tenant_use *tu, unsigned n,
+			  unsigned vcpus, unsigned memory_mib, struct sbx_err *err)
 {
 	struct sbx_quota q;
 	if (!tenant || !tenant[0])
@@ -95,16 +95,35 @@ static int tenant_admit(const char *tenant, const struct sbx_capacity *c, const 
 	const char *what = NULL;
 	unsigned long long used = 0, want = 0, max = 0;
 	const char *unit = "";
-	if (tu->sessions + 1 > max_sessions)
-		what = "sessions", used = tu->sessions, want = 1, max = max_sessions;
-	else if (q.memory_mib && tu->memory_mib + memory_mib > q.memory_mib)
-		what = "memory", used = tu->memory_mib, want = memory_mib, max = q.memory_mib, unit = " MiB";
-	else if (q.vcpus && tu->vcpus + vcpus > q.vcpus)
-		what = "vcpus", used = tu->vcpus, want = vcpus, max = q.vcpus;
+	uint64_t mem = (uint64_t)memory_mib * n, cpus = (uint64_t)vcpus * n;
+	if ((uint64_t)tu->sessions + n > max_sessions)
+		what = "sessions", used = tu->sessions, want = n, max = max_sessions;
+	else if (q.memory_mib && tu->memory_mib + mem > q.memory_mib)
+		what = "memory", used = tu->memory_mib, want = mem, max = q.memory_mib, unit = " MiB";
+	else if (q.vcpus && tu->vcpus + cpus > q.vcpus)
+		what = "vcpus", used = tu->vcpus, want = cpus, max = q.vcpus;
 	if (!what)
 		return 0;
 	return sbx_err_tenant_quota(err, tenant, what, used, want, max, unit, "its sessions",
 				    "end one of its sessions first");
+}
+
+static int tenant_admit(const char *tenant, const struct sbx_capacity *c, const struct tenant_use *tu,
+			unsigned vcpus, unsigned memory_mib, struct sbx_err *err)
+{
+	return tenant_admit_n(tenant, c, tu, 1, vcpus, memory_mib, err);
+}
+
+int sbx_capacity_quota_n(struct sbx_state *st, const char *tenant, unsigned n, unsigned vcpus, unsigned memory_mib,
+			 struct sbx_err *err)
+{
+	struct sbx_capacity c;
+	struct tenant_use tu;
+	if (!tenant || !tenant[0])
+		return 0;
+	if (measure(st, tenant, &c, &tu, err) < 0)
+		return -1;
+	return tenant_admit_n(tenant, &c, &tu, n, vcpus, memory_mib, err);
 }
 
 int sbx_capacity_disk(struct sbx_state *st, struct sbx_err *err)

@@ -25,6 +25,10 @@ struct sbx_capacity {
 int sbx_capacity_get(struct sbx_state *st, struct sbx_capacity *c, struct sbx_err *err);
 /* 75 with retry_after_ms when a session of this size does not fit.
  * Call with the global lock held so two creates cannot both fit. */
+/* Would n more sessions of this size take tenant past its quotas?  75
+ * (kind tenant_quota) when so; host capacity is each create's to check. */
+int sbx_capacity_quota_n(struct sbx_state *st, const char *tenant, unsigned n, unsigned vcpus, unsigned memory_mib,
+			 struct sbx_err *err);
 int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
 		       struct sbx_err *err);
 /* Both first check the tenant's quotas (sbx.yaml(5) quotas:, and

@@ -463,7 +463,14 @@ static int resolve_source(struct sbx_state *st, const struct sbx_create_opts *o,
 			  struct sbx_snapshot *snap, int *restore, struct sbx_err *err)
 {
 	*restore = 0;
-	if (o->snapshot) {
+	if (o->snapshot_direct) { /* a fork's (sbx_snapshot_fork): as -s would find it */
+		*snap = *o->snapshot_direct;
+		if (sbx_snapshot_template(st, snap, t, err) < 0)
+			return -1;
+		if (o->tenant && t->owner[0] && strcmp(t->owner, o->tenant))
+			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s: its template %s is gone", snap->ref, t->ref);
+		*restore = 1;
+	} else if (o->snapshot) {
 		if (o->tmpl)
 			return sbx_err_set(err, SBX_EXIT_USAGE, 0, "-s and -t cannot be used together");
 		if (sbx_snapshot_find(st, o->tenant, o->snapshot, snap, err) < 0 ||
@@ -733,7 +740,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	/* A warm-pool member that fits serves the request (pool.h); when none
 	 * does, or its claim fails, the session boots cold as ever. */
 	sbx_trace_step(&tr, "lock");
-	if (!o->pool && !o->snapshot && sbx_pool_request_fits(o, pl.pol)) {
+	if (!o->pool && !o->snapshot && !o->snapshot_direct && sbx_pool_request_fits(o, pl.pol)) {
 		r = sbx_pool_claim(st, &g, s, pl.pol, &sec, err);
 		if (r == SBX_POOL_UNDO)
 			r = undo_claim(st, &g, s->id, err);

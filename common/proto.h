@@ -60,11 +60,13 @@ enum sbx_frame_type {
 	SBX_F_SECRETS = 18, /* host->guest: (NAME VALUE)*, once, before any exec; guest->host:
 			     * empty, the secrets are in place (or ERROR on stream 0) */
 	/* Snapshots (19-22) */
-	SBX_F_IDENTITY = 19, /* host->guest: HOSTNAME SEED TIME_NS after a restore (or a pool
-			      * claim): set the hostname and the clock, reseed the RNG, drop
-			      * exec state; guest->host: KERNEL HOSTNAME [FLAGS] once applied */
-	SBX_F_QUIESCE = 20, /* host->guest: about to be saved: no exec may live (ERROR 5 on
-			     * stream 0 otherwise), /run/secrets wiped; guest->host: empty, done */
+	SBX_F_IDENTITY = 19, /* host->guest: HOSTNAME SEED TIME_NS [NEXT_STREAM] after a restore
+			      * (or a pool claim): set the hostname and the clock, reseed the
+			      * RNG, drop exec state (kept with NEXT_STREAM); guest->host:
+			      * KERNEL HOSTNAME [FLAGS] once applied */
+	SBX_F_QUIESCE = 20, /* host->guest: [FLAGS: SBX_QUIESCE_*] about to be saved: without
+			     * KEEP no exec may live (ERROR 5 on stream 0 otherwise),
+			     * /run/secrets wiped; guest->host: empty, done */
 	SBX_F_VMCTL = 21,   /* client->monitor: OP [PATH] [HOSTNAME]; monitor->client: OP STATE
 			     * when done (or ERROR) */
 	SBX_F_PROGRESS = 22, /* monitor->client: MSG DONE TOTAL, during a long VMCTL */
@@ -147,8 +149,10 @@ enum sbx_tag {
 	SBX_T_REFUSED = 48,  /* u64: connections the guest refused (nobody listening) or the bounds */
 	SBX_T_PKG = 49,      /* str: sbx.pkg* parameters (pkgparams.h), in a claim's IDENTITY */
 	SBX_T_MAX_BYTES = 50, /* u64: the most a VMCTL SAVE may write (a tenant's snapshot_bytes left) */
-	SBX_T_TTL_MS = 51,   /* u64: a VMCTL TTL's time left */
-	SBX_T_MAX = 51
+	SBX_T_NEXT_STREAM = 51, /* u32, in IDENTITY: keep the running execs; the host's next exec
+				 * is this stream (a restore continues the source's numbering) */
+	SBX_T_TTL_MS = 52,   /* u64: a VMCTL TTL's time left */
+	SBX_T_MAX = 52
 };
 
 /* SBX_F_PORT's OP */
@@ -188,6 +192,13 @@ enum sbx_vmctl_op {
 /* What a guest-init can do, in FLAGS of its HELLO and its IDENTITY reply
  * (none from one older than these). */
 #define SBX_GUEST_OUT_WINDOW 1u /* keeps to output credit (SBX_EXEC_OUT_WINDOW) */
+#define SBX_GUEST_KEEP_EXECS 2u /* QUIESCE with SBX_QUIESCE_KEEP and IDENTITY with NEXT_STREAM:
+				 * saves and new identities keep running execs */
+
+/* FLAGS of a QUIESCE from the host (none: an older monitor's, or padding). */
+#define SBX_QUIESCE_KEEP 1u    /* execs may run: answer, then send nothing more until a
+				* RELEASE, an IDENTITY or a new host (the image holds the rest) */
+#define SBX_QUIESCE_RELEASE 2u /* the save is done: send on (no answer) */
 
 enum sbx_exec_flags {
 	SBX_EXEC_PTY = 1u << 0,   /* allocate a pty; stdout carries the terminal */

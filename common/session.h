@@ -157,6 +157,7 @@ extern const size_t sbx_limit_nfields;
 /* The table's limits from the policy p into l (derived ones left). */
 void sbx_limits_compile(const struct sbx_policy *p, struct sbx_limits *l);
 
+struct sbx_snapshot;
 struct sbx_create_opts {
 	const char *id;       /* NULL: generate */
 	const char *tmpl;     /* NAME or NAME@VERSION, default "default" */
@@ -167,6 +168,7 @@ struct sbx_create_opts {
 	unsigned nvols;
 	const char *workspace; /* NULL: none */
 	const char *snapshot; /* -s NAME[@VERSION] of the tenant's snapshots; NULL: none */
+	const struct sbx_snapshot *snapshot_direct; /* a snapshot found already (a fork's own); NULL: none */
 	unsigned shape_set;   /* SBX_SHAPE_*: given on the command line or by the policy */
 	int progress_fd;      /* a restore's progress is drawn there when a terminal; -1: never
 			       * (0, as in a zeroed struct, is never a terminal we draw on) */

@@ -12,6 +12,7 @@
 #include "workspace.h"
 #include "zstream.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -27,6 +28,57 @@
 #define SAVE_TIMEOUT_MS (30u * 60 * 1000) /* the monitor bounds each step itself */
 
 static const char *const data_files[] = { "memory.zst", "scratch.zst" };
+/* The running execs' records a save took with it (monitor/snapexec.c):
+ * execs.json and eN.stdout, eN.stderr; none when nothing ran. */
+#define EXECS_FILE "execs.json"
+
+static int exec_file_name(const char *n)
+{
+	if (!strcmp(n, EXECS_FILE))
+		return 1;
+	size_t d = n[0] == 'e' ? strspn(n + 1, "0123456789") : 0;
+	return d && d < 10 && (!strcmp(n + 1 + d, ".stdout") || !strcmp(n + 1 + d, ".stderr"));
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Their names in dfd, sorted; *n 0 when there are none. */
+static char **exec_files(int dfd, size_t *n)
+{
+	int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	char **v = NULL;
+	*n = 0;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (exec_file_name(e->d_name)) {
+			char **nv = realloc(v, (*n + 1) * sizeof *v);
+			if (!nv)
+				break;
+			v = nv;
+			if ((v[*n] = strdup(e->d_name)))
+				(*n)++;
+		}
+	closedir(d);
+	if (*n)
+		qsort(v, *n, sizeof *v, cmp_str);
+	return v;
+}
+
+static void exec_files_free(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
 
 /* --- names and places ----------------------------------------------------- */
 
@@ -796,22 +848,34 @@ static int save_and_hash(struct sbx_state *st, struct save *v, int *wd, json_t *
 	s->memory_mib = src->memory_mib;
 	if (sbx_zdisk_size(*wd, "scratch.zst", &s->disk_bytes, err) < 0)
 		return -1;
+	/* A template serves every session made from it (and the pool): it
+	 * does not carry running commands. */
+	if (v->o->to_template && faccessat(*wd, EXECS_FILE, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+				   "session %s had execs running: a template's sessions would all run them; end them "
+				   "(sbx-kill --exec) or save a snapshot instead",
+				   src->id);
+	size_t nx = 0;
+	char **xf = exec_files(*wd, &nx);
 	json_t *files = json_object();
 	SHA2_CTX c;
 	SHA256Init(&c);
-	for (size_t i = 0; i < SBX_ARRAY_LEN(data_files); i++) {
+	for (size_t i = 0; i < SBX_ARRAY_LEN(data_files) + nx; i++) {
+		const char *name = i < SBX_ARRAY_LEN(data_files) ? data_files[i] : xf[i - SBX_ARRAY_LEN(data_files)];
 		char sha[65];
 		uint64_t size = 0;
-		if (sha256_file(*wd, data_files[i], sha, &size, err) < 0) {
+		if (sha256_file(*wd, name, sha, &size, err) < 0) {
 			json_decref(files);
+			exec_files_free(xf, nx);
 			return -1;
 		}
-		json_object_set_new(files, data_files[i], json_pack("{s:I, s:s}", "size", (json_int_t)size, "sha256", sha));
+		json_object_set_new(files, name, json_pack("{s:I, s:s}", "size", (json_int_t)size, "sha256", sha));
 		char line[200];
-		snprintf(line, sizeof line, "%s %s\n", sha, data_files[i]);
+		snprintf(line, sizeof line, "%s %s\n", sha, name);
 		SHA256Update(&c, (const uint8_t *)line, strlen(line));
 		s->size += size;
 	}
+	exec_files_free(xf, nx);
 	SHA256End(&c, s->content_sha256);
 	*m = manifest_json(src, s, files, v->save_ms);
 	_cleanup_free_ char *txt = *m ? json_dumps(*m, JSON_INDENT(2)) : NULL;
@@ -891,6 +955,94 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 		rc = save_audited(st, &v, err);
 	if (rc == 0 && out)
 		*out = v.s;
+	if (v.tdir >= 0)
+		close(v.tdir);
+	if (v.tpl >= 0)
+		close(v.tpl);
+	return rc;
+}
+
+/* ---- fork: N running copies of a session ------------------------------- */
+
+/* Why not a snapshot by name: a fork's is nobody's to list, restore or
+ * remove, and must not outlive the fork.  So it stays the save's work
+ * directory (.tmp-*, flock'ed while we run, so a fork killed midway
+ * leaves only what sbx-gc removes as any interrupted save's), each copy
+ * restores from it directly, and it goes once they all run. */
+static void fork_unwind(struct sbx_state *st, char (*ids)[SBX_ID_MAX + 1], unsigned made)
+{
+	for (unsigned i = 0; i < made; i++) {
+		int gone;
+		sbx_session_destroy(st, ids[i], &gone, NULL);
+	}
+}
+
+static int fork_audit(struct sbx_state *st, const struct save *v, char (*ids)[SBX_ID_MAX + 1], unsigned n,
+		      uint64_t fork_ms, struct sbx_err *err)
+{
+	json_t *sessions = json_array();
+	for (unsigned i = 0; i < n; i++)
+		json_array_append_new(sessions, json_string(ids[i]));
+	json_t *f = json_pack("{s:s, s:o, s:i, s:I, s:I, s:I}", "session", v->src.id, "sessions", sessions, "n", (int)n,
+			      "size", (json_int_t)v->s.size, "save_ms", (json_int_t)v->save_ms, "fork_ms",
+			      (json_int_t)fork_ms);
+	if (f && v->src.tenant[0])
+		json_object_set_new(f, "tenant", json_string(v->src.tenant));
+	int rc = sbx_audit_append(st, "snapshot.fork", f, err);
+	json_decref(f);
+	return rc;
+}
+
+int sbx_snapshot_fork(struct sbx_state *st, const struct sbx_snapshot_fork_opts *o, char (*ids)[SBX_ID_MAX + 1],
+		      uint64_t *fork_ms, struct sbx_err *err)
+{
+	if (o->n < 1 || o->n > SBX_FORK_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "a fork makes 1 to %u copies, not %u", SBX_FORK_MAX, o->n);
+	uint64_t t0 = sbx_mono_ns();
+	struct sbx_snapshot_save_opts so = { .session = o->session, .tenant = o->tenant, .spec = "fork",
+					     .progress_fd = -1 };
+	struct save v = { .o = &so, .tdir = -1, .tpl = -1 };
+	_cleanup_close_ int wd = -1;
+	json_t *m = NULL;
+	int rc = save_prepare(st, &v, err);
+	/* A workspace is one session's at a time: the source keeps it. */
+	if (rc == 0 && v.src.workspace[0])
+		rc = sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+				 "session %s has workspace %s, which one session holds at a time: it cannot be forked",
+				 v.src.id, v.src.workspace);
+	/* All of the tenant's room for the copies, before any work. */
+	if (rc == 0)
+		rc = sbx_capacity_quota_n(st, v.src.tenant, o->n, v.src.vcpus, v.src.memory_mib, err);
+	if (rc == 0)
+		rc = save_and_hash(st, &v, &wd, &m, err);
+	json_decref(m);
+	struct sbx_snapshot snap = v.s;
+	snprintf(snap.ref, sizeof snap.ref, "fork:%s", v.src.id);
+	snprintf(snap.dir, sizeof snap.dir, "%s/snapshots/%s/%s", st->lib, tenant_dir_name(v.s.tenant), v.wname);
+	unsigned made = 0;
+	while (rc == 0 && made < o->n) {
+		struct sbx_create_opts co = { .snapshot_direct = &snap, .tenant = v.src.tenant[0] ? v.src.tenant : NULL,
+					      .policy = o->policy, .progress_fd = -1 };
+		struct sbx_session s;
+		int existed = 0;
+		if (sbx_session_create(st, &co, &s, &existed, err) < 0) {
+			rc = -1;
+			break;
+		}
+		snprintf(ids[made++], SBX_ID_MAX + 1, "%s", s.id);
+	}
+	*fork_ms = (sbx_mono_ns() - t0) / 1000000u;
+	if (rc == 0 && fork_audit(st, &v, ids, made, *fork_ms, err) < 0) {
+		sbx_err_wrap(err, "cannot write the audit trail, the copies were destroyed");
+		if (err)
+			err->code = SBX_EXIT_INTERNAL;
+		rc = -1;
+	}
+	/* All or nothing: a copy made before a failure goes. */
+	if (rc < 0)
+		fork_unwind(st, ids, made);
+	if (v.tdir >= 0 && v.wname[0])
+		sbx_rm_rf_at(v.tdir, v.wname);
 	if (v.tdir >= 0)
 		close(v.tdir);
 	if (v.tpl >= 0)

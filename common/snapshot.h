@@ -93,6 +93,24 @@ struct sbx_snapshot_save_opts {
 int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts *o, struct sbx_snapshot *out,
 		      struct sbx_err *err);
 
+/* Fork (sbx-snapshot fork): n running copies of a session, each restored
+ * as sbx-create -s restores (its own ID, hostname, clock, RNG; execs
+ * running at the save run on in each), from a snapshot that is the save's
+ * work directory and gone once they run; the source goes on.  The tenant's
+ * quotas must allow all n before anything is done (75).  All or nothing:
+ * a failed copy destroys those made.  ids: n of them on success.  Audited
+ * (snapshot.fork). */
+#define SBX_FORK_MAX 16u
+struct sbx_policy;
+struct sbx_snapshot_fork_opts {
+	const char *session;
+	const char *tenant;             /* NULL: the session's own */
+	unsigned n;                     /* 1..SBX_FORK_MAX; 3 otherwise */
+	const struct sbx_policy *policy; /* the copies' (as sbx-create -p); NULL: the defaults */
+};
+int sbx_snapshot_fork(struct sbx_state *st, const struct sbx_snapshot_fork_opts *o, char (*ids)[SBX_ID_MAX + 1],
+		      uint64_t *fork_ms, struct sbx_err *err);
+
 /* References of the snapshots (of tenant, NULL: everyone's) saved from a
  * session of template tmpl_ref@version (template.h). */
 json_t *sbx_snapshot_of_base(struct sbx_state *st, const char *tmpl_ref, const char *version, const char *tenant);

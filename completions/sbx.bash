@@ -29,8 +29,8 @@ _sbx_opts_gc='-h --help -n --dry-run --grace --json --pool-only'
 _sbx_args_gc='--grace'
 _sbx_opts_audit='-H --no-headers -h --help -q --quiet --chain --json --jsonl --session --since --tenant --type --until'
 _sbx_args_audit='--session --since --tenant --type --until'
-_sbx_opts_snapshot='-H --no-headers -f --force -h --help -q --quiet --json --template --tenant'
-_sbx_args_snapshot='--tenant'
+_sbx_opts_snapshot='-H --no-headers -f --force -h --help -n --number -p --policy -q --quiet --json --template --tenant'
+_sbx_args_snapshot='-n --number -p --policy --tenant'
 _sbx_opts_template='-H --no-headers -f --file -h --help -q --quiet --json --keep --tenant'
 _sbx_args_template='-f --file --keep --tenant'
 _sbx_opts_port='-h --help -q --quiet --json --list --listen --no-headers --rm --tenant --unix'
@@ -39,7 +39,7 @@ _sbx_args_port='--listen --tenant --unix'
 _sbx_states='creating running paused suspended pooled stopped crashed expired corrupt'
 _sbx_ws_states='attached idle'
 _sbx_audit_types='session.create session.destroy session.expire session.crash session.stop session.pause
-	session.resume session.suspend exec.start exec.end files.upload files.download snapshot.save snapshot.rm template.build template.rm workspace.create
+	session.resume session.suspend exec.start exec.end files.upload files.download snapshot.save snapshot.rm snapshot.fork template.build template.rm workspace.create
 	workspace.attach workspace.remove net.connect net.close net.lost dns.query package.fetch gc.reclaim
 	policy.refused audit.repair port.open port.close session.* exec.* files.* snapshot.* template.* workspace.* net.*
 	port.*'
@@ -261,14 +261,14 @@ _sbx_operand() {
 		fi ;;
 	snapshot)
 		if [ "$n" -eq 0 ]; then
-			_sbx_add pause resume suspend save list rm template
+			_sbx_add pause resume suspend save fork list rm template
 			return
 		fi
 		case $_sbx_sub:$n in
 		pause:*) mapfile -t _sbx_w < <(_sbx_sessions running) ;;
 		resume:*) mapfile -t _sbx_w < <(_sbx_sessions paused; _sbx_sessions suspended) ;;
 		suspend:*) mapfile -t _sbx_w < <(_sbx_sessions running; _sbx_sessions paused) ;;
-		save:1) mapfile -t _sbx_w < <(_sbx_sessions) ;;
+		save:1 | fork:1) mapfile -t _sbx_w < <(_sbx_sessions) ;;
 		rm:* | list:1 | ls:1) mapfile -t _sbx_w < <(_sbx_snapshots) ;;
 		template:1) _sbx_w=(list rm) ;;
 		*) _sbx_w=() ;;

@@ -37,6 +37,14 @@ static size_t outq_pending(const struct agent *a)
 	return a->out.len - a->out_off;
 }
 
+/* What may be written now: all of it, or up to the hold (on_quiesce). */
+static size_t outq_sendable(const struct agent *a)
+{
+	size_t end = a->held ? a->hold_end : a->out.len;
+
+	return end > a->out_off ? end - a->out_off : 0;
+}
+
 void send_error(struct agent *a, uint32_t stream, uint32_t code, const char *msg)
 {
 	size_t off = sbx_frame_begin(&a->out, SBX_F_ERROR, stream);
@@ -63,7 +71,7 @@ static void send_hello(struct agent *a)
 	sbx_tlv_u32(&a->out, SBX_T_VERSION, SBX_PROTO_VERSION);
 	sbx_tlv_str(&a->out, SBX_T_KERNEL, u.release);
 	sbx_tlv_str(&a->out, SBX_T_HOSTNAME, u.nodename);
-	sbx_tlv_u32(&a->out, SBX_T_FLAGS, SBX_GUEST_OUT_WINDOW);
+	sbx_tlv_u32(&a->out, SBX_T_FLAGS, SBX_GUEST_OUT_WINDOW | SBX_GUEST_KEEP_EXECS);
 	sbx_frame_end(&a->out, off);
 	a->hello_seen = 0;
 }
@@ -108,7 +116,7 @@ static void host_lost(struct agent *a, int err)
  * wakes its pollers on reconnect and then polls writable, not readable. */
 static void host_interest(struct agent *a)
 {
-	int want = a->host_down || outq_pending(a);
+	int want = a->host_down || outq_sendable(a);
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLET | (want ? EPOLLOUT : 0),
 				  .data.u64 = K_HOST };
 
@@ -152,8 +160,8 @@ static void host_flush(struct agent *a)
 		sbx_buf_free(&a->out);
 		a->out_off = a->out_frame = 0;
 	}
-	while (!a->host_down && outq_pending(a)) {
-		ssize_t w = write(a->host, a->out.data + a->out_off, outq_pending(a));
+	while (!a->host_down && outq_sendable(a)) {
+		ssize_t w = write(a->host, a->out.data + a->out_off, outq_sendable(a));
 		if (w > 0) {
 			a->out_off += (size_t)w;
 			outq_sent(a);
@@ -171,15 +179,27 @@ static void host_flush(struct agent *a)
 		if (a->out.cap > (4u << 20))
 			sbx_buf_free(&a->out); /* give a burst's memory back */
 		sbx_buf_reset(&a->out);
-		a->out_off = a->out_frame = 0;
+		a->out_off = a->out_frame = a->hold_end = 0;
 	} else if (a->out_frame > (1u << 20) && a->out_frame > a->out.len / 2) {
 		/* Keep the frame being written whole (see outq_resync). */
 		memmove(a->out.data, a->out.data + a->out_frame, a->out.len - a->out_frame);
 		a->out.len -= a->out_frame;
 		a->out_off -= a->out_frame;
+		a->hold_end = a->hold_end > a->out_frame ? a->hold_end - a->out_frame : 0;
 		a->out_frame = 0;
 	}
 	host_interest(a);
+}
+
+/* The host took the save (QUIESCE RELEASE), a restored VM has its new
+ * identity, or a new host connected: what was held goes out, in order. */
+void hold_release(struct agent *a)
+{
+	if (!a->held)
+		return;
+	a->held = 0;
+	a->hold_end = 0;
+	host_flush(a);
 }
 
 /* ---- epoll bookkeeping -------------------------------------------------- */
@@ -371,6 +391,7 @@ static void host_accept(struct agent *a)
 	a->host_down = 0;
 	a->in_len = 0;
 	outq_resync(a);
+	a->held = 0; /* a new host: the old one will not release it */
 	/* A new host (say, after a snapshot restore) needs a readiness signal. */
 	if (a->hello_seen)
 		send_hello(a);
@@ -388,6 +409,7 @@ static void host_check(struct agent *a)
 	sbx_guest_log("agent: host reconnected");
 	a->host_down = 0;
 	a->host_retry = 0;
+	a->held = 0; /* a new host: the old one will not release it */
 	/* A new host (say, after a snapshot restore) needs a readiness signal. */
 	if (a->hello_seen)
 		send_hello(a);
@@ -673,7 +695,7 @@ static void drain_output(struct agent *a)
 {
 	uint64_t until = now_ns() + 1000 * NS_PER_MS;
 
-	while (!a->host_down && outq_pending(a) && now_ns() < until) {
+	while (!a->host_down && outq_sendable(a) && now_ns() < until) {
 		struct pollfd p = { .fd = a->host, .events = POLLOUT };
 		if (poll(&p, 1, 100) < 0 || (p.revents & (POLLHUP | POLLERR)))
 			break;

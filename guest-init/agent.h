@@ -88,6 +88,11 @@ struct agent {
 	struct sbx_buf out;
 	size_t out_off;
 	size_t out_frame;          /* start of the frame out_off is in (or at) */
+	/* A save that keeps execs running (on_quiesce): nothing past hold_end
+	 * leaves until the host releases it, so what the execs say after our
+	 * answer stays in the VM's memory, for whichever host comes next. */
+	int held;
+	size_t hold_end;
 	int paused;
 	uint32_t gen, nlive, cg_seq;
 	struct exec ex[MAX_EXECS];
@@ -139,6 +144,7 @@ static inline int out_may_send(const struct exec *e)
 	return !e->out_flow || e->out_credit > 0;
 }
 void io_close(struct agent *a, struct exec *e, int io);
+void hold_release(struct agent *a);
 
 /* agent_cg.c */
 void cg_close(struct cg *cg);

@@ -155,20 +155,45 @@ static int secrets_wipe(struct agent *a, const char **why)
 	return 0;
 }
 
-/* The host is about to save this VM: nothing may be running (an exec's
- * processes and pipes cannot be part of an image another session starts
- * from), and no secret may be in it.  (The port's receive buffers, the
- * last place in the kernel where the secrets frame lay, the host rinses
- * with padding before this frame; any payload here is padding too.) */
+/* QUIESCE's FLAGS (SBX_QUIESCE_*); none when the payload is not TLVs (an
+ * older monitor's padding). */
+static uint32_t quiesce_flags(const struct sbx_frame *f)
+{
+	struct sbx_tlv_it it;
+	const uint8_t *val;
+	uint16_t tag;
+	uint32_t n, flags = 0, v;
+
+	sbx_tlv_init(&it, f->payload, f->len);
+	while (sbx_tlv_next(&it, &tag, &val, &n) == 1)
+		if (tag == SBX_T_FLAGS && sbx_tlv_as_u32(val, n, &v) == 0)
+			flags = v;
+	return flags;
+}
+
+/* The host is about to save this VM, and no secret may be in it.  Without
+ * SBX_QUIESCE_KEEP nothing may be running either (an older monitor).
+ * With it, execs run on: after our answer nothing more leaves until the
+ * host releases us (hold_release), so the answer is the last thing the
+ * host hears before the VM stops, and what the execs say meanwhile stays
+ * in the queue, in the image: the source sends it after the save, every
+ * restored copy after its IDENTITY, each once.  (The port's receive
+ * buffers, the last place in the kernel where the secrets frame lay, the
+ * host rinses with padding before this frame.) */
 void on_quiesce(struct agent *a, const struct sbx_frame *f)
 {
 	const char *why = "cannot wipe the secrets";
+	uint32_t flags = quiesce_flags(f);
 
 	if (f->stream) {
 		send_error(a, f->stream, ERR_INVALID, "malformed quiesce");
 		return;
 	}
-	if (a->nlive) {
+	if (flags & SBX_QUIESCE_RELEASE) {
+		hold_release(a);
+		return;
+	}
+	if (a->nlive && !(flags & SBX_QUIESCE_KEEP)) {
 		send_error(a, 0, ERR_CONFLICT, "execs are still running");
 		return;
 	}
@@ -187,6 +212,10 @@ void on_quiesce(struct agent *a, const struct sbx_frame *f)
 		return;
 	}
 	sbx_frame_raw(&a->out, SBX_F_QUIESCE, 0, NULL, 0);
+	if (flags & SBX_QUIESCE_KEEP) {
+		a->held = 1;
+		a->hold_end = a->out.len;
+	}
 }
 
 /* What IDENTITY says; pkg only in a warm-pool claim's. */
@@ -196,6 +225,7 @@ struct identity {
 	uint32_t seed_len;
 	uint64_t t_ns;
 	char pkg[256]; /* sbx.pkg* parameters, "": none */
+	uint32_t next;  /* NEXT_STREAM: keep the execs; 0: end them */
 };
 
 static int identity_parse(const struct sbx_frame *f, struct identity *id)
@@ -224,6 +254,9 @@ static int identity_parse(const struct sbx_frame *f, struct identity *id)
 			*seed_len = n;
 		} else if (tag == SBX_T_PKG) {
 			if (sbx_tlv_as_str(val, n, id->pkg, sizeof(id->pkg)) < 0)
+				return -1;
+		} else if (tag == SBX_T_NEXT_STREAM) {
+			if (sbx_tlv_as_u32(val, n, &id->next) < 0 || !id->next || id->next >= SBX_WARM_STREAM)
 				return -1;
 		} else if (tag != SBX_T_TIME_NS || sbx_tlv_as_u64(val, n, t_ns) < 0) {
 			return -1;
@@ -298,6 +331,17 @@ void on_identity(struct agent *a, const struct sbx_frame *f)
 		}
 	}
 	explicit_bzero((void *)id.seed, id.seed_len);
+	/* Whatever a save held back is this host's now (after a restore, or
+	 * the source's own if it asks for a new identity). */
+	hold_release(a);
+	if (id.next) {
+		/* The host keeps the running execs under their streams and
+		 * numbers on from next: so do we, and the pool follows. */
+		for (unsigned i = 0; i < a->npool; i++)
+			a->pool[i].stream = id.next + i;
+		a->pool_next = id.next + a->npool;
+		goto answer;
+	}
 	/* The new host numbers its execs from 1 and may set other limits:
 	 * nothing of the source's exec bookkeeping carries over. */
 	shutdown_all(a);
@@ -315,12 +359,13 @@ void on_identity(struct agent *a, const struct sbx_frame *f)
 		a->pool[i].stream = i + 1;
 	a->pool_next = 1 + a->npool;
 	a->session_pids = 0;
+answer:
 	if (uname(&u) < 0)
 		memset(&u, 0, sizeof(u));
 	off = sbx_frame_begin(&a->out, SBX_F_IDENTITY, 0);
 	sbx_tlv_str(&a->out, SBX_T_KERNEL, u.release);
 	sbx_tlv_str(&a->out, SBX_T_HOSTNAME, u.nodename);
-	sbx_tlv_u32(&a->out, SBX_T_FLAGS, SBX_GUEST_OUT_WINDOW);
+	sbx_tlv_u32(&a->out, SBX_T_FLAGS, SBX_GUEST_OUT_WINDOW | SBX_GUEST_KEEP_EXECS);
 	sbx_frame_end(&a->out, off);
 }
 

@@ -227,6 +227,8 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 	case SBX_F_QUIESCE:
 		if (m->snap.saving && !f->stream && !f->len)
 			snap_save_run(m);
+		else if (!f->stream && (m->guest_caps & SBX_GUEST_KEEP_EXECS))
+			snap_release(m); /* a late answer: the guest holds its output */
 		break;
 	case SBX_F_IDENTITY:
 		snap_identity_reply(m, f);

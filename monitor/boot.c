@@ -192,7 +192,7 @@ static int boot_wait(struct mon *m, const struct sbx_vm_config *c, int accept_ag
 			until = m->warm.deadline;
 		/* A restored guest says no HELLO: it is told who it is now. */
 		if (m->snap.restoring && !m->snap.told && m->agent.fd >= 0) {
-			if (snap_identity_queue(m, NULL, NULL) < 0)
+			if (snap_identity_queue(m, NULL, NULL, m->execs != NULL) < 0)
 				return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send the guest its identity");
 			m->snap.told = 1;
 		}
@@ -263,6 +263,10 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	if (m->s.snapshot_dir[0] ? snap_restore_disk(m, scratch, err) < 0
 				 : sbx_disk_scratch(scratch, m->s.limits.disk_bytes ? m->s.limits.disk_bytes : 1ull << 30,
 						    err) < 0)
+		return -1;
+	/* ... and the execs it was running, this session's before its VM
+	 * runs (snapexec.c). */
+	if (m->s.snapshot_dir[0] && snap_execs_restore(m, err) < 0)
 		return -1;
 	sbx_trace_step(&m->boot_tr, "disk");
 	for (unsigned i = 0; i < m->s.nvols; i++) {

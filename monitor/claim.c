@@ -198,7 +198,7 @@ static int claim_guest_start(struct mon *m, const char *id, const struct sbx_ses
 	}
 	char pkg[sizeof m->claim.pkg];
 	sbx_pkgcache_guest_params(&ns->limits.packages, pkg, sizeof pkg);
-	if (snap_identity_queue(m, id, claim_pkg(m, pkg)) < 0) {
+	if (snap_identity_queue(m, id, claim_pkg(m, pkg), 0) < 0) {
 		snprintf(why, n, "cannot send the guest its identity");
 		return -1;
 	}

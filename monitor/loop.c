@@ -533,6 +533,8 @@ static int audit_create(struct mon *m, struct sbx_err *err)
 			       "volumes", (json_int_t)m->s.nvols);
 	if (cf && m->s.snapshot[0])
 		json_object_set_new(cf, "from_snapshot", json_string(m->s.snapshot));
+	if (cf && m->s.snapshot[0] && m->execs) /* running, kept from the snapshot */
+		json_object_set_new(cf, "execs", snap_execs_ids(m));
 	if (cf && m->sec.n) {
 		json_t *names = json_array(); /* names only, never values */
 		for (unsigned i = 0; i < m->sec.n; i++)
@@ -557,14 +559,15 @@ static int mon_start(struct mon *m, const struct sbx_monitor_args *a, struct sbx
 	if (setup(m, a, err) < 0)
 		return -1;
 	sbx_trace_step(&m->boot_tr, "setup");
+	/* The policy's cap as it is, 0 included (keep no output); before the
+	 * boot: a restore's running execs may speak before it is ready. */
+	m->output_cap = m->s.limits.output_cap;
+	m->output_session_cap = m->s.limits.output_session_cap;
 	if (mon_boot(m, err) < 0)
 		return -1;
 	/* A warm-pool member waits for a claim, paused (pool.h). */
 	snprintf(m->s.state, sizeof m->s.state, m->s.pool ? "pooled" : "running");
 	m->s.ready_ns = m->s.state_since_ns = sbx_now_ns();
-	/* The policy's cap as it is, 0 included (keep no output). */
-	m->output_cap = m->s.limits.output_cap;
-	m->output_session_cap = m->s.limits.output_session_cap;
 	if (m->s.limits.ttl_ms && mon_arm_ttl(m) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot arm the session TTL");
 	m->s.vmm_pid = m->vm.pid;

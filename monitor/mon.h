@@ -128,6 +128,7 @@ struct exec {
 	struct sbx_buf tail;  /* the EXIT frame owed to that client */
 	int out_flow;         /* the guest sends output under our credit (SBX_EXEC_OUT_WINDOW) */
 	uint64_t out_owed;    /* guest output bytes consumed, not yet given back by WINDOW */
+	int restored_flow;    /* kept by a restore from a streamed exec: credit off after IDENTITY */
 	struct sbx_trace tr;  /* SBX_TRACE: make bench's exec steps */
 };
 
@@ -242,6 +243,7 @@ struct mon {
 	struct {                /* snapshots (snapshot.h), see mon_vmctl */
 		int paused;     /* the VM is stopped (sbx-snapshot pause) */
 		int saving;     /* QUIESCE sent for a save, awaiting the guest */
+		int keep;       /* ... with SBX_QUIESCE_KEEP: it holds its output until released */
 		uint64_t deadline; /* ... until then */
 		int identity;   /* IDENTITY sent, awaiting the guest */
 		struct client *c; /* the client waiting for op, while connected */
@@ -387,7 +389,7 @@ int mon_peer_check(struct mon *m, int fd, struct sbx_err *err);
 int mon_port_reg(struct mon *m, int fd, const char *path, uint64_t *dev, uint64_t *ino);
 void mon_port_unlink(struct mon *m, const char *path, uint64_t dev, uint64_t ino);
 int mon_snap_dir(struct mon *m, const char *rel);
-int mon_snap_write(struct mon *m, sbx_zprogress progress, struct sbx_err *err);
+int mon_snap_write(struct mon *m, sbx_zprogress progress, const char *execs, struct sbx_err *err);
 int mon_susp_image(struct mon *m, uint64_t *bytes, struct sbx_err *err);
 void mon_susp_discard(struct mon *m);
 int mon_susp_room(struct mon *m, struct sbx_err *err);
@@ -429,17 +431,26 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f);
 /* snap.c */
 int snap_dir_ok(struct mon *m, const char *rel);
 uint64_t snap_stream_max(const struct mon *m);
-int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, uint64_t max_bytes, struct sbx_err *err);
-int snap_identity_queue(struct mon *m, const char *hostname, const char *pkg);
+int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, uint64_t max_bytes, const char *execs,
+	       struct sbx_err *err);
+int snap_identity_queue(struct mon *m, const char *hostname, const char *pkg, int keep);
 void snap_identity_reply(struct mon *m, const struct sbx_frame *f);
 int snap_guest_error(struct mon *m, const struct sbx_frame *f);
 void snap_save_run(struct mon *m);
+void snap_release(struct mon *m);
 void snap_check_deadline(struct mon *m);
 void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f);
 void snap_boot_progress(void *ctx, const char *what, uint64_t done, uint64_t total);
 int snap_restored(struct mon *m, struct sbx_err *err);
 int snap_restore_disk(struct mon *m, const char *scratch, struct sbx_err *err);
 int snap_set_paused(struct mon *m, int paused, struct sbx_err *err);
+
+/* snapexec.c: running execs across a save and a restore */
+char *snap_execs_state(struct mon *m, int *none);
+int snap_execs_write(struct mon *m, int sdfd, const char *state, uint64_t *bytes, struct sbx_err *err);
+int snap_execs_restore(struct mon *m, struct sbx_err *err);
+void snap_execs_flow_off(struct mon *m);
+json_t *snap_execs_ids(const struct mon *m);
 
 /* suspend.c */
 void susp_fault_point(const struct mon *m, const char *at);

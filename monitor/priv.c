@@ -264,6 +264,11 @@ static int child_enter(struct mon *m, int chan, pid_t parent, int lock_fd, struc
 	uid_t uid = SBX_JAIL_UID_BASE + PRIV_UID_OFFSET + (uid_t)getpid();
 	if (fchown(m->execs_dfd, uid, uid) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hand the exec directory over");
+	/* ... and the records of the execs a restore kept (snapexec.c), made
+	 * by root before the split: the child ends them. */
+	for (struct exec *ex = m->execs; ex; ex = ex->next)
+		if (fchown(ex->dfd, uid, uid) < 0 || fchown(ex->out_fd, uid, uid) < 0 || fchown(ex->err_fd, uid, uid) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hand the exec directory over");
 	/* No file it writes grows past the largest cap it keeps (an exec's
 	 * output, the logs), with room for what a cut writes first; a pool
 	 * member's is the largest a claim may bring.  A write past it fails

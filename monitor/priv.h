@@ -46,7 +46,8 @@ enum priv_op {
 	PRIV_PORT_REG,        /* PATH, fd: a unix listener handed over -> NUM_A (dev) NUM_B (ino) */
 	PRIV_PORT_UNLINK,     /* PATH: a registered listener's socket file */
 	PRIV_SNAP_DIR,        /* PATH: where the next save writes (relative to LIB) */
-	PRIV_SNAP_SAVE,       /* memory and disk into that directory (progress comes back) */
+	PRIV_SNAP_SAVE,       /* NUM_A [TEXT: the running execs (snapexec.c)]: memory, disk and
+			       * exec records into that directory (progress comes back) */
 	PRIV_SUSP_IMAGE,      /* -> NUM_A (bytes) */
 	PRIV_SUSP_DISCARD,
 	PRIV_SUSP_ROOM,

@@ -436,7 +436,7 @@ int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int 
 		if (!m->priv.snap_dir_set)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "no snapshot directory");
 		m->priv.snap_dir_set = 0;
-		return snap_write(m, relay_progress, m, q->num[PT_NUM_A], err);
+		return snap_write(m, relay_progress, m, q->num[PT_NUM_A], q->str[PT_TEXT], err);
 	case PRIV_SUSP_IMAGE:
 		return h_susp_image(m, r, err);
 	case PRIV_SUSP_DISCARD:

@@ -463,13 +463,21 @@ int mon_snap_dir(struct mon *m, const char *rel)
 	return priv_call_str(m, PRIV_SNAP_DIR, PT_PATH, rel, NULL);
 }
 
-int mon_snap_write(struct mon *m, sbx_zprogress progress, struct sbx_err *err)
+int mon_snap_write(struct mon *m, sbx_zprogress progress, const char *execs, struct sbx_err *err)
 {
 	if (!split_child(m))
-		return snap_write(m, progress, m, m->snap.max_bytes, err);
+		return snap_write(m, progress, m, m->snap.max_bytes, execs, err);
 	m->priv.progress = progress;
 	m->priv.progress_ctx = m;
-	int rc = priv_call_num(m, PRIV_SNAP_SAVE, PT_NUM_A, m->snap.max_bytes, err);
+	struct sbx_buf b = { 0 };
+	priv_msg_begin(&b, PRIV_SNAP_SAVE);
+	sbx_tlv_u64(&b, PT_NUM_A, m->snap.max_bytes);
+	if (execs)
+		sbx_tlv_str(&b, PT_TEXT, execs);
+	int rc = b.len + 64 > PRIV_MSG_MAX ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "too many execs are running to save "
+										"their records: end some of them first")
+					    : priv_call(m, &b, NULL, 0, NULL, err);
+	sbx_buf_free(&b);
 	m->priv.progress = NULL;
 	return rc;
 }

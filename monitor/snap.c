@@ -64,7 +64,7 @@ int snap_set_paused(struct mon *m, int paused, struct sbx_err *err)
  * restored VM, VMCTL IDENTITY and a warm-pool claim.  Queued and flushed;
  * the guest answers with IDENTITY (snap_identity_reply), or an ERROR on
  * stream 0 (snap_guest_error). */
-int snap_identity_queue(struct mon *m, const char *hostname, const char *pkg)
+int snap_identity_queue(struct mon *m, const char *hostname, const char *pkg, int keep)
 {
 	uint8_t seed[64];
 	if (getrandom(seed, sizeof seed, 0) != (ssize_t)sizeof seed)
@@ -75,8 +75,13 @@ int snap_identity_queue(struct mon *m, const char *hostname, const char *pkg)
 	sbx_tlv_u64(&m->aout, SBX_T_TIME_NS, sbx_now_ns());
 	if (pkg) /* a claim's (claim_pkg) */
 		sbx_tlv_str(&m->aout, SBX_T_PKG, pkg);
+	/* Running execs stay, under their streams; the next is ours to say. */
+	if (keep)
+		sbx_tlv_u32(&m->aout, SBX_T_NEXT_STREAM, m->next_exec + 1);
 	sbx_frame_end(&m->aout, off);
 	explicit_bzero(seed, sizeof seed);
+	if (keep)
+		snap_execs_flow_off(m);
 	if (m->aout.oom)
 		return -1;
 	m->snap.identity = 1;
@@ -117,6 +122,19 @@ static void snap_secrets_back(struct mon *m)
 	if (!m->sec.n || m->agent.fd < 0 || sbx_buf_reserve(&m->aout, m->sec.frame_len) < 0)
 		return;
 	sbx_buf_put(&m->aout, m->sec.frame, m->sec.frame_len);
+	agent_flush(m);
+}
+
+/* The guest held everything after its QUIESCE answer (SBX_QUIESCE_KEEP):
+ * the save is done (or did not happen), so it may send on.  Also for an
+ * answer that came after we gave up waiting for it. */
+void snap_release(struct mon *m)
+{
+	if (m->agent.fd < 0)
+		return;
+	size_t off = sbx_frame_begin(&m->aout, SBX_F_QUIESCE, 0);
+	sbx_tlv_u32(&m->aout, SBX_T_FLAGS, SBX_QUIESCE_RELEASE);
+	sbx_frame_end(&m->aout, off);
 	agent_flush(m);
 }
 
@@ -201,7 +219,8 @@ static uint64_t dir_bytes(int dfd)
  * within max_bytes (the tenant's snapshot_bytes left; 0: no cap): the
  * quota is checked again once the snapshot is complete, but a write past
  * it must stop while it runs, not after. */
-int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, uint64_t max_bytes, struct sbx_err *err)
+int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, uint64_t max_bytes, const char *execs,
+	       struct sbx_err *err)
 {
 	m->vm.progress = progress;
 	m->vm.progress_ctx = ctx;
@@ -232,6 +251,15 @@ int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, uint64_t max_by
 				    "saved: the save was stopped",
 				    (unsigned long long)max_bytes);
 	}
+	/* The running execs' records (snapexec.c), within what is left. */
+	uint64_t eb = 0;
+	if (rc == 0 && execs)
+		rc = snap_execs_write(m, dfd, execs, &eb, err);
+	if (rc == 0 && execs && max_bytes && dir_bytes(dfd) > max_bytes)
+		rc = sbx_err_set(err, SBX_EXIT_TEMPFAIL, EDQUOT,
+				 "the snapshot passed the tenant's snapshot_bytes left (%llu bytes) with the running "
+				 "execs' output: the save was stopped",
+				 (unsigned long long)max_bytes);
 	m->vm.progress = NULL;
 	return rc;
 }
@@ -246,8 +274,15 @@ void snap_save_run(struct mon *m)
 	struct sbx_err err = { 0 };
 	int was_paused = m->snap.paused; /* then resumed only for the quiesce */
 	int rc = mon_vm_pause(m, &err);
+	/* The execs' records as they are now: the guest's answer was the
+	 * last thing it said, so they hold exactly what it sent before it
+	 * (the rest waits in the image). */
+	int none = 1;
+	_cleanup_free_ char *execs = snap_execs_state(m, &none);
+	if (rc == 0 && !none && !execs)
+		rc = sbx_err_set(&err, SBX_EXIT_INTERNAL, ENOMEM, "cannot record the running execs");
 	if (rc == 0)
-		rc = mon_snap_write(m, snap_progress, &err);
+		rc = mon_snap_write(m, snap_progress, execs, &err);
 	struct sbx_err rerr = { 0 };
 	if (!was_paused && mon_vm_resume(m, &rerr) < 0) {
 		/* Still stopped: say so rather than pretend. */
@@ -260,6 +295,8 @@ void snap_save_run(struct mon *m)
 		}
 	}
 	snap_secrets_back(m);
+	if (m->snap.keep)
+		snap_release(m);
 	/* The guest mounts its workspace again at the next frame it reads
 	 * (guest-init: on_quiesce): one now, not at the next exec. */
 	if (m->s.workspace[0]) {
@@ -336,16 +373,21 @@ static void snap_save_begin(struct mon *m, struct client *c, const char *rel, ui
 				    "made at its boot, which a restore could not make again as they were");
 	if (m->agent.fd < 0)
 		return client_error(m, c, 0, SBX_EXIT_INTERNAL, "the guest agent is gone");
+	/* Running execs stay running, in the source and in every copy
+	 * (snapexec.c), with a guest-init that can hold its output across
+	 * the save (SBX_GUEST_KEEP_EXECS); an older one cannot. */
 	unsigned running = 0;
 	char first[16] = "";
 	for (struct exec *ex = m->execs; ex; ex = ex->next)
 		if (!ex->done && running++ == 0)
 			snprintf(first, sizeof first, "%s", ex->id);
-	if (running) {
-		char msg[200];
+	m->snap.keep = (m->guest_caps & SBX_GUEST_KEEP_EXECS) != 0;
+	if (running && !m->snap.keep) {
+		char msg[300];
 		snprintf(msg, sizeof msg,
-			 "%u exec%s still running (%s%s): wait for them or end them (sbx-kill --exec), then save", running,
-			 running > 1 ? "s are" : " is", first, running > 1 ? ", ..." : "");
+			 "%u exec%s still running (%s%s) and this session's guest-init cannot keep them across a save "
+			 "(its template predates it): wait for them or end them (sbx-kill --exec), then save",
+			 running, running > 1 ? "s are" : " is", first, running > 1 ? ", ..." : "");
 		return client_error(m, c, 0, SBX_EXIT_CONFLICT, msg);
 	}
 	if (mon_snap_dir(m, rel) < 0)
@@ -375,7 +417,10 @@ static void snap_save_begin(struct mon *m, struct client *c, const char *rel, ui
 		}
 		sbx_frame_end(&m->aout, off);
 	}
-	sbx_frame_raw(&m->aout, SBX_F_QUIESCE, 0, NULL, 0);
+	size_t qoff = sbx_frame_begin(&m->aout, SBX_F_QUIESCE, 0);
+	if (m->snap.keep)
+		sbx_tlv_u32(&m->aout, SBX_T_FLAGS, SBX_QUIESCE_KEEP);
+	sbx_frame_end(&m->aout, qoff);
 	agent_flush(m);
 }
 
@@ -387,6 +432,8 @@ void snap_check_deadline(struct mon *m)
 	m->snap.saving = 0;
 	snap_repause(m);
 	snap_secrets_back(m);
+	if (m->snap.keep) /* behind the QUIESCE: should it answer late, it does not hold */
+		snap_release(m);
 	if (m->snap.c)
 		client_error(m, m->snap.c, 0, SBX_EXIT_UNAVAIL, "the guest did not get ready for the save in time");
 	m->snap.c = NULL;
@@ -438,11 +485,12 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
 	case SBX_VMCTL_IDENTITY:
 		if (m->snap.paused)
 			return client_error(m, c, 0, SBX_EXIT_CONFLICT, "the session is paused: resume it first");
-		/* The guest drops all exec state with a new identity. */
+		/* An older guest-init drops all exec state with a new identity;
+		 * one that can keep them does (SBX_GUEST_KEEP_EXECS). */
 		for (struct exec *ex = m->execs; ex; ex = ex->next)
-			if (!ex->done)
+			if (!ex->done && !(m->guest_caps & SBX_GUEST_KEEP_EXECS))
 				return client_error(m, c, 0, SBX_EXIT_CONFLICT, "execs are running: a new identity would end them");
-		if (m->agent.fd < 0 || snap_identity_queue(m, host, NULL) < 0)
+		if (m->agent.fd < 0 || snap_identity_queue(m, host, NULL, (m->guest_caps & SBX_GUEST_KEEP_EXECS) != 0) < 0)
 			return client_error(m, c, 0, SBX_EXIT_INTERNAL, "cannot send the guest its identity");
 		m->snap.c = c;
 		m->snap.op = op;

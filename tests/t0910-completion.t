@@ -69,7 +69,7 @@ is "$(comp 'sbx-ps --state=ru')" "running" "--state=ru: the value after '=' (wha
 is "$(comp 'sbx-exec -u r')" "root" "sbx-exec -u offers root"
 has 'sbx-audit --type exec.' exec.start "sbx-audit --type offers event types"
 is "$(comp 'sbx-audit ver')" "verify" "sbx-audit offers verify"
-is "$(comp 'sbx-snapshot ')" "$(printf '%s\n' list pause resume rm save suspend template)" "sbx-snapshot offers its subcommands"
+is "$(comp 'sbx-snapshot ')" "$(printf '%s\n' fork list pause resume rm save suspend template)" "sbx-snapshot offers its subcommands"
 is "$(comp 'sbx-snapshot template ')" "$(printf '%s\n' list rm)" "and template's"
 is "$(comp 'sbx-template ')" "$(printf '%s\n' build import inspect list prune rm)" "sbx-template offers its subcommands"
 is "$(comp 'sbx-create --cpus ')" "" "free-form values (--cpus) offer nothing"

@@ -55,12 +55,10 @@ grep -q '"type":"session.pause"' "$A" && grep -q '"type":"session.resume"' "$A"
 ok $? "pause and resume are in the audit trail"
 
 # --- save ----------------------------------------------------------------------
-sbx-snapshot save "$id" busy 2>"$TEST_TMP/err"; rc=$?
-is "$rc" 5 "save is refused (5) while an exec runs"
-like "$(cat "$TEST_TMP/err")" "still running \\($e" "naming the exec"
+# A running exec no longer stops a save (t1950 follows it into the
+# copies); this one ends first, so the copies below have none.
 sbx-kill --exec "$e" "$id"
 sbx-exec --wait "$e" --timeout 30 "$id" >/dev/null
-is "$(ls -A "$L/snapshots/_" 2>/dev/null | wc -l)" 0 "a refused save leaves nothing behind"
 # A session with secrets is refused, as its suspend is (review r3, N9):
 # whatever copy of them the guest keeps (a root process, a variable bound
 # to one, the page cache) would be in the memory image, on the host's
