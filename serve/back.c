@@ -26,6 +26,7 @@
 #include "policy.h"
 #include "serve.h"
 #include "session.h"
+#include "snapshot.h"
 #include "template.h"
 #include "util.h"
 #include "view.h"
@@ -157,22 +158,52 @@ static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
 	return j;
 }
 
+/* A sandbox's policy: the defaults, its timeout as the TTL, and E2B's
+ * /home/user among the paths its files may be copied to and from (beside
+ * the defaults' /workspace and /tmp: E2B's code works there). */
+static int sandbox_policy(struct sbx_policy *pol, unsigned timeout, struct sbx_err *err)
+{
+	char ttl[32];
+	sbx_policy_defaults(pol);
+	snprintf(ttl, sizeof ttl, "%us", timeout);
+	if (sbx_policy_set(pol, "resources.ttl", ttl, err) < 0)
+		return -1;
+	struct sbx_policy_paths *fp[] = { &pol->files.writable, &pol->files.exportable };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(fp); i++)
+		if (fp[i]->n < SBX_POLICY_PATHS_MAX)
+			snprintf(fp[i]->path[fp[i]->n++], SBX_POLICY_PATH_LEN, "%s", "/home/user");
+	return 0;
+}
+
+/* What a create or a fork keeps of a sandbox that sbx does not, with a
+ * new access token (into token[49]). */
+static int meta_save(struct serve_back *b, const char *id, const char *tmpl, json_t *metadata, unsigned timeout,
+		     const char *tenant, char *token, struct sbx_err *err)
+{
+	unsigned char rnd[24];
+	if (RAND_bytes(rnd, sizeof rnd) != 1)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot make the sandbox's access token");
+	for (size_t i = 0; i < sizeof rnd; i++)
+		snprintf(token + 2 * i, 3, "%02x", rnd[i]);
+	json_t *meta = json_pack("{s:s, s:O?, s:i, s:s, s:s}", "template", tmpl, "metadata", metadata, "timeout",
+				 (int)timeout, "tenant", tenant, "token", token);
+	char *t = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+	json_decref(meta);
+	char name[SBX_ID_MAX + 8];
+	snprintf(name, sizeof name, "%s.json", id);
+	int rc = t ? sbx_atomic_write_at(b->meta_fd, name, t, strlen(t), 0600, err)
+		   : sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	free(t);
+	return rc;
+}
+
 static int op_create(struct serve_back *b, struct serve_req *r, const char *tenant, int sock,
 		     struct sbx_err *err)
 {
 	struct sbx_policy pol;
-	char ttl[32];
 	unsigned timeout = r->timeout_s ? r->timeout_s : 300;
-	sbx_policy_defaults(&pol);
-	snprintf(ttl, sizeof ttl, "%us", timeout);
-	if (sbx_policy_set(&pol, "resources.ttl", ttl, err) < 0)
+	if (sandbox_policy(&pol, timeout, err) < 0)
 		return -1;
-	/* E2B's code works in /home/user: its files may be copied in and out
-	 * there too, beside the defaults' /workspace and /tmp. */
-	struct sbx_policy_paths *fp[] = { &pol.files.writable, &pol.files.exportable };
-	for (size_t i = 0; i < SBX_ARRAY_LEN(fp); i++)
-		if (fp[i]->n < SBX_POLICY_PATHS_MAX)
-			snprintf(fp[i]->path[fp[i]->n++], SBX_POLICY_PATH_LEN, "%s", "/home/user");
 	struct sbx_create_opts o = { .tmpl = r->tmpl[0] ? r->tmpl : "base", .policy = &pol,
 				     .tenant = tenant[0] ? tenant : NULL, .env = (const char *const *)r->env,
 				     .nenv = (unsigned)r->nenv, .progress_fd = -1, .vcpus = pol.resources.vcpus,
@@ -182,22 +213,13 @@ static int op_create(struct serve_back *b, struct serve_req *r, const char *tena
 	if (sbx_session_create(&b->st, &o, &s, &existed, err) < 0)
 		return -1;
 	snprintf(r->id, sizeof r->id, "%s", s.id); /* for the audit record */
-	unsigned char rnd[24];
-	char token[2 * sizeof rnd + 1];
-	if (RAND_bytes(rnd, sizeof rnd) != 1)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot make the sandbox's access token");
-	for (size_t i = 0; i < sizeof rnd; i++)
-		snprintf(token + 2 * i, 3, "%02x", rnd[i]);
-	json_t *meta = json_pack("{s:s, s:O?, s:i, s:s, s:s}", "template", o.tmpl, "metadata", r->metadata, "timeout",
-				 (int)timeout, "tenant", tenant, "token", token);
-	char *t = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
-	json_decref(meta);
-	char name[SBX_ID_MAX + 8];
-	snprintf(name, sizeof name, "%s.json", s.id);
-	struct sbx_err ignored = { 0 };
-	if (t)
-		sbx_atomic_write_at(b->meta_fd, name, t, strlen(t), 0600, &ignored);
-	free(t);
+	char token[49];
+	if (meta_save(b, s.id, o.tmpl, r->metadata, timeout, tenant, token, err) < 0) {
+		int gone;
+		struct sbx_err ignored = { 0 };
+		sbx_session_destroy(&b->st, s.id, &gone, &ignored); /* no token, no use: nothing half made */
+		return -1;
+	}
 	json_t *j = sandbox_json(b, &s);
 	json_object_set_new(j, "ok", json_true());
 	json_object_set_new(j, "envdAccessToken", json_string(token));
@@ -475,6 +497,41 @@ static int op_metrics(struct serve_back *b, const struct serve_req *r, int sock,
 	return reply_json(sock, json_pack("{s:b, s:[o]}", "ok", 1, "metrics", m), NULL, 0);
 }
 
+/* N running copies of a sandbox (sbx-snapshot fork), each a sandbox of
+ * its own with its source's template and metadata, and a token. */
+static int op_fork(struct serve_back *b, const struct serve_req *r, const char *tenant, int sock, struct sbx_err *err)
+{
+	struct sbx_policy pol;
+	unsigned timeout = r->timeout_s ? r->timeout_s : 300, n = r->count ? r->count : 1;
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_visible(&b->st, r->id, err) < 0 ||
+	    sandbox_policy(&pol, timeout, err) < 0)
+		return -1;
+	if (n > SBX_FORK_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "count: 1 to %u", SBX_FORK_MAX);
+	char ids[SBX_FORK_MAX][SBX_ID_MAX + 1];
+	uint64_t ms;
+	struct sbx_snapshot_fork_opts o = { .session = r->id, .tenant = tenant[0] ? tenant : NULL, .n = n, .policy = &pol };
+	if (sbx_snapshot_fork(&b->st, &o, ids, &ms, err) < 0)
+		return -1;
+	json_t *src = meta_load(b, r->id), *out = json_array();
+	const char *tmpl = json_string_value(json_object_get(src, "template"));
+	for (unsigned i = 0; i < n; i++) {
+		struct sbx_session s;
+		char token[49];
+		struct sbx_err e = { 0 };
+		if (meta_save(b, ids[i], tmpl ? tmpl : "base", json_object_get(src, "metadata"), timeout, tenant, token, &e) < 0 ||
+		    sbx_session_lookup(&b->st, ids[i], &s, &e) < 0) {
+			json_array_append_new(out, json_pack("{s:{s:i, s:s}}", "error", "code", 500, "message", e.msg));
+			continue;
+		}
+		json_t *j = sandbox_json(b, &s);
+		json_object_set_new(j, "envdAccessToken", json_string(token));
+		json_array_append_new(out, json_pack("{s:o}", "sandbox", j));
+	}
+	json_decref(src);
+	return reply_json(sock, json_pack("{s:b, s:o}", "ok", 1, "forks", out), NULL, 0);
+}
+
 static int audit_call(struct serve_back *b, const struct serve_req *r, const char *who, const char *tenant,
 		      const struct sbx_err *e)
 {
@@ -515,6 +572,7 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_TIMEOUT: rc = op_timeout(b, &r, 0, sock, &err); break;
 		case SERVE_OP_REFRESH: rc = op_timeout(b, &r, 1, sock, &err); break;
 		case SERVE_OP_METRICS: rc = op_metrics(b, &r, sock, &err); break;
+		case SERVE_OP_FORK: rc = op_fork(b, &r, tenant, sock, &err); break;
 		case SERVE_OP_FS: rc = serve_files_fs(&b->st, &r, sock, &err); break;
 		case SERVE_OP_DOWNLOAD: rc = serve_files_download(&b->st, &r, sock, &err); break;
 		case SERVE_OP_UPLOAD: rc = serve_files_upload(&b->st, &r, sock, &err); break;

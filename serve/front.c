@@ -211,11 +211,24 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 			 : !strcmp(method, "POST") && !strcmp(rest, "/timeout") ? "timeout"
 			 : !strcmp(method, "POST") && !strcmp(rest, "/refreshes") ? "refresh"
 			 : !strcmp(method, "GET") && !strcmp(rest, "/metrics") ? "metrics"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/fork") ? "fork"
 										: NULL;
 	if (!op)
 		return api_error(c, 404, "no such route in this service");
-	json_t *secs = NULL;
-	if (!strcmp(op, "timeout") || !strcmp(op, "refresh")) {
+	json_t *secs = NULL, *count = NULL;
+	if (!strcmp(op, "fork")) { /* {"timeout": seconds, "count": N}, both optional */
+		json_t *b = cn->n ? json_loadb(cn->body, cn->n, JSON_REJECT_DUPLICATES, NULL) : json_object();
+		json_t *t = json_object_get(b, "timeout"), *n = json_object_get(b, "count");
+		int ok = json_is_object(b) && (!t || (json_is_integer(t) && json_integer_value(t) > 0)) &&
+			 (!n || (json_is_integer(n) && json_integer_value(n) > 0));
+		if (ok) {
+			secs = t ? json_incref(t) : NULL;
+			count = n ? json_incref(n) : NULL;
+		}
+		json_decref(b);
+		if (!ok)
+			return api_error(c, 400, "expected {\"timeout\": seconds, \"count\": N}");
+	} else if (!strcmp(op, "timeout") || !strcmp(op, "refresh")) {
 		/* {"timeout": seconds} and {"duration": seconds} */
 		json_t *b = cn->n ? json_loadb(cn->body, cn->n, JSON_REJECT_DUPLICATES, NULL) : json_object();
 		json_t *v = json_object_get(b, !strcmp(op, "timeout") ? "timeout" : "duration");
@@ -231,6 +244,8 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 	json_object_set_new(r, "id", json_string(id));
 	if (secs)
 		json_object_set_new(r, "timeout", secs);
+	if (count)
+		json_object_set_new(r, "count", count);
 	json_t *a = call(r, peer, NULL, NULL, NULL);
 	if (!json_is_true(json_object_get(a, "ok")))
 		return back_error(c, a);
@@ -238,10 +253,10 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 		json_decref(a);
 		return answer(c, MHD_HTTP_NO_CONTENT, NULL, NULL);
 	}
-	if (!strcmp(op, "metrics")) {
-		json_t *m = json_incref(json_object_get(a, "metrics"));
+	if (!strcmp(op, "metrics") || !strcmp(op, "fork")) {
+		json_t *m = json_incref(json_object_get(a, !strcmp(op, "fork") ? "forks" : "metrics"));
 		json_decref(a);
-		return answer_json(c, MHD_HTTP_OK, m);
+		return answer_json(c, !strcmp(op, "fork") ? MHD_HTTP_CREATED : MHD_HTTP_OK, m);
 	}
 	json_object_del(a, "ok");
 	return answer_json(c, MHD_HTTP_OK, a);

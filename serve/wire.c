@@ -16,7 +16,8 @@ static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",     [SERVE
 					[SERVE_OP_CONNECT] = "connect",   [SERVE_OP_PS] = "ps",
 					[SERVE_OP_ATTACH] = "attach",     [SERVE_OP_PAUSE] = "pause",
 					[SERVE_OP_RESUME] = "resume",     [SERVE_OP_TIMEOUT] = "timeout",
-					[SERVE_OP_REFRESH] = "refresh",   [SERVE_OP_METRICS] = "metrics", [SERVE_OP_FS] = "fs",
+					[SERVE_OP_REFRESH] = "refresh",   [SERVE_OP_METRICS] = "metrics",
+					[SERVE_OP_FORK] = "fork", [SERVE_OP_FS] = "fs",
 					[SERVE_OP_DOWNLOAD] = "download", [SERVE_OP_UPLOAD] = "upload" };
 
 const char *serve_op_name(enum serve_op op)
@@ -143,6 +144,7 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 	    str_field(o, "exec_id", r->exec_id, sizeof r->exec_id, err) < 0 ||
 	    uint_field(o, "timeout", 86400 * 30, &r->timeout_s, err) < 0 || uint_field(o, "signal", 64, &sig, err) < 0 ||
 	    uint_field(o, "exec_timeout_ms", 86400000, &r->exec_timeout_ms, err) < 0 ||
+	    uint_field(o, "count", 1000, &r->count, err) < 0 ||
 	    env_field(o, r, err) < 0 || meta_field(o, r, err) < 0)
 		return -1;
 	r->signo = (int)sig;

@@ -40,6 +40,7 @@ enum serve_op {
 	SERVE_OP_TIMEOUT,
 	SERVE_OP_REFRESH,
 	SERVE_OP_METRICS,
+	SERVE_OP_FORK,
 	SERVE_OP_FS,       /* envd's filesystem calls (files.h) */
 	SERVE_OP_DOWNLOAD, /* /files GET */
 	SERVE_OP_UPLOAD,   /* /files POST, one file */
@@ -65,6 +66,7 @@ struct serve_req {
 	unsigned exec_timeout_ms; /* exec: its deadline (Connect-Timeout-Ms); 0: the policy's default */
 	char exec_id[16]; /* signal, attach: sbx's exec ID (eN: E2B's pid N) */
 	int signo;
+	unsigned count; /* fork: how many copies */
 	json_t *args; /* fs, download, upload: their own fields, decoded by files.h (owned) */
 };
 

@@ -173,3 +173,27 @@ test('the default template is base: bash, node, /home/user', { skip: process.env
 		await sbx.kill()
 	}
 })
+
+test('fork: running copies with their running commands, each its own sandbox', async () => {
+	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
+	try {
+		await sbx.commands.run('echo original > /tmp/mark')
+		const bg = await sbx.commands.run('while :; do echo tick; sleep 1; done', { background: true, timeoutMs: 0 })
+		const forks = await sbx.fork({ count: 2 })
+		assert.equal(forks.length, 2)
+		for (const f of forks) {
+			assert.ok(!(f instanceof Error), `a copy (${f})`)
+			assert.notEqual(f.sandboxId, sbx.sandboxId)
+			assert.equal((await f.commands.run('cat /tmp/mark')).stdout, 'original\n')
+			assert.equal((await f.commands.run('hostname')).stdout.trim(), f.sandboxId, 'its own identity')
+			const ps = await f.commands.list()
+			assert.ok(ps.some((p) => p.pid === bg.pid), `the running command runs on in the copy (${JSON.stringify(ps)})`)
+		}
+		await forks[0].commands.run('echo changed > /tmp/mark')
+		assert.equal((await sbx.commands.run('cat /tmp/mark')).stdout, 'original\n', 'the copies are apart')
+		assert.equal(await sbx.commands.kill(bg.pid), true, 'and the source still has it')
+		for (const f of forks) await f.kill()
+	} finally {
+		await sbx.kill()
+	}
+})
