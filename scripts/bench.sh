@@ -34,7 +34,10 @@
 #    with no writer, beside a session writing flat out to its disk under
 #    the default resources.disk_bps/disk_iops, and beside one without
 #    limits, as ratios to the first (scripts/bench-fair.sh; run alone:
-#    scripts/bench-fair.sh).
+#    scripts/bench-fair.sh);
+#  - sbx-serve: the E2B SDK's create-to-first-command, commands.run and
+#    streamed output against the CLI's, and 64 SDK clients at once
+#    (scripts/bench-serve.sh).
 # Prints a table, then each figure beside its floor with the ratio, and
 # writes $SBX_BUILD/bench.json.  Runs: BENCH_RUNS (10).
 set -euo pipefail
@@ -462,3 +465,8 @@ bench_density "$raw" "$B/bench.json"
 # leaves it out).
 . "$(dirname "$0")/bench-fair.sh"
 bench_fair "$raw" "$B/bench.json"
+
+# sbx-serve against the CLI (scripts/bench-serve.sh; BENCH_SERVE_RUNS=0
+# leaves it out).
+. "$(dirname "$0")/bench-serve.sh"
+bench_serve "$raw" "$B/bench.json"

@@ -145,4 +145,37 @@ ok $? "serve.call records as the audit schema describes them"
 kill "$srv"; wait "$srv"
 is "$?" 0 "SIGTERM ends the service with 0"
 [ ! -e "$SOCK" ]; ok $? "and removes its socket"
+
+# --- a restart: sandboxes and their commands live on, and a client reconnects ----------
+cat >"$TEST_TMP/restart.mjs" <<'EOF2'
+const { Sandbox } = await import(process.env.E2B_SDK)
+const [what, id, pid] = process.argv.slice(2)
+if (what === 'start') {
+	const s = await Sandbox.create('python', { timeoutMs: 300_000 })
+	const h = await s.commands.run('for i in 1 2 3 4 5 6; do echo line$i; sleep 1; done', { background: true, timeoutMs: 0 })
+	console.log(s.sandboxId, h.pid)
+	process.exit(0) // the client goes, its stream with it
+}
+const s = await Sandbox.connect(id)
+const h = await s.commands.connect(Number(pid))
+const r = await h.wait()
+console.log(JSON.stringify([r.exitCode, r.stdout]))
+await s.kill()
+EOF2
+E2B_ENV=(E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KA E2B_SDK=$SDK/dist/index.mjs)
+sbx-serve --listen "127.0.0.1:$port" >>"$TEST_TMP/serve.log" 2>&1 &
+srv=$!
+for _ in $(seq 100); do curl -sf "$U/health" >/dev/null && break; sleep 0.1; done
+read -r rs rpid < <(env "${E2B_ENV[@]}" timeout 120 node "$TEST_TMP/restart.mjs" start)
+like "$rs $rpid" '^s-[0-9a-f]{12} [0-9]+$' "a sandbox with a command in the background ($rs, pid $rpid)"
+kill "$srv"; wait "$srv"
+sbx-serve --listen "127.0.0.1:$port" >>"$TEST_TMP/serve.log" 2>&1 &
+srv=$!
+for _ in $(seq 100); do curl -sf "$U/health" >/dev/null && break; sleep 0.1; done
+is "$(sbx-ps --json | jq -r --arg s "$rs" '.[] | select(.session == $s) | .state')" running \
+	"the sandbox ran on while the service was down"
+out=$(env "${E2B_ENV[@]}" timeout 120 node "$TEST_TMP/restart.mjs" connect "$rs" "$rpid" 2>&1)
+is "$out" '[0,"line1\nline2\nline3\nline4\nline5\nline6\n"]' \
+	"after the restart the SDK reconnects to the command and gets all of its output and its end"
+kill "$srv"; wait "$srv"
 done_testing

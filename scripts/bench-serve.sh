@@ -1,0 +1,140 @@
+#!/bin/bash
+# sbx-serve's figures (issue 37), each beside the CLI doing the same in
+# the same run:
+#  - time to interactive: the E2B SDK's Sandbox.create -> commands.run
+#    ('echo hi') -> kill, against sbx-create; sbx-exec; sbx-kill;
+#  - commands.run('true') on a live sandbox against sbx-exec ID -- true;
+#  - output streamed through the API (32 MiB of zeros) against sbx-exec's;
+#  - BENCH_SERVE_CLIENTS (64) SDK clients at once, each creating, running
+#    and killing: how many succeeded, were told 429 (the host's capacity)
+#    or failed otherwise, and the service's peak RSS and CPU time.
+# The SDK is the tests' pinned one (tests/fixtures/e2b-sdk); the template
+# the python one (bash: the SDK runs commands with bash -l -c).
+#
+# bench.sh sources this and calls bench_serve RAW OUT (BENCH_SERVE_RUNS=0
+# leaves it out).
+bench_serve() {
+	local raw=$1 out=$2 runs=${BENCH_SERVE_RUNS:-10} clients=${BENCH_SERVE_CLIENTS:-64} top t key port srv sdk id i
+	[ "$runs" -gt 0 ] || return 0
+	top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+	t=$top/scripts/bench-time.py
+	# shellcheck source=../tests/lib-npm.sh
+	. "$top/tests/lib-npm.sh"
+	if ! ls "$SBX_TEMPLATES"/python@*/manifest.json >/dev/null 2>&1 ||
+		! npm_fixture_install "$top/tests/fixtures/e2b-sdk" e2b-sdk; then
+		echo "bench: sbx-serve: no python template or no SDK (${NPM_WHY:-make python-image}); left out" >&2
+		return 0
+	fi
+	sdk=$NPM_DIR/node_modules/e2b/dist/index.mjs
+	key=$(sbx-serve key add --operator 2>/dev/null)
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	sbx-serve --listen "127.0.0.1:$port" 2>"$raw/serve.log" &
+	srv=$!
+	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+	node_b() { # the bench's node script, as E2B code runs: only the three variables
+		E2B_API_URL=http://127.0.0.1:$port E2B_SANDBOX_URL=http://127.0.0.1:$port E2B_API_KEY=$key \
+			E2B_SDK=$sdk SBX_TEMPLATE=python node "$top/scripts/bench-serve.mjs" "$@"
+	}
+	echo "bench: sbx-serve: $runs SDK creates to a first command, and the CLI's" >&2
+	node_b tti "$runs" >"$raw/serve-tti.json"
+	: >"$raw/cli-tti.txt"
+	for _ in $(seq "$runs"); do
+		python3 - "$raw/cli-tti.txt" <<'PY'
+import subprocess, sys, time
+t0 = time.monotonic()
+i = subprocess.run(["sbx-create", "-q", "-t", "python"], capture_output=True, text=True, check=True).stdout.strip()
+assert subprocess.run(["sbx-exec", i, "--", "echo", "hi"], capture_output=True, text=True, check=True).stdout == "hi\n"
+subprocess.run(["sbx-kill", i], capture_output=True, check=True)
+open(sys.argv[1], "a").write("%.3f\n" % ((time.monotonic() - t0) * 1000))
+PY
+	done
+	echo "bench: sbx-serve: commands.run('true') and sbx-exec true, x $((runs * 5)); 32 MiB streamed" >&2
+	id=$(curl -sf -H "X-API-Key: $key" -d '{"templateID":"python","timeout":1800}' "http://127.0.0.1:$port/sandboxes" | jq -r .sandboxID)
+	node_b exec "$id" 3 >/dev/null # warm: the first exec of a session is not the steady state
+	node_b exec "$id" $((runs * 5)) >"$raw/serve-exec.json"
+	"$t" $((runs * 5)) sbx-exec "$id" -- true >"$raw/cli-exec.txt"
+	node_b stream "$id" 32 >"$raw/serve-stream.json"
+	python3 - "$raw/cli-stream.json" "$id" <<'PY'
+import subprocess, sys, time
+t0 = time.monotonic()
+n = len(subprocess.run(["sbx-exec", sys.argv[2], "--", "head", "-c", "32M", "/dev/zero"], capture_output=True, check=True).stdout)
+open(sys.argv[1], "w").write("%.3f\n" % (n / 1048576 / (time.monotonic() - t0)))
+PY
+	curl -sf -X DELETE -H "X-API-Key: $key" "http://127.0.0.1:$port/sandboxes/$id" >/dev/null
+	echo "bench: sbx-serve: $clients SDK clients at once" >&2
+	python3 - "$srv" "$raw/serve-usage.json" <<'PY' &
+import json, os, sys, time
+root, out = int(sys.argv[1]), sys.argv[2]
+tick = os.sysconf("SC_CLK_TCK")
+peak, cpu = 0, {}
+def tree(p):
+    kids = [p]
+    for t in os.listdir(f"/proc/{p}/task"):
+        try:
+            kids += [int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split()]
+        except OSError:
+            pass
+    return kids
+while os.path.exists(f"/proc/{root}"):
+    rss = 0
+    for p in set(tree(root)):
+        try:
+            st = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            cpu[p] = (int(st[11]) + int(st[12])) / tick
+            rss += int(open(f"/proc/{p}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError):
+            pass
+    peak = max(peak, rss)
+    json.dump({"rss_peak_bytes": peak, "cpu_s": round(sum(cpu.values()), 3)}, open(out, "w"))
+    time.sleep(0.2)
+PY
+	local mon=$!
+	node_b clients "$clients" >"$raw/serve-clients.json"
+	sleep 0.5
+	kill "$srv" 2>/dev/null
+	wait "$srv" 2>/dev/null
+	wait "$mon" 2>/dev/null
+	python3 - "$raw" "$out" "$clients" <<'PY'
+import json, statistics, sys
+raw, out, clients = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def pct(v, p):
+    v = sorted(v)
+    return round(v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))], 1)
+def floats(f):
+    return [float(l) for l in open(f) if l.strip()]
+sdk_tti, cli_tti = json.load(open(f"{raw}/serve-tti.json")), floats(f"{raw}/cli-tti.txt")
+sdk_exec = json.load(open(f"{raw}/serve-exec.json"))
+cli_exec = [float(l.split()[0]) for l in open(f"{raw}/cli-exec.txt") if l.strip()]
+sdk_mibs, cli_mibs = json.load(open(f"{raw}/serve-stream.json")), floats(f"{raw}/cli-stream.json")[0]
+cl = json.load(open(f"{raw}/serve-clients.json"))
+usage = json.load(open(f"{raw}/serve-usage.json"))
+rows = [
+    ("SDK create->run->kill (ms)", sdk_tti, "sbx-create; sbx-exec; sbx-kill (ms)", cli_tti),
+    ("SDK commands.run('true') (ms)", sdk_exec, "sbx-exec true (ms)", cli_exec),
+]
+res = json.load(open(out))
+serve = {"rows": [], "stream_mib_s": {"sdk": round(sdk_mibs, 1), "cli": round(cli_mibs, 1),
+                                      "ratio": round(sdk_mibs / cli_mibs, 2) if cli_mibs else None},
+         "clients": {"n": clients, "ok": cl["ok"], "throttled_429": cl["throttled"], "errors": cl["errors"],
+                     "ms_p50": pct(cl["ms"], 50) if cl["ms"] else None, "ms_p95": pct(cl["ms"], 95) if cl["ms"] else None},
+         "service": usage}
+print()
+print(f"{'sbx-serve':40} {'p50':>9} {'p95':>9}  {'the CLI':38} {'p50':>9} {'p95':>9} {'x p50':>6} {'x p95':>6}")
+for name, v, fname, f in rows:
+    r = {"figure": name, "p50": pct(v, 50), "p95": pct(v, 95), "floor": fname, "floor_p50": pct(f, 50),
+         "floor_p95": pct(f, 95)}
+    r["ratio_p50"] = round(r["p50"] / r["floor_p50"], 2)
+    r["ratio_p95"] = round(r["p95"] / r["floor_p95"], 2)
+    serve["rows"].append(r)
+    print(f"{name:40} {r['p50']:>9} {r['p95']:>9}  {fname:38} {r['floor_p50']:>9} {r['floor_p95']:>9} "
+          f"{r['ratio_p50']:>6} {r['ratio_p95']:>6}")
+s = serve["stream_mib_s"]
+print(f"{'output streamed (MiB/s)':40} {s['sdk']:>9} {'':>9}  {'sbx-exec':38} {s['cli']:>9} {'':>9} {s['ratio']:>6}")
+c = serve["clients"]
+print(f"{clients} SDK clients at once: {c['ok']} ok, {c['throttled_429']} told 429, {len(c['errors'])} other errors; "
+      f"p50 {c['ms_p50']} ms, p95 {c['ms_p95']} ms; service peak RSS {usage['rss_peak_bytes'] >> 20} MiB, "
+      f"CPU {usage['cpu_s']} s")
+res["serve"] = serve
+json.dump(res, open(out, "w"), indent=2)
+PY
+}
