@@ -428,6 +428,14 @@ static int serve_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *
 		snprintf(sv->socket, sizeof sv->socket, "%s", s);
 		return 0;
 	}
+	if (!strcmp(key, "rate")) {
+		char *end;
+		unsigned long v = strtoul(s, &end, 10);
+		if (*end || !*s || v < 1 || v > 100000)
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: expected requests a second, 1 to 100000", path);
+		sv->rate = (unsigned)v;
+		return 0;
+	}
 	const char *colon = strrchr(s, ':');
 	if (!colon || colon == s || !colon[1] || strlen(s) >= sizeof sv->listen ||
 	    strspn(colon + 1, "0123456789") != strlen(colon + 1))
@@ -460,7 +468,7 @@ static int top_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *ob
 		return walk_map(c, "secrets", keys, secrets_key, &hc->paths);
 	}
 	if (!strcmp(key, "serve")) {
-		static const char *const skeys[] = { "listen", "socket", "users", NULL };
+		static const char *const skeys[] = { "listen", "rate", "socket", "users", NULL };
 		return walk_map(c, path, skeys, serve_key, &hc->serve);
 	}
 	if (!strcmp(key, "templates")) {

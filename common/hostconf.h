@@ -119,7 +119,9 @@ struct sbx_hostconf_serve {
 		char tenant[64];
 	} users[SBX_SERVE_USERS_MAX];
 	unsigned nusers;
+	unsigned rate; /* requests a second per caller (a burst of twice that); 0: SBX_SERVE_RATE_DEFAULT */
 };
+#define SBX_SERVE_RATE_DEFAULT 50u
 
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */

@@ -2,6 +2,7 @@
  * control API and envd's Connect RPC, as an unprivileged uid in empty
  * namespaces.  Every action is a call to the back (wire.h). */
 #include <errno.h>
+#include <netdb.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <poll.h>
@@ -29,7 +30,7 @@ static const struct serve_front_conf *conf;
 struct conn {
 	char *body;
 	size_t n;
-	int too_big;
+	int too_big, throttled;
 	struct serve_upload *up; /* /files POST, taken as it arrives (front_files.c) */
 };
 
@@ -152,6 +153,80 @@ static json_t *request(struct MHD_Connection *c, const struct listener *l, const
 	if (tok && strlen(tok) < 64)
 		json_object_set_new(r, "token", json_string(tok));
 	return r;
+}
+
+/* ---- rates ------------------------------------------------------------ */
+
+/* Each caller (an API key, a sandbox's token, a uid on the unix socket,
+ * else its address) draws on a bucket of conf->rate requests a second, up
+ * to twice that at once; past it a request is answered 429 with
+ * Retry-After.  Callers beyond the table's slots share the oldest's. */
+#define RATE_SLOTS 1024
+#define RATE_PROBES 8
+static struct rate_slot {
+	char who[80];
+	double tokens;
+	uint64_t at;
+} rate_tab[RATE_SLOTS];
+static pthread_mutex_t rate_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void caller_of(struct MHD_Connection *c, const struct listener *l, char *who, size_t n)
+{
+	const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
+	const char *tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Access-Token");
+	if (l->is_unix) {
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		struct ucred cr = { 0 };
+		socklen_t cl = sizeof cr;
+		if (ci && getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+			snprintf(who, n, "uid:%u", (unsigned)cr.uid);
+		else
+			snprintf(who, n, "unix");
+	} else if (key) {
+		snprintf(who, n, "key:%.64s", key);
+	} else if (tok) {
+		snprintf(who, n, "token:%.64s", tok);
+	} else {
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		char host[64] = "?";
+		if (ci && ci->client_addr)
+			getnameinfo(ci->client_addr, ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+										     : sizeof(struct sockaddr_in),
+				    host, sizeof host, NULL, 0, NI_NUMERICHOST);
+		snprintf(who, n, "addr:%s", host);
+	}
+}
+
+static int rate_take(const char *who)
+{
+	uint64_t h = 1469598103934665603ull, now = sbx_mono_ns();
+	for (const char *p = who; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	double rate = conf->rate, burst = 2.0 * conf->rate;
+	pthread_mutex_lock(&rate_mu);
+	struct rate_slot *s = NULL, *oldest = NULL;
+	for (unsigned i = 0; i < RATE_PROBES && !s; i++) {
+		struct rate_slot *t = &rate_tab[(h + i) % RATE_SLOTS];
+		if (!strcmp(t->who, who))
+			s = t;
+		else if (!oldest || t->at < oldest->at)
+			oldest = t;
+	}
+	if (!s) {
+		s = oldest;
+		snprintf(s->who, sizeof s->who, "%s", who);
+		s->tokens = burst;
+		s->at = now;
+	}
+	s->tokens += (double)(now - s->at) / 1e9 * rate;
+	if (s->tokens > burst)
+		s->tokens = burst;
+	s->at = now;
+	int ok = s->tokens >= 1.0;
+	if (ok)
+		s->tokens -= 1.0;
+	pthread_mutex_unlock(&rate_mu);
+	return ok;
 }
 
 /* ---- the control API (E2B's openapi.yml) ------------------------------ */
@@ -734,8 +809,21 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		if (!(cn = calloc(1, sizeof *cn)))
 			return MHD_NO;
 		*ctx = cn;
+		char who[96];
+		caller_of(c, l, who, sizeof who);
+		if (!rate_take(who)) { /* its body, if any, is read and dropped */
+			cn->throttled = 1;
+			return MHD_YES;
+		}
 		cn->up = serve_files_upload_start(c, l, url, method);
 		return MHD_YES;
+	}
+	if (cn->throttled) {
+		if (*upload_n) {
+			*upload_n = 0;
+			return MHD_YES;
+		}
+		return api_error(c, MHD_HTTP_TOO_MANY_REQUESTS, "too many requests: slow down");
 	}
 	if (cn->up)
 		return serve_files_upload_step(c, cn->up, upload, upload_n);

@@ -171,7 +171,8 @@ static int serve_main(const char *listen_at, const char *sock_path)
 		return sbx_cli_fail("sbx-serve", SBX_EXIT_INTERNAL, 0, "cannot make %s: %s", dir, strerror(errno));
 	const char *path = sock_path ? sock_path : b.hc.serve.socket[0] ? b.hc.serve.socket : def;
 	const char *tcp = listen_at ? listen_at : b.hc.serve.listen[0] ? b.hc.serve.listen : NULL;
-	struct serve_front_conf fc = { .unix_fd = -1, .tcp_fd = -1, .body_max = 1u << 20 };
+	struct serve_front_conf fc = { .unix_fd = -1, .tcp_fd = -1, .body_max = 1u << 20,
+				       .rate = b.hc.serve.rate ? b.hc.serve.rate : SBX_SERVE_RATE_DEFAULT };
 	int sv[2];
 	if ((fc.unix_fd = listen_unix(path, &err)) < 0 || (tcp && (fc.tcp_fd = listen_tcp(tcp, &err)) < 0) ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)

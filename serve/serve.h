@@ -40,6 +40,7 @@ struct serve_front_conf {
 	int tcp_fd;  /* listening; -1: none */
 	int ctl;     /* to the back */
 	unsigned body_max;
+	unsigned rate; /* requests a second per caller */
 };
 /* Runs until the back goes away; never returns on success paths. */
 int serve_front_run(const struct serve_front_conf *c, struct sbx_err *err);

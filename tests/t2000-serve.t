@@ -120,6 +120,29 @@ is "$(api "$KA" GET '/sandboxes/..%2F..%2Fetc')" 404 "a sandbox ID with a path: 
 is "$(api "$KA" GET '/sandboxes/s-1%00x')" 404 "a sandbox ID with a NUL: 404"
 is "$(api "$KA" DELETE "/sandboxes/$sa")" 204 "alice kills hers: 204"
 is "$(api "$KA" GET "/sandboxes/$sa")" 404 "and it is gone"
+# A flood from one key: past serve.rate (default 50 a second, twice that at
+# once) it is told 429, with Retry-After; another key is not slowed.  32
+# at a time outrun 50 a second even when each answer takes half a second.
+KF=$(sbx-serve key add --tenant flood 2>/dev/null)
+seq 1000 | xargs -P 32 -I{} curl -s -o /dev/null -w '%{http_code} %header{retry-after}\n' -H "X-API-Key: $KF" \
+	"$U/sandboxes" >"$TEST_TMP/flood"
+n429=$(grep -c '^429 ' "$TEST_TMP/flood"); n200=$(grep -c '^200 ' "$TEST_TMP/flood")
+[ "$n429" -gt 0 ] && [ "$n200" -ge 100 ] && [ $((n429 + n200)) = 1000 ]
+ok $? "a flood of 1000 from one key, 32 at a time: $n200 answered, $n429 told 429, nothing else"
+is "$(grep '^429 ' "$TEST_TMP/flood" | sort -u)" "429 5" "each 429 says when to come back (Retry-After)"
+is "$(api "$KA" GET /sandboxes)" 200 "meanwhile another key is answered"
+# Idle connections hold nothing that others need: 500 of them open, and
+# the service still answers.
+python3 - "$port" "$U" "$KA" <<'PY' >"$TEST_TMP/idle"
+import socket, sys, urllib.request
+port, url, key = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(500)]
+for c in conns[:250]:
+    c.sendall(b"GET /sandboxes HTTP/1.1\r\nHost: x\r\n")  # a head never finished
+req = urllib.request.Request(url + "/sandboxes", headers={"X-API-Key": key})
+print(urllib.request.urlopen(req, timeout=30).status)
+PY
+is "$(cat "$TEST_TMP/idle")" 200 "with 500 idle or half-sent connections open, a request is answered"
 kill -0 "$srv"; ok $? "the service is still up after all of it"
 
 # --- the unix socket ------------------------------------------------------------------
