@@ -34,7 +34,7 @@ static void show_summary(const struct sbx_cli_table *t, json_t *rec, FILE *f)
 	const char *k;
 	json_t *v;
 	int any = 0;
-	json_object_foreach(rec, k, v) {
+	json_object_foreach (rec, k, v) {
 		if (!strcmp(k, "seq") || !strcmp(k, "time") || !strcmp(k, "type") || !strcmp(k, "session") ||
 		    !strcmp(k, "prev"))
 			continue;
@@ -55,11 +55,11 @@ static void show_summary(const struct sbx_cli_table *t, json_t *rec, FILE *f)
 }
 
 static const struct sbx_cli_col cols[] = {
-	{ "seq", "SEQ", NULL },		{ "time", "TIME", NULL },	     { "type", "TYPE", NULL },
+	{ "seq", "SEQ", NULL },         { "time", "TIME", NULL },          { "type", "TYPE", NULL },
 	{ "session", "SESSION", NULL }, { NULL, "SUMMARY", show_summary },
 };
 static const struct sbx_cli_table records_table = { SBX_CLI_COLS(cols), .key = { "seq", NULL, NULL },
-						     .flags = SBX_CLI_DASH_EMPTY | SBX_CLI_HEX_CR };
+						    .flags = SBX_CLI_DASH_EMPTY | SBX_CLI_HEX_CR };
 
 static int print_rec(json_t *rec, void *ctx)
 {
@@ -172,18 +172,12 @@ static int type_arg_ok(const char *t)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "chain", no_argument, NULL, 'c' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "jsonl", no_argument, NULL, 'l' },
-		{ "no-headers", no_argument, NULL, 'H' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "session", required_argument, NULL, 'S' },
-		{ "since", required_argument, NULL, 's' },
-		{ "tenant", required_argument, NULL, 'T' },
-		{ "type", required_argument, NULL, 't' },
-		{ "until", required_argument, NULL, 'u' },
-		{ NULL, 0, NULL, 0 },
+		{ "chain", no_argument, NULL, 'c' },         { "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },          { "jsonl", no_argument, NULL, 'l' },
+		{ "no-headers", no_argument, NULL, 'H' },    { "quiet", no_argument, NULL, 'q' },
+		{ "session", required_argument, NULL, 'S' }, { "since", required_argument, NULL, 's' },
+		{ "tenant", required_argument, NULL, 'T' },  { "type", required_argument, NULL, 't' },
+		{ "until", required_argument, NULL, 'u' },   { NULL, 0, NULL, 0 },
 	};
 	struct sbx_audit_filter f = { 0 };
 	const char *since = NULL, *until = NULL;

@@ -75,7 +75,8 @@ int main(int argc, char **argv)
 	char tmp[SBX_ID_MAX + 2];
 	for (int i = 0; i < n - 1; i++)
 		if (upload && remote(ops[i], tmp, sizeof tmp))
-			return sbx_cli_fail("sbx-cp", SBX_EXIT_USAGE, json, "cannot copy between sessions (%s)", ops[i]);
+			return sbx_cli_fail("sbx-cp", SBX_EXIT_USAGE, json, "cannot copy between sessions (%s)",
+					    ops[i]);
 	if (upload && !strcmp(ops[0], "-")) {
 		if (n != 2)
 			return sbx_cli_fail("sbx-cp", SBX_EXIT_USAGE, json, "'-' is the only source when it is used");

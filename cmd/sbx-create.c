@@ -86,8 +86,8 @@ static json_t *template_json(const struct sbx_create_opts *o)
 	sbx_state_close(&st);
 	if (rc < 0)
 		return json_pack("{s:s, s:s, s:i}", "requested", req, "error", e.msg, "code", e.code);
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "requested", req, "name", t.ref, "version", t.version, "owner",
-			 sbx_template_owner_name(t.owner), "dir", t.dir, "snapshot", t.snapshot);
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "requested", req, "name", t.ref, "version", t.version,
+			 "owner", sbx_template_owner_name(t.owner), "dir", t.dir, "snapshot", t.snapshot);
 }
 
 static int print_policy(const struct sbx_policy *p, const struct sbx_create_opts *o, int json)
@@ -126,26 +126,16 @@ static void print_session(const struct sbx_session *s, int existed, int json)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "cpus", required_argument, NULL, 'c' },
-		{ "disk", required_argument, NULL, 'D' },
-		{ "dry-run", no_argument, NULL, 'n' },
-		{ "env", required_argument, NULL, 'e' },
-		{ "env-file", required_argument, NULL, 'E' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "id", required_argument, NULL, 'i' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "memory", required_argument, NULL, 'm' },
-		{ "policy", required_argument, NULL, 'p' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "secret", required_argument, NULL, 'S' },
-		{ "snapshot", required_argument, NULL, 's' },
-		{ "template", required_argument, NULL, 't' },
-		{ "tenant", required_argument, NULL, 'U' },
-		{ "ttl", required_argument, NULL, 'T' },
-		{ "volume", required_argument, NULL, 'v' },
-		{ "workdir", required_argument, NULL, 'w' },
-		{ "workspace", required_argument, NULL, 'W' },
-		{ NULL, 0, NULL, 0 },
+		{ "cpus", required_argument, NULL, 'c' },      { "disk", required_argument, NULL, 'D' },
+		{ "dry-run", no_argument, NULL, 'n' },         { "env", required_argument, NULL, 'e' },
+		{ "env-file", required_argument, NULL, 'E' },  { "help", no_argument, NULL, 'h' },
+		{ "id", required_argument, NULL, 'i' },        { "json", no_argument, NULL, 'j' },
+		{ "memory", required_argument, NULL, 'm' },    { "policy", required_argument, NULL, 'p' },
+		{ "quiet", no_argument, NULL, 'q' },           { "secret", required_argument, NULL, 'S' },
+		{ "snapshot", required_argument, NULL, 's' },  { "template", required_argument, NULL, 't' },
+		{ "tenant", required_argument, NULL, 'U' },    { "ttl", required_argument, NULL, 'T' },
+		{ "volume", required_argument, NULL, 'v' },    { "workdir", required_argument, NULL, 'w' },
+		{ "workspace", required_argument, NULL, 'W' }, { NULL, 0, NULL, 0 },
 	};
 	static struct sbx_policy pol; /* ~100 KiB of fixed arrays */
 	struct sbx_create_opts o = { 0 };
@@ -177,7 +167,8 @@ int main(int argc, char **argv)
 		case 'j': json = 1; break;
 		case 'm':
 			if (sbx_cli_uint(optarg, 64, 65536, &ov.memory_mib) < 0)
-				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "--memory must be 64..65536 MiB");
+				return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json,
+						    "--memory must be 64..65536 MiB");
 			break;
 		case 'n': dry_run = 1; break;
 		case 'p': policy = optarg; break;

@@ -248,7 +248,8 @@ int main(int argc, char **argv)
 		case 'S':
 			if (parse_since(optarg, &ao.since_out, &ao.since_err) < 0)
 				return sbx_cli_fail("sbx-exec", SBX_EXIT_USAGE, json,
-						    "--since takes BYTES or STDOUT_BYTES,STDERR_BYTES, not '%s'", optarg);
+						    "--since takes BYTES or STDOUT_BYTES,STDERR_BYTES, not '%s'",
+						    optarg);
 			since = optarg;
 			break;
 		case 'U': tenant = optarg; break;

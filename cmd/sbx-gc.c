@@ -28,7 +28,9 @@ static void show_object(const struct sbx_cli_table *t, json_t *row, FILE *f)
 	sbx_cli_put_string(t, ws, f);
 }
 
-static const struct sbx_cli_col cols[] = { { "action", NULL, NULL }, { "session", NULL, show_object }, { "detail", NULL, NULL } };
+static const struct sbx_cli_col cols[] = { { "action", NULL, NULL },
+					   { "session", NULL, show_object },
+					   { "detail", NULL, NULL } };
 static const struct sbx_cli_table actions_table = { SBX_CLI_COLS(cols) };
 
 struct out {
@@ -45,7 +47,8 @@ static void print_action(const struct sbx_gc_action *a, void *ctx)
 	if (a->workspace) {
 		int t = a->tenant && a->tenant[0];
 		row = json_pack("{s:s, s:s, s:s?, s:s?, s:s}", "action", a->action, "workspace", a->workspace, "tenant",
-				t ? a->tenant : NULL, "session", a->session[0] ? a->session : NULL, "detail", a->detail);
+				t ? a->tenant : NULL, "session", a->session[0] ? a->session : NULL, "detail",
+				a->detail);
 	} else {
 		row = json_pack("{s:s, s:s, s:s}", "action", a->action, "session", a->session, "detail", a->detail);
 	}
@@ -60,12 +63,9 @@ static void print_action(const struct sbx_gc_action *a, void *ctx)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "dry-run", no_argument, NULL, 'n' },
-		{ "grace", required_argument, NULL, 'g' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "pool-only", no_argument, NULL, 'P' },
-		{ NULL, 0, NULL, 0 },
+		{ "dry-run", no_argument, NULL, 'n' },   { "grace", required_argument, NULL, 'g' },
+		{ "help", no_argument, NULL, 'h' },      { "json", no_argument, NULL, 'j' },
+		{ "pool-only", no_argument, NULL, 'P' }, { NULL, 0, NULL, 0 },
 	};
 	struct sbx_gc_opts o = { .grace_ms = 10 * 60 * 1000 };
 	int json = 0, c;

@@ -51,16 +51,11 @@ static int list(struct sbx_state *st, const char *session, int json, int quiet, 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "list", no_argument, NULL, 'l' },
-		{ "listen", required_argument, NULL, 'L' },
-		{ "no-headers", no_argument, NULL, 'H' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "rm", no_argument, NULL, 'r' },
-		{ "tenant", required_argument, NULL, 'U' },
-		{ "unix", required_argument, NULL, 'u' },
-		{ NULL, 0, NULL, 0 },
+		{ "help", no_argument, NULL, 'h' },       { "json", no_argument, NULL, 'j' },
+		{ "list", no_argument, NULL, 'l' },       { "listen", required_argument, NULL, 'L' },
+		{ "no-headers", no_argument, NULL, 'H' }, { "quiet", no_argument, NULL, 'q' },
+		{ "rm", no_argument, NULL, 'r' },         { "tenant", required_argument, NULL, 'U' },
+		{ "unix", required_argument, NULL, 'u' }, { NULL, 0, NULL, 0 },
 	};
 	int json = 0, quiet = 0, headers = 1, rm = 0, ls = 0, c;
 	const char *listen = NULL, *unix_path = NULL, *tenant = NULL;

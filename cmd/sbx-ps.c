@@ -19,7 +19,8 @@
 #include "workspace.h"
 
 static const char usage[] =
-	"usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] [SESSION...]\n"
+	"usage: sbx-ps [-q] [--json|--prometheus] [--no-headers] [--all|--pool] [--state=STATE] [--tenant=TENANT] "
+	"[SESSION...]\n"
 	"       sbx-ps --execs SESSION [-q] [--json]\n"
 	"       sbx-ps --net SESSION [--json] [--no-headers]\n"
 	"       sbx-ps --capacity [--json]\n"
@@ -69,33 +70,42 @@ static void print_prometheus(json_t *all)
 	} m[] = {
 		{ "cpu_s", "sbx_session_cpu_seconds_total", "counter", "Host CPU time used by the session's VMM." },
 		{ "memory_peak_bytes", "sbx_session_memory_peak_bytes", "gauge", "Peak memory of the session's VMM." },
-		{ "disk_written_bytes", "sbx_session_disk_written_bytes", "gauge", "Bytes allocated by the session's disk overlay." },
+		{ "disk_written_bytes", "sbx_session_disk_written_bytes", "gauge",
+		  "Bytes allocated by the session's disk overlay." },
 		{ "vcpus", "sbx_session_vcpus", "gauge", "vCPUs allocated." },
 		{ "memory_mib", "sbx_session_memory_mib", "gauge", "Guest memory allocated, MiB." },
 		{ "execs", "sbx_session_execs", "gauge", "Execs run in the session." },
 		{ "age_s", "sbx_session_age_seconds", "gauge", "Seconds since the session was created." },
 		{ "vcpu_seconds", "sbx_session_vcpu_seconds_total", "counter", "vCPU-seconds allocated." },
-		{ "gib_seconds", "sbx_session_memory_gib_seconds_total", "counter", "GiB-seconds of memory allocated." },
+		{ "gib_seconds", "sbx_session_memory_gib_seconds_total", "counter",
+		  "GiB-seconds of memory allocated." },
 		{ "ttl_left_s", "sbx_session_ttl_left_seconds", "gauge", "Seconds until the session's TTL expires." },
 		{ "running_s", "sbx_session_running_seconds_total", "counter", "Seconds the session's VM ran." },
-		{ "paused_s", "sbx_session_paused_seconds_total", "counter", "Seconds the session's VM was paused (RAM kept)." },
-		{ "suspended_s", "sbx_session_suspended_seconds_total", "counter", "Seconds the session was suspended to disk (no RAM, no CPU)." },
+		{ "paused_s", "sbx_session_paused_seconds_total", "counter",
+		  "Seconds the session's VM was paused (RAM kept)." },
+		{ "suspended_s", "sbx_session_suspended_seconds_total", "counter",
+		  "Seconds the session was suspended to disk (no RAM, no CPU)." },
 		{ "suspends", "sbx_session_suspends_total", "counter", "Times the session was suspended to disk." },
 	};
 	for (size_t i = 0; i < SBX_ARRAY_LEN(m); i++) {
 		printf("# HELP %s %s\n# TYPE %s %s\n", m[i].name, m[i].help, m[i].name, m[i].type);
 		size_t k;
 		json_t *o;
-		json_array_foreach(all, k, o) {
+		json_array_foreach (all, k, o) {
 			json_t *v = json_object_get(o, m[i].key);
 			if (!json_is_number(v))
 				continue;
 			/* IDs, states and template names are from a fixed character set:
 			 * nothing to escape in a label value. */
 			printf("%s{session=\"%s\",state=\"%s\",accel=\"%s\",template=\"%s\"} %.6g\n", m[i].name,
-			       json_string_value(json_object_get(o, "id")), json_string_value(json_object_get(o, "state")),
-			       json_string_value(json_object_get(o, "accel")) ? json_string_value(json_object_get(o, "accel")) : "",
-			       json_string_value(json_object_get(o, "template")) ? json_string_value(json_object_get(o, "template")) : "",
+			       json_string_value(json_object_get(o, "id")),
+			       json_string_value(json_object_get(o, "state")),
+			       json_string_value(json_object_get(o, "accel"))
+				       ? json_string_value(json_object_get(o, "accel"))
+				       : "",
+			       json_string_value(json_object_get(o, "template"))
+				       ? json_string_value(json_object_get(o, "template"))
+				       : "",
 			       json_number_value(v));
 		}
 	}
@@ -106,7 +116,7 @@ static void show_argv(const struct sbx_cli_table *t, json_t *row, FILE *f)
 {
 	json_t *argv = json_object_get(json_object_get(row, "request"), "argv"), *a;
 	size_t j;
-	json_array_foreach(argv, j, a) {
+	json_array_foreach (argv, j, a) {
 		if (j)
 			putc(' ', f);
 		sbx_cli_put_string(t, json_string_value(a) ? json_string_value(a) : "", f);
@@ -217,22 +227,16 @@ static int print_capacity(struct sbx_state *st, int json)
 }
 
 static const struct sbx_cli_col wcols[] = {
-	{ "workspace", "WORKSPACE", NULL },
-	{ "tenant", "TENANT", NULL },
-	{ "state", "STATE", NULL },
-	{ "session", "SESSION", NULL },
-	{ "size_bytes", "SIZE", NULL },
-	{ "used_bytes", "USED", NULL },
-	{ "last_used", "LAST_USED", NULL },
-	{ "idle_s", "IDLE_S", NULL },
-	{ "retention_s", "RETENTION_S", NULL },
+	{ "workspace", "WORKSPACE", NULL }, { "tenant", "TENANT", NULL },   { "state", "STATE", NULL },
+	{ "session", "SESSION", NULL },     { "size_bytes", "SIZE", NULL }, { "used_bytes", "USED", NULL },
+	{ "last_used", "LAST_USED", NULL }, { "idle_s", "IDLE_S", NULL },   { "retention_s", "RETENTION_S", NULL },
 };
 static const struct sbx_cli_table workspaces_table = { SBX_CLI_COLS(wcols), .key = { "workspace", NULL, NULL } };
 
 /* --workspaces: every workspace (of one tenant), attached or idle, with
  * what sbx-gc goes by: when it was last used and its retention. */
-static int list_workspaces(struct sbx_state *st, const char *tenant, const char *want, int json, int quiet,
-			   int headers, char **names, int nnames)
+static int list_workspaces(struct sbx_state *st, const char *tenant, const char *want, int json, int quiet, int headers,
+			   char **names, int nnames)
 {
 	/* Named ones: each must be among those the caller sees (for a
 	 * tenant, its own), else it is not there (4); the rest are listed. */
@@ -286,20 +290,13 @@ static int list_workspaces(struct sbx_state *st, const char *tenant, const char 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "all", no_argument, NULL, 'a' },
-		{ "capacity", no_argument, NULL, 'C' },
-		{ "execs", required_argument, NULL, 'x' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "net", required_argument, NULL, 'N' },
-		{ "no-headers", no_argument, NULL, 'H' },
-		{ "pool", no_argument, NULL, 'o' },
-		{ "prometheus", no_argument, NULL, 'P' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "state", required_argument, NULL, 's' },
-		{ "tenant", required_argument, NULL, 'T' },
-		{ "workspaces", no_argument, NULL, 'w' },
-		{ NULL, 0, NULL, 0 },
+		{ "all", no_argument, NULL, 'a' },         { "capacity", no_argument, NULL, 'C' },
+		{ "execs", required_argument, NULL, 'x' }, { "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },        { "net", required_argument, NULL, 'N' },
+		{ "no-headers", no_argument, NULL, 'H' },  { "pool", no_argument, NULL, 'o' },
+		{ "prometheus", no_argument, NULL, 'P' },  { "quiet", no_argument, NULL, 'q' },
+		{ "state", required_argument, NULL, 's' }, { "tenant", required_argument, NULL, 'T' },
+		{ "workspaces", no_argument, NULL, 'w' },  { NULL, 0, NULL, 0 },
 	};
 	int json = 0, quiet = 0, headers = 1, prom = 0, capacity = 0, workspaces = 0, c;
 	int with_pool = 0, pool = 0; /* warm-pool members: hidden, shown too, shown alone */

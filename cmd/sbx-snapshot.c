@@ -47,7 +47,9 @@ static int pause_resume(struct sbx_state *st, const struct opts *o, unsigned op,
 {
 	if (n != 1)
 		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "%s takes one SESSION",
-				    op == SBX_VMCTL_PAUSE ? "pause" : op == SBX_VMCTL_SUSPEND ? "suspend" : "resume");
+				    op == SBX_VMCTL_PAUSE     ? "pause"
+				    : op == SBX_VMCTL_SUSPEND ? "suspend"
+							      : "resume");
 	char state[16] = "";
 	if (sbx_session_vmctl(st, args[0], o->tenant, op, NULL, state, sizeof state, err) < 0)
 		return -1;
@@ -63,16 +65,19 @@ static int save(struct sbx_state *st, const struct opts *o, char **args, int n, 
 {
 	if (n != 2)
 		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "save takes SESSION NAME[@VERSION]");
-	struct sbx_snapshot_save_opts so = { .session = args[0], .tenant = o->tenant, .spec = args[1],
-					     .to_template = o->to_template, .progress_fd = 2 };
+	struct sbx_snapshot_save_opts so = { .session = args[0],
+					     .tenant = o->tenant,
+					     .spec = args[1],
+					     .to_template = o->to_template,
+					     .progress_fd = 2 };
 	struct sbx_snapshot s;
 	if (sbx_snapshot_save(st, &so, &s, err) < 0)
 		return -1;
 	if (o->json) {
 		json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:s, s:b, s:I, s:s, s:s}", "schema", 1, "snapshot", s.ref,
-				      "name", s.name, "version", s.version, "tenant", s.tenant, "template", s.is_template,
-				      "size_bytes", (json_int_t)s.size, "content_sha256", s.content_sha256, "session",
-				      s.source);
+				      "name", s.name, "version", s.version, "tenant", s.tenant, "template",
+				      s.is_template, "size_bytes", (json_int_t)s.size, "content_sha256",
+				      s.content_sha256, "session", s.source);
 		print_json(j);
 		json_decref(j);
 	} else {
@@ -92,7 +97,8 @@ static int fork_session(struct sbx_state *st, const struct opts *o, char **args,
 		errno = 0;
 		unsigned long v = strtoul(o->count, &end, 10);
 		if (!*o->count || *end || o->count[0] == '-' || errno)
-			return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "-n takes a number of copies, not '%s'", o->count);
+			return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "-n takes a number of copies, not '%s'",
+					    o->count);
 		fo.n = v > SBX_FORK_MAX ? SBX_FORK_MAX + 1 : (unsigned)v;
 	}
 	static struct sbx_policy pol; /* large */
@@ -130,13 +136,13 @@ static void show_name_version(const struct sbx_cli_table *t, json_t *row, FILE *
 }
 
 static const struct sbx_cli_col cols[] = {
-	{ "name", "NAME", NULL },	  { "version", "VERSION", NULL },  { "created", "CREATED", NULL },
-	{ "size_bytes", "SIZE", NULL },	  { "template", "TEMPLATE", NULL }, { "session", "SESSION", NULL },
-	{ "vcpus", "VCPUS", NULL },	  { "memory_mib", "MEM_MIB", NULL }, { "in_use", "IN_USE", NULL },
+	{ "name", "NAME", NULL },       { "version", "VERSION", NULL },    { "created", "CREATED", NULL },
+	{ "size_bytes", "SIZE", NULL }, { "template", "TEMPLATE", NULL },  { "session", "SESSION", NULL },
+	{ "vcpus", "VCPUS", NULL },     { "memory_mib", "MEM_MIB", NULL }, { "in_use", "IN_USE", NULL },
 	{ "tenant", "TENANT", NULL },
 };
 static const struct sbx_cli_table snapshots_table = { SBX_CLI_COLS(cols), .key = { NULL, NULL, show_name_version },
-						       .flags = SBX_CLI_DASH_EMPTY };
+						      .flags = SBX_CLI_DASH_EMPTY };
 
 static int list(struct sbx_state *st, const struct opts *o, char **args, int n, struct sbx_err *err)
 {
@@ -178,7 +184,8 @@ static int templates(struct sbx_state *st, const struct opts *o, char **args, in
 		return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "template takes list or rm");
 	if (!strcmp(args[0], "rm")) {
 		if (n < 2)
-			return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json, "template rm takes [OWNER/]NAME[@VERSION]...");
+			return sbx_cli_fail(PROG, SBX_EXIT_USAGE, o->json,
+					    "template rm takes [OWNER/]NAME[@VERSION]...");
 		json_t *all;
 		int rc = sbx_template_rm_list(st, o->tenant, args + 1, n - 1, &all, err);
 		if (o->json && rc == 0)
@@ -199,16 +206,11 @@ static int templates(struct sbx_state *st, const struct opts *o, char **args, in
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "force", no_argument, NULL, 'f' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "number", required_argument, NULL, 'n' },
-		{ "no-headers", no_argument, NULL, 'H' },
-		{ "policy", required_argument, NULL, 'p' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "template", no_argument, NULL, 'T' },
-		{ "tenant", required_argument, NULL, 't' },
-		{ NULL, 0, NULL, 0 },
+		{ "force", no_argument, NULL, 'f' },        { "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },         { "number", required_argument, NULL, 'n' },
+		{ "no-headers", no_argument, NULL, 'H' },   { "policy", required_argument, NULL, 'p' },
+		{ "quiet", no_argument, NULL, 'q' },        { "template", no_argument, NULL, 'T' },
+		{ "tenant", required_argument, NULL, 't' }, { NULL, 0, NULL, 0 },
 	};
 	struct opts o = { .headers = 1 };
 	int c;
@@ -234,10 +236,9 @@ int main(int argc, char **argv)
 	}
 	enum { V_PAUSE, V_RESUME, V_SUSPEND, V_SAVE, V_FORK, V_LIST, V_RM, V_TEMPLATE };
 	static const struct sbx_cli_verb verbs[] = {
-		{ "pause", V_PAUSE }, { "resume", V_RESUME }, { "suspend", V_SUSPEND },	     { "save", V_SAVE },
-		{ "fork", V_FORK },
-		{ "list", V_LIST },   { "ls", V_LIST },	      { "rm", V_RM },		     { "template", V_TEMPLATE },
-		{ "templates", V_TEMPLATE },
+		{ "pause", V_PAUSE },       { "resume", V_RESUME },      { "suspend", V_SUSPEND }, { "save", V_SAVE },
+		{ "fork", V_FORK },         { "list", V_LIST },          { "ls", V_LIST },         { "rm", V_RM },
+		{ "template", V_TEMPLATE }, { "templates", V_TEMPLATE },
 	};
 	const struct sbx_cli_verb *v = sbx_cli_verb_find(PROG, verbs, SBX_ARRAY_LEN(verbs), verb, o.json);
 	if (!v)

@@ -94,30 +94,35 @@ static int inspect(struct sbx_state *st, const struct opts *o, char **args, int 
 		print_json(m);
 	} else {
 		/* KEY<TAB>VALUE, the scalars first, then lists one per line */
-		static const char *const keys[] = { "template", "name", "version", "owner", "created", "kernel", "base",
-						    "size_bytes", "content_sha256", "user", "workdir", "in_use" };
+		static const char *const keys[] = { "template",       "name",   "version", "owner",
+						    "created",        "kernel", "base",    "size_bytes",
+						    "content_sha256", "user",   "workdir", "in_use" };
 		for (size_t i = 0; i < SBX_ARRAY_LEN(keys); i++) {
 			json_t *v = json_object_get(m, keys[i]);
 			if (json_is_integer(v))
 				printf("%s\t%lld\n", keys[i], (long long)json_integer_value(v));
 			else
-				printf("%s\t%s\n", keys[i], json_string_value(v) && *json_string_value(v) ? json_string_value(v) : "-");
+				printf("%s\t%s\n", keys[i],
+				       json_string_value(v) && *json_string_value(v) ? json_string_value(v) : "-");
 		}
 		json_t *src = json_object_get(m, "source"), *v;
 		printf("source\t%s\t%s\n", json_string_value(json_object_get(src, "kind")),
-		       *json_string_value(json_object_get(src, "path")) ? json_string_value(json_object_get(src, "path")) : "-");
+		       *json_string_value(json_object_get(src, "path"))
+			       ? json_string_value(json_object_get(src, "path"))
+			       : "-");
 		size_t i;
-		json_array_foreach(json_object_get(m, "env"), i, v)
+		json_array_foreach (json_object_get(m, "env"), i, v)
 			printf("env\t%s=%s\n", json_string_value(json_object_get(v, "name")),
 			       json_string_value(json_object_get(v, "value")));
-		json_array_foreach(json_object_get(m, "packages"), i, v)
+		json_array_foreach (json_object_get(m, "packages"), i, v)
 			printf("package\t%s\t%s\n", json_string_value(json_object_get(v, "name")),
 			       json_string_value(json_object_get(v, "version")));
-		json_array_foreach(json_object_get(m, "files"), i, v)
+		json_array_foreach (json_object_get(m, "files"), i, v)
 			printf("file\t%s\t%lld\t%s\n", json_string_value(json_object_get(v, "name")),
 			       (long long)json_integer_value(json_object_get(v, "size")),
 			       json_string_value(json_object_get(v, "sha256")));
-		json_array_foreach(json_object_get(m, "used_by"), i, v) printf("used_by\t%s\n", json_string_value(v));
+		json_array_foreach (json_object_get(m, "used_by"), i, v)
+			printf("used_by\t%s\n", json_string_value(v));
 	}
 	json_decref(m);
 	return 0;
@@ -147,7 +152,8 @@ static int prune(struct sbx_state *st, const struct opts *o, char **args, int n,
 	} else {
 		size_t k;
 		json_t *v;
-		json_array_foreach(removed, k, v) puts(json_string_value(v));
+		json_array_foreach (removed, k, v)
+			puts(json_string_value(v));
 	}
 	json_decref(removed);
 	return 0;
@@ -156,14 +162,10 @@ static int prune(struct sbx_state *st, const struct opts *o, char **args, int n,
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "file", required_argument, NULL, 'f' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "keep", required_argument, NULL, 'k' },
-		{ "no-headers", no_argument, NULL, 'H' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "tenant", required_argument, NULL, 't' },
-		{ NULL, 0, NULL, 0 },
+		{ "file", required_argument, NULL, 'f' },   { "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },         { "keep", required_argument, NULL, 'k' },
+		{ "no-headers", no_argument, NULL, 'H' },   { "quiet", no_argument, NULL, 'q' },
+		{ "tenant", required_argument, NULL, 't' }, { NULL, 0, NULL, 0 },
 	};
 	struct opts o = { .headers = 1, .keep = 1 };
 	if (argc < 2 || argv[1][0] == '-') {
@@ -191,8 +193,8 @@ int main(int argc, char **argv)
 	}
 	typedef int (*verb_fn)(struct sbx_state *, const struct opts *, char **, int, struct sbx_err *);
 	static const verb_fn fns[] = { build, import, list, inspect, rm, prune };
-	static const struct sbx_cli_verb verbs[] = { { "build", 0 }, { "import", 1 }, { "list", 2 }, { "ls", 2 },
-						     { "inspect", 3 }, { "rm", 4 },	{ "prune", 5 } };
+	static const struct sbx_cli_verb verbs[] = { { "build", 0 },   { "import", 1 }, { "list", 2 }, { "ls", 2 },
+						     { "inspect", 3 }, { "rm", 4 },     { "prune", 5 } };
 	const struct sbx_cli_verb *v = sbx_cli_verb_find(PROG, verbs, SBX_ARRAY_LEN(verbs), verb, o.json);
 	if (!v)
 		return SBX_EXIT_USAGE;

@@ -34,9 +34,16 @@ static int probe_kvm(struct sbx_state *st, const struct sbx_vmm_ops *ops, const 
 		snprintf(why, n, "cannot make a pipe: %s", strerror(errno));
 		return 0;
 	}
-	struct sbx_vm_config c = { .ops = ops, .kernel = kernel, .initrd = initrd, .hostname = "probe",
-				   .vcpus = 1, .memory_mib = 128, .accel = SBX_ACCEL_KVM, .probe = 1,
-				   .stdout_fd = p[1], .log_path = log };
+	struct sbx_vm_config c = { .ops = ops,
+				   .kernel = kernel,
+				   .initrd = initrd,
+				   .hostname = "probe",
+				   .vcpus = 1,
+				   .memory_mib = 128,
+				   .accel = SBX_ACCEL_KVM,
+				   .probe = 1,
+				   .stdout_fd = p[1],
+				   .log_path = log };
 	struct sbx_vm vm = { 0 };
 	struct sbx_err e = { 0 };
 	if (sbx_vm_boot(&c, &vm, &e) < 0) {
@@ -117,8 +124,8 @@ int sbx_accel_get(struct sbx_state *st, const char *kernel, const char *initrd, 
 	 * refused before a probe is spent on it. */
 	const struct sbx_vmm_ops *ops = sbx_vmm_for_probe();
 	if (!ops)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "SBX_VMM=%.40s: no such VMM backend (qemu, cloud-hypervisor)",
-				   getenv("SBX_VMM"));
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "SBX_VMM=%.40s: no such VMM backend (qemu, cloud-hypervisor)", getenv("SBX_VMM"));
 	const char *force = getenv("SBX_ACCEL");
 	if (force && !strcmp(force, "tcg")) {
 		ai->accel = SBX_ACCEL_TCG;

@@ -53,7 +53,8 @@ static char *format_rec(uint64_t seq, const char *type, json_t *fields, const ui
 	const char *k;
 	json_t *v;
 	if (fields) {
-		json_object_foreach(fields, k, v) keys[i++] = k;
+		json_object_foreach (fields, k, v)
+			keys[i++] = k;
 	}
 	qsort(keys, nk, sizeof *keys, cmp_str);
 	for (i = 0; i < nk; i++)
@@ -70,15 +71,16 @@ static char *format_rec(uint64_t seq, const char *type, json_t *fields, const ui
  * makes it the only writer, and a short write (disk full) is cut back so
  * the log never keeps half a record we know about. */
 int aud_write_rec(int fd, uint64_t *size, uint64_t *seq, uint8_t prev[HASH_LEN], const char *type, json_t *fields,
-		     struct sbx_err *err)
+		  struct sbx_err *err)
 {
 	size_t n;
 	_cleanup_free_ char *s = format_rec(*seq + 1, type, fields, prev, &n);
 	if (!s)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot format an audit record");
 	if (n > SBX_AUDIT_RECORD_MAX)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "audit record of type %s is too large (%zu bytes, at most %d)",
-				   type, n, SBX_AUDIT_RECORD_MAX);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "audit record of type %s is too large (%zu bytes, at most %d)", type, n,
+				   SBX_AUDIT_RECORD_MAX);
 	char *line = realloc(s, n + 1);
 	if (!line)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot format an audit record");
@@ -140,8 +142,9 @@ static int read_tail_win(int fd, uint64_t size, size_t want, uint64_t *seq, uint
 		if (!nl && base && small)
 			return 1;
 		if (!nl && base)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
-					   "the audit log ends in a line too long to be a record; run sbx-audit verify");
+			return sbx_err_set(
+				err, SBX_EXIT_INTERNAL, 0,
+				"the audit log ends in a line too long to be a record; run sbx-audit verify");
 		end = nl ? (size_t)(nl - b) + 1 : 0;
 		*torn = base + end;
 		*frag_n = win - end;
@@ -166,8 +169,9 @@ static int read_tail_win(int fd, uint64_t size, size_t want, uint64_t *seq, uint
 	const char *why;
 	json_t *o = aud_parse_rec(b + start, end - 1 - start, seq, prev, &why);
 	if (!o)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
-				   "cannot continue the audit log: its last record is corrupt (%s); run sbx-audit verify", why);
+		return sbx_err_set(
+			err, SBX_EXIT_INTERNAL, 0,
+			"cannot continue the audit log: its last record is corrupt (%s); run sbx-audit verify", why);
 	json_decref(o);
 	aud_hash_bytes(b + start, end - 1 - start, hash);
 	return 0;
@@ -176,7 +180,7 @@ static int read_tail_win(int fd, uint64_t size, size_t want, uint64_t *seq, uint
 /* Most records are a few hundred bytes: read a small tail first, and the
  * full window (two records of the largest size) only when it needs it. */
 int aud_read_tail(int fd, uint64_t size, uint64_t *seq, uint8_t hash[HASH_LEN], uint64_t *torn, char **frag,
-		     size_t *frag_n, struct sbx_err *err)
+		  size_t *frag_n, struct sbx_err *err)
 {
 	int r = read_tail_win(fd, size, TAIL_SMALL, seq, hash, torn, frag, frag_n, err);
 	if (r != 1)
@@ -302,7 +306,8 @@ static int sync_read(int fd, struct sync_page *pg)
 	while ((r = pread(fd, pg, sizeof *pg, 0)) < 0 && errno == EINTR)
 		;
 	const char *b = boot_id();
-	return r == (ssize_t)sizeof *pg && b && !memcmp(pg->magic, SYNC_MAGIC, 8) && !strncmp(pg->boot, b, sizeof pg->boot)
+	return r == (ssize_t)sizeof *pg && b && !memcmp(pg->magic, SYNC_MAGIC, 8) &&
+			       !strncmp(pg->boot, b, sizeof pg->boot)
 		       ? 0
 		       : -1;
 }
@@ -450,7 +455,8 @@ int aud_open_log(struct sbx_state *st, struct sbx_err *err)
 {
 	int fd = openat(st->lib_fd, "audit.log", O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 && errno == ENOENT) {
-		fd = openat(st->lib_fd, "audit.log", O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		fd = openat(st->lib_fd, "audit.log", O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+			    0600);
 		if (fd >= 0 && fsync(st->lib_fd) < 0) {
 			close(fd);
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot sync the audit log's directory");
@@ -515,7 +521,7 @@ static void audit_conf(struct sbx_hostconf_audit *out)
  * recorded, the chain's tail in seq/prev; rotated first when it reached
  * max_size. */
 int aud_begin_locked(struct sbx_state *st, int *fdp, uint64_t *sizep, uint64_t *seqp, uint8_t prev[HASH_LEN],
-			struct sbx_err *err)
+		     struct sbx_err *err)
 {
 	int fd = aud_open_log(st, err);
 	if (fd < 0)

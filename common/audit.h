@@ -58,8 +58,8 @@ enum sbx_audit_problem {
 
 struct sbx_audit_report {
 	int ok;
-	uint64_t records;  /* records checked before the first problem (all when ok) */
-	uint64_t line;     /* 1-based line of the first problem; 0 when ok */
+	uint64_t records; /* records checked before the first problem (all when ok) */
+	uint64_t line;    /* 1-based line of the first problem; 0 when ok */
 	enum sbx_audit_problem problem;
 	char detail[256];
 	uint64_t last_seq; /* the last good record, an anchor to keep elsewhere */
@@ -76,8 +76,7 @@ const char *sbx_audit_problem_name(enum sbx_audit_problem p);
 int sbx_audit_verify(struct sbx_state *st, struct sbx_audit_report *r, struct sbx_err *err);
 /* The same check over bytes in memory (fuzzing, tests).  head is the
  * content of audit.head, or NULL. */
-void sbx_audit_verify_buf(const char *log, size_t n, const char *head, size_t head_n,
-			  struct sbx_audit_report *r);
+void sbx_audit_verify_buf(const char *log, size_t n, const char *head, size_t head_n, struct sbx_audit_report *r);
 
 struct sbx_audit_filter {
 	const char *session; /* exact, or NULL */
@@ -92,8 +91,8 @@ struct sbx_audit_filter {
  * non-zero return from cb stops the walk and is returned.  rec is borrowed
  * for the call; serialising it with JSON_COMPACT gives back the stored
  * bytes of any record the library wrote. */
-int sbx_audit_read(struct sbx_state *st, const struct sbx_audit_filter *f, int (*cb)(json_t *rec, void *ctx),
-		   void *ctx, struct sbx_err *err);
+int sbx_audit_read(struct sbx_state *st, const struct sbx_audit_filter *f, int (*cb)(json_t *rec, void *ctx), void *ctx,
+		   struct sbx_err *err);
 
 /* The chain, oldest first: every record's seq, the SHA-256 of its line
  * and its prev, and the line itself (its stored bytes) only when the
@@ -101,8 +100,9 @@ int sbx_audit_read(struct sbx_state *st, const struct sbx_audit_filter *f, int (
  * (each line hashes to the next one's prev) while the others' show
  * nothing but their place in it. */
 int sbx_audit_chain(struct sbx_state *st, const char *tenant,
-		    int (*cb)(const char *line, size_t n, uint64_t seq, const char *sha256, const char *prev, void *ctx), void *ctx,
-		    struct sbx_err *err);
+		    int (*cb)(const char *line, size_t n, uint64_t seq, const char *sha256, const char *prev,
+			      void *ctx),
+		    void *ctx, struct sbx_err *err);
 
 /* A time for --since/--until: RFC 3339 ("2024-05-01T12:00:00Z", fraction
  * and numeric offset allowed; a bare date means its midnight UTC) or an age

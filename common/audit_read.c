@@ -93,8 +93,8 @@ static int parse_rfc3339(const char *s, uint64_t *out)
 	uint64_t frac_ns = 0;
 	const char *p = s + 10;
 	if (*p) {
-		if ((*p != 'T' && *p != 't' && *p != ' ') || strlen(p) < 9 || !aud_all_digits(p + 1, 2) || p[3] != ':' ||
-		    !aud_all_digits(p + 4, 2) || p[6] != ':' || !aud_all_digits(p + 7, 2))
+		if ((*p != 'T' && *p != 't' && *p != ' ') || strlen(p) < 9 || !aud_all_digits(p + 1, 2) ||
+		    p[3] != ':' || !aud_all_digits(p + 4, 2) || p[6] != ':' || !aud_all_digits(p + 7, 2))
 			return -1;
 		tm.tm_hour = num(p + 1, 2);
 		tm.tm_min = num(p + 4, 2);
@@ -116,7 +116,8 @@ static int parse_rfc3339(const char *s, uint64_t *out)
 		}
 		if (*p == 'Z' || *p == 'z') {
 			p++;
-		} else if ((*p == '+' || *p == '-') && aud_all_digits(p + 1, 2) && p[3] == ':' && aud_all_digits(p + 4, 2)) {
+		} else if ((*p == '+' || *p == '-') && aud_all_digits(p + 1, 2) && p[3] == ':' &&
+			   aud_all_digits(p + 4, 2)) {
 			int h = num(p + 1, 2), m = num(p + 4, 2);
 			if (h > 23 || m > 59)
 				return -1;
@@ -143,8 +144,9 @@ int sbx_audit_parse_time(const char *s, uint64_t now_ns, uint64_t *out_ns, struc
 {
 	size_t n = strlen(s);
 	if (n >= 2 && n <= 12 && aud_all_digits(s, n - 1) && strchr("smhdw", s[n - 1])) {
-		static const uint64_t unit[] = { ['s' - 'a'] = 1, ['m' - 'a'] = 60, ['h' - 'a'] = 3600,
-						 ['d' - 'a'] = 86400, ['w' - 'a'] = 604800 };
+		static const uint64_t unit[] = {
+			['s' - 'a'] = 1, ['m' - 'a'] = 60, ['h' - 'a'] = 3600, ['d' - 'a'] = 86400, ['w' - 'a'] = 604800
+		};
 		/* 11 digits of weeks still fit in 64 bits as seconds, not as ns. */
 		uint64_t secs = strtoull(s, NULL, 10) * unit[s[n - 1] - 'a'];
 		/* Before the epoch clamps to just after it, not to 0: 0 means
@@ -153,9 +155,10 @@ int sbx_audit_parse_time(const char *s, uint64_t now_ns, uint64_t *out_ns, struc
 		return 0;
 	}
 	if (parse_rfc3339(s, out_ns) < 0)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "invalid time '%.80s': want RFC 3339 (2024-05-01T12:00:00Z) or an age (90s, 15m, 1h, 2d, 1w)",
-				   s);
+		return sbx_err_set(
+			err, SBX_EXIT_INVALID, 0,
+			"invalid time '%.80s': want RFC 3339 (2024-05-01T12:00:00Z) or an age (90s, 15m, 1h, 2d, 1w)",
+			s);
 	return 0;
 }
 
@@ -247,7 +250,6 @@ static int str_is(json_t *o, const char *key, const char *want)
 	const char *v = json_string_value(json_object_get(o, key));
 	return v && !strcmp(v, want);
 }
-
 
 /* The fields the chain depends on.  The line must be one JSON object with
  * no duplicate keys: a second "seq" would let a reader and the verifier
@@ -440,7 +442,8 @@ static void walk_line(struct walk *w, const char *p, size_t n, int kind)
 		if (line == 1 && !w->prev_file)
 			problem(w, 1, SBX_AUDIT_EDITED, "the first record's prev is not all zeros");
 		else if (line == 1 && (w->file = w->prev_file, 1))
-			problem(w, w->prev_lines, SBX_AUDIT_EDITED, "its SHA-256 is not the prev of the next segment's first line");
+			problem(w, w->prev_lines, SBX_AUDIT_EDITED,
+				"its SHA-256 is not the prev of the next segment's first line");
 		else
 			problem(w, line - 1, SBX_AUDIT_EDITED, "its SHA-256 is not the prev of line %llu",
 				(unsigned long long)line);
@@ -491,11 +494,13 @@ static void walk_end(struct walk *w, int torn)
 	} else if (w->start_seq > 1 && (!w->kept_from_seq || w->start_seq > w->kept_from_seq)) {
 		w->file = w->first_file;
 		if (!w->kept_from_seq)
-			problem(w, 1, SBX_AUDIT_DELETED, "the trail starts at seq %llu and no audit.retention record says why",
+			problem(w, 1, SBX_AUDIT_DELETED,
+				"the trail starts at seq %llu and no audit.retention record says why",
 				(unsigned long long)w->start_seq);
 		else
 			problem(w, 1, SBX_AUDIT_DELETED,
-				"the trail starts at seq %llu but retention kept it from seq %llu: %llu records missing",
+				"the trail starts at seq %llu but retention kept it from seq %llu: %llu records "
+				"missing",
 				(unsigned long long)w->start_seq, (unsigned long long)w->kept_from_seq,
 				(unsigned long long)(w->start_seq - w->kept_from_seq));
 	}
@@ -664,8 +669,8 @@ static int read_one(const char *line, size_t n, json_t *o, uint64_t seq, const u
 	return passes(o, r->f) ? r->cb(o, r->ctx) : 0;
 }
 
-int sbx_audit_read(struct sbx_state *st, const struct sbx_audit_filter *f, int (*cb)(json_t *rec, void *ctx),
-		   void *ctx, struct sbx_err *err)
+int sbx_audit_read(struct sbx_state *st, const struct sbx_audit_filter *f, int (*cb)(json_t *rec, void *ctx), void *ctx,
+		   struct sbx_err *err)
 {
 	struct read_ctx r = { f, cb, ctx };
 	return each_record(st, read_one, &r, err);
@@ -690,8 +695,9 @@ static int chain_one(const char *line, size_t n, json_t *o, uint64_t seq, const 
 }
 
 int sbx_audit_chain(struct sbx_state *st, const char *tenant,
-		    int (*cb)(const char *line, size_t n, uint64_t seq, const char *sha256, const char *prev, void *ctx), void *ctx,
-		    struct sbx_err *err)
+		    int (*cb)(const char *line, size_t n, uint64_t seq, const char *sha256, const char *prev,
+			      void *ctx),
+		    void *ctx, struct sbx_err *err)
 {
 	struct chain_ctx c = { tenant, cb, ctx };
 	return each_record(st, chain_one, &c, err);

@@ -65,7 +65,8 @@ static int segs_list(struct sbx_state *st, struct segs *g, struct sbx_err *err)
 			if (!nn) {
 				closedir(d);
 				segs_free(g);
-				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot list the audit trail's segments");
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM,
+						   "cannot list the audit trail's segments");
 			}
 			g->name = nn;
 		}
@@ -139,8 +140,7 @@ int aud_trail_open(struct sbx_state *st, struct trail *t, int want_head, struct 
 		else if (i < t->segs.n) {
 			aud_trail_close(t);
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOENT, "an audit segment vanished while locked");
-		}
-		else
+		} else
 			break;
 	}
 	t->have_log = t->n > t->segs.n;
@@ -167,13 +167,14 @@ int aud_seg_tail(struct sbx_state *st, uint64_t *seq, uint8_t hash[HASH_LEN], ch
 	uint64_t size, torn;
 	_cleanup_free_ char *frag = NULL;
 	size_t frag_n;
-	if (open_ro(st, name, &fd, &size, err) != 0 || aud_read_tail(fd, size, seq, hash, &torn, &frag, &frag_n, err) < 0)
+	if (open_ro(st, name, &fd, &size, err) != 0 ||
+	    aud_read_tail(fd, size, seq, hash, &torn, &frag, &frag_n, err) < 0)
 		return sbx_err_wrap(err, "cannot continue the audit trail from %s", name), -1;
 	return 1;
 }
 
 int aud_write_segment_rec(int fd, uint64_t *size, uint64_t *seq, uint8_t prev[HASH_LEN], const char *name,
-			     struct sbx_err *err)
+			  struct sbx_err *err)
 {
 	char hex[2 * HASH_LEN + 1];
 	aud_hex_of(prev, hex);
@@ -190,7 +191,7 @@ int aud_write_segment_rec(int fd, uint64_t *size, uint64_t *seq, uint8_t prev[HA
  * last seq; a new log begins with the record that carries its head.  The
  * directory sync of the new log's creation covers the rename too. */
 int aud_rotate(struct sbx_state *st, int *fd, uint64_t *size, uint64_t *seq, uint8_t prev[HASH_LEN],
-		  struct sbx_err *err)
+	       struct sbx_err *err)
 {
 	char name[SEG_NAME_MAX];
 	snprintf(name, sizeof name, "%s%0*llu", SEG_PREFIX, SEG_DIGITS, (unsigned long long)*seq);
@@ -238,14 +239,15 @@ int sbx_audit_retain(struct sbx_state *st, unsigned keep, int dry_run, void (*cb
 	json_t *names = json_array();
 	for (size_t i = 0; names && i < drop; i++)
 		json_array_append_new(names, json_string(g.name[i]));
-	json_t *f = names ? json_pack("{s:o, s:I, s:I, s:I}", "dropped", names, "dropped_through_seq", (json_int_t)through,
-				      "kept_from_seq", (json_int_t)(through + 1), "keep", (json_int_t)keep)
-			  : NULL;
+	json_t *f =
+		names ? json_pack("{s:o, s:I, s:I, s:I}", "dropped", names, "dropped_through_seq", (json_int_t)through,
+				  "kept_from_seq", (json_int_t)(through + 1), "keep", (json_int_t)keep)
+		      : NULL;
 	_cleanup_close_ int fd = -1;
 	uint64_t size, seq;
 	uint8_t prev[HASH_LEN];
 	int rc = !f ? sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot record the audit retention")
-		     : aud_begin_locked(st, &fd, &size, &seq, prev, err);
+		    : aud_begin_locked(st, &fd, &size, &seq, prev, err);
 	if (rc == 0)
 		rc = aud_write_rec(fd, &size, &seq, prev, "audit.retention", f, err);
 	if (rc == 0)

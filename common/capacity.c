@@ -108,8 +108,8 @@ static int tenant_admit_n(const char *tenant, const struct sbx_capacity *c, cons
 				    "end one of its sessions first");
 }
 
-static int tenant_admit(const char *tenant, const struct sbx_capacity *c, const struct tenant_use *tu,
-			unsigned vcpus, unsigned memory_mib, struct sbx_err *err)
+static int tenant_admit(const char *tenant, const struct sbx_capacity *c, const struct tenant_use *tu, unsigned vcpus,
+			unsigned memory_mib, struct sbx_err *err)
 {
 	return tenant_admit_n(tenant, c, tu, 1, vcpus, memory_mib, err);
 }
@@ -166,11 +166,12 @@ int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus,
 		what = "concurrent starts";
 	if (!what)
 		return 0;
-	sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
-		    "host capacity reached (%s): %u sessions (%u starting), %llu/%llu MiB, %u/%u vCPUs in use; try again "
-		    "later or on another host",
-		    what, c.sessions, c.starting, (unsigned long long)c.memory_mib, (unsigned long long)c.max_memory_mib,
-		    c.vcpus, c.max_vcpus);
+	sbx_err_set(
+		err, SBX_EXIT_TEMPFAIL, 0,
+		"host capacity reached (%s): %u sessions (%u starting), %llu/%llu MiB, %u/%u vCPUs in use; try again "
+		"later or on another host",
+		what, c.sessions, c.starting, (unsigned long long)c.memory_mib, (unsigned long long)c.max_memory_mib,
+		c.vcpus, c.max_vcpus);
 	/* A start frees its slot within seconds; memory and vCPUs only when a
 	 * session ends. */
 	err->retry_after_ms = !strcmp(what, "concurrent starts") ? 1000 : 5000;
@@ -199,7 +200,7 @@ struct ws_sizes {
 	struct ws_size {
 		char name[SBX_ID_MAX + 1];
 		uint64_t size;
-	} *v;
+	} * v;
 	size_t n, cap;
 };
 
@@ -256,7 +257,8 @@ int sbx_capacity_admit_workspace(struct sbx_state *st, const char *tenant, const
 	for (size_t i = 0; i < nids; i++) {
 		struct sbx_session s;
 		if (sbx_record_load(st, ids[i], &s, NULL) == 0 && s.workspace[0] && !strcmp(s.tenant, tenant) &&
-		    sbx_state_up(sbx_session_live_state(st, &s)) && ws_add(&w, s.workspace, s.limits.workspace_size) < 0)
+		    sbx_state_up(sbx_session_live_state(st, &s)) &&
+		    ws_add(&w, s.workspace, s.limits.workspace_size) < 0)
 			goto oom;
 	}
 	uint64_t before = ws_total(&w);

@@ -186,7 +186,8 @@ int sbx_cgroup_enter(const char *session, struct sbx_err *err)
 	for (size_t i = 0; i < (v2 ? 1 : SBX_ARRAY_LEN(ctrls)); i++) {
 		group_dir(v2 ? NULL : ctrls[i], session, dir, sizeof dir, 0);
 		if (write_at(dir, "cgroup.procs", "0") < 0)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot join the session's host cgroup %s", dir);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot join the session's host cgroup %s",
+					   dir);
 	}
 	return 0;
 }

@@ -161,9 +161,7 @@ void sbx_cli_table_row(const struct sbx_cli_table *t, json_t *row, enum sbx_cli_
 {
 	switch (m) {
 	case SBX_CLI_JSON: return;
-	case SBX_CLI_JSONL:
-		json_dumpf(row, stdout, JSON_COMPACT);
-		break;
+	case SBX_CLI_JSONL: json_dumpf(row, stdout, JSON_COMPACT); break;
 	case SBX_CLI_QUIET: put_col(t, &t->key, row); break;
 	case SBX_CLI_TEXT:
 		for (size_t i = 0; i < t->ncols; i++) {
@@ -186,7 +184,7 @@ void sbx_cli_print_table(const struct sbx_cli_table *t, json_t *rows, enum sbx_c
 	sbx_cli_table_header(t, m, headers);
 	size_t k;
 	json_t *row;
-	json_array_foreach(rows, k, row)
+	json_array_foreach (rows, k, row)
 		sbx_cli_table_row(t, row, m);
 }
 
@@ -203,7 +201,7 @@ static void show_ref_name(const struct sbx_cli_table *t, json_t *row, FILE *f)
 }
 
 static const struct sbx_cli_col template_cols[] = {
-	{ "name", "NAME", show_ref_name }, { "version", "VERSION", NULL }, { "owner", "OWNER", NULL },
+	{ "name", "NAME", show_ref_name }, { "version", "VERSION", NULL },   { "owner", "OWNER", NULL },
 	{ "created", "CREATED", NULL },    { "snapshot", "SNAPSHOT", NULL }, { "in_use", "IN_USE", NULL },
 	{ "kernel", "KERNEL", NULL },
 };

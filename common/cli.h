@@ -65,7 +65,7 @@ struct sbx_cli_table {
 	const struct sbx_cli_col *cols;
 	size_t ncols;
 	struct sbx_cli_col key; /* for -q */
-	unsigned flags;      /* SBX_CLI_* */
+	unsigned flags;         /* SBX_CLI_* */
 };
 #define SBX_CLI_COLS(c) .cols = (c), .ncols = sizeof(c) / sizeof *(c)
 

@@ -214,7 +214,9 @@ static void devfs_at(const char *dir, const int dev_fds[])
 			fail(to);
 	}
 	static const char *const links[][2] = {
-		{ "fd", "/proc/self/fd" }, { "stdin", "/proc/self/fd/0" }, { "stdout", "/proc/self/fd/1" },
+		{ "fd", "/proc/self/fd" },
+		{ "stdin", "/proc/self/fd/0" },
+		{ "stdout", "/proc/self/fd/1" },
 		{ "stderr", "/proc/self/fd/2" },
 	};
 	for (size_t i = 0; i < SBX_ARRAY_LEN(links); i++) {
@@ -278,9 +280,9 @@ static void chroot_fs(const char *tree, const int dev_fds[])
 
 /* What a package install needs of root inside its namespaces; every other
  * capability leaves the bounding set (and so every program it runs). */
-static const int kept_caps[] = { CAP_CHOWN,	   CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,
-				 CAP_FSETID,	   CAP_KILL,	     CAP_SETGID,	  CAP_SETUID,
-				 CAP_SYS_CHROOT,   CAP_AUDIT_WRITE,  CAP_SETFCAP,	  CAP_MKNOD };
+static const int kept_caps[] = { CAP_CHOWN,      CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,
+				 CAP_FSETID,     CAP_KILL,         CAP_SETGID,          CAP_SETUID,
+				 CAP_SYS_CHROOT, CAP_AUDIT_WRITE,  CAP_SETFCAP,         CAP_MKNOD };
 
 static void caps(void)
 {
@@ -302,9 +304,12 @@ static void caps(void)
 
 static void limits(void)
 {
-	static const struct { int res; rlim_t max; } lim[] = {
+	static const struct {
+		int res;
+		rlim_t max;
+	} lim[] = {
 		{ RLIMIT_CORE, 0 },
-		{ RLIMIT_NPROC, 4096 },	       /* per host uid: the slot's root */
+		{ RLIMIT_NPROC, 4096 }, /* per host uid: the slot's root */
 		{ RLIMIT_NOFILE, 65536 },
 		{ RLIMIT_FSIZE, 16ull << 30 }, /* an import is at most 8 GiB */
 	};
@@ -379,8 +384,7 @@ static _Noreturn void inside(const struct sbx_confine *c, sbx_confine_fn fn, voi
 		close(dev_fds[i]);
 	if (mount(NULL, STAGE, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
 		fail("a read-only root");
-	if (chdir(STAGE) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
-	    chdir("/") < 0)
+	if (chdir(STAGE) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
 		fail("pivot into the new root");
 	if (sethostname("sbx-build", 9) < 0)
 		fail("the hostname");

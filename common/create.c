@@ -1,4 +1,5 @@
-/* Making a session (session.h, sbx_session_create): the policy checked and compiled into the record, the monitor spawned and waited on. */
+/* Making a session (session.h, sbx_session_create): the policy checked and compiled into the record, the monitor
+ * spawned and waited on. */
 #include "session.h"
 #include "audit.h"
 #include "capacity.h"
@@ -43,7 +44,8 @@ static int policy_supported(struct sbx_state *st, const struct sbx_policy *p, co
 {
 	int rc = policy_check(p, ai, err);
 	if (rc < 0) {
-		json_t *f = json_pack("{s:s, s:s}", "policy", p->source[0] ? p->source : "(defaults)", "reason", err ? err->msg : "");
+		json_t *f = json_pack("{s:s, s:s}", "policy", p->source[0] ? p->source : "(defaults)", "reason",
+				      err ? err->msg : "");
 		sbx_audit_append(st, "policy.refused", f, NULL);
 		json_decref(f);
 	}
@@ -53,9 +55,10 @@ static int policy_supported(struct sbx_state *st, const struct sbx_policy *p, co
 static int policy_check(const struct sbx_policy *p, const struct sbx_accel_info *ai, struct sbx_err *err)
 {
 	if (p->resources.require_kvm && ai->accel != SBX_ACCEL_KVM)
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
-				   "the policy requires KVM (resources.require_kvm) but this host runs guests under TCG: %s",
-				   ai->reason);
+		return sbx_err_set(
+			err, SBX_EXIT_UNAVAIL, 0,
+			"the policy requires KVM (resources.require_kvm) but this host runs guests under TCG: %s",
+			ai->reason);
 	char px[PATH_MAX];
 	if (p->network.egress != SBX_EGRESS_NONE &&
 	    (sbx_libexec_path("sbx-proxy", px, sizeof px) < 0 || access(px, X_OK) < 0))
@@ -82,7 +85,8 @@ static int policy_save(struct sbx_state *st, const char *id, const struct sbx_po
 	_cleanup_free_ char *txt = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 	json_decref(o);
 	if (dfd < 0 || !txt)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, dfd < 0 ? errno : ENOMEM, "cannot write the policy of %s", id);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, dfd < 0 ? errno : ENOMEM, "cannot write the policy of %s",
+				   id);
 	return sbx_atomic_write_at(dfd, "policy.json", txt, strlen(txt), 0600, err);
 }
 
@@ -153,8 +157,9 @@ static int parse_volume(const char *spec, const char *tenant, struct sbx_volume 
 		return sbx_err_set(err, SBX_EXIT_INVALID, ENOTDIR, "-v %s: %s is not a directory", spec, host);
 	const char *real = hp.real;
 	size_t gl = strlen(guest);
-	if (guest[0] != '/' || gl < 2 || gl >= sizeof v->guest || strspn(guest, "abcdefghijklmnopqrstuvwxyz"
-						  "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/") != gl ||
+	if (guest[0] != '/' || gl < 2 || gl >= sizeof v->guest ||
+	    strspn(guest, "abcdefghijklmnopqrstuvwxyz"
+			  "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/") != gl ||
 	    strstr(guest, "//") || strstr(guest, "/./") || strstr(guest, "/..") || guest[gl - 1] == '/')
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
 				   "-v %s: the guest path must be absolute, normalized, of [A-Za-z0-9._-/]", spec);
@@ -377,7 +382,7 @@ static int manifest_env(const struct sbx_template *t, struct sbx_session *s, str
 		u = NULL;
 	if (env && !json_is_object(env))
 		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: env is not an object", key);
-	json_object_foreach(env, k, v) {
+	json_object_foreach (env, k, v) {
 		char kv[SBX_ENV_KEY_MAX + SBX_ENV_VALUE_MAX + 2];
 		if (rc < 0)
 			break;
@@ -444,8 +449,9 @@ static int check_request(const struct sbx_create_opts *o, struct sbx_err *err)
 	if (o->id && sbx_id_check(o->id, "session", err) < 0)
 		return -1;
 	if (o->id && sbx_pool_member_id(o->id))
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "invalid session ID '%s': IDs starting with '" SBX_POOL_PREFIX "' are the warm pool's", o->id);
+		return sbx_err_set(
+			err, SBX_EXIT_INVALID, 0,
+			"invalid session ID '%s': IDs starting with '" SBX_POOL_PREFIX "' are the warm pool's", o->id);
 	if (o->tenant && sbx_tenant_check(o->tenant, err) < 0)
 		return -1;
 	if (o->workspace && sbx_workspace_check(o->workspace, err) < 0)
@@ -468,7 +474,8 @@ static int resolve_source(struct sbx_state *st, const struct sbx_create_opts *o,
 		if (sbx_snapshot_template(st, snap, t, err) < 0)
 			return -1;
 		if (o->tenant && t->owner[0] && strcmp(t->owner, o->tenant))
-			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s: its template %s is gone", snap->ref, t->ref);
+			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s: its template %s is gone", snap->ref,
+					   t->ref);
 		*restore = 1;
 	} else if (o->snapshot) {
 		if (o->tmpl)
@@ -479,7 +486,8 @@ static int resolve_source(struct sbx_state *st, const struct sbx_create_opts *o,
 		/* Its template is the operator's or the tenant's own, as sbx
 		 * wrote it; anything else is not there for this tenant. */
 		if (o->tenant && t->owner[0] && strcmp(t->owner, o->tenant))
-			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s: its template %s is gone", snap->ref, t->ref);
+			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "snapshot %s: its template %s is gone", snap->ref,
+					   t->ref);
 		*restore = 1;
 	} else if (sbx_template_resolve(st, o->tenant, o->tmpl ? o->tmpl : "default", t, err) < 0) {
 		return -1;
@@ -572,8 +580,7 @@ static int fill_record(const struct sbx_create_opts *o, const struct plan *pl, c
 /* Under the global lock: the session's ID, given or new.  1 when a session
  * of that ID and spec is already running (*s is its record), 0 when the
  * ID is free. */
-static int take_id(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s,
-		   struct sbx_err *err)
+static int take_id(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s, struct sbx_err *err)
 {
 	char id[SBX_ID_MAX + 1];
 	if (o->id) {
@@ -599,8 +606,8 @@ static int take_id(struct sbx_state *st, const struct sbx_create_opts *o, struct
 	if (!strcmp(live, "creating"))
 		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s is still being created", id);
 	if (strcmp(live, "running"))
-		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s exists but is %s; destroy it with sbx-kill", id,
-				   live);
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s exists but is %s; destroy it with sbx-kill",
+				   id, live);
 	*s = old;
 	return 1;
 }
@@ -710,8 +717,8 @@ fail:
 	return rc;
 }
 
-int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s,
-		       int *existed, struct sbx_err *err)
+int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s, int *existed,
+		       struct sbx_err *err)
 {
 	/* make bench: where a create's time goes before the monitor's own
 	 * trace (boot.monitor) or a claim's (claim.client) takes over. */

@@ -155,4 +155,3 @@ int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct 
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot remove all of session %s", id);
 	return 0;
 }
-

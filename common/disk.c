@@ -56,7 +56,10 @@ static int run_status_fd(char *const argv[], int keep_fd, char *out, size_t n)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-static int run_status(char *const argv[], char *out, size_t n) { return run_status_fd(argv, -1, out, n); }
+static int run_status(char *const argv[], char *out, size_t n)
+{
+	return run_status_fd(argv, -1, out, n);
+}
 
 static int run(char *const argv[], char *out, size_t n)
 {
@@ -80,8 +83,19 @@ int sbx_disk_scratch(const char *path, uint64_t bytes, struct sbx_err *err)
 	/* No journal (scratch dies with the session), no reserved blocks (the
 	 * quota is the user's), inode tables left for nobody to zero (the guest
 	 * mounts with noinit_itable). */
-	char *argv[] = { "mkfs.ext4", "-q", "-F", "-L", "sbxscratch", "-m", "0", "-O", "^has_journal",
-			 "-E", "lazy_itable_init=1,nodiscard,root_owner=0:0", (char *)path, NULL };
+	char *argv[] = { "mkfs.ext4",
+			 "-q",
+			 "-F",
+			 "-L",
+			 "sbxscratch",
+			 "-m",
+			 "0",
+			 "-O",
+			 "^has_journal",
+			 "-E",
+			 "lazy_itable_init=1,nodiscard,root_owner=0:0",
+			 (char *)path,
+			 NULL };
 	char out[512];
 	if (run(argv, out, sizeof out) < 0) {
 		unlink(path);
@@ -127,8 +141,8 @@ int sbx_disk_from_dir(const char *path, const char *dir, struct sbx_err *err)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s is too large for a volume (over 64 GiB)", dir);
 	if (make_file(path, size, err) < 0)
 		return -1;
-	char *argv[] = { "mkfs.ext4", "-q", "-F", "-L", "sbxvol", "-m", "0", "-O", "^has_journal",
-			 "-E", "nodiscard", "-d", src, (char *)path, NULL };
+	char *argv[] = { "mkfs.ext4",    "-q", "-F",        "-L", "sbxvol", "-m",         "0", "-O",
+			 "^has_journal", "-E", "nodiscard", "-d", src,      (char *)path, NULL };
 	char out[512];
 	if (run_status_fd(argv, dfd, out, sizeof out) != 0) {
 		unlink(path);
@@ -148,8 +162,8 @@ int sbx_disk_workspace(const char *path, uint64_t bytes, unsigned uid, unsigned 
 	 * The root belongs to the user execs run as. */
 	char opts[128];
 	snprintf(opts, sizeof opts, "lazy_itable_init=0,lazy_journal_init=1,root_owner=%u:%u", uid, gid);
-	char *argv[] = { "mkfs.ext4", "-q", "-F", "-L", "sbxwork", "-b", "4096", "-m", "0", "-E", opts, (char *)path,
-			 NULL };
+	char *argv[] = { "mkfs.ext4", "-q", "-F", "-L", "sbxwork",    "-b", "4096",
+			 "-m",        "0",  "-E", opts, (char *)path, NULL };
 	char out[512];
 	if (run(argv, out, sizeof out) < 0) {
 		unlink(path);

@@ -15,7 +15,8 @@
 
 int sbx_env_name_ok(const char *s, size_t n)
 {
-	if (n == 0 || n > SBX_ENV_KEY_MAX || !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+	if (n == 0 || n > SBX_ENV_KEY_MAX ||
+	    !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
 		return 0;
 	for (size_t i = 1; i < n; i++)
 		if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
@@ -108,8 +109,8 @@ int sbx_workdir_check(const char *dir, const char *key, struct sbx_err *err)
 	size_t n = strlen(dir);
 	if (dir[0] != '/' || n >= SBX_WORKDIR_MAX || !text_ok(dir, n))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "%s: the working directory must be an absolute path in the guest, under %d bytes", key,
-				   SBX_WORKDIR_MAX);
+				   "%s: the working directory must be an absolute path in the guest, under %d bytes",
+				   key, SBX_WORKDIR_MAX);
 	return 0;
 }
 
@@ -192,8 +193,7 @@ static int meets_secret(const struct sbx_secrets *sec, const char *v, size_t vl,
 		size_t sl = sec->pat[i];
 		if (!sl)
 			continue;
-		if ((vl == sl && !memcmp(v, s, sl)) ||
-		    (vl == sec->s[i].len && !memcmp(v, s, vl))) {
+		if ((vl == sl && !memcmp(v, s, sl)) || (vl == sec->s[i].len && !memcmp(v, s, vl))) {
 			*which = i;
 			return 1;
 		}
@@ -215,10 +215,11 @@ int sbx_env_bind_secrets(struct sbx_env *e, const struct sbx_secrets *sec, struc
 		unsigned w = 0;
 		int m = e->secret & (1ull << i) ? 0 : meets_secret(sec, v, strlen(v), &w);
 		if (m == 2)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "-e %.*s: its value holds the value of secret %s; a secret's value is never kept "
-					   "(set %.*s to the secret's whole value, or read /run/secrets/%s in the guest)",
-					   (int)nl, p, sec->s[w].name, (int)nl, p, sec->s[w].name);
+			return sbx_err_set(
+				err, SBX_EXIT_INVALID, 0,
+				"-e %.*s: its value holds the value of secret %s; a secret's value is never kept "
+				"(set %.*s to the secret's whole value, or read /run/secrets/%s in the guest)",
+				(int)nl, p, sec->s[w].name, (int)nl, p, sec->s[w].name);
 		char kv[SBX_ENV_KEY_MAX + SBX_SECRET_NAME_MAX + 2];
 		if (m == 1)
 			snprintf(kv, sizeof kv, "%.*s=%s", (int)nl, p, sec->s[w].name);
@@ -257,7 +258,7 @@ static int from_obj(struct sbx_env *e, json_t *o, int secret)
 		return 0;
 	if (!json_is_object(o))
 		return -1;
-	json_object_foreach(o, k, v) {
+	json_object_foreach (o, k, v) {
 		char kv[SBX_ENV_KEY_MAX + SBX_ENV_VALUE_MAX + 2];
 		if (!json_is_string(v) || strlen(k) > SBX_ENV_KEY_MAX || json_string_length(v) > SBX_ENV_VALUE_MAX)
 			return -1;

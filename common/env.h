@@ -16,12 +16,12 @@
 
 #include "err.h"
 
-#define SBX_ENV_MAX 64            /* variables */
-#define SBX_ENV_KEY_MAX 128       /* bytes of a name */
-#define SBX_ENV_VALUE_MAX 4096    /* bytes of a value */
-#define SBX_ENV_BYTES_MAX 16384   /* NAME=VALUE\0 over all of them */
+#define SBX_ENV_MAX 64          /* variables */
+#define SBX_ENV_KEY_MAX 128     /* bytes of a name */
+#define SBX_ENV_VALUE_MAX 4096  /* bytes of a value */
+#define SBX_ENV_BYTES_MAX 16384 /* NAME=VALUE\0 over all of them */
 #define SBX_ENV_FILE_MAX (256u << 10)
-#define SBX_WORKDIR_MAX 256       /* bytes of -w, NUL included */
+#define SBX_WORKDIR_MAX 256 /* bytes of -w, NUL included */
 
 struct sbx_env {
 	char buf[SBX_ENV_BYTES_MAX]; /* NAME=VALUE\0, one after the other */

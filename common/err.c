@@ -112,8 +112,8 @@ void sbx_err_print(const char *prog, const struct sbx_err *err, int json)
 		fprintf(stderr, "%s: error: %s\n", prog, msg);
 		return;
 	}
-	json_t *o = json_pack("{s:i, s:s, s:i, s:s}", "schema", 1, "error",
-			      sbx_exit_name(err->code), "code", err->code, "message", msg);
+	json_t *o = json_pack("{s:i, s:s, s:i, s:s}", "schema", 1, "error", sbx_exit_name(err->code), "code", err->code,
+			      "message", msg);
 	if (o && err->session[0])
 		json_object_set_new(o, "session", json_string(err->session));
 	if (o && err->errnum)
@@ -126,9 +126,9 @@ void sbx_err_print(const char *prog, const struct sbx_err *err, int json)
 	else if (o)
 		json_object_set_new(o, "kind",
 				    json_string(err->code == SBX_EXIT_UNAVAIL || err->code == SBX_EXIT_INTERNAL ||
-							err->code == SBX_EXIT_TEMPFAIL
-						? "platform"
-						: "user"));
+								err->code == SBX_EXIT_TEMPFAIL
+							? "platform"
+							: "user"));
 	if (o && err->quota[0])
 		json_object_set_new(o, "quota", json_string(err->quota));
 	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;

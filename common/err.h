@@ -6,7 +6,7 @@
 
 enum sbx_exit {
 	SBX_EXIT_OK = 0,
-	SBX_EXIT_FALSE = 1,    /* a predicate is false / nothing matched */
+	SBX_EXIT_FALSE = 1, /* a predicate is false / nothing matched */
 	SBX_EXIT_USAGE = 2,
 	SBX_EXIT_INVALID = 3,  /* invalid input or policy */
 	SBX_EXIT_NOENT = 4,    /* no such session/exec/snapshot */
@@ -21,8 +21,8 @@ enum sbx_exit {
 };
 
 struct sbx_err {
-	int code;        /* enum sbx_exit */
-	int errnum;      /* errno, 0 if none */
+	int code;   /* enum sbx_exit */
+	int errnum; /* errno, 0 if none */
 	char msg[512];
 	char session[72]; /* the session it concerns, if any */
 	unsigned retry_after_ms;
@@ -34,8 +34,7 @@ struct sbx_err {
 
 /* Set err (if non-NULL) and return -1.  The message should read as
  * "cannot <do what>: <detail>"; errnum's strerror is appended. */
-int sbx_err_set(struct sbx_err *err, int code, int errnum, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+int sbx_err_set(struct sbx_err *err, int code, int errnum, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Prefix context onto an existing message ("starting VM: ..."). */
 int sbx_err_wrap(struct sbx_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *sbx_exit_name(int code);

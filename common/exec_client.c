@@ -119,10 +119,8 @@ static int run_frame(void *ctx, struct sbx_mon *m, const struct sbx_frame *f, st
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "malformed exit report");
 		sbx_trace_step(x->tr, "exit");
 		return 1;
-	case SBX_F_ERROR:
-		return sbx_mon_error(f, "the session refused the command", err);
-	default:
-		return 0;
+	case SBX_F_ERROR: return sbx_mon_error(f, "the session refused the command", err);
+	default: return 0;
 	}
 }
 

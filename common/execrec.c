@@ -95,8 +95,8 @@ int sbx_exec_list(struct sbx_state *st, const char *session, json_t **out, struc
 		if (r) {
 			json_object_set_new(r, "state", json_string("ended"));
 		} else {
-			r = json_pack("{s:i, s:s, s:s, s:s}", "schema", 1, "exec", names[i], "session", session, "state",
-				      live ? "running" : "lost");
+			r = json_pack("{s:i, s:s, s:s, s:s}", "schema", 1, "exec", names[i], "session", session,
+				      "state", live ? "running" : "lost");
 			int e2 = openat(x, names[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 			_cleanup_free_ char *rq = e2 >= 0 ? sbx_read_small_at(e2, "request.json", 1 << 20, NULL) : NULL;
 			if (e2 >= 0)
@@ -144,8 +144,8 @@ int sbx_exec_wait(struct sbx_state *st, const char *session, const char *exec, u
 			return 0;
 		}
 		if (bad)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the result of exec %s in session %s is not a regular file",
-					   exec, session);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+					   "the result of exec %s in session %s is not a regular file", exec, session);
 		struct sbx_session s;
 		if (sbx_record_load(st, session, &s, NULL) < 0 || !sbx_state_live(sbx_session_live_state(st, &s))) {
 			if ((r = load_result(efd, NULL))) { /* written just before the end */
@@ -193,8 +193,9 @@ int sbx_exec_output(struct sbx_state *st, const char *session, const char *exec,
 		if (copy_file(efd, names[i], fds[i]) == 0)
 			continue;
 		if (errno == EINVAL)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the %s of exec %s in session %s is not a regular file",
-					   names[i], exec, session);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+					   "the %s of exec %s in session %s is not a regular file", names[i], exec,
+					   session);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot copy the output of %s", exec);
 	}
 	return 0;
@@ -305,8 +306,8 @@ int sbx_exec_attach(struct sbx_state *st, const char *session, const char *exec,
 		if (rfd < 0)
 			rfd = open_stream(efd, "stderr", &bad);
 		if (bad) {
-			sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the output of exec %s in session %s is not a regular file", exec,
-				    session);
+			sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+				    "the output of exec %s in session %s is not a regular file", exec, session);
 			break;
 		}
 		follow_copy(ofd, &off_out, &out);
@@ -317,7 +318,8 @@ int sbx_exec_attach(struct sbx_state *st, const char *session, const char *exec,
 			if (!r) {
 				if (rbad)
 					sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
-						    "the result of exec %s in session %s is not a regular file", exec, session);
+						    "the result of exec %s in session %s is not a regular file", exec,
+						    session);
 				else
 					sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the result of %s", exec);
 				break;

@@ -73,7 +73,7 @@ static void gc_session(struct sbx_state *st, const char *id, const struct sbx_gc
 		/* Unlocked yet "running": the monitor died (killed), or the host
 		 * rebooted under it (another boot ID: nothing of it can live). */
 		sbx_gc_report(cb, ctx, rebooted ? "mark-stopped" : "mark-crashed", id, "state %s but %s", s.state,
-		       rebooted ? "the host rebooted since" : "no monitor");
+			      rebooted ? "the host rebooted since" : "no monitor");
 		if (o->dry_run)
 			return;
 		snprintf(s.state, sizeof s.state, rebooted ? "stopped" : "crashed");
@@ -143,7 +143,8 @@ static void gc_orphans(struct sbx_state *st, const struct sbx_gc_opts *o, sbx_gc
 	if (sbx_cgroup_list(&ids, &n) == 0) {
 		for (size_t i = 0; i < n; i++) {
 			if (sbx_id_check(ids[i], "session", NULL) == 0 && !cgroup_owned(st, ids[i], sids, ns)) {
-				sbx_gc_report(cb, ctx, "reclaim-orphan-cgroup", ids[i], "host cgroup without a session");
+				sbx_gc_report(cb, ctx, "reclaim-orphan-cgroup", ids[i],
+					      "host cgroup without a session");
 				if (!o->dry_run) {
 					sbx_cgroup_kill(ids[i]);
 					for (int k = 0; k < 50 && sbx_cgroup_remove(ids[i]) < 0; k++)
@@ -172,8 +173,9 @@ static void gc_workspaces(struct sbx_state *st, const struct sbx_gc_opts *o, sbx
 		uint64_t now = sbx_now_ns();
 		if (sbx_workspace_reap(st, ws[i].tenant, ws[i].name, now, o->dry_run, &w) != 1)
 			continue;
-		struct sbx_gc_action a = { .action = "reclaim-workspace", .session = w.session, .workspace = w.name,
-					   .tenant = w.tenant };
+		struct sbx_gc_action a = {
+			.action = "reclaim-workspace", .session = w.session, .workspace = w.name, .tenant = w.tenant
+		};
 		snprintf(a.detail, sizeof a.detail, "idle %llu s, retention %llu s%s%s",
 			 (unsigned long long)((now - w.last_used_ns) / 1000000000u),
 			 (unsigned long long)(w.retention_ms / 1000), w.unreadable ? " (record unreadable)" : "",
@@ -198,8 +200,8 @@ static void audit_cb(const struct sbx_gc_action *a, void *ctx)
 {
 	struct audited *x = ctx;
 	if (!x->o->dry_run && a->workspace) {
-		json_t *f = json_pack("{s:s, s:s, s:s}", "workspace", a->workspace, "reason", "retention passed (sbx-gc)",
-				      "detail", a->detail);
+		json_t *f = json_pack("{s:s, s:s, s:s}", "workspace", a->workspace, "reason",
+				      "retention passed (sbx-gc)", "detail", a->detail);
 		if (f && a->tenant && a->tenant[0])
 			json_object_set_new(f, "tenant", json_string(a->tenant));
 		sbx_audit_append(x->st, "workspace.remove", f, NULL);
@@ -211,7 +213,8 @@ static void audit_cb(const struct sbx_gc_action *a, void *ctx)
 		struct sbx_session s;
 		_cleanup_free_ char *txt = NULL;
 		if (f && sbx_id_check(a->session, "session", NULL) == 0) {
-			int dfd = openat(x->st->sessions_fd, a->session, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			int dfd =
+				openat(x->st->sessions_fd, a->session, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 			txt = dfd >= 0 ? sbx_read_small_at(dfd, "session.json", 1 << 20, NULL) : NULL;
 			if (dfd >= 0)
 				close(dfd);
@@ -358,9 +361,11 @@ static void gc_snapshots(struct sbx_state *st, uint64_t grace_ms, int dry_run, s
 		if (tt >= 0)
 			close(tt);
 	} else if (sbx_dir_ids(d, 1, &ids, &n) == 0) {
-		_cleanup_close_ int again = openat(tdir, SBX_TEMPLATE_TENANTS, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		_cleanup_close_ int again =
+			openat(tdir, SBX_TEMPLATE_TENANTS, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 		for (size_t i = 0; i < n; i++) {
-			int t = again >= 0 ? openat(again, ids[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
+			int t = again >= 0 ? openat(again, ids[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
+					   : -1;
 			if (t >= 0) {
 				char where[100];
 				snprintf(where, sizeof where, "templates/" SBX_TEMPLATE_TENANTS "/%s", ids[i]);
@@ -401,8 +406,10 @@ static int reap_dead(struct sbx_state *st, const char *id, int dry_run, sbx_gc_c
 	struct sbx_err e = { 0 };
 	int rc = 0;
 	if (sbx_record_load(st, id, &s, &e) == 0 && s.pool) {
-		sbx_gc_report(cb, ctx, "reclaim", id, "pool member %s%s%s", !strcmp(s.state, "pooled") || !strcmp(s.state, "creating")
-			      ? "without a monitor" : s.state, s.end_reason[0] ? ": " : "", s.end_reason);
+		sbx_gc_report(cb, ctx, "reclaim", id, "pool member %s%s%s",
+			      !strcmp(s.state, "pooled") || !strcmp(s.state, "creating") ? "without a monitor"
+											 : s.state,
+			      s.end_reason[0] ? ": " : "", s.end_reason);
 		if (!dry_run)
 			sbx_session_reclaim(st, id);
 		rc = 1;
@@ -424,8 +431,12 @@ static int add_member(struct sbx_state *st, const struct sbx_pool_conf *pc, int 
 	p->resources.vcpus = pc->vcpus;
 	p->resources.memory = (uint64_t)pc->memory_mib << 20;
 	p->resources.disk = pc->disk;
-	struct sbx_create_opts o = { .tmpl = pc->tmpl, .vcpus = pc->vcpus, .memory_mib = pc->memory_mib,
-				     .policy = p, .pool = 1, .pool_nic = nic };
+	struct sbx_create_opts o = { .tmpl = pc->tmpl,
+				     .vcpus = pc->vcpus,
+				     .memory_mib = pc->memory_mib,
+				     .policy = p,
+				     .pool = 1,
+				     .pool_nic = nic };
 	struct sbx_session s;
 	int existed;
 	if (sbx_session_create(st, &o, &s, &existed, err) < 0)
@@ -504,8 +515,9 @@ int sbx_gc_pool(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx, stru
 			snprintf(why, sizeof why, "the pool of %s holds %u %s a network", hc.pool[c].tmpl,
 				 pool_want(&hc.pool[c], nic), nic ? "with" : "without");
 		else
-			snprintf(why, sizeof why, "no pool is configured for %s@%s with %u vCPU, %u MiB, %llu MiB of disk",
-				 m->tmpl_name, m->tmpl_version, m->vcpus, m->memory_mib,
+			snprintf(why, sizeof why,
+				 "no pool is configured for %s@%s with %u vCPU, %u MiB, %llu MiB of disk", m->tmpl_name,
+				 m->tmpl_version, m->vcpus, m->memory_mib,
 				 (unsigned long long)(m->limits.disk_bytes >> 20));
 		sbx_gc_report(cb, ctx, "pool-trim", m->id, "%s", why);
 		int gone;
@@ -518,13 +530,15 @@ int sbx_gc_pool(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx, stru
 				char id[SBX_ID_MAX + 1] = "-";
 				struct sbx_err e = { 0 };
 				if (!dry_run && add_member(st, &hc.pool[i], nic, id, sizeof id, &e) < 0) {
-					sbx_gc_report(cb, ctx, "pool-error", hc.pool[i].tmpl, "cannot boot a member: %s", e.msg);
+					sbx_gc_report(cb, ctx, "pool-error", hc.pool[i].tmpl,
+						      "cannot boot a member: %s", e.msg);
 					if (e.code == SBX_EXIT_TEMPFAIL)
 						return 0; /* the host is full: the next run tries again */
 					break;
 				}
-				sbx_gc_report(cb, ctx, "pool-add", id, "%s@%s, %u vCPU, %u MiB%s", t[i].name, t[i].version,
-					      hc.pool[i].vcpus, hc.pool[i].memory_mib, nic ? ", network" : "");
+				sbx_gc_report(cb, ctx, "pool-add", id, "%s@%s, %u vCPU, %u MiB%s", t[i].name,
+					      t[i].version, hc.pool[i].vcpus, hc.pool[i].memory_mib,
+					      nic ? ", network" : "");
 			}
 		}
 	}

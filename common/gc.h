@@ -11,11 +11,11 @@
 struct sbx_gc_opts {
 	uint64_t grace_ms; /* keep ended sessions this long for inspection */
 	int dry_run;
-	int pool_only;     /* only the warm pool's upkeep (pool.h) */
+	int pool_only; /* only the warm pool's upkeep (pool.h) */
 };
 
 struct sbx_gc_action {
-	const char *action;  /* mark-crashed, reclaim, reclaim-orphan-run, ... */
+	const char *action; /* mark-crashed, reclaim, reclaim-orphan-run, ... */
 	const char *session;
 	char detail[256];
 	/* reclaim-workspace: the workspace and its tenant ("" for none);

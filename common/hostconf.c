@@ -61,7 +61,8 @@ static int pool_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void 
 	yaml_mark_t m = c->ev.start_mark;
 	if (!strcmp(key, "size")) {
 		if (sbx_parse_uint_max(s, SBX_POOL_SIZE_MAX, &v) < 0)
-			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 0..%d", path, SBX_YAML_SHOW(s), SBX_POOL_SIZE_MAX);
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 0..%d", path, SBX_YAML_SHOW(s),
+					      SBX_POOL_SIZE_MAX);
 		p->size = (unsigned)v;
 	} else if (!strcmp(key, "vcpus")) {
 		if (sbx_parse_uint_max(s, 64, &v) < 0 || v < 1)
@@ -69,11 +70,13 @@ static int pool_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void 
 		p->vcpus = (unsigned)v;
 	} else if (!strcmp(key, "network")) {
 		if (sbx_parse_uint_max(s, SBX_POOL_SIZE_MAX, &v) < 0)
-			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 0..%d", path, SBX_YAML_SHOW(s), SBX_POOL_SIZE_MAX);
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 0..%d", path, SBX_YAML_SHOW(s),
+					      SBX_POOL_SIZE_MAX);
 		p->network = (unsigned)v;
 	} else if (!strcmp(key, "memory")) {
 		if (sbx_parse_size(s, &v) < 0 || v < 64 * MIB || v > (64ull << 30) || v % MIB)
-			return sbx_yaml_failm(c, m, "%s: '%s' is not a size of whole MiB in 64M..64G", path, SBX_YAML_SHOW(s));
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a size of whole MiB in 64M..64G", path,
+					      SBX_YAML_SHOW(s));
 		p->memory_mib = (unsigned)(v / MIB);
 	} else {
 		if (sbx_parse_size(s, &v) < 0 || v < 16 * MIB || v > (1ull << 40))
@@ -149,10 +152,10 @@ static bool root_ok(const char *s)
 }
 
 struct seq_ctx {
-	char *v;     /* n slots of len bytes */
+	char *v; /* n slots of len bytes */
 	size_t len;
 	unsigned max, *n;
-	bool env;    /* environment variable names, else roots */
+	bool env; /* environment variable names, else roots */
 };
 
 static int seq_items(struct sbx_yaml *c, const char *path, struct seq_ctx *q)
@@ -175,10 +178,11 @@ static int seq_items(struct sbx_yaml *c, const char *path, struct seq_ctx *q)
 				ok = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
 				     *p == '_';
 			if (!ok)
-				return sbx_yaml_failm(c, m, "%s: '%s' is not an environment variable name", path, SBX_YAML_SHOW(s));
+				return sbx_yaml_failm(c, m, "%s: '%s' is not an environment variable name", path,
+						      SBX_YAML_SHOW(s));
 		} else if (!root_ok(s) || strlen(s) >= q->len) {
-			return sbx_yaml_failm(c, m, "%s: '%s' is not an absolute, normalized directory other than /", path,
-				    SBX_YAML_SHOW(s));
+			return sbx_yaml_failm(c, m, "%s: '%s' is not an absolute, normalized directory other than /",
+					      path, SBX_YAML_SHOW(s));
 		}
 		for (unsigned i = 0; i < *q->n; i++)
 			if (!strcmp(q->v + i * q->len, s))
@@ -193,8 +197,10 @@ static int host_paths_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, v
 {
 	struct sbx_hostpath_conf *hp = obj;
 	bool rd = !strcmp(key, "read");
-	struct seq_ctx q = { .v = rd ? hp->read[0] : hp->write[0], .len = SBX_HOSTPATH_ROOT_LEN,
-			     .max = SBX_HOSTPATH_ROOTS_MAX, .n = rd ? &hp->nread : &hp->nwrite };
+	struct seq_ctx q = { .v = rd ? hp->read[0] : hp->write[0],
+			     .len = SBX_HOSTPATH_ROOT_LEN,
+			     .max = SBX_HOSTPATH_ROOTS_MAX,
+			     .n = rd ? &hp->nread : &hp->nwrite };
 	(void)km;
 	return seq_items(c, path, &q);
 }
@@ -202,8 +208,11 @@ static int host_paths_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, v
 static int secrets_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostpath_conf *hp = obj;
-	struct seq_ctx q = { .v = hp->env_allow[0], .len = sizeof hp->env_allow[0], .max = SBX_ENV_ALLOW_MAX,
-			     .n = &hp->nenv, .env = true };
+	struct seq_ctx q = { .v = hp->env_allow[0],
+			     .len = sizeof hp->env_allow[0],
+			     .max = SBX_ENV_ALLOW_MAX,
+			     .n = &hp->nenv,
+			     .env = true };
 	(void)key, (void)km;
 	return seq_items(c, path, &q);
 }
@@ -226,7 +235,8 @@ static int quota_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void
 	(void)km;
 	if (!strcmp(key, "memory")) {
 		if (sbx_parse_size(s, &v) < 0 || v < 64 * MIB || v > (1ull << 50) || v % MIB)
-			return sbx_yaml_failm(c, m, "%s: '%s' is not a size of whole MiB from 64M", path, SBX_YAML_SHOW(s));
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a size of whole MiB from 64M", path,
+					      SBX_YAML_SHOW(s));
 		q->memory_mib = v / MIB;
 		return 0;
 	}
@@ -239,7 +249,7 @@ static int quota_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void
 		uint64_t min = bytes == &q->workspace_bytes ? 16 * MIB : MIB;
 		if (sbx_parse_size(s, &v) < 0 || v < min || v > (1ull << 50))
 			return sbx_yaml_failm(c, m, "%s: '%s' is not a size from %lluM", path, SBX_YAML_SHOW(s),
-				    (unsigned long long)(min / MIB));
+					      (unsigned long long)(min / MIB));
 		*bytes = v;
 		return 0;
 	}
@@ -252,8 +262,8 @@ static int quota_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void
 	return 0;
 }
 
-static const char *const quota_keys[] = { "cache_bytes", "memory", "sessions", "snapshot_bytes", "vcpus",
-					   "workspace_bytes", NULL };
+static const char *const quota_keys[] = { "cache_bytes", "memory",          "sessions", "snapshot_bytes",
+					  "vcpus",       "workspace_bytes", NULL };
 
 static int quota_tenant(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
@@ -341,19 +351,22 @@ static int audit_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void
 		return -1;
 	if (!strcmp(key, "reserve")) {
 		if (sbx_parse_size(s, &v) < 0 || v > (1ull << 50))
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a size in 0..1P", path, SBX_YAML_SHOW(s));
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a size in 0..1P", path,
+					      SBX_YAML_SHOW(s));
 		a->reserve = v;
 		a->reserve_set = 1;
 		return 0;
 	}
 	if (!strcmp(key, "max_size") || !strcmp(key, "session_max")) {
 		if (sbx_parse_size(s, &v) < 0 || v < 65536 || v > (1ull << 50))
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a size in 64K..1P", path, SBX_YAML_SHOW(s));
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a size in 64K..1P", path,
+					      SBX_YAML_SHOW(s));
 		*(key[0] == 'm' ? &a->max_size : &a->session_max) = v;
 		return 0;
 	}
 	if (sbx_parse_uint_max(s, 1000000, &v) < 0)
-		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a count of segments in 0..1000000", path, SBX_YAML_SHOW(s));
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a count of segments in 0..1000000", path,
+				      SBX_YAML_SHOW(s));
 	a->keep = (unsigned)v;
 	a->keep_set = 1;
 	return 0;
@@ -364,7 +377,9 @@ uint64_t sbx_hostconf_reserve(const struct sbx_hostconf_audit *a, uint64_t fs_by
 	if (a->reserve_set)
 		return a->reserve;
 	uint64_t pct = fs_bytes / 100 * SBX_AUDIT_RESERVE_PCT;
-	return pct < SBX_AUDIT_RESERVE_MIN ? SBX_AUDIT_RESERVE_MIN : pct > SBX_AUDIT_RESERVE_MAX ? SBX_AUDIT_RESERVE_MAX : pct;
+	return pct < SBX_AUDIT_RESERVE_MIN   ? SBX_AUDIT_RESERVE_MIN
+	       : pct > SBX_AUDIT_RESERVE_MAX ? SBX_AUDIT_RESERVE_MAX
+					     : pct;
 }
 
 /* templates.publishers: a sequence of tenant IDs. */
@@ -384,9 +399,11 @@ static int templates_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, vo
 		if (!s)
 			return -1;
 		if (!name_ok(s, strlen(s)) || !strcmp(s, "_") || !strcasecmp(s, "operator"))
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a tenant ID", path, SBX_YAML_SHOW(s));
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a tenant ID", path,
+					      SBX_YAML_SHOW(s));
 		if (hc->npublishers == SBX_PUBLISHERS_MAX)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d tenants", path, SBX_PUBLISHERS_MAX);
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d tenants", path,
+					      SBX_PUBLISHERS_MAX);
 		snprintf(hc->publishers[hc->npublishers++], sizeof hc->publishers[0], "%s", s);
 	}
 }
@@ -399,8 +416,8 @@ static int serve_user(struct sbx_yaml *c, const char *key, yaml_mark_t km, void 
 	if (!s)
 		return -1;
 	size_t kl = strlen(key);
-	if (!kl || kl >= sizeof sv->users[0].user || strspn(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != kl ||
-	    key[0] == '-')
+	if (!kl || kl >= sizeof sv->users[0].user ||
+	    strspn(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != kl || key[0] == '-')
 		return sbx_yaml_failm(c, km, "serve.users: '%s' is not a user name or uid", SBX_YAML_SHOW(key));
 	if (!name_ok(s, strlen(s)) || !strcmp(s, "_") || !strcasecmp(s, "operator"))
 		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a tenant ID", path, SBX_YAML_SHOW(s));
@@ -487,8 +504,7 @@ int sbx_hostconf_publisher(const struct sbx_hostconf *hc, const char *tenant)
 	return 0;
 }
 
-int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_hostconf *hc,
-		       struct sbx_err *err)
+int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_hostconf *hc, struct sbx_err *err)
 {
 	memset(hc, 0, sizeof *hc);
 	snprintf(hc->source, sizeof hc->source, "%s", name);
@@ -498,7 +514,7 @@ int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 		return -1;
 	}
 	int rc = -1;
-	static const char *const keys[] = { "audit",  "host_paths", "packages", "pool", "quotas",
+	static const char *const keys[] = { "audit",   "host_paths", "packages",  "pool", "quotas",
 					    "secrets", "serve",      "templates", NULL };
 	if (sbx_yaml_next(&c) < 0 || sbx_yaml_next(&c) < 0)
 		goto out;

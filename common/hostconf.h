@@ -67,7 +67,7 @@ struct sbx_quota_conf {
 /* packages: the package cache's host-side bounds (pkgcache.h). */
 struct sbx_hostconf_packages {
 	uint64_t cache_quota; /* bytes each cache scope (a tenant's, or the shared
-	                       * one) may keep; 0: not set (SBX_PKGCACHE_QUOTA_DEFAULT) */
+			       * one) may keep; 0: not set (SBX_PKGCACHE_QUOTA_DEFAULT) */
 };
 #define SBX_PUBLISHERS_MAX 64
 
@@ -156,6 +156,5 @@ int sbx_hostconf_load(struct sbx_hostconf *hc, struct sbx_err *err);
  * SBX_EXIT_INVALID, when it is not. */
 int sbx_hostconf_check(struct sbx_err *err);
 /* Parse n bytes (name used in messages) into hc, which is reset first. */
-int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_hostconf *hc,
-		       struct sbx_err *err);
+int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sbx_hostconf *hc, struct sbx_err *err);
 #endif

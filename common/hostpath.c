@@ -109,15 +109,13 @@ static bool kernel_fs(int fd)
 	case CGROUP2_SUPER_MAGIC:
 	case BPF_FS_MAGIC:
 	case EFIVARFS_MAGIC:
-	case PSTOREFS_MAGIC:
-		return true;
-	default:
-		return false;
+	case PSTOREFS_MAGIC: return true;
+	default: return false;
 	}
 }
 
 __attribute__((format(printf, 4, 5))) static int refuse(struct sbx_err *err, const char *key, const char *path,
-							  const char *fmt, ...)
+							const char *fmt, ...)
 {
 	char why[400];
 	va_list ap;
@@ -229,16 +227,18 @@ static int tenant_root(const char *tenant, const char *abs, const char *shown, u
 			continue;
 		int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0)
-			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "%s: %s: cannot open the root %s of host_paths.%s",
-					   key, shown, root, w ? "write" : "read");
+			return sbx_err_set(err, SBX_EXIT_INVALID, errno,
+					   "%s: %s: cannot open the root %s of host_paths.%s", key, shown, root,
+					   w ? "write" : "read");
 		const char *r = abs + strlen(root);
 		snprintf(rest, PATH_MAX, "%s", *r == '/' ? r + 1 : *r ? r : ".");
 		snprintf(root_out, PATH_MAX, "%s", root);
 		return fd;
 	}
-	return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-			   "%s: %s is not under a root that sbx.yaml lists in host_paths.%s for tenant %s (see sbx.yaml(5))",
-			   key, shown, w ? "write" : "read", tenant);
+	return sbx_err_set(
+		err, SBX_EXIT_INVALID, 0,
+		"%s: %s is not under a root that sbx.yaml lists in host_paths.%s for tenant %s (see sbx.yaml(5))", key,
+		shown, w ? "write" : "read", tenant);
 }
 
 static int resolve_fail(struct sbx_err *err, int e, const char *key, const char *shown)
@@ -252,8 +252,8 @@ static int resolve_fail(struct sbx_err *err, int e, const char *key, const char 
 	return sbx_err_set(err, SBX_EXIT_INVALID, e, "%s: cannot open %s", key, shown);
 }
 
-int sbx_hostpath_resolve(const char *tenant, const char *path, unsigned how, const char *key,
-			 struct sbx_hostpath *hp, struct sbx_err *err)
+int sbx_hostpath_resolve(const char *tenant, const char *path, unsigned how, const char *key, struct sbx_hostpath *hp,
+			 struct sbx_err *err)
 {
 	memset(hp, 0, sizeof *hp);
 	hp->dir_fd = -1;
@@ -365,8 +365,9 @@ int sbx_hostpath_env_ok(const char *tenant, const char *name, const char *key, s
 	for (unsigned i = 0; i < hc.paths.nenv; i++)
 		if (!strcmp(hc.paths.env_allow[i], name))
 			return 0;
-	return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-			   "%s: the environment variable %s is not listed in secrets.env_allow of sbx.yaml for tenant %s "
-			   "(see sbx.yaml(5))",
-			   key, name, tenant);
+	return sbx_err_set(
+		err, SBX_EXIT_INVALID, 0,
+		"%s: the environment variable %s is not listed in secrets.env_allow of sbx.yaml for tenant %s "
+		"(see sbx.yaml(5))",
+		key, name, tenant);
 }

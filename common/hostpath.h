@@ -47,10 +47,13 @@ struct sbx_hostpath {
 /* Resolve path for tenant (NULL or "": the operator) and check it.  key
  * names where the path came from in messages ("-v", "secrets.K.from_file",
  * "sbx-cp source").  Release with sbx_hostpath_close. */
-int sbx_hostpath_resolve(const char *tenant, const char *path, unsigned how, const char *key,
-			 struct sbx_hostpath *hp, struct sbx_err *err);
+int sbx_hostpath_resolve(const char *tenant, const char *path, unsigned how, const char *key, struct sbx_hostpath *hp,
+			 struct sbx_err *err);
 void sbx_hostpath_close(struct sbx_hostpath *hp);
-static inline void sbx_hostpath_closep(struct sbx_hostpath *hp) { sbx_hostpath_close(hp); }
+static inline void sbx_hostpath_closep(struct sbx_hostpath *hp)
+{
+	sbx_hostpath_close(hp);
+}
 #define _cleanup_hostpath_ __attribute__((cleanup(sbx_hostpath_closep)))
 
 /* Open hp's path, or sub (a relative path without ".." or NULL) below it,

@@ -116,11 +116,16 @@ static int add(struct plan *p, const char *src, const char *dst, mode_t want, in
 	if (fstat(fd, &st) < 0 || (st.st_mode & S_IFMT) != want) {
 		close(fd);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "%s is not a %s", src,
-				   want == S_IFREG ? "regular file" : want == S_IFDIR ? "directory"
-				   : want == S_IFCHR ? "character device" : "socket");
+				   want == S_IFREG   ? "regular file"
+				   : want == S_IFDIR ? "directory"
+				   : want == S_IFCHR ? "character device"
+						     : "socket");
 	}
 	struct bind *b = &p->b[p->n++];
-	*b = (struct bind){ .fd = fd, .dir = S_ISDIR(st.st_mode), .rw = !!(flags & RW), .exec = !!(flags & EXEC),
+	*b = (struct bind){ .fd = fd,
+			    .dir = S_ISDIR(st.st_mode),
+			    .rw = !!(flags & RW),
+			    .exec = !!(flags & EXEC),
 			    .dev = S_ISCHR(st.st_mode) };
 	snprintf(b->dst, sizeof b->dst, "%s", dst);
 	return 0;
@@ -227,7 +232,8 @@ static int plan_host(struct plan *p, const struct sbx_vm_config *c, uid_t id, st
 			   give(p, p->n - 1, id, err) < 0))
 		return -1;
 	for (unsigned i = 0; i < c->nvols && i < 8; i++)
-		if (add(p, c->vol_path[i], vol_names[i], S_IFREG, OWN | (c->vol_rw_mask & (1u << i) ? RW : 0), err) < 0 ||
+		if (add(p, c->vol_path[i], vol_names[i], S_IFREG, OWN | (c->vol_rw_mask & (1u << i) ? RW : 0), err) <
+			    0 ||
 		    give(p, p->n - 1, id, err) < 0)
 			return -1;
 	/* Only the agent socket and the console log of the session's runtime
@@ -386,8 +392,8 @@ static int drop_privileges(uid_t id, const struct sbx_vm_config *c, int parent_p
 	/* Trust, but verify: no way back to root, no capability anywhere. */
 	uid_t r, e, s;
 	gid_t gr, ge, gs;
-	if (getresuid(&r, &e, &s) < 0 || getresgid(&gr, &ge, &gs) < 0 || r != id || e != id || s != id ||
-	    gr != id || ge != id || gs != id || setresuid(0, 0, 0) == 0 || !caps_none())
+	if (getresuid(&r, &e, &s) < 0 || getresgid(&gr, &ge, &gs) < 0 || r != id || e != id || s != id || gr != id ||
+	    ge != id || gs != id || setresuid(0, 0, 0) == 0 || !caps_none())
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "privileges are still held after dropping them");
 	return 0;
 }
@@ -463,9 +469,9 @@ static int build_allows(int nr)
 
 static int build_softens(int nr)
 {
-	static const int soft[] = { SCMP_SYS(mount),   SCMP_SYS(umount2), SCMP_SYS(pivot_root), SCMP_SYS(unshare),
-				    SCMP_SYS(setns),   SCMP_SYS(fsopen),  SCMP_SYS(fsmount),	SCMP_SYS(move_mount),
-				    SCMP_SYS(open_tree) };
+	static const int soft[] = { SCMP_SYS(mount),   SCMP_SYS(umount2),    SCMP_SYS(pivot_root),
+				    SCMP_SYS(unshare), SCMP_SYS(setns),      SCMP_SYS(fsopen),
+				    SCMP_SYS(fsmount), SCMP_SYS(move_mount), SCMP_SYS(open_tree) };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(soft); i++)
 		if (soft[i] == nr)
 			return 1;
@@ -504,8 +510,8 @@ static int filter(int build, struct sbx_err *err)
 	/* Namespaces through clone(): one rule per flag (a rule's comparisons
 	 * all must hold).  clone3 hides its flags in memory seccomp cannot
 	 * read, so it answers ENOSYS and libc falls back to clone. */
-	static const unsigned long ns_flags[] = { CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
-						  CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWCGROUP, CLONE_NEWTIME };
+	static const unsigned long ns_flags[] = { CLONE_NEWNS,  CLONE_NEWUSER, CLONE_NEWPID,    CLONE_NEWNET,
+						  CLONE_NEWUTS, CLONE_NEWIPC,  CLONE_NEWCGROUP, CLONE_NEWTIME };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(ns_flags) && rc == 0; i++)
 		rc = seccomp_rule_add(ctx, build ? SCMP_ACT_ERRNO(EPERM) : SCMP_ACT_KILL_PROCESS, SCMP_SYS(clone), 1,
 				      SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
@@ -574,7 +580,8 @@ int sbx_jail_namespaces(const char *hostname, struct sbx_err *err)
 	 * resolves, and no host mount stays referenced from here (a copy of
 	 * the host's table would hold every mount of the moment, other
 	 * sessions' included, and show their paths in our mountinfo). */
-	if (mount("sbx-empty", STAGE, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=1,mode=0555") < 0 ||
+	if (mount("sbx-empty", STAGE, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		  "size=4k,nr_inodes=1,mode=0555") < 0 ||
 	    chdir(STAGE) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make an empty root");
 	if (hostname && sethostname(hostname, strlen(hostname)) < 0)
@@ -650,9 +657,12 @@ int sbx_jail_system_root(struct sbx_err *err)
 	 * /proc/self/task, cannot run: the proxy ends with _exit
 	 * (proxy/main.c), as the monitor's unprivileged half does.  /var,
 	 * /home, /tmp, /dev, /srv and every other mount are not there. */
-	static const struct { const char *name; int exec; } keep[] = {
-		{ "etc", 0 },	 { "usr", 1 },	 { "bin", 1 },	  { "sbin", 1 },
-		{ "lib", 1 },	 { "lib32", 1 }, { "lib64", 1 },  { "libx32", 1 },
+	static const struct {
+		const char *name;
+		int exec;
+	} keep[] = {
+		{ "etc", 0 }, { "usr", 1 },   { "bin", 1 },   { "sbin", 1 },
+		{ "lib", 1 }, { "lib32", 1 }, { "lib64", 1 }, { "libx32", 1 },
 	};
 	keep_reports();
 	if (private_ns(err) < 0)

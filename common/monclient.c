@@ -207,8 +207,7 @@ int sbx_mon_loop(struct sbx_mon *m, unsigned timeout_ms, sbx_mon_frame_fn on_fra
 	}
 }
 
-int sbx_mon_call(struct sbx_mon *m, unsigned timeout_ms, sbx_mon_frame_fn on_frame, void *ctx,
-		 struct sbx_err *err)
+int sbx_mon_call(struct sbx_mon *m, unsigned timeout_ms, sbx_mon_frame_fn on_frame, void *ctx, struct sbx_err *err)
 {
 	if (sbx_mon_send(m, -1) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot send to the session's monitor");

@@ -39,7 +39,7 @@ enum sbx_mon_fail {
  * as the socket takes it. */
 struct sbx_mon {
 	int fd;
-	uint32_t max;        /* largest frame payload accepted; 0: SBX_FRAME_MAX */
+	uint32_t max; /* largest frame payload accepted; 0: SBX_FRAME_MAX */
 	struct sbx_buf in, out;
 	size_t out_off;
 	enum sbx_mon_fail fail;
@@ -82,8 +82,7 @@ struct sbx_mon_fds {
 int sbx_mon_loop(struct sbx_mon *m, unsigned timeout_ms, sbx_mon_frame_fn on_frame, const struct sbx_mon_fds *fds,
 		 void *ctx, struct sbx_err *err);
 /* One call: send what is in m->out, then sbx_mon_loop without other fds. */
-int sbx_mon_call(struct sbx_mon *m, unsigned timeout_ms, sbx_mon_frame_fn on_frame, void *ctx,
-		 struct sbx_err *err);
+int sbx_mon_call(struct sbx_mon *m, unsigned timeout_ms, sbx_mon_frame_fn on_frame, void *ctx, struct sbx_err *err);
 
 /* The next frame, whatever its type, within timeout_ms: *f with its
  * payload copied into buf (one over cap is garbage).  -1 as sbx_mon_loop. */

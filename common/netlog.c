@@ -52,13 +52,14 @@ static void tally(json_t *o, const char *key, const char *what, json_int_t n)
 		return;
 	size_t i;
 	json_t *v;
-	json_array_foreach(first, i, v) if (!strcmp(json_string_value(v), what)) return;
+	json_array_foreach (first, i, v)
+		if (!strcmp(json_string_value(v), what))
+			return;
 	json_array_append_new(first, json_string(what));
 }
 
 /* The lines of name from off on, each a JSON object, to fn. */
-static void scan_log(int dfd, const char *name, uint64_t off, json_t *acc,
-		     void (*fn)(json_t *acc, json_t *line))
+static void scan_log(int dfd, const char *name, uint64_t off, json_t *acc, void (*fn)(json_t *acc, json_t *line))
 {
 	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
@@ -108,8 +109,8 @@ static void pkg_line(json_t *acc, json_t *o)
 
 json_t *sbx_netlog_violations(int dfd, uint64_t net_off, uint64_t pkg_off)
 {
-	json_t *acc = json_pack("{s:{s:i, s:[]}, s:{s:i, s:[]}, s:{s:i, s:[]}}", "egress", "denied", 0, "first",
-				"dns", "denied", 0, "first", "packages", "refused", 0, "first");
+	json_t *acc = json_pack("{s:{s:i, s:[]}, s:{s:i, s:[]}, s:{s:i, s:[]}}", "egress", "denied", 0, "first", "dns",
+				"denied", 0, "first", "packages", "refused", 0, "first");
 	if (!acc || dfd < 0)
 		return acc;
 	scan_log(dfd, "net.log", net_off, acc, net_line);

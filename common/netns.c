@@ -198,8 +198,10 @@ static int load_ruleset(uint64_t rate, char *why, size_t n)
 	if (rc) {
 		const char *e = nft_ctx_get_error_buffer(nft);
 		errno = 0;
-		fail(why, n, "cannot load the session's nftables ruleset (does the host kernel have nf_tables "
-			     "and nf_nat?): %.300s", e ? e : "");
+		fail(why, n,
+		     "cannot load the session's nftables ruleset (does the host kernel have nf_tables "
+		     "and nf_nat?): %.300s",
+		     e ? e : "");
 	}
 	nft_ctx_free(nft);
 	return rc ? -1 : 0;
@@ -410,7 +412,7 @@ static int proxy_wait_ready(int fd, pid_t p, int pidfd, struct sbx_err *err)
 		char *end;
 		long code = strtol(buf + 1, &end, 10);
 		end[strcspn(end, "\n")] = 0; /* the first message: a second half may say why too */
-		sbx_text_clean(end); /* the proxy's bytes, on their way to a terminal */
+		sbx_text_clean(end);         /* the proxy's bytes, on their way to a terminal */
 		if (*end == ' ' && code > 0 && code < 256)
 			return sbx_err_set(err, (int)code, 0, "the session's proxy did not start: %s", end + 1);
 	}
@@ -421,8 +423,8 @@ static int proxy_wait_ready(int fd, pid_t p, int pidfd, struct sbx_err *err)
 	if (waitpid(p, &st, WNOHANG) != p)
 		st = 0;
 	else if (WIFSIGNALED(st))
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the session's proxy was killed by signal %d as it started",
-				   WTERMSIG(st));
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+				   "the session's proxy was killed by signal %d as it started", WTERMSIG(st));
 	else if (WEXITSTATUS(st) == 126)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot start the session's proxy");
 	else if (WEXITSTATUS(st) == 127)
@@ -430,8 +432,8 @@ static int proxy_wait_ready(int fd, pid_t p, int pidfd, struct sbx_err *err)
 	return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the session's proxy ended as it started");
 }
 
-int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd,
-			  uint64_t *start, int *busy_fd, struct sbx_err *err)
+int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd, uint64_t *start,
+			  int *busy_fd, struct sbx_err *err)
 {
 	/* Beside the running monitor (libexec/sbx), else where the commands
 	 * look for helpers. */
@@ -479,8 +481,8 @@ int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd,
 			if (dup2(hi[i], 3 + i) < 0)
 				_exit(126);
 		close_range(9, ~0u, 0);
-		execl(path, "sbx-proxy", "--id", id, "--tcp-fd", "3", "--dns-udp-fd", "4", "--dns-tcp-fd", "5", "--pkg-fd",
-		      "6", "--busy-fd", "7", "--ready-fd", "8", (char *)NULL);
+		execl(path, "sbx-proxy", "--id", id, "--tcp-fd", "3", "--dns-udp-fd", "4", "--dns-tcp-fd", "5",
+		      "--pkg-fd", "6", "--busy-fd", "7", "--ready-fd", "8", (char *)NULL);
 		dprintf(2, "cannot execute %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}

@@ -23,7 +23,10 @@
  * snapshot or resumed from suspend finds its gateway in a fresh namespace
  * at the address its ARP cache holds (a random one would leave it sending
  * to the old TAP's address until the entry went stale, up to a minute). */
-#define SBX_NET_GW_MAC { 0x02, 0x73, 0x62, 0x78, 0x00, 0x02 }
+#define SBX_NET_GW_MAC                                                                                                 \
+	{                                                                                                              \
+		0x02, 0x73, 0x62, 0x78, 0x00, 0x02                                                                     \
+	}
 #define SBX_NET_GW "10.0.2.2"
 #define SBX_NET_GUEST "10.0.2.15"
 #define SBX_NET_PREFIX 24
@@ -69,8 +72,8 @@ void sbx_netns_close(struct sbx_netns *n);
  * the start time and busy_fd, the pipe's read end (O_NONBLOCK,
  * O_CLOEXEC). */
 #define SBX_PROXY_START_TIMEOUT_S 10
-int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd,
-			  uint64_t *start, int *busy_fd, struct sbx_err *err);
+int sbx_netns_spawn_proxy(const char *id, const struct sbx_netns *n, int log_fd, int *pid, int *pidfd, uint64_t *start,
+			  int *busy_fd, struct sbx_err *err);
 /* What the proxy says on that pipe, for the idle policy (a session with a
  * connection open is not idle): one byte each time a half of the proxy
  * goes from no connection open (TCP, DNS over TCP, the package cache) to

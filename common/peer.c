@@ -57,7 +57,8 @@ int sbx_peer_check(int sock, struct sbx_err *err)
 	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &sl) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the peer's credentials");
 	if (cr.uid != geteuid())
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "peer uid %u is not %u", (unsigned)cr.uid, (unsigned)geteuid());
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "peer uid %u is not %u", (unsigned)cr.uid,
+				   (unsigned)geteuid());
 	if (cr.pid <= 0) /* in a PID namespace we do not see */
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "the peer's process is not visible here");
 	_cleanup_close_ int pfd = peer_pidfd(sock, cr.pid);

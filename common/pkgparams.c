@@ -15,7 +15,7 @@ void sbx_pkgcache_guest_params(const struct sbx_limit_packages *k, char *buf, si
 	/* k->policy is held to [A-Za-z0-9._-] when the record is made. */
 	if (k->mode == SBX_PKG_ALLOWLIST)
 		snprintf(buf, n, "sbx.pkg=" SBX_PKGCACHE_BASE " sbx.pkgpolicy=%s sbx.pkgreg=%u,%u",
-		         k->policy[0] ? k->policy : "defaults", np, nn);
+			 k->policy[0] ? k->policy : "defaults", np, nn);
 	else
 		snprintf(buf, n, "sbx.pkg=offline sbx.pkgpolicy=%s", k->policy[0] ? k->policy : "defaults");
 }

@@ -22,7 +22,6 @@
 
 #include "util.h"
 
-
 /* Longest scalar the schema can use (a URL); longer ones are refused
  * before any copying or quoting in messages. */
 #define SCALAR_MAX 1024
@@ -91,7 +90,8 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 				memcpy(f, &i, sizeof i);
 				return 0;
 			}
-		return sbx_policy_whyf(why, n, "'%s' is not one of: %s, %s", SBX_YAML_SHOW(s), k->enums[0], k->enums[1]);
+		return sbx_policy_whyf(why, n, "'%s' is not one of: %s, %s", SBX_YAML_SHOW(s), k->enums[0],
+				       k->enums[1]);
 	case K_U32: r = sbx_parse_uint(s, &v); break;
 	case K_SIZE: r = sbx_parse_size(s, &v); break;
 	case K_DUR: r = sbx_parse_duration_ms(s, &v); break;
@@ -115,7 +115,7 @@ static int set_scalar(const struct key *k, void *obj, const char *s, char *why, 
 		fmt_val(lo, sizeof lo, k->kind, k->min);
 		fmt_val(hi, sizeof hi, k->kind, k->max);
 		return sbx_policy_whyf(why, n, "'%s' is out of range (%s..%s%s)", SBX_YAML_SHOW(s), lo, hi,
-		                       k->flags & F_ZERO ? ", or 0" : "");
+				       k->flags & F_ZERO ? ", or 0" : "");
 	}
 	if ((k->flags & F_MIB) && v % MIB)
 		return sbx_policy_whyf(why, n, "'%s' is not a whole number of MiB", SBX_YAML_SHOW(s));
@@ -197,7 +197,7 @@ static bool conflict(uint64_t lo, uint64_t hi, bool zero_is_none)
 	if (!zero_is_none)
 		return lo > hi;
 	if (hi == 0)
-		return false; /* no maximum */
+		return false;      /* no maximum */
 	return lo == 0 || lo > hi; /* "none" exceeds any maximum */
 }
 
@@ -234,9 +234,17 @@ static int v_pids(struct sbx_yaml *c, void *obj, const char *path)
 }
 
 static const struct key timeout_keys[] = {
-	{ .name = "default", .kind = K_DUR, .off = P(resources.exec_timeout_default_ms), .min = 1, .max = 30 * DAY,
+	{ .name = "default",
+	  .kind = K_DUR,
+	  .off = P(resources.exec_timeout_default_ms),
+	  .min = 1,
+	  .max = 30 * DAY,
 	  .flags = F_ZERO },
-	{ .name = "max", .kind = K_DUR, .off = P(resources.exec_timeout_max_ms), .min = 1, .max = 30 * DAY,
+	{ .name = "max",
+	  .kind = K_DUR,
+	  .off = P(resources.exec_timeout_max_ms),
+	  .min = 1,
+	  .max = 30 * DAY,
 	  .flags = F_ZERO },
 };
 
@@ -254,23 +262,38 @@ static int v_exec_timeout(struct sbx_yaml *c, void *obj, const char *path)
 
 static const struct key resources_keys[] = {
 	{ .name = "vcpus", .kind = K_U32, .off = P(resources.vcpus), .min = 1, .max = 64 },
-	{ .name = "memory", .kind = K_SIZE, .off = P(resources.memory), .min = 64 * MIB, .max = 64 * GIB,
+	{ .name = "memory",
+	  .kind = K_SIZE,
+	  .off = P(resources.memory),
+	  .min = 64 * MIB,
+	  .max = 64 * GIB,
 	  .flags = F_MIB },
 	{ .name = "disk", .kind = K_SIZE, .off = P(resources.disk), .min = 16 * MIB, .max = TIB },
 	{ .name = "cpu_limit", .kind = K_CPU, .off = P(resources.cpu_limit_milli), .min = 50, .max = 64000 },
 	{ .name = "pids", .kind = K_FN, .fn = v_pids },
-	{ .name = "exec_memory", .kind = K_SIZE, .off = P(resources.exec_memory), .min = MIB, .max = 64 * GIB,
+	{ .name = "exec_memory",
+	  .kind = K_SIZE,
+	  .off = P(resources.exec_memory),
+	  .min = MIB,
+	  .max = 64 * GIB,
 	  .flags = F_ZERO },
 	{ .name = "exec_timeout", .kind = K_FN, .fn = v_exec_timeout },
 	{ .name = "ttl", .kind = K_DUR, .off = P(resources.ttl_ms), .min = 1, .max = 30 * DAY, .flags = F_ZERO },
 	{ .name = "output_cap", .kind = K_SIZE, .off = P(resources.output_cap), .min = 0, .max = 16 * GIB },
-	{ .name = "output_session_cap", .kind = K_SIZE, .off = P(resources.output_session_cap), .min = 0,
-	  .max = TIB },
+	{ .name = "output_session_cap", .kind = K_SIZE, .off = P(resources.output_session_cap), .min = 0, .max = TIB },
 	{ .name = "require_kvm", .kind = K_BOOL, .off = P(resources.require_kvm) },
 	/* The floors keep a session bootable and its agent answering. */
-	{ .name = "disk_bps", .kind = K_SIZE, .off = P(resources.disk_bps), .min = MIB, .max = 64 * GIB,
+	{ .name = "disk_bps",
+	  .kind = K_SIZE,
+	  .off = P(resources.disk_bps),
+	  .min = MIB,
+	  .max = 64 * GIB,
 	  .flags = F_ZERO },
-	{ .name = "disk_iops", .kind = K_U32, .off = P(resources.disk_iops), .min = 10, .max = 1000000,
+	{ .name = "disk_iops",
+	  .kind = K_U32,
+	  .off = P(resources.disk_iops),
+	  .min = 10,
+	  .max = 1000000,
 	  .flags = F_ZERO },
 };
 
@@ -327,8 +350,11 @@ static int c_path(const char *s, char *out, size_t size, char *why, size_t whyn)
 	return 0;
 }
 
-#define K_STRING(n, type, field, fn) \
-	{ .name = (n), .kind = K_STR, .off = offsetof(type, field), .size = sizeof(((type *)0)->field), .check = (fn) }
+#define K_STRING(n, type, field, fn)                                                                                   \
+	{                                                                                                              \
+		.name = (n), .kind = K_STR, .off = offsetof(type, field), .size = sizeof(((type *)0)->field),          \
+		.check = (fn)                                                                                          \
+	}
 
 static int v_cidr(struct sbx_yaml *c, void *obj, const char *path)
 {
@@ -418,7 +444,7 @@ static int v_network(struct sbx_yaml *c, void *obj, const char *path)
 		return sbx_yaml_failm(c, marks[1], "network.allow is set but network.egress is not allowlist");
 	if (p->network.egress == SBX_EGRESS_ALLOWLIST && !p->network.nallow)
 		return sbx_yaml_failm(c, seen & BIT(network_keys, "allow") ? marks[1] : m,
-			     "network.egress is allowlist but network.allow is empty");
+				      "network.egress is allowlist but network.allow is empty");
 	return 0;
 }
 
@@ -427,11 +453,11 @@ static int v_network(struct sbx_yaml *c, void *obj, const char *path)
 const char *const sbx_policy_registry_names[] = { "pypi", "npm", NULL };
 
 static const struct key registry_keys[] = {
-    {.name = "type",
-     .kind = K_ENUM,
-     .off = offsetof(struct sbx_policy_registry, type),
-     .enums = sbx_policy_registry_names},
-    K_STRING("url", struct sbx_policy_registry, url, c_url),
+	{ .name = "type",
+	  .kind = K_ENUM,
+	  .off = offsetof(struct sbx_policy_registry, type),
+	  .enums = sbx_policy_registry_names },
+	K_STRING("url", struct sbx_policy_registry, url, c_url),
 };
 
 static int registry_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
@@ -471,7 +497,7 @@ static int v_packages(struct sbx_yaml *c, void *obj, const char *path)
 		return sbx_yaml_failm(c, marks[1], "packages.registries is set but packages.mode is not allowlist");
 	if (p->packages.mode == SBX_PKG_ALLOWLIST && !p->packages.nregistries)
 		return sbx_yaml_failm(c, seen & BIT(packages_keys, "registries") ? marks[1] : m,
-			     "packages.mode is allowlist but packages.registries is empty");
+				      "packages.mode is allowlist but packages.registries is empty");
 	return 0;
 }
 
@@ -599,8 +625,8 @@ static int fwd_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
 	p->ports.hi[i] = (uint16_t)hi;
 	return 0;
 bad:
-	return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a port (1..65535) or a range of them (LOW-HIGH)", path,
-		     SBX_YAML_SHOW(s));
+	return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a port (1..65535) or a range of them (LOW-HIGH)",
+			      path, SBX_YAML_SHOW(s));
 }
 
 static int v_fwd_ports(struct sbx_yaml *c, void *obj, const char *path)
@@ -627,9 +653,17 @@ bool sbx_policy_port_allowed(const struct sbx_policy *p, unsigned port, const ch
 const char *const sbx_policy_ttl_counts_names[] = { "wall", "running", NULL };
 
 static const struct key lifecycle_keys[] = {
-	{ .name = "idle_pause", .kind = K_DUR, .off = P(lifecycle.idle_pause_ms), .min = SEC, .max = 30 * DAY,
+	{ .name = "idle_pause",
+	  .kind = K_DUR,
+	  .off = P(lifecycle.idle_pause_ms),
+	  .min = SEC,
+	  .max = 30 * DAY,
 	  .flags = F_ZERO },
-	{ .name = "idle_suspend", .kind = K_DUR, .off = P(lifecycle.idle_suspend_ms), .min = SEC, .max = 30 * DAY,
+	{ .name = "idle_suspend",
+	  .kind = K_DUR,
+	  .off = P(lifecycle.idle_suspend_ms),
+	  .min = SEC,
+	  .max = 30 * DAY,
 	  .flags = F_ZERO },
 	{ .name = "ttl_counts", .kind = K_ENUM, .off = P(lifecycle.ttl_counts), .enums = sbx_policy_ttl_counts_names },
 };
@@ -650,10 +684,11 @@ static int v_lifecycle(struct sbx_yaml *c, void *obj, const char *path)
 		char a[32], b[32];
 		sbx_fmt_duration(a, sizeof a, ip);
 		sbx_fmt_duration(b, sizeof b, is);
-		return sbx_yaml_failm(c, m,
-				      "%s.idle_pause (%s) must be shorter than %s.idle_suspend (%s): a session is paused "
-				      "first, then suspended",
-				      path, a, path, b);
+		return sbx_yaml_failm(
+			c, m,
+			"%s.idle_pause (%s) must be shorter than %s.idle_suspend (%s): a session is paused "
+			"first, then suspended",
+			path, a, path, b);
 	}
 	return 0;
 }
@@ -681,7 +716,7 @@ static int parse_stream(struct sbx_yaml *c, struct sbx_policy *p)
 		/* a bare "---": the defaults */
 	} else if (c->ev.type != YAML_MAPPING_START_EVENT) {
 		return sbx_yaml_failm(c, c->ev.start_mark, "a policy is a mapping (of resources, network, ...), not %s",
-			     sbx_yaml_kind(&c->ev));
+				      sbx_yaml_kind(&c->ev));
 	} else if (parse_map(c, "", root_keys, SBX_ARRAY_LEN(root_keys), p, NULL, NULL) < 0) {
 		return -1;
 	}

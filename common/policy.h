@@ -131,8 +131,8 @@ struct sbx_policy {
 		uint64_t size;         /* a new workspace's disk, bytes */
 		uint64_t retention_ms; /* idle this long, sbx-gc removes it */
 	} workspace;
-	struct { /* ports: the guest ports sbx-port may forward */
-		bool set;  /* the policy says (else: any for the operator, none for a tenant) */
+	struct {            /* ports: the guest ports sbx-port may forward */
+		bool set;   /* the policy says (else: any for the operator, none for a tenant) */
 		unsigned n; /* set and n == 0: none */
 		uint16_t lo[SBX_POLICY_FWD_MAX], hi[SBX_POLICY_FWD_MAX];
 	} ports;

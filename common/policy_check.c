@@ -26,17 +26,19 @@ int sbx_policy_check_domain(const char *s, bool wild_ok, char *out, size_t outn,
 		size_t ll = strcspn(l, ".");
 		if (ll < 1 || ll > 63)
 			return sbx_policy_whyf(why, n,
-			                       "domain '%s' has a label that is empty or longer than 63 characters",
-			                       SBX_YAML_SHOW(s));
+					       "domain '%s' has a label that is empty or longer than 63 characters",
+					       SBX_YAML_SHOW(s));
 		numeric = true;
 		for (size_t i = 0; i < ll; i++) {
 			char ch = l[i];
 			bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
 			if (!alnum && ch != '-')
-				return sbx_policy_whyf(why, n, "domain '%s' may hold only letters, digits, '-' and '.'%s", SBX_YAML_SHOW(s),
-					    wild_ok ? " (and a leading '*.')" : "");
+				return sbx_policy_whyf(why, n,
+						       "domain '%s' may hold only letters, digits, '-' and '.'%s",
+						       SBX_YAML_SHOW(s), wild_ok ? " (and a leading '*.')" : "");
 			if (ch == '-' && (i == 0 || i == ll - 1))
-				return sbx_policy_whyf(why, n, "domain '%s' has a label that starts or ends with '-'", SBX_YAML_SHOW(s));
+				return sbx_policy_whyf(why, n, "domain '%s' has a label that starts or ends with '-'",
+						       SBX_YAML_SHOW(s));
 			if (!(ch >= '0' && ch <= '9'))
 				numeric = false;
 		}
@@ -48,7 +50,8 @@ int sbx_policy_check_domain(const char *s, bool wild_ok, char *out, size_t outn,
 	if (labels < 2)
 		return sbx_policy_whyf(why, n, "domain '%s' needs at least two labels", SBX_YAML_SHOW(s));
 	if (numeric)
-		return sbx_policy_whyf(why, n, "domain '%s' ends in a numeric label (use cidr for addresses)", SBX_YAML_SHOW(s));
+		return sbx_policy_whyf(why, n, "domain '%s' ends in a numeric label (use cidr for addresses)",
+				       SBX_YAML_SHOW(s));
 	for (size_t i = 0; i <= len; i++)
 		out[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] - 'A' + 'a' : s[i]);
 	return 0;
@@ -72,7 +75,8 @@ int sbx_policy_check_cidr(const char *s, struct sbx_policy_rule *r, char *why, s
 		return sbx_policy_whyf(why, n, "'%s' is not an IPv4 or IPv6 address block", SBX_YAML_SHOW(s));
 	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 	if (r->family == AF_INET6 && !memcmp(r->addr, mapped, sizeof mapped))
-		return sbx_policy_whyf(why, n, "'%s' is an IPv4-mapped address (write the IPv4 form)", SBX_YAML_SHOW(s));
+		return sbx_policy_whyf(why, n, "'%s' is an IPv4-mapped address (write the IPv4 form)",
+				       SBX_YAML_SHOW(s));
 	uint64_t pfx = bits;
 	if (slash && (sbx_parse_uint(slash + 1, &pfx) < 0 || pfx > bits))
 		return sbx_policy_whyf(why, n, "'%s' has a bad prefix length (0..%u)", SBX_YAML_SHOW(s), bits);
@@ -96,7 +100,8 @@ int sbx_policy_check_url(const char *s, char *why, size_t n)
 	else
 		return sbx_policy_whyf(why, n, "'%s' is not an http:// or https:// URL", SBX_YAML_SHOW(s));
 	if (strlen(s) >= SBX_POLICY_URL_LEN)
-		return sbx_policy_whyf(why, n, "URL '%s' is longer than %d bytes", SBX_YAML_SHOW(s), SBX_POLICY_URL_LEN - 1);
+		return sbx_policy_whyf(why, n, "URL '%s' is longer than %d bytes", SBX_YAML_SHOW(s),
+				       SBX_POLICY_URL_LEN - 1);
 	size_t auth = strcspn(p, "/");
 	if (memchr(p, '@', auth))
 		return sbx_policy_whyf(why, n, "URL '%s' carries user info", SBX_YAML_SHOW(s));
@@ -145,12 +150,13 @@ int sbx_policy_check_url(const char *s, char *why, size_t n)
 		return sbx_policy_whyf(why, n, "URL '%s' has a bad host", SBX_YAML_SHOW(s));
 	for (const char *q = after; *q; q++) {
 		if (*q == '%') {
-			if (!strchr("0123456789abcdefABCDEF", q[1]) || !q[1] || !strchr("0123456789abcdefABCDEF", q[2]) ||
-			    !q[2])
+			if (!strchr("0123456789abcdefABCDEF", q[1]) || !q[1] ||
+			    !strchr("0123456789abcdefABCDEF", q[2]) || !q[2])
 				return sbx_policy_whyf(why, n, "URL '%s' has a bad %%-escape", SBX_YAML_SHOW(s));
 		} else if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
 			     strchr("-._~!$&'()*+,;=:@/", *q))) {
-			return sbx_policy_whyf(why, n, "URL '%s' has a character not allowed in a registry path", SBX_YAML_SHOW(s));
+			return sbx_policy_whyf(why, n, "URL '%s' has a character not allowed in a registry path",
+					       SBX_YAML_SHOW(s));
 		}
 	}
 	return 0;
@@ -163,13 +169,15 @@ int sbx_policy_check_path(const char *s, char *why, size_t n)
 	if (s[0] != '/')
 		return sbx_policy_whyf(why, n, "'%s' is not an absolute path", SBX_YAML_SHOW(s));
 	if (strlen(s) >= SBX_POLICY_PATH_LEN)
-		return sbx_policy_whyf(why, n, "'%s' is longer than %d bytes", SBX_YAML_SHOW(s), SBX_POLICY_PATH_LEN - 1);
+		return sbx_policy_whyf(why, n, "'%s' is longer than %d bytes", SBX_YAML_SHOW(s),
+				       SBX_POLICY_PATH_LEN - 1);
 	if (!s[1])
 		return 0;
 	for (const char *c = s + 1;; c++) {
 		size_t l = strcspn(c, "/");
 		if (!l)
-			return sbx_policy_whyf(why, n, "'%s' is not normalized (empty component or trailing '/')", SBX_YAML_SHOW(s));
+			return sbx_policy_whyf(why, n, "'%s' is not normalized (empty component or trailing '/')",
+					       SBX_YAML_SHOW(s));
 		if ((l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.'))
 			return sbx_policy_whyf(why, n, "'%s' is not normalized ('.' or '..')", SBX_YAML_SHOW(s));
 		c += l;

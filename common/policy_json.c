@@ -18,7 +18,7 @@ int sbx_policy_ports_from_json(json_t *o, struct sbx_policy *p, struct sbx_err *
 		return 0;
 	if (!json_is_array(a) || json_array_size(a) > SBX_POLICY_FWD_MAX)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the policy's ports are malformed");
-	json_array_foreach(a, i, e) {
+	json_array_foreach (a, i, e) {
 		json_t *f = json_object_get(e, "from"), *t = json_object_get(e, "to");
 		json_int_t lo = json_integer_value(f), hi = json_integer_value(t);
 		if (!json_is_object(e) || json_object_size(e) != 2 || !json_is_integer(f) || !json_is_integer(t) ||
@@ -38,7 +38,8 @@ static json_t *fwd_json(const struct sbx_policy *p)
 		return json_null();
 	json_t *a = json_array();
 	for (unsigned i = 0; a && i < p->ports.n; i++)
-		json_array_append_new(a, json_pack("{s:i, s:i}", "from", (int)p->ports.lo[i], "to", (int)p->ports.hi[i]));
+		json_array_append_new(a,
+				      json_pack("{s:i, s:i}", "from", (int)p->ports.lo[i], "to", (int)p->ports.hi[i]));
 	return a;
 }
 
@@ -88,7 +89,7 @@ int sbx_policy_network_from_json(json_t *o, struct sbx_policy *p, struct sbx_err
 	p->network.max_connections = (unsigned)json_integer_value(mc);
 	p->network.max_bytes = (uint64_t)json_integer_value(mb);
 	p->network.nallow = 0;
-	json_array_foreach(allow, i, r) {
+	json_array_foreach (allow, i, r) {
 		struct sbx_policy_rule *rule = &p->network.allow[p->network.nallow];
 		const char *d = json_string_value(json_object_get(r, "domain"));
 		const char *c = json_string_value(json_object_get(r, "cidr"));
@@ -101,7 +102,7 @@ int sbx_policy_network_from_json(json_t *o, struct sbx_policy *p, struct sbx_err
 		if ((d && sbx_policy_check_domain(d, true, rule->domain, sizeof rule->domain, why, sizeof why) < 0) ||
 		    (c && sbx_policy_check_cidr(c, rule, why, sizeof why) < 0))
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "network.allow[%zu]: %s", i, why);
-		json_array_foreach(ports, j, pv) {
+		json_array_foreach (ports, j, pv) {
 			json_int_t v = json_integer_value(pv);
 			if (!json_is_integer(pv) || v < 1 || v > 65535)
 				return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "network.allow[%zu] has a bad port", i);
@@ -121,34 +122,37 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 	for (unsigned i = 0; allow && i < p->network.nallow; i++)
 		json_array_append_new(allow, rule_json(&p->network.allow[i]));
 	for (unsigned i = 0; regs && i < p->packages.nregistries; i++)
-		json_array_append_new(regs, json_pack("{s:s, s:s}", "type", sbx_policy_registry_names[p->packages.registries[i].type],
-						      "url", p->packages.registries[i].url));
+		json_array_append_new(regs, json_pack("{s:s, s:s}", "type",
+						      sbx_policy_registry_names[p->packages.registries[i].type], "url",
+						      p->packages.registries[i].url));
 	for (unsigned i = 0; secrets && i < p->nsecrets; i++) {
 		const struct sbx_policy_secret *s = &p->secrets[i];
-		json_array_append_new(secrets, json_pack("{s:s, s:s}", "name", s->name, s->from_env[0] ? "from_env" : "from_file",
+		json_array_append_new(secrets, json_pack("{s:s, s:s}", "name", s->name,
+							 s->from_env[0] ? "from_env" : "from_file",
 							 s->from_env[0] ? s->from_env : s->from_file));
 	}
-	json_t *res = json_pack("{s:i, s:I, s:I, s:f, s:{s:i, s:i}, s:I, s:{s:I, s:I}, s:I, s:I, s:I, s:b, s:I, s:I}", "vcpus",
-				(int)r->vcpus, "memory", JI(r->memory), "disk", JI(r->disk), "cpu_limit",
+	json_t *res = json_pack("{s:i, s:I, s:I, s:f, s:{s:i, s:i}, s:I, s:{s:I, s:I}, s:I, s:I, s:I, s:b, s:I, s:I}",
+				"vcpus", (int)r->vcpus, "memory", JI(r->memory), "disk", JI(r->disk), "cpu_limit",
 				sbx_policy_cpu_limit_milli(p) / 1000.0, "pids", "per_exec", (int)r->pids_per_exec,
 				"per_session", (int)r->pids_per_session, "exec_memory", JI(r->exec_memory),
 				"exec_timeout", "default", JI(r->exec_timeout_default_ms), "max",
 				JI(r->exec_timeout_max_ms), "ttl", JI(r->ttl_ms), "output_cap", JI(r->output_cap),
 				"output_session_cap", JI(r->output_session_cap), "require_kvm", r->require_kvm,
 				"disk_bps", JI(r->disk_bps), "disk_iops", JI(r->disk_iops));
-	json_t *net = json_pack("{s:s, s:o, s:b, s:i, s:I, s:I}", "egress", sbx_policy_egress_names[p->network.egress],
-	                        "allow", allow, "dns", p->network.dns, "max_connections",
-	                        (int)p->network.max_connections, "max_bytes", JI(p->network.max_bytes), "rate",
-	                        JI(p->network.rate));
-	json_t *pkg = json_pack("{s:s, s:o, s:I, s:b}", "mode", sbx_policy_mode_names[p->packages.mode], "registries", regs,
-				"max_download", JI(p->packages.max_download), "require_hashes",
-				p->packages.require_hashes);
+	json_t *net =
+		json_pack("{s:s, s:o, s:b, s:i, s:I, s:I}", "egress", sbx_policy_egress_names[p->network.egress],
+			  "allow", allow, "dns", p->network.dns, "max_connections", (int)p->network.max_connections,
+			  "max_bytes", JI(p->network.max_bytes), "rate", JI(p->network.rate));
+	json_t *pkg =
+		json_pack("{s:s, s:o, s:I, s:b}", "mode", sbx_policy_mode_names[p->packages.mode], "registries", regs,
+			  "max_download", JI(p->packages.max_download), "require_hashes", p->packages.require_hashes);
 	json_t *files = json_pack("{s:o, s:o, s:I, s:I}", "writable", paths_json(&p->files.writable), "exportable",
 				  paths_json(&p->files.exportable), "max_transfer", JI(p->files.max_transfer),
 				  "max_session_transfer", JI(p->files.max_session_transfer));
 	json_t *ws = json_pack("{s:I, s:I}", "size", JI(p->workspace.size), "retention", JI(p->workspace.retention_ms));
 	json_t *lc = json_pack("{s:I, s:I, s:s}", "idle_pause", JI(p->lifecycle.idle_pause_ms), "idle_suspend",
-			       JI(p->lifecycle.idle_suspend_ms), "ttl_counts", sbx_policy_ttl_counts_names[p->lifecycle.ttl_counts]);
+			       JI(p->lifecycle.idle_suspend_ms), "ttl_counts",
+			       sbx_policy_ttl_counts_names[p->lifecycle.ttl_counts]);
 	return json_pack("{s:i, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", 1, "source",
 			 p->source[0] ? p->source : NULL, "resources", res, "network", net, "packages", pkg, "files",
 			 files, "secrets", secrets, "workspace", ws, "ports", fwd_json(p), "lifecycle", lc);

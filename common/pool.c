@@ -47,11 +47,11 @@ int sbx_pool_member_fits(const struct sbx_session *m, const struct sbx_session *
 	return m->pool && !strcmp(m->tmpl_name, s->tmpl_name) && !strcmp(m->tmpl_version, s->tmpl_version) &&
 	       m->vcpus == s->vcpus && m->memory_mib == s->memory_mib && m->limits.disk_bytes == s->limits.disk_bytes &&
 	       /* the disk throttle is on the VMM's command line */
-	       m->limits.disk_bps == s->limits.disk_bps && m->limits.disk_iops == s->limits.disk_iops &&
-	       !m->nvols && !s->nvols && !m->workspace[0] && !s->workspace[0] && !strcmp(m->accel, s->accel) &&
+	       m->limits.disk_bps == s->limits.disk_bps && m->limits.disk_iops == s->limits.disk_iops && !m->nvols &&
+	       !s->nvols && !m->workspace[0] && !s->workspace[0] && !strcmp(m->accel, s->accel) &&
 	       !strcmp(m->vmm, s->vmm) && !strcmp(m->boot_id, s->boot_id) && !strcmp(m->snapshot, s->snapshot) &&
 	       /* a NIC exactly when the session needs one (egress, package
-	        * registries); its package policy travels in the claim */
+		* registries); its package policy travels in the claim */
 	       !m->mac[0] == !s->mac[0];
 }
 
@@ -257,7 +257,7 @@ void sbx_pool_refill(const struct sbx_policy *p)
 	char *argv[] = { "sbx-gc", "--pool-only", NULL };
 	pid_t pid = fork();
 	if (pid != 0)
-		return; /* our side, or no child (-1): the next claim's refill makes up */
+		return;                /* our side, or no child (-1): the next claim's refill makes up */
 	for (int fd = 0; fd < 3; fd++) /* /dev/null may be one of them already (stdio closed) */
 		if (fd == null ? fcntl(fd, F_SETFD, 0) < 0 : dup2(null, fd) < 0)
 			_exit(127);

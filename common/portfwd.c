@@ -44,7 +44,8 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *s
 	unsigned port;
 	memset(ss, 0, sizeof *ss);
 	if (!colon || (size_t)(colon - s) >= sizeof host || parse_port(colon + 1, &port) < 0)
-		return sbx_err_set(err, SBX_EXIT_USAGE, 0, "--listen '%s': expected ADDRESS:PORT (127.0.0.1:8080, [::1]:0)", s);
+		return sbx_err_set(err, SBX_EXIT_USAGE, 0,
+				   "--listen '%s': expected ADDRESS:PORT (127.0.0.1:8080, [::1]:0)", s);
 	memcpy(host, s, (size_t)(colon - s));
 	host[colon - s] = 0;
 	if (!strcmp(host, "localhost"))
@@ -72,9 +73,11 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *s
 		}
 	}
 	return sbx_err_set(err, SBX_EXIT_INVALID, 0, "--listen '%s': not a numeric loopback address", s);
-public:
+
+      public:
 	return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-			   "--listen '%s': only a loopback address (127.0.0.0/8, ::1) may be bound, never a public one", s);
+			   "--listen '%s': only a loopback address (127.0.0.0/8, ::1) may be bound, never a public one",
+			   s);
 }
 
 static int bind_tcp(const char *tenant, const char *spec, struct sbx_err *err)
@@ -96,7 +99,10 @@ static int bind_tcp(const char *tenant, const char *spec, struct sbx_err *err)
 	if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 128) < 0) {
 		int e = errno;
 		close(fd);
-		return sbx_err_set(err, e == EADDRINUSE ? SBX_EXIT_CONFLICT : e == EACCES ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL,
+		return sbx_err_set(err,
+				   e == EADDRINUSE ? SBX_EXIT_CONFLICT
+				   : e == EACCES   ? SBX_EXIT_INVALID
+						   : SBX_EXIT_INTERNAL,
 				   e, "cannot listen on %s", spec ? spec : "127.0.0.1:0");
 	}
 	return fd;
@@ -114,8 +120,9 @@ static int bind_unix(const char *tenant, const char *path, struct sbx_hostpath *
 		return sbx_err_set(err, SBX_EXIT_INVALID, ENAMETOOLONG, "--unix %s: the path is too long", path);
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (strlen(abs) >= sizeof a.sun_path || strlen(abs) + 6 > SBX_PORT_ADDR_MAX)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "--unix %s: the path is too long for a unix socket (%zu bytes at most)",
-				   path, sizeof a.sun_path - 1);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "--unix %s: the path is too long for a unix socket (%zu bytes at most)", path,
+				   sizeof a.sun_path - 1);
 	memcpy(a.sun_path, abs, strlen(abs) + 1);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -124,7 +131,10 @@ static int bind_unix(const char *tenant, const char *path, struct sbx_hostpath *
 	if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0) {
 		int e = errno;
 		close(fd);
-		return sbx_err_set(err, e == EADDRINUSE ? SBX_EXIT_CONFLICT : e == ENOENT || e == EACCES ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL,
+		return sbx_err_set(err,
+				   e == EADDRINUSE              ? SBX_EXIT_CONFLICT
+				   : e == ENOENT || e == EACCES ? SBX_EXIT_INVALID
+								: SBX_EXIT_INTERNAL,
 				   e, "cannot create the unix socket %s", abs);
 	}
 	/* The bind went by the path, which the monitor checks the socket
@@ -134,7 +144,8 @@ static int bind_unix(const char *tenant, const char *path, struct sbx_hostpath *
 	struct stat sb;
 	if (fstatat(hp->dir_fd, hp->rel, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(sb.st_mode)) {
 		close(fd);
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "--unix %s: the path changed while the socket was made", path);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "--unix %s: the path changed while the socket was made",
+				   path);
 	}
 	if (listen(fd, 128) < 0) {
 		int e = errno;
@@ -202,14 +213,10 @@ static int request(struct sbx_state *st, const char *session, const struct sbx_p
 	if (sbx_mon_loop(&m, REPLY_TIMEOUT_S * 1000, reply_frame, NULL, &x, err) > 0)
 		return 0;
 	switch (m.fail) {
-	case SBX_MON_GARBAGE:
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "malformed reply from session %s", session);
-	case SBX_MON_LATE:
-		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s did not answer", session);
-	case SBX_MON_LOST:
-		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s ended", session);
-	default:
-		return -1;
+	case SBX_MON_GARBAGE: return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "malformed reply from session %s", session);
+	case SBX_MON_LATE: return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s did not answer", session);
+	case SBX_MON_LOST: return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s ended", session);
+	default: return -1;
 	}
 }
 
@@ -262,15 +269,16 @@ int sbx_port_rm(struct sbx_state *st, const char *session, const char *target, s
 		char abs[SBX_PORT_ADDR_MAX - 5], cwd[4096];
 		if (target[0] == '/')
 			snprintf(abs, sizeof abs, "%s", target);
-		else if (!getcwd(cwd, sizeof cwd) || (size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, target) >= sizeof abs)
+		else if (!getcwd(cwd, sizeof cwd) ||
+			 (size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, target) >= sizeof abs)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "'%s' is not a guest port or an address", target);
 		snprintf(r.addr, sizeof r.addr, "unix:%s", abs);
 	}
 	return request(st, session, &r, -1, &op, NULL, NULL, NULL, err);
 }
 
-int sbx_port_list(struct sbx_state *st, const char *session, struct sbx_port_entry *out, size_t *n,
-		  char (*errors)[160], struct sbx_err *err)
+int sbx_port_list(struct sbx_state *st, const char *session, struct sbx_port_entry *out, size_t *n, char (*errors)[160],
+		  struct sbx_err *err)
 {
 	struct sbx_port_req r = { .op = SBX_PORT_LIST };
 	uint32_t op;
@@ -290,7 +298,7 @@ json_t *sbx_port_recorded(struct sbx_state *st, const char *session)
 		close(dfd);
 	a = txt ? json_loads(txt, JSON_REJECT_DUPLICATES, NULL) : NULL;
 	free(txt);
-	json_array_foreach(a, i, e) {
+	json_array_foreach (a, i, e) {
 		json_t *p = json_object_get(e, "guest_port"), *ad = json_object_get(e, "address"),
 		       *u = json_object_get(e, "uid");
 		if (i >= SBX_PORTFWD_LIST_MAX || !json_is_integer(p) || !json_is_string(ad) || !json_is_integer(u))

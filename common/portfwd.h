@@ -22,8 +22,8 @@ int sbx_port_open(struct sbx_state *st, const char *session, unsigned guest_port
 int sbx_port_rm(struct sbx_state *st, const char *session, const char *target, struct sbx_err *err);
 /* The session's forwards into out[SBX_PORTFWD_LIST_MAX]; errors[i] (may
  * be NULL) gets each one's last connection error, "" for none. */
-int sbx_port_list(struct sbx_state *st, const char *session, struct sbx_port_entry *out, size_t *n,
-		  char (*errors)[160], struct sbx_err *err);
+int sbx_port_list(struct sbx_state *st, const char *session, struct sbx_port_entry *out, size_t *n, char (*errors)[160],
+		  struct sbx_err *err);
 
 /* The forwards a running session's monitor recorded
  * (LIB/sessions/ID/ports.json) as a JSON array for sbx-ps; an empty one

@@ -16,14 +16,14 @@
 #include "proto.h"
 
 struct sbx_portwin {
-	struct sbx_buf w;      /* from the peer, not yet written to the socket */
+	struct sbx_buf w; /* from the peer, not yet written to the socket */
 	size_t w_off;
-	uint32_t recv_used;    /* bytes from the peer not yet given back by WINDOW */
-	uint32_t send_credit;  /* bytes we may still send to the peer */
-	int peer_eof;          /* the peer is done writing */
-	int peer_eof_done;     /* ... and the socket was shut down for writing */
-	int sock_eof;          /* the socket read EOF: PORT_EOF sent */
-	int hup;               /* epoll said HUP: reported whatever we ask for */
+	uint32_t recv_used;   /* bytes from the peer not yet given back by WINDOW */
+	uint32_t send_credit; /* bytes we may still send to the peer */
+	int peer_eof;         /* the peer is done writing */
+	int peer_eof_done;    /* ... and the socket was shut down for writing */
+	int sock_eof;         /* the socket read EOF: PORT_EOF sent */
+	int hup;              /* epoll said HUP: reported whatever we ask for */
 };
 
 /* What sbx_portwin_data refused. */

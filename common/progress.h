@@ -20,12 +20,12 @@
 #define SBX_PROGRESS_INTERVAL_MS 100
 
 struct sbx_progress {
-	int fd;          /* where to draw; -1: nowhere */
-	char what[64];   /* "saving memory" */
-	uint64_t total;  /* bytes; 0: unknown */
-	uint64_t done;   /* bytes */
+	int fd;                     /* where to draw; -1: nowhere */
+	char what[64];              /* "saving memory" */
+	uint64_t total;             /* bytes; 0: unknown */
+	uint64_t done;              /* bytes */
 	uint64_t start_ns, last_ns; /* CLOCK_MONOTONIC; last_ns: last draw */
-	int drawn;       /* a line of ours is on the screen */
+	int drawn;                  /* a line of ours is on the screen */
 };
 
 /* Start.  fd is drawn on only when it is a terminal, SBX_NO_PROGRESS is

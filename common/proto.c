@@ -21,8 +21,9 @@ static uint32_t get32(const uint8_t *i)
 
 const char *sbx_reason_name(uint32_t reason)
 {
-	static const char *const names[] = { "none", "exited", "signalled", "timeout",
-					     "killed", "oom", "session-lost" };
+	static const char *const names[] = {
+		"none", "exited", "signalled", "timeout", "killed", "oom", "session-lost"
+	};
 	return reason <= SBX_R_MAX ? names[reason] : "unknown";
 }
 
@@ -314,8 +315,14 @@ int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, cons
 		case SBX_T_FLAGS: u = &r->flags; break;
 		case SBX_T_ROWS: u = &r->rows; break;
 		case SBX_T_COLS: u = &r->cols; break;
-		case SBX_T_UID: u = &r->uid; r->have_uid = 1; break;
-		case SBX_T_GID: u = &r->gid; r->have_gid = 1; break;
+		case SBX_T_UID:
+			u = &r->uid;
+			r->have_uid = 1;
+			break;
+		case SBX_T_GID:
+			u = &r->gid;
+			r->have_gid = 1;
+			break;
 		case SBX_T_PIDS_MAX: u = &r->pids_max; break;
 		case SBX_T_SESSION_PIDS: u = &r->session_pids; break;
 		case SBX_T_MEMORY_MAX:
@@ -324,9 +331,7 @@ int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, cons
 				goto bad;
 			}
 			break;
-		default:
-			*why = "unknown field in exec request";
-			goto bad;
+		default: *why = "unknown field in exec request"; goto bad;
 		}
 		if (u && sbx_tlv_as_u32(val, vn, u)) {
 			*why = "numeric field has the wrong size";
@@ -341,8 +346,8 @@ int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, cons
 		*why = "empty command";
 		goto bad;
 	}
-	if (r->flags & ~(uint32_t)(SBX_EXEC_PTY | SBX_EXEC_STDIN | SBX_EXEC_DETACH | SBX_EXEC_COPY |
-				   SBX_EXEC_OUT_WINDOW)) {
+	if (r->flags &
+	    ~(uint32_t)(SBX_EXEC_PTY | SBX_EXEC_STDIN | SBX_EXEC_DETACH | SBX_EXEC_COPY | SBX_EXEC_OUT_WINDOW)) {
 		*why = "unknown exec flags";
 		goto bad;
 	}
@@ -428,8 +433,8 @@ int sbx_exit_decode(const uint8_t *p, size_t n, struct sbx_exit_info *e)
 		if (bad)
 			return -1;
 	}
-	if (rc < 0 || e->reason == SBX_R_NONE || e->reason > SBX_R_MAX || e->status > 255 ||
-	    e->signo > 64 || (e->disk_full & ~(SBX_DISK_FULL_SCRATCH | SBX_DISK_FULL_VOLUME)))
+	if (rc < 0 || e->reason == SBX_R_NONE || e->reason > SBX_R_MAX || e->status > 255 || e->signo > 64 ||
+	    (e->disk_full & ~(SBX_DISK_FULL_SCRATCH | SBX_DISK_FULL_VOLUME)))
 		return -1;
 	return 0;
 }
@@ -615,9 +620,7 @@ int sbx_port_list_decode(const uint8_t *p, size_t n, uint32_t *op, struct sbx_po
 		struct sbx_port_entry *e = k ? &out[k - 1] : NULL;
 		int bad;
 		switch (tag) {
-		case SBX_T_OP:
-			bad = *op || k || sbx_tlv_as_u32(v, vn, op) < 0 || !*op || *op > SBX_PORT_OP_MAX;
-			break;
+		case SBX_T_OP: bad = *op || k || sbx_tlv_as_u32(v, vn, op) < 0 || !*op || *op > SBX_PORT_OP_MAX; break;
 		case SBX_T_PORT:
 			if (k == max) {
 				*why = "too many forwards in a port reply";
@@ -627,23 +630,14 @@ int sbx_port_list_decode(const uint8_t *p, size_t n, uint32_t *op, struct sbx_po
 			memset(e, 0, sizeof *e);
 			bad = sbx_tlv_as_u32(v, vn, &e->port) < 0 || !e->port || e->port > 65535;
 			break;
-		case SBX_T_ADDR:
-			bad = !e || sbx_tlv_as_str(v, vn, e->addr, sizeof e->addr) < 0;
-			break;
-		case SBX_T_CONNS:
-			bad = !e || sbx_tlv_as_u32(v, vn, &e->conns) < 0;
-			break;
-		case SBX_T_ACCEPTED:
-			bad = !e || sbx_tlv_as_u64(v, vn, &e->accepted) < 0;
-			break;
-		case SBX_T_REFUSED:
-			bad = !e || sbx_tlv_as_u64(v, vn, &e->refused) < 0;
-			break;
+		case SBX_T_ADDR: bad = !e || sbx_tlv_as_str(v, vn, e->addr, sizeof e->addr) < 0; break;
+		case SBX_T_CONNS: bad = !e || sbx_tlv_as_u32(v, vn, &e->conns) < 0; break;
+		case SBX_T_ACCEPTED: bad = !e || sbx_tlv_as_u64(v, vn, &e->accepted) < 0; break;
+		case SBX_T_REFUSED: bad = !e || sbx_tlv_as_u64(v, vn, &e->refused) < 0; break;
 		case SBX_T_MSG: /* the entry's last connection error: see sbx_port_list */
 			bad = !e || vn > 1024 || memchr(v, 0, vn) != NULL;
 			break;
-		default:
-			bad = 1;
+		default: bad = 1;
 		}
 		if (bad)
 			return -1;

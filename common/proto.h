@@ -21,8 +21,8 @@
 
 #define SBX_PROTO_VERSION 1
 #define SBX_FRAME_HDR 12u
-#define SBX_FRAME_MAX (1u << 20)  /* payload cap: 1 MiB (argv+env of one exec) */
-#define SBX_DATA_CHUNK (64u << 10) /* stdout/stderr/stdin bytes per DATA frame */
+#define SBX_FRAME_MAX (1u << 20)      /* payload cap: 1 MiB (argv+env of one exec) */
+#define SBX_DATA_CHUNK (64u << 10)    /* stdout/stderr/stdin bytes per DATA frame */
 #define SBX_STDIN_WINDOW (256u << 10) /* initial stdin credit per exec */
 /* Output credit per exec (SBX_EXEC_OUT_WINDOW): the guest sends at most
  * this many stdout and stderr bytes that the host has not given back by
@@ -38,37 +38,37 @@
 #define SBX_AGENT_VSOCK_PORT 1024u
 
 enum sbx_frame_type {
-	SBX_F_HELLO = 1,    /* guest->host: VERSION KERNEL HOSTNAME [FLAGS: SBX_GUEST_*];
-			     * monitor->client: VERSION SESSION */
-	SBX_F_EXEC = 2,     /* ARGV* ENV* CWD TIMEOUT_MS FLAGS ROWS COLS UID GID */
-	SBX_F_STARTED = 3,  /* PID (guest), EXEC_ID (monitor->client) */
-	SBX_F_STDIN = 4,    /* raw bytes */
-	SBX_F_STDOUT = 5,   /* raw bytes */
-	SBX_F_STDERR = 6,   /* raw bytes */
+	SBX_F_HELLO = 1,   /* guest->host: VERSION KERNEL HOSTNAME [FLAGS: SBX_GUEST_*];
+			    * monitor->client: VERSION SESSION */
+	SBX_F_EXEC = 2,    /* ARGV* ENV* CWD TIMEOUT_MS FLAGS ROWS COLS UID GID */
+	SBX_F_STARTED = 3, /* PID (guest), EXEC_ID (monitor->client) */
+	SBX_F_STDIN = 4,   /* raw bytes */
+	SBX_F_STDOUT = 5,  /* raw bytes */
+	SBX_F_STDERR = 6,  /* raw bytes */
 	SBX_F_STDIN_EOF = 7,
-	SBX_F_WINDOW = 8,   /* u32 LE: more bytes the sender of this frame will take: guest->host
-			     * stdin credit, host->guest output credit (SBX_EXEC_OUT_WINDOW) */
-	SBX_F_RESIZE = 9,   /* ROWS COLS */
-	SBX_F_SIGNAL = 10,  /* SIGNO: deliver to the exec's process (group) */
-	SBX_F_KILL = 11,    /* end the exec's whole tree; reason "killed" */
-	SBX_F_EXIT = 12,    /* STATUS SIGNO REASON WALL_US CPU_USER_US CPU_SYS_US MEM_PEAK */
-	SBX_F_ERROR = 13,   /* CODE MSG: the operation on this stream failed */
-	SBX_F_PING = 14,    /* echoed as PONG with the same payload */
+	SBX_F_WINDOW = 8,  /* u32 LE: more bytes the sender of this frame will take: guest->host
+			    * stdin credit, host->guest output credit (SBX_EXEC_OUT_WINDOW) */
+	SBX_F_RESIZE = 9,  /* ROWS COLS */
+	SBX_F_SIGNAL = 10, /* SIGNO: deliver to the exec's process (group) */
+	SBX_F_KILL = 11,   /* end the exec's whole tree; reason "killed" */
+	SBX_F_EXIT = 12,   /* STATUS SIGNO REASON WALL_US CPU_USER_US CPU_SYS_US MEM_PEAK */
+	SBX_F_ERROR = 13,  /* CODE MSG: the operation on this stream failed */
+	SBX_F_PING = 14,   /* echoed as PONG with the same payload */
 	SBX_F_PONG = 15,
 	SBX_F_SHUTDOWN = 16, /* host->guest: sync, power off; client->monitor: destroy session */
-	SBX_F_INFO = 17,    /* reserved: nothing sends it (sbx-ps reads the records) */
-	SBX_F_SECRETS = 18, /* host->guest: (NAME VALUE)*, once, before any exec; guest->host:
-			     * empty, the secrets are in place (or ERROR on stream 0) */
+	SBX_F_INFO = 17,     /* reserved: nothing sends it (sbx-ps reads the records) */
+	SBX_F_SECRETS = 18,  /* host->guest: (NAME VALUE)*, once, before any exec; guest->host:
+			      * empty, the secrets are in place (or ERROR on stream 0) */
 	/* Snapshots (19-22) */
 	SBX_F_IDENTITY = 19, /* host->guest: HOSTNAME SEED TIME_NS [NEXT_STREAM] after a restore
 			      * (or a pool claim): set the hostname and the clock, reseed the
 			      * RNG, drop exec state (kept with NEXT_STREAM); guest->host:
 			      * KERNEL HOSTNAME [FLAGS] once applied */
-	SBX_F_QUIESCE = 20, /* host->guest: [FLAGS: SBX_QUIESCE_*] about to be saved: without
-			     * KEEP no exec may live (ERROR 5 on stream 0 otherwise),
-			     * /run/secrets wiped; guest->host: empty, done */
-	SBX_F_VMCTL = 21,   /* client->monitor: OP [PATH] [HOSTNAME]; monitor->client: OP STATE
-			     * when done (or ERROR) */
+	SBX_F_QUIESCE = 20,  /* host->guest: [FLAGS: SBX_QUIESCE_*] about to be saved: without
+			      * KEEP no exec may live (ERROR 5 on stream 0 otherwise),
+			      * /run/secrets wiped; guest->host: empty, done */
+	SBX_F_VMCTL = 21,    /* client->monitor: OP [PATH] [HOSTNAME]; monitor->client: OP STATE
+			      * when done (or ERROR) */
 	SBX_F_PROGRESS = 22, /* monitor->client: MSG DONE TOTAL, during a long VMCTL */
 	/* Warm pool (23-25) */
 	SBX_F_CLAIM = 23,   /* client->pool member's monitor: SESSION RECORD POLICY CLAIM_FLAGS,
@@ -96,62 +96,62 @@ enum sbx_frame_type {
 };
 
 enum sbx_tag {
-	SBX_T_VERSION = 1,   /* u32 */
-	SBX_T_KERNEL = 2,    /* str */
-	SBX_T_HOSTNAME = 3,  /* str */
-	SBX_T_SESSION = 4,   /* str */
-	SBX_T_ARGV = 5,      /* str, repeated in order */
-	SBX_T_ENV = 6,       /* str NAME=VALUE, repeated */
-	SBX_T_CWD = 7,       /* str */
-	SBX_T_TIMEOUT_MS = 8,/* u32, 0 = none */
-	SBX_T_FLAGS = 9,     /* u32 SBX_EXEC_* */
-	SBX_T_ROWS = 10,     /* u32 */
-	SBX_T_COLS = 11,     /* u32 */
-	SBX_T_UID = 12,      /* u32 */
-	SBX_T_GID = 13,      /* u32 */
-	SBX_T_PID = 14,      /* u32 */
-	SBX_T_EXEC_ID = 15,  /* str */
-	SBX_T_STATUS = 16,   /* u32 (exit code, or 128+signal) */
-	SBX_T_SIGNO = 17,    /* u32 */
-	SBX_T_REASON = 18,   /* u32 enum sbx_reason */
-	SBX_T_WALL_US = 19,  /* u64 */
-	SBX_T_CPU_USER_US = 20, /* u64 */
-	SBX_T_CPU_SYS_US = 21,  /* u64 */
-	SBX_T_MEM_PEAK = 22, /* u64 bytes */
-	SBX_T_CODE = 23,     /* u32 sbx exit-status-style code */
-	SBX_T_MSG = 24,      /* str */
-	SBX_T_STATE = 25,    /* str */
-	SBX_T_ACCEL = 26,    /* str */
-	SBX_T_PIDS_MAX = 27, /* u32: pids.max of the exec's cgroup */
-	SBX_T_MEMORY_MAX = 28, /* u64: memory.max of the exec's cgroup */
+	SBX_T_VERSION = 1,       /* u32 */
+	SBX_T_KERNEL = 2,        /* str */
+	SBX_T_HOSTNAME = 3,      /* str */
+	SBX_T_SESSION = 4,       /* str */
+	SBX_T_ARGV = 5,          /* str, repeated in order */
+	SBX_T_ENV = 6,           /* str NAME=VALUE, repeated */
+	SBX_T_CWD = 7,           /* str */
+	SBX_T_TIMEOUT_MS = 8,    /* u32, 0 = none */
+	SBX_T_FLAGS = 9,         /* u32 SBX_EXEC_* */
+	SBX_T_ROWS = 10,         /* u32 */
+	SBX_T_COLS = 11,         /* u32 */
+	SBX_T_UID = 12,          /* u32 */
+	SBX_T_GID = 13,          /* u32 */
+	SBX_T_PID = 14,          /* u32 */
+	SBX_T_EXEC_ID = 15,      /* str */
+	SBX_T_STATUS = 16,       /* u32 (exit code, or 128+signal) */
+	SBX_T_SIGNO = 17,        /* u32 */
+	SBX_T_REASON = 18,       /* u32 enum sbx_reason */
+	SBX_T_WALL_US = 19,      /* u64 */
+	SBX_T_CPU_USER_US = 20,  /* u64 */
+	SBX_T_CPU_SYS_US = 21,   /* u64 */
+	SBX_T_MEM_PEAK = 22,     /* u64 bytes */
+	SBX_T_CODE = 23,         /* u32 sbx exit-status-style code */
+	SBX_T_MSG = 24,          /* str */
+	SBX_T_STATE = 25,        /* str */
+	SBX_T_ACCEL = 26,        /* str */
+	SBX_T_PIDS_MAX = 27,     /* u32: pids.max of the exec's cgroup */
+	SBX_T_MEMORY_MAX = 28,   /* u64: memory.max of the exec's cgroup */
 	SBX_T_SESSION_PIDS = 29, /* u32: pids.max over every exec together */
-	SBX_T_PIDS_HIT = 30, /* u64: forks refused by the exec's pids.max */
-	SBX_T_NAME = 31,     /* str: a secret's name, [A-Z_][A-Z0-9_]* */
-	SBX_T_VALUE = 32,    /* bytes: the secret named by the NAME before it */
-	SBX_T_SEED = 33,     /* bytes: host randomness the guest mixes in and reseeds from */
-	SBX_T_TIME_NS = 34,  /* u64: the host's CLOCK_REALTIME, ns */
-	SBX_T_OP = 35,       /* u32 enum sbx_vmctl_op */
-	SBX_T_PATH = 36,     /* str: a directory under LIB, relative to it */
-	SBX_T_DONE = 37,     /* u64 bytes */
-	SBX_T_TOTAL = 38,    /* u64 bytes, 0: unknown */
-	SBX_T_RECORD = 39,   /* str: a session record (session.json), for CLAIM */
-	SBX_T_CLAIM_FLAGS = 40, /* u32 SBX_CLAIM_*, for CLAIM */
-	SBX_T_POLICY = 41,   /* str: the effective policy (policy.json), for CLAIM */
+	SBX_T_PIDS_HIT = 30,     /* u64: forks refused by the exec's pids.max */
+	SBX_T_NAME = 31,         /* str: a secret's name, [A-Z_][A-Z0-9_]* */
+	SBX_T_VALUE = 32,        /* bytes: the secret named by the NAME before it */
+	SBX_T_SEED = 33,         /* bytes: host randomness the guest mixes in and reseeds from */
+	SBX_T_TIME_NS = 34,      /* u64: the host's CLOCK_REALTIME, ns */
+	SBX_T_OP = 35,           /* u32 enum sbx_vmctl_op */
+	SBX_T_PATH = 36,         /* str: a directory under LIB, relative to it */
+	SBX_T_DONE = 37,         /* u64 bytes */
+	SBX_T_TOTAL = 38,        /* u64 bytes, 0: unknown */
+	SBX_T_RECORD = 39,       /* str: a session record (session.json), for CLAIM */
+	SBX_T_CLAIM_FLAGS = 40,  /* u32 SBX_CLAIM_*, for CLAIM */
+	SBX_T_POLICY = 41,       /* str: the effective policy (policy.json), for CLAIM */
 	/* A session's environment (env.h, issue 15.2) */
 	SBX_T_ENV_SECRET = 42, /* str NAME=SECRET, repeated, in EXEC: the guest sets NAME to
 				* the value of the session secret SECRET (/run/secrets) */
-	SBX_T_DISK_FULL = 43, /* u32 SBX_DISK_FULL_*: writable disks with no space left at an exec's end */
+	SBX_T_DISK_FULL = 43,  /* u32 SBX_DISK_FULL_*: writable disks with no space left at an exec's end */
 	/* Port forwarding, sbx-port (44-48) */
-	SBX_T_PORT = 44,     /* u32: a guest TCP port, 1-65535 */
-	SBX_T_ADDR = 45,     /* str: a host address, "127.0.0.1:PORT", "[::1]:PORT" or "unix:PATH" */
-	SBX_T_CONNS = 46,    /* u32: connections open now */
-	SBX_T_ACCEPTED = 47, /* u64: connections accepted so far */
-	SBX_T_REFUSED = 48,  /* u64: connections the guest refused (nobody listening) or the bounds */
-	SBX_T_PKG = 49,      /* str: sbx.pkg* parameters (pkgparams.h), in a claim's IDENTITY */
-	SBX_T_MAX_BYTES = 50, /* u64: the most a VMCTL SAVE may write (a tenant's snapshot_bytes left) */
+	SBX_T_PORT = 44,        /* u32: a guest TCP port, 1-65535 */
+	SBX_T_ADDR = 45,        /* str: a host address, "127.0.0.1:PORT", "[::1]:PORT" or "unix:PATH" */
+	SBX_T_CONNS = 46,       /* u32: connections open now */
+	SBX_T_ACCEPTED = 47,    /* u64: connections accepted so far */
+	SBX_T_REFUSED = 48,     /* u64: connections the guest refused (nobody listening) or the bounds */
+	SBX_T_PKG = 49,         /* str: sbx.pkg* parameters (pkgparams.h), in a claim's IDENTITY */
+	SBX_T_MAX_BYTES = 50,   /* u64: the most a VMCTL SAVE may write (a tenant's snapshot_bytes left) */
 	SBX_T_NEXT_STREAM = 51, /* u32, in IDENTITY: keep the running execs; the host's next exec
 				 * is this stream (a restore continues the source's numbering) */
-	SBX_T_TTL_MS = 52,   /* u64: a VMCTL TTL's time left */
+	SBX_T_TTL_MS = 52,      /* u64: a VMCTL TTL's time left */
 	SBX_T_MAX = 52
 };
 
@@ -192,19 +192,21 @@ enum sbx_vmctl_op {
 /* What a guest-init can do, in FLAGS of its HELLO and its IDENTITY reply
  * (none from one older than these). */
 #define SBX_GUEST_OUT_WINDOW 1u /* keeps to output credit (SBX_EXEC_OUT_WINDOW) */
-#define SBX_GUEST_KEEP_EXECS 2u /* QUIESCE with SBX_QUIESCE_KEEP and IDENTITY with NEXT_STREAM:
-				 * saves and new identities keep running execs */
+#define SBX_GUEST_KEEP_EXECS                                                                                           \
+	2u /* QUIESCE with SBX_QUIESCE_KEEP and IDENTITY with NEXT_STREAM:                                             \
+	    * saves and new identities keep running execs */
 
 /* FLAGS of a QUIESCE from the host (none: an older monitor's, or padding). */
-#define SBX_QUIESCE_KEEP 1u    /* execs may run: answer, then send nothing more until a
+#define SBX_QUIESCE_KEEP                                                                                               \
+	1u                     /* execs may run: answer, then send nothing more until a                                \
 				* RELEASE, an IDENTITY or a new host (the image holds the rest) */
 #define SBX_QUIESCE_RELEASE 2u /* the save is done: send on (no answer) */
 
 enum sbx_exec_flags {
-	SBX_EXEC_PTY = 1u << 0,   /* allocate a pty; stdout carries the terminal */
-	SBX_EXEC_STDIN = 1u << 1, /* the client sends stdin; otherwise /dev/null */
-	SBX_EXEC_DETACH = 1u << 2, /* client->monitor only: do not stream */
-	SBX_EXEC_COPY = 1u << 3,   /* client->monitor only: sbx's own exec (sbx-cp), recorded as such */
+	SBX_EXEC_PTY = 1u << 0,       /* allocate a pty; stdout carries the terminal */
+	SBX_EXEC_STDIN = 1u << 1,     /* the client sends stdin; otherwise /dev/null */
+	SBX_EXEC_DETACH = 1u << 2,    /* client->monitor only: do not stream */
+	SBX_EXEC_COPY = 1u << 3,      /* client->monitor only: sbx's own exec (sbx-cp), recorded as such */
 	SBX_EXEC_OUT_WINDOW = 1u << 4 /* monitor->guest: output under credit; the guest's STARTED
 				       * carries FLAGS with it set when it keeps to that.  Sent
 				       * only to a guest whose HELLO (or IDENTITY reply) said
@@ -262,7 +264,7 @@ int sbx_frame_raw(struct sbx_buf *b, uint8_t type, uint32_t stream, const void *
 int sbx_frame_window(struct sbx_buf *b, uint32_t stream, uint32_t n);
 
 /* TLV iteration over a payload.  sbx_tlv_next returns 1 with tag, val and n
-  * set, 0 at the clean end, -1 on a truncated or oversized TLV. */
+ * set, 0 at the clean end, -1 on a truncated or oversized TLV. */
 struct sbx_tlv_it {
 	const uint8_t *p;
 	size_t left;
@@ -301,15 +303,15 @@ struct sbx_exit_info {
 	uint64_t pids_hit;
 	uint32_t disk_full; /* SBX_DISK_FULL_* */
 };
-#define SBX_DISK_FULL_SCRATCH 1u   /* the root's writable layer (the session's disk) */
-#define SBX_DISK_FULL_VOLUME 2u    /* a writable volume (a workspace) */
+#define SBX_DISK_FULL_SCRATCH 1u /* the root's writable layer (the session's disk) */
+#define SBX_DISK_FULL_VOLUME 2u  /* a writable volume (a workspace) */
 int sbx_exit_decode(const uint8_t *p, size_t n, struct sbx_exit_info *e);
 int sbx_exit_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exit_info *e);
 
 /* Secrets (SBX_F_SECRETS): NAME then VALUE, pairs in order.  The values
  * are bytes (NULs allowed); the whole payload fits one frame. */
 #define SBX_SECRETS_MAX 32
-#define SBX_SECRET_NAME_MAX 63            /* as a policy's secret name */
+#define SBX_SECRET_NAME_MAX 63 /* as a policy's secret name */
 #define SBX_SECRET_VALUE_MAX (64u << 10)
 struct sbx_secret_ref {
 	char name[SBX_SECRET_NAME_MAX + 1];
@@ -345,7 +347,7 @@ struct sbx_port_entry {
 };
 struct sbx_port_req {
 	uint32_t op;
-	uint32_t port; /* 0: none given */
+	uint32_t port;                /* 0: none given */
 	char addr[SBX_PORT_ADDR_MAX]; /* "": none given */
 };
 /* Returns 0, or -1 with a static message in *why: unknown op or tag, a

@@ -1,4 +1,5 @@
-/* The session record (session.h): session.json parsed, written (atomically) and loaded, the sessions listed, and their live state (the monitor's socket is monclient.c's). */
+/* The session record (session.h): session.json parsed, written (atomically) and loaded, the sessions listed, and their
+ * live state (the monitor's socket is monclient.c's). */
 #include "session.h"
 #include "policy.h" /* the package policy a record carries */
 #include "util.h"
@@ -23,7 +24,8 @@
 #define P(f) offsetof(struct sbx_policy, f)
 const struct sbx_limit_field sbx_limit_fields[] = {
 	{ "ttl_ms", SBX_LIMIT_U64, L(ttl_ms), 0, P(resources.ttl_ms) },
-	{ "exec_timeout_default_ms", SBX_LIMIT_U64, L(exec_timeout_default_ms), 0, P(resources.exec_timeout_default_ms) },
+	{ "exec_timeout_default_ms", SBX_LIMIT_U64, L(exec_timeout_default_ms), 0,
+	  P(resources.exec_timeout_default_ms) },
 	{ "exec_timeout_max_ms", SBX_LIMIT_U64, L(exec_timeout_max_ms), 0, P(resources.exec_timeout_max_ms) },
 	{ "output_cap", SBX_LIMIT_U64, L(output_cap), 0, P(resources.output_cap) },
 	{ "output_session_cap", SBX_LIMIT_U64, L(output_session_cap), SBX_OUTPUT_SESSION_CAP_DEFAULT,
@@ -51,9 +53,21 @@ static uint64_t field_get(const void *base, size_t off, enum sbx_limit_type t)
 {
 	const char *b = base;
 	switch (t) {
-	case SBX_LIMIT_U64: { uint64_t v; memcpy(&v, b + off, sizeof v); return v; }
-	case SBX_LIMIT_UINT: { unsigned v; memcpy(&v, b + off, sizeof v); return v; }
-	default: { int v; memcpy(&v, b + off, sizeof v); return v != 0; }
+	case SBX_LIMIT_U64: {
+		uint64_t v;
+		memcpy(&v, b + off, sizeof v);
+		return v;
+	}
+	case SBX_LIMIT_UINT: {
+		unsigned v;
+		memcpy(&v, b + off, sizeof v);
+		return v;
+	}
+	default: {
+		int v;
+		memcpy(&v, b + off, sizeof v);
+		return v != 0;
+	}
 	}
 }
 
@@ -97,7 +111,8 @@ static json_t *limits_json(const struct sbx_limits *l)
 	for (size_t i = 0; o && i < sbx_limit_nfields; i++) {
 		const struct sbx_limit_field *f = &sbx_limit_fields[i];
 		uint64_t v = field_get(l, f->off, f->type);
-		json_object_set_new(o, f->key, f->type == SBX_LIMIT_BOOL ? json_boolean(v) : json_integer((json_int_t)v));
+		json_object_set_new(o, f->key,
+				    f->type == SBX_LIMIT_BOOL ? json_boolean(v) : json_integer((json_int_t)v));
 	}
 	return o;
 }
@@ -117,7 +132,7 @@ static void get_files(json_t *f, struct sbx_limits *l)
 				snprintf(lists[k]->path[lists[k]->n++], SBX_LIMIT_PATH_LEN, "%s", defaults[i]);
 			continue;
 		}
-		json_array_foreach(a, i, v) {
+		json_array_foreach (a, i, v) {
 			/* Longer lists or paths than ours never come from our own
 			 * writer; drop nothing silently into a wider grant. */
 			if (lists[k]->n < SBX_LIMIT_PATHS_MAX && json_is_string(v) &&
@@ -155,7 +170,7 @@ static void get_packages(json_t *p, struct sbx_limit_packages *k)
 	sbx_json_str(p, "policy", k->policy, sizeof k->policy);
 	json_t *a = json_object_get(p, "registries"), *v;
 	size_t i;
-	json_array_foreach(a, i, v) {
+	json_array_foreach (a, i, v) {
 		const char *type = json_string_value(json_object_get(v, "type"));
 		const char *url = json_string_value(json_object_get(v, "url"));
 		/* Never widen: an entry we would not have written is dropped. */
@@ -174,8 +189,9 @@ static json_t *packages_json(const struct sbx_limit_packages *k)
 {
 	json_t *regs = json_array();
 	for (unsigned i = 0; i < k->nreg; i++)
-		json_array_append_new(regs, json_pack("{s:s, s:s}", "type", k->reg[i].type == SBX_REG_NPM ? "npm" : "pypi",
-						      "url", k->reg[i].url));
+		json_array_append_new(regs,
+				      json_pack("{s:s, s:s}", "type", k->reg[i].type == SBX_REG_NPM ? "npm" : "pypi",
+						"url", k->reg[i].url));
 	return json_pack("{s:s, s:s, s:o, s:I, s:b}", "mode", k->mode == SBX_PKG_ALLOWLIST ? "allowlist" : "offline",
 			 "policy", k->policy, "registries", regs, "max_download", (json_int_t)k->max_download,
 			 "require_hashes", k->require_hashes);
@@ -216,8 +232,7 @@ int sbx_session_visible(struct sbx_state *st, const char *id, struct sbx_err *er
 	return sbx_session_lookup(st, id, &s, err);
 }
 
-static int record_load(struct sbx_state *st, const char *id, struct sbx_session *s, int quarantine,
-		       struct sbx_err *err)
+static int record_load(struct sbx_state *st, const char *id, struct sbx_session *s, int quarantine, struct sbx_err *err)
 {
 	memset(s, 0, sizeof *s);
 	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -239,7 +254,8 @@ static int record_load(struct sbx_state *st, const char *id, struct sbx_session 
 		char q[64];
 		snprintf(q, sizeof q, RECORD ".corrupt-%llu", (unsigned long long)(sbx_now_ns() / 1000000u));
 		renameat(dfd, RECORD, dfd, q);
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the record of session %s is corrupt (kept as %s)", id, q);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the record of session %s is corrupt (kept as %s)", id,
+				   q);
 	}
 	return 0;
 }
@@ -263,7 +279,8 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	sbx_json_str(o, "workdir", s->workdir, sizeof s->workdir);
 	sbx_json_str(o, "user", s->user, sizeof s->user);
 	uint32_t uid;
-	if (sbx_env_from_json(&s->env, o) < 0 || (s->workdir[0] && sbx_workdir_check(s->workdir, "workdir", NULL) < 0) ||
+	if (sbx_env_from_json(&s->env, o) < 0 ||
+	    (s->workdir[0] && sbx_workdir_check(s->workdir, "workdir", NULL) < 0) ||
 	    (s->user[0] && sbx_user_parse(s->user, &uid) < 0)) {
 		json_decref(o);
 		return -1;
@@ -318,7 +335,7 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 	s->limits.max_bytes = sbx_json_u64(net, "max_bytes");
 	json_t *vs = json_object_get(o, "volumes"), *v;
 	size_t vi;
-	json_array_foreach(vs, vi, v) {
+	json_array_foreach (vs, vi, v) {
 		if (s->nvols >= 8)
 			break;
 		sbx_json_str(v, "host", s->vols[s->nvols].host, sizeof s->vols[0].host);
@@ -374,8 +391,7 @@ char *sbx_record_text(const struct sbx_session *s)
 	if (s->cgroup[0])
 		json_object_set_new(o, "cgroup", json_string(s->cgroup));
 	if (s->snapshot[0])
-		json_object_set_new(o, "snapshot",
-				    json_pack("{s:s, s:s}", "ref", s->snapshot, "dir", s->snapshot_dir));
+		json_object_set_new(o, "snapshot", json_pack("{s:s, s:s}", "ref", s->snapshot, "dir", s->snapshot_dir));
 	if (s->cpu_ns || s->mem_peak) {
 		json_object_set_new(o, "cpu_ns", json_integer((json_int_t)s->cpu_ns));
 		json_object_set_new(o, "mem_peak", json_integer((json_int_t)s->mem_peak));
@@ -384,12 +400,14 @@ char *sbx_record_text(const struct sbx_session *s)
 	json_object_set_new(json_object_get(o, "limits"), "files", files_json(l));
 	json_object_set_new(json_object_get(o, "limits"), "packages", packages_json(&l->packages));
 	if (s->mac[0]) {
-		json_object_set_new(o, "net", json_pack("{s:s, s:s, s:i, s:I, s:s}", "mac", s->mac, "egress",
-							 l->egress ? "allowlist" : "none", "max_connections",
-							 (int)l->max_connections, "max_bytes", (json_int_t)l->max_bytes,
-							 "lost", s->net_lost));
-		json_object_set_new(o, "proxy_process", json_pack("{s:i, s:I}", "pid", s->proxy_pid, "start_time",
-								   (json_int_t)s->proxy_start));
+		json_object_set_new(o, "net",
+				    json_pack("{s:s, s:s, s:i, s:I, s:s}", "mac", s->mac, "egress",
+					      l->egress ? "allowlist" : "none", "max_connections",
+					      (int)l->max_connections, "max_bytes", (json_int_t)l->max_bytes, "lost",
+					      s->net_lost));
+		json_object_set_new(
+			o, "proxy_process",
+			json_pack("{s:i, s:I}", "pid", s->proxy_pid, "start_time", (json_int_t)s->proxy_start));
 	}
 	if (s->agent_unresponsive_ns)
 		json_object_set_new(o, "agent_unresponsive_ns", json_integer((json_int_t)s->agent_unresponsive_ns));
@@ -486,7 +504,6 @@ void sbx_session_times(const struct sbx_session *s, uint64_t now_ns, double *run
 	*suspended_s = (double)suspended / 1e9;
 }
 
-
 int sbx_session_list(struct sbx_state *st, char ***ids, size_t *n, struct sbx_err *err)
 {
 	DIR *d = fdopendir(dup(st->sessions_fd));
@@ -499,4 +516,3 @@ int sbx_session_list(struct sbx_state *st, char ***ids, size_t *n, struct sbx_er
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot list sessions");
 	return 0;
 }
-

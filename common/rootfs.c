@@ -87,7 +87,7 @@ static bool image_name(const char *p)
 	size_t l = strcspn(p, "/");
 	return (l == 5 && !strncmp(p, "blobs", 5)) || is_hex64(p, l) ||
 	       (!p[l] &&
-	        (!strcmp(p, "oci-layout") || !strcmp(p, "repositories") || (l > 5 && !strcmp(p + l - 5, ".json"))));
+		(!strcmp(p, "oci-layout") || !strcmp(p, "repositories") || (l > 5 && !strcmp(p + l - 5, ".json"))));
 }
 
 /* Is the tarball an image?  1 with its member list, 0 (a rootfs: it is
@@ -121,10 +121,10 @@ static int sniff(struct image *im, struct sbx_err *err)
 			if ((l == 5 && !strncmp(p, "blobs", 5)) || is_hex64(p, l) || !strcmp(p, "oci-layout") ||
 			    !strcmp(p, "index.json") || !strcmp(p, "manifest.json"))
 				return sbx_err_set(
-				    err, SBX_EXIT_INVALID, 0,
-				    "a compressed image tarball (it starts with %.80s): decompress it and "
-				    "import the .tar",
-				    p);
+					err, SBX_EXIT_INVALID, 0,
+					"a compressed image tarball (it starts with %.80s): decompress it and "
+					"import the .tar",
+					p);
 			return 0;
 		}
 		if (!image_name(p))
@@ -132,7 +132,7 @@ static int sniff(struct image *im, struct sbx_err *err)
 		char t[NAME_MAX_LEN + 1];
 		bool is_link = archive_entry_filetype(e) == AE_IFLNK;
 		if (is_link ? link_member(p, archive_entry_symlink(e), t) < 0
-		            : archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e))
+			    : archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e))
 			continue;
 		manifest |= !strcmp(p, "manifest.json");
 		index |= !strcmp(p, "index.json");
@@ -148,8 +148,9 @@ static int sniff(struct image *im, struct sbx_err *err)
 			im->m = m;
 		}
 		struct member *m = &im->m[im->n];
-		*m = (struct member){
-		    .name = strdup(p), .link = is_link ? strdup(t) : NULL, .size = archive_entry_size(e)};
+		*m = (struct member){ .name = strdup(p),
+				      .link = is_link ? strdup(t) : NULL,
+				      .size = archive_entry_size(e) };
 		im->n++;
 		if (!m->name || (is_link && !m->link))
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
@@ -178,7 +179,7 @@ static struct archive *member_open(const struct image *im, const char *name, str
 		const struct member *t = member_find(im, m->link);
 		if (!t || t->link) {
 			sbx_err_set(err, SBX_EXIT_INVALID, 0,
-			            "image member %s links to %s, which is not a file it holds", name, m->link);
+				    "image member %s links to %s, which is not a file it holds", name, m->link);
 			return NULL;
 		}
 		name = t->name;
@@ -208,7 +209,7 @@ static struct archive *member_open(const struct image *im, const char *name, str
 /* sha256 (hex) of a member's bytes, and the bytes themselves into *buf
  * when buf (at most max of them, else 3). */
 static int member_read(const struct image *im, const char *name, size_t max, char **buf, size_t *len, char hex[65],
-                       struct sbx_err *err)
+		       struct sbx_err *err)
 {
 	_cleanup_archive_ struct archive *a = member_open(im, name, err);
 	if (!a)
@@ -226,12 +227,12 @@ static int member_read(const struct image *im, const char *name, size_t max, cha
 			break;
 		if (r < 0)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: %s", name,
-			                   archive_error_string(a) ? archive_error_string(a) : "unreadable");
+					   archive_error_string(a) ? archive_error_string(a) : "unreadable");
 		SHA256Update(&h, (const uint8_t *)chunk, (size_t)r);
 		if (buf) {
 			if ((size_t)r > max - n)
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s is larger than %zu bytes",
-				                   name, max);
+						   name, max);
 			memcpy(b + n, chunk, (size_t)r);
 		}
 		n += (size_t)r;
@@ -254,7 +255,7 @@ static json_t *member_json(const struct image *im, const char *name, size_t max,
 		return NULL;
 	if (want && strcmp(want, hex)) {
 		sbx_err_set(err, SBX_EXIT_INVALID, 0, "image member %s: sha256 is %s, not %s (tampered?)", name, hex,
-		            want);
+			    want);
 		return NULL;
 	}
 	json_error_t je;
@@ -312,7 +313,7 @@ static bool platform_ok(json_t *desc)
 /* index.json (or a nested index) down to one image manifest, then its
  * config and layers. */
 static int oci_layout(const struct image *im, struct blob *config, struct blob **layers, size_t *nl,
-                      struct sbx_err *err)
+		      struct sbx_err *err)
 {
 	json_auto_t *j = member_json(im, "index.json", INDEX_JSON_MAX, NULL, err);
 	if (!j)
@@ -324,11 +325,13 @@ static int oci_layout(const struct image *im, struct blob *config, struct blob *
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "an OCI index without manifests");
 			json_t *pick = NULL, *m;
 			size_t i;
-			json_array_foreach(ms, i, m) if (!pick && json_is_object(m) && platform_ok(m)) pick = m;
+			json_array_foreach (ms, i, m)
+				if (!pick && json_is_object(m) && platform_ok(m))
+					pick = m;
 			struct blob b;
 			if (!pick)
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				                   "the OCI index has no manifest for linux/amd64");
+						   "the OCI index has no manifest for linux/amd64");
 			if (oci_blob(pick, "index manifest", &b, err) < 0)
 				return -1;
 			json_t *n = member_json(im, b.name, INDEX_JSON_MAX, b.sha, err);
@@ -355,14 +358,14 @@ static int oci_layout(const struct image *im, struct blob *config, struct blob *
 }
 
 static int docker_save(const struct image *im, struct blob *config, struct blob **layers, size_t *nl,
-                       struct sbx_err *err)
+		       struct sbx_err *err)
 {
 	json_auto_t *j = member_json(im, "manifest.json", INDEX_JSON_MAX, NULL, err);
 	if (!j)
 		return -1;
 	if (!json_is_array(j) || json_array_size(j) != 1)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-		                   "manifest.json must list exactly one image (save one image)");
+				   "manifest.json must list exactly one image (save one image)");
 	json_t *m = json_array_get(j, 0), *ls = json_object_get(m, "Layers");
 	if (docker_blob(json_object_get(m, "Config"), "Config", config, err) < 0)
 		return -1;
@@ -411,22 +414,21 @@ static int read_config(json_t *j, struct sbx_rootfs_config *cfg, struct sbx_err 
 	if (env && !json_is_null(env)) {
 		if (!json_is_array(env) || json_array_size(env) > ENV_MAX)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "config Env is not a list of at most %u entries",
-			                   ENV_MAX);
+					   ENV_MAX);
 		json_t *o = json_object(), *v;
 		size_t i;
 		if (!o)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-		json_array_foreach(env, i, v)
-		{
+		json_array_foreach (env, i, v) {
 			const char *s = json_string_value(v), *eq = s ? strchr(s, '=') : NULL;
 			if (!s || strlen(s) != json_string_length(v) || !eq || !env_name_ok(s, (size_t)(eq - s)) ||
 			    strlen(eq + 1) > ENV_VAL_MAX) {
 				json_decref(o);
 				return sbx_err_set(
-				    err, SBX_EXIT_INVALID, 0,
-				    "config Env entry %zu is not NAME=value (a name of [A-Za-z_][A-Za-z0-9_]*, "
-				    "at most %u bytes; a value of at most %u)",
-				    i, ENV_NAME_MAX, ENV_VAL_MAX);
+					err, SBX_EXIT_INVALID, 0,
+					"config Env entry %zu is not NAME=value (a name of [A-Za-z_][A-Za-z0-9_]*, "
+					"at most %u bytes; a value of at most %u)",
+					i, ENV_NAME_MAX, ENV_VAL_MAX);
 			}
 			char name[ENV_NAME_MAX + 1];
 			memcpy(name, s, (size_t)(eq - s));
@@ -442,7 +444,7 @@ static int read_config(json_t *j, struct sbx_rootfs_config *cfg, struct sbx_err 
 	     (!w || json_string_length(wd) >= sizeof cfg->workdir || !clean_text(w, json_string_length(wd)) ||
 	      (*w && *w != '/'))))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-		                   "config User or WorkingDir is not a short clean string (WorkingDir absolute)");
+				   "config User or WorkingDir is not a short clean string (WorkingDir absolute)");
 	snprintf(cfg->user, sizeof cfg->user, "%s", u ? u : "");
 	snprintf(cfg->workdir, sizeof cfg->workdir, "%s", w ? w : "");
 	return 0;
@@ -464,7 +466,7 @@ static la_ssize_t layer_read(struct archive *x, void *d, const void **buf)
 }
 
 static int apply_layer(struct unpack *u, const struct image *im, const struct blob *b, size_t i, size_t nl,
-                       struct sbx_err *err)
+		       struct sbx_err *err)
 {
 	_cleanup_archive_ struct archive *outer = member_open(im, b->name, err);
 	if (!outer)
@@ -480,13 +482,13 @@ static int apply_layer(struct unpack *u, const struct image *im, const struct bl
 	s->outer = outer;
 	if (archive_read_open(a, s, NULL, layer_read, NULL) != ARCHIVE_OK)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%snot a tar stream: %s", u->what,
-		                   archive_error_string(a) ? archive_error_string(a) : "?");
+				   archive_error_string(a) ? archive_error_string(a) : "?");
 	u->layer = true;
 	return sbx_rootfs_apply(u, a, err);
 }
 
 static int unpack_image(struct unpack *u, struct image *im, int kind, struct sbx_rootfs_config *cfg,
-                        struct sbx_err *err)
+			struct sbx_err *err)
 {
 	struct blob config;
 	_cleanup_free_ struct blob *layers = NULL;
@@ -513,7 +515,7 @@ static int unpack_image(struct unpack *u, struct image *im, int kind, struct sbx
 			return -1;
 		if (strcmp(hex, want))
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "layer %zu (%s): sha256 is %s, not %s (tampered?)",
-			                   i + 1, layers[i].name, hex, want);
+					   i + 1, layers[i].name, hex, want);
 	}
 	for (size_t i = 0; i < nl; i++)
 		if (apply_layer(u, im, &layers[i], i, nl, err) < 0)
@@ -522,7 +524,7 @@ static int unpack_image(struct unpack *u, struct image *im, int kind, struct sbx
 }
 
 int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_limits *lim,
-                      struct sbx_rootfs_config *cfg, struct sbx_err *err)
+		      struct sbx_rootfs_config *cfg, struct sbx_err *err)
 {
 	memset(cfg, 0, sizeof *cfg);
 	/* O_NONBLOCK: a FIFO given as the archive must not hang the open. */
@@ -535,7 +537,7 @@ int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_li
 }
 
 int sbx_rootfs_unpack_fd(int root_dfd, int fd, const char *path, const struct sbx_rootfs_limits *lim,
-                         struct sbx_rootfs_config *cfg, struct sbx_err *err)
+			 struct sbx_rootfs_config *cfg, struct sbx_err *err)
 {
 	memset(cfg, 0, sizeof *cfg);
 	err->code = 0;
@@ -549,8 +551,8 @@ int sbx_rootfs_unpack_fd(int root_dfd, int fd, const char *path, const struct sb
 	locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0), old = (locale_t)0;
 	if (utf8)
 		old = uselocale(utf8);
-	struct unpack u = {.root = root_dfd, .lim = lim, .root_user = geteuid() == 0};
-	struct image im = {.fd = fd};
+	struct unpack u = { .root = root_dfd, .lim = lim, .root_user = geteuid() == 0 };
+	struct image im = { .fd = fd };
 	int kind = sniff(&im, err), r;
 	if (kind < 0) {
 		r = -1;
@@ -563,7 +565,7 @@ int sbx_rootfs_unpack_fd(int root_dfd, int fd, const char *path, const struct sb
 			r = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "libarchive lacks tar, gzip, zstd or xz");
 		} else if (lseek(fd, 0, SEEK_SET) < 0 || archive_read_open_fd(a, fd, CHUNK) != ARCHIVE_OK) {
 			r = sbx_err_set(err, SBX_EXIT_INVALID, 0, "not a tar archive: %s",
-			                archive_error_string(a) ? archive_error_string(a) : "?");
+					archive_error_string(a) ? archive_error_string(a) : "?");
 		} else {
 			r = sbx_rootfs_apply(&u, a, err);
 		}
@@ -585,14 +587,14 @@ int sbx_rootfs_unpack_fd(int root_dfd, int fd, const char *path, const struct sb
 	err->msg[0] = 0;
 	if (u.dropped && u.stripped)
 		sbx_err_set(err, SBX_EXIT_OK, 0,
-		            "dropped %u device nodes, FIFOs or sockets; stripped setuid/setgid bits or file "
-		            "capabilities from %u files",
-		            u.dropped, u.stripped);
+			    "dropped %u device nodes, FIFOs or sockets; stripped setuid/setgid bits or file "
+			    "capabilities from %u files",
+			    u.dropped, u.stripped);
 	else if (u.dropped)
 		sbx_err_set(err, SBX_EXIT_OK, 0, "dropped %u device nodes, FIFOs or sockets", u.dropped);
 	else if (u.stripped)
 		sbx_err_set(err, SBX_EXIT_OK, 0, "stripped setuid/setgid bits or file capabilities from %u files",
-		            u.stripped);
+			    u.stripped);
 	return 0;
 }
 

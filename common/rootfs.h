@@ -44,21 +44,29 @@
 
 #include "err.h"
 
-struct sbx_rootfs_limits { uint64_t max_bytes, max_entries; int allow_setuid; };
+struct sbx_rootfs_limits {
+	uint64_t max_bytes, max_entries;
+	int allow_setuid;
+};
 /* env: an object of strings (NAME: value) made from the config's Env. */
-struct sbx_rootfs_config { json_t *env; char user[64]; char workdir[256]; char format[16]; };
+struct sbx_rootfs_config {
+	json_t *env;
+	char user[64];
+	char workdir[256];
+	char format[16];
+};
 /* Unpack a rootfs tarball (.tar, .tar.gz, .tar.zst; `docker export`) or an image
  * (`docker save` tarball or OCI image layout tarball; layers in order, whiteouts honoured)
  * into the empty directory root_dfd. cfg gets the image config's Env/User/WorkingDir
  * (env NULL when none) and format ("rootfs"|"docker"|"oci"). 3 on a hostile or malformed
  * archive (message says which entry and why), 5 when over a limit. */
 int sbx_rootfs_unpack(int root_dfd, const char *path, const struct sbx_rootfs_limits *lim,
-                      struct sbx_rootfs_config *cfg, struct sbx_err *err);
+		      struct sbx_rootfs_config *cfg, struct sbx_err *err);
 /* The same from fd, opened by the caller (with the caller's rights; it
  * need not be seekable to be refused, but must be to be read); path names
  * it in messages. */
 int sbx_rootfs_unpack_fd(int root_dfd, int fd, const char *path, const struct sbx_rootfs_limits *lim,
-                         struct sbx_rootfs_config *cfg, struct sbx_err *err);
+			 struct sbx_rootfs_config *cfg, struct sbx_err *err);
 void sbx_rootfs_config_free(struct sbx_rootfs_config *cfg);
 
 #endif

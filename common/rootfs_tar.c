@@ -253,8 +253,8 @@ static int own(const struct ctx *c, int pfd, const char *base, struct archive_en
 static struct timespec mtime_of(struct archive_entry *e)
 {
 	if (!archive_entry_mtime_is_set(e))
-		return (struct timespec){.tv_nsec = UTIME_OMIT};
-	return (struct timespec){.tv_sec = archive_entry_mtime(e), .tv_nsec = archive_entry_mtime_nsec(e)};
+		return (struct timespec){ .tv_nsec = UTIME_OMIT };
+	return (struct timespec){ .tv_sec = archive_entry_mtime(e), .tv_nsec = archive_entry_mtime_nsec(e) };
 }
 
 /* setuid/setgid grant privilege only on files that run; a setgid
@@ -290,7 +290,7 @@ static int make_dir(const struct ctx *c, int pfd, const char *base, const char *
 	char *p = strdup(path);
 	if (!p)
 		return sbx_err_set(c->err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-	u->fix[u->nfix++] = (struct dirfix){.path = p, .mode = perm_of(u, e), .mtime = mtime_of(e)};
+	u->fix[u->nfix++] = (struct dirfix){ .path = p, .mode = perm_of(u, e), .mtime = mtime_of(e) };
 	return 0;
 }
 
@@ -313,7 +313,7 @@ static int file_caps(const struct ctx *c, int fd, struct archive_entry *e)
 		}
 		if (fsetxattr(fd, name, v, n, 0) < 0)
 			return bad(c, errno == EINVAL || errno == ERANGE ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL, errno,
-			           "cannot set its file capabilities");
+				   "cannot set its file capabilities");
 	}
 	return 0;
 }
@@ -325,8 +325,8 @@ static int make_file(const struct ctx *c, struct archive *a, int pfd, const char
 	    (uint64_t)archive_entry_size(e) > u->lim->max_bytes - u->bytes) {
 		char m[160];
 		snprintf(m, sizeof m,
-		         "its %lld bytes would pass the cap of %llu bytes (max_bytes): refused before any is written",
-		         (long long)archive_entry_size(e), (unsigned long long)u->lim->max_bytes);
+			 "its %lld bytes would pass the cap of %llu bytes (max_bytes): refused before any is written",
+			 (long long)archive_entry_size(e), (unsigned long long)u->lim->max_bytes);
 		return bad(c, SBX_EXIT_CONFLICT, 0, m);
 	}
 	if (clear_dest(c, pfd, base) < 0)
@@ -343,7 +343,7 @@ static int make_file(const struct ctx *c, struct archive *a, int pfd, const char
 			break;
 		if (n < 0)
 			return bad(c, SBX_EXIT_INVALID, 0,
-			           archive_error_string(a) ? archive_error_string(a) : "bad data");
+				   archive_error_string(a) ? archive_error_string(a) : "bad data");
 		/* Counted before it is written: a bomb stops at the cap. */
 		if ((uint64_t)n > u->lim->max_bytes - u->bytes)
 			return bad(c, SBX_EXIT_CONFLICT, 0, "the archive's data passes the size cap (max_bytes) here");
@@ -358,7 +358,7 @@ static int make_file(const struct ctx *c, struct archive *a, int pfd, const char
 		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the mode");
 	if (file_caps(c, fd, e) < 0)
 		return -1;
-	struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, mtime_of(e)};
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, mtime_of(e) };
 	if (futimens(fd, ts) < 0)
 		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the mtime");
 	return 0;
@@ -377,7 +377,7 @@ static int make_symlink(const struct ctx *c, int pfd, const char *base, struct a
 		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot make the symlink");
 	if (own(c, pfd, base, e) < 0)
 		return -1;
-	struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, mtime_of(e)};
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, mtime_of(e) };
 	if (utimensat(pfd, base, ts, AT_SYMLINK_NOFOLLOW) < 0)
 		return bad(c, SBX_EXIT_INTERNAL, errno, "cannot set the mtime");
 	return 0;
@@ -457,7 +457,7 @@ static int whiteout(const struct ctx *c, char *path, const char *base)
 
 static int entry(struct unpack *u, struct archive *a, struct archive_entry *e, struct sbx_err *err)
 {
-	struct ctx c = {.u = u, .raw = archive_entry_pathname(e), .err = err};
+	struct ctx c = { .u = u, .raw = archive_entry_pathname(e), .err = err };
 	char path[NAME_MAX_LEN + 1];
 	const char *why, *base;
 	if (sbx_rootfs_norm(c.raw, path, &why) < 0)
@@ -479,9 +479,9 @@ static int entry(struct unpack *u, struct archive *a, struct archive_entry *e, s
 	if (pfd < 0)
 		return -1;
 	int r = hl               ? make_hardlink(&c, pfd, base, path, hl)
-	        : ft == AE_IFDIR ? make_dir(&c, pfd, base, path, e)
-	        : ft == AE_IFLNK ? make_symlink(&c, pfd, base, e)
-	                         : make_file(&c, a, pfd, base, e);
+		: ft == AE_IFDIR ? make_dir(&c, pfd, base, path, e)
+		: ft == AE_IFLNK ? make_symlink(&c, pfd, base, e)
+				 : make_file(&c, a, pfd, base, e);
 	if (r < 0)
 		return -1;
 	if (u->made.bytes > NAMES_MAX)
@@ -495,7 +495,7 @@ static int fix_dirs(struct unpack *u, struct sbx_err *err)
 {
 	for (size_t i = 0; i < u->nfix; i++) {
 		struct dirfix *f = &u->fix[i];
-		struct ctx c = {.u = u, .raw = f->path, .err = err};
+		struct ctx c = { .u = u, .raw = f->path, .err = err };
 		const char *base;
 		int pfd = parent_open(&c, f->path, &base, false);
 		if (pfd == -2 || (pfd < 0 && err->code == SBX_EXIT_INVALID))
@@ -506,7 +506,7 @@ static int fix_dirs(struct unpack *u, struct sbx_err *err)
 		close(pfd);
 		if (fd < 0)
 			continue;
-		struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, f->mtime};
+		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, f->mtime };
 		int r = fchmod(fd, f->mode) < 0 || futimens(fd, ts) < 0 ? -1 : 0;
 		int en = errno;
 		close(fd);
@@ -558,12 +558,12 @@ int sbx_rootfs_apply(struct unpack *u, struct archive *a, struct sbx_err *err)
 			 * not one to build a root from. */
 			const char *s = archive_error_string(a);
 			r = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%smalformed archive after %llu entries: %s", u->what,
-			                (unsigned long long)u->entries, s ? s : "unreadable header");
+					(unsigned long long)u->entries, s ? s : "unreadable header");
 			break;
 		}
 		if (++u->entries > u->lim->max_entries) {
 			r = sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "%smore than %llu entries (max_entries)", u->what,
-			                (unsigned long long)u->lim->max_entries);
+					(unsigned long long)u->lim->max_entries);
 			break;
 		}
 		if ((r = entry(u, a, e, err)) < 0)

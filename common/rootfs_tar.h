@@ -14,20 +14,20 @@
 #include "err.h"
 #include "rootfs.h"
 
-#define NAME_MAX_LEN    4095u        /* bytes of a normalized path or link target */
-#define DEPTH_MAX       256u         /* components of one path */
-#define NAMES_MAX       (256u << 20) /* bytes of all names remembered for one layer */
-#define MEMBERS_MAX     4096u        /* members of an image tarball */
-#define LAYERS_MAX      256u
-#define INDEX_JSON_MAX  (1u << 20) /* manifest.json, index.json, an OCI manifest */
+#define NAME_MAX_LEN 4095u     /* bytes of a normalized path or link target */
+#define DEPTH_MAX 256u         /* components of one path */
+#define NAMES_MAX (256u << 20) /* bytes of all names remembered for one layer */
+#define MEMBERS_MAX 4096u      /* members of an image tarball */
+#define LAYERS_MAX 256u
+#define INDEX_JSON_MAX (1u << 20) /* manifest.json, index.json, an OCI manifest */
 #define CONFIG_JSON_MAX (4u << 20)
 /* An image's Env is held to a spec's env: (tmplspec.h) so both reach an
  * exec alike: at most 64 names like [A-Za-z_][A-Za-z0-9_]*, 128 bytes,
  * values at most 4096 bytes. */
-#define ENV_MAX      64u
+#define ENV_MAX 64u
 #define ENV_NAME_MAX 128u
-#define ENV_VAL_MAX  4096u
-#define CHUNK        65536
+#define ENV_VAL_MAX 4096u
+#define CHUNK 65536
 
 /* Paths made by the archive (layer) being applied: hardlinks may only
  * point at them and whiteouts never hide them.  Open addressing. */

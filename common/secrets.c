@@ -109,14 +109,16 @@ int sbx_secrets_args(struct sbx_policy *p, const char *const *specs, unsigned n,
 		const char *eq = strchr(specs[i], '=');
 		size_t nl = eq ? (size_t)(eq - specs[i]) : 0;
 		if (!eq || eq[1] != '@' || !eq[2])
-			return sbx_err_set(err, SBX_EXIT_USAGE, 0, "--secret %s: expected NAME=@FILE or NAME=@-", specs[i]);
+			return sbx_err_set(err, SBX_EXIT_USAGE, 0, "--secret %s: expected NAME=@FILE or NAME=@-",
+					   specs[i]);
 		if (!sbx_secret_name_ok(specs[i], nl))
 			return sbx_err_set(err, SBX_EXIT_USAGE, 0,
-					   "--secret: '%.*s' is not a secret name ([A-Z_][A-Z0-9_]*, at most %d)", (int)nl,
-					   specs[i], SBX_SECRET_NAME_MAX);
+					   "--secret: '%.*s' is not a secret name ([A-Z_][A-Z0-9_]*, at most %d)",
+					   (int)nl, specs[i], SBX_SECRET_NAME_MAX);
 		for (unsigned j = 0; j < i; j++)
 			if (!strncmp(specs[j], specs[i], nl + 1))
-				return sbx_err_set(err, SBX_EXIT_USAGE, 0, "--secret %.*s is given twice", (int)nl, specs[i]);
+				return sbx_err_set(err, SBX_EXIT_USAGE, 0, "--secret %.*s is given twice", (int)nl,
+						   specs[i]);
 		const char *file = eq + 2;
 		char path[PATH_MAX];
 		if (file[0] == '/' || !strcmp(file, "-")) {
@@ -124,8 +126,8 @@ int sbx_secrets_args(struct sbx_policy *p, const char *const *specs, unsigned n,
 		} else {
 			char cwd[PATH_MAX];
 			if (!getcwd(cwd, sizeof cwd))
-				return sbx_err_set(err, SBX_EXIT_USAGE, errno, "--secret %.*s: cannot resolve %s", (int)nl,
-						   specs[i], file);
+				return sbx_err_set(err, SBX_EXIT_USAGE, errno, "--secret %.*s: cannot resolve %s",
+						   (int)nl, specs[i], file);
 			snprintf(path, sizeof path, "%s/%s", cwd, file);
 		}
 		struct sbx_policy_secret *sec = NULL;
@@ -134,7 +136,8 @@ int sbx_secrets_args(struct sbx_policy *p, const char *const *specs, unsigned n,
 				sec = &p->secrets[j];
 		if (!sec) {
 			if (p->nsecrets >= SBX_POLICY_SECRETS_MAX)
-				return sbx_err_set(err, SBX_EXIT_USAGE, 0, "at most %d secrets", SBX_POLICY_SECRETS_MAX);
+				return sbx_err_set(err, SBX_EXIT_USAGE, 0, "at most %d secrets",
+						   SBX_POLICY_SECRETS_MAX);
 			sec = &p->secrets[p->nsecrets++];
 		}
 		memset(sec, 0, sizeof *sec);
@@ -187,14 +190,13 @@ static int open_secret(const struct sbx_policy_secret *ps, const char *tenant, c
 	return fd;
 }
 
-static int load_one(const struct sbx_policy_secret *ps, const char *tenant, struct sbx_secrets *s,
-		    struct sbx_err *err)
+static int load_one(const struct sbx_policy_secret *ps, const char *tenant, struct sbx_secrets *s, struct sbx_err *err)
 {
 	size_t room = SBX_FRAME_HDR + SBX_FRAME_MAX - s->frame_len;
 	size_t nl = strlen(ps->name);
 	if (room < 2 * TLV_HDR + nl)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "secret %s: the secrets exceed %u bytes together", ps->name,
-				   SBX_FRAME_MAX);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "secret %s: the secrets exceed %u bytes together",
+				   ps->name, SBX_FRAME_MAX);
 	/* Read straight into place after the NAME and VALUE headers: the
 	 * value is never copied through unlocked memory. */
 	uint8_t *val = s->frame + s->frame_len + TLV_HDR + nl + TLV_HDR;
@@ -206,14 +208,15 @@ static int load_one(const struct sbx_policy_secret *ps, const char *tenant, stru
 	if (ps->from_cli)
 		snprintf(key, sizeof key, "--secret %s", ps->name);
 	else
-		snprintf(key, sizeof key, "secret %s (secrets.%s)", ps->name, ps->from_env[0] ? "from_env" : "from_file");
+		snprintf(key, sizeof key, "secret %s (secrets.%s)", ps->name,
+			 ps->from_env[0] ? "from_env" : "from_file");
 	if (ps->from_env[0]) {
 		if (sbx_hostpath_env_ok(tenant, ps->from_env, key, err) < 0)
 			return -1;
 		const char *v = getenv(ps->from_env);
 		if (!v)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "secret %s: the environment variable %s is not set",
-					   ps->name, ps->from_env);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "secret %s: the environment variable %s is not set", ps->name, ps->from_env);
 		len = strlen(v);
 		if (len > max)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "secret %s: %s is longer than %zu bytes", ps->name,
@@ -230,7 +233,8 @@ static int load_one(const struct sbx_policy_secret *ps, const char *tenant, stru
 		if (!stdin_)
 			close(fd);
 		if (r < 0)
-			return sbx_err_set(err, SBX_EXIT_INVALID, e, "secret %s: cannot read %s", ps->name, ps->from_file);
+			return sbx_err_set(err, SBX_EXIT_INVALID, e, "secret %s: cannot read %s", ps->name,
+					   ps->from_file);
 		if ((size_t)r > max) {
 			explicit_bzero(val, max + 1);
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "secret %s: %s is longer than %zu bytes", ps->name,

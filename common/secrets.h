@@ -20,8 +20,8 @@ struct sbx_secrets {
 	unsigned n;
 	size_t pat[SBX_SECRETS_MAX]; /* bytes scrubbed: the value less a trailing newline */
 	size_t patmax;
-	uint8_t first[256];          /* bytes a pattern starts with */
-	uint8_t *frame;              /* the SBX_F_SECRETS frame, mlocked, zeroed on free */
+	uint8_t first[256]; /* bytes a pattern starts with */
+	uint8_t *frame;     /* the SBX_F_SECRETS frame, mlocked, zeroed on free */
 	size_t frame_len, map_len;
 };
 
@@ -43,7 +43,10 @@ int sbx_secrets_load(const struct sbx_policy *p, const char *tenant, struct sbx_
 /* The monitor's side: one frame from fd (blocking, bounded). */
 int sbx_secrets_read_fd(int fd, struct sbx_secrets *s, struct sbx_err *err);
 void sbx_secrets_free(struct sbx_secrets *s);
-static inline void sbx_secrets_freep(struct sbx_secrets *s) { sbx_secrets_free(s); }
+static inline void sbx_secrets_freep(struct sbx_secrets *s)
+{
+	sbx_secrets_free(s);
+}
 #define _cleanup_secrets_ __attribute__((cleanup(sbx_secrets_freep)))
 
 /* Streaming scrub: every occurrence of a secret's value becomes

@@ -15,33 +15,33 @@
 /* resources.output_session_cap when the policy does not say (and for a
  * session record written before there was one). */
 #define SBX_OUTPUT_SESSION_CAP_DEFAULT (1ull << 30)
-#define SBX_LIMIT_PATHS_MAX 32  /* = SBX_POLICY_PATHS_MAX */
-#define SBX_LIMIT_PATH_LEN 256   /* = SBX_POLICY_PATH_LEN */
+#define SBX_LIMIT_PATHS_MAX 32 /* = SBX_POLICY_PATHS_MAX */
+#define SBX_LIMIT_PATH_LEN 256 /* = SBX_POLICY_PATH_LEN */
 
 struct sbx_policy;
 
 struct sbx_session {
 	char id[SBX_ID_MAX + 1];
-	char state[16];     /* creating running paused suspended crashed stopped expired */
+	char state[16]; /* creating running paused suspended crashed stopped expired */
 	uint64_t created_ns, ready_ns, ended_ns;
 	/* tmpl_name is the template's reference: NAME for the operator's,
 	 * TENANT/NAME for a tenant's own (template.h); tmpl_owner "" for the
 	 * operator. */
 	char tmpl_name[64], tmpl_version[64], tmpl_dir[512];
 	char tmpl_owner[SBX_ID_MAX + 1];
-	char tmpl_req[140]; /* as requested: NAME or NAME@VERSION (not stored) */
+	char tmpl_req[140];          /* as requested: NAME or NAME@VERSION (not stored) */
 	char tenant[SBX_ID_MAX + 1]; /* who the session is for; "" for none */
 	unsigned vcpus, memory_mib;
 	char accel[8], vmm[24];
-	char spec[65];      /* sha256 of the spec, for idempotent --id */
+	char spec[65]; /* sha256 of the spec, for idempotent --id */
 	int monitor_pid, vmm_pid;
 	uint64_t monitor_start, vmm_start;
 	char boot_id[40];
-	char kernel[80];    /* guest kernel release from HELLO */
-	char end_reason[64]; /* why the VM ended, when it did */
-	uint64_t boot_ms;   /* launch -> agent hello */
+	char kernel[80];           /* guest kernel release from HELLO */
+	char end_reason[64];       /* why the VM ended, when it did */
+	uint64_t boot_ms;          /* launch -> agent hello */
 	uint64_t cpu_ns, mem_peak; /* host-measured VMM usage, saved when the VM ended */
-	struct sbx_volume {  /* -v HOST:GUEST:ro, copied into an image at boot */
+	struct sbx_volume {        /* -v HOST:GUEST:ro, copied into an image at boot */
 		char host[512], guest[128];
 	} vols[8];
 	unsigned nvols;
@@ -84,17 +84,17 @@ struct sbx_session {
 	 * --env-file, -e and -w.  "" for the guest's defaults. */
 	struct sbx_env env;
 	char workdir[SBX_WORKDIR_MAX];
-	char user[8]; /* root, user or a uid */
-	struct sbx_limits {  /* compiled from the policy at create; the monitor enforces */
-		uint64_t ttl_ms;                 /* 0: none */
+	char user[8];                             /* root, user or a uid */
+	struct sbx_limits {                       /* compiled from the policy at create; the monitor enforces */
+		uint64_t ttl_ms;                  /* 0: none */
 		uint64_t exec_timeout_default_ms; /* 0: none */
 		uint64_t exec_timeout_max_ms;     /* 0: none */
-		uint64_t output_cap;             /* bytes kept per exec and stream */
-		uint64_t output_session_cap;     /* bytes kept over every exec */
-		uint64_t exec_memory;            /* memory.max per exec, 0: the VM's */
-		uint64_t disk_bytes;             /* writable space */
+		uint64_t output_cap;              /* bytes kept per exec and stream */
+		uint64_t output_session_cap;      /* bytes kept over every exec */
+		uint64_t exec_memory;             /* memory.max per exec, 0: the VM's */
+		uint64_t disk_bytes;              /* writable space */
 		unsigned pids_per_exec, pids_per_session;
-		unsigned cpu_milli;              /* host CPU cap for the VMM, 1000 = one CPU */
+		unsigned cpu_milli; /* host CPU cap for the VMM, 1000 = one CPU */
 		/* the writable disks' throttle (resources.disk_bps, disk_iops);
 		 * 0: none, as in a record without them */
 		uint64_t disk_bps;
@@ -118,11 +118,11 @@ struct sbx_session {
 		/* packages: (the package cache, pkgcache.h); a record without
 		 * them is offline. */
 		struct sbx_limit_packages {
-			int mode;            /* enum sbx_pkg_mode (policy.h) */
-			char policy[64];     /* the policy's name in messages: its
-					      * file's base name, or "defaults" */
+			int mode;        /* enum sbx_pkg_mode (policy.h) */
+			char policy[64]; /* the policy's name in messages: its
+					  * file's base name, or "defaults" */
 			struct sbx_limit_registry {
-				int type;    /* enum sbx_registry_type */
+				int type; /* enum sbx_registry_type */
 				char url[512];
 			} reg[16];
 			unsigned nreg;
@@ -159,28 +159,28 @@ void sbx_limits_compile(const struct sbx_policy *p, struct sbx_limits *l);
 
 struct sbx_snapshot;
 struct sbx_create_opts {
-	const char *id;       /* NULL: generate */
-	const char *tmpl;     /* NAME or NAME@VERSION, default "default" */
+	const char *id;   /* NULL: generate */
+	const char *tmpl; /* NAME or NAME@VERSION, default "default" */
 	unsigned vcpus, memory_mib;
 	const struct sbx_policy *policy; /* effective policy (policy.h); NULL: defaults */
-	const char *tenant;   /* NULL: none */
-	const char *vols[8];  /* "HOSTDIR:GUESTPATH[:ro]" */
+	const char *tenant;              /* NULL: none */
+	const char *vols[8];             /* "HOSTDIR:GUESTPATH[:ro]" */
 	unsigned nvols;
-	const char *workspace; /* NULL: none */
-	const char *snapshot; /* -s NAME[@VERSION] of the tenant's snapshots; NULL: none */
+	const char *workspace;                      /* NULL: none */
+	const char *snapshot;                       /* -s NAME[@VERSION] of the tenant's snapshots; NULL: none */
 	const struct sbx_snapshot *snapshot_direct; /* a snapshot found already (a fork's own); NULL: none */
-	unsigned shape_set;   /* SBX_SHAPE_*: given on the command line or by the policy */
-	int progress_fd;      /* a restore's progress is drawn there when a terminal; -1: never
-			       * (0, as in a zeroed struct, is never a terminal we draw on) */
-	int pool;             /* a warm-pool member (pool.h): ID pool-..., no TTL */
-	int pool_nic;         /* ... with a NIC, its namespace bare until a claim */
+	unsigned shape_set;                         /* SBX_SHAPE_*: given on the command line or by the policy */
+	int progress_fd;                            /* a restore's progress is drawn there when a terminal; -1: never
+						     * (0, as in a zeroed struct, is never a terminal we draw on) */
+	int pool;                                   /* a warm-pool member (pool.h): ID pool-..., no TTL */
+	int pool_nic;                               /* ... with a NIC, its namespace bare until a claim */
 	/* The session's environment (env.h): the files first, then -e, the
 	 * later winning; -e NAME alone takes the caller's $NAME. */
 	const char *const *env_files;
 	unsigned nenv_files;
 	const char *const *env;
 	unsigned nenv;
-	const char *workdir;  /* -w; NULL: the template's, else the guest's */
+	const char *workdir; /* -w; NULL: the template's, else the guest's */
 };
 
 #define SBX_SHAPE_VCPUS 1u
@@ -215,8 +215,8 @@ char *sbx_record_text(const struct sbx_session *s);
 
 /* Create a session; on success s is its record and *existed says whether an
  * identical session with this --id was already running. */
-int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s,
-		       int *existed, struct sbx_err *err);
+int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s, int *existed,
+		       struct sbx_err *err);
 /* Destroy a session and everything it held.  A missing session is success
  * (*gone = 1), so kill is idempotent. */
 int sbx_session_destroy(struct sbx_state *st, const char *id, int *gone, struct sbx_err *err);

@@ -88,8 +88,8 @@ int sbx_snapshot_spec(const char *spec, char name[64], char version[64], struct 
 	size_t nl = at ? (size_t)(at - spec) : strlen(spec);
 	name[0] = version[0] = 0;
 	if (nl == 0 || nl > SBX_ID_MAX)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid snapshot name '%.80s': must be 1 to %d characters",
-				   spec, SBX_ID_MAX);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "invalid snapshot name '%.80s': must be 1 to %d characters", spec, SBX_ID_MAX);
 	memcpy(name, spec, nl);
 	name[nl] = 0;
 	if (sbx_id_check(name, "snapshot name", err) < 0)
@@ -97,7 +97,8 @@ int sbx_snapshot_spec(const char *spec, char name[64], char version[64], struct 
 	if (at) {
 		if (strlen(at + 1) > SBX_ID_MAX)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "invalid snapshot version '%.80s': must be 1 to %d characters", at + 1, SBX_ID_MAX);
+					   "invalid snapshot version '%.80s': must be 1 to %d characters", at + 1,
+					   SBX_ID_MAX);
 		if (sbx_id_check(at + 1, "snapshot version", err) < 0)
 			return -1;
 		snprintf(version, 64, "%s", at + 1);
@@ -114,8 +115,9 @@ int sbx_snapshot_tenant_check(const char *tenant, struct sbx_err *err)
 	if (sbx_id_check(tenant, "tenant", err) < 0)
 		return -1;
 	if (!strcmp(tenant, SBX_SNAPSHOT_NO_TENANT))
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid tenant '_': the name is reserved for snapshots "
-							     "without a tenant");
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "invalid tenant '_': the name is reserved for snapshots "
+				   "without a tenant");
 	return 0;
 }
 
@@ -183,7 +185,8 @@ static int mac_ok(const char *mac)
 static int parse_manifest(json_t *m, struct sbx_snapshot *s)
 {
 	const char *kind = json_string_value(json_object_get(m, "kind"));
-	if (json_integer_value(json_object_get(m, "schema")) != SBX_SNAPSHOT_SCHEMA || !kind || strcmp(kind, "snapshot"))
+	if (json_integer_value(json_object_get(m, "schema")) != SBX_SNAPSHOT_SCHEMA || !kind ||
+	    strcmp(kind, "snapshot"))
 		return -1;
 	sbx_json_str(m, "name", s->name, sizeof s->name);
 	sbx_json_str(m, "version", s->version, sizeof s->version);
@@ -292,8 +295,8 @@ int sbx_snapshot_of_template(const struct sbx_template *t, struct sbx_snapshot *
 	int rc = m ? parse_manifest(json_object_get(m, "snapshot"), s) : -1;
 	json_decref(m);
 	if (rc < 0)
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "template %s@%s holds a snapshot whose manifest is unusable",
-				   t->name, t->version);
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
+				   "template %s@%s holds a snapshot whose manifest is unusable", t->name, t->version);
 	s->is_template = 1;
 	snprintf(s->name, sizeof s->name, "%s", t->ref);
 	snprintf(s->version, sizeof s->version, "%s", t->version);
@@ -332,9 +335,10 @@ int sbx_snapshot_template(struct sbx_state *st, const struct sbx_snapshot *s, st
 	 * must be the very same bytes. */
 	char sha[65] = "";
 	if (!s->is_template && s->tmpl_sha256[0] && (template_sha(t->dir, sha) < 0 || strcmp(sha, s->tmpl_sha256)))
-		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
-				   "snapshot %s: template %s changed since the snapshot was taken (content %.12s, was %.12s)",
-				   s->ref, spec, sha, s->tmpl_sha256);
+		return sbx_err_set(
+			err, SBX_EXIT_CONFLICT, 0,
+			"snapshot %s: template %s changed since the snapshot was taken (content %.12s, was %.12s)",
+			s->ref, spec, sha, s->tmpl_sha256);
 	return 0;
 }
 
@@ -344,26 +348,29 @@ int sbx_snapshot_apply(const struct sbx_snapshot *snap, const struct sbx_create_
 		       struct sbx_session *s, struct sbx_err *err)
 {
 	if (strcmp(snap->vmm, s->vmm))
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "snapshot %s was saved by the %s VMM; this host would run %s",
-				   snap->ref, snap->vmm, s->vmm);
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
+				   "snapshot %s was saved by the %s VMM; this host would run %s", snap->ref, snap->vmm,
+				   s->vmm);
 	if (strcmp(snap->accel, s->accel))
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "snapshot %s was saved under %s; this host runs guests under %s",
-				   snap->ref, snap->accel, s->accel);
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
+				   "snapshot %s was saved under %s; this host runs guests under %s", snap->ref,
+				   snap->accel, s->accel);
 	/* The VM comes back as it was saved: its vCPUs, memory and disk are
 	 * in the image.  Asking for others is an error, not a silent change. */
 	if ((o->shape_set & SBX_SHAPE_VCPUS) && s->vcpus != snap->vcpus)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "snapshot %s has %u vCPUs and a restored VM keeps them; %u were asked for", snap->ref,
-				   snap->vcpus, s->vcpus);
+				   "snapshot %s has %u vCPUs and a restored VM keeps them; %u were asked for",
+				   snap->ref, snap->vcpus, s->vcpus);
 	if ((o->shape_set & SBX_SHAPE_MEMORY) && s->memory_mib != snap->memory_mib)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
 				   "snapshot %s has %u MiB of memory and a restored VM keeps it; %u MiB were asked for",
 				   snap->ref, snap->memory_mib, s->memory_mib);
 	if ((o->shape_set & SBX_SHAPE_DISK) && s->limits.disk_bytes != snap->disk_bytes)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "snapshot %s has a %llu MiB disk and a restored VM keeps it; %llu MiB were asked for",
-				   snap->ref, (unsigned long long)(snap->disk_bytes >> 20),
-				   (unsigned long long)(s->limits.disk_bytes >> 20));
+		return sbx_err_set(
+			err, SBX_EXIT_INVALID, 0,
+			"snapshot %s has a %llu MiB disk and a restored VM keeps it; %llu MiB were asked for",
+			snap->ref, (unsigned long long)(snap->disk_bytes >> 20),
+			(unsigned long long)(s->limits.disk_bytes >> 20));
 	if (o->nvols)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
 				   "a session from snapshot %s has the snapshot's devices: -v would add disks it was "
@@ -373,25 +380,28 @@ int sbx_snapshot_apply(const struct sbx_snapshot *snap, const struct sbx_create_
 	 * before anything exists, when another session holds it). */
 	if (o->workspace && *o->workspace && strcmp(o->workspace, snap->workspace))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   snap->workspace[0] ? "snapshot %s re-attaches its own workspace %s: --workspace cannot "
-							"name another"
-						      : "a session from snapshot %s has the snapshot's devices: --workspace "
-							"would add a disk it was not saved with%s",
+				   snap->workspace[0]
+					   ? "snapshot %s re-attaches its own workspace %s: --workspace cannot "
+					     "name another"
+					   : "a session from snapshot %s has the snapshot's devices: --workspace "
+					     "would add a disk it was not saved with%s",
 				   snap->ref, snap->workspace);
 	/* The NIC is a device of the image: there or not as it was saved.
 	 * Its namespace, TAP and proxy are the restore's own, from this
 	 * create's policy. */
 	int nic = p->network.egress == SBX_EGRESS_ALLOWLIST || p->packages.mode == SBX_PKG_ALLOWLIST;
 	if (nic && !snap->mac[0])
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "snapshot %s was saved without a network device, which network.egress: allowlist and "
-				   "packages.mode: allowlist need",
-				   snap->ref);
+		return sbx_err_set(
+			err, SBX_EXIT_INVALID, 0,
+			"snapshot %s was saved without a network device, which network.egress: allowlist and "
+			"packages.mode: allowlist need",
+			snap->ref);
 	if (!nic && snap->mac[0])
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "snapshot %s was saved with a network device: restore it under a policy with "
-				   "network.egress: allowlist or packages.mode: allowlist (-p FILE), as its session had",
-				   snap->ref);
+		return sbx_err_set(
+			err, SBX_EXIT_INVALID, 0,
+			"snapshot %s was saved with a network device: restore it under a policy with "
+			"network.egress: allowlist or packages.mode: allowlist (-p FILE), as its session had",
+			snap->ref);
 	s->vcpus = snap->vcpus;
 	s->memory_mib = snap->memory_mib;
 	s->limits.disk_bytes = snap->disk_bytes;
@@ -480,7 +490,8 @@ static int copy_file(int sdir, const char *sname, int ddir, const char *dname, m
 			if (w < 0 && errno == EINTR)
 				continue;
 			if (w <= 0)
-				return sbx_err_set(err, SBX_EXIT_INTERNAL, w < 0 ? errno : EIO, "cannot copy %s", sname);
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, w < 0 ? errno : EIO, "cannot copy %s",
+						   sname);
 			pos += w;
 		}
 	}
@@ -507,10 +518,10 @@ static json_t *manifest_json(const struct sbx_session *src, const struct sbx_sna
 			      "source", "session", s->source, "template", "name", s->tmpl_name, "version",
 			      s->tmpl_version, "content_sha256", s->tmpl_sha256, "kernel", s->kernel, "vmm", s->vmm,
 			      "accel", s->accel, "vcpus", (int)s->vcpus, "memory_mib", (int)s->memory_mib, "devices",
-			      "root", "template", "scratch_bytes", (json_int_t)s->disk_bytes, "volumes", 0, "workspace", src->workspace[0] != 0,
-			      "network", src->mac[0] != 0, "rng", 1, "agent", "virtio-serial", "limits", limits ? limits : json_object(),
-			      "files", files, "size", (json_int_t)s->size, "content_sha256", s->content_sha256, "save_ms",
-			      (json_int_t)save_ms);
+			      "root", "template", "scratch_bytes", (json_int_t)s->disk_bytes, "volumes", 0, "workspace",
+			      src->workspace[0] != 0, "network", src->mac[0] != 0, "rng", 1, "agent", "virtio-serial",
+			      "limits", limits ? limits : json_object(), "files", files, "size", (json_int_t)s->size,
+			      "content_sha256", s->content_sha256, "save_ms", (json_int_t)save_ms);
 	if (m && src->mac[0])
 		json_object_set_new(json_object_get(m, "devices"), "mac", json_string(src->mac));
 	if (m && src->workspace[0])
@@ -551,8 +562,8 @@ static int publish(struct sbx_state *st, const struct sbx_session *src, int sdir
 	_cleanup_free_ char *btxt = rc == 0 ? sbx_read_small_at(bdir, MANIFEST, 1 << 20, NULL) : NULL;
 	json_t *bm = btxt ? json_loads(btxt, 0, NULL) : NULL;
 	if (rc == 0 && !bm)
-		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the manifest of template %s@%s", src->tmpl_name,
-				 src->tmpl_version);
+		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot read the manifest of template %s@%s",
+				 src->tmpl_name, src->tmpl_version);
 	if (rc == 0) {
 		char created[40];
 		time_t t = (time_t)(s->created_ns / 1000000000u);
@@ -568,9 +579,9 @@ static int publish(struct sbx_state *st, const struct sbx_session *src, int sdir
 		json_t *kernel = json_deep_copy(json_object_get(bm, "kernel"));
 		json_t *pkgs = json_deep_copy(json_object_get(bm, "packages"));
 		json_t *tm_ = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:O}", "schema", 1, "name", s->name,
-					"version", s->version, "created", created, "kernel", kernel ? kernel : json_null(),
-					"packages", pkgs ? pkgs : json_array(), "files", files, "content_sha256",
-					s->content_sha256, "snapshot", snapm);
+					"version", s->version, "created", created, "kernel",
+					kernel ? kernel : json_null(), "packages", pkgs ? pkgs : json_array(), "files",
+					files, "content_sha256", s->content_sha256, "snapshot", snapm);
 		if (tm_) {
 			json_object_set_new(tm_, "base", json_sprintf("%s@%s", src->tmpl_name, src->tmpl_version));
 			json_object_set_new(tm_, "owner", json_string(sbx_template_owner_name(owner)));
@@ -590,8 +601,8 @@ static int publish(struct sbx_state *st, const struct sbx_session *src, int sdir
 	char who[SBX_ID_MAX + 1];
 	if (rc == 0 && sbx_template_holder(st, owner, s->name, who))
 		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				 "template %s belongs to %s%s: a publish never shadows another owner's template", s->name,
-				 who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
+				 "template %s belongs to %s%s: a publish never shadows another owner's template",
+				 s->name, who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
 	if (rc == 0 && renameat2(tdir, tmp, tdir, final, RENAME_NOREPLACE) < 0)
 		rc = errno == EEXIST || errno == ENOTEMPTY
 			     ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "template %s already exists", final)
@@ -639,31 +650,34 @@ static int publish_check(struct sbx_state *st, const char *caller, const struct 
 		if (sbx_hostconf_load(&hc, err) < 0)
 			return -1;
 		if (!sbx_hostconf_publisher(&hc, caller))
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "publishing a template is the operator's: tenant %s is not in templates.publishers "
-					   "of %s",
-					   caller, hc.source[0] ? hc.source : "sbx.yaml (there is none)");
+			return sbx_err_set(
+				err, SBX_EXIT_INVALID, 0,
+				"publishing a template is the operator's: tenant %s is not in templates.publishers "
+				"of %s",
+				caller, hc.source[0] ? hc.source : "sbx.yaml (there is none)");
 		snprintf(owner, SBX_ID_MAX + 1, "%s", caller);
 	} else if (src->tenant[0]) {
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "session %s is tenant %s's: its guest cannot become the operator's template (publish it "
-				   "with --tenant %s, into that tenant's own templates)",
-				   src->id, src->tenant, src->tenant);
+		return sbx_err_set(
+			err, SBX_EXIT_INVALID, 0,
+			"session %s is tenant %s's: its guest cannot become the operator's template (publish it "
+			"with --tenant %s, into that tenant's own templates)",
+			src->id, src->tenant, src->tenant);
 	} else if (src->tmpl_owner[0]) {
 		/* An operator session booted from a tenant's template runs that
 		 * tenant's guest: the same hand-over by another road. */
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "session %s runs tenant %s's template %s: its guest cannot become the operator's template",
-				   src->id, src->tmpl_owner, src->tmpl_name);
+		return sbx_err_set(
+			err, SBX_EXIT_INVALID, 0,
+			"session %s runs tenant %s's template %s: its guest cannot become the operator's template",
+			src->id, src->tmpl_owner, src->tmpl_name);
 	}
 	if (owner[0] && strlen(owner) + 1 + strlen(name) >= 64)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "template name %s/%s is too long (at most 63 bytes)", owner,
-				   name);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "template name %s/%s is too long (at most 63 bytes)",
+				   owner, name);
 	char who[SBX_ID_MAX + 1];
 	if (sbx_template_holder(st, owner, name, who))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "template %s belongs to %s%s: a publish never shadows another owner's template", name,
-				   who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
+				   "template %s belongs to %s%s: a publish never shadows another owner's template",
+				   name, who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
 	return 0;
 }
 
@@ -748,7 +762,7 @@ struct save {
 	char owner[SBX_ID_MAX + 1]; /* a template's publisher ("" the operator) */
 	int tdir, tpl;              /* the tenant's snapshots, the templates namespace */
 	char tbase[600], final[140], wname[160];
-	uint64_t left;              /* what the tenant's quota leaves; 0: no cap */
+	uint64_t left; /* what the tenant's quota leaves; 0: no cap */
 	uint64_t save_ms;
 };
 
@@ -763,8 +777,9 @@ static int save_prepare(struct sbx_state *st, struct save *v, struct sbx_err *er
 		return -1;
 	const char *live = sbx_session_live_state(st, &v->src);
 	if (!strcmp(live, "suspended"))
-		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s is suspended: resume it first (sbx-snapshot resume %s)",
-				   v->src.id, v->src.id);
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+				   "session %s is suspended: resume it first (sbx-snapshot resume %s)", v->src.id,
+				   v->src.id);
 	if (!sbx_state_up(live))
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s)", v->src.id, live);
 	if (sbx_capacity_disk(st, err) < 0)
@@ -773,10 +788,11 @@ static int save_prepare(struct sbx_state *st, struct save *v, struct sbx_err *er
 	 * pool's, which never has a workspace): a workspace is one tenant's,
 	 * attached by one session at a time. */
 	if (o->to_template && v->src.workspace[0])
-		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
-				   "session %s has a workspace: it can be saved as a snapshot, not as a template (every "
-				   "session of the template would attach a workspace of that name)",
-				   v->src.id);
+		return sbx_err_set(
+			err, SBX_EXIT_CONFLICT, 0,
+			"session %s has a workspace: it can be saved as a snapshot, not as a template (every "
+			"session of the template would attach a workspace of that name)",
+			v->src.id);
 	/* The snapshot is the session's tenant's: its memory never changes
 	 * hands, whoever asks. */
 	snprintf(s->tenant, sizeof s->tenant, "%s", v->src.tenant);
@@ -898,7 +914,8 @@ static int save_commit(struct sbx_state *st, struct save *v, int wd, json_t *m, 
 		snprintf(s->ref, sizeof s->ref, "template:%s%s%s@%s", v->owner, v->owner[0] ? "/" : "", s->name,
 			 s->version);
 		if (v->owner[0])
-			snprintf(s->dir, sizeof s->dir, "%s/" SBX_TEMPLATE_TENANTS "/%s/%s", v->tbase, v->owner, v->final);
+			snprintf(s->dir, sizeof s->dir, "%s/" SBX_TEMPLATE_TENANTS "/%s/%s", v->tbase, v->owner,
+				 v->final);
 		else
 			snprintf(s->dir, sizeof s->dir, "%s/%s", v->tbase, v->final);
 		if (v->tpl < 0)
@@ -999,8 +1016,9 @@ int sbx_snapshot_fork(struct sbx_state *st, const struct sbx_snapshot_fork_opts 
 	if (o->n < 1 || o->n > SBX_FORK_MAX)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "a fork makes 1 to %u copies, not %u", SBX_FORK_MAX, o->n);
 	uint64_t t0 = sbx_mono_ns();
-	struct sbx_snapshot_save_opts so = { .session = o->session, .tenant = o->tenant, .spec = "fork",
-					     .progress_fd = -1 };
+	struct sbx_snapshot_save_opts so = {
+		.session = o->session, .tenant = o->tenant, .spec = "fork", .progress_fd = -1
+	};
 	struct save v = { .o = &so, .tdir = -1, .tpl = -1 };
 	_cleanup_close_ int wd = -1;
 	json_t *m = NULL;
@@ -1021,8 +1039,10 @@ int sbx_snapshot_fork(struct sbx_state *st, const struct sbx_snapshot_fork_opts 
 	snprintf(snap.dir, sizeof snap.dir, "%s/snapshots/%s/%s", st->lib, tenant_dir_name(v.s.tenant), v.wname);
 	unsigned made = 0;
 	while (rc == 0 && made < o->n) {
-		struct sbx_create_opts co = { .snapshot_direct = &snap, .tenant = v.src.tenant[0] ? v.src.tenant : NULL,
-					      .policy = o->policy, .progress_fd = -1 };
+		struct sbx_create_opts co = { .snapshot_direct = &snap,
+					      .tenant = v.src.tenant[0] ? v.src.tenant : NULL,
+					      .policy = o->policy,
+					      .progress_fd = -1 };
 		struct sbx_session s;
 		int existed = 0;
 		if (sbx_session_create(st, &co, &s, &existed, err) < 0) {

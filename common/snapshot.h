@@ -40,15 +40,15 @@ struct sbx_snapshot {
 	int is_template;
 	uint64_t created_ns;
 	char created[40];
-	char source[SBX_ID_MAX + 1]; /* the session it was saved from */
+	char source[SBX_ID_MAX + 1];                           /* the session it was saved from */
 	char tmpl_name[64], tmpl_version[64], tmpl_sha256[65]; /* its template */
 	char kernel[80];
 	char vmm[24], accel[8];
 	unsigned vcpus, memory_mib;
-	uint64_t disk_bytes;         /* the writable disk's size: the session's quota */
-	char mac[18];                /* its NIC's MAC; "": saved without one */
+	uint64_t disk_bytes;            /* the writable disk's size: the session's quota */
+	char mac[18];                   /* its NIC's MAC; "": saved without one */
 	char workspace[SBX_ID_MAX + 1]; /* the workspace it had, by name; "": none */
-	uint64_t size;               /* bytes on disk */
+	uint64_t size;                  /* bytes on disk */
 	char content_sha256[65];
 };
 
@@ -82,10 +82,10 @@ int sbx_snapshot_present(const struct sbx_snapshot *snap, struct sbx_err *err);
 
 struct sbx_snapshot_save_opts {
 	const char *session;
-	const char *tenant;  /* NULL: the session's own, whatever it is */
-	const char *spec;    /* NAME[@VERSION]; without one, a timestamp */
-	int to_template;     /* publish into the templates directory */
-	int progress_fd;     /* draw progress there when it is a terminal; -1: never */
+	const char *tenant; /* NULL: the session's own, whatever it is */
+	const char *spec;   /* NAME[@VERSION]; without one, a timestamp */
+	int to_template;    /* publish into the templates directory */
+	int progress_fd;    /* draw progress there when it is a terminal; -1: never */
 };
 /* Save a session (running or paused; no exec may be running: 5) as a
  * snapshot of its tenant, or as a template.  An existing NAME@VERSION is
@@ -104,8 +104,8 @@ int sbx_snapshot_save(struct sbx_state *st, const struct sbx_snapshot_save_opts 
 struct sbx_policy;
 struct sbx_snapshot_fork_opts {
 	const char *session;
-	const char *tenant;             /* NULL: the session's own */
-	unsigned n;                     /* 1..SBX_FORK_MAX; 3 otherwise */
+	const char *tenant;              /* NULL: the session's own */
+	unsigned n;                      /* 1..SBX_FORK_MAX; 3 otherwise */
 	const struct sbx_policy *policy; /* the copies' (as sbx-create -p); NULL: the defaults */
 };
 int sbx_snapshot_fork(struct sbx_state *st, const struct sbx_snapshot_fork_opts *o, char (*ids)[SBX_ID_MAX + 1],

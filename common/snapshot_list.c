@@ -78,10 +78,11 @@ static json_t *snapshot_json(struct sbx_state *st, const struct sbx_snapshot *s)
 	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:i, s:i, s:I, s:b, s:s, s:s, s:s, s:i,"
 			 " s:o}",
 			 "schema", 1, "snapshot", s->ref, "name", s->name, "version", s->version, "tenant", s->tenant,
-			 "created", s->created, "template", tmpl, "size_bytes", (json_int_t)s->size, "session", s->source,
-			 "kernel", s->kernel, "vcpus", (int)s->vcpus, "memory_mib", (int)s->memory_mib, "disk_bytes",
-			 (json_int_t)s->disk_bytes, "network", s->mac[0] != 0, "vmm", s->vmm, "accel", s->accel, "content_sha256",
-			 s->content_sha256, "in_use", (int)json_array_size(users), "used_by", users);
+			 "created", s->created, "template", tmpl, "size_bytes", (json_int_t)s->size, "session",
+			 s->source, "kernel", s->kernel, "vcpus", (int)s->vcpus, "memory_mib", (int)s->memory_mib,
+			 "disk_bytes", (json_int_t)s->disk_bytes, "network", s->mac[0] != 0, "vmm", s->vmm, "accel",
+			 s->accel, "content_sha256", s->content_sha256, "in_use", (int)json_array_size(users),
+			 "used_by", users);
 }
 
 static int cmp_snap(const void *a, const void *b)
@@ -147,7 +148,8 @@ int sbx_snapshot_list(struct sbx_state *st, const char *tenant, const char *name
 	if (sbx_snapshot_collect(st, tenant, name ? nm : NULL, ver, &v, &n, err) < 0)
 		return -1;
 	if (name && !n)
-		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", name, tenant && *tenant ? " of this tenant" : "");
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", name,
+				   tenant && *tenant ? " of this tenant" : "");
 	json_t *a = json_array();
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(a, snapshot_json(st, &v[i]));
@@ -174,7 +176,8 @@ int sbx_snapshot_rm(struct sbx_state *st, const char *tenant, const char *spec, 
 	if (sbx_snapshot_collect(st, tenant, name, version, &v, &n, err) < 0)
 		return -1;
 	if (!n)
-		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", spec, tenant && *tenant ? " of this tenant" : "");
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no snapshot %s%s", spec,
+				   tenant && *tenant ? " of this tenant" : "");
 	json_t **users = calloc(n, sizeof *users);
 	if (!users) {
 		free(v);
@@ -185,17 +188,18 @@ int sbx_snapshot_rm(struct sbx_state *st, const char *tenant, const char *spec, 
 		users[i] = users_of(st, v[i].ref);
 		if (!force && json_array_size(users[i]) && rc == 0) {
 			size_t k = json_array_size(users[i]);
-			rc = sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
-					 "snapshot %s is in use by session %s%s (%zu in all); end them with sbx-kill, or "
-					 "use --force",
-					 v[i].ref, json_string_value(json_array_get(users[i], 0)), k > 1 ? " and others" : "",
-					 k);
+			rc = sbx_err_set(
+				err, SBX_EXIT_CONFLICT, 0,
+				"snapshot %s is in use by session %s%s (%zu in all); end them with sbx-kill, or "
+				"use --force",
+				v[i].ref, json_string_value(json_array_get(users[i], 0)), k > 1 ? " and others" : "",
+				k);
 		}
 	}
 	_cleanup_close_ int tdir = rc == 0 ? sbx_snapshot_tenant_dir(st, tenant, 0, err) : -1;
 	if (rc == 0 && tdir < 0)
 		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the snapshots");
-	char (*gone)[160] = rc == 0 ? calloc(n, sizeof *gone) : NULL;
+	char(*gone)[160] = rc == 0 ? calloc(n, sizeof *gone) : NULL;
 	if (rc == 0 && !gone)
 		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot remove %s", spec);
 	/* Out of sight at once (renamed), removed after the lock is dropped. */
@@ -217,7 +221,8 @@ int sbx_snapshot_rm(struct sbx_state *st, const char *tenant, const char *spec, 
 		sbx_rm_rf_at(tdir, gone[i]);
 		json_array_append_new(done, json_string(v[i].ref));
 		json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:O}", "snapshot", v[i].ref, "name", v[i].name, "version",
-				      v[i].version, "forced", force && json_array_size(users[i]) > 0, "in_use_by", users[i]);
+				      v[i].version, "forced", force && json_array_size(users[i]) > 0, "in_use_by",
+				      users[i]);
 		if (f && v[i].tenant[0])
 			json_object_set_new(f, "tenant", json_string(v[i].tenant));
 		sbx_audit_append(st, "snapshot.rm", f, NULL);
@@ -235,4 +240,3 @@ int sbx_snapshot_rm(struct sbx_state *st, const char *tenant, const char *spec, 
 	*removed = done;
 	return 0;
 }
-

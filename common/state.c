@@ -11,7 +11,6 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 
-
 static int mkdir_open(int at, const char *path, struct sbx_err *err)
 {
 	if (mkdirat(at, path, 0700) < 0 && errno != EEXIST)
@@ -115,15 +114,15 @@ int sbx_id_check(const char *id, const char *what, struct sbx_err *err)
 {
 	size_t n = strlen(id);
 	if (n == 0 || n > SBX_ID_MAX)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid %s ID '%.80s': must be 1 to %d characters",
-				   what, id, SBX_ID_MAX);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid %s ID '%.80s': must be 1 to %d characters", what,
+				   id, SBX_ID_MAX);
 	if (id[0] == '.' || id[0] == '-')
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid %s ID '%s': must not start with '.' or '-'",
-				   what, id);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid %s ID '%s': must not start with '.' or '-'", what,
+				   id);
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)id[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '-' || c == '.'))
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+		      c == '-' || c == '.'))
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
 					   "invalid %s ID '%s': only letters, digits, '_', '-' and '.' are allowed",
 					   what, id);
@@ -155,7 +154,8 @@ int sbx_tenant_check(const char *tenant, struct sbx_err *err)
 	static const char *const reserved[] = { "_", "@", "operator" };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(reserved); i++)
 		if (!strcasecmp(tenant, reserved[i]))
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid tenant ID '%s': the name is reserved", tenant);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid tenant ID '%s': the name is reserved",
+					   tenant);
 	return 0;
 }
 
@@ -196,14 +196,14 @@ int sbx_lock_global(struct sbx_state *st, struct sbx_err *err)
 	return fd;
 }
 
-int sbx_lock_session(struct sbx_state *st, const char *id, int nonblock, int create,
-		     struct sbx_err *err)
+int sbx_lock_session(struct sbx_state *st, const char *id, int nonblock, int create, struct sbx_err *err)
 {
 	for (int tries = 0; tries < 100; tries++) {
 		_cleanup_close_ int dfd = openat(st->rsessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 		if (dfd < 0 && errno == ENOENT && create) {
 			if (mkdirat(st->rsessions_fd, id, 0700) < 0 && errno != EEXIST)
-				return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create runtime directory for %s", id);
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, errno,
+						   "cannot create runtime directory for %s", id);
 			continue;
 		}
 		if (dfd < 0) {
@@ -211,7 +211,8 @@ int sbx_lock_session(struct sbx_state *st, const char *id, int nonblock, int cre
 				return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open runtime directory of %s", id);
 		}
-		_cleanup_close_ int fd = openat(dfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
+		_cleanup_close_ int fd =
+			openat(dfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
 		if (fd < 0) {
 			if (errno == ENOENT)
 				return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
@@ -227,8 +228,8 @@ int sbx_lock_session(struct sbx_state *st, const char *id, int nonblock, int cre
 		/* Cleanup unlinks the lock file while holding it: a lock taken on
 		 * a file that is no longer the one at the path protects nothing. */
 		struct stat a, b;
-		if (fstat(fd, &a) == 0 && fstatat(dfd, "lock", &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+		if (fstat(fd, &a) == 0 && fstatat(dfd, "lock", &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
+		    a.st_dev == b.st_dev)
 			return sbx_steal_fd(&fd);
 		if (!create)
 			return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
@@ -249,7 +250,10 @@ int sbx_session_locked(struct sbx_state *st, const char *id)
 	return 0;
 }
 
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 int sbx_dir_ids(DIR *d, int dirs_only, char ***ids, size_t *n)
 {
@@ -310,8 +314,7 @@ static int write_replace(int dirfd, const char *name, const void *data, size_t n
 	return 0;
 }
 
-int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode,
-			struct sbx_err *err)
+int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode, struct sbx_err *err)
 {
 	return write_replace(dirfd, name, data, n, mode, 1, err);
 }
@@ -366,8 +369,7 @@ uint64_t sbx_proc_start_time(int pid)
 		return 0;
 	unsigned long long v = 0;
 	/* after ")": state(3) ... starttime is field 22, i.e. the 20th after state */
-	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-		   &v) != 1)
+	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &v) != 1)
 		return 0;
 	return v;
 }

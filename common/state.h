@@ -13,9 +13,9 @@
 #define SBX_ID_MAX 63
 
 struct sbx_state {
-	char root[512];      /* "" or SBX_ROOT */
+	char root[512]; /* "" or SBX_ROOT */
 	char lib[600], run[600];
-	int lib_fd, run_fd;          /* LIB, RUN */
+	int lib_fd, run_fd;            /* LIB, RUN */
 	int sessions_fd, rsessions_fd; /* LIB/sessions, RUN/sessions */
 	/* The caller's tenant (sbx_state_scope), "" for the operator.  Every
 	 * lookup of a session by ID on the caller's behalf
@@ -64,8 +64,7 @@ int sbx_lock_global(struct sbx_state *st, struct sbx_err *err);
  * session's life.  nonblock: fail with 75 when busy.  Returns the locked fd;
  * -2 (no error set) when nonblock and busy. The file is re-checked after
  * locking so a lock taken on a file that cleanup just unlinked is retried. */
-int sbx_lock_session(struct sbx_state *st, const char *id, int nonblock, int create,
-		     struct sbx_err *err);
+int sbx_lock_session(struct sbx_state *st, const char *id, int nonblock, int create, struct sbx_err *err);
 /* Is the session's lock held by someone (its monitor is alive)? */
 int sbx_session_locked(struct sbx_state *st, const char *id);
 
@@ -74,8 +73,7 @@ int sbx_session_locked(struct sbx_state *st, const char *id);
 int sbx_dir_ids(DIR *d, int dirs_only, char ***ids, size_t *n);
 
 /* Write data to dirfd/name atomically: tmp + fsync + renameat + fsync(dir). */
-int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode,
-			struct sbx_err *err);
+int sbx_atomic_write_at(int dirfd, const char *name, const void *data, size_t n, int mode, struct sbx_err *err);
 /* The same for readers (whole, old or new) without the fsyncs: for a file
  * whose loss in a host crash costs nothing, because everything it
  * describes is gone with the crash too. */

@@ -146,7 +146,10 @@ void sbx_tar_check_free(struct sbx_tar_check *c)
 	free(c);
 }
 
-void sbx_tar_check_totals(const struct sbx_tar_check *c, struct sbx_tar_totals *t) { *t = c->t; }
+void sbx_tar_check_totals(const struct sbx_tar_check *c, struct sbx_tar_totals *t)
+{
+	*t = c->t;
+}
 
 /* ---- one entry ---------------------------------------------------------- */
 
@@ -164,8 +167,8 @@ static int split_name(const char *name, const char *shown, struct comps *cs, str
 	size_t total = strlen(name);
 	cs->n = 0;
 	if (total > SBX_XFER_NAME_MAX)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "refused entry %.200s...: name longer than %u bytes", shown,
-				   SBX_XFER_NAME_MAX);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "refused entry %.200s...: name longer than %u bytes",
+				   shown, SBX_XFER_NAME_MAX);
 	if (name[0] == '/')
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "refused entry %s: absolute name", shown);
 	for (const char *s = name; *s;) {
@@ -173,8 +176,9 @@ static int split_name(const char *name, const char *shown, struct comps *cs, str
 		if (l == 2 && !memcmp(s, "..", 2))
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "refused entry %s: '..' in the name", shown);
 		if (l > SBX_XFER_COMPONENT_MAX)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "refused entry %s: a component longer than %u bytes",
-					   shown, SBX_XFER_COMPONENT_MAX);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "refused entry %s: a component longer than %u bytes", shown,
+					   SBX_XFER_COMPONENT_MAX);
 		if (l && !(l == 1 && s[0] == '.')) {
 			if (cs->n == SBX_XFER_DEPTH_MAX)
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0, "refused entry %.200s...: deeper than %u",
@@ -222,7 +226,8 @@ static int check_target(const char *name, const char *target, int depth, char *o
 		if (l == 2 && !memcmp(s, "..", 2)) {
 			if (down)
 				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-						   "refused symlink %s -> %s: '..' after a directory name", name, target);
+						   "refused symlink %s -> %s: '..' after a directory name", name,
+						   target);
 			up++;
 		} else if (l && !(l == 1 && s[0] == '.')) {
 			down++;
@@ -242,8 +247,8 @@ static int check_target(const char *name, const char *target, int depth, char *o
 		*o++ = '.';
 	*o = 0;
 	if (up > depth)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "refused symlink %s -> %s: it points outside the destination",
-				   name, target);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "refused symlink %s -> %s: it points outside the destination", name, target);
 	return 0;
 }
 
@@ -270,7 +275,8 @@ static int walk_parents(struct sbx_tar_check *c, const struct comps *cs, const c
 		if (k == NONE)
 			k = node_add(c, p, cs->p[i], cs->len[i], K_IMPLICIT);
 		if (k == NONE)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "refused entry %s: too many names in the stream", name);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "refused entry %s: too many names in the stream",
+					   name);
 		if (c->nodes[k].kind == K_LINK)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
 					   "refused entry %s: it goes through a symlink earlier in the stream", name);
@@ -449,7 +455,7 @@ int sbx_tar_filter(struct sbx_tar_check *c, struct archive *in, struct archive *
 			return -1;
 		}
 		r = archive_entry_filetype(e) == AE_IFREG && !archive_entry_hardlink(e) ? copy_data(in, out, name, err)
-											  : 0;
+											: 0;
 		if (r == 0 && out && archive_write_finish_entry(out) != ARCHIVE_OK)
 			r = sbx_err_set(err, SBX_EXIT_INTERNAL, archive_errno(out), "cannot write %s: %s", name,
 					archive_error_string(out));

@@ -12,10 +12,10 @@
 struct archive;
 struct archive_entry;
 
-#define SBX_XFER_ENTRIES_MAX 100000u /* entries in one stream */
-#define SBX_XFER_NAME_MAX 4095u      /* bytes of a path or link target */
-#define SBX_XFER_COMPONENT_MAX 255u  /* bytes of one path component */
-#define SBX_XFER_DEPTH_MAX 256u      /* components of one path */
+#define SBX_XFER_ENTRIES_MAX 100000u   /* entries in one stream */
+#define SBX_XFER_NAME_MAX 4095u        /* bytes of a path or link target */
+#define SBX_XFER_COMPONENT_MAX 255u    /* bytes of one path component */
+#define SBX_XFER_DEPTH_MAX 256u        /* components of one path */
 #define SBX_XFER_NAMES_MAX (64u << 20) /* bytes of all names together */
 
 /* What a stream may hold. */

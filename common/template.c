@@ -44,7 +44,9 @@ int sbx_template_ns(struct sbx_state *st, const char *owner, int create, struct 
 		int e = errno;
 		close(fd);
 		if (sub < 0)
-			return e == ENOENT ? -2 : sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot open the templates of %s", owner);
+			return e == ENOENT ? -2
+					   : sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot open the templates of %s",
+							 owner);
 		fd = sub;
 	}
 	return fd;
@@ -119,9 +121,9 @@ static int parse_spec(const char *spec, char owner[SBX_ID_MAX + 1], char name[64
 		return -1;
 	if (at) {
 		if (strlen(at + 1) >= 64 || sbx_id_check(at + 1, "template version", err) < 0)
-			return at && strlen(at + 1) >= 64
-				       ? sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid template version '%.80s'", at + 1)
-				       : -1;
+			return at && strlen(at + 1) >= 64 ? sbx_err_set(err, SBX_EXIT_INVALID, 0,
+									"invalid template version '%.80s'", at + 1)
+							  : -1;
 		snprintf(version, 64, "%s", at + 1);
 	}
 	/* The reference travels in records as the template's name. */
@@ -385,8 +387,9 @@ static int cmp_tmpl(const void *a, const void *b)
 	if ((c = strcmp(x->name, y->name)))
 		return c;
 	/* oldest first, as sbx_template_find picks the newest */
-	return newer(x, &x->manifest_mtime, y, &y->manifest_mtime) ? 1 :
-	       newer(y, &y->manifest_mtime, x, &x->manifest_mtime) ? -1 : 0;
+	return newer(x, &x->manifest_mtime, y, &y->manifest_mtime)   ? 1
+	       : newer(y, &y->manifest_mtime, x, &x->manifest_mtime) ? -1
+								     : 0;
 }
 
 /* Every template tenant sees, matching the spec's parts. */
@@ -444,7 +447,8 @@ static json_t *users_of(struct sbx_state *st, const struct sbx_template *t, cons
 	json_t *snaps = sbx_snapshot_of_base(st, t->ref, t->version, tenant);
 	size_t k;
 	json_t *v;
-	json_array_foreach(snaps, k, v) json_array_append_new(a, json_sprintf("snapshot:%s", json_string_value(v)));
+	json_array_foreach (snaps, k, v)
+		json_array_append_new(a, json_sprintf("snapshot:%s", json_string_value(v)));
 	json_decref(snaps);
 	return a;
 }
@@ -458,8 +462,7 @@ static json_t *template_json(struct sbx_state *st, const struct sbx_template *t,
 			 (int)json_array_size(users), "used_by", users);
 }
 
-int sbx_template_list(struct sbx_state *st, const char *tenant, const char *spec, json_t **out,
-		      struct sbx_err *err)
+int sbx_template_list(struct sbx_state *st, const char *tenant, const char *spec, json_t **out, struct sbx_err *err)
 {
 	char owner[SBX_ID_MAX + 1] = "", name[64] = "", version[64] = "";
 	*out = NULL;
@@ -480,8 +483,7 @@ int sbx_template_list(struct sbx_state *st, const char *tenant, const char *spec
 	return 0;
 }
 
-int sbx_template_rm(struct sbx_state *st, const char *tenant, const char *spec, json_t **removed,
-		    struct sbx_err *err)
+int sbx_template_rm(struct sbx_state *st, const char *tenant, const char *spec, json_t **removed, struct sbx_err *err)
 {
 	char owner[SBX_ID_MAX + 1], name[64], version[64];
 	*removed = NULL;
@@ -514,15 +516,16 @@ int sbx_template_rm(struct sbx_state *st, const char *tenant, const char *spec, 
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {
 		json_t *u = users_of(st, &c.v[i], NULL);
 		if (json_array_size(u))
-			rc = sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "template %s@%s is in use by %s%s; nothing was removed",
-					 c.v[i].ref, c.v[i].version, json_string_value(json_array_get(u, 0)),
+			rc = sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+					 "template %s@%s is in use by %s%s; nothing was removed", c.v[i].ref,
+					 c.v[i].version, json_string_value(json_array_get(u, 0)),
 					 json_array_size(u) > 1 ? " and others" : "");
 		json_decref(u);
 	}
 	_cleanup_close_ int dfd = rc == 0 ? sbx_template_ns(st, owner, 0, err) : -1;
 	if (rc == 0 && dfd < 0)
 		rc = dfd == -2 ? sbx_err_set(err, SBX_EXIT_NOENT, 0, "no template '%s'", spec) : -1;
-	char (*gone)[64] = rc == 0 ? calloc(c.n, sizeof *gone) : NULL;
+	char(*gone)[64] = rc == 0 ? calloc(c.n, sizeof *gone) : NULL;
 	if (rc == 0 && !gone)
 		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot remove %s", spec);
 	/* Out of sight at once (renamed to what sbx-gc reclaims if we die),

@@ -30,7 +30,7 @@
 #include "session.h" /* SBX_TEMPLATE_OPERATOR */
 #include "state.h"
 
-#define SBX_TEMPLATE_TENANTS "tenants"   /* TEMPLATES/tenants/TENANT/ */
+#define SBX_TEMPLATE_TENANTS "tenants" /* TEMPLATES/tenants/TENANT/ */
 
 struct sbx_template {
 	char name[64], version[64];
@@ -40,7 +40,7 @@ struct sbx_template {
 	char kernel[700], initrd[700], rootfs[700];
 	char created[40];
 	char kernel_release[80];
-	int snapshot; /* manifest.json has "snapshot": restore it (snapshot.h) */
+	int snapshot;                   /* manifest.json has "snapshot": restore it (snapshot.h) */
 	struct timespec manifest_mtime; /* orders versions made in one second (listings) */
 };
 
@@ -67,16 +67,14 @@ static inline const char *sbx_template_owner_name(const char *owner)
 /* The templates tenant sees (NULL: the operator, who sees every owner's),
  * as JSON objects sorted by owner, name, then age; name (NULL: all) a
  * [OWNER/]NAME[@VERSION] to match, 4 when none does. */
-int sbx_template_list(struct sbx_state *st, const char *tenant, const char *name, json_t **out,
-		      struct sbx_err *err);
+int sbx_template_list(struct sbx_state *st, const char *tenant, const char *name, json_t **out, struct sbx_err *err);
 /* Remove [OWNER/]NAME[@VERSION] (every version without one) of tenant's
  * own namespace (NULL: the operator's, or OWNER's when named).  A tenant
  * naming the operator's is 3; one in use by a live session (warm-pool
  * members included) or by a snapshot saved from it is 5, and then
  * nothing is removed.  *removed: JSON array of references.  Audited
  * (template.rm). */
-int sbx_template_rm(struct sbx_state *st, const char *tenant, const char *spec, json_t **removed,
-		    struct sbx_err *err);
+int sbx_template_rm(struct sbx_state *st, const char *tenant, const char *spec, json_t **removed, struct sbx_err *err);
 /* sbx_template_rm of each of specs[0..n-1] in turn (sbx-template rm,
  * sbx-snapshot template rm), stopping at the first that fails.  *removed:
  * every reference removed, those before a failure too (never NULL but

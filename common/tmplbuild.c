@@ -41,27 +41,28 @@ struct build {
 	char owner[SBX_ID_MAX + 1];
 	char helper[700];
 	char specdir[600];
-	int tdir;          /* the owner's templates namespace */
-	char work[120];    /* its name under tdir */
-	int wfd;           /* the work directory, locked; inherited by the helper */
-	char wpath[1400];  /* its path, for the helper's arguments */
-	char root[1500];   /* wpath/root */
+	int tdir;         /* the owner's templates namespace */
+	char work[120];   /* its name under tdir */
+	int wfd;          /* the work directory, locked; inherited by the helper */
+	char wpath[1400]; /* its path, for the helper's arguments */
+	char root[1500];  /* wpath/root */
 	int rootfd;
-	int logfd;         /* wpath/log */
-	char format[16];   /* of an import */
-	char boot[1500];   /* the directory the vmlinux and initrd.cpio come from */
-	json_t *kernel;    /* the manifest's kernel: {package, version, release} */
-	char gi_sha[65];   /* guest_init_sha256 of that initramfs */
+	int logfd;                    /* wpath/log */
+	char format[16];              /* of an import */
+	char boot[1500];              /* the directory the vmlinux and initrd.cpio come from */
+	json_t *kernel;               /* the manifest's kernel: {package, version, release} */
+	char gi_sha[65];              /* guest_init_sha256 of that initramfs */
 	struct sbx_confine_slot slot; /* the host ids the tree is kept in */
-	int import_fd;     /* the archive, opened with the caller's rights */
-	int spec_fd;       /* the spec, likewise */
-	int spec_dfd;      /* and its directory, where files: come from */
+	int import_fd;                /* the archive, opened with the caller's rights */
+	int spec_fd;                  /* the spec, likewise */
+	int spec_dfd;                 /* and its directory, where files: come from */
 };
 
 /* What an import may unpack: the whole root under 8 GiB, a million
  * entries, no setuid bits (the operator's to add, in a spec). */
-static const struct sbx_rootfs_limits import_limits = { .max_bytes = 8ull << 30, .max_entries = 1000000,
-							 .allow_setuid = 0 };
+static const struct sbx_rootfs_limits import_limits = { .max_bytes = 8ull << 30,
+							.max_entries = 1000000,
+							.allow_setuid = 0 };
 
 static void progress(const struct build *b, const char *what)
 {
@@ -148,9 +149,13 @@ static int run_step(struct build *b, const struct step *st, struct sbx_err *err)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", st->what);
 	}
 	int in = st->feed ? pipefd[0] : st->in_fd >= 0 ? st->in_fd : null;
-	struct sbx_confine c = { .base = b->slot.base, .binds = st->binds, .nbinds = st->nbinds,
-				 .chroot_tree = st->chroot_tree, .fds = { in, out >= 0 ? out : b->logfd, b->logfd },
-				 .keep = st->keep, .nkeep = st->nkeep,
+	struct sbx_confine c = { .base = b->slot.base,
+				 .binds = st->binds,
+				 .nbinds = st->nbinds,
+				 .chroot_tree = st->chroot_tree,
+				 .fds = { in, out >= 0 ? out : b->logfd, b->logfd },
+				 .keep = st->keep,
+				 .nkeep = st->nkeep,
 				 .work = st->how == HOST_UID ? st->work : NULL };
 	struct sbx_err e = { 0 };
 	if (st->how == HOST)
@@ -158,7 +163,8 @@ static int run_step(struct build *b, const struct step *st, struct sbx_err *err)
 	else if (st->how == HOST_UID)
 		pid = sbx_confine_spawn_host(&c, st->argv, &e);
 	else
-		pid = sbx_confine_spawn(&c, st->fn ? st->fn : sbx_confine_execv, st->fn ? st->arg : (void *)st->argv, &e);
+		pid = sbx_confine_spawn(&c, st->fn ? st->fn : sbx_confine_execv, st->fn ? st->arg : (void *)st->argv,
+					&e);
 	if (st->feed) {
 		close(pipefd[0]);
 		close(pipefd[1]);
@@ -178,13 +184,23 @@ static int run_step(struct build *b, const struct step *st, struct sbx_err *err)
 }
 
 /* The tree, read-write, at its own path: what most confined steps get. */
-#define ROOT_BIND(b) { (b)->root, SBX_CONFINE_RW }, { (b)->helper, 0 }
+#define ROOT_BIND(b)                                                                                                   \
+	{ (b)->root, SBX_CONFINE_RW },                                                                                 \
+	{                                                                                                              \
+		(b)->helper, 0                                                                                         \
+	}
 
 static int confined(struct build *b, const char *what, char *const argv[], const char *out_name, struct sbx_err *err)
 {
 	const struct sbx_confine_bind binds[] = { ROOT_BIND(b) };
-	struct step st = { .what = what, .argv = argv, .how = CONFINED, .out_name = out_name, .in_fd = -1,
-			   .feed_dir = -1, .binds = binds, .nbinds = SBX_ARRAY_LEN(binds) };
+	struct step st = { .what = what,
+			   .argv = argv,
+			   .how = CONFINED,
+			   .out_name = out_name,
+			   .in_fd = -1,
+			   .feed_dir = -1,
+			   .binds = binds,
+			   .nbinds = SBX_ARRAY_LEN(binds) };
 	return run_step(b, &st, err);
 }
 
@@ -200,12 +216,15 @@ static int resolve_src(struct build *b, const char *src, char *out, size_t n, st
 {
 	/* A tenant's spec follows no link at all (hostpath.h). */
 	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
-				.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | (b->o->tenant ? RESOLVE_NO_SYMLINKS : 0) };
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS |
+					   (b->o->tenant ? RESOLVE_NO_SYMLINKS : 0) };
 	_cleanup_close_ int fd = (int)syscall(SYS_openat2, b->spec_dfd, src, &how, sizeof how);
 	if (fd < 0)
-		return sbx_err_set(err, SBX_EXIT_INVALID, errno == EXDEV ? 0 : errno,
-				   "%s: files: src '%.100s' %s", b->spec.source, src,
-				   errno == EXDEV ? "leaves the spec's directory" : errno == ELOOP ? "is or passes a symbolic link" : "cannot be opened");
+		return sbx_err_set(err, SBX_EXIT_INVALID, errno == EXDEV ? 0 : errno, "%s: files: src '%.100s' %s",
+				   b->spec.source, src,
+				   errno == EXDEV   ? "leaves the spec's directory"
+				   : errno == ELOOP ? "is or passes a symbolic link"
+						    : "cannot be opened");
 	char link[64];
 	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
 	ssize_t l = readlink(link, out, n - 1);
@@ -317,11 +336,13 @@ static int add_files(struct build *b, struct sbx_err *err)
 		_cleanup_close_ int sdir = sslash ? (int)syscall(SYS_openat2, b->spec_dfd, sparent, &how, sizeof how)
 						  : fcntl(b->spec_dfd, F_DUPFD_CLOEXEC, 0);
 		if (sdir < 0)
-			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "%s: files: cannot open %s", b->spec.source, f->src);
+			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "%s: files: cannot open %s", b->spec.source,
+					   f->src);
 		sed_escape(name, esc, sizeof esc);
 		/* The member's own name, not a link's target (flag S). */
 		snprintf(xform, sizeof xform, "s|^[^/]*|%s|S", esc);
-		char *tar[] = { "/bin/tar", "--numeric-owner", "--transform", xform, "-cf", "-", "--", (char *)sname, NULL };
+		char *tar[] = { "/bin/tar", "--numeric-owner", "--transform", xform, "-cf", "-",
+				"--",       (char *)sname,     NULL };
 		char mode[8] = "";
 		if (f->mode >= 0)
 			snprintf(mode, sizeof mode, "%04o", (unsigned)f->mode);
@@ -329,8 +350,14 @@ static int add_files(struct build *b, struct sbx_err *err)
 		char what[400];
 		snprintf(what, sizeof what, "copy %.100s to %.100s", f->src, f->dst);
 		const struct sbx_confine_bind binds[] = { ROOT_BIND(b) };
-		struct step st = { .what = what, .argv = put, .how = CONFINED, .in_fd = -1, .feed = tar, .feed_dir = sdir,
-				   .binds = binds, .nbinds = SBX_ARRAY_LEN(binds) };
+		struct step st = { .what = what,
+				   .argv = put,
+				   .how = CONFINED,
+				   .in_fd = -1,
+				   .feed = tar,
+				   .feed_dir = sdir,
+				   .binds = binds,
+				   .nbinds = SBX_ARRAY_LEN(binds) };
 		if (run_step(b, &st, err) < 0)
 			return -1;
 	}
@@ -362,7 +389,8 @@ static int root_user(struct build *b, const char *user, unsigned *uid, unsigned 
 		if (numeric) {
 			if (sscanf(line, "%*[^:]:%*[^:]:%u:%u:", &u, &g) == 2 && u == strtoul(user, NULL, 10))
 				*uid = u, *gid = g, found = 0;
-		} else if (!strncmp(line, user, ul) && line[ul] == ':' && sscanf(line + ul, ":%*[^:]:%u:%u:", uid, gid) == 2)
+		} else if (!strncmp(line, user, ul) && line[ul] == ':' &&
+			   sscanf(line + ul, ":%*[^:]:%u:%u:", uid, gid) == 2)
 			found = 0;
 	}
 	fclose(f);
@@ -385,9 +413,10 @@ static int manifest_user(struct build *b, const char *what, char *user, unsigned
 	int simple = sbx_user_parse(u, &num) == 0;
 	if (root_user(b, u, uid, gid) < 0) {
 		if (!simple || !strcmp(u, "user"))
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "%s: user '%.40s' is not root, user, a uid or a user of the root's /etc/passwd", what,
-					   user);
+			return sbx_err_set(
+				err, SBX_EXIT_INVALID, 0,
+				"%s: user '%.40s' is not root, user, a uid or a user of the root's /etc/passwd", what,
+				user);
 		*uid = *gid = num;
 	}
 	if (grp) {
@@ -395,9 +424,10 @@ static int manifest_user(struct build *b, const char *what, char *user, unsigned
 		errno = 0;
 		unsigned long g = strtoul(grp, &end, 10);
 		if (!*grp || *end || errno || g != *gid)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "%s: user '%.40s': a session runs as a user with its own group (%u), not another",
-					   what, user, *gid);
+			return sbx_err_set(
+				err, SBX_EXIT_INVALID, 0,
+				"%s: user '%.40s': a session runs as a user with its own group (%u), not another", what,
+				user, *gid);
 	}
 	if (simple && (strcmp(u, "user") || *uid == 1000))
 		snprintf(user, SBX_TMPLSPEC_USER_LEN, "%s", u);
@@ -416,8 +446,9 @@ static int set_user(struct build *b, struct sbx_err *err)
 	for (unsigned i = 0; i < b->spec.nrun; i++) {
 		unsigned u, g;
 		if (b->spec.run[i].user[0] && root_user(b, b->spec.run[i].user, &u, &g) < 0)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: run[%u]: no user '%s' in the root's /etc/passwd",
-					   b->spec.source, i, b->spec.run[i].user);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "%s: run[%u]: no user '%s' in the root's /etc/passwd", b->spec.source, i,
+					   b->spec.run[i].user);
 	}
 	if (!b->spec.workdir[0])
 		return 0;
@@ -427,8 +458,9 @@ static int set_user(struct build *b, struct sbx_err *err)
 	/* An image's WorkingDir keeps its owner, as a container's does. */
 	if (b->spec.user[0] && !b->o->import && strcmp(b->spec.workdir, "/")) {
 		if (uid >= SBX_CONFINE_IDS || gid >= SBX_CONFINE_IDS)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: user %u:%u is outside the ids 0-65535 a template may hold",
-					   what, uid, gid);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "%s: user %u:%u is outside the ids 0-65535 a template may hold", what, uid,
+					   gid);
 		/* The tree's ids, as the host sees them (confine.h). */
 		if (lchown(wd, b->slot.base + uid, b->slot.base + gid) < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot chown %s", b->spec.workdir);
@@ -479,8 +511,8 @@ static int find_base(struct build *b, struct sbx_err *err)
 					    : b->spec.from_ref);
 	if (b->base.snapshot)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "%s: from: %s@%s is a snapshot (a saved session), not a root to build on", b->spec.source,
-				   b->base.ref, b->base.version);
+				   "%s: from: %s@%s is a snapshot (a saved session), not a root to build on",
+				   b->spec.source, b->base.ref, b->base.version);
 	_cleanup_close_ int d = open(b->base.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_free_ char *txt = d < 0 ? NULL : sbx_read_small_at(d, "manifest.json", 1 << 20, NULL);
 	if (!txt || !(b->base_manifest = json_loads(txt, 0, NULL)))
@@ -498,26 +530,27 @@ static int publish_check(struct build *b, struct sbx_err *err)
 		if (sbx_hostconf_load(&hc, err) < 0)
 			return -1;
 		if (!sbx_hostconf_publisher(&hc, caller))
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "building a template is the operator's: tenant %s is not in templates.publishers of %s",
-					   caller, hc.source[0] ? hc.source : "sbx.yaml (there is none)");
+			return sbx_err_set(
+				err, SBX_EXIT_INVALID, 0,
+				"building a template is the operator's: tenant %s is not in templates.publishers of %s",
+				caller, hc.source[0] ? hc.source : "sbx.yaml (there is none)");
 		snprintf(b->owner, sizeof b->owner, "%s", caller);
 	}
 	if (strlen(b->owner) + 1 + strlen(b->o->name) >= 64)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "template name %s is too long (at most 63 bytes with its owner)",
-				   b->o->name);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "template name %s is too long (at most 63 bytes with its owner)", b->o->name);
 	char who[SBX_ID_MAX + 1];
 	if (sbx_template_holder(b->st, b->owner, b->o->name, who))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "template %s belongs to %s%s: a build never shadows another owner's template", b->o->name,
-				   who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
+				   "template %s belongs to %s%s: a build never shadows another owner's template",
+				   b->o->name, who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
 	return 0;
 }
 
 /* --- run: steps, in a build microVM of the new root ------------------------ */
 
-#define STAGE "stage"                  /* under the work directory: a templates dir */
-#define STAGE_TMPL "sbx-build@stage"   /* the one template in it */
+#define STAGE "stage"                /* under the work directory: a templates dir */
+#define STAGE_TMPL "sbx-build@stage" /* the one template in it */
 
 /* rootfs.ext4 of the root as it stands, made confined in work/img (the
  * tree's owner's), then checked (a regular file of that owner, one link:
@@ -531,11 +564,17 @@ static int make_image(struct build *b, const char *what, int dfd, struct sbx_err
 	char imgdir[1600];
 	snprintf(imgdir, sizeof imgdir, "%s/img", b->wpath);
 	sbx_rm_rf_at(b->wfd, "img");
-	if (mkdirat(b->wfd, "img", 0755) < 0 || fchownat(b->wfd, "img", b->slot.base, b->slot.base, AT_SYMLINK_NOFOLLOW) < 0)
+	if (mkdirat(b->wfd, "img", 0755) < 0 ||
+	    fchownat(b->wfd, "img", b->slot.base, b->slot.base, AT_SYMLINK_NOFOLLOW) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot %s", what);
 	char *argv[] = { b->helper, "mkfs", b->root, img, stamp, NULL };
 	const struct sbx_confine_bind binds[] = { ROOT_BIND(b), { imgdir, SBX_CONFINE_RW }, { stamp, 0 } };
-	struct step st = { .what = what, .argv = argv, .how = CONFINED, .in_fd = -1, .feed_dir = -1, .binds = binds,
+	struct step st = { .what = what,
+			   .argv = argv,
+			   .how = CONFINED,
+			   .in_fd = -1,
+			   .feed_dir = -1,
+			   .binds = binds,
 			   .nbinds = SBX_ARRAY_LEN(binds) };
 	if (run_step(b, &st, err) < 0)
 		return -1;
@@ -571,8 +610,8 @@ static int stage(struct build *b, struct sbx_err *err)
 		if (on_host(b, "copy the kernel and initramfs", cp, NULL, err) < 0)
 			return -1;
 	}
-	json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:O}", "schema", 1, "name", "sbx-build", "version", "stage", "created",
-			      "1970-01-01T00:00:00Z", "kernel", b->kernel ?: json_null());
+	json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:O}", "schema", 1, "name", "sbx-build", "version", "stage",
+			      "created", "1970-01-01T00:00:00Z", "kernel", b->kernel ?: json_null());
 	_cleanup_free_ char *txt = m ? json_dumps(m, 0) : NULL;
 	json_decref(m);
 	return txt ? sbx_atomic_write_at(sd, "manifest.json", txt, strlen(txt), 0644, err)
@@ -594,9 +633,13 @@ static int exec_in(struct build *b, const char *id, const char *cmd, unsigned ui
 		   struct sbx_exit_info *ex, struct sbx_err *err)
 {
 	char *argv[] = { "/bin/sh", "-c", (char *)cmd, NULL };
-	struct sbx_exec_opts eo = { .req = { .argv = argv, .argc = 3, .cwd = "/", .uid = uid, .gid = gid,
-					     .have_uid = 1, .have_gid = 1 },
-				    .in_fd = -1, .out_fd = out_fd, .err_fd = b->logfd, .tty_fd = -1 };
+	struct sbx_exec_opts eo = {
+		.req = { .argv = argv, .argc = 3, .cwd = "/", .uid = uid, .gid = gid, .have_uid = 1, .have_gid = 1 },
+		.in_fd = -1,
+		.out_fd = out_fd,
+		.err_fd = b->logfd,
+		.tty_fd = -1
+	};
 	struct sbx_exec_result r;
 	if (sbx_exec_run(b->st, id, &eo, &r, err) < 0)
 		return -1;
@@ -637,8 +680,9 @@ static int run_steps(struct build *b, struct sbx_err *err)
 		const struct sbx_tmplspec_run *r = &b->spec.run[i];
 		unsigned uid = 0, gid = 0;
 		if (r->user[0] && root_user(b, r->user, &uid, &gid) < 0) {
-			rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: run[%u]: no user '%s' in the root's /etc/passwd",
-					 b->spec.source, i, r->user);
+			rc = sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					 "%s: run[%u]: no user '%s' in the root's /etc/passwd", b->spec.source, i,
+					 r->user);
 			break;
 		}
 		char what[200];
@@ -652,16 +696,17 @@ static int run_steps(struct build *b, struct sbx_err *err)
 		if ((rc = exec_in(b, s.id, r->cmd, uid, gid, b->logfd, &ex, err)) < 0)
 			break;
 		if (ex.reason != SBX_R_EXITED || ex.status) {
-			static const char *const why[] = { "ended", "exited", "was killed by a signal", "timed out",
-							   "was killed", "ran out of memory", "lost its VM" };
+			static const char *const why[] = { "ended",      "exited",     "was killed by a signal",
+							   "timed out",  "was killed", "ran out of memory",
+							   "lost its VM" };
 			char tail[300], how[80];
 			sbx_log_tail(b->wfd, "log", tail, sizeof tail);
 			if (ex.reason == SBX_R_EXITED)
 				snprintf(how, sizeof how, "exited %u", ex.status);
 			else
 				snprintf(how, sizeof how, "%s", why[ex.reason <= SBX_R_MAX ? ex.reason : 0]);
-			rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: %s %s%s%s; nothing was published", b->spec.source, what,
-					 how, tail[0] ? ": " : "", tail);
+			rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: %s %s%s%s; nothing was published",
+					 b->spec.source, what, how, tail[0] ? ": " : "", tail);
 		}
 	}
 	if (rc == 0) {
@@ -687,8 +732,13 @@ static int run_steps(struct build *b, struct sbx_err *err)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the root the build VM sent");
 	char *argv[] = { b->helper, "replace-root", b->root, NULL };
 	const struct sbx_confine_bind binds[] = { ROOT_BIND(b) };
-	struct step st = { .what = "take the root from the build VM", .argv = argv, .how = CONFINED, .in_fd = in,
-			   .feed_dir = -1, .binds = binds, .nbinds = SBX_ARRAY_LEN(binds) };
+	struct step st = { .what = "take the root from the build VM",
+			   .argv = argv,
+			   .how = CONFINED,
+			   .in_fd = in,
+			   .feed_dir = -1,
+			   .binds = binds,
+			   .nbinds = SBX_ARRAY_LEN(binds) };
 	rc = run_step(b, &st, err);
 	unlinkat(b->wfd, "capture.tar", 0);
 	return rc;
@@ -716,8 +766,8 @@ void sbx_tmplbuild_gc(struct sbx_state *st, int dry_run, sbx_gc_cb cb, void *ctx
 			if (fd >= 0)
 				close(fd);
 			if (orphan) {
-				sbx_gc_report(cb, ctx, "reclaim-build-vm", ids[i], "the build that booted it is gone (%s)",
-					      work);
+				sbx_gc_report(cb, ctx, "reclaim-build-vm", ids[i],
+					      "the build that booted it is gone (%s)", work);
 				int gone;
 				if (!dry_run)
 					sbx_session_destroy(st, ids[i], &gone, NULL);
@@ -740,8 +790,8 @@ static int open_caller_file(struct build *b, const char *path, const char *key, 
 	if (sbx_hostpath_resolve(b->o->tenant, path, SBX_HOSTPATH_READ | SBX_HOSTPATH_FOLLOW, key, &hp, err) < 0) {
 		/* A missing file is bad input here (3), as it always was. */
 		if (err->code == SBX_EXIT_NOENT)
-			sbx_err_set(err, SBX_EXIT_INVALID, ENOENT, "cannot read %s %.200s", dir_fd ? "template spec" : "archive",
-				    path);
+			sbx_err_set(err, SBX_EXIT_INVALID, ENOENT, "cannot read %s %.200s",
+				    dir_fd ? "template spec" : "archive", path);
 		return -1;
 	}
 	int fd = sbx_hostpath_openat(&hp, NULL, O_RDONLY | O_NONBLOCK | O_NOCTTY);
@@ -773,7 +823,8 @@ static int check_inputs(struct build *b, struct sbx_err *err)
 	if (sbx_id_check(b->o->name, "template", err) < 0)
 		return -1;
 	if (strlen(b->o->name) >= 64)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid template name '%.80s': longer than 63", b->o->name);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid template name '%.80s': longer than 63",
+				   b->o->name);
 	if (publish_check(b, err) < 0)
 		return -1;
 	if (sbx_libexec_path(HELPER, b->helper, sizeof b->helper) < 0 || access(b->helper, X_OK) < 0)
@@ -840,7 +891,8 @@ static json_t *read_tsv(struct build *b, const char *file, const char *kname, co
 {
 	json_t *a = json_array();
 	_cleanup_free_ char *txt = sbx_read_small_at(b->wfd, file, 8 << 20, NULL);
-	for (char *save = NULL, *line = txt ? strtok_r(txt, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+	for (char *save = NULL, *line = txt ? strtok_r(txt, "\n", &save) : NULL; line;
+	     line = strtok_r(NULL, "\n", &save)) {
 		char *tab = strchr(line, '\t');
 		if (tab) {
 			*tab = 0;
@@ -862,7 +914,7 @@ static int own_kernel(struct build *b, struct sbx_err *err)
 	json_t *kv = read_tsv(b, "kernel.tsv", "k", "v"), *v;
 	size_t i;
 	b->kernel = json_object();
-	json_array_foreach(kv, i, v) {
+	json_array_foreach (kv, i, v) {
 		const char *k = json_string_value(json_object_get(v, "k"));
 		const char *val = json_string_value(json_object_get(v, "v"));
 		if (!strcmp(k, "guest_init_sha256"))
@@ -873,7 +925,8 @@ static int own_kernel(struct build *b, struct sbx_err *err)
 	json_decref(kv);
 	snprintf(b->boot, sizeof b->boot, "%s", tpl);
 	if (!json_is_string(json_object_get(b->kernel, "release")) || strlen(b->gi_sha) != 64)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot make the kernel and initramfs: the helper said no release");
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+				   "cannot make the kernel and initramfs: the helper said no release");
 	return 0;
 }
 
@@ -920,8 +973,8 @@ static char *spec_text(int fd)
 
 /* The base's kernel and initramfs (immutable: linked, copied across file
  * systems), the new root, hashes and the manifest, all in tpl/. */
-static int assemble(struct build *b, json_t **manifest, char version[64], char content[65],
-		    unsigned long long *total, struct sbx_err *err)
+static int assemble(struct build *b, json_t **manifest, char version[64], char content[65], unsigned long long *total,
+		    struct sbx_err *err)
 {
 	_cleanup_close_ int tpl = openat(b->wfd, "tpl", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	_cleanup_close_ int bdir = b->spec.kernel[0] ? -1 : open(b->base.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -982,15 +1035,17 @@ static int assemble(struct build *b, json_t **manifest, char version[64], char c
 	json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:s, s:s, s:I,"
 			      " s:{s:s, s:s, s:s}, s:o, s:s, s:O, s:s, s:s}",
 			      "schema", 1, "name", b->o->name, "version", version, "created", created, "kernel",
-			      kernel ? kernel : json_null(), "packages", read_packages(b), "files", files, "content_sha256",
-			      content, "guest_init_sha256", b->gi_sha, "owner", sbx_template_owner_name(b->owner), "size_bytes", (json_int_t)*total,
-			      "source", "kind", "spec", "path", b->o->spec ? b->o->spec : "", "sha256", spec_sha, "spec", spec, "base", base_ref,
-			      "env", b->spec.env, "user", b->spec.user, "workdir", b->spec.workdir);
+			      kernel ? kernel : json_null(), "packages", read_packages(b), "files", files,
+			      "content_sha256", content, "guest_init_sha256", b->gi_sha, "owner",
+			      sbx_template_owner_name(b->owner), "size_bytes", (json_int_t)*total, "source", "kind",
+			      "spec", "path", b->o->spec ? b->o->spec : "", "sha256", spec_sha, "spec", spec, "base",
+			      base_ref, "env", b->spec.env, "user", b->spec.user, "workdir", b->spec.workdir);
 	if (!m)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot write the manifest");
 	if (b->o->import) {
-		json_object_set_new(m, "source", json_pack("{s:s, s:s, s:s}", "kind", "import", "path", b->o->import,
-							   "format", b->format));
+		json_object_set_new(
+			m, "source",
+			json_pack("{s:s, s:s, s:s}", "kind", "import", "path", b->o->import, "format", b->format));
 		json_object_del(m, "spec");
 	}
 	_cleanup_free_ char *txt = json_dumps(m, JSON_INDENT(2));
@@ -1027,15 +1082,16 @@ static int commit(struct build *b, const char *version, const char *content, str
 	char who[SBX_ID_MAX + 1];
 	if (sbx_template_holder(b->st, b->owner, b->o->name, who))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "template %s belongs to %s%s: a build never shadows another owner's template", b->o->name,
-				   who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
+				   "template %s belongs to %s%s: a build never shadows another owner's template",
+				   b->o->name, who[0] ? "tenant " : "the ", sbx_template_owner_name(who));
 	if (same_content(b->tdir, final, content)) {
 		r->existed = 1;
 		return 0;
 	}
 	if (renameat2(b->tdir, tplrel, b->tdir, final, RENAME_NOREPLACE) < 0)
 		return errno == EEXIST || errno == ENOTEMPTY
-			       ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "template %s already exists with other content", final)
+			       ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "template %s already exists with other content",
+					     final)
 			       : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot publish template %s", final);
 	fsync(b->tdir);
 	return 0;
@@ -1069,8 +1125,15 @@ static int import_root(struct build *b, struct sbx_err *err)
 {
 	struct unpack_arg a = { .root = b->rootfd, .archive = b->import_fd, .name = b->o->import };
 	const int keep[] = { b->rootfd, b->import_fd };
-	struct step st = { .what = "unpack the archive", .how = CONFINED, .out_name = "unpack.json", .in_fd = -1,
-			   .feed_dir = -1, .fn = unpack_confined, .arg = &a, .keep = keep, .nkeep = 2 };
+	struct step st = { .what = "unpack the archive",
+			   .how = CONFINED,
+			   .out_name = "unpack.json",
+			   .in_fd = -1,
+			   .feed_dir = -1,
+			   .fn = unpack_confined,
+			   .arg = &a,
+			   .keep = keep,
+			   .nkeep = 2 };
 	if (run_step(b, &st, err) < 0)
 		return -1;
 	/* The one thing read back from the confined step, kept small. */
@@ -1116,11 +1179,16 @@ static int base_root(struct build *b, struct sbx_err *err)
 	char *tt[] = { b->helper, "tar-template", b->base.rootfs, NULL };
 	char *td[] = { b->helper, "tar-debian", b->spec.from_ref, NULL };
 	char *tb[] = { b->helper, "tar-busybox", tsv, NULL };
-	const char *kind = b->spec.from == SBX_FROM_TEMPLATE ? "template"
-			   : b->spec.from == SBX_FROM_BUSYBOX ? "busybox" : "debian";
+	const char *kind = b->spec.from == SBX_FROM_TEMPLATE  ? "template"
+			   : b->spec.from == SBX_FROM_BUSYBOX ? "busybox"
+							      : "debian";
 	char *argv[] = { b->helper, "unpack", b->root, (char *)kind, NULL };
 	const struct sbx_confine_bind binds[] = { ROOT_BIND(b) };
-	struct step st = { .how = CONFINED, .argv = argv, .in_fd = -1, .feed_dir = -1, .binds = binds,
+	struct step st = { .how = CONFINED,
+			   .argv = argv,
+			   .in_fd = -1,
+			   .feed_dir = -1,
+			   .binds = binds,
 			   .nbinds = SBX_ARRAY_LEN(binds) };
 	if (b->spec.from == SBX_FROM_TEMPLATE)
 		st.what = "unpack the base's root", st.feed = tt;
@@ -1138,7 +1206,8 @@ static int install_packages(struct build *b, struct sbx_err *err)
 {
 	char apt[1600];
 	snprintf(apt, sizeof apt, "%s/apt", b->wpath);
-	if (mkdirat(b->wfd, "apt", 0755) < 0 || fchownat(b->wfd, "apt", b->slot.base, b->slot.base, AT_SYMLINK_NOFOLLOW) < 0)
+	if (mkdirat(b->wfd, "apt", 0755) < 0 ||
+	    fchownat(b->wfd, "apt", b->slot.base, b->slot.base, AT_SYMLINK_NOFOLLOW) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot install packages");
 	_cleanup_free_ char **fetch = calloc(b->spec.npackages + 4, sizeof *fetch);
 	_cleanup_free_ char **inst = calloc(b->spec.npackages + 5, sizeof *inst);
@@ -1155,10 +1224,18 @@ static int install_packages(struct build *b, struct sbx_err *err)
 	const struct sbx_confine_bind rw[] = { ROOT_BIND(b), { apt, SBX_CONFINE_RW } };
 	const struct sbx_confine_bind ro[] = { ROOT_BIND(b), { apt, 0 } };
 	struct step st[] = {
-		{ .what = "read the base's packages", .argv = facts, .how = CONFINED, .binds = rw, .nbinds = 3,
+		{ .what = "read the base's packages",
+		  .argv = facts,
+		  .how = CONFINED,
+		  .binds = rw,
+		  .nbinds = 3,
 		  .chroot_tree = b->root },
 		{ .what = "download packages", .argv = fetch, .how = HOST_UID, .work = apt },
-		{ .what = "install packages", .argv = inst, .how = CONFINED, .binds = ro, .nbinds = 3,
+		{ .what = "install packages",
+		  .argv = inst,
+		  .how = CONFINED,
+		  .binds = ro,
+		  .nbinds = 3,
 		  .chroot_tree = b->root },
 	};
 	for (size_t i = 0; i < SBX_ARRAY_LEN(st); i++) {
@@ -1214,8 +1291,16 @@ static int build_root(struct build *b, struct sbx_err *err)
 int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o, struct sbx_tmplbuild_result *r,
 		       struct sbx_err *err)
 {
-	struct build b = { .st = st, .o = o, .tdir = -1, .wfd = -1, .rootfd = -1, .logfd = -1, .import_fd = -1,
-			   .spec_fd = -1, .spec_dfd = -1, .slot = { .lock_fd = -1 } };
+	struct build b = { .st = st,
+			   .o = o,
+			   .tdir = -1,
+			   .wfd = -1,
+			   .rootfd = -1,
+			   .logfd = -1,
+			   .import_fd = -1,
+			   .spec_fd = -1,
+			   .spec_dfd = -1,
+			   .slot = { .lock_fd = -1 } };
 	memset(r, 0, sizeof *r);
 	int rc = check_inputs(&b, err);
 	/* One build of a name at a time (per owner): the second waits. */
@@ -1245,10 +1330,10 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 		snprintf(r->version, sizeof r->version, "%s", version);
 		snprintf(r->ref, sizeof r->ref, "%s%s%s@%s", b.owner, b.owner[0] ? "/" : "", o->name, version);
 		r->size = total;
-		json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:b, s:s, s:s}", "template", r->ref, "name", o->name,
-				      "version", version, "owner", sbx_template_owner_name(b.owner), "content_sha256", content,
-				      "size", (json_int_t)total, "existed", r->existed, "source", o->import ? "import" : "spec",
-				      "path", o->import ? o->import : o->spec);
+		json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:b, s:s, s:s}", "template", r->ref, "name",
+				      o->name, "version", version, "owner", sbx_template_owner_name(b.owner),
+				      "content_sha256", content, "size", (json_int_t)total, "existed", r->existed,
+				      "source", o->import ? "import" : "spec", "path", o->import ? o->import : o->spec);
 		if (f && b.owner[0])
 			json_object_set_new(f, "tenant", json_string(b.owner));
 		sbx_audit_append(st, "template.build", f, NULL);

@@ -35,14 +35,12 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 		       struct sbx_err *err);
 
 /* The template's manifest (inspect): [OWNER/]NAME[@VERSION] as tenant sees it. */
-int sbx_template_inspect(struct sbx_state *st, const char *tenant, const char *spec, json_t **out,
-			 struct sbx_err *err);
+int sbx_template_inspect(struct sbx_state *st, const char *tenant, const char *spec, json_t **out, struct sbx_err *err);
 
 /* Remove old versions no session, pool member or snapshot uses, keeping
  * the keep newest of each name (in-use ones never go).  *removed: the
  * references.  Audited as template.rm, one event each. */
-int sbx_template_prune(struct sbx_state *st, const char *tenant, unsigned keep, json_t **removed,
-		       struct sbx_err *err);
+int sbx_template_prune(struct sbx_state *st, const char *tenant, unsigned keep, json_t **removed, struct sbx_err *err);
 
 /* sbx-gc: destroy build VMs (sessions tmplbuild-*) whose build is gone,
  * its work directory missing or no longer locked by a live build. */

@@ -35,16 +35,18 @@ static json_t *inspect_json(const struct sbx_template *t, json_t *m, int d, json
 		if (fstatat(d, names[i], &sb, 0) < 0)
 			continue;
 		size += (unsigned long long)sb.st_size;
-		json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", names[i], "size", (json_int_t)sb.st_size,
-						       "sha256", jstr(json_object_get(mf, names[i]), "sha256")));
+		json_array_append_new(files,
+				      json_pack("{s:s, s:I, s:s}", "name", names[i], "size", (json_int_t)sb.st_size,
+						"sha256", jstr(json_object_get(mf, names[i]), "sha256")));
 	}
 	json_t *pk = json_array(), *v;
 	size_t i;
-	json_array_foreach(json_object_get(m, "packages"), i, v)
-		json_array_append_new(pk, json_pack("{s:s, s:s}", "name", jstr(v, "name"), "version", jstr(v, "version")));
+	json_array_foreach (json_object_get(m, "packages"), i, v)
+		json_array_append_new(pk,
+				      json_pack("{s:s, s:s}", "name", jstr(v, "name"), "version", jstr(v, "version")));
 	json_t *env = json_array();
 	const char *k;
-	json_object_foreach(json_object_get(m, "env"), k, v)
+	json_object_foreach (json_object_get(m, "env"), k, v)
 		if (json_is_string(v))
 			json_array_append_new(env, json_pack("{s:s, s:s}", "name", k, "value", json_string_value(v)));
 	json_t *src = json_object_get(m, "source");
@@ -55,16 +57,15 @@ static json_t *inspect_json(const struct sbx_template *t, json_t *m, int d, json
 	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:s, s:I, s:s, s:{s:s, s:s, s:s, s:s}, s:o, s:o,"
 			 " s:o, s:s, s:s, s:i, s:o}",
 			 "schema", 1, "template", ref, "name", t->name, "version", t->version, "owner",
-			 sbx_template_owner_name(t->owner), "created", t->created, "kernel", t->kernel_release, "snapshot",
-			 t->snapshot, "base", json_is_string(base) ? json_string_value(base) : "", "size_bytes",
-			 (json_int_t)size, "content_sha256", jstr(m, "content_sha256"), "source", "kind", kind, "path",
-			 jstr(src, "path"), "sha256", jstr(src, "sha256"), "format", jstr(src, "format"), "packages", pk,
-			 "files", files, "env", env, "user", jstr(m, "user"), "workdir", jstr(m, "workdir"), "in_use",
-			 (int)json_array_size(used_by), "used_by", used_by);
+			 sbx_template_owner_name(t->owner), "created", t->created, "kernel", t->kernel_release,
+			 "snapshot", t->snapshot, "base", json_is_string(base) ? json_string_value(base) : "",
+			 "size_bytes", (json_int_t)size, "content_sha256", jstr(m, "content_sha256"), "source", "kind",
+			 kind, "path", jstr(src, "path"), "sha256", jstr(src, "sha256"), "format", jstr(src, "format"),
+			 "packages", pk, "files", files, "env", env, "user", jstr(m, "user"), "workdir",
+			 jstr(m, "workdir"), "in_use", (int)json_array_size(used_by), "used_by", used_by);
 }
 
-int sbx_template_inspect(struct sbx_state *st, const char *tenant, const char *spec, json_t **out,
-			 struct sbx_err *err)
+int sbx_template_inspect(struct sbx_state *st, const char *tenant, const char *spec, json_t **out, struct sbx_err *err)
 {
 	struct sbx_template t;
 	*out = NULL;
@@ -91,8 +92,7 @@ int sbx_template_inspect(struct sbx_state *st, const char *tenant, const char *s
 	return 0;
 }
 
-int sbx_template_prune(struct sbx_state *st, const char *tenant, unsigned keep, json_t **removed,
-		       struct sbx_err *err)
+int sbx_template_prune(struct sbx_state *st, const char *tenant, unsigned keep, json_t **removed, struct sbx_err *err)
 {
 	json_t *all;
 	*removed = NULL;

@@ -121,7 +121,9 @@ static int check_ref(const char *s, char *why, size_t n)
 		*at++ = 0;
 	if (sbx_id_check(buf, "template", NULL) < 0 || strlen(buf) >= 64 ||
 	    (at && (sbx_id_check(at, "template version", NULL) < 0 || strchr(at, '@'))))
-		return snprintf(why, n, "must be debian:SUITE, busybox or TEMPLATE[@VERSION] (letters, digits, '_', '-', '.')"), -1;
+		return snprintf(why, n,
+				"must be debian:SUITE, busybox or TEMPLATE[@VERSION] (letters, digits, '_', '-', '.')"),
+		       -1;
 	return 0;
 }
 
@@ -145,8 +147,8 @@ static int walk_value(struct sbx_yaml *c, int k, const char *key, yaml_mark_t km
 	return w->fn(c, w->s, w->item, (unsigned)k, path);
 }
 
-static int parse_map(struct sbx_yaml *c, const char *path, const char *const *keys, size_t nkeys, struct sbx_tmplspec *s,
-		     void *item, key_fn fn, unsigned *seen_mask)
+static int parse_map(struct sbx_yaml *c, const char *path, const char *const *keys, size_t nkeys,
+		     struct sbx_tmplspec *s, void *item, key_fn fn, unsigned *seen_mask)
 {
 	struct walk w = { s, item, fn };
 	uint64_t seen;
@@ -179,12 +181,14 @@ static int package_item(struct sbx_yaml *c, struct sbx_tmplspec *s, const char *
 {
 	if (sbx_tmplspec_check_package(v) < 0)
 		return sbx_yaml_failm(c, c->ev.start_mark,
-			     "%s: '%.60s' is not a Debian package name (lower case, digits, '+', '-', '.')", path, v);
+				      "%s: '%.60s' is not a Debian package name (lower case, digits, '+', '-', '.')",
+				      path, v);
 	for (unsigned i = 0; i < s->npackages; i++)
 		if (!strcmp(s->packages[i], v))
 			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is listed twice", path, v);
 	if (s->npackages == SBX_TMPLSPEC_PACKAGES_MAX)
-		return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d packages", path, SBX_TMPLSPEC_PACKAGES_MAX);
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: more than %d packages", path,
+				      SBX_TMPLSPEC_PACKAGES_MAX);
 	snprintf(s->packages[s->npackages++], SBX_TMPLSPEC_PKG_LEN, "%s", v);
 	return 0;
 }
@@ -214,9 +218,11 @@ static int file_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsi
 		errno = 0;
 		long m = strtol(v, &end, 8);
 		if (errno || *end || end == v || strlen(v) > 5 || m < 0 || m > 07777)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%.20s' is not an octal mode (\"0644\")", path, v);
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%.20s' is not an octal mode (\"0644\")", path,
+					      v);
 		if (m & 06000)
-			return sbx_yaml_failm(c, c->ev.start_mark, "%s: setuid and setgid bits are not allowed (%04lo)", path, m);
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: setuid and setgid bits are not allowed (%04lo)",
+					      path, m);
 		f->mode = (int)m;
 	}
 	(void)s;
@@ -277,7 +283,8 @@ static int run_item(struct sbx_yaml *c, void *obj, unsigned i, const char *sub)
 		return run_key(c, s, r, 0, sub);
 	yaml_mark_t m = c->ev.start_mark;
 	if (c->ev.type != YAML_MAPPING_START_EVENT)
-		return sbx_yaml_failm(c, m, "%s: expected a command line or {cmd, user}, got %s", sub, sbx_yaml_kind(&c->ev));
+		return sbx_yaml_failm(c, m, "%s: expected a command line or {cmd, user}, got %s", sub,
+				      sbx_yaml_kind(&c->ev));
 	if (parse_map(c, sub, run_keys, SBX_ARRAY_LEN(run_keys), s, r, run_key, NULL) < 0)
 		return -1;
 	if (!r->cmd)
@@ -338,7 +345,8 @@ int sbx_tmplspec_check_spec_user(const char *v)
 	return sbx_tmplspec_check_user(v);
 }
 
-static const char *const root_keys[] = { "from", "packages", "files", "run", "env", "user", "workdir", "kernel", "remove" };
+static const char *const root_keys[] = { "from", "packages", "files",  "run",   "env",
+					 "user", "workdir",  "kernel", "remove" };
 
 static int root_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsigned k, const char *path)
 {
@@ -359,7 +367,8 @@ static int root_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsi
 			for (size_t i = 0; ok && i < n; i++)
 				ok = suite[i] >= 'a' && suite[i] <= 'z';
 			if (!ok)
-				return sbx_yaml_failm(c, c->ev.start_mark, "from: '%.40s' is not a Debian suite (debian:bookworm)", v);
+				return sbx_yaml_failm(c, c->ev.start_mark,
+						      "from: '%.40s' is not a Debian suite (debian:bookworm)", v);
 			s->from = SBX_FROM_DEBIAN;
 			snprintf(s->from_ref, sizeof s->from_ref, "%s", suite);
 		} else {
@@ -378,15 +387,18 @@ static int root_key(struct sbx_yaml *c, struct sbx_tmplspec *s, void *item, unsi
 			return -1;
 		if (sbx_tmplspec_check_spec_user(v) < 0)
 			return sbx_yaml_failm(c, c->ev.start_mark,
-				     "user: '%.40s' is not a user name ([a-z_][a-z0-9_-]*, at most 32) or a uid (0 to 65534)", v);
+					      "user: '%.40s' is not a user name ([a-z_][a-z0-9_-]*, at most 32) or a "
+					      "uid (0 to 65534)",
+					      v);
 		snprintf(s->user, sizeof s->user, "%s", v);
 		return 0;
 	case 7:
 		if (!(v = sbx_yaml_scalar(c, path)))
 			return -1;
 		if (strcmp(v, SBX_TMPLSPEC_KERNEL))
-			return sbx_yaml_failm(c, c->ev.start_mark,
-				     "kernel: '%.60s' is not a kernel sbx boots (the one is " SBX_TMPLSPEC_KERNEL ")", v);
+			return sbx_yaml_failm(
+				c, c->ev.start_mark,
+				"kernel: '%.60s' is not a kernel sbx boots (the one is " SBX_TMPLSPEC_KERNEL ")", v);
 		snprintf(s->kernel, sizeof s->kernel, "%s", v);
 		return 0;
 	case 8: return each_scalar(c, s, path, remove_item);
@@ -410,7 +422,7 @@ static int parse_stream(struct sbx_yaml *c, struct sbx_tmplspec *s)
 		return -1;
 	if (c->ev.type != YAML_MAPPING_START_EVENT || sbx_yaml_is_null(&c->ev))
 		return sbx_yaml_failm(c, c->ev.start_mark, "a template spec is a mapping (from, packages, ...), not %s",
-			     sbx_yaml_kind(&c->ev));
+				      sbx_yaml_kind(&c->ev));
 	unsigned seen = 0;
 	if (parse_map(c, "", root_keys, SBX_ARRAY_LEN(root_keys), s, NULL, root_key, &seen) < 0)
 		return -1;
@@ -486,10 +498,11 @@ int sbx_tmplspec_load_fd(int fd, const char *path, bool redact, struct sbx_tmpls
 	if (fstat(fd, &sb) < 0)
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read template spec %.200s", path);
 	if (!S_ISREG(sb.st_mode))
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load template spec %.200s: not a regular file", path);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load template spec %.200s: not a regular file",
+				   path);
 	if (sb.st_size > (off_t)SBX_TMPLSPEC_FILE_MAX)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load template spec %.200s: larger than %u KiB", path,
-				   SBX_TMPLSPEC_FILE_MAX >> 10);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot load template spec %.200s: larger than %u KiB",
+				   path, SBX_TMPLSPEC_FILE_MAX >> 10);
 	_cleanup_free_ char *txt = malloc((size_t)sb.st_size + 1);
 	if (!txt)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot read template spec %.200s", path);
@@ -524,8 +537,8 @@ json_t *sbx_tmplspec_json(const struct sbx_tmplspec *s)
 						    s->run[i].user[0] ? s->run[i].user : "root"));
 	char from[160];
 	snprintf(from, sizeof from, "%s%s", s->from == SBX_FROM_DEBIAN ? "debian:" : "", s->from_ref);
-	json_t *j = json_pack("{s:s, s:o, s:o, s:o, s:O, s:s, s:s}", "from", from, "packages", pk, "files", fl, "run", rn,
-			      "env", s->env, "user", s->user, "workdir", s->workdir);
+	json_t *j = json_pack("{s:s, s:o, s:o, s:o, s:O, s:s, s:s}", "from", from, "packages", pk, "files", fl, "run",
+			      rn, "env", s->env, "user", s->user, "workdir", s->workdir);
 	/* Only when given, so a spec without them hashes as it always has. */
 	if (j && s->kernel[0])
 		json_object_set_new(j, "kernel", json_string(s->kernel));

@@ -20,11 +20,11 @@
 #define SBX_TMPLSPEC_RUN_MAX 64
 #define SBX_TMPLSPEC_ENV_MAX 64
 #define SBX_TMPLSPEC_REMOVE_MAX 64
-#define SBX_TMPLSPEC_PATH_LEN 256   /* with the NUL */
-#define SBX_TMPLSPEC_PKG_LEN 64     /* with the NUL */
-#define SBX_TMPLSPEC_CMD_MAX 4096   /* bytes of one run: line */
+#define SBX_TMPLSPEC_PATH_LEN 256 /* with the NUL */
+#define SBX_TMPLSPEC_PKG_LEN 64   /* with the NUL */
+#define SBX_TMPLSPEC_CMD_MAX 4096 /* bytes of one run: line */
 #define SBX_TMPLSPEC_ENV_VAL_MAX 4096
-#define SBX_TMPLSPEC_USER_LEN 33    /* 32 and the NUL */
+#define SBX_TMPLSPEC_USER_LEN 33 /* 32 and the NUL */
 
 /* debian:SUITE (debootstrap), TEMPLATE[@VERSION], or busybox (Debian's
  * busybox-static and netbase unpacked, no package manager). */

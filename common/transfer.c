@@ -94,7 +94,7 @@ static int run_guest(struct sbx_state *st, const char *session, char **argv, int
 	 * every link target was checked on the host to stay inside. */
 	static char *env[] = { "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "EXTRACT_UNSAFE_SYMLINKS=1", NULL };
 	struct sbx_exec_opts o = { .in_fd = in_fd, .out_fd = out_fd, .tty_fd = -1, .forward_signals = 1 };
-	o.req.flags = SBX_EXEC_COPY; /* listed as sbx's own, not the user's */
+	o.req.flags = SBX_EXEC_COPY;                    /* listed as sbx's own, not the user's */
 	o.req.have_uid = o.req.have_gid = as_root != 0; /* uid and gid 0 */
 	size_t argc = 0;
 	while (argv[argc])
@@ -128,7 +128,10 @@ static int run_guest(struct sbx_state *st, const char *session, char **argv, int
 	return rc;
 }
 
-static int guest_failed(const struct sbx_exec_result *r) { return r->exit.reason != SBX_R_EXITED || r->exit.status; }
+static int guest_failed(const struct sbx_exec_result *r)
+{
+	return r->exit.reason != SBX_R_EXITED || r->exit.status;
+}
 
 static int tar_failed(const struct sbx_exec_result *r, const char *what, const char *msg, struct sbx_err *err)
 {
@@ -224,7 +227,10 @@ static void items_free(struct items *it)
 	free(it->v);
 }
 
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* The names in a host directory, sorted so a copy is reproducible. */
 static char **list_dir(const struct sbx_hostpath *hp, const char *sub, size_t *n)
@@ -281,8 +287,11 @@ static int add_tree(struct sbx_tar_check *c, struct items *it, const struct sbx_
 	struct stat sb;
 	_cleanup_close_ int fd = sbx_hostpath_openat(hp, sub, O_PATH);
 	if (fd < 0 || fstat(fd, &sb) < 0)
-		return sbx_err_set(err, errno == ENOENT ? SBX_EXIT_NOENT : errno == ELOOP || errno == EXDEV ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL, errno,
-				   "cannot read %s", host);
+		return sbx_err_set(err,
+				   errno == ENOENT                    ? SBX_EXIT_NOENT
+				   : errno == ELOOP || errno == EXDEV ? SBX_EXIT_INVALID
+								      : SBX_EXIT_INTERNAL,
+				   errno, "cannot read %s", host);
 	if (S_ISDIR(sb.st_mode) && sbx_hostpath_is_state(&sb))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: sbx's own state is never a source", host);
 	struct archive_entry *raw = archive_entry_new(), *e = NULL;
@@ -365,8 +374,8 @@ static int send_file(struct archive *a, const struct item *x, struct sbx_err *er
 	_cleanup_close_ int fd = sbx_hostpath_openat(x->hp, x->sub, O_RDONLY | O_NOCTTY | O_NONBLOCK);
 	struct stat sb;
 	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, fd < 0 ? errno : 0, "cannot read %s (changed during the copy?)",
-				   x->host);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, fd < 0 ? errno : 0,
+				   "cannot read %s (changed during the copy?)", x->host);
 	char buf[65536];
 	/* At most the size that was checked and sent in the header: a file
 	 * that grew meanwhile is cut, one that shrank is padded by libarchive. */
@@ -436,7 +445,8 @@ static int spool(struct sbx_tar_check *c, int from_fd, struct sbx_err *err)
 	struct archive *in = archive_read_new(), *out = archive_write_new();
 	int rc = -1;
 	if (!in || !out || archive_read_support_format_tar(in) != ARCHIVE_OK ||
-	    archive_write_set_format_pax_restricted(out) != ARCHIVE_OK || archive_write_open_fd(out, fd) != ARCHIVE_OK) {
+	    archive_write_set_format_pax_restricted(out) != ARCHIVE_OK ||
+	    archive_write_open_fd(out, fd) != ARCHIVE_OK) {
 		sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot set up libarchive");
 	} else if (archive_read_open_fd(in, from_fd, 65536) != ARCHIVE_OK) {
 		sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot read a tar stream from standard input: %s",
@@ -477,13 +487,18 @@ static int upload_status(const struct sbx_exec_result *r, const char *dest, cons
 	if (r->exit.reason == SBX_R_EXITED) {
 		switch (r->exit.status) {
 		case 100:
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "the destination %s or its directory does not exist in the guest (or is not accessible)", dest);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "the destination %s or its directory does not exist in the guest (or is not "
+					   "accessible)",
+					   dest);
 		case 101:
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "the destination %s is not a directory in the guest (several sources or a tar stream need one)",
+					   "the destination %s is not a directory in the guest (several sources or a "
+					   "tar stream need one)",
 					   dest);
 		case 102:
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot create files beside %s in the guest", dest);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot create files beside %s in the guest",
+					   dest);
 		}
 	}
 	return tar_failed(r, "tar", msg, err);
@@ -495,8 +510,8 @@ static int check_dest(const struct sbx_session *s, const char *dest, struct sbx_
 		return -1;
 	if (!sbx_xfer_path_under(dest, &s->limits.writable))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "the destination %s is not under a writable path of session %s (files.writable)", dest,
-				   s->id);
+				   "the destination %s is not under a writable path of session %s (files.writable)",
+				   dest, s->id);
 	return 0;
 }
 
@@ -520,8 +535,9 @@ int sbx_cp_upload(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **re
 	int want_dir = strip_slash(o->guest_path, dest, sizeof dest);
 	if (load_session(st, o->session, &s, err) < 0 || check_dest(&s, dest, err) < 0)
 		return -1;
-	struct sbx_tar_rules rules = { .max_bytes = s.limits.max_transfer, .set_owner = 1, .uid = 1000, .gid = 1000,
-				       .cap_name = "max_transfer" };
+	struct sbx_tar_rules rules = {
+		.max_bytes = s.limits.max_transfer, .set_owner = 1, .uid = 1000, .gid = 1000, .cap_name = "max_transfer"
+	};
 	struct sbx_tar_check *c = sbx_tar_check_new(&rules);
 	struct items it = { 0 };
 	char name[SBX_XFER_COMPONENT_MAX + 1] = "";
@@ -546,8 +562,10 @@ int sbx_cp_upload(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **re
 			hps[i].dir_fd = -1;
 		for (unsigned i = 0; i < o->nsrcs; i++) {
 			json_array_append_new(srcs, json_string(o->srcs[i]));
-			if (sbx_hostpath_resolve(o->tenant, o->srcs[i], SBX_HOSTPATH_READ, "sbx-cp source", &hps[i], err) < 0 ||
-			    top_name(&hps[i], name, sizeof name, err) < 0 || add_tree(c, &it, &hps[i], NULL, name, err) < 0)
+			if (sbx_hostpath_resolve(o->tenant, o->srcs[i], SBX_HOSTPATH_READ, "sbx-cp source", &hps[i],
+						 err) < 0 ||
+			    top_name(&hps[i], name, sizeof name, err) < 0 ||
+			    add_tree(c, &it, &hps[i], NULL, name, err) < 0)
 				goto out;
 		}
 		if (o->nsrcs != 1 || want_dir)
@@ -629,8 +647,8 @@ static const char download_sh[] = "cd -- \"$1\" 2>/dev/null || exit 100\n"
 
 struct consumer {
 	struct sbx_tar_check *c;
-	int fd;          /* the guest's stdout */
-	int to_fd;       /* "-": the tar goes here */
+	int fd;             /* the guest's stdout */
+	int to_fd;          /* "-": the tar goes here */
 	int tmp_fd, cwd_fd; /* a directory: extract under tmp_fd */
 	pthread_t main;
 	int aborted;
@@ -731,7 +749,8 @@ static int host_target(const char *tenant, const char *dest, const char *name, c
 		_cleanup_free_ char *p = NULL;
 		if (asprintf(&p, "%s/%s", dest, name) < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot open %s", dest);
-		if (sbx_hostpath_resolve(tenant, p, SBX_HOSTPATH_WRITE | SBX_HOSTPATH_MAY_BE_MISSING, key, &in, err) < 0)
+		if (sbx_hostpath_resolve(tenant, p, SBX_HOSTPATH_WRITE | SBX_HOSTPATH_MAY_BE_MISSING, key, &in, err) <
+		    0)
 			return -1;
 		at = &in;
 	} else {
@@ -775,21 +794,23 @@ static int check_src(const struct sbx_session *s, const char *src, struct sbx_er
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot copy / itself; name a directory below it");
 	if (!sbx_xfer_path_under(src, &s->limits.exportable))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "the source %s is not under an exportable path of session %s (files.exportable)", src,
-				   s->id);
+				   "the source %s is not under an exportable path of session %s (files.exportable)",
+				   src, s->id);
 	return 0;
 }
 
-static int download_status(const struct consumer *k, const struct sbx_exec_result *r, const char *src,
-			   const char *msg, struct sbx_err *err)
+static int download_status(const struct consumer *k, const struct sbx_exec_result *r, const char *src, const char *msg,
+			   struct sbx_err *err)
 {
 	/* A refused stream first: the guest's tar was stopped because of it. */
-	if (k->rc < 0 && k->err.code == SBX_EXIT_INVALID && !(r->exit.reason == SBX_R_EXITED && r->exit.status >= 100)) {
+	if (k->rc < 0 && k->err.code == SBX_EXIT_INVALID &&
+	    !(r->exit.reason == SBX_R_EXITED && r->exit.status >= 100)) {
 		*err = k->err;
 		return -1;
 	}
 	if (r->exit.reason == SBX_R_EXITED && r->exit.status == 100)
-		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such directory in the guest (or not accessible): %s", src);
+		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such directory in the guest (or not accessible): %s",
+				   src);
 	if (r->exit.reason == SBX_R_EXITED && r->exit.status == 101)
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such file in the guest: %s", src);
 	if (guest_failed(r))
@@ -831,9 +852,11 @@ int sbx_cp_download(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **
 	}
 	if (sbx_xfer_reserve(st, &s, s.limits.max_transfer, 0, &granted, err) < 0)
 		goto out;
-	struct sbx_tar_rules rules = { .max_bytes = granted, .top = name, .host_modes = 1,
+	struct sbx_tar_rules rules = { .max_bytes = granted,
+				       .top = name,
+				       .host_modes = 1,
 				       .cap_name = granted < s.limits.max_transfer ? "max_session_transfer"
-										    : "max_transfer" };
+										   : "max_transfer" };
 	if (!(k.c = sbx_tar_check_new(&rules))) {
 		sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot start the copy");
 		goto out;
@@ -884,9 +907,10 @@ int sbx_cp_download(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **
 			if (e == ENOENT)
 				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest sent nothing for %s", src);
 			else
-				sbx_err_set(err, e == EEXIST || e == ENOTEMPTY || e == EISDIR || e == ENOTDIR
-							 ? SBX_EXIT_INVALID
-							 : SBX_EXIT_INTERNAL,
+				sbx_err_set(err,
+					    e == EEXIST || e == ENOTEMPTY || e == EISDIR || e == ENOTDIR
+						    ? SBX_EXIT_INVALID
+						    : SBX_EXIT_INTERNAL,
 					    e, "cannot put %s in place (a directory cannot replace or be replaced)",
 					    o->host_dest);
 			goto out;

@@ -50,10 +50,14 @@ int sbx_parse_size(const char *s, uint64_t *out)
 	/* Binary multiples whatever the spelling: "2GB" meaning 2*10^9 next to
 	 * "2G" meaning 2*2^30 would be a trap in a limits file. */
 	switch (*s) {
-	case 'K': case 'k': mult = KIB; break;
-	case 'M': case 'm': mult = MIB; break;
-	case 'G': case 'g': mult = GIB; break;
-	case 'T': case 't': mult = TIB; break;
+	case 'K':
+	case 'k': mult = KIB; break;
+	case 'M':
+	case 'm': mult = MIB; break;
+	case 'G':
+	case 'g': mult = GIB; break;
+	case 'T':
+	case 't': mult = TIB; break;
 	}
 	if (mult > 1 && *++s == 'i')
 		s++;
@@ -131,8 +135,14 @@ void sbx_fmt_size(char *b, size_t n, uint64_t v)
 
 void sbx_fmt_duration(char *b, size_t n, uint64_t ms)
 {
-	static const struct { uint64_t mult; const char *sfx; } u[] = {
-		{ DAY, "d" }, { HOUR, "h" }, { MINUTE, "m" }, { SEC, "s" },
+	static const struct {
+		uint64_t mult;
+		const char *sfx;
+	} u[] = {
+		{ DAY, "d" },
+		{ HOUR, "h" },
+		{ MINUTE, "m" },
+		{ SEC, "s" },
 	};
 	for (size_t i = 0; i < SBX_ARRAY_LEN(u); i++)
 		if (ms && ms % u[i].mult == 0) {

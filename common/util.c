@@ -171,7 +171,8 @@ int sbx_listen_unix(const char *path, unsigned mode, int backlog)
 	if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
 		unlink(path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(path, mode) < 0 || listen(fd, backlog) < 0) {
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(path, mode) < 0 ||
+	    listen(fd, backlog) < 0) {
 		int e = errno;
 		if (fd >= 0)
 			close(fd);

@@ -10,7 +10,10 @@
 #include <unistd.h>
 #include <dirent.h>
 
-static inline void sbx_freep(void *p) { free(*(void **)p); }
+static inline void sbx_freep(void *p)
+{
+	free(*(void **)p);
+}
 static inline void sbx_closep(int *fd)
 {
 	if (*fd >= 0)
@@ -47,8 +50,8 @@ static inline int sbx_steal_fd(int *fd)
 
 #define SBX_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-uint64_t sbx_now_ns(void);      /* CLOCK_REALTIME */
-uint64_t sbx_mono_ns(void);     /* CLOCK_MONOTONIC */
+uint64_t sbx_now_ns(void);  /* CLOCK_REALTIME */
+uint64_t sbx_mono_ns(void); /* CLOCK_MONOTONIC */
 /* RFC 3339 UTC with milliseconds, into buf[32]. */
 void sbx_fmt_time(uint64_t ns, char *buf, size_t n);
 /* Write all of buf, retrying on EINTR/short writes; -1 with errno. */

@@ -126,9 +126,10 @@ static json_t *live_pid(int pid, uint64_t start)
  * was booted as a pool member, and its arguments name that member. */
 static void add_pids(const struct sbx_session *s, json_t *o)
 {
-	json_object_set_new(o, "pids", json_pack("{s:o, s:o, s:o}", "monitor", live_pid(s->monitor_pid, s->monitor_start),
-						 "vmm", live_pid(s->vmm_pid, s->vmm_start), "proxy",
-						 live_pid(s->proxy_pid, s->proxy_start)));
+	json_object_set_new(o, "pids",
+			    json_pack("{s:o, s:o, s:o}", "monitor", live_pid(s->monitor_pid, s->monitor_start), "vmm",
+				      live_pid(s->vmm_pid, s->vmm_start), "proxy",
+				      live_pid(s->proxy_pid, s->proxy_start)));
 }
 
 json_t *sbx_session_view(struct sbx_state *st, const char *id)

@@ -94,14 +94,10 @@ int sbx_vmctl(struct sbx_state *st, const char *id, unsigned op, const char *pat
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot talk to the monitor of session %s", id);
 	case SBX_MON_GARBAGE:
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the monitor of session %s sent garbage", id);
-	case SBX_MON_LATE:
-		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s did not answer in time", id);
-	case SBX_MON_POLL:
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot wait for session %s", id);
-	case SBX_MON_LOST:
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the monitor of session %s went away", id);
-	default:
-		return rc;
+	case SBX_MON_LATE: return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "session %s did not answer in time", id);
+	case SBX_MON_POLL: return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot wait for session %s", id);
+	case SBX_MON_LOST: return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the monitor of session %s went away", id);
+	default: return rc;
 	}
 }
 
@@ -139,8 +135,9 @@ int sbx_session_wake(struct sbx_state *st, const char *id, int no_resume, struct
 	if (strcmp(sbx_session_live_state(st, &s), "suspended"))
 		return 0;
 	if (no_resume)
-		return sbx_err_set(err, SBX_EXIT_NOENT, 0,
-				   "session %s is suspended and --no-resume was given (sbx-snapshot resume %s runs it again)",
-				   id, id);
+		return sbx_err_set(
+			err, SBX_EXIT_NOENT, 0,
+			"session %s is suspended and --no-resume was given (sbx-snapshot resume %s runs it again)", id,
+			id);
 	return sbx_vmctl(st, id, SBX_VMCTL_RESUME, NULL, NULL, 0, -1, VMCTL_TIMEOUT_MS, NULL, 0, err);
 }

@@ -42,23 +42,23 @@ struct sbx_vm_config {
 	uint64_t disk_bps;
 	unsigned disk_iops;
 	enum sbx_accel accel;
-	unsigned long tsc_khz;    /* TCG only; 0: unknown */
-	int tsc_reliable;         /* TCG only: the host TSC is invariant (tsc=reliable) */
-	int probe;                /* boot to the probe marker and power off */
-	int sandbox;              /* QEMU -sandbox (seccomp) */
-	int cg_fds[4];            /* cgroup.procs files the VMM joins before exec */
+	unsigned long tsc_khz; /* TCG only; 0: unknown */
+	int tsc_reliable;      /* TCG only: the host TSC is invariant (tsc=reliable) */
+	int probe;             /* boot to the probe marker and power off */
+	int sandbox;           /* QEMU -sandbox (seccomp) */
+	int cg_fds[4];         /* cgroup.procs files the VMM joins before exec */
 	int cg_nfds;
 	/* Network (policy network.egress: allowlist): the VMM runs in the
 	 * session's network namespace and its NIC is a TAP device there. */
-	int netns_fd;             /* >0: setns(2) into it before exec; 0: no network */
-	const char *tap_name;     /* the TAP device in that namespace; NULL: no NIC */
-	int tap_fd;               /* >0: that TAP, already open (IFF_TAP|IFF_NO_PI), handed
-				   * to the VMM across exec (QEMU -netdev tap,fd=N): no
-				   * /dev/net/tun in the jail; 0: open tap_name */
-	const char *mac;          /* the guest NIC's MAC address */
-	uint64_t net_rate;        /* network.rate, bytes/s: Cloud Hypervisor's NIC rate
-				   * limiter (the namespace's nftables rules hold it for
-				   * every backend, netns.c); 0: none */
+	int netns_fd;         /* >0: setns(2) into it before exec; 0: no network */
+	const char *tap_name; /* the TAP device in that namespace; NULL: no NIC */
+	int tap_fd;           /* >0: that TAP, already open (IFF_TAP|IFF_NO_PI), handed
+			       * to the VMM across exec (QEMU -netdev tap,fd=N): no
+			       * /dev/net/tun in the jail; 0: open tap_name */
+	const char *mac;      /* the guest NIC's MAC address */
+	uint64_t net_rate;    /* network.rate, bytes/s: Cloud Hypervisor's NIC rate
+			       * limiter (the namespace's nftables rules hold it for
+			       * every backend, netns.c); 0: none */
 	/* Snapshots: start from the state ops->save wrote into this directory
 	 * instead of booting; the VM comes up paused (ops->resume runs it). */
 	const char *restore_dir;
@@ -73,8 +73,8 @@ struct sbx_vm {
 	uint64_t start_time;
 	unsigned uid; /* the jailed VMM's uid (jail.h); 0: not jailed */
 	const struct sbx_vmm_ops *ops;
-	int ctl_fd;           /* the open control connection (QMP); -1 or 0: none yet */
-	char ctl_path[108];   /* the control socket's path */
+	int ctl_fd;         /* the open control connection (QMP); -1 or 0: none yet */
+	char ctl_path[108]; /* the control socket's path */
 	/* Optional, set by the caller before a restoring boot or a save: how
 	 * far the memory image is (bytes done of total, 0: unknown). */
 	void (*progress)(void *ctx, const char *what, uint64_t done, uint64_t total);

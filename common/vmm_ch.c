@@ -28,7 +28,7 @@
 #include <dlfcn.h>
 
 #define CH_BIN "cloud-hypervisor"
-#define STATE_DIR "vmm-state"       /* next to the session's scratch disk */
+#define STATE_DIR "vmm-state" /* next to the session's scratch disk */
 #define API_TIMEOUT_MS 10000L
 #define BOOT_TIMEOUT_MS 30000L      /* vm.boot: loads kernel and initramfs */
 #define SNAPSHOT_TIMEOUT_MS 600000L /* vm.snapshot/restore: all guest memory */
@@ -43,9 +43,9 @@
 
 /* vm->priv */
 struct ch {
-	int state_dfd;          /* the session's snapshot directory (STATE_DIR); -1: none */
+	int state_dfd;                /* the session's snapshot directory (STATE_DIR); -1: none */
 	char state_url_dir[PATH_MAX]; /* ... as the VMM sees it */
-	char api_dir[64];       /* a private directory made for the API socket; "" none */
+	char api_dir[64];             /* a private directory made for the API socket; "" none */
 	struct sbx_ch_events ev;
 };
 
@@ -58,9 +58,10 @@ static const char *ch_bin(void)
 static int ch_available(struct sbx_err *err)
 {
 	if (!sbx_in_path(ch_bin()))
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
-				   "no VMM: %s is not installed (Debian 13 and later: apt-get install cloud-hypervisor)",
-				   ch_bin());
+		return sbx_err_set(
+			err, SBX_EXIT_UNAVAIL, 0,
+			"no VMM: %s is not installed (Debian 13 and later: apt-get install cloud-hypervisor)",
+			ch_bin());
 	return 0;
 }
 
@@ -278,7 +279,8 @@ static int copy_at(int sdfd, int ddfd, const char *name, struct sbx_vm *vm, stru
 	while (done < total) {
 		/* copy_file_range: in the kernel, and a reflink where the
 		 * filesystem has them. */
-		ssize_t w = copy_file_range(in, NULL, out, NULL, total - done < (64u << 20) ? total - done : 64u << 20, 0);
+		ssize_t w =
+			copy_file_range(in, NULL, out, NULL, total - done < (64u << 20) ? total - done : 64u << 20, 0);
 		if (w <= 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, w < 0 ? errno : EIO, "cannot copy %s", name);
 		done += (uint64_t)w;
@@ -417,8 +419,9 @@ static int start_vm(struct sbx_vm *vm, struct ch *ch, int restore, json_t *body,
 		return -1;
 	}
 	if (!restore)
-		return put_json(vm, "vm.create", body, API_TIMEOUT_MS, err) < 0 ? -1
-										     : put(vm, "vm.boot", BOOT_TIMEOUT_MS, err);
+		return put_json(vm, "vm.create", body, API_TIMEOUT_MS, err) < 0
+			       ? -1
+			       : put(vm, "vm.boot", BOOT_TIMEOUT_MS, err);
 	if (put_json(vm, "vm.restore", body, SNAPSHOT_TIMEOUT_MS, err) < 0)
 		return -1;
 	_cleanup_free_ struct resp *r = malloc(sizeof *r);
@@ -452,8 +455,13 @@ static int ch_boot(const struct sbx_vm_config *cfg, struct sbx_vm *vm, struct sb
 	if (!ch)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot start Cloud Hypervisor");
 	ch->state_dfd = -1;
-	*vm = (struct sbx_vm){ .pidfd = -1, .ctl_fd = -1, .event_fd = -1, .ops = &sbx_vmm_cloud_hypervisor,
-			       .priv = ch, .progress = vm->progress, .progress_ctx = vm->progress_ctx };
+	*vm = (struct sbx_vm){ .pidfd = -1,
+			       .ctl_fd = -1,
+			       .event_fd = -1,
+			       .ops = &sbx_vmm_cloud_hypervisor,
+			       .priv = ch,
+			       .progress = vm->progress,
+			       .progress_ctx = vm->progress_ctx };
 	struct sbx_vm_config c = *cfg;
 	char state[PATH_MAX];
 	_cleanup_close_ int api_fd = -1, ev_w = -1;
@@ -510,7 +518,7 @@ static int ch_boot(const struct sbx_vm_config *cfg, struct sbx_vm *vm, struct sb
 		goto fail_vmm;
 	return 0;
 
-fail_vmm: {
+fail_vmm : {
 	/* Say what the VMM said, if it died. */
 	char tail[200];
 	int status = 0;
@@ -560,7 +568,8 @@ static int move_out(struct ch *ch, const char *dir, struct sbx_vm *vm, struct sb
 			continue;
 		if (renameat(ch->state_dfd, de->d_name, ddfd, de->d_name) < 0) {
 			if (errno != EXDEV) {
-				rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot move %s into %s", de->d_name, dir);
+				rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot move %s into %s", de->d_name,
+						 dir);
 				break;
 			}
 			rc = copy_at(ch->state_dfd, ddfd, de->d_name, vm, err);
@@ -575,7 +584,8 @@ static int move_out(struct ch *ch, const char *dir, struct sbx_vm *vm, struct sb
 	}
 	closedir(d);
 	if (rc == 0 && (!n || fsync(ddfd) < 0))
-		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, n ? errno : 0, "Cloud Hypervisor wrote no snapshot into %s", dir);
+		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, n ? errno : 0, "Cloud Hypervisor wrote no snapshot into %s",
+				 dir);
 	return rc;
 }
 

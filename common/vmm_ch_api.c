@@ -19,7 +19,8 @@ static json_t *rate_limiter(uint64_t bps, unsigned ops)
 {
 	json_t *r = json_object();
 	if (r && bps)
-		json_object_set_new(r, "bandwidth", json_pack("{s:I, s:i}", "size", (json_int_t)bps, "refill_time", 1000));
+		json_object_set_new(r, "bandwidth",
+				    json_pack("{s:I, s:i}", "size", (json_int_t)bps, "refill_time", 1000));
 	if (r && ops)
 		json_object_set_new(r, "ops", json_pack("{s:i, s:i}", "size", (int)ops, "refill_time", 1000));
 	return r;
@@ -33,8 +34,8 @@ static int add_disk(json_t *disks, const char *path, const char *id, int readonl
 	 * serial: guest-init finds its disks by virtio-blk serial. */
 	char serial[32];
 	snprintf(serial, sizeof serial, "sbx-%s", id);
-	json_t *d = json_pack("{s:s, s:b, s:s, s:s, s:s}", "path", path, "readonly", readonly, "serial", serial, "id", id,
-			      "image_type", "Raw");
+	json_t *d = json_pack("{s:s, s:b, s:s, s:s, s:s}", "path", path, "readonly", readonly, "serial", serial, "id",
+			      id, "image_type", "Raw");
 	/* The session's writable disks share one group, as QEMU's throttle
 	 * group (vmm_qemu.c): together they get the policy's rate. */
 	if (d && throttled && !readonly && json_object_set_new(d, "rate_limit_group", json_string("sbx")) < 0) {
@@ -47,11 +48,10 @@ static int add_disk(json_t *disks, const char *path, const char *id, int readonl
 json_t *sbx_ch_vm_config(const struct sbx_vm_config *c, const char *cmdline)
 {
 	unsigned vcpus = c->vcpus ? c->vcpus : 1;
-	json_t *o = json_pack("{s:{s:i, s:i}, s:{s:I}, s:{s:s, s:s}, s:{s:s}, s:{s:s}, s:b}",
-			      "cpus", "boot_vcpus", (int)vcpus, "max_vcpus", (int)vcpus,
-			      "memory", "size", (json_int_t)(c->memory_mib ? c->memory_mib : 256) << 20,
-			      "payload", "kernel", c->kernel ? c->kernel : "", "cmdline", cmdline,
-			      "rng", "src", "/dev/urandom",
+	json_t *o = json_pack("{s:{s:i, s:i}, s:{s:I}, s:{s:s, s:s}, s:{s:s}, s:{s:s}, s:b}", "cpus", "boot_vcpus",
+			      (int)vcpus, "max_vcpus", (int)vcpus, "memory", "size",
+			      (json_int_t)(c->memory_mib ? c->memory_mib : 256) << 20, "payload", "kernel",
+			      c->kernel ? c->kernel : "", "cmdline", cmdline, "rng", "src", "/dev/urandom",
 			      /* virtio-console off: the 8250 (ttyS0) is the console */
 			      "console", "mode", "Off",
 			      /* a panic reaches the event monitor as guest/panic */
@@ -61,9 +61,9 @@ json_t *sbx_ch_vm_config(const struct sbx_vm_config *c, const char *cmdline)
 	int rc = 0;
 	if (c->initrd)
 		rc |= json_object_set_new(json_object_get(o, "payload"), "initramfs", json_string(c->initrd));
-	rc |= json_object_set_new(o, "serial", c->console_path
-					       ? json_pack("{s:s, s:s}", "mode", "File", "file", c->console_path)
-					       : json_pack("{s:s}", "mode", "Tty"));
+	rc |= json_object_set_new(o, "serial",
+				  c->console_path ? json_pack("{s:s, s:s}", "mode", "File", "file", c->console_path)
+						  : json_pack("{s:s}", "mode", "Tty"));
 	int throttled = (c->disk_bps || c->disk_iops) && (c->scratch || c->vol_rw_mask);
 	if (throttled)
 		rc |= json_object_set_new(o, "rate_limit_groups",
@@ -83,8 +83,9 @@ json_t *sbx_ch_vm_config(const struct sbx_vm_config *c, const char *cmdline)
 		}
 	}
 	if (c->vsock_sock)
-		rc |= json_object_set_new(o, "vsock", json_pack("{s:i, s:s, s:s}", "cid", SBX_CH_VSOCK_CID, "socket",
-								 c->vsock_sock, "id", "vsock0"));
+		rc |= json_object_set_new(
+			o, "vsock",
+			json_pack("{s:i, s:s, s:s}", "cid", SBX_CH_VSOCK_CID, "socket", c->vsock_sock, "id", "vsock0"));
 	if (c->tap_name) {
 		json_t *n = json_pack("{s:s, s:s}", "tap", c->tap_name, "id", "net0");
 		if (n && c->mac)
@@ -145,7 +146,7 @@ static json_t *by_id(json_t *a, const char *id)
 {
 	size_t i;
 	json_t *v;
-	json_array_foreach(a, i, v) {
+	json_array_foreach (a, i, v) {
 		const char *vid = json_string_value(json_object_get(v, "id"));
 		if (vid && id && !strcmp(vid, id))
 			return v;
@@ -158,14 +159,16 @@ static int same_ids(json_t *snap, const json_t *fresh, const char *kind, struct 
 {
 	json_t *s = json_object_get(snap, kind), *f = json_object_get(fresh, kind), *v;
 	size_t i;
-	json_array_foreach(f, i, v)
+	json_array_foreach (f, i, v)
 		if (!by_id(s, json_string_value(json_object_get(v, "id"))))
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "the snapshot has no %s device '%s' for this session",
-					   kind, json_string_value(json_object_get(v, "id")));
-	json_array_foreach(s, i, v)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "the snapshot has no %s device '%s' for this session", kind,
+					   json_string_value(json_object_get(v, "id")));
+	json_array_foreach (s, i, v)
 		if (!by_id(json_object_get(fresh, kind), json_string_value(json_object_get(v, "id"))))
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "the snapshot has a %s device '%s' this session lacks",
-					   kind, json_string_value(json_object_get(v, "id")));
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "the snapshot has a %s device '%s' this session lacks", kind,
+					   json_string_value(json_object_get(v, "id")));
 	return 0;
 }
 
@@ -176,7 +179,8 @@ int sbx_ch_restore_patch(json_t *snap, const json_t *fresh, struct sbx_err *err)
 	if (same_ids(snap, fresh, "disks", err) < 0 || same_ids(snap, fresh, "net", err) < 0)
 		return -1;
 	if (!json_object_get(snap, "vsock") != !json_object_get(fresh, "vsock"))
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "the snapshot and the session differ in their vsock device");
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "the snapshot and the session differ in their vsock device");
 	json_t *sp = json_object_get(snap, "payload"), *fp = json_object_get(fresh, "payload");
 	static const char *const payload_paths[] = { "kernel", "initramfs" };
 	int rc = 0;
@@ -185,15 +189,16 @@ int sbx_ch_restore_patch(json_t *snap, const json_t *fresh, struct sbx_err *err)
 			rc |= json_object_set(sp, payload_paths[i], json_object_get(fp, payload_paths[i]));
 	size_t i;
 	json_t *v;
-	json_array_foreach(json_object_get(fresh, "disks"), i, v) {
+	json_array_foreach (json_object_get(fresh, "disks"), i, v) {
 		json_t *d = by_id(json_object_get(snap, "disks"), json_string_value(json_object_get(v, "id")));
 		rc |= json_object_set(d, "path", json_object_get(v, "path"));
 		rc |= json_object_set(d, "readonly", json_object_get(v, "readonly"));
 	}
-	json_array_foreach(json_object_get(fresh, "net"), i, v)
+	json_array_foreach (json_object_get(fresh, "net"), i, v)
 		if (json_object_get(v, "tap"))
-			rc |= json_object_set(by_id(json_object_get(snap, "net"), json_string_value(json_object_get(v, "id"))),
-					      "tap", json_object_get(v, "tap"));
+			rc |= json_object_set(
+				by_id(json_object_get(snap, "net"), json_string_value(json_object_get(v, "id"))), "tap",
+				json_object_get(v, "tap"));
 	if (json_object_get(fresh, "vsock"))
 		rc |= json_object_set(json_object_get(snap, "vsock"), "socket",
 				      json_object_get(json_object_get(fresh, "vsock"), "socket"));
@@ -223,7 +228,7 @@ void sbx_ch_error_text(const char *body, size_t n, char *out, size_t cap)
 	if (json_is_array(j)) {
 		size_t i;
 		json_t *v;
-		json_array_foreach(j, i, v) {
+		json_array_foreach (j, i, v) {
 			const char *m = json_string_value(v);
 			if (m && *m && len < cap)
 				len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ": " : "", m);
@@ -267,12 +272,12 @@ int sbx_ch_parse_counters(const char *body, size_t n, struct sbx_vm_counters *c)
 	json_t *j = json_loadb(body, n, 0, NULL), *dev, *v;
 	const char *id, *name;
 	int rc = json_is_object(j) ? 0 : -1;
-	json_object_foreach(j, id, dev) {
+	json_object_foreach (j, id, dev) {
 		if (!json_is_object(dev)) {
 			rc = -1;
 			break;
 		}
-		json_object_foreach(dev, name, v) {
+		json_object_foreach (dev, name, v) {
 			if (!json_is_integer(v) || json_integer_value(v) < 0) {
 				rc = -1;
 				continue;

@@ -224,8 +224,7 @@ static void add_devices(struct argv *a, const struct sbx_vm_config *c, int qmp_f
 	}
 }
 
-static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd, struct argv *a,
-		      struct sbx_err *err)
+static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd, struct argv *a, struct sbx_err *err)
 {
 	memset(a, 0, sizeof *a);
 	add(a, "%s", qemu_bin());
@@ -245,8 +244,9 @@ static int listen_qmp(const char *path, struct sbx_err *err)
 {
 	int fd = sbx_listen_unix(path, 0600, 4);
 	if (fd < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, errno == ENAMETOOLONG ? "QMP socket path too long: %s"
-										      : "cannot listen on %s", path);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno,
+				   errno == ENAMETOOLONG ? "QMP socket path too long: %s" : "cannot listen on %s",
+				   path);
 	return fd;
 }
 
@@ -284,11 +284,13 @@ static int qmp_line(struct sbx_vm *vm, char *buf, uint64_t deadline, struct sbx_
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n <= 0)
-			return sbx_err_set(err, SBX_EXIT_UNAVAIL, n < 0 ? errno : 0, "the VMM closed its control socket");
+			return sbx_err_set(err, SBX_EXIT_UNAVAIL, n < 0 ? errno : 0,
+					   "the VMM closed its control socket");
 		char *nl = memchr(buf, '\n', (size_t)n);
 		if (!nl) {
 			if ((size_t)n >= QMP_LINE_MAX)
-				return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the VMM sent an overlong control message");
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+						   "the VMM sent an overlong control message");
 			usleep(1000); /* the rest of the line is on its way */
 			continue;
 		}
@@ -442,8 +444,8 @@ static int save_verdict(struct sbx_vm *vm, struct sbx_err *err)
 		if (done)
 			return 0;
 		if (failed)
-			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the VMM could not save the VM%s%s", why[0] ? ": " : "",
-					   why);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the VMM could not save the VM%s%s",
+					   why[0] ? ": " : "", why);
 		usleep(2000);
 	}
 	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VMM did not finish saving in time");

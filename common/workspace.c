@@ -107,11 +107,11 @@ static int write_record(int dfd, const struct sbx_workspace_info *w, int attache
 	char created[40], used[40];
 	sbx_fmt_time(w->created_ns, created, sizeof created);
 	sbx_fmt_time(w->last_used_ns, used, sizeof used);
-	json_t *o = json_pack("{s:i, s:s, s:s?, s:I, s:I, s:s, s:I, s:s, s:I, s:s?, s:s?}", "schema", 1, "name", w->name,
-			      "tenant", w->tenant[0] ? w->tenant : NULL, "size", (json_int_t)w->size, "retention_ms",
-			      (json_int_t)w->retention_ms, "created", created, "created_ns", (json_int_t)w->created_ns,
-			      "last_used", used, "last_used_ns", (json_int_t)w->last_used_ns, "session",
-			      attached && w->session[0] ? w->session : NULL, "last_session",
+	json_t *o = json_pack("{s:i, s:s, s:s?, s:I, s:I, s:s, s:I, s:s, s:I, s:s?, s:s?}", "schema", 1, "name",
+			      w->name, "tenant", w->tenant[0] ? w->tenant : NULL, "size", (json_int_t)w->size,
+			      "retention_ms", (json_int_t)w->retention_ms, "created", created, "created_ns",
+			      (json_int_t)w->created_ns, "last_used", used, "last_used_ns", (json_int_t)w->last_used_ns,
+			      "session", attached && w->session[0] ? w->session : NULL, "last_session",
 			      w->session[0] ? w->session : NULL);
 	char *txt = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 	json_decref(o);

@@ -39,10 +39,10 @@ struct sbx_workspace_info {
 
 /* A workspace attached by a monitor. */
 struct sbx_workspace {
-	int lock_fd, dir_fd;         /* -1 when not attached */
-	char disk[1200];             /* absolute path of disk.img */
-	int created;                 /* made by this attach */
-	uint64_t grown_from;         /* grown by this attach from this size; 0: not */
+	int lock_fd, dir_fd; /* -1 when not attached */
+	char disk[1200];     /* absolute path of disk.img */
+	int created;         /* made by this attach */
+	uint64_t grown_from; /* grown by this attach from this size; 0: not */
 	struct sbx_workspace_info info;
 };
 

@@ -95,12 +95,10 @@ static void utf8_trim(char *s)
 		s[i - 1] = 0;
 }
 
-
 /* ---- Event stream ---- */
 
-
 __attribute__((format(printf, 4, 0))) static int failv(struct sbx_yaml *c, size_t line, size_t col, const char *fmt,
-							 va_list ap)
+						       va_list ap)
 {
 	char msg[400], hidden[400];
 	if (c->redact) {
@@ -140,8 +138,7 @@ int sbx_yaml_failm(struct sbx_yaml *c, yaml_mark_t m, const char *fmt, ...)
 	return -1;
 }
 
-int sbx_yaml_failat(struct sbx_yaml *c, size_t line, size_t col, const char *fmt,
-							 ...)
+int sbx_yaml_failat(struct sbx_yaml *c, size_t line, size_t col, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -194,8 +191,8 @@ static int syntax_error(struct sbx_yaml *c)
 		pos_at(c->buf, c->n, y->problem_offset, &line, &col);
 	const char *problem = y->problem ? y->problem : "syntax error";
 	if (y->context)
-		return sbx_yaml_failat(c, line, col, "%s (%s at %zu:%zu)", problem, y->context, y->context_mark.line + 1,
-			      y->context_mark.column + 1);
+		return sbx_yaml_failat(c, line, col, "%s (%s at %zu:%zu)", problem, y->context,
+				       y->context_mark.line + 1, y->context_mark.column + 1);
 	return sbx_yaml_failat(c, line, col, "%s", problem);
 }
 
@@ -213,8 +210,7 @@ int sbx_yaml_next(struct sbx_yaml *c)
 	yaml_mark_t m = e->start_mark;
 	const yaml_char_t *anchor = NULL, *tag = NULL;
 	switch (e->type) {
-	case YAML_ALIAS_EVENT:
-		return sbx_yaml_failm(c, m, "aliases are not allowed");
+	case YAML_ALIAS_EVENT: return sbx_yaml_failm(c, m, "aliases are not allowed");
 	case YAML_DOCUMENT_START_EVENT:
 		if (e->data.document_start.version_directive ||
 		    e->data.document_start.tag_directives.start != e->data.document_start.tag_directives.end)
@@ -244,11 +240,8 @@ int sbx_yaml_next(struct sbx_yaml *c)
 			return sbx_yaml_failm(c, m, "nested deeper than %u levels", c->depth_max);
 		break;
 	case YAML_SEQUENCE_END_EVENT:
-	case YAML_MAPPING_END_EVENT:
-		c->depth--;
-		break;
-	default:
-		break;
+	case YAML_MAPPING_END_EVENT: c->depth--; break;
+	default: break;
 	}
 	if (anchor)
 		return sbx_yaml_failm(c, m, "anchors are not allowed (&%s)", SBX_YAML_SHOW((const char *)anchor));
@@ -286,8 +279,8 @@ int sbx_yaml_expect(struct sbx_yaml *c, yaml_event_type_t t, const char *path)
 		want = "a mapping", hint = " (write {} for an empty mapping)";
 	else if (t == YAML_SEQUENCE_START_EVENT)
 		want = "a list", hint = " (write [] for an empty list)";
-	return sbx_yaml_failm(c, c->ev.start_mark, "%s%sexpected %s, got %s%s", path, *path ? ": " : "", want, sbx_yaml_kind(&c->ev),
-		     sbx_yaml_is_null(&c->ev) ? hint : "");
+	return sbx_yaml_failm(c, c->ev.start_mark, "%s%sexpected %s, got %s%s", path, *path ? ": " : "", want,
+			      sbx_yaml_kind(&c->ev), sbx_yaml_is_null(&c->ev) ? hint : "");
 }
 
 const char *sbx_yaml_scalar(struct sbx_yaml *c, const char *path)
@@ -297,8 +290,8 @@ const char *sbx_yaml_scalar(struct sbx_yaml *c, const char *path)
 	return (const char *)c->ev.data.scalar.value;
 }
 
-int sbx_yaml_seq(struct sbx_yaml *c, const char *path, unsigned max, const char *what, sbx_yaml_item_fn fn,
-		 void *obj, unsigned *count)
+int sbx_yaml_seq(struct sbx_yaml *c, const char *path, unsigned max, const char *what, sbx_yaml_item_fn fn, void *obj,
+		 unsigned *count)
 {
 	if (sbx_yaml_expect(c, YAML_SEQUENCE_START_EVENT, path) < 0)
 		return -1;
@@ -323,8 +316,9 @@ int sbx_yaml_seq(struct sbx_yaml *c, const char *path, unsigned max, const char 
 int sbx_yaml_open(struct sbx_yaml *c, const char *name, const uint8_t *buf, size_t n, unsigned depth_max,
 		  size_t scalar_max, struct sbx_err *err)
 {
-	*c = (struct sbx_yaml){ .name = name, .buf = buf, .n = n, .depth_max = depth_max, .scalar_max = scalar_max,
-				.err = err };
+	*c = (struct sbx_yaml){
+		.name = name, .buf = buf, .n = n, .depth_max = depth_max, .scalar_max = scalar_max, .err = err
+	};
 	if (!yaml_parser_initialize(&c->y)) {
 		memset(&c->y, 0, sizeof c->y); /* what yaml_parser_delete can take */
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot parse %s", name);
@@ -386,8 +380,8 @@ int sbx_yaml_map(struct sbx_yaml *c, const char *where, const char *const *keys,
 				for (size_t j = 0; j < nkeys; j++)
 					snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
 						 keys[j]);
-				return sbx_yaml_failm(c, km, "unknown key '%s' %s (expected one of: %s)", SBX_YAML_SHOW(key),
-						      in_where(where, in, sizeof in), list);
+				return sbx_yaml_failm(c, km, "unknown key '%s' %s (expected one of: %s)",
+						      SBX_YAML_SHOW(key), in_where(where, in, sizeof in), list);
 			}
 			if (seen & (1ull << i))
 				return sbx_yaml_failm(c, km, "duplicate key '%s' %s", keys[i],

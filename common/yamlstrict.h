@@ -15,7 +15,7 @@
 
 struct sbx_yaml {
 	yaml_parser_t y;
-	yaml_event_t ev;  /* the current event (valid while have_ev) */
+	yaml_event_t ev; /* the current event (valid while have_ev) */
 	bool have_ev;
 	const char *name; /* for messages, already shown (sbx_yaml_show) */
 	const uint8_t *buf;
@@ -51,8 +51,8 @@ const char *sbx_yaml_scalar(struct sbx_yaml *c, const char *path);
  * than max is "PATH: more than MAX WHAT" ("entries", "steps").  *count
  * (unless NULL) gets the number of items. */
 typedef int (*sbx_yaml_item_fn)(struct sbx_yaml *c, void *obj, unsigned i, const char *path);
-int sbx_yaml_seq(struct sbx_yaml *c, const char *path, unsigned max, const char *what, sbx_yaml_item_fn fn,
-		 void *obj, unsigned *count);
+int sbx_yaml_seq(struct sbx_yaml *c, const char *path, unsigned max, const char *what, sbx_yaml_item_fn fn, void *obj,
+		 unsigned *count);
 /* A mapping at the current event, the one walker of every strict file
  * (policies, sbx.yaml, template specs).  keys: the names allowed (at most
  * 64), or NULL for any name (a tenant's, a template's: then at most
@@ -64,8 +64,7 @@ int sbx_yaml_seq(struct sbx_yaml *c, const char *path, unsigned max, const char 
  * for WHERE ""), "duplicate key 'K' in WHERE".  *seen (unless NULL) gets
  * the mask of the keys given. */
 #define SBX_YAML_MAP_ANY 256
-typedef int (*sbx_yaml_key_fn)(struct sbx_yaml *c, int k, const char *key, yaml_mark_t km, const char *path,
-			       void *arg);
+typedef int (*sbx_yaml_key_fn)(struct sbx_yaml *c, int k, const char *key, yaml_mark_t km, const char *path, void *arg);
 int sbx_yaml_map(struct sbx_yaml *c, const char *where, const char *const *keys, size_t nkeys, sbx_yaml_key_fn fn,
 		 void *arg, uint64_t *seen);
 /* Set err at a mark (or a line and column, 1-based); always -1. */

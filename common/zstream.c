@@ -57,8 +57,8 @@ static int sink_step(struct sbx_zsink *s, ZSTD_inBuffer *in, ZSTD_EndDirective m
 		if (ZSTD_isError(left))
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "cannot compress: %s", ZSTD_getErrorName(left));
 		if (s->limit && out.pos > s->limit - s->out)
-			return sbx_err_set(err, SBX_EXIT_TEMPFAIL, EDQUOT, "the file would pass its limit of %llu bytes",
-					   (unsigned long long)s->limit);
+			return sbx_err_set(err, SBX_EXIT_TEMPFAIL, EDQUOT,
+					   "the file would pass its limit of %llu bytes", (unsigned long long)s->limit);
 		if (out.pos && sbx_write_all(s->fd, s->buf, out.pos) < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot write the snapshot");
 		s->out += out.pos;
@@ -94,8 +94,8 @@ void sbx_zsink_free(struct sbx_zsink *s)
 
 /* --- a VMM's save stream, capped --------------------------------------- */
 
-int sbx_zsave(int rd, int out, int alive_fd, uint64_t deadline_ns, uint64_t max_in, uint64_t max_out,
-	      sbx_zprogress cb, void *ctx, struct sbx_err *err)
+int sbx_zsave(int rd, int out, int alive_fd, uint64_t deadline_ns, uint64_t max_in, uint64_t max_out, sbx_zprogress cb,
+	      void *ctx, struct sbx_err *err)
 {
 	struct sbx_zsink z;
 	_cleanup_free_ uint8_t *buf = malloc(1u << 20);
@@ -112,7 +112,8 @@ int sbx_zsave(int rd, int out, int alive_fd, uint64_t deadline_ns, uint64_t max_
 			/* Counted before it is taken: past max_in, not one byte
 			 * more reaches the file. */
 			if (max_in && (uint64_t)r > max_in - z.in) {
-				rc = sbx_err_set(err, SBX_EXIT_INTERNAL, EFBIG, "the stream passed its limit of %llu bytes",
+				rc = sbx_err_set(err, SBX_EXIT_INTERNAL, EFBIG,
+						 "the stream passed its limit of %llu bytes",
 						 (unsigned long long)max_in);
 				break;
 			}
@@ -213,7 +214,8 @@ int sbx_zpump(int in_fd, int out_fd, int alive_fd, uint64_t deadline_ns, sbx_zpr
 			ZSTD_outBuffer o = { obuf, ocap, 0 };
 			last = ZSTD_decompressStream(z, &o, &in);
 			if (ZSTD_isError(last)) {
-				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the snapshot is corrupt: %s", ZSTD_getErrorName(last));
+				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the snapshot is corrupt: %s",
+					    ZSTD_getErrorName(last));
 				goto out;
 			}
 			if (o.pos && pipe_write(out_fd, obuf, o.pos, alive_fd, deadline_ns, err) < 0)
@@ -227,7 +229,8 @@ int sbx_zpump(int in_fd, int out_fd, int alive_fd, uint64_t deadline_ns, sbx_zpr
 			ZSTD_inBuffer none = { NULL, 0, 0 };
 			size_t ret = ZSTD_decompressStream(z, &o, &none);
 			if (ZSTD_isError(ret)) {
-				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the snapshot is corrupt: %s", ZSTD_getErrorName(ret));
+				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the snapshot is corrupt: %s",
+					    ZSTD_getErrorName(ret));
 				goto out;
 			}
 			if (o.pos)
@@ -487,7 +490,8 @@ int sbx_zdisk_unpack(int dirfd, const char *name, const char *dst, uint64_t *siz
 		if (off == UINT64_MAX && len == 0)
 			break;
 		if (!len || off > *size || len > *size - off) {
-			sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the snapshot's disk is corrupt (a record out of bounds)");
+			sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+				    "the snapshot's disk is corrupt (a record out of bounds)");
 			goto done;
 		}
 		while (len) {
@@ -499,7 +503,8 @@ int sbx_zdisk_unpack(int dirfd, const char *name, const char *dst, uint64_t *siz
 				if (n < 0 && errno == EINTR)
 					continue;
 				if (n <= 0) {
-					sbx_err_set(err, SBX_EXIT_INTERNAL, n < 0 ? errno : EIO, "cannot write %s", dst);
+					sbx_err_set(err, SBX_EXIT_INTERNAL, n < 0 ? errno : EIO, "cannot write %s",
+						    dst);
 					goto done;
 				}
 				w += (size_t)n;

@@ -19,9 +19,9 @@
 typedef void (*sbx_zprogress)(void *ctx, const char *what, uint64_t done, uint64_t total);
 
 struct sbx_zsink {
-	void *z;          /* ZSTD_CCtx */
-	int fd;           /* the file, owned by the caller */
-	uint8_t *buf;     /* compressed output staging */
+	void *z;      /* ZSTD_CCtx */
+	int fd;       /* the file, owned by the caller */
+	uint8_t *buf; /* compressed output staging */
 	size_t cap;
 	uint64_t in, out; /* bytes taken, bytes written */
 	uint64_t limit;   /* the most out may reach (0: none); set after open.
@@ -48,8 +48,8 @@ void sbx_zsink_free(struct sbx_zsink *s);
  * alive_fd (a pidfd; -1: none) says the writer died.  0: no such cap.  cb
  * hears "saving memory" every few MiB and done of done at the end.  On
  * failure the file is the caller's to remove. */
-int sbx_zsave(int rd, int out, int alive_fd, uint64_t deadline_ns, uint64_t max_in, uint64_t max_out,
-	      sbx_zprogress cb, void *ctx, struct sbx_err *err);
+int sbx_zsave(int rd, int out, int alive_fd, uint64_t deadline_ns, uint64_t max_in, uint64_t max_out, sbx_zprogress cb,
+	      void *ctx, struct sbx_err *err);
 
 /* Decompress the file in_fd into out_fd (a pipe, nonblocking or not),
  * giving up at deadline_ns (CLOCK_MONOTONIC) or when alive_fd (a pidfd;

@@ -117,8 +117,7 @@ static void host_lost(struct agent *a, int err)
 static void host_interest(struct agent *a)
 {
 	int want = a->host_down || outq_sendable(a);
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLET | (want ? EPOLLOUT : 0),
-				  .data.u64 = K_HOST };
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET | (want ? EPOLLOUT : 0), .data.u64 = K_HOST };
 
 	if (a->host < 0)
 		return;
@@ -213,10 +212,8 @@ static uint64_t io_tag(const struct agent *a, const struct exec *e, int io)
  * and the host's credit lasts, stdin while bytes wait for the child. */
 void io_watch(struct agent *a, struct exec *e, int io)
 {
-	int want = e->fd[io] >= 0 &&
-		   (io == IO_IN ? e->in.len > e->in_off : !a->paused && out_may_send(e));
-	struct epoll_event ev = { .events = io == IO_IN ? EPOLLOUT : EPOLLIN,
-				  .data.u64 = io_tag(a, e, io) };
+	int want = e->fd[io] >= 0 && (io == IO_IN ? e->in.len > e->in_off : !a->paused && out_may_send(e));
+	struct epoll_event ev = { .events = io == IO_IN ? EPOLLOUT : EPOLLIN, .data.u64 = io_tag(a, e, io) };
 
 	if (want == e->polled[io])
 		return;
@@ -262,12 +259,8 @@ static void dispatch(struct agent *a, const struct sbx_frame *f)
 	if (f->type != SBX_F_PING && f->type != SBX_F_SECRETS && f->type != SBX_F_IDENTITY)
 		sbx_guest_hosts_flush();
 	switch (f->type) {
-	case SBX_F_PING:
-		on_ping(a, f);
-		break;
-	case SBX_F_EXEC:
-		exec_start(a, f->stream, f->payload, f->len);
-		break;
+	case SBX_F_PING: on_ping(a, f); break;
+	case SBX_F_EXEC: exec_start(a, f->stream, f->payload, f->len); break;
 	case SBX_F_STDIN:
 	case SBX_F_STDIN_EOF:
 	case SBX_F_WINDOW:
@@ -279,22 +272,14 @@ static void dispatch(struct agent *a, const struct sbx_frame *f)
 		else
 			on_exec_frame(a, f);
 		break;
-	case SBX_F_SECRETS:
-		on_secrets(a, f);
-		break;
+	case SBX_F_SECRETS: on_secrets(a, f); break;
 	case SBX_F_PORT_CONNECT:
 	case SBX_F_PORT_DATA:
 	case SBX_F_PORT_WINDOW:
 	case SBX_F_PORT_EOF:
-	case SBX_F_PORT_CLOSE:
-		sbx_gports_frame(a->ports, f, &a->out);
-		break;
-	case SBX_F_QUIESCE:
-		on_quiesce(a, f);
-		break;
-	case SBX_F_IDENTITY:
-		on_identity(a, f);
-		break;
+	case SBX_F_PORT_CLOSE: sbx_gports_frame(a->ports, f, &a->out); break;
+	case SBX_F_QUIESCE: on_quiesce(a, f); break;
+	case SBX_F_IDENTITY: on_identity(a, f); break;
 	case SBX_F_SHUTDOWN:
 		shutdown_all(a);
 		if (a->is_pid1)
@@ -302,11 +287,8 @@ static void dispatch(struct agent *a, const struct sbx_frame *f)
 		a->done = 1;
 		break;
 	case SBX_F_ERROR:
-	case SBX_F_PONG:
-		break; /* answering would let two peers bounce errors forever */
-	default:
-		send_error(a, f->stream, ERR_INVALID, "unexpected frame type");
-		break;
+	case SBX_F_PONG: break; /* answering would let two peers bounce errors forever */
+	default: send_error(a, f->stream, ERR_INVALID, "unexpected frame type"); break;
 	}
 }
 
@@ -541,18 +523,10 @@ static int handle_events(struct agent *a, int timeout_ms)
 			else if (!a->host_down && ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 				host_read(a);
 			break;
-		case K_LISTEN:
-			host_accept(a);
-			break;
-		case K_SIG:
-			reap(a);
-			break;
-		case K_IO:
-			on_io(a, tag);
-			break;
-		case K_PORT:
-			sbx_gports_io(a->ports, tag, ev[i].events, &a->out);
-			break;
+		case K_LISTEN: host_accept(a); break;
+		case K_SIG: reap(a); break;
+		case K_IO: on_io(a, tag); break;
+		case K_PORT: sbx_gports_io(a->ports, tag, ev[i].events, &a->out); break;
 		}
 	}
 	return n;
@@ -628,13 +602,10 @@ static int agent_init(struct agent *a, int fd, int is_pid1)
 	sigaddset(&ss, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &ss, NULL);
 
-	if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 ||
-	    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 ||
-	    (a->in = malloc(IN_CAP)) == NULL ||
-	    (a->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0 ||
+	if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 ||
+	    (a->in = malloc(IN_CAP)) == NULL || (a->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0 ||
 	    (a->sig = signalfd(-1, &ss, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
-	    (a->ep = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-	    (a->ports = sbx_gports_new(a->ep, K_PORT)) == NULL ||
+	    (a->ep = epoll_create1(EPOLL_CLOEXEC)) < 0 || (a->ports = sbx_gports_new(a->ep, K_PORT)) == NULL ||
 	    epoll_ctl(a->ep, EPOLL_CTL_ADD, fd, &ev) < 0)
 		return -1;
 	/* Opened now, not at the claim or restore that reseeds through it:

@@ -17,10 +17,10 @@
 #include "proto.h"
 
 #define MAX_EXECS 256
-#define OUTQ_CAP (8u << 20)                 /* stop reading exec output above this */
+#define OUTQ_CAP (8u << 20) /* stop reading exec output above this */
 #define IN_CAP (SBX_FRAME_HDR + SBX_FRAME_MAX)
 #define NS_PER_MS 1000000ull
-#define DRAIN_GRACE_NS (2000 * NS_PER_MS)  /* see exec_reaped() */
+#define DRAIN_GRACE_NS (2000 * NS_PER_MS) /* see exec_reaped() */
 #define RECONNECT_NS (100 * NS_PER_MS)
 #define RMDIR_RETRY_NS (10 * NS_PER_MS)
 #define RMDIR_TRIES 300
@@ -52,18 +52,18 @@ struct cg {
 struct exec {
 	int used;
 	uint32_t stream, gen;
-	pid_t pid;               /* main process, also its process group */
+	pid_t pid; /* main process, also its process group */
 	int pty, reaped, wstatus;
-	int fd[IO_N];            /* parent ends; for a pty OUT is the master, IN a dup of it */
+	int fd[IO_N]; /* parent ends; for a pty OUT is the master, IN a dup of it */
 	int polled[IO_N];
 	struct cg cg;
-	struct sbx_buf in;       /* stdin received, not yet written */
+	struct sbx_buf in; /* stdin received, not yet written */
 	size_t in_off;
-	uint32_t credit_used;    /* stdin bytes received and not yet given back by WINDOW */
-	int out_flow;            /* output under the host's credit (SBX_EXEC_OUT_WINDOW) */
-	uint32_t out_credit;     /* ... the stdout and stderr bytes we may still send */
+	uint32_t credit_used; /* stdin bytes received and not yet given back by WINDOW */
+	int out_flow;         /* output under the host's credit (SBX_EXEC_OUT_WINDOW) */
+	uint32_t out_credit;  /* ... the stdout and stderr bytes we may still send */
 	int in_eof;
-	uint32_t forced;         /* SBX_R_TIMEOUT / SBX_R_KILLED once we killed it */
+	uint32_t forced; /* SBX_R_TIMEOUT / SBX_R_KILLED once we killed it */
 	struct rusage ru;
 	uint64_t t0, t_end, deadline, drain_deadline;
 };
@@ -75,19 +75,19 @@ struct cg_rm {
 
 struct agent {
 	int ep, host, sig, devnull, cgroot, is_pid1;
-	int urandom; /* /dev/urandom for IDENTITY's reseed, opened ahead (PID 1 only) */
+	int urandom;           /* /dev/urandom for IDENTITY's reseed, opened ahead (PID 1 only) */
 	uint32_t session_pids; /* pids.max last written on the execs' parent */
 	int done, rc;
 	int host_down, hello_seen; /* hello_seen: the host has had bytes since our last HELLO */
 	int host_out;              /* EPOLLOUT currently requested on the host fd */
 	uint64_t host_retry;
-	int lfd;                   /* listening for the host (vsock); -1: host is the port */
-	unsigned accepted;         /* hosts accepted on lfd */
+	int lfd;           /* listening for the host (vsock); -1: host is the port */
+	unsigned accepted; /* hosts accepted on lfd */
 	uint8_t *in;
 	size_t in_len;
 	struct sbx_buf out;
 	size_t out_off;
-	size_t out_frame;          /* start of the frame out_off is in (or at) */
+	size_t out_frame; /* start of the frame out_off is in (or at) */
 	/* A save that keeps execs running (on_quiesce): nothing past hold_end
 	 * leaves until the host releases it, so what the execs say after our
 	 * answer stays in the VM's memory, for whichever host comes next. */
@@ -101,11 +101,11 @@ struct agent {
 	uint64_t rm_next;
 	struct cg pool[CG_POOL];
 	unsigned npool;
-	uint32_t pool_next;      /* the stream the next pooled cgroup is named for */
-	int started;             /* an exec started in this loop round */
+	uint32_t pool_next; /* the stream the next pooled cgroup is named for */
+	int started;        /* an exec started in this loop round */
 	uint64_t pool_retry;
 	char *stack;
-	int ign[64], nign;       /* signals we inherited as ignored: reset in children */
+	int ign[64], nign;        /* signals we inherited as ignored: reset in children */
 	struct sbx_gports *ports; /* sbx-port's connections (port.c) */
 };
 

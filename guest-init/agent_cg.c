@@ -46,8 +46,10 @@ static uint64_t kv_get(const char *buf, const char *key)
 static int cg_make(struct agent *a, struct cg *cg)
 {
 	static const char *const files[CGF_N] = {
-		[CGF_KILL] = "cgroup.kill", [CGF_CPU] = "cpu.stat",
-		[CGF_PEAK] = "memory.peak", [CGF_EVENTS] = "memory.events",
+		[CGF_KILL] = "cgroup.kill",
+		[CGF_CPU] = "cpu.stat",
+		[CGF_PEAK] = "memory.peak",
+		[CGF_EVENTS] = "memory.events",
 	};
 
 	for (int i = 0; i < CGF_N; i++)
@@ -62,8 +64,7 @@ static int cg_make(struct agent *a, struct cg *cg)
 		return -1;
 	}
 	for (int i = CGF_DIR + 1; i < CGF_N; i++)
-		cg->fd[i] = openat(cg->fd[CGF_DIR], files[i],
-				   (i == CGF_KILL ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
+		cg->fd[i] = openat(cg->fd[CGF_DIR], files[i], (i == CGF_KILL ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
 	return 0;
 }
 
@@ -155,8 +156,7 @@ make:
 
 static int cg_pool_wanted(const struct agent *a)
 {
-	return a->is_pid1 && a->cgroot >= 0 && !a->host_down && a->npool < CG_POOL &&
-	       now_ns() >= a->pool_retry;
+	return a->is_pid1 && a->cgroot >= 0 && !a->host_down && a->npool < CG_POOL && now_ns() >= a->pool_retry;
 }
 
 /* Whether cg_idle has work. */
@@ -220,10 +220,8 @@ void exec_stats(struct agent *a, struct exec *e, struct sbx_exit_info *x, int *o
 	if (!e->cg.name[0]) {
 		/* Only the main process's own usage: the rest of the tree
 		 * was never waited for by us. */
-		x->cpu_user_us = (uint64_t)e->ru.ru_utime.tv_sec * 1000000u +
-				 (uint64_t)e->ru.ru_utime.tv_usec;
-		x->cpu_sys_us = (uint64_t)e->ru.ru_stime.tv_sec * 1000000u +
-				(uint64_t)e->ru.ru_stime.tv_usec;
+		x->cpu_user_us = (uint64_t)e->ru.ru_utime.tv_sec * 1000000u + (uint64_t)e->ru.ru_utime.tv_usec;
+		x->cpu_sys_us = (uint64_t)e->ru.ru_stime.tv_sec * 1000000u + (uint64_t)e->ru.ru_stime.tv_usec;
 		x->mem_peak = (uint64_t)e->ru.ru_maxrss * 1024u;
 		return;
 	}

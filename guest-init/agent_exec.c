@@ -286,9 +286,7 @@ void on_exec_frame(struct agent *a, const struct sbx_frame *f)
 	if (!e || e->reaped)
 		return;
 	switch (f->type) {
-	case SBX_F_STDIN:
-		on_stdin(a, e, f);
-		break;
+	case SBX_F_STDIN: on_stdin(a, e, f); break;
 	case SBX_F_STDIN_EOF:
 		e->in_eof = 1;
 		if (!e->pty && e->in.len == e->in_off)
@@ -310,8 +308,6 @@ void on_exec_frame(struct agent *a, const struct sbx_frame *f)
 		else if (kill(-e->pid, (int)v1) < 0 && errno != ESRCH)
 			send_error(a, f->stream, ERR_INVALID, strerror(errno));
 		break;
-	case SBX_F_KILL:
-		exec_kill(a, e, SBX_R_KILLED);
-		break;
+	case SBX_F_KILL: exec_kill(a, e, SBX_R_KILLED); break;
 	}
 }

@@ -57,8 +57,7 @@ static int secrets_write(struct agent *a, const struct sbx_secret_ref *s, int n,
 			}
 			off += (size_t)w;
 		}
-		if (fchmod(fd, 0400) < 0 ||
-		    (a->is_pid1 && fchown(fd, SBX_GUEST_USER_UID, SBX_GUEST_USER_GID) < 0)) {
+		if (fchmod(fd, 0400) < 0 || (a->is_pid1 && fchown(fd, SBX_GUEST_USER_UID, SBX_GUEST_USER_GID) < 0)) {
 			close(fd);
 			*why = "cannot set a secret file's owner";
 			goto fail;
@@ -136,8 +135,10 @@ static int secrets_wipe(struct agent *a, const char **why)
 		fd = openat(dfd, de->d_name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
 			for (off_t off = 0; off < st.st_size; off += (off_t)sizeof(zero))
-				if (pwrite(fd, zero, st.st_size - off < (off_t)sizeof(zero) ? (size_t)(st.st_size - off)
-											  : sizeof(zero), off) < 0)
+				if (pwrite(fd, zero,
+					   st.st_size - off < (off_t)sizeof(zero) ? (size_t)(st.st_size - off)
+										  : sizeof(zero),
+					   off) < 0)
 					break;
 		if (fd >= 0)
 			close(fd);
@@ -225,7 +226,7 @@ struct identity {
 	uint32_t seed_len;
 	uint64_t t_ns;
 	char pkg[256]; /* sbx.pkg* parameters, "": none */
-	uint32_t next;  /* NEXT_STREAM: keep the execs; 0: end them */
+	uint32_t next; /* NEXT_STREAM: keep the execs; 0: end them */
 };
 
 static int identity_parse(const struct sbx_frame *f, struct identity *id)
@@ -247,7 +248,8 @@ static int identity_parse(const struct sbx_frame *f, struct identity *id)
 			if (sbx_tlv_as_str(val, n, host, cap) < 0 || n == 0 || n > 63)
 				return -1;
 			for (uint32_t i = 0; i < n; i++)
-				if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", host[i]))
+				if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-",
+					    host[i]))
 					return -1;
 		} else if (tag == SBX_T_SEED && n >= 16 && n <= 512) {
 			*seed = val;
@@ -299,7 +301,8 @@ void on_identity(struct agent *a, const struct sbx_frame *f)
 		return;
 	}
 	if (a->is_pid1) {
-		struct timespec ts = { .tv_sec = (time_t)(id.t_ns / 1000000000u), .tv_nsec = (long)(id.t_ns % 1000000000u) };
+		struct timespec ts = { .tv_sec = (time_t)(id.t_ns / 1000000000u),
+				       .tv_nsec = (long)(id.t_ns % 1000000000u) };
 		struct {
 			struct rand_pool_info info;
 			uint8_t buf[512];
@@ -376,8 +379,8 @@ answer:
  * behind, which is stepped forward; it never steps backwards under a
  * command, which may time itself (make, timeouts).  The channel's latency
  * (a millisecond or so) is below what is corrected. */
-#define CLOCK_SLEW_MIN_NS 2000000ll    /* below this: leave it */
-#define CLOCK_STEP_NS 500000000ll      /* from here: step */
+#define CLOCK_SLEW_MIN_NS 2000000ll /* below this: leave it */
+#define CLOCK_STEP_NS 500000000ll   /* from here: step */
 static void clock_follow(struct agent *a, uint64_t host_ns)
 {
 	struct timespec now;

@@ -73,8 +73,8 @@ static void __attribute__((noreturn)) exec_path(const struct child_args *c)
 				try_exec(c, buf);
 			if (errno == EACCES)
 				eacces = 1;
-			else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE &&
-				 errno != ENODEV && errno != ETIMEDOUT) {
+			else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
+				 errno != ETIMEDOUT) {
 				err = errno;
 				goto fail;
 			}
@@ -119,8 +119,7 @@ static int child_main(void *arg)
 		sigaction(c->ign[i], &dfl, NULL);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (syscall(SYS_setgroups, 0, NULL) < 0 ||
-	    syscall(SYS_setresgid, c->gid, c->gid, c->gid) < 0 ||
+	if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, c->gid, c->gid, c->gid) < 0 ||
 	    syscall(SYS_setresuid, c->uid, c->uid, c->uid) < 0)
 		child_fail("cannot switch user", NULL, errno, 126);
 	if (chdir(c->cwd) < 0)
@@ -188,8 +187,7 @@ static int open_pty(struct exec *e, const struct sbx_exec_req *r, char *pts, siz
 	if (m < 0)
 		return -1;
 	e->fd[IO_OUT] = m;
-	if (grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, pts, cap) != 0 ||
-	    fcntl(m, F_SETFL, O_NONBLOCK) < 0)
+	if (grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, pts, cap) != 0 || fcntl(m, F_SETFL, O_NONBLOCK) < 0)
 		return -1;
 	if ((r->rows || r->cols) && ioctl(m, TIOCSWINSZ, &ws) < 0)
 		return -1;
@@ -209,16 +207,15 @@ static int open_pipe(int *parent, int *child, int child_reads)
 	return fcntl(*parent, F_SETFL, O_NONBLOCK);
 }
 
-static int open_stdio(struct agent *a, struct exec *e, const struct sbx_exec_req *r,
-		      struct child_args *c, char *pts, size_t cap)
+static int open_stdio(struct agent *a, struct exec *e, const struct sbx_exec_req *r, struct child_args *c, char *pts,
+		      size_t cap)
 {
 	if (r->flags & SBX_EXEC_PTY) {
 		e->pty = 1;
 		c->pts = pts;
 		return open_pty(e, r, pts, cap);
 	}
-	if (open_pipe(&e->fd[IO_OUT], &c->fd[IO_OUT], 0) < 0 ||
-	    open_pipe(&e->fd[IO_ERR], &c->fd[IO_ERR], 0) < 0)
+	if (open_pipe(&e->fd[IO_OUT], &c->fd[IO_OUT], 0) < 0 || open_pipe(&e->fd[IO_ERR], &c->fd[IO_ERR], 0) < 0)
 		return -1;
 	if (r->flags & SBX_EXEC_STDIN)
 		return open_pipe(&e->fd[IO_IN], &c->fd[IO_IN], 1);
@@ -233,8 +230,8 @@ static int open_stdio(struct agent *a, struct exec *e, const struct sbx_exec_req
  * has no clone3 wrapper that runs a function on a new stack, hence the
  * few lines of assembly (the child must not return into our frame). */
 struct clone3_args {
-	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
-		set_tid, set_tid_size, cgroup;
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
+		cgroup;
 };
 #define SBX_CLONE_INTO_CGROUP 0x200000000ull
 
@@ -257,8 +254,7 @@ static pid_t clone3_run(struct clone3_args *ca, int (*fn)(void *), void *arg)
 			 "hlt\n"
 			 "1:"
 			 : "=a"(ret)
-			 : "0"((long)SYS_clone3), "D"(ca), "S"(sizeof(*ca)), "r"(r12), "r"(r13),
-			   [exit] "i"(SYS_exit)
+			 : "0"((long)SYS_clone3), "D"(ca), "S"(sizeof(*ca)), "r"(r12), "r"(r13), [exit] "i"(SYS_exit)
 			 : "rcx", "r11", "memory");
 	if (ret < 0) {
 		errno = (int)-ret;
@@ -283,7 +279,8 @@ static pid_t spawn_child(struct agent *a, struct exec *e, struct child_args *c)
 		int dir = e->cg.fd[CGF_DIR];
 		struct clone3_args ca = { .flags = CLONE_VM | CLONE_VFORK | SBX_CLONE_INTO_CGROUP,
 					  .exit_signal = SIGCHLD,
-					  .stack = (uintptr_t)a->stack, .stack_size = CHILD_STACK,
+					  .stack = (uintptr_t)a->stack,
+					  .stack_size = CHILD_STACK,
 					  .cgroup = (uint64_t)dir };
 		if (dir >= 0 && ((pid = clone3_run(&ca, child_main, c)) >= 0 ||
 				 (errno != ENOSYS && errno != E2BIG && errno != EINVAL)))
@@ -343,8 +340,8 @@ static int spawn(struct agent *a, struct exec *e, const struct sbx_exec_req *r)
 	c.gid = r->have_gid ? r->gid : r->have_uid ? r->uid : SBX_GUEST_USER_GID;
 	c.cwd = r->cwd ? r->cwd : "/workspace";
 	if (!a->stack) {
-		void *s = mmap(NULL, CHILD_STACK, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+		void *s =
+			mmap(NULL, CHILD_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 		if (s == MAP_FAILED)
 			return errno;
 		a->stack = s;

@@ -73,8 +73,8 @@ static void phase(const char *what)
 static void phase_flush(void)
 {
 	for (unsigned i = 0; i < nphases; i++)
-		sbx_guest_log("%5ld.%03ld %s", (long)phases[i].ts.tv_sec,
-			      phases[i].ts.tv_nsec / 1000000L, phases[i].what);
+		sbx_guest_log("%5ld.%03ld %s", (long)phases[i].ts.tv_sec, phases[i].ts.tv_nsec / 1000000L,
+			      phases[i].what);
 	nphases = 0;
 }
 
@@ -113,8 +113,8 @@ static int valid_hostname(const char *s, size_t n)
 		return 0;
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '.' || c == '-'))
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+		      c == '-'))
 			return 0;
 	}
 	return 1;
@@ -122,14 +122,12 @@ static int valid_hostname(const char *s, size_t n)
 
 static int valid_root(const char *s, size_t n)
 {
-	if (n <= 5 || n >= sizeof(((struct sbx_guest_cfg *)0)->root) ||
-	    strncmp(s, "/dev/", 5) != 0)
+	if (n <= 5 || n >= sizeof(((struct sbx_guest_cfg *)0)->root) || strncmp(s, "/dev/", 5) != 0)
 		return 0;
 	for (size_t i = 5; i < n; i++) {
 		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-		      (c == '/' && s[i - 1] != '/') || (c == '.' && s[i - 1] != '.')))
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+		      c == '_' || (c == '/' && s[i - 1] != '/') || (c == '.' && s[i - 1] != '.')))
 			return 0;
 	}
 	return 1;
@@ -193,8 +191,7 @@ void sbx_guest_cmdline(struct sbx_guest_cfg *cfg)
 			cfg->net = 1;
 		} else if (len == 13 && !strncmp(tok, "sbx.scratch=1", 13)) {
 			cfg->scratch = 1;
-		} else if (len > 9 && !strncmp(tok, "sbx.vol", 7) && tok[7] >= '0' && tok[7] <= '7' &&
-			   tok[8] == '=') {
+		} else if (len > 9 && !strncmp(tok, "sbx.vol", 7) && tok[7] >= '0' && tok[7] <= '7' && tok[8] == '=') {
 			/* The host validated the path; still refuse what could
 			 * escape: relative paths and "..". */
 			size_t pl = len - 9;
@@ -231,13 +228,11 @@ void sbx_guest_cmdline(struct sbx_guest_cfg *cfg)
 
 /* ---- boot steps ----------------------------------------------------------- */
 
-static int do_mount(const char *src, const char *dst, const char *type,
-		    unsigned long flags, const char *data)
+static int do_mount(const char *src, const char *dst, const char *type, unsigned long flags, const char *data)
 {
 	if (mount(src, dst, type, flags, data) == 0)
 		return 0;
-	if (errno == ENOENT && mkdir(dst, 0755) == 0 &&
-	    mount(src, dst, type, flags, data) == 0)
+	if (errno == ENOENT && mkdir(dst, 0755) == 0 && mount(src, dst, type, flags, data) == 0)
 		return 0;
 	sbx_guest_log("mount %s on %s (%s): %s", src, dst, type ? type : "-", strerror(errno));
 	return -1;
@@ -466,7 +461,8 @@ void sbx_guest_hosts_flush(void)
 	char buf[320];
 	int n = snprintf(buf, sizeof(buf),
 			 "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-			 "ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n", hosts_pending);
+			 "ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n",
+			 hosts_pending);
 	hosts_pending[0] = '\0';
 	if (n <= 0 || (size_t)n >= sizeof(buf))
 		return;
@@ -489,8 +485,8 @@ void sbx_guest_hosts_flush(void)
 	if (fd >= 0)
 		close(fd);
 	fd = open("/etc/.hosts.sbx", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd < 0 || write(fd, buf, (size_t)n) != n ||
-	    fchmod(fd, 0644) < 0 || close(fd) < 0 || rename("/etc/.hosts.sbx", "/etc/hosts") < 0) {
+	if (fd < 0 || write(fd, buf, (size_t)n) != n || fchmod(fd, 0644) < 0 || close(fd) < 0 ||
+	    rename("/etc/.hosts.sbx", "/etc/hosts") < 0) {
 		sbx_guest_log("/etc/hosts: %s", strerror(errno));
 		unlink("/etc/.hosts.sbx");
 	}
@@ -525,8 +521,7 @@ static int switch_root(const char *dev)
 	}
 	/* What switch_root(8) does minus the exec: PID 1 keeps running from
 	 * the initramfs copy of itself, which stays mapped. */
-	if (chdir(NEWROOT) < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 ||
-	    chroot(".") < 0 || chdir("/") < 0) {
+	if (chdir(NEWROOT) < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 || chdir("/") < 0) {
 		sbx_guest_log("switch root: %s", strerror(errno));
 		return -1;
 	}
@@ -539,8 +534,7 @@ static void setup_newroot(void)
 
 	mkdir("/dev/pts", 0755);
 	mkdir("/dev/shm", 01777);
-	do_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
-		 "ptmxmode=0666,mode=0620,gid=5");
+	do_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "ptmxmode=0666,mode=0620,gid=5");
 	do_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	do_mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
 	/* Shell idioms (<(...), /dev/stdin) need these; devtmpfs lacks them. */
@@ -558,8 +552,7 @@ static void setup_newroot(void)
 		cg = do_mount("cgroup2", "/sys/fs/cgroup", "cgroup2", nse, "nsdelegate");
 	else if (cg < 0)
 		sbx_guest_log("mount cgroup2 on /sys/fs/cgroup: %s", strerror(errno));
-	if (cg == 0 &&
-	    write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +memory +pids") < 0) {
+	if (cg == 0 && write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +memory +pids") < 0) {
 		/* Enable what we can: per-exec limits degrade, execs still run. */
 		static const char *const ctl[] = { "+memory", "+pids", "+cpu" };
 		for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++)
@@ -587,8 +580,7 @@ static void setup_loopback(void)
 	 * when missing, since rewriting it tears down and re-adds routes. */
 	memset(&ifr, 0, sizeof(ifr));
 	strcpy(ifr.ifr_name, "lo");
-	if (ioctl(s, SIOCGIFADDR, &ifr) < 0 ||
-	    sin->sin_addr.s_addr != htonl(INADDR_LOOPBACK)) {
+	if (ioctl(s, SIOCGIFADDR, &ifr) < 0 || sin->sin_addr.s_addr != htonl(INADDR_LOOPBACK)) {
 		memset(&ifr, 0, sizeof(ifr));
 		strcpy(ifr.ifr_name, "lo");
 		sin->sin_family = AF_INET;
@@ -622,8 +614,7 @@ static int have_vsock(void)
 
 static int vsock_listen(void)
 {
-	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_port = SBX_AGENT_VSOCK_PORT,
-				 .svm_cid = VMADDR_CID_ANY };
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_port = SBX_AGENT_VSOCK_PORT, .svm_cid = VMADDR_CID_ANY };
 	int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 
 	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 4) < 0) {
@@ -838,8 +829,7 @@ int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
 		return fd;
 	}
 	/* The node is created by devtmpfs asynchronously to the sysfs entry. */
-	if (wait_for_path(port, 1000) < 0 ||
-	    (fd = open(port, O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)) < 0) {
+	if (wait_for_path(port, 1000) < 0 || (fd = open(port, O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)) < 0) {
 		sbx_guest_log("open %s: %s", port, strerror(errno));
 		return -1;
 	}

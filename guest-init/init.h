@@ -11,17 +11,17 @@
 #include <stddef.h>
 
 struct sbx_guest_cfg {
-	int probe;          /* sbx.probe=1: print SBX_PROBE_MARKER on the console, power off */
-	char hostname[65];  /* sbx.hostname= */
-	char root[64];      /* sbx.root=, default /dev/vda */
-	int scratch;        /* sbx.scratch=1: root is the read-only template disk
-			     * (serial sbx-root) under an overlay whose upper
-			     * layer is the session's scratch disk (sbx-scratch) */
-	char vols[8][128];  /* sbx.volN=/guest/path: disk sbx-volN, mounted read-only */
-	int net;            /* sbx.net=1: a NIC to the session's proxy (net.c) */
-	unsigned vol_rw;    /* sbx.volrw=MASK: bit N, volume N is writable (a workspace) */
+	int probe;         /* sbx.probe=1: print SBX_PROBE_MARKER on the console, power off */
+	char hostname[65]; /* sbx.hostname= */
+	char root[64];     /* sbx.root=, default /dev/vda */
+	int scratch;       /* sbx.scratch=1: root is the read-only template disk
+			    * (serial sbx-root) under an overlay whose upper
+			    * layer is the session's scratch disk (sbx-scratch) */
+	char vols[8][128]; /* sbx.volN=/guest/path: disk sbx-volN, mounted read-only */
+	int net;           /* sbx.net=1: a NIC to the session's proxy (net.c) */
+	unsigned vol_rw;   /* sbx.volrw=MASK: bit N, volume N is writable (a workspace) */
 	/* Package installs (pkg.c): sbx.pkg=, sbx.pkgpolicy=, sbx.pkgreg=P,N */
-	char pkg[24];       /* "offline", the cache's URL, or "" (leave pip and npm alone) */
+	char pkg[24]; /* "offline", the cache's URL, or "" (leave pip and npm alone) */
 	char pkg_policy[64];
 	unsigned pkg_pypi, pkg_npm;
 };

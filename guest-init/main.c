@@ -32,7 +32,8 @@ static void __attribute__((noreturn)) pid1_main(void)
 static int usage(void)
 {
 	fputs("usage: guest-init --agent-fd N\n"
-	      "  (as PID 1 it takes no arguments and boots the guest)\n", stderr);
+	      "  (as PID 1 it takes no arguments and boots the guest)\n",
+	      stderr);
 	return 2;
 }
 
@@ -47,8 +48,7 @@ int main(int argc, char **argv)
 		return usage();
 	errno = 0;
 	fd = strtol(argv[2], &end, 10);
-	if (errno || *end || end == argv[2] || fd < 0 || fd > INT_MAX ||
-	    fcntl((int)fd, F_GETFD) < 0) {
+	if (errno || *end || end == argv[2] || fd < 0 || fd > INT_MAX || fcntl((int)fd, F_GETFD) < 0) {
 		fprintf(stderr, "guest-init: --agent-fd %s: not an open file descriptor\n", argv[2]);
 		return 2;
 	}

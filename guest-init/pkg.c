@@ -29,7 +29,7 @@
 
 #include "init.h"
 
-#define LOCAL  "http://127.0.0.1:3141"
+#define LOCAL "http://127.0.0.1:3141"
 #define NOBODY 65534u
 
 static int plain(const char *s, size_t n)
@@ -65,7 +65,7 @@ int sbx_guest_pkg_param(struct sbx_guest_cfg *cfg, const char *tok, size_t len)
 		return 1;
 	}
 	if (len > 11 && !strncmp(tok, "sbx.pkgreg=", 11)) {
-		unsigned v[2] = {0, 0}, k = 0;
+		unsigned v[2] = { 0, 0 }, k = 0;
 		size_t i = 11;
 		for (; i < len && k < 2; i++) {
 			if (tok[i] == ',' && k == 0)
@@ -121,7 +121,7 @@ static void refusal(const struct sbx_guest_cfg *cfg, const char *type, char *out
 		snprintf(out, n, "package installs are refused: packages.mode: offline in policy %s", pol);
 	else
 		snprintf(out, n, "package installs are refused: policy %s has no %s registry in packages.registries",
-		         pol, type);
+			 pol, type);
 }
 
 /* One request, one refusal.  pip shows an index page's HTTP error only in
@@ -134,7 +134,7 @@ static void answer(const struct sbx_guest_cfg *cfg, int fd)
 {
 	char req[4096], msg[256], out[1024];
 	size_t n = 0;
-	struct timeval tv = {.tv_sec = 5};
+	struct timeval tv = { .tv_sec = 5 };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	while (n < sizeof(req) - 1) {
@@ -168,18 +168,18 @@ static void answer(const struct sbx_guest_cfg *cfg, int fd)
 	if (pip && index) {
 		bl = snprintf(body, sizeof(body), "sbx: %s\n", msg);
 		w = snprintf(out, sizeof(out),
-		             "HTTP/1.1 200 Refused\r\nContent-Type: text/plain; sbx-refused=\"%s\"\r\n"
-		             "Content-Length: %d\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n%s",
-		             msg, bl, body);
+			     "HTTP/1.1 200 Refused\r\nContent-Type: text/plain; sbx-refused=\"%s\"\r\n"
+			     "Content-Length: %d\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n%s",
+			     msg, bl, body);
 	} else {
 		bl = npm ? snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg)
-		         : snprintf(body, sizeof(body), "sbx: %s\n", msg);
+			 : snprintf(body, sizeof(body), "sbx: %s\n", msg);
 		/* npm prints "403 REASON - GET URL - ERROR": its reason phrase
 		 * is the standard one, so the refusal is said once. */
 		w = snprintf(out, sizeof(out),
-		             "HTTP/1.1 403 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-		             "Cache-Control: no-store\r\nConnection: close\r\n\r\n%s",
-		             npm ? "Forbidden" : msg, npm ? "application/json" : "text/plain", bl, body);
+			     "HTTP/1.1 403 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+			     "Cache-Control: no-store\r\nConnection: close\r\n\r\n%s",
+			     npm ? "Forbidden" : msg, npm ? "application/json" : "text/plain", bl, body);
 	}
 	if (w > 0 && (size_t)w < sizeof(out))
 		(void)!send(fd, out, (size_t)w, MSG_NOSIGNAL);
@@ -197,8 +197,9 @@ static int responder_listen(void)
 	if (responder_fd >= 0)
 		return 0;
 	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-	struct sockaddr_in a = {
-	    .sin_family = AF_INET, .sin_port = htons(3141), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons(3141),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
 	    bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 64) < 0) {
 		sbx_guest_log("package responder: cannot listen on 127.0.0.1:3141: %s", strerror(errno));
@@ -249,23 +250,23 @@ void sbx_guest_packages(const struct sbx_guest_cfg *cfg)
 
 	/* pip: the cache's indexes in policy order, or the responder. */
 	w += (size_t)snprintf(text + w, sizeof(text) - w,
-	                      "# Written by sbx: pip follows policy %s (sbx-policy(5), packages).\n"
-	                      "[global]\nindex-url = %s/pypi/0/simple\n",
-	                      pol, np ? cfg->pkg : LOCAL);
+			      "# Written by sbx: pip follows policy %s (sbx-policy(5), packages).\n"
+			      "[global]\nindex-url = %s/pypi/0/simple\n",
+			      pol, np ? cfg->pkg : LOCAL);
 	for (unsigned i = 1; i < np && i < 16 && w < sizeof(text); i++)
 		w += (size_t)snprintf(text + w, sizeof(text) - w, "%s %s/pypi/%u/simple\n",
-		                      i == 1 ? "extra-index-url =" : "   ", cfg->pkg, i);
+				      i == 1 ? "extra-index-url =" : "   ", cfg->pkg, i);
 	if (w < sizeof(text))
 		snprintf(text + w, sizeof(text) - w, "trusted-host = %s\ndisable-pip-version-check = true\n",
-		         np ? "10.0.2.2" : "127.0.0.1");
+			 np ? "10.0.2.2" : "127.0.0.1");
 	put_file("/etc/pip.conf", text);
 
 	/* npm: one default registry; npm's audit and update checks would ask
 	 * for endpoints no cache serves. */
 	snprintf(text, sizeof(text),
-	         "# Written by sbx: npm follows policy %s (sbx-policy(5), packages).\n"
-	         "registry=%s/npm/0/\naudit=false\nfund=false\nupdate-notifier=false\n",
-	         pol, nn ? cfg->pkg : LOCAL);
+		 "# Written by sbx: npm follows policy %s (sbx-policy(5), packages).\n"
+		 "registry=%s/npm/0/\naudit=false\nfund=false\nupdate-notifier=false\n",
+		 pol, nn ? cfg->pkg : LOCAL);
 	put_file("/etc/npmrc", text);
 	/* npm installed under /usr by its own installer reads PREFIX/etc/npmrc. */
 	struct stat st;

@@ -27,7 +27,7 @@ struct pconn {
 	int used, fd;
 	uint32_t id, gen;
 	int connecting;
-	uint32_t events;      /* what epoll has for fd now */
+	uint32_t events;       /* what epoll has for fd now */
 	struct sbx_portwin pw; /* the bytes both ways and their windows (the peer is the host) */
 };
 
@@ -180,7 +180,8 @@ static void on_connect(struct sbx_gports *g, const struct sbx_frame *f, struct s
 	c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
 		return fail(g, c, out, ERR_TEMP, strerror(errno));
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)port),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) == 0 || errno == EINPROGRESS) {
 		c->connecting = 1;
@@ -194,12 +195,9 @@ static void on_connect(struct sbx_gports *g, const struct sbx_frame *f, struct s
 static void on_data(struct sbx_gports *g, struct pconn *c, const struct sbx_frame *f, struct sbx_buf *out)
 {
 	switch (sbx_portwin_data(&c->pw, f->payload, f->len)) {
-	case SBX_PORTWIN_AFTER_EOF:
-		return fail(g, c, out, ERR_INVALID, "data after the end of the host's data");
-	case SBX_PORTWIN_OVER:
-		return fail(g, c, out, ERR_INVALID, "data beyond the granted window");
-	case SBX_PORTWIN_NOMEM:
-		return fail(g, c, out, ERR_INTERNAL, "out of memory for forwarded data");
+	case SBX_PORTWIN_AFTER_EOF: return fail(g, c, out, ERR_INVALID, "data after the end of the host's data");
+	case SBX_PORTWIN_OVER: return fail(g, c, out, ERR_INVALID, "data beyond the granted window");
+	case SBX_PORTWIN_NOMEM: return fail(g, c, out, ERR_INTERNAL, "out of memory for forwarded data");
 	}
 	if (!c->connecting)
 		pump_out(g, c, out);
@@ -213,9 +211,7 @@ void sbx_gports_frame(struct sbx_gports *g, const struct sbx_frame *f, struct sb
 	if (!c)
 		return; /* closed already, or never ours: see the top */
 	switch (f->type) {
-	case SBX_F_PORT_DATA:
-		on_data(g, c, f, out);
-		break;
+	case SBX_F_PORT_DATA: on_data(g, c, f, out); break;
 	case SBX_F_PORT_WINDOW:
 		if (sbx_portwin_window(&c->pw, f->payload, f->len) < 0)
 			return fail(g, c, out, ERR_INVALID, "window beyond what was sent");

@@ -30,7 +30,6 @@ void agent_flush(struct mon *m)
 	}
 }
 
-
 /* The guest kernel's release and what its guest-init can do, from a HELLO or
  * an identity reply. */
 void agent_note_guest(struct mon *m, const struct sbx_frame *f)
@@ -194,9 +193,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		warm_start(m); /* then secrets, then ready */
 		break;
 	}
-	case SBX_F_SECRETS:
-		agent_secrets_taken(m, f);
-		break;
+	case SBX_F_SECRETS: agent_secrets_taken(m, f); break;
 	case SBX_F_STARTED:
 		if (ex)
 			exec_started(m, ex, f);
@@ -230,23 +227,16 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 		else if (!f->stream && (m->guest_caps & SBX_GUEST_KEEP_EXECS))
 			snap_release(m); /* a late answer: the guest holds its output */
 		break;
-	case SBX_F_IDENTITY:
-		snap_identity_reply(m, f);
-		break;
-	case SBX_F_ERROR:
-		agent_error(m, ex, f);
-		break;
-	case SBX_F_PONG:
-		agent_pong(m, f);
-		break;
-	default:
-		break; /* unexpected from a guest: ignore, never trust */
+	case SBX_F_IDENTITY: snap_identity_reply(m, f); break;
+	case SBX_F_ERROR: agent_error(m, ex, f); break;
+	case SBX_F_PONG: agent_pong(m, f); break;
+	default: break; /* unexpected from a guest: ignore, never trust */
 	}
 }
 
 /* Parse whole frames out of buf; returns -1 when the stream is corrupt. */
-int mon_drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *),
-			struct mon *m, void *ctx, const int *stop)
+int mon_drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *), struct mon *m,
+		     void *ctx, const int *stop)
 {
 	size_t off = 0;
 	int rc = 0;
@@ -308,4 +298,3 @@ void agent_readable(struct mon *m)
 			exec_abort(m, m->execs, SBX_R_SESSION_LOST);
 	}
 }
-

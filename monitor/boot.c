@@ -152,7 +152,8 @@ static void keep_console(struct mon *m)
 	_cleanup_close_ int dfd = openat(m->st.lib_fd, BOOT_FAILURES, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	char name[SBX_ID_MAX + 16];
 	snprintf(name, sizeof name, "%s.console", m->s.id);
-	_cleanup_close_ int out = dfd < 0 ? -1 : openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	_cleanup_close_ int out =
+		dfd < 0 ? -1 : openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (out < 0)
 		return;
 	off_t off = sb.st_size > BOOT_CONSOLE_MAX ? sb.st_size - BOOT_CONSOLE_MAX : 0;
@@ -167,8 +168,7 @@ static void keep_console(struct mon *m)
 /* The VM is launched: wait for its guest agent's HELLO (or a restored
  * guest's answer), until the boot deadline; a failure's message carries
  * the console's last lines and where its whole console was kept. */
-static int boot_wait(struct mon *m, const struct sbx_vm_config *c, int accept_agent, uint64_t t0,
-		     struct sbx_err *err)
+static int boot_wait(struct mon *m, const struct sbx_vm_config *c, int accept_agent, uint64_t t0, struct sbx_err *err)
 {
 	m->vmm.fd = m->vm.pidfd;
 	mon_ep_mod(m, &m->listen, EPOLLIN, EPOLL_CTL_ADD);
@@ -223,16 +223,18 @@ static int boot_wait(struct mon *m, const struct sbx_vm_config *c, int accept_ag
 	if (m->secrets_err[0])
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest did not take the secrets: %s", m->secrets_err);
 	if (m->snap.err[0])
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest refused its new identity: %s", m->snap.err);
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest refused its new identity: %s",
+				   m->snap.err);
 	if (m->secrets_sent && !m->vm_dead && !m->stopping)
-		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest did not confirm the secrets within %u s", timeout_s);
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest did not confirm the secrets within %u s",
+				   timeout_s);
 	if (m->vm_dead)
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the VM ended during mon_boot (%s)%s%s%s%s", m->vm_end,
 				   tail[0] ? ": " : "", tail, m->boot_console[0] ? "; whole console: " : "",
 				   m->boot_console);
 	if (m->stopping && m->killed_in_boot)
-		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "session %s was destroyed (sbx-kill) while it was being created",
-				   m->s.id);
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+				   "session %s was destroyed (sbx-kill) while it was being created", m->s.id);
 	if (m->stopping)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "interrupted during mon_boot");
 	if (m->snap.restoring)
@@ -260,9 +262,9 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	char scratch[1200], vols[8][1200];
 	snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
 	/* From a snapshot: its disk as it was saved. */
-	if (m->s.snapshot_dir[0] ? snap_restore_disk(m, scratch, err) < 0
-				 : sbx_disk_scratch(scratch, m->s.limits.disk_bytes ? m->s.limits.disk_bytes : 1ull << 30,
-						    err) < 0)
+	if (m->s.snapshot_dir[0]
+		    ? snap_restore_disk(m, scratch, err) < 0
+		    : sbx_disk_scratch(scratch, m->s.limits.disk_bytes ? m->s.limits.disk_bytes : 1ull << 30, err) < 0)
 		return -1;
 	/* ... and the execs it was running, this session's before its VM
 	 * runs (snapexec.c). */
@@ -286,13 +288,23 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	    (accept_agent && (m->agent_listen.fd = mon_listen_unix("agent.sock", err)) < 0))
 		return -1;
 	struct sbx_vm_config c = {
-		.ops = ops, .kernel = t.kernel, .initrd = t.initrd, .rootfs = t.rootfs, .scratch = scratch,
-		.agent_sock = accept_agent ? "agent.sock" : NULL, .vsock_sock = accept_agent ? NULL : "vsock/agent.sock",
+		.ops = ops,
+		.kernel = t.kernel,
+		.initrd = t.initrd,
+		.rootfs = t.rootfs,
+		.scratch = scratch,
+		.agent_sock = accept_agent ? "agent.sock" : NULL,
+		.vsock_sock = accept_agent ? NULL : "vsock/agent.sock",
 		.qmp_sock = "qmp.sock",
-		.hostname = m->s.id, .vcpus = m->s.vcpus, .memory_mib = m->s.memory_mib,
-		.disk_bps = m->s.limits.disk_bps, .disk_iops = m->s.limits.disk_iops,
+		.hostname = m->s.id,
+		.vcpus = m->s.vcpus,
+		.memory_mib = m->s.memory_mib,
+		.disk_bps = m->s.limits.disk_bps,
+		.disk_iops = m->s.limits.disk_iops,
 		.accel = strcmp(m->s.accel, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM,
-		.tsc_khz = sbx_host_tsc_khz(), .tsc_reliable = sbx_host_tsc_invariant(), .sandbox = 1,
+		.tsc_khz = sbx_host_tsc_khz(),
+		.tsc_reliable = sbx_host_tsc_invariant(),
+		.sandbox = 1,
 	};
 	/* Where the guest's pip and npm go (pkgcache.h). */
 	char pkg_params[160];
@@ -310,8 +322,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	 * cap comes once it is loaded (snap_restored), so the load is not
 	 * throttled (a 1-CPU cap made it 60 ms slower). */
 	struct sbx_cg_limits cl = {
-		.cpu_milli = m->s.snapshot_dir[0] ? 0
-			     : mon_cpu_milli(m),
+		.cpu_milli = m->s.snapshot_dir[0] ? 0 : mon_cpu_milli(m),
 		.memory = ((uint64_t)m->s.memory_mib + 512) << 20,
 		.pids = 512,
 		.weight = mon_cpu_weight(m),
@@ -362,4 +373,3 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	sbx_trace_step(&m->boot_tr, "resume");
 	return boot_wait(m, &c, accept_agent, t0, err);
 }
-

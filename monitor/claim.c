@@ -54,7 +54,8 @@ void claim_fail(struct mon *m, int code, const char *fmt, ...)
 void claim_abandoned(struct mon *m)
 {
 	if (m->claim.stage == CLAIM_GUEST) { /* stopped by sbx-kill or a signal */
-		snprintf(m->claim.err, sizeof m->claim.err, "session %s was destroyed while it was being created", m->s.id);
+		snprintf(m->claim.err, sizeof m->claim.err, "session %s was destroyed while it was being created",
+			 m->s.id);
 		m->claim.code = SBX_EXIT_CONFLICT;
 	}
 	/* Half renamed (the runtime directory's rename failed and could not
@@ -72,7 +73,8 @@ void claim_abandoned(struct mon *m)
 void claim_check_deadline(struct mon *m)
 {
 	if (m->claim.stage == CLAIM_GUEST && sbx_mono_ns() >= m->claim.deadline)
-		claim_fail(m, SBX_EXIT_UNAVAIL, "the guest did not answer within %u ms of the claim", SBX_CLAIM_TIMEOUT_MS);
+		claim_fail(m, SBX_EXIT_UNAVAIL, "the guest did not answer within %u ms of the claim",
+			   SBX_CLAIM_TIMEOUT_MS);
 }
 
 /* Everything the guest was sent has been acted on (its PONG follows the
@@ -100,9 +102,9 @@ void claim_guest_answered(struct mon *m)
 	json_t *cf = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:s, s:I}", "session", m->s.id,
 			       "template", tmpl, "vcpus", (int)m->s.vcpus, "memory_mib", (int)m->s.memory_mib, "accel",
 			       m->s.accel, "vmm", m->s.vmm, "boot_ms", (json_int_t)m->s.boot_ms, "ttl_s",
-			       (json_int_t)(m->s.limits.ttl_ms / 1000), "disk_bytes", (json_int_t)m->s.limits.disk_bytes,
-			       "volumes", (json_int_t)0, "from_pool", 1, "member", m->claim.from, "claim_ms",
-			       (json_int_t)m->s.claim_ms);
+			       (json_int_t)(m->s.limits.ttl_ms / 1000), "disk_bytes",
+			       (json_int_t)m->s.limits.disk_bytes, "volumes", (json_int_t)0, "from_pool", 1, "member",
+			       m->claim.from, "claim_ms", (json_int_t)m->s.claim_ms);
 	if (cf && m->sec.n) {
 		json_t *names = json_array(); /* names only, never values */
 		for (unsigned i = 0; i < m->sec.n; i++)
@@ -214,7 +216,8 @@ static int claim_guest_start(struct mon *m, const char *id, const struct sbx_ses
 static void claim_host(struct mon *m)
 {
 	if (mon_cg_set_cpu(m) < 0)
-		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot set the CPU cap of the host cgroup: %s", strerror(errno));
+		return claim_fail(m, SBX_EXIT_INTERNAL, "cannot set the CPU cap of the host cgroup: %s",
+				  strerror(errno));
 	sbx_trace_step(&trace, "cgroup_cpu");
 	if (claim_network(m) < 0)
 		return;
@@ -254,11 +257,13 @@ void claim_begin(struct mon *m, struct client *c, const struct sbx_frame *f)
 	while ((r = sbx_tlv_next(&it, &tag, &v, &n)) == 1) {
 		if (tag == SBX_T_SESSION && sbx_tlv_as_str(v, n, id, sizeof id) == 0)
 			continue;
-		if (tag == SBX_T_RECORD && !rec && (rec = malloc((size_t)n + 1)) && sbx_tlv_as_str(v, n, rec, (size_t)n + 1) == 0)
+		if (tag == SBX_T_RECORD && !rec && (rec = malloc((size_t)n + 1)) &&
+		    sbx_tlv_as_str(v, n, rec, (size_t)n + 1) == 0)
 			continue;
 		if (tag == SBX_T_CLAIM_FLAGS && sbx_tlv_as_u32(v, n, &flags) == 0)
 			continue;
-		if (tag == SBX_T_POLICY && !pol && (pol = malloc((size_t)n + 1)) && sbx_tlv_as_str(v, n, pol, (size_t)n + 1) == 0)
+		if (tag == SBX_T_POLICY && !pol && (pol = malloc((size_t)n + 1)) &&
+		    sbx_tlv_as_str(v, n, pol, (size_t)n + 1) == 0)
 			continue;
 		r = -1;
 		break;
@@ -408,4 +413,3 @@ int claim_commit(struct mon *m, const char *id, const char *rec, const char *pol
 	}
 	return 0;
 }
-

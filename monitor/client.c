@@ -132,15 +132,14 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 	}
 	if ((m->s.pool || m->claim.stage == CLAIM_GUEST) && f->type != SBX_F_SHUTDOWN && f->type != SBX_F_PING)
 		return client_error(m, c, f->stream, m->s.pool ? SBX_EXIT_NOENT : SBX_EXIT_TEMPFAIL,
-				    m->s.pool ? "a warm-pool member is not a session in use" : "the session is still being created");
+				    m->s.pool ? "a warm-pool member is not a session in use"
+					      : "the session is still being created");
 	/* A suspended (or idle-paused) session runs again for whatever needs
 	 * its guest (suspend.c). */
 	if (susp_wake(m, c, f) < 0)
 		return;
 	switch (f->type) {
-	case SBX_F_EXEC:
-		client_exec(m, c, f);
-		return;
+	case SBX_F_EXEC: client_exec(m, c, f); return;
 	case SBX_F_PING:
 		if (m->agent.fd < 0)
 			return client_error(m, c, 0, SBX_EXIT_NOENT, "the guest agent is gone");
@@ -154,14 +153,9 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 		if (!m->ready)
 			m->killed_in_boot = 1;
 		return;
-	case SBX_F_VMCTL:
-		mon_vmctl(m, c, f);
-		return;
-	case SBX_F_PORT:
-		port_client(m, c, f);
-		return;
-	default:
-		break;
+	case SBX_F_VMCTL: mon_vmctl(m, c, f); return;
+	case SBX_F_PORT: port_client(m, c, f); return;
+	default: break;
 	}
 	if (!c->ex && f->type == SBX_F_KILL) {
 		/* sbx-kill --exec: end an exec some other client started. */
@@ -197,11 +191,8 @@ static void client_frame(struct mon *m, void *ctx, const struct sbx_frame *f)
 	case SBX_F_STDIN_EOF:
 	case SBX_F_RESIZE:
 	case SBX_F_SIGNAL:
-	case SBX_F_KILL:
-		forward_to_guest(m, c, f);
-		return;
-	default:
-		return;
+	case SBX_F_KILL: forward_to_guest(m, c, f); return;
+	default: return;
 	}
 }
 
@@ -306,4 +297,3 @@ void client_accept(struct mon *m)
 		sbx_buf_free(&b);
 	}
 }
-

@@ -3,8 +3,7 @@
 
 #include <poll.h>
 
-static int emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n,
-		       uint64_t credit);
+static int emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n, uint64_t credit);
 
 /* --- execs ------------------------------------------------------------- */
 
@@ -191,8 +190,9 @@ static json_t *violations(struct mon *m, struct exec *ex, const struct sbx_exit_
 		mon_proxy_reap(m);
 	if (m->s.net_lost[0])
 		json_object_set_new(v, "network_lost", json_string(m->s.net_lost));
-	json_object_set_new(v, "output_truncated",
-			    json_boolean(ex->session_cut || ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size));
+	json_object_set_new(
+		v, "output_truncated",
+		json_boolean(ex->session_cut || ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size));
 	return v;
 }
 
@@ -205,12 +205,12 @@ static void exec_result(struct mon *m, struct exec *ex, const struct sbx_exit_in
 	json_t *o = json_pack("{s:i, s:s, s:s, s:O, s:i, s:s, s:i, s:s, s:s, s:f, s:f, s:f, s:{s:I, s:b},"
 			      " s:I, s:I, s:b}",
 			      "schema", 1, "exec", ex->id, "session", m->s.id, "request", ex->req, "status",
-			      (int)e->status, "reason", sbx_reason_name(e->reason), "signal", (int)e->signo,
-			      "started", t0, "ended", t1, "wall_s", (double)e->wall_us / 1e6, "cpu_user_s",
-			      (double)e->cpu_user_us / 1e6, "cpu_sys_s", (double)e->cpu_sys_us / 1e6,
-			      "memory_peak", "bytes", (json_int_t)e->mem_peak, "guest_reported", 1,
-			      "stdout_bytes", (json_int_t)ex->out_total, "stderr_bytes", (json_int_t)ex->err_total,
-			      "truncated", ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size);
+			      (int)e->status, "reason", sbx_reason_name(e->reason), "signal", (int)e->signo, "started",
+			      t0, "ended", t1, "wall_s", (double)e->wall_us / 1e6, "cpu_user_s",
+			      (double)e->cpu_user_us / 1e6, "cpu_sys_s", (double)e->cpu_sys_us / 1e6, "memory_peak",
+			      "bytes", (json_int_t)e->mem_peak, "guest_reported", 1, "stdout_bytes",
+			      (json_int_t)ex->out_total, "stderr_bytes", (json_int_t)ex->err_total, "truncated",
+			      ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size);
 	if (o)
 		json_object_set_new(o, "pids_limit_hit", json_integer((json_int_t)e->pids_hit));
 	if (o && ex->host_timeout) /* the guest did not end it in time: the host did */
@@ -246,7 +246,7 @@ static void audit_argv(json_t *f, json_t *argv)
 	size_t i, total = 0;
 	int cut = 0;
 	SHA256Init(&c);
-	json_array_foreach(argv, i, a) {
+	json_array_foreach (argv, i, a) {
 		const char *s = json_string_value(a);
 		size_t n = s ? strlen(s) : 0;
 		SHA256Update(&c, (const uint8_t *)(s ? s : ""), n + 1);
@@ -268,12 +268,12 @@ static void audit_argv(json_t *f, json_t *argv)
 /* exec.end in the audit trail: what ran, how it ended; never its output. */
 static void audit_exec_end(struct mon *m, struct exec *ex, const struct sbx_exit_info *e)
 {
-	json_t *f = json_pack("{s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:I, s:I, s:I}", "session", m->s.id, "exec",
-			      ex->id, "status", (int)e->status, "reason",
-			      sbx_reason_name(e->reason), "signal", (int)e->signo, "wall_s", (double)e->wall_us / 1e6,
-			      "cpu_s", (double)(e->cpu_user_us + e->cpu_sys_us) / 1e6, "memory_peak_bytes",
-			      (json_int_t)e->mem_peak, "stdout_bytes", (json_int_t)ex->out_total, "stderr_bytes",
-			      (json_int_t)ex->err_total);
+	json_t *f =
+		json_pack("{s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:I, s:I, s:I}", "session", m->s.id, "exec", ex->id,
+			  "status", (int)e->status, "reason", sbx_reason_name(e->reason), "signal", (int)e->signo,
+			  "wall_s", (double)e->wall_us / 1e6, "cpu_s", (double)(e->cpu_user_us + e->cpu_sys_us) / 1e6,
+			  "memory_peak_bytes", (json_int_t)e->mem_peak, "stdout_bytes", (json_int_t)ex->out_total,
+			  "stderr_bytes", (json_int_t)ex->err_total);
 	if (f && ex->host_timeout)
 		json_object_set_new(f, "enforced_by", json_string("host"));
 	if (f && (ex->out_emitted > ex->out_size || ex->err_emitted > ex->err_size))
@@ -295,7 +295,6 @@ static void send_exit(struct mon *m, struct exec *ex, const struct sbx_exit_info
 	client_send(m, ex->client, &b);
 	sbx_buf_free(&b);
 }
-
 
 /* The bytes held back in case they began a secret are none: out they go. */
 static void scrub_flush(struct mon *m, struct exec *ex)
@@ -369,7 +368,8 @@ static int exec_refusal(struct mon *m, const struct client *c, char *msg, size_t
 	} else {
 		snap_check_deadline(m);
 		if (m->snap.paused) {
-			snprintf(msg, n, "session %s is paused: resume it (sbx-snapshot resume %s, or sbx-exec --resume)",
+			snprintf(msg, n,
+				 "session %s is paused: resume it (sbx-snapshot resume %s, or sbx-exec --resume)",
 				 m->s.id, m->s.id);
 			return SBX_EXIT_NOENT;
 		}
@@ -393,7 +393,7 @@ static int exec_limits(struct mon *m, struct sbx_exec_req *r, char *msg, size_t 
 	r->memory_max = lim->exec_memory;
 	if (!r->timeout_ms && lim->exec_timeout_default_ms)
 		r->timeout_ms = (uint32_t)(lim->exec_timeout_default_ms > UINT32_MAX ? UINT32_MAX
-										       : lim->exec_timeout_default_ms);
+										     : lim->exec_timeout_default_ms);
 	if (lim->exec_timeout_max_ms && (!r->timeout_ms || r->timeout_ms > lim->exec_timeout_max_ms)) {
 		char max[32], asked[40] = "";
 		sbx_fmt_duration(max, sizeof max, lim->exec_timeout_max_ms);
@@ -454,8 +454,9 @@ static int exec_record_start(struct mon *m, struct exec *ex, const struct sbx_ex
 		   renameat(ex->dfd, ".request.tmp", ex->dfd, "request.json") < 0))
 		unlinkat(ex->dfd, ".request.tmp", 0);
 	free(rq);
-	json_t *af = json_pack("{s:s, s:s, s:s?, s:i}", "session", m->s.id, "exec", ex->id, "cwd",
-			       json_string_value(json_object_get(ex->req, "cwd")), "user", r->have_uid ? (int)r->uid : 1000);
+	json_t *af =
+		json_pack("{s:s, s:s, s:s?, s:i}", "session", m->s.id, "exec", ex->id, "cwd",
+			  json_string_value(json_object_get(ex->req, "cwd")), "user", r->have_uid ? (int)r->uid : 1000);
 	if (af)
 		audit_argv(af, json_object_get(ex->req, "argv"));
 	int arc = mon_audit(m, "exec.start", af, aerr);
@@ -587,14 +588,14 @@ static void client_mark(struct client *c, uint64_t n)
  * resumes exactly where its stream stopped.  CREDIT guest bytes are
  * accounted to the frame queued here; returns 0 when none was (the
  * caller gives them back at once). */
-static int emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n,
-		       uint64_t credit)
+static int emit_output(struct mon *m, struct exec *ex, uint8_t type, const uint8_t *p, uint32_t n, uint64_t credit)
 {
 	int out = type == SBX_F_STDOUT;
 	uint64_t *size = out ? &ex->out_size : &ex->err_size;
 	uint64_t before_out = ex->out_size, before_err = ex->err_size;
 	*(out ? &ex->out_emitted : &ex->err_emitted) += n;
-	uint32_t keep = *size >= m->output_cap ? 0 : (m->output_cap - *size < n ? (uint32_t)(m->output_cap - *size) : n);
+	uint32_t keep =
+		*size >= m->output_cap ? 0 : (m->output_cap - *size < n ? (uint32_t)(m->output_cap - *size) : n);
 	/* ... and what the session as a whole may still keep. */
 	uint64_t room = m->output_kept >= m->output_session_cap ? 0 : m->output_session_cap - m->output_kept;
 	if (keep > room) {
@@ -637,7 +638,8 @@ void exec_store_output(struct mon *m, struct exec *ex, uint8_t type, const uint8
 		struct sbx_buf b = { 0 };
 		/* Out of memory loses this chunk rather than store it unscrubbed. */
 		if (sbx_scrub(&m->sec, out ? &ex->sc_out : &ex->sc_err, p, n, &b) == 0 && b.len)
-			queued = emit_output(m, ex, type, b.data, (uint32_t)(b.len < UINT32_MAX ? b.len : UINT32_MAX), n);
+			queued = emit_output(m, ex, type, b.data, (uint32_t)(b.len < UINT32_MAX ? b.len : UINT32_MAX),
+					     n);
 		sbx_buf_free(&b);
 	}
 	if (!queued)
@@ -758,4 +760,3 @@ int exec_wait_ms(const struct mon *m)
 		return -1;
 	return first <= now ? 0 : (int)((first - now) / 1000000u) + 1;
 }
-

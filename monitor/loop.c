@@ -97,9 +97,9 @@ static void on_vm_event(struct mon *m)
 	m->vm_dead = 1;
 	vmmout_drain_all(m);
 	snprintf(m->vm_end, sizeof m->vm_end, "%s",
-		 ev == SBX_VM_EV_PANIC		    ? "guest panic"
+		 ev == SBX_VM_EV_PANIC             ? "guest panic"
 		 : console_says_panic(&m->console) ? "console reported a panic"
-						  : "guest rebooted");
+						   : "guest rebooted");
 }
 
 /* The session's proxy on the listeners of n, its stderr kept as
@@ -114,8 +114,9 @@ static int spawn_proxy(struct mon *m, const struct sbx_netns *n, struct sbx_err 
 		/* The unprivileged half's loop reads the log and keeps its file
 		 * (priv.c hands them over): the file only if it has none yet,
 		 * never truncating the one it writes. */
-		if ((m->priv.proxylog_child ? vmmout_pipe(&m->proxylog, "proxy.log", &log, err)
-					    : vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err)) < 0)
+		if ((m->priv.proxylog_child
+			     ? vmmout_pipe(&m->proxylog, "proxy.log", &log, err)
+			     : vmmout_open(m->lib_dfd, &m->proxylog, "proxy.log", PROXY_LOG_CAP, &log, err)) < 0)
 			return -1;
 	} else if (m->proxylog.fd >= 0) { /* kept across a suspend */
 		if (vmmout_reopen(m, &m->proxylog, &log, err) < 0)
@@ -218,9 +219,7 @@ int mon_loop_once(struct mon *m, int timeout_ms)
 	for (int i = 0; i < n; i++) {
 		struct src *s = ev[i].data.ptr;
 		switch (s->kind) {
-		case SRC_LISTEN:
-			client_accept(m);
-			break;
+		case SRC_LISTEN: client_accept(m); break;
 		case SRC_AGENT_LISTEN: {
 			int fd = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 			if (fd >= 0 && m->agent.fd < 0) {
@@ -249,28 +248,17 @@ int mon_loop_once(struct mon *m, int timeout_ms)
 				client_readable(m, c);
 			break;
 		}
-		case SRC_VMM:
-			on_vmm_exit(m);
-			break;
-		case SRC_PROXY:
-			mon_proxy_reap(m);
-			break;
-		case SRC_PROXY_BUSY:
-			mon_proxy_busy_read(m);
-			break;
-		case SRC_VMEV:
-			on_vm_event(m);
-			break;
+		case SRC_VMM: on_vmm_exit(m); break;
+		case SRC_PROXY: mon_proxy_reap(m); break;
+		case SRC_PROXY_BUSY: mon_proxy_busy_read(m); break;
+		case SRC_VMEV: on_vm_event(m); break;
 		case SRC_PORT_LISTEN:
-		case SRC_PORT_CONN:
-			port_event(m, s, ev[i].events);
-			break;
-		case SRC_DEAD:
-			break; /* closed by an earlier event of this turn */
+		case SRC_PORT_CONN: port_event(m, s, ev[i].events); break;
+		case SRC_DEAD: break; /* closed by an earlier event of this turn */
 		case SRC_VMMOUT:
-			vmmout_drain(m, s == &m->console.src ? &m->console
+			vmmout_drain(m, s == &m->console.src  ? &m->console
 					: s == &m->vmmlog.src ? &m->vmmlog
-								: &m->proxylog);
+							      : &m->proxylog);
 			break;
 		case SRC_SIGNAL: {
 			struct signalfd_siginfo si;
@@ -451,8 +439,8 @@ static void mon_free(struct mon *m)
 		explicit_bzero(m->aout.data, m->aout.cap);
 	sbx_buf_free(&m->aout);
 	sbx_secrets_free(&m->sec);
-	int fds[] = { m->bare_netns, m->listen.fd, m->agent_listen.fd, m->agent.fd, m->sig.fd, m->timer.fd, m->ep,
-		      m->lib_dfd, m->run_dfd, m->execs_dfd, m->priv.fd, m->priv.child_pidfd };
+	int fds[] = { m->bare_netns, m->listen.fd, m->agent_listen.fd, m->agent.fd,  m->sig.fd,  m->timer.fd,
+		      m->ep,         m->lib_dfd,   m->run_dfd,         m->execs_dfd, m->priv.fd, m->priv.child_pidfd };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++)
 		if (fds[i] > 0)
 			close(fds[i]);
@@ -529,8 +517,8 @@ static int audit_create(struct mon *m, struct sbx_err *err)
 	json_t *cf = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I}", "session", m->s.id, "template",
 			       tmpl, "vcpus", (int)m->s.vcpus, "memory_mib", (int)m->s.memory_mib, "accel", m->s.accel,
 			       "vmm", m->s.vmm, "boot_ms", (json_int_t)m->s.boot_ms, "ttl_s",
-			       (json_int_t)(m->s.limits.ttl_ms / 1000), "disk_bytes", (json_int_t)m->s.limits.disk_bytes,
-			       "volumes", (json_int_t)m->s.nvols);
+			       (json_int_t)(m->s.limits.ttl_ms / 1000), "disk_bytes",
+			       (json_int_t)m->s.limits.disk_bytes, "volumes", (json_int_t)m->s.nvols);
 	if (cf && m->s.snapshot[0])
 		json_object_set_new(cf, "from_snapshot", json_string(m->s.snapshot));
 	if (cf && m->s.snapshot[0] && m->execs) /* running, kept from the snapshot */
@@ -596,8 +584,8 @@ static int mon_failed(struct mon *m, const struct sbx_monitor_args *a, struct sb
 		sbx_vm_kill(&m->vm);
 	mon_drop_workspace(m, 1);
 	if (m->st.lib_fd >= 0 && m->s.id[0]) {
-		json_t *ff = json_pack("{s:s, s:b, s:i, s:s}", "session", m->s.id, "ok", 0, "code", err->code,
-				       "error", err->msg);
+		json_t *ff = json_pack("{s:s, s:b, s:i, s:s}", "session", m->s.id, "ok", 0, "code", err->code, "error",
+				       err->msg);
 		mon_audit(m, "session.create", ff, NULL);
 		json_decref(ff);
 	}
@@ -710,11 +698,8 @@ int sbx_monitor_main(const struct sbx_monitor_args *a)
 	/* From here on, the guest and the clients are the unprivileged
 	 * half's (priv.c); this process, when split, only answers it. */
 	switch (mon_priv_start(&m, a->lock_fd, &err)) {
-	case -1:
-		rc = mon_failed(&m, a, &err);
-		goto out;
-	case 1: /* the child */
-		break;
+	case -1: rc = mon_failed(&m, a, &err); goto out;
+	case 1: /* the child */ break;
 	default:
 		report(a->ready_fd, NULL);
 		if (m.readyp.fd >= 0 && m.ep >= 0)

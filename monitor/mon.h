@@ -67,9 +67,23 @@
 #define MON_TIME_TOKEN 0x20000000u
 #define MON_TIME_SYNC_NS (10ull * 1000000000u)
 
-enum src_kind { SRC_LISTEN, SRC_AGENT_LISTEN, SRC_AGENT, SRC_CLIENT, SRC_VMM, SRC_SIGNAL, SRC_TIMER, SRC_READY, SRC_PROXY,
-		SRC_PROXY_BUSY, SRC_VMEV, SRC_VMMOUT, SRC_PORT_LISTEN, SRC_PORT_CONN,
-		SRC_DEAD /* closed in this loop turn, freed after it (port.c) */ };
+enum src_kind {
+	SRC_LISTEN,
+	SRC_AGENT_LISTEN,
+	SRC_AGENT,
+	SRC_CLIENT,
+	SRC_VMM,
+	SRC_SIGNAL,
+	SRC_TIMER,
+	SRC_READY,
+	SRC_PROXY,
+	SRC_PROXY_BUSY,
+	SRC_VMEV,
+	SRC_VMMOUT,
+	SRC_PORT_LISTEN,
+	SRC_PORT_CONN,
+	SRC_DEAD /* closed in this loop turn, freed after it (port.c) */
+};
 
 /* Warm pool: the stages of the member's side of a claim (claim.c). */
 enum { CLAIM_NONE, CLAIM_GUEST, CLAIM_DONE, CLAIM_FAILED };
@@ -110,26 +124,26 @@ struct exec {
 	uint32_t n;
 	char id[16];
 	int dfd, out_fd, err_fd;
-	uint64_t out_size, err_size; /* bytes kept in the files */
-	uint64_t out_total, err_total; /* bytes the guest sent */
+	uint64_t out_size, err_size;       /* bytes kept in the files */
+	uint64_t out_total, err_total;     /* bytes the guest sent */
 	uint64_t out_emitted, err_emitted; /* the same, secrets scrubbed */
 	struct sbx_scrub sc_out, sc_err;
 	uint64_t started_ns;
 	uint64_t net_off, pkg_off; /* net.log's and packages.log's sizes at its start */
-	uint32_t credit; /* stdin bytes the guest will accept */
+	uint32_t credit;           /* stdin bytes the guest will accept */
 	uint32_t flags;
 	int started;
 	struct client *client;
-	json_t *req; /* argv, cwd, ... for result.json */
-	int done;             /* ended; kept until its lagging client caught up */
-	int session_cut;      /* output dropped for the session's total cap */
-	uint64_t deadline;    /* CLOCK_MONOTONIC: the host ends it then (0: no timeout) */
-	int host_timeout;     /* ... which it did: enforced_by "host" */
-	struct sbx_buf tail;  /* the EXIT frame owed to that client */
-	int out_flow;         /* the guest sends output under our credit (SBX_EXEC_OUT_WINDOW) */
-	uint64_t out_owed;    /* guest output bytes consumed, not yet given back by WINDOW */
-	int restored_flow;    /* kept by a restore from a streamed exec: credit off after IDENTITY */
-	struct sbx_trace tr;  /* SBX_TRACE: make bench's exec steps */
+	json_t *req;         /* argv, cwd, ... for result.json */
+	int done;            /* ended; kept until its lagging client caught up */
+	int session_cut;     /* output dropped for the session's total cap */
+	uint64_t deadline;   /* CLOCK_MONOTONIC: the host ends it then (0: no timeout) */
+	int host_timeout;    /* ... which it did: enforced_by "host" */
+	struct sbx_buf tail; /* the EXIT frame owed to that client */
+	int out_flow;        /* the guest sends output under our credit (SBX_EXEC_OUT_WINDOW) */
+	uint64_t out_owed;   /* guest output bytes consumed, not yet given back by WINDOW */
+	int restored_flow;   /* kept by a restore from a streamed exec: credit off after IDENTITY */
+	struct sbx_trace tr; /* SBX_TRACE: make bench's exec steps */
 };
 
 /* Where in a client's queue the output of so many guest bytes ends: once
@@ -145,7 +159,7 @@ struct client {
 	struct client *next;
 	struct sbx_buf in, out;
 	size_t out_off;
-	uint64_t q_out;      /* bytes sent to it, ever */
+	uint64_t q_out;                  /* bytes sent to it, ever */
 	struct out_mark mark[OUT_MARKS]; /* its exec's output in .out, oldest first */
 	unsigned nmark;
 	struct exec *ex;
@@ -155,10 +169,10 @@ struct client {
 	int paused;          /* EPOLLIN off while a frame is held */
 	int want_out;
 	uint32_t ping_token;
-	int shutdown_ack;    /* answer once the session is gone */
+	int shutdown_ack; /* answer once the session is gone */
 	int dead;
-	int pool_era;        /* connected while the session was a pool member */
-	int port_fd1;        /* a listening socket handed over (port.c), plus 1; 0: none */
+	int pool_era; /* connected while the session was a pool member */
+	int port_fd1; /* a listening socket handed over (port.c), plus 1; 0: none */
 };
 
 /* Privilege separation (priv.c): which half this is, its channel. */
@@ -167,19 +181,22 @@ enum { PRIV_ROLE_NONE, PRIV_ROLE_PARENT, PRIV_ROLE_CHILD };
 struct mon {
 	struct sbx_trace boot_tr; /* SBX_TRACE: make bench's start-up steps */
 	struct {
-		int role;       /* PRIV_ROLE_*: NONE, one process (not split) */
-		int fd;         /* the request channel; -1: none */
-		pid_t child;    /* the parent's: the child's pid and pidfd */
+		int role;    /* PRIV_ROLE_*: NONE, one process (not split) */
+		int fd;      /* the request channel; -1: none */
+		pid_t child; /* the parent's: the child's pid and pidfd */
 		int child_pidfd;
 		sbx_zprogress progress; /* the child's: a request's progress goes here */
 		void *progress_ctx;
-		int ended;      /* the session's end is recorded (or it is destroyed) */
-		int claimed;    /* the parent's: a claim committed, its running is due */
-		int ws_released; /* the child's: the workspace went back */
-		int snap_dir_set; /* the parent's: PRIV_SNAP_DIR checked m->snap.dir */
+		int ended;          /* the session's end is recorded (or it is destroyed) */
+		int claimed;        /* the parent's: a claim committed, its running is due */
+		int ws_released;    /* the child's: the workspace went back */
+		int snap_dir_set;   /* the parent's: PRIV_SNAP_DIR checked m->snap.dir */
 		int proxylog_child; /* the parent's: the child holds proxy.log (the parent, none of it) */
-		int bare_netns; /* the child's: the parent holds a pool member's bare namespace */
-		struct { char path[108]; uint64_t dev, ino; } ports[16]; /* the parent's: unix listeners */
+		int bare_netns;     /* the child's: the parent holds a pool member's bare namespace */
+		struct {
+			char path[108];
+			uint64_t dev, ino;
+		} ports[16]; /* the parent's: unix listeners */
 	} priv;
 	struct sbx_state st;
 	struct sbx_session s;
@@ -187,11 +204,11 @@ struct mon {
 	int lib_dfd, run_dfd, execs_dfd;
 	struct src listen, agent_listen, agent, vmm, sig, timer, readyp;
 	struct sbx_vm vm;
-	struct src vmev;  /* the VMM's event stream (vm.event_fd); fd -1: none */
+	struct src vmev;               /* the VMM's event stream (vm.event_fd); fd -1: none */
 	struct vmmout console, vmmlog; /* the VMM's stdout (serial) and stderr */
 	struct vmmout proxylog;        /* the proxy's stderr */
-	int vm_shutdown;  /* it said the VM stopped (guest power-off) */
-	int guest_spoke;  /* a frame came from the guest agent: its kernel ran guest-init */
+	int vm_shutdown;               /* it said the VM stopped (guest power-off) */
+	int guest_spoke;               /* a frame came from the guest agent: its kernel ran guest-init */
 	struct sbx_buf ain, aout;
 	size_t aout_off;
 	int agent_want_out;
@@ -203,74 +220,76 @@ struct mon {
 		uint64_t deadline; /* CLOCK_MONOTONIC; 0: no warm-up exec is awaited (warm.c) */
 	} warm;
 	struct exec *execs;
-	struct {                /* the next exec's directory, made ahead (exec_spare_make) */
+	struct {                   /* the next exec's directory, made ahead (exec_spare_make) */
 		int dfd, out, err; /* execs/.next and its stdout, stderr; -1: none */
-		int want;       /* make one at the end of this loop turn */
-		int on;         /* the process that writes execs/ (never before the split) */
+		int want;          /* make one at the end of this loop turn */
+		int on;            /* the process that writes execs/ (never before the split) */
 	} spare;
 	struct client *clients;
 	unsigned nclients;
 	uint64_t output_cap;
-	uint32_t guest_caps;  /* SBX_GUEST_*: what the guest-init said it can do */
+	uint32_t guest_caps;                      /* SBX_GUEST_*: what the guest-init said it can do */
 	uint64_t output_session_cap, output_kept; /* over every exec of the session */
 	char vm_end[128];
-	char boot_console[700]; /* a failed boot: where its whole console was kept */
-	struct sbx_secrets sec; /* only to scrub stored output; see mon_boot() */
+	char boot_console[700];  /* a failed boot: where its whole console was kept */
+	struct sbx_secrets sec;  /* only to scrub stored output; see mon_boot() */
 	struct sbx_workspace ws; /* --workspace: held for the session's life */
 	struct src proxy;        /* the egress proxy's pidfd (netns.h); fd -1: none */
 	int proxy_pid;
-	struct src proxybusy;    /* the proxy's pipe: its connections open or none (netns.h) */
-	unsigned proxy_busy;     /* PROXY_BUSY_*: which half has some open; 0: none */
+	struct src proxybusy; /* the proxy's pipe: its connections open or none (netns.h) */
+	unsigned proxy_busy;  /* PROXY_BUSY_*: which half has some open; 0: none */
 	int secrets_sent;
-	char secrets_err[256];  /* the guest refused them */
-	int pool_paused;        /* a pool member's vCPUs, stopped while it waits */
-	int bare_netns;         /* a pool member's namespace, its TAP only (mon_start_network); -1: none */
-	uint64_t paused_since;  /* sbx-snapshot pause: exec deadlines stand still */
-	struct {                /* pings while execs run, see mon_heartbeat() */
+	char secrets_err[256]; /* the guest refused them */
+	int pool_paused;       /* a pool member's vCPUs, stopped while it waits */
+	int bare_netns;        /* a pool member's namespace, its TAP only (mon_start_network); -1: none */
+	uint64_t paused_since; /* sbx-snapshot pause: exec deadlines stand still */
+	struct {               /* pings while execs run, see mon_heartbeat() */
 		uint64_t interval, sent, next; /* ns; sent: CLOCK_MONOTONIC of the one unanswered, 0: none */
 		uint32_t token, n;
 	} hb;
-	struct {                /* a warm-pool claim (pool.h), see claim_begin */
-		int stage;      /* CLAIM_* */
+	struct {                  /* a warm-pool claim (pool.h), see claim_begin */
+		int stage;        /* CLAIM_* */
 		struct client *c; /* the claimer, while connected */
 		uint64_t t0, deadline;
-		uint32_t ping;  /* the PING whose PONG says the guest took it all */
+		uint32_t ping; /* the PING whose PONG says the guest took it all */
 		int secrets_ok, code;
 		char from[SBX_ID_MAX + 1], err[256];
-		char pkg[160];  /* the member's sbx.pkg* parameters, as it booted */
-		int touched;    /* the guest was resumed for the claim: never pooled again */
+		char pkg[160]; /* the member's sbx.pkg* parameters, as it booted */
+		int touched;   /* the guest was resumed for the claim: never pooled again */
 	} claim;
-	struct {                /* snapshots (snapshot.h), see mon_vmctl */
-		int paused;     /* the VM is stopped (sbx-snapshot pause) */
-		int saving;     /* QUIESCE sent for a save, awaiting the guest */
-		int keep;       /* ... with SBX_QUIESCE_KEEP: it holds its output until released */
+	struct {                   /* snapshots (snapshot.h), see mon_vmctl */
+		int paused;        /* the VM is stopped (sbx-snapshot pause) */
+		int saving;        /* QUIESCE sent for a save, awaiting the guest */
+		int keep;          /* ... with SBX_QUIESCE_KEEP: it holds its output until released */
 		uint64_t deadline; /* ... until then */
-		int identity;   /* IDENTITY sent, awaiting the guest */
-		struct client *c; /* the client waiting for op, while connected */
+		int identity;      /* IDENTITY sent, awaiting the guest */
+		struct client *c;  /* the client waiting for op, while connected */
 		unsigned op;
 		char dir[PATH_MAX]; /* where a save writes */
 		uint64_t max_bytes; /* ... and the most it may write there (the
 				     * client's SBX_T_MAX_BYTES; 0: no cap but memory's) */
-		int restoring;  /* booted from a snapshot: ready after IDENTITY */
-		int told;       /* ... which was sent */
-		char err[256];  /* the restored guest refused its identity */
+		int restoring;      /* booted from a snapshot: ready after IDENTITY */
+		int told;           /* ... which was sent */
+		char err[256];      /* the restored guest refused its identity */
 		uint64_t progress_ns;
 	} snap;
-	struct mports *ports;   /* sbx-port's forwards (port.c); NULL: none yet */
-	struct {                /* suspend to disk, the idle policy: see suspend.c */
-		int suspended;  /* no VMM: its memory is in LIB/sessions/ID/suspend */
-		int busy;       /* a suspend or resume is under way */
-		int hold;       /* nothing past hold_end is written to the agent (agent_flush) */
+	struct mports *ports;  /* sbx-port's forwards (port.c); NULL: none yet */
+	struct {               /* suspend to disk, the idle policy: see suspend.c */
+		int suspended; /* no VMM: its memory is in LIB/sessions/ID/suspend */
+		int busy;      /* a suspend or resume is under way */
+		int hold;      /* nothing past hold_end is written to the agent (agent_flush) */
 		size_t hold_end;
-		int wake;       /* a client wants the guest meanwhile: resume at once */
-		int want;       /* VMCTL SUSPEND asked: done from the main loop (susp_tick) */
-		struct client *c; /* ... for this client, while connected */
+		int wake;          /* a client wants the guest meanwhile: resume at once */
+		int want;          /* VMCTL SUSPEND asked: done from the main loop (susp_tick) */
+		struct client *c;  /* ... for this client, while connected */
 		uint32_t token, n; /* the PING whose PONG ends the agent's traffic */
 		int ponged;
 		uint64_t since_mono; /* suspended since (CLOCK_MONOTONIC) */
 		uint64_t idle_mono;  /* last seen busy (CLOCK_MONOTONIC) */
 		int idle_paused;     /* the idle policy paused it */
-		struct { uint64_t from, to; } iv[32]; /* recent suspends (CLOCK_REALTIME), for exec records */
+		struct {
+			uint64_t from, to;
+		} iv[32]; /* recent suspends (CLOCK_REALTIME), for exec records */
 		unsigned niv;
 	} susp;
 };
@@ -310,8 +329,8 @@ void agent_time_sync(struct mon *m, uint32_t token);
 void warm_start(struct mon *m);
 int warm_frame(struct mon *m, const struct sbx_frame *f); /* 1: the warm-up's, taken */
 void warm_check(struct mon *m);
-int mon_drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *),
-			struct mon *m, void *ctx, const int *stop);
+int mon_drain_frames(struct sbx_buf *in, void (*fn)(struct mon *, void *, const struct sbx_frame *), struct mon *m,
+		     void *ctx, const int *stop);
 int mon_read_into(int fd, struct sbx_buf *b);
 void agent_readable(struct mon *m);
 

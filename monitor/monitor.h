@@ -9,8 +9,8 @@
 
 struct sbx_monitor_args {
 	const char *id;
-	int ready_fd; /* one JSON line: {"ok":true} or the error, then closed */
-	int lock_fd;  /* the session lock, already held (inherited from sbx-create) */
+	int ready_fd;   /* one JSON line: {"ok":true} or the error, then closed */
+	int lock_fd;    /* the session lock, already held (inherited from sbx-create) */
 	int secrets_fd; /* one SBX_F_SECRETS frame, then EOF; -1: no secrets */
 };
 

@@ -14,7 +14,6 @@
  * at most its own connection and nothing grows. */
 #include "port.h"
 
-
 struct mports *port_state(struct mon *m)
 {
 	if (!m->ports)
@@ -153,11 +152,11 @@ static void accept_one(struct mon *m, struct fwd *f)
 	 * the suspend is done).  At a bound the connection is closed at once
 	 * (and counted), rather than left in the backlog to time out. */
 	struct sbx_err werr = { 0 };
-	const char *why = susp_wake_guest(m, &werr) < 0		 ? werr.msg
-			  : m->agent.fd < 0 && !m->susp.busy	 ? "the guest agent is gone"
-			  : f->nconns >= FWD_CONNS_MAX		 ? "too many connections through this port"
-			  : ps->nconns >= SBX_PORT_CONNS_MAX	 ? "too many forwarded connections in the session"
-								 : NULL;
+	const char *why = susp_wake_guest(m, &werr) < 0      ? werr.msg
+			  : m->agent.fd < 0 && !m->susp.busy ? "the guest agent is gone"
+			  : f->nconns >= FWD_CONNS_MAX       ? "too many connections through this port"
+			  : ps->nconns >= SBX_PORT_CONNS_MAX ? "too many forwarded connections in the session"
+							     : NULL;
 	struct pconn *p = why ? NULL : calloc(1, sizeof *p);
 	if (!p) {
 		close(fd);
@@ -233,17 +232,12 @@ void port_agent_frame(struct mon *m, const struct sbx_frame *f)
 	if (!p || p->guest_closed)
 		return; /* closed already, or never given: see the top */
 	switch (f->type) {
-	case SBX_F_PORT_CONNECT:
-		p->connected = 1;
-		break;
+	case SBX_F_PORT_CONNECT: p->connected = 1; break;
 	case SBX_F_PORT_DATA:
 		switch (sbx_portwin_data(&p->pw, f->payload, f->len)) {
-		case SBX_PORTWIN_AFTER_EOF:
-			return port_conn_abort(m, p, "data after the guest's end of data");
-		case SBX_PORTWIN_OVER:
-			return port_conn_abort(m, p, "data beyond the granted window");
-		case SBX_PORTWIN_NOMEM:
-			return port_conn_abort(m, p, "out of memory");
+		case SBX_PORTWIN_AFTER_EOF: return port_conn_abort(m, p, "data after the guest's end of data");
+		case SBX_PORTWIN_OVER: return port_conn_abort(m, p, "data beyond the granted window");
+		case SBX_PORTWIN_NOMEM: return port_conn_abort(m, p, "out of memory");
 		}
 		conn_write(m, p);
 		break;

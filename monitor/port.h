@@ -29,8 +29,8 @@ struct pconn {
 	struct pconn *next;
 	struct fwd *fwd;
 	uint32_t id;
-	int connected;        /* the guest said so */
-	uint32_t events;      /* in epoll now */
+	int connected;         /* the guest said so */
+	uint32_t events;       /* in epoll now */
 	struct sbx_portwin pw; /* the bytes both ways and their windows (the peer is the guest) */
 	int guest_closed;
 };

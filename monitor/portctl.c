@@ -111,7 +111,8 @@ static int check_listener(struct mon *m, int fd, struct fwd *f, char *why, size_
 		snprintf(f->addr, sizeof f->addr, "[::1]:%u", ntohs(s6->sin6_port));
 	} else if (ss.ss_family == AF_UNIX) {
 		const struct sockaddr_un *su = (const struct sockaddr_un *)&ss;
-		size_t l = al > offsetof(struct sockaddr_un, sun_path) ? al - offsetof(struct sockaddr_un, sun_path) : 0;
+		size_t l =
+			al > offsetof(struct sockaddr_un, sun_path) ? al - offsetof(struct sockaddr_un, sun_path) : 0;
 		if (!l || su->sun_path[0] != '/' || memchr(su->sun_path, 0, l) == NULL)
 			return snprintf(why, n, "a unix socket must have an absolute path"), -1;
 		uint64_t dev, ino;
@@ -135,8 +136,9 @@ static void reply(struct mon *m, struct client *c, uint32_t op, const struct fwd
 	for (struct fwd *f = m->ports->fwds; f; f = f->next) {
 		if (only && f != only)
 			continue;
-		struct sbx_port_entry e = { .port = f->port, .conns = f->nconns, .accepted = f->accepted,
-					    .refused = f->refused };
+		struct sbx_port_entry e = {
+			.port = f->port, .conns = f->nconns, .accepted = f->accepted, .refused = f->refused
+		};
 		snprintf(e.addr, sizeof e.addr, "%s", f->addr);
 		sbx_port_entry_put(&b, &e);
 		if (f->last_error[0])
@@ -236,10 +238,8 @@ void port_client(struct mon *m, struct client *c, const struct sbx_frame *f)
 		return client_error(m, c, 0, SBX_EXIT_INVALID, why);
 	}
 	switch (r.op) {
-	case SBX_PORT_OPEN:
-		return open_fwd(m, c, &r);
-	case SBX_PORT_RM:
-		return rm_fwd(m, c, &r);
+	case SBX_PORT_OPEN: return open_fwd(m, c, &r);
+	case SBX_PORT_RM: return rm_fwd(m, c, &r);
 	default:
 		if (!port_state(m))
 			return client_error(m, c, 0, SBX_EXIT_INTERNAL, "out of memory");
@@ -259,8 +259,9 @@ int port_read_client(struct client *c)
 	} cm;
 	for (int i = 0; i < 16; i++) {
 		struct iovec iov = { tmp, sizeof tmp };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
-				     .msg_controllen = sizeof cm.buf };
+		struct msghdr mh = {
+			.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf
+		};
 		ssize_t r = recvmsg(c->src.fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 		if (r < 0 && errno == EINTR)
 			continue;

@@ -107,7 +107,8 @@ int priv_call(struct mon *m, struct sbx_buf *req, const int *fds, int nfds, stru
 		if (a->op == PRIV_PROGRESS) {
 			priv_close_fds(a);
 			if (m->priv.progress && a->str[PT_WHAT])
-				m->priv.progress(m->priv.progress_ctx, a->str[PT_WHAT], a->num[PT_NUM_A], a->num[PT_NUM_B]);
+				m->priv.progress(m->priv.progress_ctx, a->str[PT_WHAT], a->num[PT_NUM_A],
+						 a->num[PT_NUM_B]);
 			continue;
 		}
 		if (a == &scratch)
@@ -203,8 +204,8 @@ static void parent_forget(struct mon *m)
 	}
 	m->nclients = 0;
 	m->priv.proxylog_child = m->proxylog.fd >= 0;
-	int *fds[] = { &m->ep,	       &m->listen.fd,	   &m->agent.fd,     &m->timer.fd,   &m->console.src.fd,
-		       &m->console.fd, &m->vmmlog.src.fd,  &m->vmmlog.fd,    &m->proxylog.src.fd, &m->proxylog.fd,
+	int *fds[] = { &m->ep,         &m->listen.fd,     &m->agent.fd,  &m->timer.fd,        &m->console.src.fd,
+		       &m->console.fd, &m->vmmlog.src.fd, &m->vmmlog.fd, &m->proxylog.src.fd, &m->proxylog.fd,
 		       &m->execs_dfd,  &m->proxybusy.fd };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++) {
 		if (*fds[i] >= 0)
@@ -267,7 +268,8 @@ static int child_enter(struct mon *m, int chan, pid_t parent, int lock_fd, struc
 	/* ... and the records of the execs a restore kept (snapexec.c), made
 	 * by root before the split: the child ends them. */
 	for (struct exec *ex = m->execs; ex; ex = ex->next)
-		if (fchown(ex->dfd, uid, uid) < 0 || fchown(ex->out_fd, uid, uid) < 0 || fchown(ex->err_fd, uid, uid) < 0)
+		if (fchown(ex->dfd, uid, uid) < 0 || fchown(ex->out_fd, uid, uid) < 0 ||
+		    fchown(ex->err_fd, uid, uid) < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot hand the exec directory over");
 	/* No file it writes grows past the largest cap it keeps (an exec's
 	 * output, the logs), with room for what a cut writes first; a pool
@@ -280,14 +282,32 @@ static int child_enter(struct mon *m, int chan, pid_t parent, int lock_fd, struc
 	signal(SIGXFSZ, SIG_IGN);
 	if (fs < (1ull << 40) && setrlimit(RLIMIT_FSIZE, &rl) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot limit the file size");
-	(void)lock_fd; /* closed with the rest */
+	(void)lock_fd;         /* closed with the rest */
 	if (m->readyp.fd >= 0) /* the parent's to answer; out of our epoll set first */
 		epoll_ctl(m->ep, EPOLL_CTL_DEL, m->readyp.fd, NULL);
 	int keep[32 + MAX_CLIENTS], n = 0;
-	int mine[] = { 0,	    1,		   2,		  chan,		    ppfd,	      m->ep,
-		       m->listen.fd, m->agent.fd,  m->sig.fd,	  m->timer.fd,	    m->console.src.fd, m->console.fd,
-		       m->vmmlog.src.fd, m->vmmlog.fd, m->proxylog.src.fd, m->proxylog.fd, m->vmev.fd,	      m->vm.pidfd,
-		       m->proxy.fd,  m->execs_dfd, sbx_trace_fd(), m->proxybusy.fd };
+	int mine[] = { 0,
+		       1,
+		       2,
+		       chan,
+		       ppfd,
+		       m->ep,
+		       m->listen.fd,
+		       m->agent.fd,
+		       m->sig.fd,
+		       m->timer.fd,
+		       m->console.src.fd,
+		       m->console.fd,
+		       m->vmmlog.src.fd,
+		       m->vmmlog.fd,
+		       m->proxylog.src.fd,
+		       m->proxylog.fd,
+		       m->vmev.fd,
+		       m->vm.pidfd,
+		       m->proxy.fd,
+		       m->execs_dfd,
+		       sbx_trace_fd(),
+		       m->proxybusy.fd };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(mine); i++)
 		keep[n++] = mine[i];
 	for (struct client *c = m->clients; c && n < (int)SBX_ARRAY_LEN(keep) - 1; c = c->next) {
@@ -447,8 +467,8 @@ int mon_priv_serve(struct mon *m)
 				break;
 			if (n < 0)
 				continue;
-			if (priv_decode(buf, (size_t)n, sizeof buf, &q) < 0 || q.op == PRIV_REPLY || q.op == PRIV_PROGRESS ||
-			    q.op == PRIV_READY) {
+			if (priv_decode(buf, (size_t)n, sizeof buf, &q) < 0 || q.op == PRIV_REPLY ||
+			    q.op == PRIV_PROGRESS || q.op == PRIV_READY) {
 				for (int i = 0; i < nfds; i++)
 					close(fds[i]);
 				kill(m->priv.child, SIGKILL);

@@ -17,9 +17,9 @@
  * The rest (session.crash, .stop, .expire, net.lost, workspace.*) only
  * the parent writes. */
 static const char *const audit_types[] = {
-	"exec.start",	     "exec.end",	"session.responsive", "session.unresponsive", "session.pause",
-	"session.resume",    "session.suspend", "session.create",     "session.destroy",      "port.open",
-	"port.close",
+	"exec.start",      "exec.end",       "session.responsive", "session.unresponsive",
+	"session.pause",   "session.resume", "session.suspend",    "session.create",
+	"session.destroy", "port.open",      "port.close",
 };
 
 static int printable(const char *s)
@@ -117,11 +117,13 @@ static int h_ports(struct mon *m, const struct priv_msg *q, struct sbx_err *err)
 	json_t *in = json_loads(q->str[PT_TEXT], JSON_REJECT_DUPLICATES, NULL), *out = json_array(), *e;
 	size_t i;
 	int rc = json_is_array(in) && json_array_size(in) <= 64 && out ? 0 : -1;
-	json_array_foreach(rc == 0 ? in : NULL, i, e) {
-		json_t *p = json_object_get(e, "guest_port"), *a = json_object_get(e, "address"), *u = json_object_get(e, "uid");
-		if (!json_is_object(e) || json_object_size(e) != 3 || !json_is_integer(p) || json_integer_value(p) < 1 ||
-		    json_integer_value(p) > 65535 || !json_is_string(a) || strlen(json_string_value(a)) >= SBX_PORT_ADDR_MAX ||
-		    !printable(json_string_value(a)) || !json_is_integer(u) || json_integer_value(u) < -1 ||
+	json_array_foreach (rc == 0 ? in : NULL, i, e) {
+		json_t *p = json_object_get(e, "guest_port"), *a = json_object_get(e, "address"),
+		       *u = json_object_get(e, "uid");
+		if (!json_is_object(e) || json_object_size(e) != 3 || !json_is_integer(p) ||
+		    json_integer_value(p) < 1 || json_integer_value(p) > 65535 || !json_is_string(a) ||
+		    strlen(json_string_value(a)) >= SBX_PORT_ADDR_MAX || !printable(json_string_value(a)) ||
+		    !json_is_integer(u) || json_integer_value(u) < -1 ||
 		    json_integer_value(u) > (json_int_t)UINT32_MAX) {
 			rc = -1;
 			break;
@@ -146,8 +148,9 @@ static int h_port_reg(struct mon *m, const struct priv_msg *q, struct sbx_buf *r
 	socklen_t sl = sizeof su;
 	struct stat sb;
 	const char *path = q->str[PT_PATH];
-	if (q->nfds != 1 || !path || getsockname(q->fds[0], (struct sockaddr *)&su, &sl) < 0 || su.sun_family != AF_UNIX ||
-	    sl <= offsetof(struct sockaddr_un, sun_path) || strncmp(su.sun_path, path, sizeof su.sun_path) || path[0] != '/')
+	if (q->nfds != 1 || !path || getsockname(q->fds[0], (struct sockaddr *)&su, &sl) < 0 ||
+	    su.sun_family != AF_UNIX || sl <= offsetof(struct sockaddr_un, sun_path) ||
+	    strncmp(su.sun_path, path, sizeof su.sun_path) || path[0] != '/')
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not that unix socket");
 	if (lstat(path, &sb) < 0 || !S_ISSOCK(sb.st_mode))
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "the unix socket %s is not there", path);
@@ -368,23 +371,13 @@ int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int 
 	int n;
 	*nfds = 0;
 	switch (q->op) {
-	case PRIV_AUDIT:
-		return h_audit(m, q, err);
-	case PRIV_RECORD:
-		return h_record(m, q, err);
-	case PRIV_END:
-		return h_end(m, q, err);
-	case PRIV_DESTROY:
-		sbx_tlv_u64(r, PT_FLAG, (uint64_t)destroy_direct(m, q->num[PT_FLAG] != 0));
-		return 0;
-	case PRIV_VM_KILL:
-		sbx_vm_kill(&m->vm);
-		return 0;
-	case PRIV_VM_REAP:
-		h_vm_reap(m, r);
-		return 0;
-	case PRIV_VM_PAUSE:
-		return sbx_vm_pause(&m->vm, err);
+	case PRIV_AUDIT: return h_audit(m, q, err);
+	case PRIV_RECORD: return h_record(m, q, err);
+	case PRIV_END: return h_end(m, q, err);
+	case PRIV_DESTROY: sbx_tlv_u64(r, PT_FLAG, (uint64_t)destroy_direct(m, q->num[PT_FLAG] != 0)); return 0;
+	case PRIV_VM_KILL: sbx_vm_kill(&m->vm); return 0;
+	case PRIV_VM_REAP: h_vm_reap(m, r); return 0;
+	case PRIV_VM_PAUSE: return sbx_vm_pause(&m->vm, err);
 	case PRIV_VM_RESUME: /* PT_NUM_A: a bound in ms, 0 or none: the backend's */
 		return sbx_vm_resume_within(&m->vm, q->num[PT_NUM_A] > 60000 ? 60000 : (unsigned)q->num[PT_NUM_A], err);
 	case PRIV_PROXY_STOP:
@@ -406,30 +399,22 @@ int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int 
 		return 0;
 	}
 	case PRIV_CG_SET_CPU:
-		return cg_set_cpu_direct(m) < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set the CPU cap") : 0;
-	case PRIV_WS_RELEASE:
-		mon_workspace_release(m, q->num[PT_FLAG] != 0);
-		return 0;
+		return cg_set_cpu_direct(m) < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set the CPU cap")
+						: 0;
+	case PRIV_WS_RELEASE: mon_workspace_release(m, q->num[PT_FLAG] != 0); return 0;
 	case PRIV_LOG_SIZES:
 		sbx_tlv_u64(r, PT_NUM_A, priv_file_size(m->lib_dfd, "net.log"));
 		sbx_tlv_u64(r, PT_NUM_B, priv_file_size(m->lib_dfd, "packages.log"));
 		return 0;
-	case PRIV_VIOLATIONS:
-		h_violations(m, q, r);
-		return 0;
-	case PRIV_POLICY:
-		h_policy(m, r);
-		return 0;
-	case PRIV_PORTS_SAVE:
-		return h_ports(m, q, err);
-	case PRIV_PORT_REG:
-		return h_port_reg(m, q, r, err);
-	case PRIV_PORT_UNLINK:
-		h_port_unlink(m, q->str[PT_PATH]);
-		return 0;
+	case PRIV_VIOLATIONS: h_violations(m, q, r); return 0;
+	case PRIV_POLICY: h_policy(m, r); return 0;
+	case PRIV_PORTS_SAVE: return h_ports(m, q, err);
+	case PRIV_PORT_REG: return h_port_reg(m, q, r, err);
+	case PRIV_PORT_UNLINK: h_port_unlink(m, q->str[PT_PATH]); return 0;
 	case PRIV_SNAP_DIR:
 		if (!q->str[PT_PATH] || snap_dir_ok(m, q->str[PT_PATH]) < 0)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not a snapshot directory of this session's tenant");
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "not a snapshot directory of this session's tenant");
 		m->priv.snap_dir_set = 1;
 		return 0;
 	case PRIV_SNAP_SAVE:
@@ -437,24 +422,16 @@ int priv_handle(struct mon *m, const struct priv_msg *q, struct sbx_buf *r, int 
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "no snapshot directory");
 		m->priv.snap_dir_set = 0;
 		return snap_write(m, relay_progress, m, q->num[PT_NUM_A], q->str[PT_TEXT], err);
-	case PRIV_SUSP_IMAGE:
-		return h_susp_image(m, r, err);
-	case PRIV_SUSP_DISCARD:
-		susp_discard_direct(m);
-		return 0;
-	case PRIV_SUSP_ROOM:
-		return susp_take_room(m, err);
-	case PRIV_SUSP_VMM:
-		return h_susp_vmm(m, r, fds, nfds, err);
-	case PRIV_CLAIM:
-		return h_claim(m, q, r, err);
-	case PRIV_NET_ATTACH:
-		return h_net_attach(m, r, fds, nfds, err);
+	case PRIV_SUSP_IMAGE: return h_susp_image(m, r, err);
+	case PRIV_SUSP_DISCARD: susp_discard_direct(m); return 0;
+	case PRIV_SUSP_ROOM: return susp_take_room(m, err);
+	case PRIV_SUSP_VMM: return h_susp_vmm(m, r, fds, nfds, err);
+	case PRIV_CLAIM: return h_claim(m, q, r, err);
+	case PRIV_NET_ATTACH: return h_net_attach(m, r, fds, nfds, err);
 	case PRIV_PEER:
 		if (q->nfds != 1)
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "no client to look at");
 		return sbx_peer_check(q->fds[0], err);
-	default:
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not a request");
+	default: return sbx_err_set(err, SBX_EXIT_INVALID, 0, "not a request");
 	}
 }

@@ -156,10 +156,14 @@ void end_direct(struct mon *m, const char *state, const char *why)
 	snprintf(m->s.end_reason, sizeof m->s.end_reason, "%s", why);
 	m->s.ended_ns = sbx_now_ns();
 	int expired = !strcmp(state, "expired");
-	json_t *f = expired ? json_pack("{s:s, s:I}", "session", m->s.id, "ttl_s", (json_int_t)(m->s.limits.ttl_ms / 1000))
-			    : json_pack("{s:s, s:s}", "session", m->s.id, "reason", why);
-	audit_direct(m, expired ? "session.expire" : !strcmp(state, "crashed") ? "session.crash" : "session.stop", f,
-		     NULL);
+	json_t *f =
+		expired ? json_pack("{s:s, s:I}", "session", m->s.id, "ttl_s", (json_int_t)(m->s.limits.ttl_ms / 1000))
+			: json_pack("{s:s, s:s}", "session", m->s.id, "reason", why);
+	audit_direct(m,
+		     expired                     ? "session.expire"
+		     : !strcmp(state, "crashed") ? "session.crash"
+						 : "session.stop",
+		     f, NULL);
 	json_decref(f);
 	sbx_cgroup_usage(sbx_session_cgroup(&m->s), &m->s.cpu_ns, &m->s.mem_peak);
 	sbx_record_save(&m->st, &m->s, NULL);
@@ -474,9 +478,10 @@ int mon_snap_write(struct mon *m, sbx_zprogress progress, const char *execs, str
 	sbx_tlv_u64(&b, PT_NUM_A, m->snap.max_bytes);
 	if (execs)
 		sbx_tlv_str(&b, PT_TEXT, execs);
-	int rc = b.len + 64 > PRIV_MSG_MAX ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "too many execs are running to save "
-										"their records: end some of them first")
-					    : priv_call(m, &b, NULL, 0, NULL, err);
+	int rc = b.len + 64 > PRIV_MSG_MAX ? sbx_err_set(err, SBX_EXIT_CONFLICT, 0,
+							 "too many execs are running to save "
+							 "their records: end some of them first")
+					   : priv_call(m, &b, NULL, 0, NULL, err);
 	sbx_buf_free(&b);
 	m->priv.progress = NULL;
 	return rc;
@@ -598,7 +603,8 @@ int mon_susp_vmm(struct mon *m, struct sbx_err *err)
 				for (int i = 0; i < 3; i++)
 					if (fds[i] >= 0)
 						close(fds[i]);
-				return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the resumed VMM's descriptors did not come");
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+						   "the resumed VMM's descriptors did not come");
 			}
 		}
 	}

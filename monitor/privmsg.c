@@ -8,9 +8,9 @@
 
 /* The longest string each tag may carry (0: a number). */
 static const uint32_t str_max[PT_MAX] = {
-	[PT_TYPE] = 64,	       [PT_FIELDS] = PRIV_MSG_MAX, [PT_STATE] = 16,  [PT_REASON] = 256,
-	[PT_KERNEL] = 128,     [PT_TEXT] = PRIV_MSG_MAX,   [PT_TEXT2] = PRIV_MSG_MAX, [PT_PATH] = 400,
-	[PT_ID] = 64,	       [PT_MSG] = 1024,		   [PT_WHAT] = 64,
+	[PT_TYPE] = 64,           [PT_FIELDS] = PRIV_MSG_MAX, [PT_STATE] = 16, [PT_REASON] = 256, [PT_KERNEL] = 128,
+	[PT_TEXT] = PRIV_MSG_MAX, [PT_TEXT2] = PRIV_MSG_MAX,  [PT_PATH] = 400, [PT_ID] = 64,      [PT_MSG] = 1024,
+	[PT_WHAT] = 64,
 };
 
 int priv_has(const struct priv_msg *m, int tag)
@@ -28,7 +28,10 @@ int priv_decode(uint8_t *buf, size_t n, size_t size, struct priv_msg *m)
 	m->op = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24;
 	if (!((m->op >= PRIV_READY && m->op <= PRIV_OP_MAX) || m->op == PRIV_REPLY || m->op == PRIV_PROGRESS))
 		return -1;
-	struct { uint8_t *p; uint32_t n; } s[PT_MAX] = { { 0 } };
+	struct {
+		uint8_t *p;
+		uint32_t n;
+	} s[PT_MAX] = { { 0 } };
 	struct sbx_tlv_it it;
 	uint16_t tag;
 	const uint8_t *v;

@@ -236,20 +236,22 @@ int snap_write(struct mon *m, sbx_zprogress progress, void *ctx, uint64_t max_by
 		uint64_t mem = dir_bytes(dfd);
 		left = mem < max_bytes ? max_bytes - mem : 0;
 		if (!left)
-			rc = sbx_err_set(err, SBX_EXIT_TEMPFAIL, EDQUOT,
-					 "the memory image took all of the tenant's snapshot_bytes left (%llu bytes): the "
-					 "save was stopped",
-					 (unsigned long long)max_bytes);
+			rc = sbx_err_set(
+				err, SBX_EXIT_TEMPFAIL, EDQUOT,
+				"the memory image took all of the tenant's snapshot_bytes left (%llu bytes): the "
+				"save was stopped",
+				(unsigned long long)max_bytes);
 	}
 	if (rc == 0) {
 		char scratch[1200];
 		snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
 		rc = sbx_zdisk_pack(scratch, dfd, "scratch.zst", left, progress, ctx, err);
 		if (rc < 0 && err && err->errnum == EDQUOT)
-			sbx_err_set(err, SBX_EXIT_TEMPFAIL, EDQUOT,
-				    "the snapshot passed the tenant's snapshot_bytes left (%llu bytes) while its disk was "
-				    "saved: the save was stopped",
-				    (unsigned long long)max_bytes);
+			sbx_err_set(
+				err, SBX_EXIT_TEMPFAIL, EDQUOT,
+				"the snapshot passed the tenant's snapshot_bytes left (%llu bytes) while its disk was "
+				"saved: the save was stopped",
+				(unsigned long long)max_bytes);
 	}
 	/* The running execs' records (snapexec.c), within what is left. */
 	uint64_t eb = 0;
@@ -329,8 +331,8 @@ int snap_dir_ok(struct mon *m, const char *rel)
 			return -1;
 	const char *tenant = m->s.tenant[0] ? m->s.tenant : "_";
 	if (n != 3 || strcmp(part[0], "snapshots") || strcmp(part[1], tenant) || strncmp(part[2], ".tmp-", 5) ||
-	    strstr(part[2], "..") || strspn(part[2], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@-") !=
-					     strlen(part[2]))
+	    strstr(part[2], "..") ||
+	    strspn(part[2], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@-") != strlen(part[2]))
 		return -1;
 	int fd = m->st.lib_fd;
 	for (int i = 0; i < 3; i++) {
@@ -480,8 +482,7 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
 		if (snap_set_paused(m, op == SBX_VMCTL_PAUSE, &err) < 0)
 			return client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL, err.msg);
 		return snap_reply(m, c, op);
-	case SBX_VMCTL_SAVE:
-		return snap_save_begin(m, c, path, max_bytes);
+	case SBX_VMCTL_SAVE: return snap_save_begin(m, c, path, max_bytes);
 	case SBX_VMCTL_IDENTITY:
 		if (m->snap.paused)
 			return client_error(m, c, 0, SBX_EXIT_CONFLICT, "the session is paused: resume it first");
@@ -489,8 +490,10 @@ void mon_vmctl(struct mon *m, struct client *c, const struct sbx_frame *f)
 		 * one that can keep them does (SBX_GUEST_KEEP_EXECS). */
 		for (struct exec *ex = m->execs; ex; ex = ex->next)
 			if (!ex->done && !(m->guest_caps & SBX_GUEST_KEEP_EXECS))
-				return client_error(m, c, 0, SBX_EXIT_CONFLICT, "execs are running: a new identity would end them");
-		if (m->agent.fd < 0 || snap_identity_queue(m, host, NULL, (m->guest_caps & SBX_GUEST_KEEP_EXECS) != 0) < 0)
+				return client_error(m, c, 0, SBX_EXIT_CONFLICT,
+						    "execs are running: a new identity would end them");
+		if (m->agent.fd < 0 ||
+		    snap_identity_queue(m, host, NULL, (m->guest_caps & SBX_GUEST_KEEP_EXECS) != 0) < 0)
 			return client_error(m, c, 0, SBX_EXIT_INTERNAL, "cannot send the guest its identity");
 		m->snap.c = c;
 		m->snap.op = op;
@@ -543,4 +546,3 @@ int snap_restore_disk(struct mon *m, const char *scratch, struct sbx_err *err)
 				   m->s.snapshot);
 	return 0;
 }
-

@@ -15,8 +15,8 @@
 /* execs.json with every request in it: an argv may be 1 MiB, and at
  * most SBX_EXECS_KEPT execs run. */
 #define EXECS_FILE_MAX (64u << 20)
-#define EXECS_KEPT     256u
-#define REQUEST_MAX    (4u << 20)
+#define EXECS_KEPT 256u
+#define REQUEST_MAX (4u << 20)
 
 /* The child's account of its running execs, for the parent; NULL when
  * none runs (or out of memory, which fails the save: see snap_save_run). */
@@ -32,14 +32,14 @@ char *snap_execs_state(struct mon *m, int *none)
 		/* The host's backstop, timeout and grace, what is left of it
 		 * (at least 1 ms: 0 says none). */
 		uint64_t left = !ex->deadline ? 0 : ex->deadline > now + 1000000u ? (ex->deadline - now) / 1000000u : 1;
-		json_t *o =
-		    json_pack("{s:s, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "id", ex->id,
-		              "n", (json_int_t)ex->n, "flags", (json_int_t)ex->flags, "out_flow", ex->out_flow,
-		              "stdin_credit", (json_int_t)ex->credit, "timeout_left_ms", (json_int_t)left, "started_ns",
-		              (json_int_t)ex->started_ns, "out_total", (json_int_t)ex->out_total, "err_total",
-		              (json_int_t)ex->err_total, "out_size", (json_int_t)ex->out_size, "err_size",
-		              (json_int_t)ex->err_size, "out_emitted", (json_int_t)ex->out_emitted, "err_emitted",
-		              (json_int_t)ex->err_emitted, "session_cut", ex->session_cut);
+		json_t *o = json_pack("{s:s, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "id",
+				      ex->id, "n", (json_int_t)ex->n, "flags", (json_int_t)ex->flags, "out_flow",
+				      ex->out_flow, "stdin_credit", (json_int_t)ex->credit, "timeout_left_ms",
+				      (json_int_t)left, "started_ns", (json_int_t)ex->started_ns, "out_total",
+				      (json_int_t)ex->out_total, "err_total", (json_int_t)ex->err_total, "out_size",
+				      (json_int_t)ex->out_size, "err_size", (json_int_t)ex->err_size, "out_emitted",
+				      (json_int_t)ex->out_emitted, "err_emitted", (json_int_t)ex->err_emitted,
+				      "session_cut", ex->session_cut);
 		if (!o || json_array_append_new(arr, o) < 0) {
 			json_decref(arr);
 			arr = NULL;
@@ -90,17 +90,17 @@ static int exec_entry_ok(const struct mon *m, json_t *e, uint32_t next, int size
 	uint64_t n = sbx_json_u64(e, "n");
 	snprintf(want, sizeof want, "e%llu", (unsigned long long)n);
 	return n && n <= next && !strcmp(id, want) &&
-	               (!sizes || (sbx_json_u64(e, "out_size") <= m->output_cap &&
-	                           sbx_json_u64(e, "err_size") <= m->output_cap)) &&
-	               sbx_json_u64(e, "stdin_credit") <= SBX_STDIN_WINDOW
-	           ? 0
-	           : -1;
+			       (!sizes || (sbx_json_u64(e, "out_size") <= m->output_cap &&
+					   sbx_json_u64(e, "err_size") <= m->output_cap)) &&
+			       sbx_json_u64(e, "stdin_credit") <= SBX_STDIN_WINDOW
+		       ? 0
+		       : -1;
 }
 
 static json_t *exec_entry_copy(json_t *e, json_t *req)
 {
-	static const char *const nums[] = {"n",         "flags",     "stdin_credit", "timeout_left_ms", "started_ns",
-	                                   "out_total", "err_total", "out_emitted",  "err_emitted"};
+	static const char *const nums[] = { "n",         "flags",     "stdin_credit", "timeout_left_ms", "started_ns",
+					    "out_total", "err_total", "out_emitted",  "err_emitted" };
 	json_t *o = json_object();
 	char id[16];
 	sbx_json_str(e, "id", id, sizeof id);
@@ -127,24 +127,23 @@ int snap_execs_write(struct mon *m, int sdfd, const char *state, uint64_t *bytes
 	    next >= SBX_WARM_STREAM) {
 		json_decref(top);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
-		                   "the monitor's account of its running execs is malformed");
+				   "the monitor's account of its running execs is malformed");
 	}
 	/* The parent closed its copy of execs/ at the split (the child owns
 	 * it): opened afresh, every name under it without following links. */
-	_cleanup_close_ int xdfd = m->execs_dfd >= 0
-	                               ? fcntl(m->execs_dfd, F_DUPFD_CLOEXEC, 0)
-	                               : openat(m->lib_dfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_close_ int xdfd =
+		m->execs_dfd >= 0 ? fcntl(m->execs_dfd, F_DUPFD_CLOEXEC, 0)
+				  : openat(m->lib_dfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (xdfd < 0) {
 		json_decref(top);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the exec records");
 	}
 	json_t *out = json_array();
 	int rc = 0;
-	json_array_foreach(arr, i, e)
-	{
+	json_array_foreach (arr, i, e) {
 		if (exec_entry_ok(m, e, (uint32_t)next, 1) < 0) {
 			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
-			                 "the monitor's account of its running execs is malformed");
+					 "the monitor's account of its running execs is malformed");
 			break;
 		}
 		char id[16], name[32];
@@ -183,8 +182,8 @@ int snap_execs_write(struct mon *m, int sdfd, const char *state, uint64_t *bytes
 		txt = w ? json_dumps(w, JSON_COMPACT) : NULL;
 		json_decref(w);
 		rc = txt && strlen(txt) < EXECS_FILE_MAX
-		         ? sbx_atomic_write_at(sdfd, EXECS_FILE, txt, strlen(txt), 0600, err)
-		         : sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot write the running execs' records");
+			     ? sbx_atomic_write_at(sdfd, EXECS_FILE, txt, strlen(txt), 0600, err)
+			     : sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot write the running execs' records");
 		if (rc == 0)
 			*bytes += strlen(txt);
 	}
@@ -277,21 +276,20 @@ int snap_execs_restore(struct mon *m, struct sbx_err *err)
 	_cleanup_free_ char *txt = sbx_read_small_at(sdfd, EXECS_FILE, EXECS_FILE_MAX, &len);
 	if (!txt)
 		return errno == ENOENT ? 0
-		                       : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read %s of snapshot %s",
-		                                     EXECS_FILE, m->s.snapshot);
+				       : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read %s of snapshot %s",
+						     EXECS_FILE, m->s.snapshot);
 	json_t *top = json_loads(txt, JSON_REJECT_DUPLICATES, NULL), *arr = json_object_get(top, "execs"), *e;
 	uint64_t next = sbx_json_u64(top, "next_exec");
 	size_t i;
 	int rc = 0;
 	if (!json_is_array(arr) || json_array_size(arr) > EXECS_KEPT || !next || next >= SBX_WARM_STREAM)
 		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "snapshot %s: %s is malformed", m->s.snapshot, EXECS_FILE);
-	json_array_foreach(arr, i, e)
-	{
+	json_array_foreach (arr, i, e) {
 		if (rc < 0)
 			break;
 		if (exec_entry_ok(m, e, (uint32_t)next, 0) < 0 || exec_find(m, (uint32_t)sbx_json_u64(e, "n")))
 			rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "snapshot %s: %s is malformed", m->s.snapshot,
-			                 EXECS_FILE);
+					 EXECS_FILE);
 		else
 			rc = exec_restore_one(m, sdfd, e, err);
 	}

@@ -312,8 +312,8 @@ static int susp_suspend(struct mon *m, const char *why, struct sbx_err *err)
 	for (struct exec *ex = m->execs; ex; ex = ex->next)
 		running += !ex->done;
 	json_t *f = json_pack("{s:s, s:s, s:b, s:I, s:I, s:i}", "session", m->s.id, "reason", why, "ok", 1,
-			      "memory_bytes", (json_int_t)bytes, "suspend_ms", (json_int_t)((sbx_mono_ns() - t0) / 1000000u),
-			      "execs_running", (int)running);
+			      "memory_bytes", (json_int_t)bytes, "suspend_ms",
+			      (json_int_t)((sbx_mono_ns() - t0) / 1000000u), "execs_running", (int)running);
 	mon_audit(m, "session.suspend", f, NULL);
 	json_decref(f);
 	return 0;
@@ -356,13 +356,23 @@ int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err)
 	snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
 	snprintf(dir, sizeof dir, "%s/sessions/%s/" SUSP_DIR, m->st.lib, m->s.id);
 	struct sbx_vm_config c = {
-		.ops = ops, .kernel = t.kernel, .initrd = t.initrd, .rootfs = t.rootfs, .scratch = scratch,
-		.agent_sock = accept_agent ? "agent.sock" : NULL, .vsock_sock = accept_agent ? NULL : "vsock/agent.sock",
+		.ops = ops,
+		.kernel = t.kernel,
+		.initrd = t.initrd,
+		.rootfs = t.rootfs,
+		.scratch = scratch,
+		.agent_sock = accept_agent ? "agent.sock" : NULL,
+		.vsock_sock = accept_agent ? NULL : "vsock/agent.sock",
 		.qmp_sock = "qmp.sock",
-		.hostname = m->s.id, .vcpus = m->s.vcpus, .memory_mib = m->s.memory_mib,
-		.disk_bps = m->s.limits.disk_bps, .disk_iops = m->s.limits.disk_iops,
+		.hostname = m->s.id,
+		.vcpus = m->s.vcpus,
+		.memory_mib = m->s.memory_mib,
+		.disk_bps = m->s.limits.disk_bps,
+		.disk_iops = m->s.limits.disk_iops,
 		.accel = strcmp(m->s.accel, "kvm") ? SBX_ACCEL_TCG : SBX_ACCEL_KVM,
-		.tsc_khz = sbx_host_tsc_khz(), .sandbox = 1, .restore_dir = dir,
+		.tsc_khz = sbx_host_tsc_khz(),
+		.sandbox = 1,
+		.restore_dir = dir,
 	};
 	sbx_pkgcache_guest_params(&m->s.limits.packages, pkg_params, sizeof pkg_params);
 	c.guest_params = pkg_params;
@@ -388,7 +398,9 @@ int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err)
 		snprintf(m->s.state, sizeof m->s.state, "%s", was);
 	}
 	if (rc == 0)
-		rc = out_pipe("console.log", &fds[0], &con_w, err) < 0 || out_pipe("vmm.log", &fds[1], &log_w, err) < 0 ? -1 : 0;
+		rc = out_pipe("console.log", &fds[0], &con_w, err) < 0 || out_pipe("vmm.log", &fds[1], &log_w, err) < 0
+			     ? -1
+			     : 0;
 	c.stdout_fd = con_w;
 	c.stderr_fd = log_w;
 	if (rc == 0)
@@ -407,9 +419,11 @@ int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err)
 	if (rc == 0 && accept_agent) {
 		/* QEMU connects as it starts, before it loads the image. */
 		struct pollfd p = { .fd = m->agent_listen.fd, .events = POLLIN };
-		fd = poll(&p, 1, 10000) == 1 ? accept4(m->agent_listen.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK) : -1;
+		fd = poll(&p, 1, 10000) == 1 ? accept4(m->agent_listen.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)
+					     : -1;
 		if (fd < 0)
-			rc = sbx_err_set(err, SBX_EXIT_UNAVAIL, errno, "the resumed VMM did not connect to the agent socket");
+			rc = sbx_err_set(err, SBX_EXIT_UNAVAIL, errno,
+					 "the resumed VMM did not connect to the agent socket");
 	}
 	if (rc == 0)
 		rc = sbx_vm_resume(&m->vm, err);
@@ -444,7 +458,8 @@ int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err)
 int susp_take_room(struct mon *m, struct sbx_err *err)
 {
 	_cleanup_close_ int g = sbx_lock_global(&m->st, err);
-	if (g < 0 || sbx_capacity_admit(&m->st, m->s.tenant[0] ? m->s.tenant : NULL, m->s.vcpus, m->s.memory_mib, err) < 0)
+	if (g < 0 ||
+	    sbx_capacity_admit(&m->st, m->s.tenant[0] ? m->s.tenant : NULL, m->s.vcpus, m->s.memory_mib, err) < 0)
 		return -1;
 	/* The record only: the time accounting follows in susp_resume. */
 	struct sbx_session *r = malloc(sizeof *r);
@@ -469,8 +484,8 @@ static int susp_resume(struct mon *m, const char *why, struct sbx_err *err)
 			mon_record_save(m, NULL); /* suspended still */
 		m->susp.busy = 0;
 		sbx_err_wrap(err, "cannot resume session %s", m->s.id);
-		json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:s}", "session", m->s.id, "from", "disk", "reason", why, "ok",
-				      0, "error", err->msg);
+		json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:s}", "session", m->s.id, "from", "disk", "reason", why,
+				      "ok", 0, "error", err->msg);
 		mon_audit(m, "session.resume", f, NULL);
 		json_decref(f);
 		return -1;

@@ -48,7 +48,8 @@ static void vmmout_compact(struct vmmout *o)
 	uint64_t keep = o->size < o->cap / 2 ? o->size : o->cap / 2, from = o->size - keep;
 	o->dropped += from;
 	char line[128];
-	int hl = snprintf(line, sizeof line, "[sbx: %llu earlier bytes of this log were dropped; it keeps at most %llu]\n",
+	int hl = snprintf(line, sizeof line,
+			  "[sbx: %llu earlier bytes of this log were dropped; it keeps at most %llu]\n",
 			  (unsigned long long)o->dropped, (unsigned long long)o->cap);
 	if (hl < 0 || (uint64_t)hl >= from) /* cannot happen: from >= cap/4 */
 		hl = 0;
@@ -144,4 +145,3 @@ void vmmout_close(struct vmmout *o)
 		close(o->fd);
 	o->src.fd = o->fd = -1;
 }
-

@@ -30,8 +30,11 @@ static struct sbx_trace warm_trace;
 void warm_start(struct mon *m)
 {
 	char *argv[] = { "echo", NULL };
-	struct sbx_exec_req r = { .argv = argv, .argc = 1, .timeout_ms = WARM_TIMEOUT_MS,
-				  .pids_max = m->s.limits.pids_per_exec, .session_pids = m->s.limits.pids_per_session,
+	struct sbx_exec_req r = { .argv = argv,
+				  .argc = 1,
+				  .timeout_ms = WARM_TIMEOUT_MS,
+				  .pids_max = m->s.limits.pids_per_exec,
+				  .session_pids = m->s.limits.pids_per_session,
 				  .memory_max = m->s.limits.exec_memory };
 
 	sbx_trace_begin(&warm_trace, "boot.warm");

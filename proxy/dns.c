@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 
 #define DNS_TCP_IDLE_MS 10000
-#define DNS_BATCH_MAX 64        /* queries listed in a second's dns.query event */
+#define DNS_BATCH_MAX 64 /* queries listed in a second's dns.query event */
 #define HOSTS_MAX (1u << 20)
 
 static void set_port(struct sockaddr_storage *ss, unsigned port)
@@ -180,7 +180,7 @@ static void dns_record(struct sbx_proxy *px, json_t *r)
 	const char *verdict = json_string_value(json_object_get(r, "verdict"));
 	if (verdict && strcmp(verdict, "allow")) {
 		if (px_refusal(px, "dns", verdict, json_string_value(json_object_get(r, "domain")), NULL, 53,
-			    json_string_value(json_object_get(r, "reason"))))
+			       json_string_value(json_object_get(r, "reason"))))
 			sbx_proxy_log(px, r);
 		json_decref(r);
 		return;

@@ -35,7 +35,8 @@ static enum sbx_sniff set_host(const char *s, size_t len, char *host, size_t hn,
 		char c = s[i];
 		if (c >= 'A' && c <= 'Z')
 			c = (char)(c - 'A' + 'a');
-		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || (c == '.' && i && s[i - 1] != '.')))
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+		      (c == '.' && i && s[i - 1] != '.')))
 			return SBX_SNIFF_BAD;
 		host[i] = c;
 	}
@@ -70,10 +71,10 @@ static enum sbx_sniff sniff_tls(const uint8_t *b, size_t n, char *host, size_t h
 		return SBX_SNIFF_BAD;
 	p += 4;
 	end = p + hlen;
-#define NEED(k)                                 \
-	do {                                    \
-		if ((size_t)(end - p) < (size_t)(k)) \
-			return SBX_SNIFF_BAD;   \
+#define NEED(k)                                                                                                        \
+	do {                                                                                                           \
+		if ((size_t)(end - p) < (size_t)(k))                                                                   \
+			return SBX_SNIFF_BAD;                                                                          \
 	} while (0)
 	NEED(2 + 32 + 1); /* legacy_version, random, session id length */
 	p += 34;
@@ -126,8 +127,8 @@ static enum sbx_sniff sniff_tls(const uint8_t *b, size_t n, char *host, size_t h
 
 #define HTTP_CHUNK_LINE_MAX 1024
 
-static const char *const methods[] = { "GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ",
-				       "CONNECT ", "TRACE " };
+static const char *const methods[] = { "GET ",     "HEAD ",  "POST ",    "PUT ",  "DELETE ",
+				       "OPTIONS ", "PATCH ", "CONNECT ", "TRACE " };
 
 /* A host[:port] as Host or an authority writes it, into host without the
  * port.  SBX_SNIFF_HTTP or SBX_SNIFF_BAD. */
@@ -274,7 +275,10 @@ static int chunk_size(const char *s, size_t n, uint64_t *out)
 	size_t i = 0;
 	for (; i < n; i++) {
 		char c = s[i];
-		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+		int d = c >= '0' && c <= '9'   ? c - '0'
+			: c >= 'a' && c <= 'f' ? c - 'a' + 10
+			: c >= 'A' && c <= 'F' ? c - 'A' + 10
+					       : -1;
 		if (d < 0)
 			break;
 		if (i >= 15)
@@ -306,8 +310,8 @@ size_t sbx_http_flow_scan(struct sbx_http_flow *f, const uint8_t *b, size_t n, i
 			if (k == SBX_SNIFF_MORE)
 				return off;
 			if (k == SBX_SNIFF_OTHER || k == SBX_SNIFF_BAD)
-				return flow_deny(f, off, verdict, "a request on the connection is not well-formed HTTP/1.x",
-						 NULL);
+				return flow_deny(f, off, verdict,
+						 "a request on the connection is not well-formed HTTP/1.x", NULL);
 			if (k == SBX_SNIFF_CONFLICT)
 				return flow_deny(f, off, verdict, "a request's target names another host than its Host",
 						 NULL);
@@ -385,14 +389,9 @@ size_t sbx_http_flow_scan(struct sbx_http_flow *f, const uint8_t *b, size_t n, i
 			}
 			f->state = SBX_HTTP_CHUNK_SIZE;
 			break;
-		case SBX_HTTP_UPGRADE_WAIT:
-			*verdict = SBX_FLOW_WAIT;
-			return off;
-		case SBX_HTTP_OPAQUE:
-			return n;
-		default:
-			*verdict = SBX_FLOW_DENY;
-			return off;
+		case SBX_HTTP_UPGRADE_WAIT: *verdict = SBX_FLOW_WAIT; return off;
+		case SBX_HTTP_OPAQUE: return n;
+		default: *verdict = SBX_FLOW_DENY; return off;
 		}
 	}
 	if (f->state == SBX_HTTP_UPGRADE_WAIT)
@@ -675,7 +674,8 @@ static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
 	if (a->sa_family != b->sa_family)
 		return 0;
 	if (a->sa_family == AF_INET)
-		return !memcmp(&((const struct sockaddr_in *)a)->sin_addr, &((const struct sockaddr_in *)b)->sin_addr, 4);
+		return !memcmp(&((const struct sockaddr_in *)a)->sin_addr, &((const struct sockaddr_in *)b)->sin_addr,
+			       4);
 	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
 }
 

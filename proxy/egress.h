@@ -58,8 +58,15 @@ const char *sbx_sniff_name(enum sbx_sniff k);
  * the guest's bytes wait for the server's answer: a 101 makes the rest
  * opaque, anything else means more requests. */
 enum sbx_http_state {
-	SBX_HTTP_HEAD, SBX_HTTP_BODY, SBX_HTTP_CHUNK_SIZE, SBX_HTTP_CHUNK_DATA, SBX_HTTP_CHUNK_END,
-	SBX_HTTP_TRAILER, SBX_HTTP_UPGRADE_WAIT, SBX_HTTP_OPAQUE, SBX_HTTP_DENIED,
+	SBX_HTTP_HEAD,
+	SBX_HTTP_BODY,
+	SBX_HTTP_CHUNK_SIZE,
+	SBX_HTTP_CHUNK_DATA,
+	SBX_HTTP_CHUNK_END,
+	SBX_HTTP_TRAILER,
+	SBX_HTTP_UPGRADE_WAIT,
+	SBX_HTTP_OPAQUE,
+	SBX_HTTP_DENIED,
 };
 enum { SBX_FLOW_OK, SBX_FLOW_WAIT, SBX_FLOW_DENY };
 struct sbx_http_flow {
@@ -84,8 +91,14 @@ void sbx_http_flow_response(struct sbx_http_flow *f, const uint8_t *b, size_t n)
 
 #define SBX_DNS_MAX 512 /* UDP answers (no EDNS) */
 
-enum { SBX_DNS_NOERROR = 0, SBX_DNS_FORMERR = 1, SBX_DNS_SERVFAIL = 2, SBX_DNS_NXDOMAIN = 3,
-       SBX_DNS_NOTIMP = 4, SBX_DNS_REFUSED = 5 };
+enum {
+	SBX_DNS_NOERROR = 0,
+	SBX_DNS_FORMERR = 1,
+	SBX_DNS_SERVFAIL = 2,
+	SBX_DNS_NXDOMAIN = 3,
+	SBX_DNS_NOTIMP = 4,
+	SBX_DNS_REFUSED = 5
+};
 enum { SBX_DNS_A = 1, SBX_DNS_AAAA = 28 };
 
 struct sbx_dns_query {

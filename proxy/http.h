@@ -10,24 +10,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SBX_HTTP_HEAD_MAX    8192 /* request line and headers */
+#define SBX_HTTP_HEAD_MAX 8192 /* request line and headers */
 #define SBX_HTTP_HEADERS_MAX 64
 
 /* sbx_http_head_parse's flags */
 #define SBX_HTTP_ORIGIN_FORM 1u /* the target must be a path ("/..."): no absolute URL, no CONNECT */
 
 struct sbx_http_head {
-	size_t len;           /* of the head, its blank line included */
-	char method[8];       /* upper-case letters, terminated */
-	const char *target;   /* in the caller's buffer, not terminated */
+	size_t len;         /* of the head, its blank line included */
+	char method[8];     /* upper-case letters, terminated */
+	const char *target; /* in the caller's buffer, not terminated */
 	size_t target_len;
-	unsigned minor;       /* HTTP/1.x */
-	const char *host;     /* the Host field's value without white space, in the buffer; NULL: none */
+	unsigned minor;   /* HTTP/1.x */
+	const char *host; /* the Host field's value without white space, in the buffer; NULL: none */
 	size_t host_len;
-	int64_t length;       /* Content-Length; -1: none */
-	int chunked;          /* Transfer-Encoding (its last coding is chunked) */
-	int upgrade;          /* an Upgrade field: the stream may stop being HTTP */
-	int pip;              /* User-Agent: pip/... */
+	int64_t length; /* Content-Length; -1: none */
+	int chunked;    /* Transfer-Encoding (its last coding is chunked) */
+	int upgrade;    /* an Upgrade field: the stream may stop being HTTP */
+	int pip;        /* User-Agent: pip/... */
 };
 
 /* Parse the head at the start of buf[0..n).  Returns its length (> 0),

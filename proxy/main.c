@@ -11,17 +11,14 @@
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "busy-fd", required_argument, NULL, 'b' },
-		{ "dns-tcp-fd", required_argument, NULL, 'd' },
-		{ "dns-udp-fd", required_argument, NULL, 'u' },
-		{ "id", required_argument, NULL, 'i' },
-		{ "pkg-fd", required_argument, NULL, 'p' },
-		{ "ready-fd", required_argument, NULL, 'r' },
-		{ "tcp-fd", required_argument, NULL, 't' },
-		{ NULL, 0, NULL, 0 },
+		{ "busy-fd", required_argument, NULL, 'b' },    { "dns-tcp-fd", required_argument, NULL, 'd' },
+		{ "dns-udp-fd", required_argument, NULL, 'u' }, { "id", required_argument, NULL, 'i' },
+		{ "pkg-fd", required_argument, NULL, 'p' },     { "ready-fd", required_argument, NULL, 'r' },
+		{ "tcp-fd", required_argument, NULL, 't' },     { NULL, 0, NULL, 0 },
 	};
-	struct sbx_proxy_args a = { .tcp_fd = -1, .dns_udp_fd = -1, .dns_tcp_fd = -1, .pkg_fd = -1, .busy_fd = -1,
-				  .ready_fd = -1 };
+	struct sbx_proxy_args a = {
+		.tcp_fd = -1, .dns_udp_fd = -1, .dns_tcp_fd = -1, .pkg_fd = -1, .busy_fd = -1, .ready_fd = -1
+	};
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {

@@ -91,7 +91,7 @@ static int unhex(int c)
 	return c >= '0' && c <= '9'   ? c - '0'
 	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
 	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-	                              : -1;
+				      : -1;
 }
 
 /* Percent-decode one path segment into out; -1 on a bad escape, a NUL or

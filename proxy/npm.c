@@ -68,11 +68,11 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 	uint64_t max;
 	if (pc_upstream_begin(c, o, what, &max) < 0)
 		return NULL;
-	struct fetch f = {.url = c->upstream,
-	                  .accept = "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8",
-	                  .fd = -1,
-	                  .max = max,
-	                  .budget = c};
+	struct fetch f = { .url = c->upstream,
+			   .accept = "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8",
+			   .fd = -1,
+			   .max = max,
+			   .budget = c };
 	int frc = pc_fetch(&f);
 	c->charged_up += f.bytes;
 	if (frc < 0) {
@@ -88,8 +88,10 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 			_cleanup_free_ char *kept = npm_meta_stale(c, reg_url, pkg, &n);
 			json_t *doc = kept ? json_loadb(kept, n, 0, NULL) : NULL;
 			if (json_is_object(doc) && json_is_object(json_object_get(doc, "versions"))) {
-				pc_diag(c, "registry %s unreachable (%s): the metadata of %s as kept with its last tarball",
-				     c->registry, f.error, pkg);
+				pc_diag(c,
+					"registry %s unreachable (%s): the metadata of %s as kept with its last "
+					"tarball",
+					c->registry, f.error, pkg);
 				*stale = 1;
 				o->cache = "stale";
 				return doc; /* c->upstream stays the registry's URL of it */
@@ -97,7 +99,7 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 			json_decref(doc);
 		}
 		snprintf(msg, sizeof msg, "cannot fetch the metadata of %s from registry %s: %s", pkg, c->registry,
-		         f.error);
+			 f.error);
 		pc_diag(c, "%s (%s)", msg, c->upstream);
 		return pc_refuse(c, o, 502, msg, 0), NULL;
 	}
@@ -107,7 +109,7 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 	if (!json_is_object(doc) || !json_is_object(json_object_get(doc, "versions"))) {
 		json_decref(doc);
 		snprintf(msg, sizeof msg, "the metadata of %s from registry %s is not an npm document", pkg,
-		         c->registry);
+			 c->registry);
 		return pc_refuse(c, o, 502, msg, 0), NULL;
 	}
 	/* Keep the effective URL for resolving relative tarball links. */
@@ -117,7 +119,7 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 
 static int npm_metadata(struct conn *c, const char *reg_url, const char *pkg)
 {
-	struct outcome o = {0};
+	struct outcome o = { 0 };
 	int stale;
 	json_t *doc = npm_load(c, &o, reg_url, pkg, &stale);
 	if (!doc)
@@ -126,8 +128,7 @@ static int npm_metadata(struct conn *c, const char *reg_url, const char *pkg)
 	const char *ver;
 	void *tmp;
 	const char *base = c->cfg->base_url ? c->cfg->base_url : SBX_PKGCACHE_BASE;
-	json_object_foreach_safe(vs, tmp, ver, v)
-	{
+	json_object_foreach_safe (vs, tmp, ver, v) {
 		json_t *dist = json_object_get(v, "dist");
 		if (!pc_version_ok(ver) || !json_is_object(dist)) {
 			json_object_del(vs, ver); /* nothing we could serve */
@@ -148,7 +149,7 @@ static int npm_metadata(struct conn *c, const char *reg_url, const char *pkg)
 
 static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, const char *ver)
 {
-	struct outcome o = {0};
+	struct outcome o = { 0 };
 	char msg[600];
 	snprintf(c->version, sizeof c->version, "%s", ver);
 	int stale;
@@ -165,7 +166,7 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 	}
 	char url[URL_MAX];
 	int bad_url = pc_resolve_url(c->upstream, tb, url, sizeof url) < 0;
-	struct want w = {0};
+	struct want w = { 0 };
 	/* integrity: space-separated "algo-base64" entries (SRI); the
 	 * strongest we know wins.  shasum: hex SHA-1. */
 	const char *integ = json_string_value(json_object_get(dist, "integrity"));
@@ -198,7 +199,7 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 	json_decref(doc);
 	if (bad_url) {
 		snprintf(msg, sizeof msg, "registry %s gives %s@%s a tarball URL that is not http(s)", c->registry, pkg,
-		         ver);
+			 ver);
 		return pc_refuse(c, &o, 502, msg, 1);
 	}
 	int rc = pc_serve_file(c, &o, url, &w);
@@ -211,7 +212,7 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
  * /npm/N/tarball/PKG/VERSION. */
 int pc_route_npm(struct conn *c, const char *reg_url, segment *seg, unsigned ns)
 {
-	struct outcome o = {0};
+	struct outcome o = { 0 };
 	char pkg[220];
 	unsigned first = 2, last = ns;
 	int tarball = !strcmp(seg[2], "tarball") && ns >= 5;
@@ -226,8 +227,8 @@ int pc_route_npm(struct conn *c, const char *reg_url, segment *seg, unsigned ns)
 	else
 		pkg[0] = 0;
 	if (!pc_npm_name_ok(pkg))
-		return pc_refuse(c, &o, 404, "not a package cache URL: /npm/N/PACKAGE or /npm/N/tarball/PACKAGE/VERSION",
-		              0);
+		return pc_refuse(c, &o, 404,
+				 "not a package cache URL: /npm/N/PACKAGE or /npm/N/tarball/PACKAGE/VERSION", 0);
 	snprintf(c->package, sizeof c->package, "%s", pkg);
 	if (!tarball) {
 		snprintf(c->kind, sizeof c->kind, "metadata");

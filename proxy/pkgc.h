@@ -23,10 +23,10 @@
 
 #include "pkgcache.h"
 
-#define INDEX_MAX     SBX_PKGCACHE_INDEX_MAX /* an upstream index page or metadata document */
+#define INDEX_MAX SBX_PKGCACHE_INDEX_MAX /* an upstream index page or metadata document */
 #define FILE_NAME_MAX 255
-#define URL_MAX       4096
-#define IO_TIMEOUT_S  60 /* the guest's socket, each read or write; the wait for a slot */
+#define URL_MAX 4096
+#define IO_TIMEOUT_S 60 /* the guest's socket, each read or write; the wait for a slot */
 
 /* ---- one connection (pkgcache.c) ---- */
 
@@ -43,9 +43,9 @@ struct conn {
 	char kind[12]; /* index, file, metadata, tarball */
 	char package[220], version[130], file[FILE_NAME_MAX + 1];
 	char upstream[URL_MAX];
-	int slot;             /* holds one of the SBX_PKGCACHE_FETCHES_MAX upstream slots */
-	uint64_t charged_up;  /* bytes of the index or metadata fetched for this request,
-	                       * already charged to the budget */
+	int slot;            /* holds one of the SBX_PKGCACHE_FETCHES_MAX upstream slots */
+	uint64_t charged_up; /* bytes of the index or metadata fetched for this request,
+			      * already charged to the budget */
 };
 
 struct outcome {
@@ -55,9 +55,9 @@ struct outcome {
 	const char *cache; /* hit, miss, NULL */
 	uint64_t size;
 	char sha256[65];
-	char expected[140]; /* the registry's hash, "sha256:..." */
+	char expected[140];   /* the registry's hash, "sha256:..." */
 	const char *verified; /* hashed (while downloading), cached (the recorded hash
-	                       * of an unchanged inode), rehashed (hashed again) */
+			       * of an unchanged inode), rehashed (hashed again) */
 	int prepaid;          /* size is already charged: it was downloaded for this request */
 };
 
@@ -77,18 +77,18 @@ struct fetch {
 	/* in */
 	const char *url;
 	const char *accept;
-	int fd;       /* >= 0: write the body here (hashing it); else memory */
-	uint64_t max; /* body bytes */
-	struct conn *budget;  /* non-NULL: reserve every body byte against its max_download */
-	struct links *links;  /* non-NULL: parse the body as a PEP 503 page as it arrives,
-	                       * into links, instead of keeping it */
+	int fd;              /* >= 0: write the body here (hashing it); else memory */
+	uint64_t max;        /* body bytes */
+	struct conn *budget; /* non-NULL: reserve every body byte against its max_download */
+	struct links *links; /* non-NULL: parse the body as a PEP 503 page as it arrives,
+			      * into links, instead of keeping it */
 	/* out */
 	struct sbuf body; /* the body, when fd < 0 and links is NULL */
 	uint64_t bytes;
 	uint64_t reserved; /* of the budget, for this fetch; bytes of it are used */
 	long status;
-	int over;         /* the body was larger than max */
-	int broke;        /* the budget was spent (1) or cannot be accounted (-1) */
+	int over;  /* the body was larger than max */
+	int broke; /* the budget was spent (1) or cannot be accounted (-1) */
 	int oom;
 	int started;
 	CURL *h;

@@ -48,7 +48,6 @@ static void init_once(void)
 		cache_quota = hostconf.packages.cache_quota;
 }
 
-
 int sbx_pkgcache_init(struct sbx_err *err)
 {
 	pthread_once(&once, init_once);
@@ -73,7 +72,6 @@ uint64_t pc_scope_quota(const struct conn *c)
 }
 
 /* ---- one connection's context -------------------------------------------- */
-
 
 void pc_diag(const struct conn *c, const char *fmt, ...)
 {
@@ -105,7 +103,7 @@ const char *pc_policy_name(const struct conn *c)
 static json_t *record_json(const struct conn *c, const struct outcome *o)
 {
 	json_t *r = json_pack("{s:s, s:s, s:s, s:s}", "session", c->cfg->session, "kind", c->kind, "registry",
-	                      c->registry, "verdict", o->verdict);
+			      c->registry, "verdict", o->verdict);
 	if (!r)
 		return NULL;
 	if (c->cfg->tenant && c->cfg->tenant[0])
@@ -193,7 +191,7 @@ int pc_record(const struct conn *c, const struct outcome *o, int audit)
 	}
 	int rc = 0;
 	if (audit) {
-		struct sbx_err e = {0};
+		struct sbx_err e = { 0 };
 		if (c->cfg->audit(c->cfg->ctx, "package.fetch", r, &e) < 0) {
 			pc_diag(c, "cannot append package.fetch to the audit trail: %s", e.msg);
 			rc = -1;
@@ -237,21 +235,20 @@ static const struct sbx_limit_registry *registry(const struct conn *c, int type,
 
 /* ---- routing ------------------------------------------------------------------ */
 
-
 /* HEAD of an index page or metadata: those are never cached, and HEAD is
  * answered from the cache only. */
 int pc_refuse_head(struct conn *c)
 {
-	struct outcome o = {0};
+	struct outcome o = { 0 };
 	char msg[400];
 	snprintf(msg, sizeof msg, "the %s of %s is not cached (HEAD is answered from the cache only; use GET)", c->kind,
-	         c->package);
+		 c->package);
 	return pc_refuse(c, &o, 404, msg, 0);
 }
 
 static int route(struct conn *c)
 {
-	struct outcome o = {0};
+	struct outcome o = { 0 };
 	char path[sizeof c->req.target];
 	snprintf(path, sizeof path, "%s", c->req.target);
 	path[strcspn(path, "?")] = 0;
@@ -291,13 +288,13 @@ static int route(struct conn *c)
 	char msg[400];
 	if (c->cfg->pkg->mode != SBX_PKG_ALLOWLIST) {
 		snprintf(msg, sizeof msg, "package installs are refused: packages.mode: offline in policy %s",
-		         pc_policy_name(c));
+			 pc_policy_name(c));
 		return pc_refuse(c, &o, 403, msg, 0);
 	}
 	const struct sbx_limit_registry *r = registry(c, type, (unsigned)idx);
 	if (!r) {
 		snprintf(msg, sizeof msg, "policy %s has no %s registry number %lu in packages.registries",
-		         pc_policy_name(c), seg[0], idx);
+			 pc_policy_name(c), seg[0], idx);
 		return pc_refuse(c, &o, 404, msg, 0);
 	}
 	c->reg_url = r->url;
@@ -309,8 +306,8 @@ int sbx_pkgcache_serve(const struct sbx_pkgcache_cfg *cfg, int conn_fd)
 	if (sbx_pkgcache_init(NULL) < 0 || !cfg || !cfg->pkg || cfg->cache_fd < 0 || !cfg->audit || !cfg->budget ||
 	    !cfg->session)
 		return -1;
-	struct conn c = {.cfg = cfg, .fd = conn_fd};
-	struct timeval tv = {.tv_sec = IO_TIMEOUT_S};
+	struct conn c = { .cfg = cfg, .fd = conn_fd };
+	struct timeval tv = { .tv_sec = IO_TIMEOUT_S };
 	setsockopt(conn_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	setsockopt(conn_fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 	snprintf(c.registry, sizeof c.registry, "-");
@@ -329,14 +326,14 @@ int sbx_pkgcache_serve(const struct sbx_pkgcache_cfg *cfg, int conn_fd)
 		if (used != 0)
 			break;
 	}
-	struct outcome o = {0};
+	struct outcome o = { 0 };
 	if (used < 0) {
 		char msg[64];
 		snprintf(msg, sizeof msg, "%s",
-		         status == 431   ? "request head too large"
-		         : status == 414 ? "URI too long"
-		         : status == 505 ? "HTTP version not supported"
-		                         : "bad request");
+			 status == 431   ? "request head too large"
+			 : status == 414 ? "URI too long"
+			 : status == 505 ? "HTTP version not supported"
+					 : "bad request");
 		return pc_refuse(&c, &o, status ? status : 400, msg, 0) < 0 ? -1 : 0;
 	}
 	c.head = !strcmp(c.req.method, "HEAD");
@@ -348,4 +345,3 @@ int sbx_pkgcache_serve(const struct sbx_pkgcache_cfg *cfg, int conn_fd)
 	pc_slot_give(&c);
 	return rc;
 }
-

@@ -61,9 +61,9 @@
 #include "pkgparams.h"
 #include "http.h"
 
-#define SBX_PKGCACHE_FETCHES_MAX   4               /* upstream fetches at once, per proxy */
-#define SBX_PKGCACHE_INDEX_MAX     (32u << 20)     /* an index page or metadata document */
-#define SBX_PKGCACHE_QUOTA_DEFAULT (4ull << 30)    /* per cache scope, when sbx.yaml sets none */
+#define SBX_PKGCACHE_FETCHES_MAX 4              /* upstream fetches at once, per proxy */
+#define SBX_PKGCACHE_INDEX_MAX (32u << 20)      /* an index page or metadata document */
+#define SBX_PKGCACHE_QUOTA_DEFAULT (4ull << 30) /* per cache scope, when sbx.yaml sets none */
 
 /* The package cache runs as this uid (the proxy's cache half, proxy.c),
  * which owns every cache scope, LIB/pkgcache/SCOPE (0700); LIB/pkgcache
@@ -74,9 +74,9 @@
 #define SBX_PKGCACHE_UID (SBX_JAIL_UID_BASE + (3u << 22))
 
 struct sbx_pkgcache_cfg {
-	int cache_fd;                         /* the session's cache scope (sbx_pkgcache_scope_open) */
-	int pkglog_fd;                        /* the session's packages.log (O_APPEND), opened
-	                                       * before the drop; -1: none */
+	int cache_fd;  /* the session's cache scope (sbx_pkgcache_scope_open) */
+	int pkglog_fd; /* the session's packages.log (O_APPEND), opened
+			* before the drop; -1: none */
 	/* The audit trail and the session's packages.max_download counter,
 	 * both the root writer's (proxy.c): an append (-1 when the record is
 	 * not in the trail) and a budget operation (give back `give`, then
@@ -86,12 +86,12 @@ struct sbx_pkgcache_cfg {
 	void *ctx;
 	const char *session;                  /* session ID */
 	const char *tenant;                   /* "" or NULL: none; cached files are shared
-	                                       * only among sessions of the same tenant */
+					       * only among sessions of the same tenant */
 	const struct sbx_limit_packages *pkg; /* the record's limits.packages */
 	const char *base_url;                 /* how the guest reaches the cache, for the links
-	                                       * the cache writes; NULL: SBX_PKGCACHE_BASE */
+					       * the cache writes; NULL: SBX_PKGCACHE_BASE */
 	int log_fd;                           /* the proxy's diagnostics: one line per internal
-	                                       * problem; -1: none */
+					       * problem; -1: none */
 };
 
 /* Once per process, before any thread serves (libcurl, libxml2, and

@@ -35,20 +35,23 @@
 #include "pkgcache.h"
 #include "wmsg.h"
 
-#define CONN_SLACK 8            /* TCP connections being decided past max_connections */
-#define DNS_TCP_MAX 8           /* DNS over TCP connections at once */
-#define PKG_CONN_MAX 56         /* package cache connections at once */
+#define CONN_SLACK 8                                     /* TCP connections being decided past max_connections */
+#define DNS_TCP_MAX 8                                    /* DNS over TCP connections at once */
+#define PKG_CONN_MAX 56                                  /* package cache connections at once */
 #define REFUSED_OTHER "(other destinations and reasons)" /* the rest's key, per protocol */
-#define REFUSED_LINES 20        /* refusals a second written to net.log one by one */
-#define NETLOG_MAX (4u << 20)   /* net.log's cap; $SBX_NETLOG_MAX overrides */
-#define AUDIT_MSG_MAX WMSG_MAX /* a message from an unprivileged half */
-#define AUDIT_PER_SEC 512       /* records a second each half may send: a compromised
-				 * one cannot hog the shared audit lock */
-#define BUDGET_PER_SEC 2048     /* package budget operations a second (one per MiB
-				 * fetched, and a few per request) */
+#define REFUSED_LINES 20                                 /* refusals a second written to net.log one by one */
+#define NETLOG_MAX (4u << 20)                            /* net.log's cap; $SBX_NETLOG_MAX overrides */
+#define AUDIT_MSG_MAX WMSG_MAX                           /* a message from an unprivileged half */
+#define AUDIT_PER_SEC                                                                                                  \
+	512 /* records a second each half may send: a compromised                                                      \
+	     * one cannot hog the shared audit lock */
+#define BUDGET_PER_SEC                                                                                                 \
+	2048                                 /* package budget operations a second (one per MiB                        \
+					      * fetched, and a few per request) */
 #define AUDIT_BUDGET_FILE "proxy-audit.json" /* the budget's count, across proxies */
-#define AUDIT_ENVELOPE 160      /* a record's own fields (seq, time, type, prev), counted
-				 * with its fields against the budget */
+#define AUDIT_ENVELOPE                                                                                                 \
+	160 /* a record's own fields (seq, time, type, prev), counted                                                  \
+	     * with its fields against the budget */
 /* The network half's uid: SBX_JAIL_UID_BASE + 2^22 + its pid.  pid_max is
  * at most 2^22, so no VMM's jail uid (the base + its pid), live or left
  * on a crashed session's files, is ever one. */
@@ -75,7 +78,7 @@ static void log_locked(struct sbx_proxy *px, json_t *rec)
 	if (!line)
 		return;
 	size_t n = strlen(line);
-	line[n] = '\n'; /* one write per record: lines never interleave (O_APPEND) */
+	line[n] = '\n';                                 /* one write per record: lines never interleave (O_APPEND) */
 	if (px->log_size + n + 1 + 512 > px->log_max) { /* room for the last line */
 		free(line);
 		char t[40];
@@ -137,8 +140,8 @@ static void budget_save(struct sbx_proxy *px)
  * writer serves any record. */
 static void budget_load(struct sbx_proxy *px)
 {
-	_cleanup_free_ char *txt = px->budget.dfd >= 0 ? sbx_read_small_at(px->budget.dfd, AUDIT_BUDGET_FILE, 4096, NULL)
-						      : NULL;
+	_cleanup_free_ char *txt =
+		px->budget.dfd >= 0 ? sbx_read_small_at(px->budget.dfd, AUDIT_BUDGET_FILE, 4096, NULL) : NULL;
 	json_t *o = txt ? json_loads(txt, 0, NULL) : NULL;
 	json_int_t b = json_integer_value(json_object_get(o, "bytes"));
 	px->budget.used = px->budget.saved = b > 0 ? (uint64_t)b : 0;
@@ -210,7 +213,8 @@ static void budget_totals(struct sbx_proxy *px)
 			json_object_set_new(f, "refused_messages",
 					    json_pack("{s:I, s:I, s:I, s:I}", "malformed", (json_int_t)px->refused[0],
 						      "not_allowed", (json_int_t)px->refused[1], "too_large",
-						      (json_int_t)px->refused[2], "over_rate", (json_int_t)px->refused[3]));
+						      (json_int_t)px->refused[2], "over_rate",
+						      (json_int_t)px->refused[3]));
 		if (f && px->s.tenant[0])
 			json_object_set_new(f, "tenant", json_string(px->s.tenant));
 		if (f)
@@ -256,7 +260,8 @@ int px_audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *
 	pthread_mutex_unlock(&px->audit_mu);
 	free(msg);
 	if (k != 1 || ans)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, k == 1 ? 0 : errno, "the audit trail did not take the record");
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, k == 1 ? 0 : errno,
+				   "the audit trail did not take the record");
 	return 0;
 }
 
@@ -290,8 +295,8 @@ static int px_audit_cb(void *ctx, const char *type, json_t *f, struct sbx_err *e
 /* Count a refusal.  1 when it is to be written to net.log on its own
  * (the first REFUSED_LINES of a second), 0 when the second's summary
  * line counts it. */
-int px_refusal(struct sbx_proxy *px, const char *proto, const char *verdict, const char *domain,
-		   const char *address, unsigned port, const char *reason)
+int px_refusal(struct sbx_proxy *px, const char *proto, const char *verdict, const char *domain, const char *address,
+	       unsigned port, const char *reason)
 {
 	domain = domain ? domain : "";
 	address = address ? address : "";
@@ -409,10 +414,15 @@ static void *pkg_thread(void *arg)
 {
 	struct conn c = *(struct conn *)arg;
 	free(arg);
-	struct sbx_pkgcache_cfg cfg = { .cache_fd = c.px->cache_fd, .pkglog_fd = c.px->pkglog_fd,
-					.audit = px_audit_cb, .budget = px_budget, .ctx = c.px,
-					.session = c.px->s.id, .tenant = c.px->s.tenant,
-					.pkg = &c.px->s.limits.packages, .log_fd = 2 };
+	struct sbx_pkgcache_cfg cfg = { .cache_fd = c.px->cache_fd,
+					.pkglog_fd = c.px->pkglog_fd,
+					.audit = px_audit_cb,
+					.budget = px_budget,
+					.ctx = c.px,
+					.session = c.px->s.id,
+					.tenant = c.px->s.tenant,
+					.pkg = &c.px->s.limits.packages,
+					.log_fd = 2 };
 	sbx_pkgcache_serve(&cfg, c.fd);
 	close(c.fd);
 	px_side_done(c.px, &c.px->pkg);
@@ -465,7 +475,9 @@ static void accept_one(struct sbx_proxy *px, int lfd, int kind)
 	if (fd < 0)
 		return;
 	unsigned *count = kind == 0 ? &px->threads : kind == 1 ? &px->dns_tcp : &px->pkg;
-	unsigned cap = kind == 0 ? px->pol.network.max_connections + CONN_SLACK : kind == 1 ? DNS_TCP_MAX : PKG_CONN_MAX;
+	unsigned cap = kind == 0   ? px->pol.network.max_connections + CONN_SLACK
+		       : kind == 1 ? DNS_TCP_MAX
+				   : PKG_CONN_MAX;
 	pthread_mutex_lock(&px->mu);
 	int ok = *count < cap;
 	if (ok) {
@@ -474,10 +486,11 @@ static void accept_one(struct sbx_proxy *px, int lfd, int kind)
 	}
 	pthread_mutex_unlock(&px->mu);
 	if (!ok) {
-		px_refuse_now(px, fd, kind,
-			   kind == 0   ? "too many connections at once (network.max_connections, and a few being decided)"
-			   : kind == 1 ? "too many DNS connections at once"
-				       : "too many package cache connections at once");
+		px_refuse_now(
+			px, fd, kind,
+			kind == 0   ? "too many connections at once (network.max_connections, and a few being decided)"
+			: kind == 1 ? "too many DNS connections at once"
+				    : "too many package cache connections at once");
 		return;
 	}
 	struct conn *c = malloc(sizeof *c);
@@ -577,7 +590,6 @@ static void ready_say(const struct sbx_err *err)
 	ready_done();
 }
 
-
 /* ---- the writer (root, the audit trail and the session's counters) ---- */
 
 /* The network half's word, before its first record: it runs; and the
@@ -622,7 +634,8 @@ static int writer_serve(struct sbx_proxy *px, int fd, unsigned allow, struct wra
 			px->refused[3]++;
 		} else if (px->budget.dfd >= 0) {
 			int b = sbx_counter_take(px->budget.dfd, "pkgbudget.json", "pkgbudget.lock",
-						 px->s.limits.packages.max_download, m.give, m.take, 0, NULL, &used, NULL);
+						 px->s.limits.packages.max_download, m.give, m.take, 0, NULL, &used,
+						 NULL);
 			a[0] = b < 0 ? 2 : (uint8_t)b;
 		}
 		for (int i = 0; i < 8; i++)
@@ -793,8 +806,8 @@ static int run_cache(struct sbx_proxy *px, const struct sbx_proxy_args *a, pid_t
  * transparent proxy and the resolver, the parsers of the
  * guest's bytes.  It holds its listeners, net.log and a socket to the
  * writer, and nothing else: no state directory, no trail, no cache. */
-static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd, pid_t priv, int sfd,
-		   int stop_fd, struct sbx_err *err)
+static int run_net(struct sbx_proxy *px, const struct sbx_proxy_args *a, int afd, pid_t priv, int sfd, int stop_fd,
+		   struct sbx_err *err)
 {
 	px->audit_fd = afd;
 	if (unprivileged(PROXY_UID_BASE + (uid_t)getpid(), priv, err) < 0)
@@ -856,7 +869,7 @@ static int load(struct sbx_proxy *px, const char *id, struct sbx_err *err)
 	if (px->log_fd < 0 || fstat(px->log_fd, &sb) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open net.log");
 	px->log_size = (uint64_t)sb.st_size; /* a restarted proxy goes on counting */
-	static struct sbx_hostconf hc; /* large */
+	static struct sbx_hostconf hc;       /* large */
 	if (sbx_hostconf_load(&hc, err) < 0)
 		return -1;
 	px->budget.max = hc.audit.session_max ? hc.audit.session_max : SBX_AUDIT_SESSION_MAX_DEFAULT;
@@ -894,8 +907,8 @@ static int cache_open(struct sbx_proxy *px, const struct sbx_proxy_args *a, stru
 	px->cache_fd = sbx_pkgcache_scope_open(px->st.lib_fd, px->s.tenant, SBX_PKGCACHE_UID, err);
 	if (px->cache_fd < 0)
 		return -1;
-	px->pkglog_fd = openat(px->budget.dfd, "packages.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-			       0600);
+	px->pkglog_fd =
+		openat(px->budget.dfd, "packages.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (px->pkglog_fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open packages.log");
 	return 0;
@@ -950,8 +963,18 @@ static int run(const struct sbx_proxy_args *a, struct sbx_err *err)
 		 * of the network, the guest or the cache. */
 		sbx_jail_report_use(san_w);
 		close_fd(&san_net);
-		int *drop[] = { &nch[1], &cch[0], &stop[0], &stop[1], &px.busy_fd, &px.log_fd, &px.hosts_fd,
-				&px.cache_fd, &px.pkglog_fd, &px.st.run_fd, &px.st.rsessions_fd, &px.st.sessions_fd };
+		int *drop[] = { &nch[1],
+				&cch[0],
+				&stop[0],
+				&stop[1],
+				&px.busy_fd,
+				&px.log_fd,
+				&px.hosts_fd,
+				&px.cache_fd,
+				&px.pkglog_fd,
+				&px.st.run_fd,
+				&px.st.rsessions_fd,
+				&px.st.sessions_fd };
 		for (size_t i = 0; i < SBX_ARRAY_LEN(drop); i++)
 			close_fd(drop[i]);
 		for (size_t i = 0; i < SBX_ARRAY_LEN(listeners); i++)

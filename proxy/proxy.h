@@ -14,11 +14,10 @@
 struct sbx_proxy_args {
 	const char *id;
 	int tcp_fd, dns_udp_fd, dns_tcp_fd, pkg_fd; /* from netns.h; -1: none */
-	int busy_fd; /* to the monitor: connections open or none (netns.h); -1: none */
-	int ready_fd; /* to the monitor: 'R' once running, or 'E' CODE ' ' MESSAGE '\n'
-		       * when it cannot start (netns.h); -1: none */
+	int busy_fd;                                /* to the monitor: connections open or none (netns.h); -1: none */
+	int ready_fd;                               /* to the monitor: 'R' once running, or 'E' CODE ' ' MESSAGE '\n'
+						     * when it cannot start (netns.h); -1: none */
 };
-
 
 /* Runs until SIGTERM, SIGINT or SIGHUP (0), or fails to start (-1, err,
  * also written to a->ready_fd).

@@ -20,32 +20,32 @@
 
 #include "proxy.h"
 
-#define RESOLVE_MAX 16          /* addresses of one name */
-#define REFUSED_KEYS 64         /* (destination, reason) counted apart in a second */
+#define RESOLVE_MAX 16  /* addresses of one name */
+#define REFUSED_KEYS 64 /* (destination, reason) counted apart in a second */
 
 struct sbx_proxy {
 	struct sbx_state st;
 	struct sbx_session s;
 	struct sbx_policy pol;
 	int log_fd;
-	pthread_mutex_t mu; /* everything below, and net.log */
+	pthread_mutex_t mu;       /* everything below, and net.log */
 	pthread_mutex_t audit_mu; /* the audit trail: an append fsyncs, which may be slow,
 				   * and must hold up neither answers nor the log */
-	int audit_fd;       /* the halves' channel to the writer (wmsg.h); -1: the writer's own */
-	int cache_fd;       /* the cache half's: its cache scope (pkgcache.h); -1: none */
-	int pkglog_fd;      /* ... and the session's packages.log */
-	uint64_t refused[4]; /* the writer's: messages refused, by why (malformed, not
-			      * allowed, too large, over the rate) */
-	int hosts_fd;       /* $SBX_HOSTS_FILE, opened while it could be */
-	unsigned threads;   /* TCP connections accepted and not yet closed */
-	unsigned active;    /* of them, admitted (connected out) */
-	unsigned dns_tcp, pkg; /* DNS/TCP and package cache connections open */
-	int busy_fd;        /* to the monitor (proxy.h); -1: none */
-	char busy_on, busy_off; /* this half's two bytes */
-	int busy_sent;      /* what the monitor was last told: some open (1) or none */
-	uint64_t bytes;     /* moved so far, both ways */
-	json_t *dns_batch;  /* queries answered, not yet in the audit trail */
-	uint64_t dns_more;  /* answered past DNS_BATCH_MAX this second */
+	int audit_fd;             /* the halves' channel to the writer (wmsg.h); -1: the writer's own */
+	int cache_fd;             /* the cache half's: its cache scope (pkgcache.h); -1: none */
+	int pkglog_fd;            /* ... and the session's packages.log */
+	uint64_t refused[4];      /* the writer's: messages refused, by why (malformed, not
+				   * allowed, too large, over the rate) */
+	int hosts_fd;             /* $SBX_HOSTS_FILE, opened while it could be */
+	unsigned threads;         /* TCP connections accepted and not yet closed */
+	unsigned active;          /* of them, admitted (connected out) */
+	unsigned dns_tcp, pkg;    /* DNS/TCP and package cache connections open */
+	int busy_fd;              /* to the monitor (proxy.h); -1: none */
+	char busy_on, busy_off;   /* this half's two bytes */
+	int busy_sent;            /* what the monitor was last told: some open (1) or none */
+	uint64_t bytes;           /* moved so far, both ways */
+	json_t *dns_batch;        /* queries answered, not yet in the audit trail */
+	uint64_t dns_more;        /* answered past DNS_BATCH_MAX this second */
 	struct refusal {
 		char proto[4], verdict[8];
 		char domain[SBX_HOST_LEN], address[INET6_ADDRSTRLEN];
@@ -56,15 +56,15 @@ struct sbx_proxy {
 	unsigned nref;      /* the last two slots: REFUSED_OTHER for tcp and dns */
 	unsigned ref_lines; /* written one by one this second */
 	uint64_t log_size, log_max, log_dropped;
-	int log_full;       /* the truncation line is written: count only */
+	int log_full; /* the truncation line is written: count only */
 	/* The budget of the session's proxy records in the trail (N5), kept
 	 * by the half that writes them, under audit_mu: audit.session_max
 	 * bytes, then one net.suppressed record and counts only. */
 	struct {
-		int dfd;         /* the session's directory (its count, AUDIT_BUDGET_FILE); -1: none */
-		uint64_t max, used, saved; /* bytes: the budget, taken, last saved */
-		int over;        /* net.suppressed is written (for the session, across proxies) */
-		int saved_over;  /* ... and so saved */
+		int dfd;                          /* the session's directory (its count, AUDIT_BUDGET_FILE); -1: none */
+		uint64_t max, used, saved;        /* bytes: the budget, taken, last saved */
+		int over;                         /* net.suppressed is written (for the session, across proxies) */
+		int saved_over;                   /* ... and so saved */
 		uint64_t left_out[4], left_bytes; /* this proxy's, by type (budget_types) */
 	} budget;
 };
@@ -81,8 +81,8 @@ json_t *px_rec_new(struct sbx_proxy *px, const char *proto);
  * could not be written. */
 int px_audit(struct sbx_proxy *px, const char *type, json_t *f, struct sbx_err *err);
 /* Count a refusal: 1 when it is to be written to net.log on its own. */
-int px_refusal(struct sbx_proxy *px, const char *proto, const char *verdict, const char *domain,
-	       const char *address, unsigned port, const char *reason);
+int px_refusal(struct sbx_proxy *px, const char *proto, const char *verdict, const char *domain, const char *address,
+	       unsigned port, const char *reason);
 void px_addr_str(const struct sockaddr *sa, char *out, size_t n);
 /* One connection of a kind closed: its count down. */
 void px_side_done(struct sbx_proxy *px, unsigned *count);

@@ -9,7 +9,7 @@
 
 #include <libxml/tree.h>
 
-#define LINKS_MAX      200000u     /* links kept from one index page */
+#define LINKS_MAX 200000u          /* links kept from one index page */
 #define LINK_BYTES_MAX (16u << 20) /* and the bytes they hold */
 
 /* ---- PyPI index pages ------------------------------------------------------ */
@@ -79,14 +79,14 @@ static int set_grow(struct links *l)
 }
 
 static int add_link(struct links *l, const char *base, const char *href, const char *rp, const char *yanked,
-                    int has_yanked)
+		    int has_yanked)
 {
 	if (l->n >= LINKS_MAX)
 		return 0;
 	char url[URL_MAX];
 	if (pc_resolve_url(base, href, url, sizeof url) < 0)
 		return 0; /* not a file we could fetch: leave it out */
-	struct link k = {0};
+	struct link k = { 0 };
 	/* The file name is the URL path's last component. */
 	const char *path_end = url + strcspn(url, "?");
 	const char *slash = path_end;
@@ -177,8 +177,8 @@ static int index_begin(struct fetch *f, struct index_sax *x, const char *base)
 	f->html = htmlCreatePushParserCtxt(&sax, x, NULL, 0, base, XML_CHAR_ENCODING_NONE);
 	if (!f->html)
 		return -1;
-	htmlCtxtUseOptions(f->html, HTML_PARSE_NONET | HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING |
-	                                HTML_PARSE_RECOVER | HTML_PARSE_NOBLANKS);
+	htmlCtxtUseOptions(f->html, HTML_PARSE_NONET | HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING | HTML_PARSE_RECOVER |
+					    HTML_PARSE_NOBLANKS);
 	return 0;
 }
 
@@ -221,7 +221,7 @@ static int index_end(struct fetch *f)
 static int parse_index(const char *html, size_t n, const char *base, struct links *out)
 {
 	struct index_sax x;
-	struct fetch f = {.links = out, .sax = &x};
+	struct fetch f = { .links = out, .sax = &x };
 	snprintf(f.effective, sizeof f.effective, "%s", base);
 	if (index_begin(&f, &x, base) < 0)
 		return -1;
@@ -231,7 +231,7 @@ static int parse_index(const char *html, size_t n, const char *base, struct link
 
 int sbx_pkgcache_index_links(const char *html, size_t n, const char *base, size_t *count)
 {
-	struct links l = {0};
+	struct links l = { 0 };
 	int rc = parse_index(html, n, base, &l);
 	*count = l.n;
 	links_free(&l);
@@ -271,8 +271,9 @@ static int load_index(struct conn *c, struct outcome *o, const char *reg_url, co
 	if (pc_upstream_begin(c, o, what, &max) < 0)
 		return -1;
 	struct index_sax x;
-	struct fetch f = {.url = c->upstream, .accept = "text/html", .fd = -1, .max = max, .budget = c, .links = l,
-	                  .sax = &x};
+	struct fetch f = {
+		.url = c->upstream, .accept = "text/html", .fd = -1, .max = max, .budget = c, .links = l, .sax = &x
+	};
 	char msg[URL_MAX + 400];
 	int frc = pc_fetch(&f);
 	c->charged_up += f.bytes;
@@ -286,7 +287,7 @@ static int load_index(struct conn *c, struct outcome *o, const char *reg_url, co
 			return pc_refuse(c, o, 404, msg, 0), -1;
 		}
 		snprintf(msg, sizeof msg, "cannot fetch the index of %s from registry %s: %s", project, c->registry,
-		         f.error);
+			 f.error);
 		pc_diag(c, "%s (%s)", msg, c->upstream);
 		return pc_refuse(c, o, 502, msg, 0), -1;
 	}
@@ -300,13 +301,13 @@ static int load_index(struct conn *c, struct outcome *o, const char *reg_url, co
 
 static int pypi_index(struct conn *c, const char *reg_url, const char *project)
 {
-	struct outcome o = {0};
-	struct links l = {0};
+	struct outcome o = { 0 };
+	struct links l = { 0 };
 	if (load_index(c, &o, reg_url, project, &l) < 0)
 		return 0;
-	struct sbuf b = {0};
+	struct sbuf b = { 0 };
 	sb_str(&b, "<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.0\">"
-	           "<title>Links for ");
+		   "<title>Links for ");
 	sb_esc(&b, project);
 	sb_str(&b, "</title></head><body><h1>Links for ");
 	sb_esc(&b, project);
@@ -355,7 +356,7 @@ static int pypi_index(struct conn *c, const char *reg_url, const char *project)
  * after the project name. */
 static void version_from_file(const char *file, char *out, size_t n)
 {
-	static const char *const ext[] = {".whl", ".tar.gz", ".tar.bz2", ".tar.xz", ".zip", ".tgz", ".egg"};
+	static const char *const ext[] = { ".whl", ".tar.gz", ".tar.bz2", ".tar.xz", ".zip", ".tgz", ".egg" };
 	char f[FILE_NAME_MAX + 1];
 	snprintf(f, sizeof f, "%s", file);
 	out[0] = 0;
@@ -382,8 +383,8 @@ static void version_from_file(const char *file, char *out, size_t n)
 
 static int pypi_file(struct conn *c, const char *reg_url, const char *project, const char *file)
 {
-	struct outcome o = {0};
-	struct links l = {0};
+	struct outcome o = { 0 };
+	struct links l = { 0 };
 	snprintf(c->file, sizeof c->file, "%s", file);
 	version_from_file(file, c->version, sizeof c->version);
 	if (load_index(c, &o, reg_url, project, &l) < 0)
@@ -398,7 +399,7 @@ static int pypi_file(struct conn *c, const char *reg_url, const char *project, c
 		links_free(&l);
 		return pc_refuse(c, &o, 404, msg, 0);
 	}
-	struct want w = {0};
+	struct want w = { 0 };
 	if (k->sha256[0]) {
 		snprintf(w.sha256, sizeof w.sha256, "%s", k->sha256);
 		snprintf(w.key, sizeof w.key, "sha256-%s", k->sha256);
@@ -412,7 +413,7 @@ static int pypi_file(struct conn *c, const char *reg_url, const char *project, c
 /* /pypi/N/simple/PROJECT/ and /pypi/N/files/PROJECT/FILE. */
 int pc_route_pypi(struct conn *c, const char *reg_url, segment *seg, unsigned ns)
 {
-	struct outcome o = {0};
+	struct outcome o = { 0 };
 	static const char usage[] = "not a package cache URL: /pypi/N/simple/PROJECT/ or /pypi/N/files/PROJECT/FILE";
 	char norm[210];
 	if (ns < 4 || sbx_pep503_normalize(seg[3], norm, sizeof norm) < 0)

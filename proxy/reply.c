@@ -18,9 +18,9 @@ int pc_send_head(struct conn *c, int status, const char *reason, const char *cty
 		r[i] = (unsigned char)reason[i] >= 0x20 && (unsigned char)reason[i] < 0x7f ? reason[i] : '?';
 	r[i] = 0;
 	int w = snprintf(h, sizeof h,
-	                 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %llu\r\n"
-	                 "Cache-Control: no-store\r\nConnection: close\r\nServer: sbx-pkgcache\r\n\r\n",
-	                 status, r, ctype, (unsigned long long)len);
+			 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %llu\r\n"
+			 "Cache-Control: no-store\r\nConnection: close\r\nServer: sbx-pkgcache\r\n\r\n",
+			 status, r, ctype, (unsigned long long)len);
 	if (w < 0 || (size_t)w >= sizeof h)
 		return -1;
 	return sbx_write_all(c->fd, h, (size_t)w);
@@ -42,7 +42,7 @@ int pc_send_file(struct conn *c, int fd, uint64_t size)
 	off_t off = 0;
 	while ((uint64_t)off < size) {
 		ssize_t w =
-		    sendfile(c->fd, fd, &off, size - (uint64_t)off > (1u << 30) ? 1u << 30 : size - (uint64_t)off);
+			sendfile(c->fd, fd, &off, size - (uint64_t)off > (1u << 30) ? 1u << 30 : size - (uint64_t)off);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
@@ -97,7 +97,7 @@ int pc_refuse(struct conn *c, struct outcome *o, int status, const char *msg, in
 		char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
 		json_decref(e);
 		int rc = send_mem(c, status, c->head ? text : std_reason(status), "application/json", s ? s : "{}",
-		                  s ? strlen(s) : 2);
+				  s ? strlen(s) : 2);
 		free(s);
 		return rc;
 	}
@@ -117,8 +117,8 @@ int pc_serve_body(struct conn *c, struct outcome *o, const char *ctype, const ch
 		return pc_refuse(c, o, 500, "cannot account the download against packages.max_download", 0);
 	if (b > 0) {
 		snprintf(msg, sizeof msg,
-		         "packages.max_download of policy %s exceeded: %zu more bytes asked, %llu used of %llu",
-		         pc_policy_name(c), n, (unsigned long long)used, (unsigned long long)c->cfg->pkg->max_download);
+			 "packages.max_download of policy %s exceeded: %zu more bytes asked, %llu used of %llu",
+			 pc_policy_name(c), n, (unsigned long long)used, (unsigned long long)c->cfg->pkg->max_download);
 		return pc_refuse(c, o, 403, msg, 0);
 	}
 	o->status = 200;

@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define META       "meta"  /* per entry: its hashes as last verified, and when last used */
-#define NAMES      "names" /* what each (registry, package, file) was stored as, for HEAD */
+#define META "meta"        /* per entry: its hashes as last verified, and when last used */
+#define NAMES "names"      /* what each (registry, package, file) was stored as, for HEAD */
 #define CACHE_LOCK ".lock" /* eviction, per cache scope */
 
 /* ---- files -------------------------------------------------------------------- */
@@ -49,7 +49,8 @@ static int hand_over(int dir, uid_t uid, int depth)
 		    fstatat(dir, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		if (S_ISDIR(st.st_mode) && depth > 0) {
-			_cleanup_close_ int sub = openat(dir, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			_cleanup_close_ int sub =
+				openat(dir, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 			if (sub < 0 || hand_over(sub, uid, depth - 1) < 0 || fchown(sub, uid, uid) < 0)
 				return -1;
 		} else if (S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid != uid) {
@@ -147,14 +148,14 @@ static int refuse_budget(struct conn *c, struct outcome *o, uint64_t need, int m
 	o->verdict = "refused";
 	if (more)
 		snprintf(msg, sizeof msg,
-		         "packages.max_download of policy %s exceeded: %s is larger than the %llu bytes left of %llu",
-		         pc_policy_name(c), c->file, (unsigned long long)left, (unsigned long long)max);
+			 "packages.max_download of policy %s exceeded: %s is larger than the %llu bytes left of %llu",
+			 pc_policy_name(c), c->file, (unsigned long long)left, (unsigned long long)max);
 	else
 		snprintf(msg, sizeof msg,
-		         "packages.max_download of policy %s exceeded: %s (%llu bytes) does not fit in the %llu bytes "
-		         "left of %llu",
-		         pc_policy_name(c), c->file, (unsigned long long)need, (unsigned long long)left,
-		         (unsigned long long)max);
+			 "packages.max_download of policy %s exceeded: %s (%llu bytes) does not fit in the %llu bytes "
+			 "left of %llu",
+			 pc_policy_name(c), c->file, (unsigned long long)need, (unsigned long long)left,
+			 (unsigned long long)max);
 	return pc_refuse(c, o, 403, msg, 1);
 }
 
@@ -163,9 +164,9 @@ static int refuse_budget(struct conn *c, struct outcome *o, uint64_t need, int m
  * renamed into place, or removed, before the request ends.  One left by a
  * proxy that died mid-download is swept by the next eviction scan
  * (part_sweep) once it is PART_STALE_S old. */
-#define PART_DIR      "tmp"
+#define PART_DIR "tmp"
 #define PART_NAME_MAX 32
-#define PART_STALE_S  (2 * 3600)
+#define PART_STALE_S (2 * 3600)
 
 static int part_create(int tmp, char name[PART_NAME_MAX])
 {
@@ -238,7 +239,7 @@ static int meta_read(int dir, const char *key, const struct stat *st, char s256[
 	unsigned long long ino, size, ms, mn, cs, cn;
 	char h256[65], h512[129], h1[41];
 	if (sscanf(t, "%u %llu %llu %llu %llu %llu %llu %64s %128s %40s", &v, &ino, &size, &ms, &mn, &cs, &cn, h256,
-	           h512, h1) != 10 ||
+		   h512, h1) != 10 ||
 	    v != 1 || !pc_hex_ok(h256, 64) || !pc_hex_ok(h512, 128) || !pc_hex_ok(h1, 40))
 		return -1;
 	if (ino != (unsigned long long)st->st_ino || size != (unsigned long long)st->st_size ||
@@ -264,8 +265,8 @@ static void lru_touch(int dir, const char *key)
 
 /* Record the hashes of fd (named key) as they are now: st is fd's stat
  * from before it was hashed, and nothing is recorded if it changed since. */
-static void meta_write(const struct conn *c, int dir, const char *key, int fd, const struct stat *st,
-                       const char *s256, const char *s512, const char *s1)
+static void meta_write(const struct conn *c, int dir, const char *key, int fd, const struct stat *st, const char *s256,
+		       const char *s512, const char *s1)
 {
 	struct stat now;
 	if (fstat(fd, &now) < 0 || now.st_ino != st->st_ino || now.st_size != st->st_size ||
@@ -275,12 +276,11 @@ static void meta_write(const struct conn *c, int dir, const char *key, int fd, c
 	_cleanup_close_ int md = pc_subdir(dir, META);
 	char t[512];
 	int w = snprintf(t, sizeof t, "1 %llu %llu %llu %llu %llu %llu %s %s %s\n", (unsigned long long)st->st_ino,
-	                 (unsigned long long)st->st_size, (unsigned long long)st->st_mtim.tv_sec,
-	                 (unsigned long long)st->st_mtim.tv_nsec, (unsigned long long)st->st_ctim.tv_sec,
-	                 (unsigned long long)st->st_ctim.tv_nsec, s256, s512, s1);
-	struct sbx_err e = {0};
-	if (md < 0 || w <= 0 || (size_t)w >= sizeof t ||
-	    sbx_atomic_write_at(md, key, t, (size_t)w, 0600, &e) < 0) {
+			 (unsigned long long)st->st_size, (unsigned long long)st->st_mtim.tv_sec,
+			 (unsigned long long)st->st_mtim.tv_nsec, (unsigned long long)st->st_ctim.tv_sec,
+			 (unsigned long long)st->st_ctim.tv_nsec, s256, s512, s1);
+	struct sbx_err e = { 0 };
+	if (md < 0 || w <= 0 || (size_t)w >= sizeof t || sbx_atomic_write_at(md, key, t, (size_t)w, 0600, &e) < 0) {
 		pc_diag(c, "cannot record the hashes of cache entry %s: %s", key, md < 0 ? strerror(errno) : e.msg);
 		return;
 	}
@@ -289,7 +289,8 @@ static void meta_write(const struct conn *c, int dir, const char *key, int fd, c
 
 static int entry_name_ok(const char *k)
 {
-	return (!strncmp(k, "sha256-", 7) && pc_hex_ok(k + 7, 64)) || (!strncmp(k, "sha512-", 7) && pc_hex_ok(k + 7, 128));
+	return (!strncmp(k, "sha256-", 7) && pc_hex_ok(k + 7, 64)) ||
+	       (!strncmp(k, "sha512-", 7) && pc_hex_ok(k + 7, 128));
 }
 
 static void drop_entry(int dir, const char *key)
@@ -347,8 +348,8 @@ static void evict(const struct conn *c, int dir, const char *keep)
 		snprintf(v[n].key, sizeof v[n].key, "%s", e->d_name);
 		v[n].size = (uint64_t)st.st_size;
 		v[n].used = md >= 0 && fstatat(md, e->d_name, &ms, AT_SYMLINK_NOFOLLOW) == 0
-		                ? (uint64_t)ms.st_mtim.tv_sec * 1000000000ull + (uint64_t)ms.st_mtim.tv_nsec
-		                : 0; /* never recorded: oldest */
+				    ? (uint64_t)ms.st_mtim.tv_sec * 1000000000ull + (uint64_t)ms.st_mtim.tv_nsec
+				    : 0; /* never recorded: oldest */
 		total += v[n].size;
 		n++;
 	}
@@ -363,7 +364,7 @@ static void evict(const struct conn *c, int dir, const char *keep)
 		drop_entry(dir, v[i].key);
 		total -= v[i].size;
 		pc_diag(c, "cache quota %llu bytes: evicted %s (%llu bytes, least recently used)",
-		     (unsigned long long)quota, v[i].key, (unsigned long long)v[i].size);
+			(unsigned long long)quota, v[i].key, (unsigned long long)v[i].size);
 	}
 }
 
@@ -374,8 +375,8 @@ static void name_of(const struct conn *c, char out[70])
 {
 	SHA2_CTX h;
 	uint8_t d[32];
-	const char *parts[] = {c->reg_url ? c->reg_url : "", c->kind, c->package,
-	                       !strcmp(c->kind, "tarball") ? c->version : c->file};
+	const char *parts[] = { c->reg_url ? c->reg_url : "", c->kind, c->package,
+				!strcmp(c->kind, "tarball") ? c->version : c->file };
 	SHA256Init(&h);
 	for (size_t i = 0; i < SBX_ARRAY_LEN(parts); i++)
 		SHA256Update(&h, (const uint8_t *)parts[i], strlen(parts[i]) + 1);
@@ -443,7 +444,7 @@ static int cached(struct conn *c, struct outcome *o, int dir, const struct want 
 	if (meta_read(dir, w->key, &st, s256, s512, s1) == 0) {
 		o->verified = "cached";
 	} else {
-		struct fetch f = {0};
+		struct fetch f = { 0 };
 		if (hash_file(fd, &f) < 0)
 			return -1;
 		hash_fd_done(&f, s256, s512, s1);
@@ -489,10 +490,10 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 		return refuse_budget(c, o, 0, 1, used), -1;
 	if (pc_slot_take(c) < 0) {
 		snprintf(msg, sizeof msg, "%u upstream fetches of this session are in flight; try again",
-		         SBX_PKGCACHE_FETCHES_MAX);
+			 SBX_PKGCACHE_FETCHES_MAX);
 		return pc_refuse(c, o, 503, msg, 1), -1;
 	}
-	struct fetch f = {.url = url, .fd = tfd, .max = left, .budget = c};
+	struct fetch f = { .url = url, .fd = tfd, .max = left, .budget = c };
 	if (pc_fetch(&f) < 0) {
 		o->size = f.bytes;
 		if (f.broke < 0)
@@ -503,10 +504,10 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 		}
 		if (f.status == 404 || f.status == 410)
 			snprintf(msg, sizeof msg, "%s: registry %s lists it but it is not there (HTTP %ld)", c->file,
-			         c->registry, f.status);
+				 c->registry, f.status);
 		else
 			snprintf(msg, sizeof msg, "cannot fetch %s from registry %s: %s", c->file, c->registry,
-			         f.error);
+				 f.error);
 		pc_diag(c, "%s (%s)", msg, url);
 		return pc_refuse(c, o, 502, msg, 1), -1;
 	}
@@ -520,16 +521,16 @@ static int download(struct conn *c, struct outcome *o, int dir, const char *url,
 	const char *bad = mismatch(w, s256, s512, s1);
 	if (bad) {
 		int k = !strcmp(bad, "sha256") ? 0 : !strcmp(bad, "sha512") ? 1 : 2;
-		const char *want[] = {w->sha256, w->sha512, w->sha1}, *got[] = {s256, s512, s1};
+		const char *want[] = { w->sha256, w->sha512, w->sha1 }, *got[] = { s256, s512, s1 };
 		o->verdict = "hash-mismatch";
 		snprintf(msg, sizeof msg,
-		         "%s mismatch: %s from registry %s is not the file its index names (%s %s, got %s)", bad,
-		         c->file, c->registry, bad, want[k], got[k]);
+			 "%s mismatch: %s from registry %s is not the file its index names (%s %s, got %s)", bad,
+			 c->file, c->registry, bad, want[k], got[k]);
 		return pc_refuse(c, o, 502, msg, 1), -1;
 	}
 	if (w->key[0] && f.bytes > pc_scope_quota(c)) {
 		pc_diag(c, "%s (%llu bytes) is larger than the cache quota of %llu bytes: served, not kept", w->key,
-		     (unsigned long long)f.bytes, (unsigned long long)pc_scope_quota(c));
+			(unsigned long long)f.bytes, (unsigned long long)pc_scope_quota(c));
 	} else if (w->key[0]) {
 		/* Named by rename, not by linking the fd through /proc (which
 		 * the proxy does not mount).  An entry already there has the
@@ -564,10 +565,10 @@ int pc_serve_file(struct conn *c, struct outcome *o, const char *url, const stru
 		snprintf(o->expected, sizeof o->expected, "sha1:%s", w->sha1);
 	if (!w->sha256[0] && !w->sha512[0] && c->cfg->pkg->require_hashes) {
 		char msg[600];
-		snprintf(
-		    msg, sizeof msg,
-		    "%s: registry %s names no sha256 or sha512 for it and packages.require_hashes is set in policy %s",
-		    c->file, c->registry, pc_policy_name(c));
+		snprintf(msg, sizeof msg,
+			 "%s: registry %s names no sha256 or sha512 for it and packages.require_hashes is set in "
+			 "policy %s",
+			 c->file, c->registry, pc_policy_name(c));
 		return pc_refuse(c, o, 403, msg, 1);
 	}
 	_cleanup_close_ int dir = pc_cache_dir(c);
@@ -597,25 +598,25 @@ int pc_serve_file(struct conn *c, struct outcome *o, const char *url, const stru
  * or charged. */
 int pc_head_file(struct conn *c)
 {
-	struct outcome o = {0};
+	struct outcome o = { 0 };
 	char key[140], msg[600];
 	_cleanup_close_ int dir = pc_cache_dir(c);
 	if (dir < 0) {
 		pc_diag(c, "cannot open the cache directory: %s", strerror(errno));
 		return pc_refuse(c, &o, 500, "cannot open the package cache", 0);
 	}
-	struct want w = {0};
+	struct want w = { 0 };
 	_cleanup_close_ int fd = -1;
 	if (name_read(c, dir, key) == 0) {
 		snprintf(w.key, sizeof w.key, "%s", key);
 		snprintf(key[5] == '6' ? w.sha256 : w.sha512, key[5] == '6' ? sizeof w.sha256 : sizeof w.sha512, "%s",
-		         key + 7);
+			 key + 7);
 		fd = cached(c, &o, dir, &w);
 	}
 	if (fd < 0) {
 		o.cache = "miss";
 		snprintf(msg, sizeof msg, "%s is not in the package cache (HEAD is answered from the cache only)",
-		         c->file[0] ? c->file : c->package);
+			 c->file[0] ? c->file : c->package);
 		return pc_refuse(c, &o, 404, msg, 0);
 	}
 	o.cache = "hit";

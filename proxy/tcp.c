@@ -18,7 +18,7 @@
 #define SO_ORIGINAL_DST 80 /* linux/netfilter_ipv4.h */
 #endif
 
-#define SNIFF_TIMEOUT_MS 5000   /* for the guest's first bytes */
+#define SNIFF_TIMEOUT_MS 5000 /* for the guest's first bytes */
 #define CONNECT_TIMEOUT_MS 10000
 #define COPY_BUF 65536
 #define HALF_CLOSED_IDLE_MS 30000
@@ -108,15 +108,15 @@ static const char *splice_both(struct sbx_proxy *px, int g, int u, struct sbx_ht
 	int gopen = 1, uopen = 1; /* guest -> upstream, upstream -> guest */
 	int wait = 0;             /* for the server's answer to an Upgrade */
 	const char *why, *refused = NULL;
-#define GUEST_BYTES()                                                              \
-	do {                                                                       \
-		if (flow_push(px, flow, u, pend, &plen, &wait, out, &why) < 0) {  \
-			if (!flow || flow->state != SBX_HTTP_DENIED)               \
-				return why;                                        \
-			refused = why;                                             \
-			gopen = 0;                                                 \
-			shutdown(u, SHUT_WR);                                      \
-		}                                                                  \
+#define GUEST_BYTES()                                                                                                  \
+	do {                                                                                                           \
+		if (flow_push(px, flow, u, pend, &plen, &wait, out, &why) < 0) {                                       \
+			if (!flow || flow->state != SBX_HTTP_DENIED)                                                   \
+				return why;                                                                            \
+			refused = why;                                                                                 \
+			gopen = 0;                                                                                     \
+			shutdown(u, SHUT_WR);                                                                          \
+		}                                                                                                      \
 	} while (0)
 	GUEST_BYTES();
 	while (gopen || uopen) {
@@ -177,7 +177,7 @@ struct attempt {
 	char address[INET6_ADDRSTRLEN];
 	unsigned port;
 	int rule;
-	int slot; /* holds one of max_connections */
+	int slot;    /* holds one of max_connections */
 	int refused; /* admitted, and a later request refused */
 	enum sbx_sniff sniff;
 	const char *verdict, *reason;
@@ -309,7 +309,8 @@ static void decide(struct sbx_proxy *px, int g, const struct sockaddr_in *dst, s
 			return;
 		}
 		struct in6_addr lit;
-		if (!a->domain[0] || inet_pton(AF_INET, a->domain, &lit) == 1 || inet_pton(AF_INET6, a->domain, &lit) == 1) {
+		if (!a->domain[0] || inet_pton(AF_INET, a->domain, &lit) == 1 ||
+		    inet_pton(AF_INET6, a->domain, &lit) == 1) {
 			a->domain[0] = 0; /* an address is not a name */
 			const char *d = sbx_egress_denied((const struct sockaddr *)dst);
 			snprintf(a->why, sizeof a->why, "%s%s%s", "raw address not in any cidr rule",
@@ -398,7 +399,6 @@ void *px_tcp_thread(void *arg)
 	px_side_done(px, &px->threads);
 	return NULL;
 }
-
 
 /* A connection over a cap: reset at once, no thread, counted. */
 void px_refuse_now(struct sbx_proxy *px, int fd, int kind, const char *reason)

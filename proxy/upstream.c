@@ -14,9 +14,9 @@
 #include <sys/prctl.h>
 #include <time.h>
 
-#define BUDGET_CHUNK         (1u << 20) /* reserved at a time when upstream gives no length */
+#define BUDGET_CHUNK (1u << 20) /* reserved at a time when upstream gives no length */
 #define UP_CONNECT_TIMEOUT_S 15
-#define UP_LOW_SPEED_S       60 /* upstream below 1 KiB/s this long: give up */
+#define UP_LOW_SPEED_S 60 /* upstream below 1 KiB/s this long: give up */
 
 /* ---- the deny list ------------------------------------------------------ */
 
@@ -159,7 +159,7 @@ static curl_socket_t on_socket(void *ud, curlsocktype purpose, struct curl_socka
 {
 	struct fetch *f = ud;
 	const char *why =
-	    purpose != CURLSOCKTYPE_IPCXN ? "not a TCP connection" : sbx_pkgcache_addr_denied(&a->addr, a->addrlen);
+		purpose != CURLSOCKTYPE_IPCXN ? "not a TCP connection" : sbx_pkgcache_addr_denied(&a->addr, a->addrlen);
 	if (why) {
 		char ip[INET6_ADDRSTRLEN] = "?";
 		if (a->family == AF_INET)
@@ -232,7 +232,7 @@ int pc_fetch(struct fetch *f)
 	}
 	if (f->broke) {
 		snprintf(f->error, sizeof f->error, "%s",
-		         f->broke > 0 ? "packages.max_download spent" : "cannot account against packages.max_download");
+			 f->broke > 0 ? "packages.max_download spent" : "cannot account against packages.max_download");
 		return -1;
 	}
 	if (f->oom) {
@@ -245,9 +245,9 @@ int pc_fetch(struct fetch *f)
 	}
 	if (rc != CURLE_OK) {
 		snprintf(f->error, sizeof f->error, "%s",
-		         f->werr   ? strerror(f->werr)
-		         : cerr[0] ? cerr
-		                   : curl_easy_strerror(rc));
+			 f->werr   ? strerror(f->werr)
+			 : cerr[0] ? cerr
+				   : curl_easy_strerror(rc));
 		return -1;
 	}
 	if (f->status < 200 || f->status > 299) {
@@ -298,12 +298,12 @@ int pc_upstream_begin(struct conn *c, struct outcome *o, const char *what, uint6
 	uint64_t left = pc_budget_left(c, used);
 	if (!left) {
 		snprintf(msg, sizeof msg, "packages.max_download of policy %s exceeded: nothing left of %llu for %s",
-		         pc_policy_name(c), (unsigned long long)c->cfg->pkg->max_download, what);
+			 pc_policy_name(c), (unsigned long long)c->cfg->pkg->max_download, what);
 		return pc_refuse(c, o, 403, msg, 0), -1;
 	}
 	if (pc_slot_take(c) < 0) {
 		snprintf(msg, sizeof msg, "%u upstream fetches of this session are in flight; try again",
-		         SBX_PKGCACHE_FETCHES_MAX);
+			 SBX_PKGCACHE_FETCHES_MAX);
 		return pc_refuse(c, o, 503, msg, 0), -1;
 	}
 	*max = left < INDEX_MAX ? left : INDEX_MAX;
@@ -317,7 +317,8 @@ int pc_refuse_page_budget(struct conn *c, struct outcome *o, const struct fetch 
 	char msg[600];
 	if (!(f->broke > 0 || (f->over && f->max < INDEX_MAX)))
 		return 1;
-	snprintf(msg, sizeof msg, "packages.max_download of policy %s exceeded: %s does not fit in what is left of %llu",
-	         pc_policy_name(c), what, (unsigned long long)c->cfg->pkg->max_download);
+	snprintf(msg, sizeof msg,
+		 "packages.max_download of policy %s exceeded: %s does not fit in what is left of %llu",
+		 pc_policy_name(c), what, (unsigned long long)c->cfg->pkg->max_download);
 	return pc_refuse(c, o, 403, msg, 0), -1;
 }

@@ -4,8 +4,7 @@
 
 #include <string.h>
 
-const char *const wmsg_types[WMSG_TYPES] = { "net.connect", "net.close", "dns.query", "net.refused",
-					     "package.fetch" };
+const char *const wmsg_types[WMSG_TYPES] = { "net.connect", "net.close", "dns.query", "net.refused", "package.fetch" };
 
 static uint64_t get_u64(const uint8_t *p)
 {

@@ -31,19 +31,18 @@ extern const char *const wmsg_types[WMSG_TYPES];
  * budget operations. */
 #define WMSG_BIT(t) (1u << (t))
 #define WMSG_ALLOW_BUDGET (1u << 31)
-#define WMSG_ALLOW_NET                                                                                  \
-	(WMSG_BIT(WMSG_NET_CONNECT) | WMSG_BIT(WMSG_NET_CLOSE) | WMSG_BIT(WMSG_DNS_QUERY) |                 \
-	 WMSG_BIT(WMSG_NET_REFUSED))
+#define WMSG_ALLOW_NET                                                                                                 \
+	(WMSG_BIT(WMSG_NET_CONNECT) | WMSG_BIT(WMSG_NET_CLOSE) | WMSG_BIT(WMSG_DNS_QUERY) | WMSG_BIT(WMSG_NET_REFUSED))
 #define WMSG_ALLOW_PKG (WMSG_BIT(WMSG_PACKAGE_FETCH) | WMSG_BIT(WMSG_NET_REFUSED) | WMSG_ALLOW_BUDGET)
 
 enum wmsg_kind { WMSG_RECORD = 1, WMSG_BUDGET };
 
 struct wmsg {
 	enum wmsg_kind kind;
-	enum wmsg_type type;  /* a record's */
-	const char *json;     /* a record's fields, not NUL-terminated: json_loadb */
+	enum wmsg_type type; /* a record's */
+	const char *json;    /* a record's fields, not NUL-terminated: json_loadb */
 	size_t json_len;
-	uint64_t take, give;  /* a budget operation's */
+	uint64_t take, give; /* a budget operation's */
 };
 
 /* Why a message was refused (wmsg_decode's negative returns), counted by

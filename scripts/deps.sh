@@ -11,6 +11,8 @@ PKGS=(
 	libnl-3-dev libnl-route-3-dev libnftables-dev nftables iproute2 util-linux
 	qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs lz4 zstd libzstd-dev
 	jq mandoc procps python3 python3-yaml clang libclang-rt-14-dev curl
+	# tests: the tree's layout (t0946)
+	clang-format
 	# tests: fault injection at a syscall (t0520, t1500), a TLS origin (t1930)
 	strace openssl
 )

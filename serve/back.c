@@ -103,8 +103,8 @@ static int principal(struct serve_back *b, const struct serve_req *r, int peer, 
 				return 0;
 			}
 		}
-		return sbx_err_set(err, SERVE_EXIT_NOPERM, 0, "uid %u is no tenant of this service (serve.users in sbx.yaml)",
-				   (unsigned)cr.uid);
+		return sbx_err_set(err, SERVE_EXIT_NOPERM, 0,
+				   "uid %u is no tenant of this service (serve.users in sbx.yaml)", (unsigned)cr.uid);
 	}
 	if (r->token[0] && r->id[0])
 		return token_check(b, r, tenant, who, err);
@@ -129,8 +129,9 @@ static int reply_json(int sock, json_t *j, const int *fds, unsigned nfds)
 
 static int reply_err(int sock, const struct sbx_err *e)
 {
-	return reply_json(sock, json_pack("{s:b, s:i, s:s, s:i}", "ok", 0, "code", e->code ? e->code : SBX_EXIT_INTERNAL,
-					  "message", e->msg[0] ? e->msg : "failed", "errno", e->errnum),
+	return reply_json(sock,
+			  json_pack("{s:b, s:i, s:s, s:i}", "ok", 0, "code", e->code ? e->code : SBX_EXIT_INTERNAL,
+				    "message", e->msg[0] ? e->msg : "failed", "errno", e->errnum),
 			  NULL, 0);
 }
 
@@ -147,11 +148,12 @@ static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
 	sbx_fmt_time(s->created_ns, started, sizeof started);
 	sbx_fmt_time(s->created_ns + ttl * 1000000000u, end, sizeof end);
 	const char *live = sbx_session_live_state(&b->st, s);
-	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:s, s:O}", "sandboxID", s->id, "templateID",
-			      tmpl ? tmpl : s->tmpl_name, "clientID", "sbx", "startedAt", started, "endAt", end,
-			      "cpuCount", (int)s->vcpus, "memoryMB", (int)s->memory_mib, "envdVersion",
-			      SERVE_ENVD_VERSION, "state", !strcmp(live, "paused") || !strcmp(live, "suspended") ? "paused" : "running",
-			      "metadata", md ? md : json_object());
+	json_t *j =
+		json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:s, s:O}", "sandboxID", s->id, "templateID",
+			  tmpl ? tmpl : s->tmpl_name, "clientID", "sbx", "startedAt", started, "endAt", end, "cpuCount",
+			  (int)s->vcpus, "memoryMB", (int)s->memory_mib, "envdVersion", SERVE_ENVD_VERSION, "state",
+			  !strcmp(live, "paused") || !strcmp(live, "suspended") ? "paused" : "running", "metadata",
+			  md ? md : json_object());
 	json_decref(meta);
 	if (j && !md)
 		json_object_set_new(j, "metadata", json_object());
@@ -197,16 +199,19 @@ static int meta_save(struct serve_back *b, const char *id, const char *tmpl, jso
 	return rc;
 }
 
-static int op_create(struct serve_back *b, struct serve_req *r, const char *tenant, int sock,
-		     struct sbx_err *err)
+static int op_create(struct serve_back *b, struct serve_req *r, const char *tenant, int sock, struct sbx_err *err)
 {
 	struct sbx_policy pol;
 	unsigned timeout = r->timeout_s ? r->timeout_s : 300;
 	if (sandbox_policy(&pol, timeout, err) < 0)
 		return -1;
-	struct sbx_create_opts o = { .tmpl = r->tmpl[0] ? r->tmpl : "base", .policy = &pol,
-				     .tenant = tenant[0] ? tenant : NULL, .env = (const char *const *)r->env,
-				     .nenv = (unsigned)r->nenv, .progress_fd = -1, .vcpus = pol.resources.vcpus,
+	struct sbx_create_opts o = { .tmpl = r->tmpl[0] ? r->tmpl : "base",
+				     .policy = &pol,
+				     .tenant = tenant[0] ? tenant : NULL,
+				     .env = (const char *const *)r->env,
+				     .nenv = (unsigned)r->nenv,
+				     .progress_fd = -1,
+				     .vcpus = pol.resources.vcpus,
 				     .memory_mib = (unsigned)(pol.resources.memory >> 20) };
 	struct sbx_session s;
 	int existed;
@@ -257,7 +262,8 @@ static int op_get(struct serve_back *b, const struct serve_req *r, int sock, int
 	/* connect: a paused or suspended sandbox runs again (E2B's resume) */
 	char state[32];
 	if (with_token && strcmp(live, "running") &&
-	    (sbx_session_vmctl(&b->st, s.id, sbx_state_tenant(&b->st), SBX_VMCTL_RESUME, NULL, state, sizeof state, err) < 0 ||
+	    (sbx_session_vmctl(&b->st, s.id, sbx_state_tenant(&b->st), SBX_VMCTL_RESUME, NULL, state, sizeof state,
+			       err) < 0 ||
 	     sbx_session_lookup(&b->st, r->id, &s, err) < 0))
 		return -1;
 	json_t *j = sandbox_json(b, &s);
@@ -326,8 +332,12 @@ static int op_exec(struct serve_back *b, const struct serve_req *r, int sock, st
 			close(in[0]);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "the front went away");
 	}
-	struct sbx_exec_opts o = { .in_fd = in[0], .out_fd = out[1], .err_fd = er[1], .tty_fd = -1,
-				   .on_started = exec_started, .started_ctx = &sock };
+	struct sbx_exec_opts o = { .in_fd = in[0],
+				   .out_fd = out[1],
+				   .err_fd = er[1],
+				   .tty_fd = -1,
+				   .on_started = exec_started,
+				   .started_ctx = &sock };
 	o.req.argv = r->argv;
 	o.req.argc = r->argc;
 	o.req.env = r->env;
@@ -347,7 +357,8 @@ static int op_exec(struct serve_back *b, const struct serve_req *r, int sock, st
 		return -1;
 	return reply_json(sock,
 			  json_pack("{s:b, s:s, s:i, s:i, s:i}", "ok", 1, "exec_id", res.exec_id, "status",
-				    (int)res.exit.status, "signal", (int)res.exit.signo, "reason", (int)res.exit.reason),
+				    (int)res.exit.status, "signal", (int)res.exit.signo, "reason",
+				    (int)res.exit.reason),
 			  NULL, 0);
 }
 
@@ -362,19 +373,22 @@ static int op_ps(struct serve_back *b, const struct serve_req *r, int sock, stru
 		json_decref(out);
 		return -1;
 	}
-	json_array_foreach(list, i, e) {
+	json_array_foreach (list, i, e) {
 		const char *id = json_string_value(json_object_get(e, "exec"));
 		if (!id || strcmp(json_string_value(json_object_get(e, "state")) ?: "", "running"))
 			continue;
 		json_t *rq = json_object_get(e, "request"), *argv = json_object_get(rq, "argv");
 		json_t *args = json_array(), *a;
 		size_t k;
-		json_array_foreach(argv, k, a) if (k > 0) json_array_append(args, a);
+		json_array_foreach (argv, k, a)
+			if (k > 0)
+				json_array_append(args, a);
 		json_t *cfg = json_pack("{s:s, s:o, s:{}}", "cmd", json_string_value(json_array_get(argv, 0)) ?: "",
 					"args", args, "envs");
 		if (json_is_string(json_object_get(rq, "cwd")))
 			json_object_set(cfg, "cwd", json_object_get(rq, "cwd"));
-		json_array_append_new(out, json_pack("{s:o, s:I}", "config", cfg, "pid", (json_int_t)strtoll(id + 1, NULL, 10)));
+		json_array_append_new(
+			out, json_pack("{s:o, s:I}", "config", cfg, "pid", (json_int_t)strtoll(id + 1, NULL, 10)));
 	}
 	json_decref(list);
 	return reply_json(sock, json_pack("{s:b, s:o}", "ok", 1, "processes", out), NULL, 0);
@@ -402,8 +416,9 @@ static int op_attach(struct serve_back *b, const struct serve_req *r, int sock, 
 	int running = 0;
 	if (sbx_exec_list(&b->st, r->id, &list, err) < 0)
 		return -1;
-	json_array_foreach(list, i, e) if (!strcmp(json_string_value(json_object_get(e, "exec")) ?: "", r->exec_id))
-		running = !strcmp(json_string_value(json_object_get(e, "state")) ?: "", "running");
+	json_array_foreach (list, i, e)
+		if (!strcmp(json_string_value(json_object_get(e, "exec")) ?: "", r->exec_id))
+			running = !strcmp(json_string_value(json_object_get(e, "state")) ?: "", "running");
 	json_decref(list);
 	if (!running)
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no running process %s", r->exec_id + 1);
@@ -488,10 +503,13 @@ static int op_metrics(struct serve_back *b, const struct serve_req *r, int sock,
 	sbx_fmt_time(wall, now, sizeof now);
 	json_t *m = json_pack("{s:s, s:I, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", now, "timestampUnix",
 			      (json_int_t)(wall / 1000000000u), "cpuCount", (int)s.vcpus, "cpuUsedPct",
-			      pct < 0 ? 0.0 : pct > 100 ? 100.0 : pct, "memUsed",
-			      json_integer_value(json_object_get(v2, "memory_peak_bytes")), "memTotal",
-			      (json_int_t)s.memory_mib << 20, "diskUsed", json_integer_value(json_object_get(v2, "disk_written_bytes")),
-			      "diskTotal", (json_int_t)s.limits.disk_bytes);
+			      pct < 0     ? 0.0
+			      : pct > 100 ? 100.0
+					  : pct,
+			      "memUsed", json_integer_value(json_object_get(v2, "memory_peak_bytes")), "memTotal",
+			      (json_int_t)s.memory_mib << 20, "diskUsed",
+			      json_integer_value(json_object_get(v2, "disk_written_bytes")), "diskTotal",
+			      (json_int_t)s.limits.disk_bytes);
 	json_decref(v1);
 	json_decref(v2);
 	return reply_json(sock, json_pack("{s:b, s:[o]}", "ok", 1, "metrics", m), NULL, 0);
@@ -510,7 +528,9 @@ static int op_fork(struct serve_back *b, const struct serve_req *r, const char *
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "count: 1 to %u", SBX_FORK_MAX);
 	char ids[SBX_FORK_MAX][SBX_ID_MAX + 1];
 	uint64_t ms;
-	struct sbx_snapshot_fork_opts o = { .session = r->id, .tenant = tenant[0] ? tenant : NULL, .n = n, .policy = &pol };
+	struct sbx_snapshot_fork_opts o = {
+		.session = r->id, .tenant = tenant[0] ? tenant : NULL, .n = n, .policy = &pol
+	};
 	if (sbx_snapshot_fork(&b->st, &o, ids, &ms, err) < 0)
 		return -1;
 	json_t *src = meta_load(b, r->id), *out = json_array();
@@ -519,7 +539,8 @@ static int op_fork(struct serve_back *b, const struct serve_req *r, const char *
 		struct sbx_session s;
 		char token[49];
 		struct sbx_err e = { 0 };
-		if (meta_save(b, ids[i], tmpl ? tmpl : "base", json_object_get(src, "metadata"), timeout, tenant, token, &e) < 0 ||
+		if (meta_save(b, ids[i], tmpl ? tmpl : "base", json_object_get(src, "metadata"), timeout, tenant, token,
+			      &e) < 0 ||
 		    sbx_session_lookup(&b->st, ids[i], &s, &e) < 0) {
 			json_array_append_new(out, json_pack("{s:{s:i, s:s}}", "error", "code", 500, "message", e.msg));
 			continue;
@@ -577,7 +598,8 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_DOWNLOAD: rc = serve_files_download(&b->st, &r, sock, &err); break;
 		case SERVE_OP_UPLOAD: rc = serve_files_upload(&b->st, &r, sock, &err); break;
 		case SERVE_OP_WHOAMI:
-			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who), NULL, 0);
+			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who),
+					NULL, 0);
 			break;
 		default: rc = sbx_err_set(&err, SBX_EXIT_INVALID, 0, "%s is not served yet", serve_op_name(r.op));
 		}

@@ -122,8 +122,8 @@ int serve_cx_user(const char *authorization, char *user, size_t n)
 	if (!ul || ul >= n || ul == (size_t)dl)
 		return 0;
 	for (size_t i = 0; i < ul; i++)
-		if (!((dec[i] >= 'a' && dec[i] <= 'z') || (dec[i] >= 'A' && dec[i] <= 'Z') || (dec[i] >= '0' && dec[i] <= '9') ||
-		      dec[i] == '_' || dec[i] == '-' || dec[i] == '.'))
+		if (!((dec[i] >= 'a' && dec[i] <= 'z') || (dec[i] >= 'A' && dec[i] <= 'Z') ||
+		      (dec[i] >= '0' && dec[i] <= '9') || dec[i] == '_' || dec[i] == '-' || dec[i] == '.'))
 			return 0;
 	memcpy(user, dec, ul);
 	user[ul] = 0;

@@ -115,8 +115,8 @@ static int run_fs(struct sbx_state *st, const char *id, const char *user, const 
 		  const char *arg, struct run *g, struct sbx_err *err)
 {
 	static char *env[] = { "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LC_ALL=C", NULL };
-	char *argv[] = { "/bin/sh", "-c", (char *)fs_sh, "sbx-fs", (char *)each_sh, (char *)op, (char *)path,
-			 (char *)arg, NULL };
+	char *argv[] = { "/bin/sh",  "-c",         (char *)fs_sh, "sbx-fs", (char *)each_sh,
+			 (char *)op, (char *)path, (char *)arg,   NULL };
 	memset(g, 0, sizeof *g);
 	struct sbx_exec_opts o = { .in_fd = -1, .tty_fd = -1 };
 	o.req.flags = SBX_EXEC_COPY; /* sbx's own, not the user's */
@@ -183,13 +183,17 @@ static int fs_status(const struct run *g, const char *op, const char *path, stru
 				   sbx_reason_name(x->reason));
 	const char *m = g->err.buf ? g->err.buf : "";
 	switch (x->status) {
-	case 0: return g->out.over ? sbx_err_set(err, SBX_EXIT_TEMPFAIL, EFBIG, "the answer is over %u bytes", SERVE_FS_OUT_MAX) : 0;
+	case 0:
+		return g->out.over ? sbx_err_set(err, SBX_EXIT_TEMPFAIL, EFBIG, "the answer is over %u bytes",
+						 SERVE_FS_OUT_MAX)
+				   : 0;
 	case 101: return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such file or directory: %s", path);
 	case 102:
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "path is %s: %s", !strcmp(op, "list") ? "not a directory" : "a directory",
-				   path);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "path is %s: %s",
+				   !strcmp(op, "list") ? "not a directory" : "a directory", path);
 	case 105: return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "directory already exists: %s", path);
-	case 106: return sbx_err_set(err, SBX_EXIT_INVALID, 0, "path already exists but it is not a directory: %s", path);
+	case 106:
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "path already exists but it is not a directory: %s", path);
 	case 107: return denied(err, "permission denied: %s", path);
 	}
 	if (strstr(m, "ermission denied") || strstr(m, "Read-only file system") || strstr(m, "not permitted"))
@@ -215,8 +219,10 @@ static int visible(struct sbx_state *st, const struct serve_req *r, struct sbx_e
 
 int serve_files_fs(struct sbx_state *st, const struct serve_req *r, int sock, struct sbx_err *err)
 {
-	static const char *const ops[] = { [SERVE_FS_STAT] = "stat", [SERVE_FS_LIST] = "list",
-					   [SERVE_FS_MKDIR] = "mkdir", [SERVE_FS_MOVE] = "move",
+	static const char *const ops[] = { [SERVE_FS_STAT] = "stat",
+					   [SERVE_FS_LIST] = "list",
+					   [SERVE_FS_MKDIR] = "mkdir",
+					   [SERVE_FS_MOVE] = "move",
 					   [SERVE_FS_REMOVE] = "remove" };
 	struct serve_fs_args *a = malloc(sizeof *a);
 	if (!a)
@@ -229,10 +235,11 @@ int serve_files_fs(struct sbx_state *st, const struct serve_req *r, int sock, st
 		goto out;
 	snprintf(depth, sizeof depth, "%u", a->depth);
 	const char *arg = a->call == SERVE_FS_MOVE ? a->dest : a->call == SERVE_FS_LIST ? depth : "";
-	if (run_fs(st, r->id, r->user, ops[a->call], a->path, arg, &g, err) < 0 || fs_status(&g, ops[a->call], a->path, err) < 0)
+	if (run_fs(st, r->id, r->user, ops[a->call], a->path, arg, &g, err) < 0 ||
+	    fs_status(&g, ops[a->call], a->path, err) < 0)
 		goto out;
-	json_t *entries = serve_fs_parse(g.out.buf ? g.out.buf : "", g.out.len, a->call == SERVE_FS_LIST ? a->path : NULL,
-					 SERVE_FS_ENTRIES_MAX, NULL, 0, err);
+	json_t *entries = serve_fs_parse(g.out.buf ? g.out.buf : "", g.out.len,
+					 a->call == SERVE_FS_LIST ? a->path : NULL, SERVE_FS_ENTRIES_MAX, NULL, 0, err);
 	if (!entries)
 		goto out;
 	json_t *ans = json_pack("{s:b}", "ok", 1);
@@ -269,8 +276,9 @@ static int policy_check(struct sbx_state *st, const char *id, const char *path, 
 		return -1;
 	const struct sbx_limit_paths *ok = upload ? &s->limits.writable : &s->limits.exportable;
 	if (!sbx_xfer_path_under(path, ok))
-		return denied(err, upload ? "%s is not under a writable path of this sandbox (files.writable)"
-					  : "%s is not under an exportable path of this sandbox (files.exportable)",
+		return denied(err,
+			      upload ? "%s is not under a writable path of this sandbox (files.writable)"
+				     : "%s is not under an exportable path of this sandbox (files.exportable)",
 			      path);
 	return 0;
 }
@@ -336,7 +344,8 @@ int serve_files_download(struct sbx_state *st, const struct serve_req *r, int so
 	/* The path as the guest resolves it, symlinks and all, is what the
 	 * rules are checked against: a link cannot lead out of them. */
 	if (visible(st, r, err) < 0 || serve_fs_args_decode(r->args, r->user, 0, a, err) < 0 ||
-	    run_fs(st, r->id, r->user, "resolve", a->path, "", &g, err) < 0 || fs_status(&g, "resolve", a->path, err) < 0)
+	    run_fs(st, r->id, r->user, "resolve", a->path, "", &g, err) < 0 ||
+	    fs_status(&g, "resolve", a->path, err) < 0)
 		goto out;
 	json_t *none = serve_fs_parse(g.out.buf ? g.out.buf : "", g.out.len, NULL, 0, real, sizeof real, err);
 	if (!none)
@@ -363,7 +372,11 @@ int serve_files_download(struct sbx_state *st, const struct serve_req *r, int so
 	}
 	char *msg = NULL;
 	json_t *res = NULL;
-	struct sbx_cp_opts o = { .session = r->id, .from_fd = -1, .guest_path = real, .to_fd = tp[1], .guest_msg = &msg,
+	struct sbx_cp_opts o = { .session = r->id,
+				 .from_fd = -1,
+				 .guest_path = real,
+				 .to_fd = tp[1],
+				 .guest_msg = &msg,
 				 .as_root = !strcmp(r->user, "root") };
 	int cp = sbx_cp_download(st, &o, &res, err);
 	close(tp[1]);
@@ -403,8 +416,8 @@ static int64_t spool(int from, int fd, uint64_t max, struct sbx_err *err)
 		if (k == 0)
 			return (int64_t)n;
 		if (n + (uint64_t)k > max)
-			return sbx_err_set(err, SBX_EXIT_INVALID, EFBIG, "the file is over files.max_transfer (%llu bytes)",
-					   (unsigned long long)max);
+			return sbx_err_set(err, SBX_EXIT_INVALID, EFBIG,
+					   "the file is over files.max_transfer (%llu bytes)", (unsigned long long)max);
 		if (sbx_write_all(fd, buf, (size_t)k) < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot spool the upload");
 		n += (uint64_t)k;
@@ -486,13 +499,15 @@ int serve_files_upload(struct sbx_state *st, const struct serve_req *r, int sock
 	/* The parent made (as envd does), and as the guest resolves it: the
 	 * rules are checked again on where the file really lands, so a
 	 * symlinked directory cannot lead out of files.writable. */
-	if (run_fs(st, r->id, r->user, "prepare", a->path, "", &g, err) < 0 || fs_status(&g, "prepare", a->path, err) < 0)
+	if (run_fs(st, r->id, r->user, "prepare", a->path, "", &g, err) < 0 ||
+	    fs_status(&g, "prepare", a->path, err) < 0)
 		goto out;
 	json_t *none = serve_fs_parse(g.out.buf ? g.out.buf : "", g.out.len, NULL, 0, parent, sizeof parent, err);
 	if (!none)
 		goto out;
 	json_decref(none);
-	if (!parent[0] || snprintf(real, sizeof real, "%s/%s", strcmp(parent, "/") ? parent : "", name) >= (int)sizeof real) {
+	if (!parent[0] ||
+	    snprintf(real, sizeof real, "%s/%s", strcmp(parent, "/") ? parent : "", name) >= (int)sizeof real) {
 		sbx_err_set(err, SBX_EXIT_INVALID, 0, "the guest did not resolve the directory of %s", a->path);
 		goto out;
 	}
@@ -514,8 +529,12 @@ int serve_files_upload(struct sbx_state *st, const struct serve_req *r, int sock
 	}
 	char *msg = NULL;
 	json_t *res = NULL;
-	struct sbx_cp_opts o = { .session = r->id, .from_fd = tp[0], .guest_path = parent, .to_fd = -1,
-				 .guest_msg = &msg, .as_root = !strcmp(r->user, "root") };
+	struct sbx_cp_opts o = { .session = r->id,
+				 .from_fd = tp[0],
+				 .guest_path = parent,
+				 .to_fd = -1,
+				 .guest_msg = &msg,
+				 .as_root = !strcmp(r->user, "root") };
 	int cp = sbx_cp_upload(st, &o, &res, err);
 	close(tp[0]);
 	pthread_join(t, NULL);
@@ -531,8 +550,10 @@ int serve_files_upload(struct sbx_state *st, const struct serve_req *r, int sock
 		goto out;
 	}
 	free(msg);
-	rc = reply(sock, json_pack("{s:b, s:{s:s, s:s, s:s}}", "ok", 1, "entry", "path", a->path, "name", name, "type", "file"),
-		   NULL, 0);
+	rc = reply(
+		sock,
+		json_pack("{s:b, s:{s:s, s:s, s:s}}", "ok", 1, "entry", "path", a->path, "name", name, "type", "file"),
+		NULL, 0);
 out:
 	if (tmp >= 0)
 		close(tmp);

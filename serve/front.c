@@ -64,7 +64,9 @@ static json_t *call(json_t *req, int peer, int *fds, unsigned *nfds, int *sock)
 	static __thread char buf[64 << 10];
 	int dummy[4];
 	unsigned nd = 0;
-	ssize_t n = poll(&p, 1, CALL_TIMEOUT_MS) == 1 ? serve_recv(sv[0], buf, sizeof buf, fds ? fds : dummy, fds ? nfds : &nd, 4) : -1;
+	ssize_t n = poll(&p, 1, CALL_TIMEOUT_MS) == 1
+			    ? serve_recv(sv[0], buf, sizeof buf, fds ? fds : dummy, fds ? nfds : &nd, 4)
+			    : -1;
 	for (unsigned i = 0; !fds && i < nd; i++)
 		close(dummy[i]);
 	json_t *j = n > 0 ? json_loads(buf, 0, NULL) : NULL;
@@ -94,8 +96,8 @@ static unsigned http_of(int code)
 
 static enum MHD_Result answer(struct MHD_Connection *c, unsigned status, const char *type, const char *body)
 {
-	struct MHD_Response *r =
-		MHD_create_response_from_buffer(body ? strlen(body) : 0, (void *)(body ? body : ""), MHD_RESPMEM_MUST_COPY);
+	struct MHD_Response *r = MHD_create_response_from_buffer(body ? strlen(body) : 0, (void *)(body ? body : ""),
+								 MHD_RESPMEM_MUST_COPY);
 	if (!r)
 		return MHD_NO;
 	if (type)
@@ -190,8 +192,9 @@ static void caller_of(struct MHD_Connection *c, const struct listener *l, char *
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 		char host[64] = "?";
 		if (ci && ci->client_addr)
-			getnameinfo(ci->client_addr, ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-										     : sizeof(struct sockaddr_in),
+			getnameinfo(ci->client_addr,
+				    ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+									   : sizeof(struct sockaddr_in),
 				    host, sizeof host, NULL, 0, NI_NUMERICHOST);
 		snprintf(who, n, "addr:%s", host);
 	}
@@ -278,16 +281,16 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 				   const char *id, const char *rest, struct conn *cn)
 {
 	int peer;
-	const char *op = !strcmp(method, "DELETE") && !*rest                    ? "kill"
-			 : !strcmp(method, "GET") && !*rest                     ? "get"
-			 : !strcmp(method, "POST") && !strcmp(rest, "/connect") ? "connect"
-			 : !strcmp(method, "POST") && !strcmp(rest, "/pause")   ? "pause"
-			 : !strcmp(method, "POST") && !strcmp(rest, "/resume")  ? "connect"
-			 : !strcmp(method, "POST") && !strcmp(rest, "/timeout") ? "timeout"
+	const char *op = !strcmp(method, "DELETE") && !*rest                      ? "kill"
+			 : !strcmp(method, "GET") && !*rest                       ? "get"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/connect")   ? "connect"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/pause")     ? "pause"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/resume")    ? "connect"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/timeout")   ? "timeout"
 			 : !strcmp(method, "POST") && !strcmp(rest, "/refreshes") ? "refresh"
-			 : !strcmp(method, "GET") && !strcmp(rest, "/metrics") ? "metrics"
-			 : !strcmp(method, "POST") && !strcmp(rest, "/fork") ? "fork"
-										: NULL;
+			 : !strcmp(method, "GET") && !strcmp(rest, "/metrics")    ? "metrics"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/fork")      ? "fork"
+										  : NULL;
 	if (!op)
 		return api_error(c, 404, "no such route in this service");
 	json_t *secs = NULL, *count = NULL;
@@ -307,13 +310,15 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 		/* {"timeout": seconds} and {"duration": seconds} */
 		json_t *b = cn->n ? json_loadb(cn->body, cn->n, JSON_REJECT_DUPLICATES, NULL) : json_object();
 		json_t *v = json_object_get(b, !strcmp(op, "timeout") ? "timeout" : "duration");
-		int ok = json_is_object(b) && (v ? json_is_integer(v) && json_integer_value(v) >= 0 : !strcmp(op, "refresh"));
+		int ok = json_is_object(b) &&
+			 (v ? json_is_integer(v) && json_integer_value(v) >= 0 : !strcmp(op, "refresh"));
 		if (ok && v)
 			secs = json_incref(v);
 		json_decref(b);
 		if (!ok)
-			return api_error(c, 400, !strcmp(op, "timeout") ? "expected {\"timeout\": seconds}"
-									: "expected {\"duration\": seconds}");
+			return api_error(c, 400,
+					 !strcmp(op, "timeout") ? "expected {\"timeout\": seconds}"
+								: "expected {\"duration\": seconds}");
 	}
 	json_t *r = request(c, l, op, &peer);
 	json_object_set_new(r, "id", json_string(id));
@@ -494,17 +499,24 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 static const char *cx_code(json_t *a)
 {
 	int code = (int)json_integer_value(json_object_get(a, "code"));
-	return !a ? "unavailable" : code == SBX_EXIT_NOENT ? "not_found" : code == SERVE_EXIT_NOPERM ? "unauthenticated"
+	return !a                                                   ? "unavailable"
+	       : code == SBX_EXIT_NOENT                             ? "not_found"
+	       : code == SERVE_EXIT_NOPERM                          ? "unauthenticated"
 	       : code == SBX_EXIT_INVALID || code == SBX_EXIT_USAGE ? "invalid_argument"
-	       : code == SBX_EXIT_TEMPFAIL ? "resource_exhausted" : code == SBX_EXIT_CONFLICT ? "failed_precondition"
-								     : "internal";
+	       : code == SBX_EXIT_TEMPFAIL                          ? "resource_exhausted"
+	       : code == SBX_EXIT_CONFLICT                          ? "failed_precondition"
+								    : "internal";
 }
 
 static unsigned cx_status(const char *code)
 {
-	return !strcmp(code, "not_found") ? 404 : !strcmp(code, "unauthenticated") ? 401
-	       : !strcmp(code, "invalid_argument") ? 400 : !strcmp(code, "resource_exhausted") ? 429
-	       : !strcmp(code, "failed_precondition") ? 412 : !strcmp(code, "unavailable") ? 503 : 500;
+	return !strcmp(code, "not_found")             ? 404
+	       : !strcmp(code, "unauthenticated")     ? 401
+	       : !strcmp(code, "invalid_argument")    ? 400
+	       : !strcmp(code, "resource_exhausted")  ? 429
+	       : !strcmp(code, "failed_precondition") ? 412
+	       : !strcmp(code, "unavailable")         ? 503
+						      : 500;
 }
 
 /* A call to the back that opens a stream (exec, attach), streamed. */
@@ -540,7 +552,8 @@ static enum MHD_Result stream_call(struct MHD_Connection *c, json_t *r, int peer
 	snprintf(s->sandbox, sizeof s->sandbox, "%s", sandbox);
 	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
 	s->keepalive_s = ka && atoi(ka) > 0 && atoi(ka) < 3600 ? (unsigned)atoi(ka) : 50;
-	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32768, stream_read, s, stream_free);
+	struct MHD_Response *resp =
+		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32768, stream_read, s, stream_free);
 	if (!resp) {
 		stream_free(s);
 		return MHD_NO;
@@ -572,7 +585,8 @@ static enum MHD_Result envd_start(struct MHD_Connection *c, const struct listene
 	json_t *args = json_object_get(proc, "args"), *v;
 	size_t i;
 	if (json_is_array(args))
-		json_array_foreach(args, i, v) json_array_append(argv, v);
+		json_array_foreach (args, i, v)
+			json_array_append(argv, v);
 	json_object_set_new(r, "argv", argv);
 	json_object_set_new(r, "id", json_string(sandbox));
 	if ((v = json_object_get(proc, "envs")) && json_is_object(v))
@@ -647,8 +661,8 @@ static enum MHD_Result unary_back_error(struct MHD_Connection *c, json_t *a)
 }
 
 /* SendInput and CloseStdin: the pipe to the command, held here. */
-static enum MHD_Result envd_stdin(struct MHD_Connection *c, const struct listener *l, const char *sandbox,
-				  json_t *msg, int close_it)
+static enum MHD_Result envd_stdin(struct MHD_Connection *c, const struct listener *l, const char *sandbox, json_t *msg,
+				  int close_it)
 {
 	unsigned pid = selected_pid(msg);
 	json_t *why = NULL;
@@ -721,11 +735,15 @@ static enum MHD_Result envd_unary(struct MHD_Connection *c, const struct listene
 		unsigned pid = selected_pid(msg);
 		const char *sig = json_string_value(json_object_get(msg, "signal"));
 		json_t *sn = json_object_get(msg, "signal");
-		int signo = sig ? (!strcmp(sig, "SIGNAL_SIGKILL") ? 9 : !strcmp(sig, "SIGNAL_SIGTERM") ? 15 : 0)
-				: json_is_integer(sn) ? (int)json_integer_value(sn) : 0;
+		int signo = sig                   ? (!strcmp(sig, "SIGNAL_SIGKILL")   ? 9
+						     : !strcmp(sig, "SIGNAL_SIGTERM") ? 15
+										      : 0)
+			    : json_is_integer(sn) ? (int)json_integer_value(sn)
+						  : 0;
 		if (!pid || (signo != 9 && signo != 15)) {
 			json_decref(r);
-			return unary_error(c, 400, "invalid_argument", "expected process.pid and signal SIGKILL or SIGTERM");
+			return unary_error(c, 400, "invalid_argument",
+					   "expected process.pid and signal SIGKILL or SIGTERM");
 		}
 		char id[16];
 		snprintf(id, sizeof id, "e%u", pid);
@@ -756,8 +774,8 @@ static enum MHD_Result envd_connect(struct MHD_Connection *c, const struct liste
 	return stream_call(c, r, peer, sandbox, pid);
 }
 
-static enum MHD_Result envd(struct MHD_Connection *c, const struct listener *l, const char *url,
-			    const char *method, struct conn *cn, const char *sandbox)
+static enum MHD_Result envd(struct MHD_Connection *c, const struct listener *l, const char *url, const char *method,
+			    struct conn *cn, const char *sandbox)
 {
 	if (!strcmp(url, "/health")) { /* the sandbox is there, and the token its */
 		json_t *why = NULL;
@@ -793,7 +811,8 @@ static enum MHD_Result envd(struct MHD_Connection *c, const struct listener *l, 
 		return rc;
 	}
 	if (!strncmp(url, "/process.Process/", 17))
-		return unary_error(c, MHD_HTTP_NOT_IMPLEMENTED, "unimplemented", "not served by this version of sbx-serve");
+		return unary_error(c, MHD_HTTP_NOT_IMPLEMENTED, "unimplemented",
+				   "not served by this version of sbx-serve");
 	return api_error(c, 404, "no such route in this service");
 }
 

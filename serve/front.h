@@ -20,8 +20,7 @@ enum MHD_Result serve_files_envd(struct MHD_Connection *c, const void *l, const 
 struct serve_upload;
 struct serve_upload *serve_files_upload_start(struct MHD_Connection *c, const void *l, const char *url,
 					      const char *method);
-enum MHD_Result serve_files_upload_step(struct MHD_Connection *c, struct serve_upload *u, const char *data,
-					size_t *n);
+enum MHD_Result serve_files_upload_step(struct MHD_Connection *c, struct serve_upload *u, const char *data, size_t *n);
 void serve_files_upload_free(struct serve_upload *u);
 
 #endif

@@ -31,8 +31,8 @@ static int call_user(struct MHD_Connection *c, char *user, size_t n)
 		if (l >= n)
 			return -1;
 		for (size_t i = 0; i < l; i++)
-			if (!((q[i] >= 'a' && q[i] <= 'z') || (q[i] >= 'A' && q[i] <= 'Z') || (q[i] >= '0' && q[i] <= '9') ||
-			      q[i] == '_' || q[i] == '-' || q[i] == '.'))
+			if (!((q[i] >= 'a' && q[i] <= 'z') || (q[i] >= 'A' && q[i] <= 'Z') ||
+			      (q[i] >= '0' && q[i] <= '9') || q[i] == '_' || q[i] == '-' || q[i] == '.'))
 				return -1;
 		memcpy(user, q, l + 1);
 		return 0;
@@ -80,10 +80,14 @@ static const char *cx_code(json_t *a, unsigned *status)
 		const char *name;
 		unsigned status;
 	} map[] = {
-		{ SERVE_EXIT_NOPERM, -1, "unauthenticated", 401 },  { SBX_EXIT_NOENT, -1, "not_found", 404 },
-		{ SBX_EXIT_CONFLICT, -1, "already_exists", 409 },   { SBX_EXIT_INVALID, EACCES, "permission_denied", 403 },
-		{ SBX_EXIT_INVALID, -1, "invalid_argument", 400 },  { SBX_EXIT_USAGE, -1, "invalid_argument", 400 },
-		{ SBX_EXIT_TEMPFAIL, -1, "resource_exhausted", 429 }, { SBX_EXIT_UNAVAIL, -1, "unavailable", 503 },
+		{ SERVE_EXIT_NOPERM, -1, "unauthenticated", 401 },
+		{ SBX_EXIT_NOENT, -1, "not_found", 404 },
+		{ SBX_EXIT_CONFLICT, -1, "already_exists", 409 },
+		{ SBX_EXIT_INVALID, EACCES, "permission_denied", 403 },
+		{ SBX_EXIT_INVALID, -1, "invalid_argument", 400 },
+		{ SBX_EXIT_USAGE, -1, "invalid_argument", 400 },
+		{ SBX_EXIT_TEMPFAIL, -1, "resource_exhausted", 429 },
+		{ SBX_EXIT_UNAVAIL, -1, "unavailable", 503 },
 	};
 	if (!a) {
 		*status = 503;
@@ -108,7 +112,8 @@ static enum MHD_Result cx_error(struct MHD_Connection *c, json_t *a)
 {
 	unsigned st;
 	const char *code = cx_code(a, &st);
-	enum MHD_Result rc = serve_front_answer_json(c, st, json_pack("{s:s, s:s}", "code", code, "message", msg_of(a)));
+	enum MHD_Result rc =
+		serve_front_answer_json(c, st, json_pack("{s:s, s:s}", "code", code, "message", msg_of(a)));
 	json_decref(a);
 	return rc;
 }
@@ -135,8 +140,11 @@ static json_t *fs_args(const char *method, json_t *m)
 {
 	static const struct {
 		const char *rpc, *call, *path_key;
-	} calls[] = { { "Stat", "stat", "path" },     { "ListDir", "list", "path" }, { "MakeDir", "mkdir", "path" },
-		      { "Move", "move", "source" },   { "Remove", "remove", "path" } };
+	} calls[] = { { "Stat", "stat", "path" },
+		      { "ListDir", "list", "path" },
+		      { "MakeDir", "mkdir", "path" },
+		      { "Move", "move", "source" },
+		      { "Remove", "remove", "path" } };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(calls); i++) {
 		if (strcmp(method, calls[i].rpc))
 			continue;
@@ -160,12 +168,14 @@ static enum MHD_Result fs_call(struct MHD_Connection *c, const void *l, const ch
 	json_t *args = json_is_object(m) ? fs_args(rpc, m) : NULL;
 	json_decref(m);
 	if (!args)
-		return serve_front_answer_json(c, 400, json_pack("{s:s, s:s}", "code", "invalid_argument", "message",
-								 "the body is not this call's JSON message"));
+		return serve_front_answer_json(c, 400,
+					       json_pack("{s:s, s:s}", "code", "invalid_argument", "message",
+							 "the body is not this call's JSON message"));
 	char user[64];
 	if (call_user(c, user, sizeof user) < 0) {
 		json_decref(args);
-		return serve_front_answer_json(c, 400, json_pack("{s:s, s:s}", "code", "invalid_argument", "message", "bad user"));
+		return serve_front_answer_json(
+			c, 400, json_pack("{s:s, s:s}", "code", "invalid_argument", "message", "bad user"));
 	}
 	int peer;
 	json_t *r = fs_request(c, l, "fs", sandbox, user, args, &peer); /* peer set before the call */
@@ -257,7 +267,8 @@ static enum MHD_Result files_get(struct MHD_Connection *c, const void *l, const 
 		return MHD_NO;
 	}
 	*d = (struct download){ .fd = fds[0], .sock = sock, .size = (uint64_t)size };
-	struct MHD_Response *resp = MHD_create_response_from_callback((uint64_t)size, 65536, download_read, d, download_free);
+	struct MHD_Response *resp =
+		MHD_create_response_from_callback((uint64_t)size, 65536, download_read, d, download_free);
 	if (!resp) {
 		download_free(d);
 		return MHD_NO;
@@ -279,11 +290,13 @@ enum MHD_Result serve_files_envd(struct MHD_Connection *c, const void *l, const 
 	if (!strcmp(rpc, "CreateWatcher") || !strcmp(rpc, "GetWatcherEvents") || !strcmp(rpc, "RemoveWatcher"))
 		return unimplemented(c, 0);
 	if (strcmp(method, "POST"))
-		return serve_front_answer_json(c, 405, json_pack("{s:s, s:s}", "code", "unimplemented", "message", "POST"));
+		return serve_front_answer_json(c, 405,
+					       json_pack("{s:s, s:s}", "code", "unimplemented", "message", "POST"));
 	const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
 	if (!ct || strncmp(ct, "application/json", 16))
-		return serve_front_answer_json(c, 415, json_pack("{s:s, s:s}", "code", "unimplemented", "message",
-								 "only Connect's JSON (application/json) is served"));
+		return serve_front_answer_json(c, 415,
+					       json_pack("{s:s, s:s}", "code", "unimplemented", "message",
+							 "only Connect's JSON (application/json) is served"));
 	return fs_call(c, l, rpc, body, n, sandbox);
 }
 
@@ -293,11 +306,11 @@ struct serve_upload {
 	struct MHD_Connection *c;
 	const void *l;
 	char sandbox[64], user[64];
-	char *path;   /* ?path=, or NULL: each part's file name */
+	char *path;                   /* ?path=, or NULL: each part's file name */
 	struct MHD_PostProcessor *pp; /* multipart; NULL: the body is the file */
-	int data, sock; /* the open part's: its bytes, its call */
-	char *name;     /* its file name */
-	uint64_t sent;  /* its bytes so far */
+	int data, sock;               /* the open part's: its bytes, its call */
+	char *name;                   /* its file name */
+	uint64_t sent;                /* its bytes so far */
 	unsigned parts;
 	json_t *entries;
 	unsigned status; /* 0, or the first refusal */
@@ -440,8 +453,7 @@ struct serve_upload *serve_files_upload_start(struct MHD_Connection *c, const vo
 	return u;
 }
 
-enum MHD_Result serve_files_upload_step(struct MHD_Connection *c, struct serve_upload *u, const char *data,
-					size_t *n)
+enum MHD_Result serve_files_upload_step(struct MHD_Connection *c, struct serve_upload *u, const char *data, size_t *n)
 {
 	if (*n) {
 		/* After a refusal the rest is read and dropped: the answer

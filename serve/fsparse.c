@@ -12,7 +12,10 @@
 
 #include "util.h"
 
-const char *serve_fs_home(const char *user) { return !strcmp(user, "root") ? "/root" : "/home/user"; }
+const char *serve_fs_home(const char *user)
+{
+	return !strcmp(user, "root") ? "/root" : "/home/user";
+}
 
 int serve_fs_path(const char *in, size_t n, const char *home, char *out, size_t cap)
 {
@@ -86,8 +89,10 @@ static int path_field(json_t *args, const char *k, const char *home, char *out, 
 
 int serve_fs_args_decode(json_t *args, const char *user, int is_fs, struct serve_fs_args *a, struct sbx_err *err)
 {
-	static const char *const calls[] = { [SERVE_FS_STAT] = "stat", [SERVE_FS_LIST] = "list",
-					     [SERVE_FS_MKDIR] = "mkdir", [SERVE_FS_MOVE] = "move",
+	static const char *const calls[] = { [SERVE_FS_STAT] = "stat",
+					     [SERVE_FS_LIST] = "list",
+					     [SERVE_FS_MKDIR] = "mkdir",
+					     [SERVE_FS_MOVE] = "move",
 					     [SERVE_FS_REMOVE] = "remove" };
 	memset(a, 0, sizeof *a);
 	if (!json_is_object(args))
@@ -237,7 +242,10 @@ static int parse_fields(const char *s, size_t n, struct fields *f)
 	int digits = 0;
 	for (; p < end && *p != ' ' && digits < 8; p++, digits++) {
 		char c = *p;
-		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+		int v = c >= '0' && c <= '9'   ? c - '0'
+			: c >= 'a' && c <= 'f' ? c - 'a' + 10
+			: c >= 'A' && c <= 'F' ? c - 'A' + 10
+					       : -1;
 		if (v < 0)
 			return -1;
 		m = m << 4 | (uint32_t)v;
@@ -260,9 +268,10 @@ static int parse_fields(const char *s, size_t n, struct fields *f)
 
 static json_t *entry_json(const struct fields *f, const char *path, size_t pl, const char *target, size_t tl)
 {
-	const char *type = S_ISREG(f->mode) ? "FILE_TYPE_FILE" : S_ISDIR(f->mode) ? "FILE_TYPE_DIRECTORY"
-						 : S_ISLNK(f->mode) ? "FILE_TYPE_SYMLINK"
-								    : "FILE_TYPE_UNSPECIFIED";
+	const char *type = S_ISREG(f->mode)   ? "FILE_TYPE_FILE"
+			   : S_ISDIR(f->mode) ? "FILE_TYPE_DIRECTORY"
+			   : S_ISLNK(f->mode) ? "FILE_TYPE_SYMLINK"
+					      : "FILE_TYPE_UNSPECIFIED";
 	size_t b = pl;
 	while (b > 0 && path[b - 1] != '/')
 		b--;

@@ -118,8 +118,8 @@ int serve_key_list(struct sbx_state *st, json_t **out, struct sbx_err *err)
 int serve_key_rm(struct sbx_state *st, const char *id, struct sbx_err *err)
 {
 	if (!id_ok(id))
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "'%.40s' is not a key ID (12 hex digits: sbx-serve key list)",
-				   id);
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "'%.40s' is not a key ID (12 hex digits: sbx-serve key list)", id);
 	_cleanup_close_ int kd = serve_keys_dir(st, err);
 	if (kd < 0)
 		return -1;
@@ -142,7 +142,9 @@ int serve_key_check(int keys_fd, const char *key, char *tenant, size_t tn, char 
 	snprintf(name, sizeof name, "%.*s.json", SERVE_KEY_ID_LEN, hex);
 	json_t *j = key_read(keys_fd, name);
 	if (!j)
-		return errno == ENOENT || errno == 0 ? 0 : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the keys");
+		return errno == ENOENT || errno == 0
+			       ? 0
+			       : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the keys");
 	const char *h = json_string_value(json_object_get(j, "sha256"));
 	const char *t = json_string_value(json_object_get(j, "tenant"));
 	int ok = h && t && strlen(h) == strlen(hex) && CRYPTO_memcmp(h, hex, strlen(hex)) == 0 && strlen(t) < tn;

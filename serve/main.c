@@ -39,7 +39,11 @@ static int key_main(int argc, char **argv)
 {
 	struct sbx_state st;
 	struct sbx_err err = { 0 };
-	int json = 0, op = argc > 1 ? (!strcmp(argv[1], "add") ? 1 : !strcmp(argv[1], "list") ? 2 : !strcmp(argv[1], "rm") ? 3 : 0) : 0;
+	int json = 0, op = argc > 1 ? (!strcmp(argv[1], "add")    ? 1
+				       : !strcmp(argv[1], "list") ? 2
+				       : !strcmp(argv[1], "rm")   ? 3
+								  : 0)
+				    : 0;
 	const char *tenant = NULL;
 	int operator= 0;
 	for (int i = 2; i < argc; i++) {
@@ -65,12 +69,13 @@ static int key_main(int argc, char **argv)
 		if (serve_key_add(&st, tenant, key, id, &err) < 0)
 			return sbx_cli_fail("sbx-serve", err.code, json, "%s", err.msg);
 		printf("%s\n", key);
-		fprintf(stderr, "sbx-serve: key %s for %s%s (shown this once)\n", id, tenant ? "tenant " : "the operator",
-			tenant ? tenant : "");
+		fprintf(stderr, "sbx-serve: key %s for %s%s (shown this once)\n", id,
+			tenant ? "tenant " : "the operator", tenant ? tenant : "");
 		return fflush(stdout) == 0 ? 0 : SBX_EXIT_INTERNAL;
 	}
 	if (op == 3)
-		return serve_key_rm(&st, argv[2], &err) < 0 ? sbx_cli_fail("sbx-serve", err.code, json, "%s", err.msg) : 0;
+		return serve_key_rm(&st, argv[2], &err) < 0 ? sbx_cli_fail("sbx-serve", err.code, json, "%s", err.msg)
+							    : 0;
 	json_t *list;
 	if (serve_key_list(&st, &list, &err) < 0)
 		return sbx_cli_fail("sbx-serve", err.code, json, "%s", err.msg);
@@ -81,8 +86,7 @@ static int key_main(int argc, char **argv)
 		putchar('\n');
 	} else {
 		printf("ID\tTENANT\tCREATED\n");
-		json_array_foreach(list, i, k)
-		{
+		json_array_foreach (list, i, k) {
 			const char *t = json_string_value(json_object_get(k, "tenant"));
 			printf("%s\t%s\t%lld\n", json_string_value(json_object_get(k, "id")), t && *t ? t : "-",
 			       (long long)json_integer_value(json_object_get(k, "created")));
@@ -111,7 +115,9 @@ static int listen_tcp(const char *spec, struct sbx_err *err)
 	const char *h = host[0] == '[' ? host + 1 : host;
 	if (host[0] == '[' && colon[-1] == ']')
 		colon[-1] = 0;
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE },
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+				  .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE },
 			*ai;
 	if (getaddrinfo(h, colon + 1, &hints, &ai) != 0)
 		return sbx_err_set(err, SBX_EXIT_USAGE, 0, "--listen %s: expected a numeric ADDRESS:PORT", spec);
@@ -159,7 +165,8 @@ static int serve_main(const char *listen_at, const char *sock_path)
 	struct sbx_err err = { 0 };
 	static struct serve_back b;
 	if (geteuid() != 0)
-		return sbx_cli_fail("sbx-serve", SBX_EXIT_USAGE, 0, "the service runs as root (its front drops to a uid of its own)");
+		return sbx_cli_fail("sbx-serve", SBX_EXIT_USAGE, 0,
+				    "the service runs as root (its front drops to a uid of its own)");
 	if (serve_back_init(&b, &err) < 0)
 		return sbx_cli_fail("sbx-serve", err.code, 0, "%s", err.msg);
 	/* Beside RUN, not in it: RUN is root's alone (0700), and anyone may
@@ -171,12 +178,15 @@ static int serve_main(const char *listen_at, const char *sock_path)
 		return sbx_cli_fail("sbx-serve", SBX_EXIT_INTERNAL, 0, "cannot make %s: %s", dir, strerror(errno));
 	const char *path = sock_path ? sock_path : b.hc.serve.socket[0] ? b.hc.serve.socket : def;
 	const char *tcp = listen_at ? listen_at : b.hc.serve.listen[0] ? b.hc.serve.listen : NULL;
-	struct serve_front_conf fc = { .unix_fd = -1, .tcp_fd = -1, .body_max = 1u << 20,
+	struct serve_front_conf fc = { .unix_fd = -1,
+				       .tcp_fd = -1,
+				       .body_max = 1u << 20,
 				       .rate = b.hc.serve.rate ? b.hc.serve.rate : SBX_SERVE_RATE_DEFAULT };
 	int sv[2];
 	if ((fc.unix_fd = listen_unix(path, &err)) < 0 || (tcp && (fc.tcp_fd = listen_tcp(tcp, &err)) < 0) ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-		return sbx_cli_fail("sbx-serve", err.code ? err.code : SBX_EXIT_INTERNAL, 0, "%s", err.msg[0] ? err.msg : strerror(errno));
+		return sbx_cli_fail("sbx-serve", err.code ? err.code : SBX_EXIT_INTERNAL, 0, "%s",
+				    err.msg[0] ? err.msg : strerror(errno));
 	fc.ctl = sv[1];
 	struct sigaction sa = { .sa_handler = on_term };
 	sigaction(SIGTERM, &sa, NULL);

@@ -9,7 +9,10 @@
 
 static int hexval(char c)
 {
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				      : -1;
 }
 
 /* s[0..n) percent-decoded ('+' is a space, as URLSearchParams writes it)
@@ -57,7 +60,8 @@ static int parse_pairs(const char *q, struct pair *p, unsigned *np)
 			size_t kl = (size_t)(eq - s), vl = l - kl - 1;
 			p[*np].k = malloc(kl + 1);
 			p[*np].v = malloc(vl + 1);
-			if (!p[*np].k || !p[*np].v || pct_decode(s, kl, p[*np].k) < 0 || pct_decode(eq + 1, vl, p[*np].v) < 0) {
+			if (!p[*np].k || !p[*np].v || pct_decode(s, kl, p[*np].k) < 0 ||
+			    pct_decode(eq + 1, vl, p[*np].v) < 0) {
 				free(p[*np].k);
 				free(p[*np].v);
 				return -1;
@@ -112,7 +116,7 @@ json_t *serve_list_filter(json_t *list, const char *metadata, const char *state,
 	}
 	json_t *out = json_array(), *s;
 	size_t i;
-	json_array_foreach(list, i, s) {
+	json_array_foreach (list, i, s) {
 		const char *st = json_string_value(json_object_get(s, "state"));
 		int ok = st && (((mask & 1) && !strcmp(st, "running")) || ((mask & 2) && !strcmp(st, "paused")));
 		json_t *md = json_object_get(s, "metadata");

@@ -9,16 +9,16 @@
 
 #include "util.h"
 
-static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",     [SERVE_OP_GET] = "get",
-					[SERVE_OP_LIST] = "list",         [SERVE_OP_KILL] = "kill",
-					[SERVE_OP_EXEC] = "exec",         [SERVE_OP_SIGNAL] = "signal",
+static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",       [SERVE_OP_GET] = "get",
+					[SERVE_OP_LIST] = "list",           [SERVE_OP_KILL] = "kill",
+					[SERVE_OP_EXEC] = "exec",           [SERVE_OP_SIGNAL] = "signal",
 					[SERVE_OP_TEMPLATES] = "templates", [SERVE_OP_WHOAMI] = "whoami",
-					[SERVE_OP_CONNECT] = "connect",   [SERVE_OP_PS] = "ps",
-					[SERVE_OP_ATTACH] = "attach",     [SERVE_OP_PAUSE] = "pause",
-					[SERVE_OP_RESUME] = "resume",     [SERVE_OP_TIMEOUT] = "timeout",
-					[SERVE_OP_REFRESH] = "refresh",   [SERVE_OP_METRICS] = "metrics",
-					[SERVE_OP_FORK] = "fork", [SERVE_OP_FS] = "fs",
-					[SERVE_OP_DOWNLOAD] = "download", [SERVE_OP_UPLOAD] = "upload" };
+					[SERVE_OP_CONNECT] = "connect",     [SERVE_OP_PS] = "ps",
+					[SERVE_OP_ATTACH] = "attach",       [SERVE_OP_PAUSE] = "pause",
+					[SERVE_OP_RESUME] = "resume",       [SERVE_OP_TIMEOUT] = "timeout",
+					[SERVE_OP_REFRESH] = "refresh",     [SERVE_OP_METRICS] = "metrics",
+					[SERVE_OP_FORK] = "fork",           [SERVE_OP_FS] = "fs",
+					[SERVE_OP_DOWNLOAD] = "download",   [SERVE_OP_UPLOAD] = "upload" };
 
 const char *serve_op_name(enum serve_op op)
 {
@@ -56,7 +56,7 @@ static int argv_field(json_t *o, struct serve_req *r, struct sbx_err *err)
 	size_t i;
 	if (!json_is_array(a) || !json_array_size(a) || json_array_size(a) > SERVE_ARGV_MAX)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "argv: expected 1 to %d strings", SERVE_ARGV_MAX);
-	json_array_foreach(a, i, v) {
+	json_array_foreach (a, i, v) {
 		if (!json_is_string(v) || json_string_length(v) > SERVE_MSG_MAX ||
 		    strlen(json_string_value(v)) != json_string_length(v))
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "argv[%zu]: expected a string without NUL", i);
@@ -76,7 +76,7 @@ static int env_field(json_t *o, struct serve_req *r, struct sbx_err *err)
 	if (!json_is_object(e) || json_object_size(e) > SERVE_ENV_MAX)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "env: expected an object of at most %d variables",
 				   SERVE_ENV_MAX);
-	json_object_foreach(e, k, v) {
+	json_object_foreach (e, k, v) {
 		size_t kl = strlen(k);
 		int ok = kl > 0 && kl <= 128 && !(k[0] >= '0' && k[0] <= '9');
 		for (size_t i = 0; ok && i < kl; i++)
@@ -105,9 +105,10 @@ static int meta_field(json_t *o, struct serve_req *r, struct sbx_err *err)
 	if (!json_is_object(m) || json_object_size(m) > SERVE_META_MAX)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "metadata: expected an object of at most %d strings",
 				   SERVE_META_MAX);
-	json_object_foreach(m, k, v)
+	json_object_foreach (m, k, v)
 		if (strlen(k) > 256 || !json_is_string(v) || json_string_length(v) > 1024)
-			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "metadata: '%.40s' is not a string of at most 1024 bytes", k);
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "metadata: '%.40s' is not a string of at most 1024 bytes", k);
 	r->metadata = json_incref(m);
 	return 0;
 }
@@ -138,14 +139,17 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 	if (!r->op)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "unknown op '%.16s'", op);
 	unsigned sig = 0;
-	if (str_field(o, "key", r->key, sizeof r->key, err) < 0 || str_field(o, "token", r->token, sizeof r->token, err) < 0 || str_field(o, "id", r->id, sizeof r->id, err) < 0 ||
+	if (str_field(o, "key", r->key, sizeof r->key, err) < 0 ||
+	    str_field(o, "token", r->token, sizeof r->token, err) < 0 ||
+	    str_field(o, "id", r->id, sizeof r->id, err) < 0 ||
 	    str_field(o, "template", r->tmpl, sizeof r->tmpl, err) < 0 ||
-	    str_field(o, "cwd", r->cwd, sizeof r->cwd, err) < 0 || str_field(o, "user", r->user, sizeof r->user, err) < 0 ||
+	    str_field(o, "cwd", r->cwd, sizeof r->cwd, err) < 0 ||
+	    str_field(o, "user", r->user, sizeof r->user, err) < 0 ||
 	    str_field(o, "exec_id", r->exec_id, sizeof r->exec_id, err) < 0 ||
-	    uint_field(o, "timeout", 86400 * 30, &r->timeout_s, err) < 0 || uint_field(o, "signal", 64, &sig, err) < 0 ||
+	    uint_field(o, "timeout", 86400 * 30, &r->timeout_s, err) < 0 ||
+	    uint_field(o, "signal", 64, &sig, err) < 0 ||
 	    uint_field(o, "exec_timeout_ms", 86400000, &r->exec_timeout_ms, err) < 0 ||
-	    uint_field(o, "count", 1000, &r->count, err) < 0 ||
-	    env_field(o, r, err) < 0 || meta_field(o, r, err) < 0)
+	    uint_field(o, "count", 1000, &r->count, err) < 0 || env_field(o, r, err) < 0 || meta_field(o, r, err) < 0)
 		return -1;
 	r->signo = (int)sig;
 	json_t *si = json_object_get(o, "stdin");

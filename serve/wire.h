@@ -62,12 +62,12 @@ struct serve_req {
 	size_t argc;
 	char cwd[SERVE_STR_MAX];
 	char user[64];
-	int stdin_open;   /* exec: the client will send input */
+	int stdin_open;           /* exec: the client will send input */
 	unsigned exec_timeout_ms; /* exec: its deadline (Connect-Timeout-Ms); 0: the policy's default */
-	char exec_id[16]; /* signal, attach: sbx's exec ID (eN: E2B's pid N) */
+	char exec_id[16];         /* signal, attach: sbx's exec ID (eN: E2B's pid N) */
 	int signo;
 	unsigned count; /* fork: how many copies */
-	json_t *args; /* fs, download, upload: their own fields, decoded by files.h (owned) */
+	json_t *args;   /* fs, download, upload: their own fields, decoded by files.h (owned) */
 };
 
 /* 0, or -1 with err (3) naming what is wrong. */

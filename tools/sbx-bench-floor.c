@@ -86,11 +86,21 @@ static int boot_once(const struct sbx_template *t, const char *dir, struct sbx_v
 	struct sockaddr_un a = { .sun_family = AF_UNIX, .sun_path = "agent.sock" };
 	if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 1) < 0)
 		return -1;
-	struct sbx_vm_config c = { .kernel = t->kernel, .initrd = t->initrd, .rootfs = t->rootfs, .scratch = ov,
-				   .agent_sock = "agent.sock", .qmp_sock = "qmp.sock",
-				   .console_path = "console.log", .log_path = "vmm.log", .hostname = "floor",
-				   .vcpus = 1, .memory_mib = 256, .accel = SBX_ACCEL_TCG,
-				   .tsc_khz = sbx_host_tsc_khz(), .tsc_reliable = sbx_host_tsc_invariant(), .sandbox = 1 };
+	struct sbx_vm_config c = { .kernel = t->kernel,
+				   .initrd = t->initrd,
+				   .rootfs = t->rootfs,
+				   .scratch = ov,
+				   .agent_sock = "agent.sock",
+				   .qmp_sock = "qmp.sock",
+				   .console_path = "console.log",
+				   .log_path = "vmm.log",
+				   .hostname = "floor",
+				   .vcpus = 1,
+				   .memory_mib = 256,
+				   .accel = SBX_ACCEL_TCG,
+				   .tsc_khz = sbx_host_tsc_khz(),
+				   .tsc_reliable = sbx_host_tsc_invariant(),
+				   .sandbox = 1 };
 	const char *acc = getenv("SBX_FLOOR_ACCEL");
 	if (acc && !strcmp(acc, "kvm"))
 		c.accel = SBX_ACCEL_KVM;
@@ -147,8 +157,8 @@ static int save_vm(struct sbx_vm *vm, const char *dir, double *ms)
  * from the same start: what a resume's first exec is measured against).
  * With keep, no EXEC: the VM is left running in *keep (what sbx-create -s
  * hands over), for the caller to kill. */
-static int restore_once(const struct sbx_template *t, const char *dir, double *ms, double *exec_ms,
-			double *load_ms, struct sbx_vm *keep)
+static int restore_once(const struct sbx_template *t, const char *dir, double *ms, double *exec_ms, double *load_ms,
+			struct sbx_vm *keep)
 {
 	char snap[700], ov[700];
 	struct sbx_err err = { 0 };
@@ -163,10 +173,21 @@ static int restore_once(const struct sbx_template *t, const char *dir, double *m
 	struct sockaddr_un a = { .sun_family = AF_UNIX, .sun_path = "agent.sock" };
 	if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 1) < 0)
 		return -1;
-	struct sbx_vm_config c = { .kernel = t->kernel, .initrd = t->initrd, .rootfs = t->rootfs, .scratch = ov,
-				   .agent_sock = "agent.sock", .qmp_sock = "qmp.sock", .console_path = "console.log",
-				   .log_path = "vmm.log", .hostname = "floor", .vcpus = 1, .memory_mib = 256,
-				   .accel = SBX_ACCEL_TCG, .tsc_khz = sbx_host_tsc_khz(), .tsc_reliable = sbx_host_tsc_invariant(), .sandbox = 1,
+	struct sbx_vm_config c = { .kernel = t->kernel,
+				   .initrd = t->initrd,
+				   .rootfs = t->rootfs,
+				   .scratch = ov,
+				   .agent_sock = "agent.sock",
+				   .qmp_sock = "qmp.sock",
+				   .console_path = "console.log",
+				   .log_path = "vmm.log",
+				   .hostname = "floor",
+				   .vcpus = 1,
+				   .memory_mib = 256,
+				   .accel = SBX_ACCEL_TCG,
+				   .tsc_khz = sbx_host_tsc_khz(),
+				   .tsc_reliable = sbx_host_tsc_invariant(),
+				   .sandbox = 1,
 				   .restore_dir = snap };
 	const char *acc = getenv("SBX_FLOOR_ACCEL");
 	if (acc && !strcmp(acc, "kvm"))
@@ -322,7 +343,8 @@ static int saved_vm_main(int argc, char **argv)
 	} else {
 		double ms, ems, lms;
 		if (restore_once(&t, dir, &ms, &ems, &lms, NULL) == 0) {
-			printf("{\"restore_ms\":%.2f,\"restore_load_ms\":%.2f,\"restore_exec_ms\":%.2f}\n", ms, lms, ems);
+			printf("{\"restore_ms\":%.2f,\"restore_load_ms\":%.2f,\"restore_exec_ms\":%.2f}\n", ms, lms,
+			       ems);
 			rc = 0;
 		}
 	}

@@ -134,8 +134,7 @@ int main(int argc, char **argv)
 		struct stat st;
 		int fd = -1;
 
-		if ((size_t)snprintf(path, sizeof(path), "%.*s/%s", (int)rootlen, dir,
-				     names[i]) >= sizeof(path))
+		if ((size_t)snprintf(path, sizeof(path), "%.*s/%s", (int)rootlen, dir, names[i]) >= sizeof(path))
 			die("path too long: %s", names[i]);
 		if (lstat(path, &st) < 0)
 			die("%s: %s", path, strerror(errno));

@@ -35,10 +35,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* A snapshot's config.json re-pointed at a session. */
 	json_t *snap = json_loadb(txt, size, 0, NULL);
 	if (snap) {
-		struct sbx_vm_config cfg = { .kernel = "/sbx/kernel", .initrd = "/sbx/initrd", .rootfs = "/sbx/rootfs.img",
-					     .scratch = "/sbx/scratch.img", .vsock_sock = "vsock/agent.sock",
-					     .console_path = "console.log", .hostname = "s-0123456789ab", .vcpus = 1,
-					     .memory_mib = 256, .accel = SBX_ACCEL_KVM };
+		struct sbx_vm_config cfg = { .kernel = "/sbx/kernel",
+					     .initrd = "/sbx/initrd",
+					     .rootfs = "/sbx/rootfs.img",
+					     .scratch = "/sbx/scratch.img",
+					     .vsock_sock = "vsock/agent.sock",
+					     .console_path = "console.log",
+					     .hostname = "s-0123456789ab",
+					     .vcpus = 1,
+					     .memory_mib = 256,
+					     .accel = SBX_ACCEL_KVM };
 		struct sbx_err e = { 0 };
 		json_t *fresh = sbx_ch_create_body(&cfg, 0, &e);
 		if (fresh && sbx_ch_restore_patch(snap, fresh, &e) == 0) {

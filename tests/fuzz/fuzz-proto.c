@@ -36,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort(); /* a value must lie inside the payload */
 		struct sbx_port_req pr;
 		if (sbx_port_req_decode(p, n, &pr, &why) == 0 &&
-		    (!pr.op || pr.op > SBX_PORT_OP_MAX || pr.port > 65535 || memchr(pr.addr, 0, sizeof pr.addr) == NULL))
+		    (!pr.op || pr.op > SBX_PORT_OP_MAX || pr.port > 65535 ||
+		     memchr(pr.addr, 0, sizeof pr.addr) == NULL))
 			abort(); /* a decoded request holds only what was checked */
 		struct sbx_port_entry pe[4];
 		uint32_t op;

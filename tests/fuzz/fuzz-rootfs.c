@@ -57,9 +57,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	snprintf(in, sizeof in, "/proc/self/fd/%d", mfd);
 	int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	struct sbx_rootfs_limits lim = {.max_bytes = 1 << 20, .max_entries = 2000, .allow_setuid = size & 1};
+	struct sbx_rootfs_limits lim = { .max_bytes = 1 << 20, .max_entries = 2000, .allow_setuid = size & 1 };
 	struct sbx_rootfs_config cfg;
-	struct sbx_err err = {0};
+	struct sbx_err err = { 0 };
 	int rc = sbx_rootfs_unpack(rfd, in, &lim, &cfg, &err);
 	close(rfd);
 	close(mfd);
@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	}
 	if (rc == 0 && (!cfg.format[0] ||
-	                (strcmp(cfg.format, "rootfs") && strcmp(cfg.format, "docker") && strcmp(cfg.format, "oci"))))
+			(strcmp(cfg.format, "rootfs") && strcmp(cfg.format, "docker") && strcmp(cfg.format, "oci"))))
 		abort();
 	sbx_rootfs_config_free(&cfg);
 	if (entries(box) != 1) {

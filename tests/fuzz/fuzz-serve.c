@@ -73,8 +73,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 7: { /* the list's filters: metadata, then state, split at the first NUL */
 		static const char *const states[] = { "running", "paused", "running,paused", "x" };
 		char *q = strndup(p, n);
-		json_t *list = json_pack("[{s:s, s:{s:s}}, {s:s, s:{}}]", "state", "running", "metadata", "k", "v", "state",
-					 "paused", "metadata");
+		json_t *list = json_pack("[{s:s, s:{s:s}}, {s:s, s:{}}]", "state", "running", "metadata", "k", "v",
+					 "state", "paused", "metadata");
 		const char *why = NULL;
 		json_t *out = q && list ? serve_list_filter(list, q, states[(data[0] >> 4) & 3], &why) : NULL;
 		if (!out && q && list && !why)

@@ -15,8 +15,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
 		return 0;
-	struct sbx_tar_rules r = { .max_bytes = data[0] & 1 ? 100 : 1 << 20, .max_entries = 1000,
-				   .top = data[0] & 2 ? "tree" : NULL, .host_modes = 1 };
+	struct sbx_tar_rules r = { .max_bytes = data[0] & 1 ? 100 : 1 << 20,
+				   .max_entries = 1000,
+				   .top = data[0] & 2 ? "tree" : NULL,
+				   .host_modes = 1 };
 	struct sbx_tar_check *c = sbx_tar_check_new(&r);
 	struct archive *in = archive_read_new();
 	archive_read_support_format_tar(in);

@@ -16,8 +16,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		/* What was accepted holds the invariants the builder relies on. */
 		for (unsigned i = 0; i < s.nfiles; i++) {
 			char why[100], out[SBX_TMPLSPEC_PATH_LEN];
-			if (sbx_tmplspec_check_relpath(s.files[i].src, why, sizeof why) < 0 || s.files[i].dst[0] != '/' ||
-			    strstr(s.files[i].dst, "/../") || strstr(s.files[i].dst, "//") ||
+			if (sbx_tmplspec_check_relpath(s.files[i].src, why, sizeof why) < 0 ||
+			    s.files[i].dst[0] != '/' || strstr(s.files[i].dst, "/../") ||
+			    strstr(s.files[i].dst, "//") ||
 			    sbx_tmplspec_check_guestpath(s.files[i].dst, out, sizeof out, why, sizeof why) < 0 ||
 			    strcmp(out, s.files[i].dst))
 				abort();

@@ -55,7 +55,8 @@ static void expect(enum sbx_audit_problem p, uint64_t line, const char *what)
 static void tamper_tests(void)
 {
 	char *b = malloc(orig_n + 100);
-	size_t l10, o10 = line_at(10, &l10), l11, o11 = line_at(11, &l11), l5, o5 = line_at(5, &l5), l15, o15 = line_at(15, &l15);
+	size_t l10, o10 = line_at(10, &l10), l11, o11 = line_at(11, &l11), l5, o5 = line_at(5, &l5), l15,
+		    o15 = line_at(15, &l15);
 
 	memcpy(b, orig, orig_n);
 	char *s1 = memmem(b + o10, l10, "\"s-", 3);
@@ -171,8 +172,17 @@ static void time_tests(void)
 	ok(sbx_audit_parse_time("2024-05-01", now, &t, &e) == 0 && t == 1714521600ull * 1000000000u, "bare date");
 	ok(sbx_audit_parse_time("1h", now, &t, &e) == 0 && t == now - 3600ull * 1000000000u, "relative 1h");
 	ok(sbx_audit_parse_time("99999999999w", now, &t, &e) == 0 && t == 1, "huge age clamps to the epoch");
-	const char *bad[] = { "", "1", "h", "-1h", "1y", "2024-02-30", "2024-13-01", "2024-05-01T25:00:00Z",
-			      "2024-05-01T12:00:00", "2024-05-01T12:00:00Zjunk", "2024-05-01T12:00:00.Z" };
+	const char *bad[] = { "",
+			      "1",
+			      "h",
+			      "-1h",
+			      "1y",
+			      "2024-02-30",
+			      "2024-13-01",
+			      "2024-05-01T25:00:00Z",
+			      "2024-05-01T12:00:00",
+			      "2024-05-01T12:00:00Zjunk",
+			      "2024-05-01T12:00:00.Z" };
 	int all = 1;
 	for (size_t i = 0; i < SBX_ARRAY_LEN(bad); i++)
 		if (sbx_audit_parse_time(bad[i], now, &t, &e) == 0 || e.code != SBX_EXIT_INVALID) {
@@ -233,8 +243,8 @@ int main(void)
 
 	for (int i = 1; i <= 20; i++) {
 		const char *type = i % 4 == 0 ? "exec.start" : i % 4 == 1 ? "exec.end" : "session.create";
-		json_t *f = json_pack("{s:s, s:i, s:[s,s]}", "session", i % 2 ? "s-a" : "s-b", "i", i, "argv", "sh",
-				      "-c");
+		json_t *f =
+			json_pack("{s:s, s:i, s:[s,s]}", "session", i % 2 ? "s-a" : "s-b", "i", i, "argv", "sh", "-c");
 		if (sbx_audit_append(&st, type, f, &e) < 0)
 			printf("# %s\n", e.msg);
 		json_decref(f);
@@ -244,7 +254,8 @@ int main(void)
 	ok(fstatat(st.lib_fd, "audit.log", &sb, 0) == 0 && (sb.st_mode & 0777) == 0600, "the log is mode 0600");
 	orig = sbx_read_small_at(st.lib_fd, "audit.log", 1 << 20, &orig_n);
 	ok(orig && !memcmp(orig, "{\"seq\":1,\"time\":\"", 17) &&
-		   memmem(orig, orig_n, "\"prev\":\"0000000000000000000000000000000000000000000000000000000000000000\"}\n", 74),
+		   memmem(orig, orig_n,
+			  "\"prev\":\"0000000000000000000000000000000000000000000000000000000000000000\"}\n", 74),
 	   "seq and time lead, the first prev is 64 zeros");
 
 	json_t *bad = json_pack("{s:i}", "seq", 5);

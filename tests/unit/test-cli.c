@@ -41,7 +41,7 @@ static void show_both(const struct sbx_cli_table *t, json_t *row, FILE *f)
 }
 
 static const struct sbx_cli_col cols[] = {
-	{ "id", "ID", NULL }, { "n", "N", NULL }, { "r", "R", NULL }, { "b", "B", NULL },
+	{ "id", "ID", NULL }, { "n", "N", NULL }, { "r", "R", NULL },          { "b", "B", NULL },
 	{ "s", "S", NULL },   { "x", "X", NULL }, { NULL, "BOTH", show_both },
 };
 static struct sbx_cli_table table = { SBX_CLI_COLS(cols), .key = { "id", NULL, NULL } };
@@ -65,7 +65,7 @@ static void stream(void *arg)
 	sbx_cli_table_header(&table, j->mode, j->headers);
 	size_t k;
 	json_t *row;
-	json_array_foreach(j->rows, k, row)
+	json_array_foreach (j->rows, k, row)
 		sbx_cli_table_row(&table, row, j->mode);
 }
 
@@ -82,9 +82,9 @@ static char *run(json_t *rows, enum sbx_cli_mode mode, int headers)
 
 static void table_printer(void)
 {
-	json_t *rows = json_pack("[{s:s, s:i, s:f, s:b, s:s, s:s}, {s:s, s:i, s:f, s:b, s:s}]", "id", "one", "n", 7,
-				 "r", 1.5, "b", 1, "s", "a\tb\nc\\d\x1b", "a", "A", "id", "two", "n", -3, "r", 0.0004,
-				 "b", 0, "s", "");
+	json_t *rows =
+		json_pack("[{s:s, s:i, s:f, s:b, s:s, s:s}, {s:s, s:i, s:f, s:b, s:s}]", "id", "one", "n", 7, "r", 1.5,
+			  "b", 1, "s", "a\tb\nc\\d\x1b", "a", "A", "id", "two", "n", -3, "r", 0.0004, "b", 0, "s", "");
 	char *s = run(rows, SBX_CLI_TEXT, 1);
 	ok(!strcmp(s, "ID\tN\tR\tB\tS\tX\tBOTH\n"
 		      "one\t7\t1.500\tyes\ta\\tb\\nc\\\\d\\x1b\t-\tA+a\\tb\\nc\\\\d\\x1b\n"
@@ -148,8 +148,8 @@ static void table_printer(void)
 
 static void template_table(void)
 {
-	json_t *rows = json_pack("[{s:s, s:s, s:s, s:s, s:i}]", "template", "acme/py@1.0", "name", "py", "version", "1.0",
-				 "owner", "", "in_use", 2);
+	json_t *rows = json_pack("[{s:s, s:s, s:s, s:s, s:i}]", "template", "acme/py@1.0", "name", "py", "version",
+				 "1.0", "owner", "", "in_use", 2);
 	char *text = run_table(&sbx_cli_template_table, rows, SBX_CLI_TEXT, 1);
 	char *quiet = run_table(&sbx_cli_template_table, rows, SBX_CLI_QUIET, 1);
 	ok(!strcmp(text, "NAME\tVERSION\tOWNER\tCREATED\tSNAPSHOT\tIN_USE\tKERNEL\n"

@@ -60,8 +60,15 @@ static size_t hello(const char *name, uint8_t *b)
 	size_t el = 0;
 	if (name) {
 		size_t nl = strlen(name);
-		uint8_t e[] = { 0, 0, (uint8_t)((nl + 5) >> 8), (uint8_t)(nl + 5), (uint8_t)((nl + 3) >> 8),
-				(uint8_t)(nl + 3), 0, (uint8_t)(nl >> 8), (uint8_t)nl };
+		uint8_t e[] = { 0,
+				0,
+				(uint8_t)((nl + 5) >> 8),
+				(uint8_t)(nl + 5),
+				(uint8_t)((nl + 3) >> 8),
+				(uint8_t)(nl + 3),
+				0,
+				(uint8_t)(nl >> 8),
+				(uint8_t)nl };
 		memcpy(ext, e, sizeof e);
 		memcpy(ext + sizeof e, name, nl);
 		el = sizeof e + nl;
@@ -70,9 +77,9 @@ static size_t hello(const char *name, uint8_t *b)
 	size_t bl = 0;
 	body[bl++] = 3, body[bl++] = 3;
 	memset(body + bl, 0x11, 32), bl += 32;
-	body[bl++] = 0;                         /* session id */
+	body[bl++] = 0;                                                    /* session id */
 	body[bl++] = 0, body[bl++] = 2, body[bl++] = 0x13, body[bl++] = 1; /* suites */
-	body[bl++] = 1, body[bl++] = 0;         /* compression */
+	body[bl++] = 1, body[bl++] = 0;                                    /* compression */
 	body[bl++] = (uint8_t)(el >> 8), body[bl++] = (uint8_t)el;
 	memcpy(body + bl, ext, el), bl += el;
 	size_t hl = 4 + bl;
@@ -131,8 +138,10 @@ int main(void)
 	ok(sbx_sniff_host(b, l, h, sizeof h) == SBX_SNIFF_BAD, "a hello longer than its record is refused");
 
 	/* DNS */
-	static const uint8_t q[] = { 0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 3, 'W', 'e', 'b', 7, 'e',
-				     'x', 'a', 'm', 'p', 'l', 'e', 4, 't', 'e', 's', 't', 0, 0, 1, 0, 1 };
+	static const uint8_t q[] = {
+		0x12, 0x34, 0x01, 0x00, 0,   1,   0,   0, 0,   0,   0,   0,   3, 'W', 'e', 'b', 7,
+		'e',  'x',  'a',  'm',  'p', 'l', 'e', 4, 't', 'e', 's', 't', 0, 0,   1,   0,   1
+	};
 	struct sbx_dns_query dq;
 	ok(sbx_dns_parse(q, sizeof q, &dq) == 0 && !strcmp(dq.name, "web.example.test") && dq.qtype == SBX_DNS_A &&
 		   dq.id == 0x1234,
@@ -187,7 +196,8 @@ int main(void)
 	ok(deny6("::1") && deny6("::") && deny6("fd00::1") && deny6("fe80::1") && deny6("ff02::1") &&
 		   deny6("::ffff:127.0.0.1") && deny6("64:ff9b::a00:1") && deny6("::10.0.0.1"),
 	   "IPv6: loopback, ULA, link-local, multicast, mapped, NAT64 and compatible forms of denied ones");
-	ok(!deny6("2001:db8::1") && !deny6("64:ff9b::cb00:710a"), "IPv6 documentation and NAT64 of a public one are not");
+	ok(!deny6("2001:db8::1") && !deny6("64:ff9b::cb00:710a"),
+	   "IPv6 documentation and NAT64 of a public one are not");
 
 	ok(deny4("192.0.0.8") && deny4("198.18.0.1") && deny4("198.19.255.255") && !deny4("198.20.0.1") &&
 		   !deny4("192.0.1.1"),
@@ -200,8 +210,10 @@ int main(void)
 		sa4(&a, "192.0.2.200");
 		int in = sbx_egress_in_subnet((struct sockaddr *)&a, (struct sockaddr *)&i, (struct sockaddr *)&mk);
 		sa4(&a, "192.0.3.1");
-		int outside = sbx_egress_in_subnet((struct sockaddr *)&a, (struct sockaddr *)&i, (struct sockaddr *)&mk);
-		ok(in && !outside, "an on-link subnet holds its neighbours (192.0.2.200 in 192.0.2.10/24), not the next one");
+		int outside =
+			sbx_egress_in_subnet((struct sockaddr *)&a, (struct sockaddr *)&i, (struct sockaddr *)&mk);
+		ok(in && !outside,
+		   "an on-link subnet holds its neighbours (192.0.2.200 in 192.0.2.10/24), not the next one");
 		sa4(&mk, "255.255.255.255");
 		sa4(&a, "192.0.2.11");
 		outside = sbx_egress_in_subnet((struct sockaddr *)&a, (struct sockaddr *)&i, (struct sockaddr *)&mk);
@@ -259,7 +271,8 @@ int main(void)
 	fwd = flow("a.example", sw, 3, &v, why, sizeof why);
 	ok(v == SBX_FLOW_DENY && fwd == strlen("GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"),
 	   "likewise when it arrives a few bytes at a time (keep-alive)");
-	const char *abs2 = "GET / HTTP/1.1\r\nHost: a.example\r\n\r\nGET http://other.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n";
+	const char *abs2 = "GET / HTTP/1.1\r\nHost: a.example\r\n\r\nGET http://other.example/ HTTP/1.1\r\nHost: "
+			   "a.example\r\n\r\n";
 	fwd = flow("a.example", abs2, 1000, &v, why, sizeof why);
 	ok(v == SBX_FLOW_DENY && strstr(why, "target"), "a later absolute-form request for another host is refused");
 	const char *nohost = "GET / HTTP/1.1\r\nHost: a.example\r\n\r\nGET / HTTP/1.0\r\n\r\n";

@@ -27,13 +27,16 @@ static void names_and_bounds(void)
 	struct sbx_env e = { 0 };
 	struct sbx_err err = { 0 };
 	ok(sbx_env_name_ok("A_b9", 4) && sbx_env_name_ok("_", 1), "names: letters, digits, underscore");
-	ok(!sbx_env_name_ok("9A", 2) && !sbx_env_name_ok("A-B", 3) && !sbx_env_name_ok("", 0), "not a digit first, no dash, not empty");
+	ok(!sbx_env_name_ok("9A", 2) && !sbx_env_name_ok("A-B", 3) && !sbx_env_name_ok("", 0),
+	   "not a digit first, no dash, not empty");
 	char big[200];
 	memset(big, 'N', sizeof big);
 	ok(sbx_env_name_ok(big, 128) && !sbx_env_name_ok(big, 129), "names up to 128 bytes");
 	ok(sbx_env_set(&e, "NOEQ", 0, "t", &err) < 0 && err.code == SBX_EXIT_INVALID, "NAME without = is 3");
-	ok(sbx_env_set(&e, "A=a\nb", 0, "t", &err) < 0 && strstr(err.msg, "control"), "a newline in a value is refused");
-	ok(sbx_env_set(&e, "A=\xff", 0, "t", &err) < 0 && strstr(err.msg, "UTF-8"), "a value that is not UTF-8 is refused");
+	ok(sbx_env_set(&e, "A=a\nb", 0, "t", &err) < 0 && strstr(err.msg, "control"),
+	   "a newline in a value is refused");
+	ok(sbx_env_set(&e, "A=\xff", 0, "t", &err) < 0 && strstr(err.msg, "UTF-8"),
+	   "a value that is not UTF-8 is refused");
 	ok(sbx_env_set(&e, "A=tab\there", 0, "t", &err) == 0, "a tab is fine");
 	static char v[SBX_ENV_VALUE_MAX + 8];
 	memset(v, 'x', sizeof v - 1);
@@ -54,12 +57,15 @@ static void names_and_bounds(void)
 	ok(sbx_env_set(&f, "V3=again", 0, "t", &err) == 0 && f.n == SBX_ENV_MAX && !strcmp(val(&f, "V3"), "again"),
 	   "replacing one at the limit is fine");
 	ok(sbx_workdir_check("/a/b", "t", NULL) == 0 && sbx_workdir_check("a", "t", NULL) < 0 &&
-	   sbx_workdir_check("/a\n", "t", NULL) < 0, "workdir: absolute, no control bytes");
+		   sbx_workdir_check("/a\n", "t", NULL) < 0,
+	   "workdir: absolute, no control bytes");
 	uint32_t uid = 7;
 	ok(sbx_user_parse("root", &uid) == 0 && uid == 0 && sbx_user_parse("user", &uid) == 0 && uid == 1000 &&
-	   sbx_user_parse("65534", &uid) == 0 && uid == 65534, "users: root, user, a uid");
+		   sbx_user_parse("65534", &uid) == 0 && uid == 65534,
+	   "users: root, user, a uid");
 	ok(sbx_user_parse("65535", &uid) < 0 && sbx_user_parse("-1", &uid) < 0 && sbx_user_parse("", &uid) < 0 &&
-	   sbx_user_parse("0x1", &uid) < 0 && sbx_user_parse("000001", &uid) < 0, "not past 65534, no sign, hex, padding");
+		   sbx_user_parse("0x1", &uid) < 0 && sbx_user_parse("000001", &uid) < 0,
+	   "not past 65534, no sign, hex, padding");
 }
 
 static void secret_bits_and_json(void)
@@ -72,17 +78,21 @@ static void secret_bits_and_json(void)
 	sbx_env_set(&e, "S2=OTHER", 1, "t", &err);
 	ok(e.n == 4 && e.secret == 0xa, "secret bits follow their entries");
 	sbx_env_set(&e, "A=3", 0, "t", &err); /* A leaves slot 0, goes last */
-	ok(e.n == 4 && e.secret == 0x5 && !strcmp(val(&e, "A"), "3"), "... and move down when an earlier one is replaced");
+	ok(e.n == 4 && e.secret == 0x5 && !strcmp(val(&e, "A"), "3"),
+	   "... and move down when an earlier one is replaced");
 	json_t *rec = json_object();
 	sbx_env_to_json(&e, rec);
 	ok(!strcmp(json_string_value(json_object_get(json_object_get(rec, "env_secrets"), "S1")), "TOKEN") &&
-	   !json_object_get(json_object_get(rec, "env"), "S1"), "the record keeps a secret's name apart");
+		   !json_object_get(json_object_get(rec, "env"), "S1"),
+	   "the record keeps a secret's name apart");
 	struct sbx_env back;
 	ok(sbx_env_from_json(&back, rec) == 0 && back.n == 4 && !strcmp(val(&back, "S2"), "OTHER") &&
-	   !strcmp(val(&back, "B"), "2"), "... and reads it back");
+		   !strcmp(val(&back, "B"), "2"),
+	   "... and reads it back");
 	json_t *shown = sbx_env_show(&back);
 	ok(!strcmp(json_string_value(json_object_get(shown, "S1")), "[secret:TOKEN]") &&
-	   !strcmp(json_string_value(json_object_get(shown, "A")), "3"), "shown as [secret:NAME]");
+		   !strcmp(json_string_value(json_object_get(shown, "A")), "3"),
+	   "shown as [secret:NAME]");
 	json_decref(shown);
 	json_object_set_new(json_object_get(rec, "env_secrets"), "S3", json_string("not a name"));
 	ok(sbx_env_from_json(&back, rec) < 0 && back.n == 0, "a record whose secret name is bad is refused");
@@ -123,7 +133,8 @@ static void request(void)
 	const char *why = "";
 	sbx_exec_req_encode(&b, 1, &r);
 	ok(sbx_exec_req_decode(b.data + SBX_FRAME_HDR, b.len - SBX_FRAME_HDR, &d, &why) == 0 && d.env_secretc == 1 &&
-	   !strcmp(d.env_secret[0], "API=TOKEN"), "NAME=SECRET travels in the exec request");
+		   !strcmp(d.env_secret[0], "API=TOKEN"),
+	   "NAME=SECRET travels in the exec request");
 	sbx_exec_req_free(&d);
 	const char *bad[] = { "API", "=TOKEN", "API=", "API=bad name", "API=lower", "A B=TOKEN", "9A=TOKEN" };
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

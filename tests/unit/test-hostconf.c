@@ -20,7 +20,8 @@ int main(void)
 	ok(parse("# only a comment\n", &hc, &e) == 0 && hc.npool == 0, "so is one with only comments");
 	ok(parse("pool:\n  templates:\n    default: {size: 2}\n    python@3.11-1:\n      size: 1\n      vcpus: 2\n"
 		 "      memory: 1G\n      disk: 4G\n",
-		 &hc, &e) == 0 && hc.npool == 2,
+		 &hc, &e) == 0 &&
+		   hc.npool == 2,
 	   "two pooled templates");
 	ok(!strcmp(hc.pool[0].tmpl, "default") && hc.pool[0].size == 2 && hc.pool[0].vcpus == 1 &&
 		   hc.pool[0].memory_mib == 256 && hc.pool[0].disk == 1ull << 30,
@@ -35,20 +36,25 @@ int main(void)
 	ok(parse("pool: {templates: {}}\n", &hc, &e) == 0 && hc.npool == 0, "an empty pool");
 	ok(parse("host_paths:\n  read: [/srv/in, \"/srv/{tenant}/in\"]\n  write:\n    - /srv/out\n"
 		 "secrets: {env_allow: [TOKEN, _x1]}\n",
-		 &hc, &e) == 0 && hc.paths.nread == 2 && hc.paths.nwrite == 1 && hc.paths.nenv == 2 &&
+		 &hc, &e) == 0 &&
+		   hc.paths.nread == 2 && hc.paths.nwrite == 1 && hc.paths.nenv == 2 &&
 		   !strcmp(hc.paths.read[1], "/srv/{tenant}/in") && !strcmp(hc.paths.write[0], "/srv/out") &&
 		   !strcmp(hc.paths.env_allow[1], "_x1"),
 	   "host_paths and secrets.env_allow");
 	ok(parse("pool: {templates: {}}\n", &hc, &e) == 0 && hc.paths.nread == 0 && hc.paths.nenv == 0,
 	   "without them nothing is granted");
-	ok(parse("quotas:\n  per_tenant: {memory: 8G, vcpus: 8, workspace_bytes: 100G}\n  tenants:\n    acme: {memory: 32G, sessions: 20}\n",
-		 &hc, &e) == 0 && hc.quotas.ntenants == 1,
+	ok(parse("quotas:\n  per_tenant: {memory: 8G, vcpus: 8, workspace_bytes: 100G}\n  tenants:\n    acme: {memory: "
+		 "32G, sessions: 20}\n",
+		 &hc, &e) == 0 &&
+		   hc.quotas.ntenants == 1,
 	   "quotas");
 	struct sbx_quota q;
 	sbx_hostconf_quota(&hc, "acme", &q);
-	ok(q.memory_mib == 32768 && q.sessions == 20 && q.vcpus == 8 && q.workspace_bytes == 100ull << 30, "a tenant's entry replaces what it sets, keeps the rest");
+	ok(q.memory_mib == 32768 && q.sessions == 20 && q.vcpus == 8 && q.workspace_bytes == 100ull << 30,
+	   "a tenant's entry replaces what it sets, keeps the rest");
 	sbx_hostconf_quota(&hc, "globex", &q);
-	ok(q.memory_mib == 8192 && q.sessions == 0 && q.vcpus == 8, "another tenant gets per_tenant; unset is no limit");
+	ok(q.memory_mib == 8192 && q.sessions == 0 && q.vcpus == 8,
+	   "another tenant gets per_tenant; unset is no limit");
 	ok(parse("templates:\n  publishers: [acme, b-2]\n", &hc, &e) == 0 && hc.npublishers == 2 &&
 		   sbx_hostconf_publisher(&hc, "acme") && sbx_hostconf_publisher(&hc, "b-2") &&
 		   !sbx_hostconf_publisher(&hc, "acm") && !sbx_hostconf_publisher(&hc, NULL),

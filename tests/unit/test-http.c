@@ -36,10 +36,12 @@ static void test_fields(void)
 	const char *g = "POST /a?b=c HTTP/1.1\r\nHost:  a.example:80 \r\nContent-Length: 12\r\n"
 			"User-Agent: pip/24.0\r\nUpgrade: websocket\r\n\r\nbody";
 	int used = parse(g, 0, 0, &h, &st);
-	ok(used == (int)(strlen(g) - 4) && st == 0 && h.len == (size_t)used, "a head's length, its blank line included");
+	ok(used == (int)(strlen(g) - 4) && st == 0 && h.len == (size_t)used,
+	   "a head's length, its blank line included");
 	ok(!strcmp(h.method, "POST") && h.target_len == 6 && !memcmp(h.target, "/a?b=c", 6) && h.minor == 1,
 	   "its method, target and version");
-	ok(h.host && h.host_len == 12 && !memcmp(h.host, "a.example:80", 12), "Host's value without the white space around it");
+	ok(h.host && h.host_len == 12 && !memcmp(h.host, "a.example:80", 12),
+	   "Host's value without the white space around it");
 	ok(h.length == 12 && !h.chunked && h.upgrade && h.pip, "its framing, Upgrade and pip's User-Agent");
 	ok(parse("GET / HTTP/1.0\n\n", 0, 0, &h, &st) == 16 && !h.host && h.length == -1 && h.minor == 0,
 	   "bare LF line ends; no Host, no length");
@@ -77,7 +79,8 @@ static void test_refused(void)
 	ok(refused_by_all("GET / HTTP/1.1\r\nHost: a.example\r\nX: a\x7f\r\n\r\n", 400), "DEL in a value");
 	ok(refused_by_all("GET / HTTP/1.1\r\nHost: a.example\r\nX: a\x01\r\n\r\n", 400), "a control in a value");
 	ok(refused_by_all("GET / HTTP/1.1\r\nHost: a.example\r\nX: a\rb\r\n\r\n", 400), "a bare CR");
-	ok(refused_by_all("GET / HTTP/1.1\r\nHost: a.example\r\nA\"b: c\r\n\r\n", 400), "a field name that is no token");
+	ok(refused_by_all("GET / HTTP/1.1\r\nHost: a.example\r\nA\"b: c\r\n\r\n", 400),
+	   "a field name that is no token");
 	ok(refused_by_all("GET / HTTP/1.1\r\nHost: a.example\r\nHost: a.example\r\n\r\n", 400), "two Host fields");
 	ok(refused_by_all("GET / HTTP/1.1\r\nHost: a.example\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", 400),
 	   "two Content-Length fields, even equal");
@@ -85,11 +88,12 @@ static void test_refused(void)
 	   "a Content-Length of 16 digits");
 	ok(refused_by_all("GET / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
 	   "a Transfer-Encoding that does not end in chunked");
-	ok(refused_by_all("GET / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
-			  400),
+	ok(refused_by_all(
+		   "GET / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", 400),
 	   "both Transfer-Encoding and Content-Length");
 	ok(refused_by_all("GET /a#b HTTP/1.1\r\nHost: a.example\r\n\r\n", 400), "a fragment in the target");
-	ok(refused_by_all("GET /\xc3\xa9 HTTP/1.1\r\nHost: a.example\r\n\r\n", 400), "a byte outside ASCII in the target");
+	ok(refused_by_all("GET /\xc3\xa9 HTTP/1.1\r\nHost: a.example\r\n\r\n", 400),
+	   "a byte outside ASCII in the target");
 	ok(refused_by_all("GET / HTTP/1.x\r\nHost: a.example\r\n\r\n", 505), "a version that is not HTTP/1.digit: 505");
 	ok(refused_by_all("GET / HTTP/1.10\r\nHost: a.example\r\n\r\n", 400), "a version that is no version: 400");
 	ok(refused_by_all("GET / HTTP/2.0\r\nHost: a.example\r\n\r\n", 505), "HTTP/2.0: 505");

@@ -23,7 +23,7 @@ static void test_head(void)
 	int st;
 	const char *g = "GET /pypi/0/simple/x/ HTTP/1.1\r\nHost: 10.0.2.2:3141\r\nUser-Agent: pip/23.0.1 {}\r\n\r\n";
 	ok(head(g, &r, &st) == (int)strlen(g) && !strcmp(r.method, "GET") && !strcmp(r.target, "/pypi/0/simple/x/") &&
-	       r.minor == 1 && r.pip && !r.has_body,
+		   r.minor == 1 && r.pip && !r.has_body,
 	   "a pip request parses");
 	ok(head("GET / HTTP/1.0\n\n", &r, &st) == 16 && r.minor == 0, "bare LF line ends");
 	ok(head("GET /x HTTP/1.1\r\nHost: a\r\n", &r, &st) == 0, "an incomplete head asks for more");
@@ -63,7 +63,7 @@ static void test_names(void)
 	ok(sbx_pep503_normalize("Foo.Bar__baz-Q", out, sizeof out) == 0 && !strcmp(out, "foo-bar-baz-q"),
 	   "PEP 503 normalization");
 	ok(sbx_pep503_normalize("a", out, sizeof out) == 0 && !strcmp(out, "a"), "one letter");
-	const char *bad[] = {"", "-a", "a-", "a/b", "..", "a b", "%2e", "a\nb", "é"};
+	const char *bad[] = { "", "-a", "a-", "a/b", "..", "a b", "%2e", "a\nb", "é" };
 	int all = 1;
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
 		all &= sbx_pep503_normalize(bad[i], out, sizeof out) < 0;
@@ -73,12 +73,12 @@ static void test_names(void)
 static void test_index(void)
 {
 	const char *page = "<!DOCTYPE html><html><body>"
-	                   "<a href=\"../../files/a-1.0-py3-none-any.whl#sha256=00\">a</a>"
-	                   "<a href='https://files.example.org/p/a-1.1.tar.gz#sha256="
-	                   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' data-yanked>a</a>"
-	                   "<A HREF=\"a-1.2.zip\" data-requires-python=\"&gt;=3.8\">a</A>"
-	                   "<a href=\"javascript:alert(1)\">x</a><a href=\"file:///etc/passwd\">y</a>"
-	                   "<a href=\"../bad name.whl\">z</a><a>no href</a><p><a href=\"deep/a-2.0.tar.gz\"></a>";
+			   "<a href=\"../../files/a-1.0-py3-none-any.whl#sha256=00\">a</a>"
+			   "<a href='https://files.example.org/p/a-1.1.tar.gz#sha256="
+			   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' data-yanked>a</a>"
+			   "<A HREF=\"a-1.2.zip\" data-requires-python=\"&gt;=3.8\">a</A>"
+			   "<a href=\"javascript:alert(1)\">x</a><a href=\"file:///etc/passwd\">y</a>"
+			   "<a href=\"../bad name.whl\">z</a><a>no href</a><p><a href=\"deep/a-2.0.tar.gz\"></a>";
 	size_t k = 0;
 	ok(sbx_pkgcache_index_links(page, strlen(page), "http://198.51.100.2/simple/a/", &k) == 0 && k == 4,
 	   "an index page: http(s) links with plain file names only");
@@ -103,8 +103,7 @@ static void test_index(void)
 	pad[sizeof pad - 1] = 0;
 	for (int i = 0; big && i < 6000; i++)
 		len += (size_t)snprintf(big + len, cap - len, "<a href=\"/%.3900s/p-%d.whl\">x</a>", pad, i);
-	ok(big && sbx_pkgcache_index_links(big, len, "http://198.51.100.2/simple/p/", &k) == 0 && k > 2000 &&
-	       k < 6000,
+	ok(big && sbx_pkgcache_index_links(big, len, "http://198.51.100.2/simple/p/", &k) == 0 && k > 2000 && k < 6000,
 	   "the links kept from one page are bounded in bytes (16 MiB)");
 	free(big);
 }
@@ -112,10 +111,10 @@ static void test_index(void)
 static void test_quota_key(void)
 {
 	static struct sbx_hostconf hc;
-	struct sbx_err e = {0};
+	struct sbx_err e = { 0 };
 	const char *y = "packages:\n  cache_quota: 2G\n";
 	ok(sbx_hostconf_parse("h.yaml", (const uint8_t *)y, strlen(y), &hc, &e) == 0 &&
-	       hc.packages.cache_quota == 2ull << 30,
+		   hc.packages.cache_quota == 2ull << 30,
 	   "sbx.yaml packages.cache_quota: 2G");
 	y = "pool: {templates: {}}\n";
 	ok(sbx_hostconf_parse("h.yaml", (const uint8_t *)y, strlen(y), &hc, &e) == 0 && hc.packages.cache_quota == 0,
@@ -125,23 +124,23 @@ static void test_quota_key(void)
 	   "a quota under 1M is refused");
 	y = "packages: {cache_quotas: 1G}\n";
 	ok(sbx_hostconf_parse("h.yaml", (const uint8_t *)y, strlen(y), &hc, &e) < 0 &&
-	       strstr(e.msg, "unknown key 'cache_quotas'"),
+		   strstr(e.msg, "unknown key 'cache_quotas'"),
 	   "an unknown key under packages is refused");
 }
 
 static void test_deny(void)
 {
-	struct sockaddr_in v4 = {.sin_family = AF_INET};
-	struct sockaddr_in6 v6 = {.sin6_family = AF_INET6};
-	const char *deny4[] = {"127.0.0.1",       "10.1.2.3",   "172.16.0.1", "192.168.1.1",
-	                       "169.254.169.254", "100.64.0.1", "0.0.0.0"};
+	struct sockaddr_in v4 = { .sin_family = AF_INET };
+	struct sockaddr_in6 v6 = { .sin6_family = AF_INET6 };
+	const char *deny4[] = { "127.0.0.1",       "10.1.2.3",   "172.16.0.1", "192.168.1.1",
+				"169.254.169.254", "100.64.0.1", "0.0.0.0" };
 	int all = 1;
 	for (size_t i = 0; i < sizeof deny4 / sizeof deny4[0]; i++) {
 		inet_pton(AF_INET, deny4[i], &v4.sin_addr);
 		all &= sbx_pkgcache_addr_denied((struct sockaddr *)&v4, sizeof v4) != NULL;
 	}
 	ok(all, "loopback, private, link-local, CGNAT, unspecified IPv4 denied");
-	const char *deny6[] = {"::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254"};
+	const char *deny6[] = { "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254" };
 	all = 1;
 	for (size_t i = 0; i < sizeof deny6 / sizeof deny6[0]; i++) {
 		inet_pton(AF_INET6, deny6[i], &v6.sin6_addr);

@@ -64,8 +64,8 @@ static void test_units(void)
 	ok(size_of("256M") == 256ull << 20 && size_of("2G") == 2ull << 30 && size_of("2GB") == 2ull << 30 &&
 		   size_of("1T") == 1ull << 40 && size_of("1TiB") == 1ull << 40,
 	   "M, G, T are binary, GB too");
-	static const char *const badsizes[] = { "", "K", "-1", "+1", "1.5G", "1 G", "1GiBB", "1Gb", "0x10", "010",
-						"1_000", "1P", "1iB", " 1", "1G ", "1e3" };
+	static const char *const badsizes[] = { "",     "K",   "-1",    "+1", "1.5G", "1 G", "1GiBB", "1Gb",
+						"0x10", "010", "1_000", "1P", "1iB",  " 1",  "1G ",   "1e3" };
 	int all = 1;
 	for (size_t i = 0; i < SBX_ARRAY_LEN(badsizes); i++) {
 		uint64_t v;
@@ -86,7 +86,8 @@ static void test_units(void)
 		   dur_of("2d") == 172800000,
 	   "duration units");
 	ok(dur_of("10") == 10000 && dur_of("0") == 0, "a bare number is seconds");
-	static const char *const baddurs[] = { "", "s", "1.5h", "1h30m", "5M", "-1", "1 s", "1S", "1w", "01s", "ms", "1.5", "1.5s", ".5s" };
+	static const char *const baddurs[] = { "",   "s",  "1.5h", "1h30m", "5M",  "-1",   "1 s",
+					       "1S", "1w", "01s",  "ms",    "1.5", "1.5s", ".5s" };
 	all = 1;
 	for (size_t i = 0; i < SBX_ARRAY_LEN(baddurs); i++)
 		if (sbx_parse_duration_ms(baddurs[i], &v) == 0) {
@@ -139,7 +140,8 @@ static void test_values(void)
 	     "range maxima and minima");
 	ok(pol.resources.vcpus == 64 && pol.resources.memory == 64ull << 30 && pol.resources.disk == 1ull << 40 &&
 		   pol.resources.cpu_limit_milli == 50 && pol.resources.exec_memory == 1 << 20 &&
-		   pol.resources.ttl_ms == 30ull * 86400000 && pol.resources.output_cap == 0 && pol.resources.require_kvm,
+		   pol.resources.ttl_ms == 30ull * 86400000 && pol.resources.output_cap == 0 &&
+		   pol.resources.require_kvm,
 	   "stored as given");
 	good("resources: {memory: \"512MiB\", ttl: '0'}\n", "quoted scalars are taken by their text");
 	ok(pol.resources.memory == 512ull << 20 && pol.resources.ttl_ms == 0, "ttl 0 is none");
@@ -199,11 +201,14 @@ static void test_values(void)
 	good("resources: {exec_timeout: {default: 0, max: 0}}\n", "no timeout at all");
 	bad("resources: {exec_timeout: {default: 2h}}\n", "1:27: resources.exec_timeout: default is longer than max",
 	    "default over the default max");
-	bad("resources: {exec_timeout: {default: 0, max: 1h}}\n", "default is longer than max", "default none, max set");
-	bad("resources: {exec_timeout: {default: 2h, max: 1h}}\n", "default is longer than max", "both given, conflict");
+	bad("resources: {exec_timeout: {default: 0, max: 1h}}\n", "default is longer than max",
+	    "default none, max set");
+	bad("resources: {exec_timeout: {default: 2h, max: 1h}}\n", "default is longer than max",
+	    "both given, conflict");
 	good("resources: {pids: {per_session: 100}}\n", "per_session alone lowers per_exec");
 	ok(pol.resources.pids_per_exec == 100, "to 100");
-	bad("resources: {pids: {per_exec: 2000}}\n", "per_exec is larger than per_session", "per_exec over per_session");
+	bad("resources: {pids: {per_exec: 2000}}\n", "per_exec is larger than per_session",
+	    "per_exec over per_session");
 	good("files: {max_session_transfer: 10M}\n", "session transfer alone lowers max_transfer");
 	ok(pol.files.max_transfer == 10 << 20, "to 10M");
 	bad("files: {max_transfer: 2G}\n", "max_transfer is larger than max_session_transfer", "transfer conflict");
@@ -226,11 +231,13 @@ static void test_network(void)
 	bad("network: {egress: allowlist}\n", "1:10: network.egress is allowlist but network.allow is empty",
 	    "allowlist without allow");
 	bad("network: {egress: allowlist, allow: []}\n", "allow is empty", "allowlist with an empty allow");
-	bad("network:\n  allow: [{domain: pypi.org}]\n", "2:3: network.allow is set but network.egress is not allowlist",
-	    "allow with egress none");
+	bad("network:\n  allow: [{domain: pypi.org}]\n",
+	    "2:3: network.allow is set but network.egress is not allowlist", "allow with egress none");
 	bad("network: {egress: everything}\n", "'everything' is not one of: none, allowlist", "unknown egress");
 
-	static const struct { const char *d, *want; } doms[] = {
+	static const struct {
+		const char *d, *want;
+	} doms[] = {
 		{ "-a.com", "starts or ends with '-'" },
 		{ "a-.com", "starts or ends with '-'" },
 		{ "a..com", "empty" },
@@ -261,17 +268,14 @@ static void test_network(void)
 	snprintf(y, sizeof y, "network: {egress: allowlist, allow: [{domain: %s.%s.%s.%s.com}]}\n", label, label, label,
 		 label);
 	bad(y, "longer than 253", "a 257-character domain");
-	static const struct { const char *c, *want; } cidrs[] = {
-		{ "10.0.0.1/8", "bits set after the prefix" },
-		{ "10.0.0.0/33", "bad prefix length" },
-		{ "10.0.0.0/08", "bad prefix length" },
-		{ "10.0.0.0/", "bad prefix length" },
-		{ "10.0.0/8", "not an IPv4 or IPv6" },
-		{ "010.0.0.0/8", "not an IPv4 or IPv6" },
-		{ "fe80::1%eth0", "not an IPv4 or IPv6" },
-		{ "::ffff:10.0.0.1", "IPv4-mapped" },
-		{ "2001:db8::/129", "bad prefix length" },
-		{ "0.0.0.0/0", NULL },
+	static const struct {
+		const char *c, *want;
+	} cidrs[] = {
+		{ "10.0.0.1/8", "bits set after the prefix" }, { "10.0.0.0/33", "bad prefix length" },
+		{ "10.0.0.0/08", "bad prefix length" },        { "10.0.0.0/", "bad prefix length" },
+		{ "10.0.0/8", "not an IPv4 or IPv6" },         { "010.0.0.0/8", "not an IPv4 or IPv6" },
+		{ "fe80::1%eth0", "not an IPv4 or IPv6" },     { "::ffff:10.0.0.1", "IPv4-mapped" },
+		{ "2001:db8::/129", "bad prefix length" },     { "0.0.0.0/0", NULL },
 	};
 	all = 1;
 	for (size_t i = 0; i < SBX_ARRAY_LEN(cidrs); i++) {
@@ -317,7 +321,9 @@ static void test_packages_files_secrets(void)
 	    "allowlist without registries");
 	bad("packages: {registries: [{type: pypi, url: \"https://pypi.org/simple\"}]}\n",
 	    "packages.registries is set but packages.mode is not allowlist", "registries while offline");
-	static const struct { const char *u, *want; } urls[] = {
+	static const struct {
+		const char *u, *want;
+	} urls[] = {
 		{ "ftp://pypi.org/", "not an http:// or https://" },
 		{ "HTTPS://pypi.org/", "not an http:// or https://" },
 		{ "https://user:pw@pypi.org/", "user info" },
@@ -337,7 +343,8 @@ static void test_packages_files_secrets(void)
 	int all = 1;
 	for (size_t i = 0; i < SBX_ARRAY_LEN(urls); i++) {
 		char y[512];
-		snprintf(y, sizeof y, "packages: {mode: allowlist, registries: [{type: pypi, url: \"%s\"}]}\n", urls[i].u);
+		snprintf(y, sizeof y, "packages: {mode: allowlist, registries: [{type: pypi, url: \"%s\"}]}\n",
+			 urls[i].u);
 		int rc = parse(y);
 		if (urls[i].want ? rc == 0 || !strstr(err.msg, urls[i].want) : rc != 0) {
 			printf("#   %s: %d %s\n", urls[i].u, rc, err.msg);
@@ -347,7 +354,8 @@ static void test_packages_files_secrets(void)
 	ok(all, "registry URL syntax");
 	bad("packages: {mode: allowlist, registries: [{type: cargo, url: \"https://crates.io\"}]}\n",
 	    "'cargo' is not one of: pypi, npm", "unknown registry type");
-	bad("packages: {mode: allowlist, registries: [{type: pypi}]}\n", "needs both type and url", "registry without url");
+	bad("packages: {mode: allowlist, registries: [{type: pypi}]}\n", "needs both type and url",
+	    "registry without url");
 
 	good("files: {writable: [], exportable: [/, /workspace/out]}\n", "empty writable, root exportable");
 	ok(pol.files.writable.n == 0 && pol.files.exportable.n == 2 && !strcmp(pol.files.exportable.path[0], "/"),
@@ -371,20 +379,22 @@ static void test_packages_files_secrets(void)
 	snprintf(y + o, sizeof y - o, "/last]}\n");
 	bad(y, "more than 32 entries", "33 paths");
 
-	good("secrets:\n  - {name: API_TOKEN, from_env: HOST_VAR}\n  - {name: _K2, from_file: /etc/sbx/k}\n", "secrets");
+	good("secrets:\n  - {name: API_TOKEN, from_env: HOST_VAR}\n  - {name: _K2, from_file: /etc/sbx/k}\n",
+	     "secrets");
 	ok(pol.nsecrets == 2 && !strcmp(pol.secrets[0].from_env, "HOST_VAR") && !pol.secrets[0].from_file[0] &&
 		   !strcmp(pol.secrets[1].from_file, "/etc/sbx/k"),
 	   "secrets stored");
 	bad("secrets:\n  - {name: api, from_env: X}\n", "2:12: secrets[0].name: 'api' is not a secret name",
 	    "lowercase secret name");
 	bad("secrets: [{name: 9A, from_env: X}]\n", "not a secret name", "secret name starting with a digit");
-	bad("secrets: [{name: A, from_env: X, from_file: /x}]\n", "exactly one of from_env and from_file", "both sources");
+	bad("secrets: [{name: A, from_env: X, from_file: /x}]\n", "exactly one of from_env and from_file",
+	    "both sources");
 	bad("secrets: [{name: A}]\n", "exactly one of from_env and from_file", "no source");
 	bad("secrets: [{from_env: X}]\n", "needs a name", "no name");
 	bad("secrets: [{name: A, from_file: rel/path}]\n", "not an absolute path", "relative from_file");
 	bad("secrets: [{name: A, from_env: \"X-Y\"}]\n", "not an environment variable name", "bad from_env");
-	bad("secrets:\n  - {name: A, from_env: X}\n  - {name: A, from_env: Y}\n", "3:5: secrets[1]: secret A is defined twice",
-	    "duplicate secret");
+	bad("secrets:\n  - {name: A, from_env: X}\n  - {name: A, from_env: Y}\n",
+	    "3:5: secrets[1]: secret A is defined twice", "duplicate secret");
 }
 
 static double since(struct timespec *t0)
@@ -464,8 +474,8 @@ static void test_hostile(void)
 	memset(&err, 0, sizeof err);
 	sbx_policy_defaults(&pol);
 	ok(sbx_policy_parse("p.yaml", buf, SBX_POLICY_FILE_MAX, &pol, &err) == 0, "exactly 1 MiB is fine");
-	ok(sbx_policy_parse("p.yaml", buf, SBX_POLICY_FILE_MAX + 1, &pol, &err) < 0 &&
-		   err.code == SBX_EXIT_INVALID && strstr(err.msg, "larger than 1 MiB"),
+	ok(sbx_policy_parse("p.yaml", buf, SBX_POLICY_FILE_MAX + 1, &pol, &err) < 0 && err.code == SBX_EXIT_INVALID &&
+		   strstr(err.msg, "larger than 1 MiB"),
 	   "1 MiB + 1 refused");
 
 	/* billion laughs, nesting, garbage: all quick */
@@ -494,14 +504,16 @@ static void test_hostile(void)
 			deep[k++] = ']';
 		memset(&err, 0, sizeof err);
 		ok(sbx_policy_parse("p.yaml", deep, k, &pol, &err) < 0 && err.code == SBX_EXIT_INVALID,
-		   shape == 0 ? "100,000 nested brackets" : shape == 1 ? "nested brackets in a section"
-								   : "nested brackets two levels down");
+		   shape == 0   ? "100,000 nested brackets"
+		   : shape == 1 ? "nested brackets in a section"
+				: "nested brackets two levels down");
 	}
 	memset(&err, 0, sizeof err);
 	size_t k = 0;
 	for (int i = 0; i < 50000; i++)
 		memcpy(deep + k, "{a: ", 4), k += 4;
-	ok(sbx_policy_parse("p.yaml", deep, k, &pol, &err) < 0 && err.code == SBX_EXIT_INVALID, "50,000 nested mappings");
+	ok(sbx_policy_parse("p.yaml", deep, k, &pol, &err) < 0 && err.code == SBX_EXIT_INVALID,
+	   "50,000 nested mappings");
 	srand(42);
 	int garbage_ok = 1;
 	for (int i = 0; i < 200; i++) {
@@ -530,7 +542,8 @@ static void test_set_and_json(void)
 	ok(sbx_policy_set(&pol, "resources.exec_timeout.max", "5m", &err) == 0 &&
 		   pol.resources.exec_timeout_max_ms == 300000,
 	   "set a nested key");
-	ok(sbx_policy_set(&pol, "resources.pids", "5", &err) < 0 && err.code == SBX_EXIT_INTERNAL, "no such scalar key");
+	ok(sbx_policy_set(&pol, "resources.pids", "5", &err) < 0 && err.code == SBX_EXIT_INTERNAL,
+	   "no such scalar key");
 
 	good("resources: {vcpus: 2, cpu_limit: 1.5, ttl: 2h}\nnetwork:\n  egress: allowlist\n"
 	     "  allow: [{cidr: \"2001:db8::/32\"}, {domain: a.example}]\nsecrets: [{name: T, from_env: HT}]\n",
@@ -601,11 +614,13 @@ static void test_files(void)
 	ok(fd >= 0 && ftruncate(fd, SBX_POLICY_FILE_MAX + 1) == 0, "a 1 MiB + 1 file");
 	close(fd);
 	memset(&err, 0, sizeof err);
-	ok(sbx_policy_load(path, &pol, &err) < 0 && err.code == SBX_EXIT_INVALID && strstr(err.msg, "larger than 1 MiB"),
+	ok(sbx_policy_load(path, &pol, &err) < 0 && err.code == SBX_EXIT_INVALID &&
+		   strstr(err.msg, "larger than 1 MiB"),
 	   "is refused");
 	unlink(path);
 	memset(&err, 0, sizeof err);
-	ok(sbx_policy_load(tmp, &pol, &err) < 0 && err.code == SBX_EXIT_INVALID && strstr(err.msg, "not a regular file"),
+	ok(sbx_policy_load(tmp, &pol, &err) < 0 && err.code == SBX_EXIT_INVALID &&
+		   strstr(err.msg, "not a regular file"),
 	   "a directory is refused");
 	snprintf(path, sizeof path, "%s/fifo", tmp);
 	ok(mkfifo(path, 0600) == 0, "a FIFO");
@@ -614,7 +629,8 @@ static void test_files(void)
 	   "is refused without blocking");
 	unlink(path);
 	memset(&err, 0, sizeof err);
-	ok(sbx_policy_load("/dev/null", &pol, &err) < 0 && strstr(err.msg, "not a regular file"), "a device is refused");
+	ok(sbx_policy_load("/dev/null", &pol, &err) < 0 && strstr(err.msg, "not a regular file"),
+	   "a device is refused");
 	snprintf(path, sizeof path, "%s/link.yaml", tmp);
 	char target[PATH_MAX + 32];
 	snprintf(target, sizeof target, "%s/strict.yaml", dir);
@@ -682,16 +698,20 @@ static void test_ports(void)
 		   !back.ports.set,
 	   "no ports: is null in policy.json, and read back as not set");
 	json_decref(o);
-	const char *lies[] = { "{\"ports\": 5}", "{\"ports\": [{\"from\": 0, \"to\": 1}]}",
-			       "{\"ports\": [{\"from\": 2, \"to\": 1}]}", "{\"ports\": [{\"from\": 1, \"to\": 70000}]}",
-			       "{\"ports\": [{\"from\": 1, \"to\": 2, \"x\": 3}]}", "{\"ports\": [1]}" };
+	const char *lies[] = { "{\"ports\": 5}",
+			       "{\"ports\": [{\"from\": 0, \"to\": 1}]}",
+			       "{\"ports\": [{\"from\": 2, \"to\": 1}]}",
+			       "{\"ports\": [{\"from\": 1, \"to\": 70000}]}",
+			       "{\"ports\": [{\"from\": 1, \"to\": 2, \"x\": 3}]}",
+			       "{\"ports\": [1]}" };
 	int refused = 0;
 	for (size_t i = 0; i < sizeof lies / sizeof *lies; i++) {
 		json_t *l = json_loads(lies[i], 0, NULL);
 		refused += l && sbx_policy_ports_from_json(l, &back, &err) < 0 && err.code == SBX_EXIT_INTERNAL;
 		json_decref(l);
 	}
-	ok(refused == (int)(sizeof lies / sizeof *lies), "a malformed ports in policy.json is refused, never a wider grant");
+	ok(refused == (int)(sizeof lies / sizeof *lies),
+	   "a malformed ports in policy.json is refused, never a wider grant");
 }
 
 /* lifecycle: (issue 15.4): durations with 0 for never, an enum, and a

@@ -32,7 +32,8 @@ int main(void)
 	sbx_tlv_str(&b, PT_FIELDS, "{\"exec\":\"e1\"}");
 	sbx_tlv_u64(&b, PT_FLAG, 1);
 	ok(decode(&b, &m) == 0, "a request decodes");
-	ok(m.op == PRIV_AUDIT && !strcmp(m.str[PT_TYPE], "exec.start") && !strcmp(m.str[PT_FIELDS], "{\"exec\":\"e1\"}"),
+	ok(m.op == PRIV_AUDIT && !strcmp(m.str[PT_TYPE], "exec.start") &&
+		   !strcmp(m.str[PT_FIELDS], "{\"exec\":\"e1\"}"),
 	   "its op and strings, each terminated");
 	ok(priv_has(&m, PT_FLAG) && m.num[PT_FLAG] == 1 && !priv_has(&m, PT_STATE), "its number, and what it lacks");
 	ok(m.nfds == 0 && m.fds[0] == -1, "no descriptors");
@@ -51,7 +52,7 @@ int main(void)
 	sbx_tlv_u64(&b, PT_PROXY_PID, 4242);
 	sbx_tlv_u64(&b, PT_PROXY_START, 123456789);
 	ok(decode(&b, &m) == 0 && m.num[PT_PROXY_PID] == 4242 && m.num[PT_PROXY_START] == 123456789 &&
-	       m.num[PT_NUM_A] == 3,
+		   m.num[PT_NUM_A] == 3,
 	   "its answer: the proxy's pid and start time, how many fds are the proxy's");
 	msg(&b, PRIV_REPLY);
 	sbx_tlv_str(&b, PT_PROXY_PID, "4242");

@@ -103,10 +103,12 @@ int main(void)
 
 	run(s, 1);
 	drain(m, buf, sizeof buf);
-	ok(strstr(buf, "\rsaving memory: 500 B / 1000 B (50%)") != NULL, "draws what, done / total and percent on a tty");
+	ok(strstr(buf, "\rsaving memory: 500 B / 1000 B (50%)") != NULL,
+	   "draws what, done / total and percent on a tty");
 	ok(strstr(buf, "\033[K") != NULL, "erases the rest of the line");
 	ok(count(buf, "\r") >= 2 && count(buf, "(50%)") == 1, "a burst of updates within the interval draws once");
-	ok(strstr(buf, "(100%)") && strstr(buf, ", done") && strchr(buf, '\n'), "ends with the final figures, done and a newline");
+	ok(strstr(buf, "(100%)") && strstr(buf, ", done") && strchr(buf, '\n'),
+	   "ends with the final figures, done and a newline");
 
 	run(s, 0);
 	drain(m, buf, sizeof buf);

@@ -10,7 +10,8 @@
 /* Guest text shown to people: no control bytes, valid UTF-8. */
 static void test_text_clean(void)
 {
-	char a[] = "ok\x1b]0;t\x07\x1b[2Jred\r\n\x7f\x9b\xc2\x9b\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xc0\xaf\xed\xa0\x80z";
+	char a[] =
+		"ok\x1b]0;t\x07\x1b[2Jred\r\n\x7f\x9b\xc2\x9b\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xc0\xaf\xed\xa0\x80z";
 	sbx_text_clean(a);
 	ok(!strcmp(a, "ok ]0;t  [2Jred   ? \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80?????z"),
 	   "sbx_text_clean: C0, DEL and C1 become spaces, UTF-8 kept, the rest '?'");
@@ -25,9 +26,17 @@ int main(void)
 	struct sbx_buf b = { 0 };
 	char *argv[] = { "sh", "-c", "echo hi", NULL };
 	char *env[] = { "A=1", "B=", NULL };
-	struct sbx_exec_req r = { .argv = argv, .argc = 3, .env = env, .envc = 2, .cwd = "/tmp",
-				  .timeout_ms = 1500, .flags = SBX_EXEC_PTY, .rows = 24, .cols = 80,
-				  .have_uid = 1, .uid = 0 };
+	struct sbx_exec_req r = { .argv = argv,
+				  .argc = 3,
+				  .env = env,
+				  .envc = 2,
+				  .cwd = "/tmp",
+				  .timeout_ms = 1500,
+				  .flags = SBX_EXEC_PTY,
+				  .rows = 24,
+				  .cols = 80,
+				  .have_uid = 1,
+				  .uid = 0 };
 	ok(sbx_exec_req_encode(&b, 7, &r) == 0, "encode exec");
 	struct sbx_frame f;
 	ok(sbx_frame_hdr_get(b.data, &f, SBX_FRAME_MAX) == 0, "header parses");
@@ -87,8 +96,12 @@ int main(void)
 		sbx_tlv_str(&p, SBX_T_ARGV, "x");
 	ok(sbx_exec_req_decode(p.data, p.len, &d, &why) < 0, "too many arguments rejected");
 
-	struct sbx_exit_info e = { .status = 137, .signo = 9, .reason = SBX_R_TIMEOUT, .wall_us = 123,
-				   .mem_peak = 1ull << 40 }, e2;
+	struct sbx_exit_info e = { .status = 137,
+				   .signo = 9,
+				   .reason = SBX_R_TIMEOUT,
+				   .wall_us = 123,
+				   .mem_peak = 1ull << 40 },
+			     e2;
 	sbx_buf_reset(&b);
 	sbx_exit_encode(&b, 3, &e);
 	ok(sbx_exit_decode(b.data + SBX_FRAME_HDR, b.len - SBX_FRAME_HDR, &e2) == 0 && e2.status == 137 &&
@@ -112,7 +125,8 @@ int main(void)
 	e.disk_full = 4;
 	sbx_buf_reset(&b);
 	sbx_exit_encode(&b, 3, &e);
-	ok(sbx_exit_decode(b.data + SBX_FRAME_HDR, b.len - SBX_FRAME_HDR, &e2) < 0, "an unknown disk_full bit rejected");
+	ok(sbx_exit_decode(b.data + SBX_FRAME_HDR, b.len - SBX_FRAME_HDR, &e2) < 0,
+	   "an unknown disk_full bit rejected");
 	ok(!strcmp(sbx_reason_name(SBX_R_SESSION_LOST), "session-lost") && !strcmp(sbx_reason_name(99), "unknown"),
 	   "reason names");
 
@@ -133,15 +147,16 @@ int main(void)
 		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x09\x00\x00\x00", 10, "an unknown op" },
 		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x01\x00\x00\x00", 10, "OPEN without port and address" },
 		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x02\x00\x00\x00", 10, "RM without port or address" },
-		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x2c\x00\x04\x00\x00\x00\x00\x00\x00\x00", 20,
-		  "port 0" },
-		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x2c\x00\x04\x00\x00\x00\x00\x00\x01\x00", 20,
-		  "port 65536" },
-		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00", 20,
-		  "a repeated op" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x2c\x00\x04\x00\x00\x00\x00\x00\x00\x00",
+		  20, "port 0" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x2c\x00\x04\x00\x00\x00\x00\x00\x01\x00",
+		  20, "port 65536" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00",
+		  20, "a repeated op" },
 		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x02\x00\x00\x00\x2d\x00\x03\x00\x00\x00a\x00b", 19,
 		  "an address with a NUL" },
-		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x18\x00\x01\x00\x00\x00x", 17, "an unknown tag" },
+		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00\x00\x18\x00\x01\x00\x00\x00x", 17,
+		  "an unknown tag" },
 		{ (const uint8_t *)"\x23\x00\x04\x00\x00\x00\x03\x00\x00", 9, "a truncated TLV" },
 		{ (const uint8_t *)"", 0, "no op" },
 	};
@@ -161,7 +176,8 @@ int main(void)
 	sbx_tlv_str(&p, SBX_T_ADDR, longaddr);
 	ok(sbx_port_req_decode(p.data, p.len, &pr2, &why) < 0, "an address past SBX_PORT_ADDR_MAX is refused");
 
-	struct sbx_port_entry pe[3] = { { .port = 80, .conns = 2, .accepted = 5, .refused = 1 }, { .port = 443 } }, got[2];
+	struct sbx_port_entry pe[3] = { { .port = 80, .conns = 2, .accepted = 5, .refused = 1 }, { .port = 443 } },
+			      got[2];
 	snprintf(pe[0].addr, sizeof pe[0].addr, "127.0.0.1:1234");
 	snprintf(pe[1].addr, sizeof pe[1].addr, "unix:/x.sock");
 	uint32_t op;

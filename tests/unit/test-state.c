@@ -15,8 +15,8 @@ int main(void)
 {
 	struct sbx_err e = { 0 };
 	const char *good[] = { "a", "s-0123456789ab", "my_session.1", "A-b" };
-	const char *bad[] = { "", "../x", "a/b", ".hidden", "-x", "a b", "..",
-			      "0123456789012345678901234567890123456789012345678901234567890123" };
+	const char *bad[] = { "",   "../x", "a/b", ".hidden",
+			      "-x", "a b",  "..",  "0123456789012345678901234567890123456789012345678901234567890123" };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(good); i++)
 		ok(sbx_id_check(good[i], "session", &e) == 0, good[i]);
 	for (size_t i = 0; i < SBX_ARRAY_LEN(bad); i++) {

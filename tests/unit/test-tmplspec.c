@@ -40,7 +40,8 @@ int main(void)
 	ok(s.nfiles == 2 && !strcmp(s.files[0].dst, "/opt/tools") && s.files[0].mode == 0755 && s.files[1].mode == -1,
 	   "files: dst normalised, mode octal, absent mode kept as the source's");
 	ok(s.nrun == 2 && !strcmp(s.run[1].user, "user") && !s.run[0].user[0], "run: a line and {cmd, user}");
-	ok(json_object_size(s.env) == 2 && !strcmp(json_string_value(json_object_get(s.env, "NODE_ENV")), "development"),
+	ok(json_object_size(s.env) == 2 &&
+		   !strcmp(json_string_value(json_object_get(s.env, "NODE_ENV")), "development"),
 	   "env");
 	ok(!strcmp(s.user, "user") && !strcmp(s.workdir, "/workspace"), "user and workdir");
 	json_t *j = sbx_tmplspec_json(&s);
@@ -55,8 +56,9 @@ int main(void)
 	sbx_tmplspec_free(&s);
 	/* templates/default.yaml and python.yaml's keys */
 	ok(parse("from: busybox\nkernel: linux-image-cloud-amd64\nremove: [//usr/lib/x/, /opt]\nuser: \"1001\"\n", &s,
-		 &e) == 0 && s.from == SBX_FROM_BUSYBOX && !strcmp(s.kernel, "linux-image-cloud-amd64") &&
-		   s.nremove == 2 && !strcmp(s.remove[0], "/usr/lib/x") && !strcmp(s.user, "1001"),
+		 &e) == 0 &&
+		   s.from == SBX_FROM_BUSYBOX && !strcmp(s.kernel, "linux-image-cloud-amd64") && s.nremove == 2 &&
+		   !strcmp(s.remove[0], "/usr/lib/x") && !strcmp(s.user, "1001"),
 	   "from: busybox, kernel:, remove: (normalised) and a uid as user");
 	j = sbx_tmplspec_json(&s);
 	txt = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
@@ -83,8 +85,8 @@ int main(void)
 	bad("packages: [git]\n", "t.yaml:1:1: from: is required", "from is required");
 	bad("", "empty spec", "an empty file");
 	bad("from: debian:bookworm\nfrm: x\n", "t.yaml:2:1: unknown key 'frm'", "unknown key, with its position");
-	bad("from: debian:bookworm\nfiles: [{src: a, dst: /a, owner: x}]\n", "t.yaml:2:27: unknown key 'owner' in files[0]",
-	    "unknown key in a files entry");
+	bad("from: debian:bookworm\nfiles: [{src: a, dst: /a, owner: x}]\n",
+	    "t.yaml:2:27: unknown key 'owner' in files[0]", "unknown key in a files entry");
 	bad("from: debian:bookworm\nfrom: debian:trixie\n", "duplicate key 'from'", "duplicate key");
 	bad("from: debian:bookworm\nenv: {A: 1, A: 2}\n", "duplicate key 'A'", "duplicate env key");
 	bad("from: &a debian:bookworm\n", "anchors are not allowed", "anchors");
@@ -93,7 +95,8 @@ int main(void)
 	bad("from: ../../etc\n", "must be debian:SUITE, busybox or TEMPLATE", "from: a path");
 	bad("from: default@../x\n", "must be debian:SUITE, busybox or TEMPLATE", "from: a version with a slash");
 	bad("from: .hidden\n", "must be debian:SUITE, busybox or TEMPLATE", "from: a dot name");
-	bad("from: debian:bookworm\npackages: [\"-o=APT::foo\"]\n", "not a Debian package name", "an option as a package");
+	bad("from: debian:bookworm\npackages: [\"-o=APT::foo\"]\n", "not a Debian package name",
+	    "an option as a package");
 	bad("from: debian:bookworm\npackages: [git, git]\n", "listed twice", "a package twice");
 	bad("from: debian:bookworm\npackages: git\n", "packages: expected a list", "packages as a scalar");
 	bad("from: debian:bookworm\npackages:\n", "expected a list, got null", "packages: null");
@@ -115,7 +118,8 @@ int main(void)
 	bad("from: debian:bookworm\nworkdir: work\n", "absolute", "relative workdir");
 	bad("from: debian:bookworm\nenv: {\"A=B\": x}\n", "not a variable name", "env name with =");
 	bad("from: debian:bookworm\nenv: {A: null}\n", "expected a scalar value, got null", "env value null");
-	bad("from: debian:bookworm\nenv: {A: \"a\\x01\"}\n", "control or invalid character", "env value with a control");
+	bad("from: debian:bookworm\nenv: {A: \"a\\x01\"}\n", "control or invalid character",
+	    "env value with a control");
 	bad("from: debian:bookworm\n---\nfrom: debian:bookworm\n", "only one YAML document", "two documents");
 	bad("- from\n", "a template spec is a mapping", "a list at the top");
 	bad("from: debian:bookworm\nenv: {A: b\n", "t.yaml:3:1", "a syntax error with a position");

@@ -47,7 +47,10 @@ static void build(const struct ent *e, size_t ne)
 			archive_entry_set_filetype(x, AE_IFREG);
 			archive_entry_set_hardlink(x, e[i].arg);
 			break;
-		case 'c': archive_entry_set_filetype(x, AE_IFCHR); archive_entry_set_rdev(x, 0x0501); break;
+		case 'c':
+			archive_entry_set_filetype(x, AE_IFCHR);
+			archive_entry_set_rdev(x, 0x0501);
+			break;
 		case 'p': archive_entry_set_filetype(x, AE_IFIFO); break;
 		case 's': archive_entry_set_filetype(x, AE_IFSOCK); break;
 		}
@@ -80,33 +83,33 @@ static int check(const struct sbx_tar_rules *r, size_t len, struct sbx_err *err,
 static const struct sbx_tar_rules up = { .max_bytes = 1 << 20 };
 static const struct sbx_tar_rules down = { .max_bytes = 1 << 20, .top = "tree", .host_modes = 1 };
 
-#define REFUSED(rules, what, ...)                                                                              \
-	do {                                                                                                   \
-		const struct ent e_[] = { __VA_ARGS__ };                                                       \
-		build(e_, sizeof e_ / sizeof e_[0]);                                                           \
-		struct sbx_err err_;                                                                           \
-		int rc_ = check(&(rules), used, &err_, NULL);                                                  \
-		ok(rc_ < 0 && err_.code == SBX_EXIT_INVALID, what);                                            \
-		if (rc_ == 0 || err_.code != SBX_EXIT_INVALID)                                                 \
-			printf("#   rc %d code %d: %s\n", rc_, err_.code, err_.msg);                               \
+#define REFUSED(rules, what, ...)                                                                                      \
+	do {                                                                                                           \
+		const struct ent e_[] = { __VA_ARGS__ };                                                               \
+		build(e_, sizeof e_ / sizeof e_[0]);                                                                   \
+		struct sbx_err err_;                                                                                   \
+		int rc_ = check(&(rules), used, &err_, NULL);                                                          \
+		ok(rc_ < 0 && err_.code == SBX_EXIT_INVALID, what);                                                    \
+		if (rc_ == 0 || err_.code != SBX_EXIT_INVALID)                                                         \
+			printf("#   rc %d code %d: %s\n", rc_, err_.code, err_.msg);                                   \
 	} while (0)
-#define ACCEPTED(rules, what, ...)                                                                             \
-	do {                                                                                                   \
-		const struct ent e_[] = { __VA_ARGS__ };                                                       \
-		build(e_, sizeof e_ / sizeof e_[0]);                                                           \
-		struct sbx_err err_;                                                                           \
-		int rc_ = check(&(rules), used, &err_, NULL);                                                  \
-		ok(rc_ == 0, what);                                                                            \
-		if (rc_)                                                                                       \
-			printf("#   %s\n", err_.msg);                                                              \
+#define ACCEPTED(rules, what, ...)                                                                                     \
+	do {                                                                                                           \
+		const struct ent e_[] = { __VA_ARGS__ };                                                               \
+		build(e_, sizeof e_ / sizeof e_[0]);                                                                   \
+		struct sbx_err err_;                                                                                   \
+		int rc_ = check(&(rules), used, &err_, NULL);                                                          \
+		ok(rc_ == 0, what);                                                                                    \
+		if (rc_)                                                                                               \
+			printf("#   %s\n", err_.msg);                                                                  \
 	} while (0)
 
 static void streams(void)
 {
 	struct sbx_err err;
 	struct sbx_tar_totals t;
-	const struct ent tree[] = { { 'd', "tree/", 0, 0755 }, { 'f', "tree/a", "hello", 04755 },
-				    { 'd', "tree/sub", 0, 0 },     { 'l', "tree/sub/l", "../a", 0 },
+	const struct ent tree[] = { { 'd', "tree/", 0, 0755 },      { 'f', "tree/a", "hello", 04755 },
+				    { 'd', "tree/sub", 0, 0 },      { 'l', "tree/sub/l", "../a", 0 },
 				    { 'h', "tree/b", "tree/a", 0 }, { 'f', "./tree/sub/c", "", 0 } };
 	build(tree, 6);
 	ok(check(&down, used, &err, &t) == 0, "a plain tree is accepted");
@@ -143,7 +146,8 @@ static void streams(void)
 	sbx_tar_check_free(sc);
 	REFUSED(up, "a name twice refused (file then symlink)", { 'f', "x", "1", 0 }, { 'l', "x", "y", 0 });
 	REFUSED(up, "a directory replaced by a symlink refused", { 'f', "d/x", "1", 0 }, { 'l', "d", ".", 0 });
-	ACCEPTED(up, "a directory named twice accepted", { 'd', "d", 0, 0 }, { 'f', "d/x", "1", 0 }, { 'd', "d/", 0, 0 });
+	ACCEPTED(up, "a directory named twice accepted", { 'd', "d", 0, 0 }, { 'f', "d/x", "1", 0 },
+		 { 'd', "d/", 0, 0 });
 	REFUSED(up, "a path through a file refused", { 'f', "x", "1", 0 }, { 'f', "x/y", "1", 0 });
 
 	char longname[5000];

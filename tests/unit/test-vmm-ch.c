@@ -47,9 +47,14 @@ static int is(const char *got, const char *want)
 /* The configurations the monitor and the KVM probe give the backend. */
 static struct sbx_vm_config probe_cfg(void)
 {
-	return (struct sbx_vm_config){ .ops = &sbx_vmm_cloud_hypervisor, .kernel = "/var/lib/sbx/templates/d@1/vmlinux",
-				       .initrd = "/var/lib/sbx/templates/d@1/initrd.cpio", .hostname = "probe",
-				       .vcpus = 1, .memory_mib = 128, .accel = SBX_ACCEL_KVM, .probe = 1,
+	return (struct sbx_vm_config){ .ops = &sbx_vmm_cloud_hypervisor,
+				       .kernel = "/var/lib/sbx/templates/d@1/vmlinux",
+				       .initrd = "/var/lib/sbx/templates/d@1/initrd.cpio",
+				       .hostname = "probe",
+				       .vcpus = 1,
+				       .memory_mib = 128,
+				       .accel = SBX_ACCEL_KVM,
+				       .probe = 1,
 				       .stdout_fd = 5 };
 }
 
@@ -59,12 +64,19 @@ static struct sbx_vm_config session_cfg(const char *id)
 	static int k;
 	char *s = scratch[k++ % 2];
 	snprintf(s, sizeof scratch[0], "/var/lib/sbx/sessions/%s/scratch.img", id);
-	return (struct sbx_vm_config){ .ops = &sbx_vmm_cloud_hypervisor, .kernel = "/var/lib/sbx/templates/d@1/vmlinux",
+	return (struct sbx_vm_config){ .ops = &sbx_vmm_cloud_hypervisor,
+				       .kernel = "/var/lib/sbx/templates/d@1/vmlinux",
 				       .initrd = "/var/lib/sbx/templates/d@1/initrd.cpio",
-				       .rootfs = "/var/lib/sbx/templates/d@1/rootfs.ext4", .scratch = s,
-				       .vsock_sock = "vsock/agent.sock", .qmp_sock = "qmp.sock",
-				       .console_path = "console.log", .log_path = "vmm.log", .hostname = id,
-				       .vcpus = 2, .memory_mib = 512, .accel = SBX_ACCEL_KVM };
+				       .rootfs = "/var/lib/sbx/templates/d@1/rootfs.ext4",
+				       .scratch = s,
+				       .vsock_sock = "vsock/agent.sock",
+				       .qmp_sock = "qmp.sock",
+				       .console_path = "console.log",
+				       .log_path = "vmm.log",
+				       .hostname = id,
+				       .vcpus = 2,
+				       .memory_mib = 512,
+				       .accel = SBX_ACCEL_KVM };
 }
 
 static void add_vols(struct sbx_vm_config *c)
@@ -206,7 +218,8 @@ static void check_bodies(void)
 		   strstr(str(u, "payload.cmdline"), " sbx.pkg=1"),
 	   "unjailed: the host's paths, the guest parameters passed on");
 	ok(is(str(net, "net.0.tap"), "sbx0") && is(str(net, "net.0.mac"), "52:54:00:12:34:56") &&
-		   is(str(net, "net.0.id"), "net0") && !json_object_get(json_array_get(json_object_get(net, "net"), 0), "ip"),
+		   is(str(net, "net.0.id"), "net0") &&
+		   !json_object_get(json_array_get(json_object_get(net, "net"), 0), "ip"),
 	   "network: the TAP by name and the MAC, no host-side IP for the VMM to set");
 	ok(num(net, "net.0.rate_limiter_config.bandwidth.size") == 32ll << 20 &&
 		   num(net, "net.0.rate_limiter_config.bandwidth.refill_time") == 1000 &&
@@ -340,7 +353,8 @@ static void check_responses(void)
 		   c.net_rx_bytes == 1500 && c.net_tx_bytes == 640,
 	   "vm.counters: disks and NICs summed");
 	free(t);
-	ok(sbx_ch_parse_counters("{\"a\":1}", 7, &c) < 0 && sbx_ch_parse_counters("{\"a\":{\"rx_bytes\":\"1\"}}", 22, &c) < 0 &&
+	ok(sbx_ch_parse_counters("{\"a\":1}", 7, &c) < 0 &&
+		   sbx_ch_parse_counters("{\"a\":{\"rx_bytes\":\"1\"}}", 22, &c) < 0 &&
 		   sbx_ch_parse_counters("[]", 2, &c) < 0,
 	   "vm.counters: not a map of counter maps is refused");
 
@@ -369,16 +383,17 @@ static void check_responses(void)
 	big[0] = '{';
 	big[1] = '"';
 	sbx_ch_events_feed(&ev, big, sizeof big);
-	ok(ev.len < sizeof ev.buf && sbx_ch_events_feed(&ev, "{\"source\":\"vm\",\"event\":\"shutdown\"}", 34) ==
-						   SBX_VM_EV_SHUTDOWN,
+	ok(ev.len < sizeof ev.buf &&
+		   sbx_ch_events_feed(&ev, "{\"source\":\"vm\",\"event\":\"shutdown\"}", 34) == SBX_VM_EV_SHUTDOWN,
 	   "events: an object larger than the buffer is dropped, the stream goes on");
 
 	ok(sbx_ch_vsock_reply("OK 1073741824\n", 14) == 1 && sbx_ch_vsock_reply("OK 1024\n", 8) == 1,
 	   "vsock: OK <port> accepted");
 	ok(sbx_ch_vsock_reply("O", 1) == 0 && sbx_ch_vsock_reply("OK ", 3) == 0 && sbx_ch_vsock_reply("OK 12", 5) == 0,
 	   "vsock: a prefix asks for more");
-	ok(sbx_ch_vsock_reply("OK\n", 3) < 0 && sbx_ch_vsock_reply("ERR", 3) < 0 && sbx_ch_vsock_reply("OK 12x", 6) < 0 &&
-		   sbx_ch_vsock_reply("OK \n", 4) < 0 && sbx_ch_vsock_reply("OK 123456789012", 15) < 0,
+	ok(sbx_ch_vsock_reply("OK\n", 3) < 0 && sbx_ch_vsock_reply("ERR", 3) < 0 &&
+		   sbx_ch_vsock_reply("OK 12x", 6) < 0 && sbx_ch_vsock_reply("OK \n", 4) < 0 &&
+		   sbx_ch_vsock_reply("OK 123456789012", 15) < 0,
 	   "vsock: anything else, or a port too long, refused");
 }
 

@@ -190,7 +190,8 @@ int main(void)
 	corrupt_copy(dfd, "mem.zst", "mem-cut.zst", -1, 200);
 	pipe(p);
 	in = openat(dfd, "mem-cut.zst", O_RDONLY | O_CLOEXEC);
-	ok(sbx_zpump(in, p[1], -1, sbx_mono_ns() + 10000000000ull, NULL, NULL, &e) < 0, "a truncated memory image is refused");
+	ok(sbx_zpump(in, p[1], -1, sbx_mono_ns() + 10000000000ull, NULL, NULL, &e) < 0,
+	   "a truncated memory image is refused");
 	close(in);
 	close(p[0]);
 	close(p[1]);
@@ -202,8 +203,11 @@ int main(void)
 	ok(sbx_snapshot_spec("py@3.11-1", nm, ver, &e) == 0 && !strcmp(nm, "py") && !strcmp(ver, "3.11-1"),
 	   "NAME@VERSION");
 	ok(sbx_snapshot_spec("py", nm, ver, &e) == 0 && !ver[0], "NAME");
-	const char *bad_names[] = { "", "@1", "a@", "../x", "a/b", "x@../y", ".h", "a@b@c",
-				    "0123456789012345678901234567890123456789012345678901234567890123" };
+	const char *bad_names[] = {
+		"",     "@1",    "a@",
+		"../x", "a/b",   "x@../y",
+		".h",   "a@b@c", "0123456789012345678901234567890123456789012345678901234567890123"
+	};
 	for (size_t i = 0; i < SBX_ARRAY_LEN(bad_names); i++) {
 		char what[120];
 		snprintf(what, sizeof what, "'%.20s' refused with 3", bad_names[i]);
