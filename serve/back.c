@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -301,41 +302,74 @@ static void exec_started(void *ctx, const char *exec_id)
 	reply_json(*(int *)ctx, json_pack("{s:b, s:s}", "ok", 1, "exec_id", exec_id), NULL, 0);
 }
 
+/* A terminal for a PTY command: the back's call child makes the slave its
+ * controlling terminal, so a resize the front makes on the master (E2B's
+ * Update) reaches the exec client as SIGWINCH, which tells the guest. */
+static int exec_pty(const struct serve_req *r, int *master, int *slave, struct sbx_err *err)
+{
+	struct winsize ws = { .ws_row = (unsigned short)r->pty_rows, .ws_col = (unsigned short)r->pty_cols };
+	*slave = -1;
+	*master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	char name[64];
+	if (*master < 0 || grantpt(*master) < 0 || unlockpt(*master) < 0 ||
+	    ptsname_r(*master, name, sizeof name) != 0 || (*slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0 ||
+	    setsid() < 0 || ioctl(*slave, TIOCSCTTY, 0) < 0 || ioctl(*master, TIOCSWINSZ, &ws) < 0) {
+		int e = errno;
+		if (*master >= 0)
+			close(*master);
+		if (*slave >= 0)
+			close(*slave);
+		*master = *slave = -1;
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot make the command's terminal");
+	}
+	return 0;
+}
+
+static void close_all(int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (fds[i] >= 0) {
+			close(fds[i]);
+			fds[i] = -1;
+		}
+}
+
 /* The command's output goes to pipes whose read ends the front gets
- * first; its exec ID follows once the session started it (E2B's pid: the
- * ID's number), and how it ended once it has, on the call's socket. */
+ * first (with its stdin's write end and, for a PTY, the terminal's
+ * master); its exec ID follows once the session started it (E2B's pid:
+ * the ID's number), and how it ended once it has, on the call's socket. */
 static int op_exec(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
 {
 	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_visible(&b->st, r->id, err) < 0)
 		return -1;
+	int pty = r->pty_rows > 0, with_in = r->stdin_open || pty, master = -1, slave = -1;
 	int out[2] = { -1, -1 }, er[2] = { -1, -1 }, in[2] = { -1, -1 };
-	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(er, O_CLOEXEC) < 0 || (r->stdin_open && pipe2(in, O_CLOEXEC) < 0)) {
+	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(er, O_CLOEXEC) < 0 || (with_in && pipe2(in, O_CLOEXEC) < 0)) {
 		int e = errno;
-		for (int i = 0; i < 2; i++) {
-			if (out[i] >= 0)
-				close(out[i]);
-			if (er[i] >= 0)
-				close(er[i]);
-		}
+		close_all(out, 2);
+		close_all(er, 2);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot start the command");
 	}
-	int fds[3] = { out[0], er[0], in[1] };
-	int rc = reply_json(sock, json_pack("{s:b, s:s}", "ok", 1, "started", "yes"), fds, r->stdin_open ? 3 : 2);
-	close(out[0]);
-	close(er[0]);
-	if (in[1] >= 0)
-		close(in[1]);
-	if (rc < 0) {
-		close(out[1]);
-		close(er[1]);
-		if (in[0] >= 0)
-			close(in[0]);
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "the front went away");
+	if (pty && exec_pty(r, &master, &slave, err) < 0) {
+		close_all(out, 2);
+		close_all(er, 2);
+		close_all(in, 2);
+		return -1;
 	}
+	int fds[4] = { out[0], er[0], in[1], master }, nfds = 2;
+	if (with_in)
+		fds[nfds++] = in[1];
+	if (pty)
+		fds[nfds++] = master;
+	int rc = reply_json(sock,
+			    json_pack("{s:b, s:s, s:b, s:b}", "ok", 1, "started", "yes", "stdin", with_in, "pty", pty),
+			    fds, (unsigned)nfds);
+	int theirs[] = { out[0], er[0], in[1], master };
+	close_all(theirs, SBX_ARRAY_LEN(theirs));
 	struct sbx_exec_opts o = { .in_fd = in[0],
 				   .out_fd = out[1],
 				   .err_fd = er[1],
-				   .tty_fd = -1,
+				   .tty_fd = slave,
 				   .on_started = exec_started,
 				   .started_ctx = &sock };
 	o.req.argv = r->argv;
@@ -344,15 +378,21 @@ static int op_exec(struct serve_back *b, const struct serve_req *r, int sock, st
 	o.req.envc = r->nenv;
 	o.req.cwd = r->cwd[0] ? (char *)r->cwd : NULL;
 	o.req.timeout_ms = r->exec_timeout_ms;
+	if (pty) {
+		o.req.flags |= SBX_EXEC_PTY;
+		o.req.rows = r->pty_rows;
+		o.req.cols = r->pty_cols;
+	}
 	if (!strcmp(r->user, "root"))
 		o.req.have_uid = o.req.have_gid = 1;
 	struct sbx_exec_result res;
 	memset(&res, 0, sizeof res);
-	rc = sbx_exec_run(&b->st, r->id, &o, &res, err);
-	close(out[1]);
-	close(er[1]);
-	if (in[0] >= 0)
-		close(in[0]);
+	if (rc < 0)
+		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "the front went away");
+	else
+		rc = sbx_exec_run(&b->st, r->id, &o, &res, err);
+	int ours[] = { out[1], er[1], in[0], slave };
+	close_all(ours, SBX_ARRAY_LEN(ours));
 	if (rc < 0)
 		return -1;
 	return reply_json(sock,

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -384,6 +385,7 @@ static enum MHD_Result stream_error(struct MHD_Connection *c, const char *code, 
 
 struct stream {
 	int out, err, in, sock; /* the command's output, its stdin, the call */
+	int pty;                /* its terminal's master (Update resizes it); -1: none */
 	int started, out_eof, err_eof, ended;
 	int want_id; /* a Start: the exec ID (the pid) comes first */
 	unsigned pid;
@@ -420,7 +422,7 @@ static void stream_free(void *cls)
 {
 	struct stream *s = cls;
 	running_del(s);
-	int fds[] = { s->out, s->err, s->in, s->sock };
+	int fds[] = { s->out, s->err, s->in, s->sock, s->pty };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -481,7 +483,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			char raw[16384];
 			ssize_t n = read(p[i].fd, raw, room < sizeof raw ? room : sizeof raw);
 			if (n > 0)
-				return serve_cx_data_event(buf, max, i == 0 ? "stdout" : "stderr", raw, (size_t)n);
+				return serve_cx_data_event(buf, max,
+							   i             ? "stderr"
+							   : s->pty >= 0 ? "pty"
+									 : "stdout",
+							   raw, (size_t)n);
 			if (n == 0 || errno != EINTR)
 				*(i == 0 ? &s->out_eof : &s->err_eof) = 1;
 		}
@@ -535,8 +541,10 @@ static enum MHD_Result stream_call(struct MHD_Connection *c, json_t *r, int peer
 		json_decref(a);
 		return rc;
 	}
+	/* the fds: output, errors, then stdin and the terminal as it says */
+	int with_in = json_is_true(json_object_get(a, "stdin")), pty = json_is_true(json_object_get(a, "pty"));
 	json_decref(a);
-	struct stream *s = calloc(1, sizeof *s);
+	struct stream *s = (unsigned)(2 + with_in + pty) == nfds ? calloc(1, sizeof *s) : NULL;
 	if (!s) {
 		for (unsigned k = 0; k < nfds; k++)
 			close(fds[k]);
@@ -545,7 +553,8 @@ static enum MHD_Result stream_call(struct MHD_Connection *c, json_t *r, int peer
 	}
 	s->out = fds[0];
 	s->err = fds[1];
-	s->in = nfds > 2 ? fds[2] : -1;
+	s->in = with_in ? fds[2] : -1;
+	s->pty = pty ? fds[2 + with_in] : -1;
 	s->sock = sock;
 	s->pid = pid;
 	s->want_id = !pid;
@@ -574,12 +583,20 @@ static enum MHD_Result envd_start(struct MHD_Connection *c, const struct listene
 		json_decref(msg);
 		return stream_error(c, "invalid_argument", "process.cmd: expected a string");
 	}
-	if (json_object_get(msg, "pty")) {
+	/* pty: {"size": {"cols", "rows"}}: a terminal of that size */
+	json_t *size = json_object_get(json_object_get(msg, "pty"), "size");
+	json_int_t cols = json_integer_value(json_object_get(size, "cols")),
+		   rows = json_integer_value(json_object_get(size, "rows"));
+	if (json_object_get(msg, "pty") && (cols < 1 || cols > 1000 || rows < 1 || rows > 1000)) {
 		json_decref(msg);
-		return stream_error(c, "unimplemented", "PTYs are not served by this version of sbx-serve");
+		return stream_error(c, "invalid_argument", "pty.size: cols and rows of 1 to 1000");
 	}
 	int peer;
 	json_t *r = request(c, l, "exec", &peer);
+	if (json_object_get(msg, "pty")) {
+		json_object_set_new(r, "pty_rows", json_integer(rows));
+		json_object_set_new(r, "pty_cols", json_integer(cols));
+	}
 	json_t *argv = json_array();
 	json_array_append(argv, cmd);
 	json_t *args = json_object_get(proc, "args"), *v;
@@ -661,6 +678,34 @@ static enum MHD_Result unary_back_error(struct MHD_Connection *c, json_t *a)
 }
 
 /* SendInput and CloseStdin: the pipe to the command, held here. */
+/* Update: a PTY command's terminal takes a new size; the back's exec
+ * client gets SIGWINCH from the kernel and tells the guest. */
+static enum MHD_Result envd_update(struct MHD_Connection *c, const struct listener *l, const char *sandbox, json_t *msg)
+{
+	unsigned pid = selected_pid(msg);
+	json_t *size = json_object_get(json_object_get(msg, "pty"), "size"), *why = NULL;
+	json_int_t cols = json_integer_value(json_object_get(size, "cols")),
+		   rows = json_integer_value(json_object_get(size, "rows"));
+	if (!pid || cols < 1 || cols > 1000 || rows < 1 || rows > 1000)
+		return unary_error(c, 400, "invalid_argument",
+				   "expected process.pid and pty.size's cols and rows, 1 to 1000");
+	if (!may(c, l, sandbox, &why))
+		return unary_back_error(c, why);
+	struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+	int found = 0, ok = 0;
+	pthread_mutex_lock(&running_mu);
+	for (struct stream *s = running; s && !found; s = s->next)
+		if (s->pid == pid && !strcmp(s->sandbox, sandbox) && s->pty >= 0) {
+			found = 1;
+			ok = ioctl(s->pty, TIOCSWINSZ, &ws) == 0;
+		}
+	pthread_mutex_unlock(&running_mu);
+	if (!found)
+		return unary_error(c, 404, "not_found", "no running terminal with that pid here");
+	return ok ? answer(c, MHD_HTTP_OK, "application/json", "{}")
+		  : unary_error(c, 500, "internal", "cannot resize the terminal");
+}
+
 static enum MHD_Result envd_stdin(struct MHD_Connection *c, const struct listener *l, const char *sandbox, json_t *msg,
 				  int close_it)
 {
@@ -668,7 +713,10 @@ static enum MHD_Result envd_stdin(struct MHD_Connection *c, const struct listene
 	json_t *why = NULL;
 	if (!may(c, l, sandbox, &why))
 		return unary_back_error(c, why);
-	const char *b64 = json_string_value(json_object_get(json_object_get(msg, "input"), "stdin"));
+	json_t *input = json_object_get(msg, "input");
+	const char *b64 = json_string_value(json_object_get(input, "stdin"));
+	if (!b64) /* a terminal's input is its stdin too */
+		b64 = json_string_value(json_object_get(input, "pty"));
 	unsigned char *raw = NULL;
 	int n = 0;
 	if (!close_it) {
@@ -797,14 +845,16 @@ static enum MHD_Result envd(struct MHD_Connection *c, const struct listener *l, 
 	} unary[] = { { "/process.Process/List", "ps" },
 		      { "/process.Process/SendSignal", "signal" },
 		      { "/process.Process/SendInput", "stdin" },
-		      { "/process.Process/CloseStdin", "close" } };
+		      { "/process.Process/CloseStdin", "close" },
+		      { "/process.Process/Update", "update" } };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(unary); i++) {
 		if (strcmp(url, unary[i].path))
 			continue;
 		json_t *msg = unary_body(cn);
 		if (!msg)
 			return unary_error(c, 400, "invalid_argument", "the body is not a JSON object");
-		enum MHD_Result rc = !strcmp(unary[i].op, "stdin")   ? envd_stdin(c, l, sandbox, msg, 0)
+		enum MHD_Result rc = !strcmp(unary[i].op, "update")  ? envd_update(c, l, sandbox, msg)
+				     : !strcmp(unary[i].op, "stdin") ? envd_stdin(c, l, sandbox, msg, 0)
 				     : !strcmp(unary[i].op, "close") ? envd_stdin(c, l, sandbox, msg, 1)
 								     : envd_unary(c, l, sandbox, unary[i].op, msg);
 		json_decref(msg);

@@ -149,7 +149,10 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 	    uint_field(o, "timeout", 86400 * 30, &r->timeout_s, err) < 0 ||
 	    uint_field(o, "signal", 64, &sig, err) < 0 ||
 	    uint_field(o, "exec_timeout_ms", 86400000, &r->exec_timeout_ms, err) < 0 ||
-	    uint_field(o, "count", 1000, &r->count, err) < 0 || env_field(o, r, err) < 0 || meta_field(o, r, err) < 0)
+	    uint_field(o, "count", 1000, &r->count, err) < 0 ||
+	    uint_field(o, "pty_rows", 1000, &r->pty_rows, err) < 0 ||
+	    uint_field(o, "pty_cols", 1000, &r->pty_cols, err) < 0 || env_field(o, r, err) < 0 ||
+	    meta_field(o, r, err) < 0)
 		return -1;
 	r->signo = (int)sig;
 	json_t *si = json_object_get(o, "stdin");
@@ -167,6 +170,8 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: no sandbox ID", op);
 	if (r->op == SERVE_OP_SIGNAL && (!r->exec_id[0] || !r->signo))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "signal: an exec ID and a signal are needed");
+	if (!r->pty_rows != !r->pty_cols)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "a terminal needs both rows and columns");
 	if (r->op == SERVE_OP_ATTACH && !r->exec_id[0])
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "attach: an exec ID is needed");
 	return 0;

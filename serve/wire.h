@@ -66,8 +66,9 @@ struct serve_req {
 	unsigned exec_timeout_ms; /* exec: its deadline (Connect-Timeout-Ms); 0: the policy's default */
 	char exec_id[16];         /* signal, attach: sbx's exec ID (eN: E2B's pid N) */
 	int signo;
-	unsigned count; /* fork: how many copies */
-	json_t *args;   /* fs, download, upload: their own fields, decoded by files.h (owned) */
+	unsigned count;              /* fork: how many copies */
+	unsigned pty_rows, pty_cols; /* exec: a terminal of this size (both, or neither) */
+	json_t *args;                /* fs, download, upload: their own fields, decoded by files.h (owned) */
 };
 
 /* 0, or -1 with err (3) naming what is wrong. */

@@ -197,3 +197,28 @@ test('fork: running copies with their running commands, each its own sandbox', a
 		await sbx.kill()
 	}
 })
+
+test('a PTY: an interactive shell at its size, input, a resize, kill', async () => {
+	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
+	const enc = new TextEncoder(), dec = new TextDecoder()
+	const until = async (what, f) => {
+		for (let i = 0; i < 300 && !f(); i++) await new Promise((r) => setTimeout(r, 100))
+		assert.ok(f(), `${what} (the terminal showed ${JSON.stringify(out.slice(-400))})`)
+	}
+	let out = ''
+	try {
+		const term = await sbx.pty.create({ cols: 100, rows: 30, timeoutMs: 120_000, onData: (d) => { out += dec.decode(d) } })
+		assert.ok(term.pid > 0)
+		await sbx.pty.sendInput(term.pid, enc.encode('stty size; tty; echo MARK-$((6*7))\n'))
+		await until('the shell answers', () => /MARK-42/.test(out))
+		assert.match(out, /30 100/, 'at the size asked for')
+		assert.match(out, /\/dev\/pts\//, 'on a terminal')
+		await sbx.pty.resize(term.pid, { cols: 120, rows: 40 })
+		await sbx.pty.sendInput(term.pid, enc.encode('stty size\n'))
+		await until('the new size shows', () => /40 120/.test(out))
+		assert.equal(await sbx.pty.kill(term.pid), true)
+		await term.wait().catch(() => {})
+	} finally {
+		await sbx.kill()
+	}
+})
