@@ -171,6 +171,9 @@ static int type_arg_ok(const char *t)
 
 int main(int argc, char **argv)
 {
+	int via_serve;
+	if (sbx_cli_remote(argc, argv, &via_serve)) /* a user other than root: through sbx-serve */
+		return via_serve;
 	static const struct option opts[] = {
 		{ "chain", no_argument, NULL, 'c' },         { "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },          { "jsonl", no_argument, NULL, 'l' },

@@ -42,6 +42,9 @@ static void show_guest_msg(const char *msg)
 
 int main(int argc, char **argv)
 {
+	int via_serve;
+	if (sbx_cli_remote(argc, argv, &via_serve)) /* a user other than root: through sbx-serve */
+		return via_serve;
 	static const struct option opts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },

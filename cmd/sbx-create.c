@@ -125,6 +125,9 @@ static void print_session(const struct sbx_session *s, int existed, int json)
 
 int main(int argc, char **argv)
 {
+	int via_serve;
+	if (sbx_cli_remote(argc, argv, &via_serve)) /* a user other than root: through sbx-serve */
+		return via_serve;
 	static const struct option opts[] = {
 		{ "cpus", required_argument, NULL, 'c' },      { "disk", required_argument, NULL, 'D' },
 		{ "dry-run", no_argument, NULL, 'n' },         { "env", required_argument, NULL, 'e' },
@@ -204,7 +207,7 @@ int main(int argc, char **argv)
 	 * the policy's host paths are resolved for it. */
 	if (!o.tenant)
 		o.tenant = getenv("SBX_TENANT");
-	if (o.tenant && sbx_tenant_check(o.tenant, &err) < 0) {
+	if (sbx_tenant_pin(&o.tenant, &err) < 0 || (o.tenant && sbx_tenant_check(o.tenant, &err) < 0)) {
 		sbx_err_print("sbx-create", &err, json);
 		return err.code;
 	}

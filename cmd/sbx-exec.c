@@ -187,6 +187,9 @@ fail:
 
 int main(int argc, char **argv)
 {
+	int via_serve;
+	if (sbx_cli_remote(argc, argv, &via_serve)) /* a user other than root: through sbx-serve */
+		return via_serve;
 	static const struct option opts[] = {
 		{ "attach", required_argument, NULL, 'A' },
 		{ "detach", no_argument, NULL, 'd' },

@@ -28,6 +28,9 @@ static int kill_exec(int argc, char **argv, const char *exec, int json, const ch
 
 int main(int argc, char **argv)
 {
+	int via_serve;
+	if (sbx_cli_remote(argc, argv, &via_serve)) /* a user other than root: through sbx-serve */
+		return via_serve;
 	static const struct option opts[] = {
 		{ "exec", required_argument, NULL, 'x' },
 		{ "help", no_argument, NULL, 'h' },

@@ -50,6 +50,9 @@ static int list(struct sbx_state *st, const char *session, int json, int quiet, 
 
 int main(int argc, char **argv)
 {
+	int via_serve;
+	if (sbx_cli_remote(argc, argv, &via_serve)) /* a user other than root: through sbx-serve */
+		return via_serve;
 	static const struct option opts[] = {
 		{ "help", no_argument, NULL, 'h' },       { "json", no_argument, NULL, 'j' },
 		{ "list", no_argument, NULL, 'l' },       { "listen", required_argument, NULL, 'L' },

@@ -289,6 +289,9 @@ static int list_workspaces(struct sbx_state *st, const char *tenant, const char 
 
 int main(int argc, char **argv)
 {
+	int via_serve;
+	if (sbx_cli_remote(argc, argv, &via_serve)) /* a user other than root: through sbx-serve */
+		return via_serve;
 	static const struct option opts[] = {
 		{ "all", no_argument, NULL, 'a' },         { "capacity", no_argument, NULL, 'C' },
 		{ "execs", required_argument, NULL, 'x' }, { "help", no_argument, NULL, 'h' },

@@ -205,6 +205,9 @@ static int templates(struct sbx_state *st, const struct opts *o, char **args, in
 
 int main(int argc, char **argv)
 {
+	int via_serve;
+	if (sbx_cli_remote(argc, argv, &via_serve)) /* a user other than root: through sbx-serve */
+		return via_serve;
 	static const struct option longopts[] = {
 		{ "force", no_argument, NULL, 'f' },        { "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },         { "number", required_argument, NULL, 'n' },

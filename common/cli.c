@@ -1,11 +1,18 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include "hostconf.h"
 #include "util.h"
 
 int sbx_cli_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -210,3 +217,137 @@ const struct sbx_cli_table sbx_cli_template_table = {
 	.key = { "template", NULL, NULL },
 	.flags = SBX_CLI_DASH_EMPTY,
 };
+
+/* ---- a user's command, through sbx-serve (cli.h) ---------------------- */
+
+static int sig_pipe[2] = { -1, -1 };
+
+static void on_signal(int s)
+{
+	int e = errno;
+	unsigned char b = (unsigned char)s;
+	if (write(sig_pipe[1], &b, 1) < 0) {
+		/* full: the command hears about it late, or not */
+	}
+	errno = e;
+}
+
+static void cli_socket_path(char *out, size_t n)
+{
+	const char *e = getenv("SBX_SERVE_CLI"), *root = getenv("SBX_ROOT");
+	if (e && *e) {
+		snprintf(out, n, "%s", e);
+		return;
+	}
+	static struct sbx_hostconf hc;
+	struct sbx_err ignored = { 0 };
+	if (sbx_hostconf_load(&hc, &ignored) == 0 && hc.serve.socket[0]) {
+		const char *slash = strrchr(hc.serve.socket, '/');
+		snprintf(out, n, "%.*scli.sock", slash ? (int)(slash - hc.serve.socket + 1) : 0, hc.serve.socket);
+		return;
+	}
+	snprintf(out, n, "%s/run/sbx-serve/cli.sock", root && root[0] == '/' ? root : "");
+}
+
+/* The command as the service reads it (wire.h): argv with the program's
+ * own name first, and the terminal's variables. */
+static char *cli_message(int argc, char **argv)
+{
+	const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+	json_t *a = json_array(), *env = json_object();
+	json_array_append_new(a, json_string(prog));
+	for (int i = 1; i < argc; i++)
+		json_array_append_new(a, json_string(argv[i]));
+	static const char *const keep[] = { "TERM", "COLUMNS", "LINES", "NO_COLOR", "SBX_NO_PROGRESS" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(keep); i++)
+		if (getenv(keep[i]))
+			json_object_set_new(env, keep[i], json_string(getenv(keep[i])));
+	json_t *m = json_pack("{s:o, s:o}", "argv", a, "env", env);
+	char *t = m ? json_dumps(m, JSON_COMPACT) : NULL;
+	json_decref(m);
+	return t;
+}
+
+int sbx_cli_remote(int argc, char **argv, int *status)
+{
+	if (geteuid() == 0)
+		return 0;
+	int json = 0;
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		json |= !strcmp(argv[i], "--json");
+	const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+	char path[700];
+	cli_socket_path(path, sizeof path);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (strlen(path) >= sizeof a.sun_path || fd < 0)
+		return *status = sbx_cli_fail(prog, SBX_EXIT_INTERNAL, json, "cannot reach sbx-serve at %s", path), 1;
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		int e = errno;
+		close(fd);
+		*status = sbx_cli_fail(prog, SBX_EXIT_UNAVAIL, json,
+				       "run by uid %u, sbx's commands go through sbx-serve, which is not reachable at "
+				       "%s: %s",
+				       (unsigned)getuid(), path, strerror(e));
+		return 1;
+	}
+	/* stdin, stdout, stderr (/dev/null for a closed one) and the directory. */
+	int io[4];
+	for (int i = 0; i < 3; i++)
+		io[i] = fcntl(i, F_GETFD) >= 0 ? i : open("/dev/null", i ? O_WRONLY : O_RDONLY);
+	io[3] = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	char *msg = cli_message(argc, argv);
+	if (io[3] < 0 || !msg || sbx_sendmsg_fds(fd, msg, strlen(msg), io, 4, MSG_NOSIGNAL) != (ssize_t)strlen(msg)) {
+		*status = sbx_cli_fail(prog, SBX_EXIT_INTERNAL, json, "cannot send the command to sbx-serve: %s",
+				       strerror(errno));
+		free(msg);
+		return 1;
+	}
+	free(msg);
+	/* Signals for the command: passed on, not acted on here. */
+	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
+		static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH };
+		struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
+		for (size_t i = 0; i < SBX_ARRAY_LEN(sigs); i++)
+			sigaction(sigs[i], &sa, NULL);
+	}
+	signal(SIGPIPE, SIG_IGN);
+	*status = SBX_EXIT_INTERNAL;
+	for (;;) {
+		struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = sig_pipe[0], .events = POLLIN } };
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (p[1].revents) {
+			unsigned char b[16];
+			ssize_t n = read(sig_pipe[0], b, sizeof b);
+			for (ssize_t i = 0; i < n; i++) {
+				char s[32];
+				int l = snprintf(s, sizeof s, "{\"signal\":%u}", b[i]);
+				send(fd, s, (size_t)l, MSG_NOSIGNAL);
+			}
+		}
+		if (!p[0].revents)
+			continue;
+		char buf[4096];
+		ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+		if (n <= 0) {
+			sbx_cli_fail(prog, SBX_EXIT_INTERNAL, json, "sbx-serve went away before the command ended");
+			break;
+		}
+		json_t *j = json_loadb(buf, (size_t)n, 0, NULL), *ex = json_object_get(j, "exit");
+		if (json_is_integer(ex)) {
+			*status = (int)json_integer_value(ex);
+			const char *e = json_string_value(json_object_get(j, "error"));
+			if (e)
+				sbx_cli_fail(prog, *status, json, "%s", e);
+		}
+		json_decref(j);
+		break;
+	}
+	close(fd);
+	return 1;
+}

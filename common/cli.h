@@ -9,6 +9,15 @@
 
 #include "err.h"
 
+/* Run by a user other than root, a command goes through sbx-serve: its
+ * argv, stdin, stdout, stderr and working directory are sent to the
+ * service's CLI socket (SBX_SERVE_CLI, else cli.sock beside serve.socket
+ * of sbx.yaml, else $SBX_ROOT/run/sbx-serve/cli.sock), which runs it for
+ * the user's tenant (sbx-serve(8), USERS); signals the command gets are
+ * passed on.  Returns 1 with *status the command's exit status then (its
+ * output already written), 0 when run by root (go on here). */
+int sbx_cli_remote(int argc, char **argv, int *status);
+
 int sbx_cli_uint(const char *s, unsigned min, unsigned max, unsigned *out);
 /* Report a usage-level error (text or JSON) and return code. */
 int sbx_cli_fail(const char *prog, int code, int json, const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -155,6 +155,17 @@ static int parse_volume(const char *spec, const char *tenant, struct sbx_volume 
 	}
 	if (!S_ISDIR(hp.st.st_mode))
 		return sbx_err_set(err, SBX_EXIT_INVALID, ENOTDIR, "-v %s: %s is not a directory", spec, host);
+	/* A user's directory is copied with that user's rights (disk.c): it
+	 * must be one the user can list, and every file in it one the user
+	 * can read, else the boot fails. */
+	const struct sbx_caller *who = sbx_caller();
+	if (who) {
+		_cleanup_close_ int dfd = sbx_hostpath_openat(&hp, NULL, O_RDONLY | O_DIRECTORY);
+		if (dfd < 0)
+			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "-v %s: cannot read %s", spec, host);
+		v->uid = who->uid;
+		v->gid = who->gid;
+	}
 	const char *real = hp.real;
 	size_t gl = strlen(guest);
 	if (guest[0] != '/' || gl < 2 || gl >= sizeof v->guest ||

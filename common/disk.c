@@ -1,3 +1,4 @@
+#include "caller.h"
 #include "disk.h"
 #include "hostpath.h"
 #include "util.h"
@@ -5,16 +6,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <sys/syscall.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* Run argv with no stdin and its output kept for the error message; its
  * exit status, or -1.  keep_fd (>= 0) is left open across the exec. */
-static int run_status_fd(char *const argv[], int keep_fd, char *out, size_t n)
+/* argv's status, with keep_fd (and keep2) left open in it; run as uid and
+ * gid (no other group) when uid is not 0.  Its output in out. */
+static int run_as(char *const argv[], int keep_fd, int keep2, unsigned uid, unsigned gid, char *out, size_t n)
 {
 	int p[2];
 	out[0] = 0;
@@ -34,6 +39,12 @@ static int run_status_fd(char *const argv[], int keep_fd, char *out, size_t n)
 		dup2(p[1], 2);
 		if (keep_fd >= 0)
 			fcntl(keep_fd, F_SETFD, 0);
+		if (keep2 >= 0)
+			fcntl(keep2, F_SETFD, 0);
+		if (uid && (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)) {
+			dprintf(2, "cannot become uid %u: %s", uid, strerror(errno));
+			_exit(127);
+		}
 		execvp(argv[0], argv);
 		dprintf(2, "cannot run %s: %s", argv[0], strerror(errno));
 		_exit(127);
@@ -58,7 +69,7 @@ static int run_status_fd(char *const argv[], int keep_fd, char *out, size_t n)
 
 static int run_status(char *const argv[], char *out, size_t n)
 {
-	return run_status_fd(argv, -1, out, n);
+	return run_as(argv, -1, -1, 0, 0, out, n);
 }
 
 static int run(char *const argv[], char *out, size_t n)
@@ -118,7 +129,7 @@ static int tree_add(const char *p, const struct stat *st, int flag, struct FTW *
 	return 0;
 }
 
-int sbx_disk_from_dir(const char *path, const char *dir, struct sbx_err *err)
+int sbx_disk_from_dir(const char *path, const char *dir, unsigned uid, unsigned gid, struct sbx_err *err)
 {
 	/* dir is the real path sbx-create checked (hostpath.h); opened again
 	 * with no link anywhere, so one swapped in since is refused, and
@@ -141,10 +152,29 @@ int sbx_disk_from_dir(const char *path, const char *dir, struct sbx_err *err)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s is too large for a volume (over 64 GiB)", dir);
 	if (make_file(path, size, err) < 0)
 		return -1;
-	char *argv[] = { "mkfs.ext4",    "-q", "-F",        "-L", "sbxvol", "-m",         "0", "-O",
-			 "^has_journal", "-E", "nodiscard", "-d", src,      (char *)path, NULL };
+	/* A user's directory (caller.h) is read by mkfs running as that user,
+	 * so nothing the user could not read gets in; it writes the image
+	 * through an fd of ours, the file the user's for that while (its
+	 * directory is root's alone: no path reaches it). */
+	char img[64];
+	const char *target = path;
+	_cleanup_close_ int ifd = -1;
+	if (uid) {
+		ifd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+		if (ifd < 0 || fchown(ifd, uid, gid) < 0) {
+			unlink(path);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot prepare the volume image of %s", dir);
+		}
+		snprintf(img, sizeof img, "/proc/self/fd/%d", ifd);
+		target = img;
+	}
+	char *argv[] = { "mkfs.ext4",    "-q", "-F",        "-L", "sbxvol", "-m",           "0", "-O",
+			 "^has_journal", "-E", "nodiscard", "-d", src,      (char *)target, NULL };
 	char out[512];
-	if (run_status_fd(argv, dfd, out, sizeof out) != 0) {
+	int rc = run_as(argv, dfd, ifd, uid, gid, out, sizeof out);
+	if (ifd >= 0 && fchown(ifd, 0, 0) < 0 && rc == 0)
+		rc = -1;
+	if (rc != 0) {
 		unlink(path);
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot copy %s into a volume: %s", dir, out);
 	}

@@ -10,7 +10,7 @@
 /* Create path (must not exist) as an empty ext4 of bytes. */
 int sbx_disk_scratch(const char *path, uint64_t bytes, struct sbx_err *err);
 /* Create path as an ext4 holding a copy of dir. */
-int sbx_disk_from_dir(const char *path, const char *dir, struct sbx_err *err);
+int sbx_disk_from_dir(const char *path, const char *dir, unsigned uid, unsigned gid, struct sbx_err *err);
 /* Create path (must not exist) as an empty journaled ext4 of bytes whose
  * root directory belongs to uid:gid: a workspace. */
 int sbx_disk_workspace(const char *path, uint64_t bytes, unsigned uid, unsigned gid, struct sbx_err *err);

@@ -225,7 +225,7 @@ static int tenant_root(const char *tenant, const char *abs, const char *shown, u
 			snprintf(root, sizeof root, "%s", pat);
 		if (!under(abs, root))
 			continue;
-		int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		int fd = SBX_AS_CALLER(open(root, O_PATH | O_DIRECTORY | O_CLOEXEC));
 		if (fd < 0)
 			return sbx_err_set(err, SBX_EXIT_INVALID, errno,
 					   "%s: %s: cannot open the root %s of host_paths.%s", key, shown, root,
@@ -282,24 +282,24 @@ int sbx_hostpath_resolve(const char *tenant, const char *path, unsigned how, con
 			snprintf(dir, sizeof dir, "%.*s", s ? (int)(s - rest) : 1, s ? rest : ".");
 			snprintf(base, sizeof base, "%s", s ? s + 1 : rest);
 		}
-		hp->dir_fd = open_dir_beneath(rfd, dir);
+		hp->dir_fd = SBX_AS_CALLER(open_dir_beneath(rfd, dir));
 		if (hp->dir_fd < 0)
 			return resolve_fail(err, errno, key, shown);
 	} else {
 		/* The operator's path may pass through links; what it names is
 		 * then held by its real directory. */
 		char real[PATH_MAX];
-		if ((how & SBX_HOSTPATH_FOLLOW) && realpath(abs, real))
+		if ((how & SBX_HOSTPATH_FOLLOW) && SBX_AS_CALLER(realpath(abs, real)))
 			snprintf(abs, sizeof abs, "%s", real);
 		split(abs, dir, base);
 		if (!strcmp(base, "..")) {
-			if (!realpath(abs, real))
+			if (!SBX_AS_CALLER(realpath(abs, real)))
 				return resolve_fail(err, errno, key, shown);
 			split(real, dir, base);
 		}
-		if (!realpath(dir, real))
+		if (!SBX_AS_CALLER(realpath(dir, real)))
 			return resolve_fail(err, errno, key, shown);
-		hp->dir_fd = open(real, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		hp->dir_fd = SBX_AS_CALLER(open(real, O_PATH | O_DIRECTORY | O_CLOEXEC));
 		if (hp->dir_fd < 0)
 			return resolve_fail(err, errno, key, shown);
 	}
@@ -315,7 +315,7 @@ int sbx_hostpath_resolve(const char *tenant, const char *path, unsigned how, con
 	else if (snprintf(hp->real, sizeof hp->real, "%s%s%s", dreal, strcmp(dreal, "/") ? "/" : "", base) >=
 		 (int)sizeof hp->real)
 		return sbx_err_set(err, SBX_EXIT_INVALID, ENAMETOOLONG, "%s: bad path '%s'", key, path);
-	if (fstatat(hp->dir_fd, base, &hp->st, AT_SYMLINK_NOFOLLOW) == 0) {
+	if (SBX_AS_CALLER(fstatat(hp->dir_fd, base, &hp->st, AT_SYMLINK_NOFOLLOW)) == 0) {
 		hp->exists = 1;
 	} else if (errno != ENOENT || !(how & SBX_HOSTPATH_MAY_BE_MISSING)) {
 		return resolve_fail(err, errno, key, shown);
@@ -352,7 +352,7 @@ int sbx_hostpath_openat(const struct sbx_hostpath *hp, const char *sub, int ofla
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	return openat2_(hp->dir_fd, p, oflags);
+	return SBX_AS_CALLER(openat2_(hp->dir_fd, p, oflags));
 }
 
 int sbx_hostpath_env_ok(const char *tenant, const char *name, const char *key, struct sbx_err *err)

@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <sys/stat.h>
 
+#include "caller.h"
 #include "err.h"
 
 #define SBX_HOSTPATH_READ 1u

@@ -3,6 +3,7 @@
  * at the first event that does not fit: an alias never gets expanded, and
  * nesting deeper than the schema is a type error before libyaml has read
  * far.  Everything it does not understand is an error (sbx-policy(5)). */
+#include "caller.h"
 #include "policy.h"
 #include "policy_check.h"
 #include "units.h"
@@ -786,9 +787,10 @@ int sbx_policy_load(const char *path, struct sbx_policy *p, struct sbx_err *err)
 	char shown[256];
 	sbx_yaml_show(shown, sizeof shown, path, 200);
 	sbx_policy_defaults(p);
-	/* Symlinks are followed: the user named this file.  O_NONBLOCK so a
-	 * FIFO is refused by the fstat below instead of hanging the open. */
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	/* Symlinks are followed: the user named this file, and it is opened
+	 * with the user's rights (caller.h).  O_NONBLOCK so a FIFO is refused
+	 * by the fstat below instead of hanging the open. */
+	_cleanup_close_ int fd = SBX_AS_CALLER(open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
 	if (fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read policy %s", shown);
 	struct stat st;

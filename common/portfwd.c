@@ -128,7 +128,7 @@ static int bind_unix(const char *tenant, const char *path, struct sbx_hostpath *
 	if (fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "socket");
 	/* bind never replaces what is there: an existing path is 5. */
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+	if (SBX_AS_CALLER(bind(fd, (struct sockaddr *)&a, sizeof a)) < 0) {
 		int e = errno;
 		close(fd);
 		return sbx_err_set(err,
@@ -150,7 +150,7 @@ static int bind_unix(const char *tenant, const char *path, struct sbx_hostpath *
 	if (listen(fd, 128) < 0) {
 		int e = errno;
 		close(fd);
-		unlinkat(hp->dir_fd, hp->rel, 0);
+		SBX_AS_CALLER(unlinkat(hp->dir_fd, hp->rel, 0));
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, e, "cannot listen on %s", abs);
 	}
 	return fd;
@@ -247,7 +247,7 @@ int sbx_port_open(struct sbx_state *st, const char *session, unsigned guest_port
 		rc = sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "session %s gave an unexpected reply", session);
 	if (rc < 0) {
 		if (unix_path)
-			unlinkat(hp.dir_fd, hp.rel, 0); /* ours, just made: nothing is left behind */
+			SBX_AS_CALLER(unlinkat(hp.dir_fd, hp.rel, 0)); /* ours, just made: nothing is left behind */
 		return -1;
 	}
 	*out = got[0];

@@ -340,6 +340,8 @@ int sbx_record_parse(const char *txt, const char *id, struct sbx_session *s)
 			break;
 		sbx_json_str(v, "host", s->vols[s->nvols].host, sizeof s->vols[0].host);
 		sbx_json_str(v, "guest", s->vols[s->nvols].guest, sizeof s->vols[0].guest);
+		s->vols[s->nvols].uid = (unsigned)sbx_json_u64(v, "uid");
+		s->vols[s->nvols].gid = (unsigned)sbx_json_u64(v, "gid");
 		s->nvols++;
 	}
 	json_t *mo = json_object_get(o, "monitor"), *vo = json_object_get(o, "vmm_process");
@@ -374,9 +376,15 @@ char *sbx_record_text(const struct sbx_session *s)
 			    json_string(s->tmpl_owner[0] ? s->tmpl_owner : SBX_TEMPLATE_OPERATOR));
 	const struct sbx_limits *l = &s->limits;
 	json_t *vols = json_array();
-	for (unsigned i = 0; i < s->nvols; i++)
-		json_array_append_new(vols, json_pack("{s:s, s:s, s:b}", "host", s->vols[i].host, "guest",
-						      s->vols[i].guest, "ro", 1));
+	for (unsigned i = 0; i < s->nvols; i++) {
+		json_t *v = json_pack("{s:s, s:s, s:b}", "host", s->vols[i].host, "guest", s->vols[i].guest, "ro", 1);
+		/* Only for a user's volume, so the operator's records read as before. */
+		if (v && s->vols[i].uid) {
+			json_object_set_new(v, "uid", json_integer(s->vols[i].uid));
+			json_object_set_new(v, "gid", json_integer(s->vols[i].gid));
+		}
+		json_array_append_new(vols, v);
+	}
 	json_object_set_new(o, "volumes", vols);
 	if (s->tenant[0])
 		json_object_set_new(o, "tenant", json_string(s->tenant));

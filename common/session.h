@@ -43,6 +43,8 @@ struct sbx_session {
 	uint64_t cpu_ns, mem_peak; /* host-measured VMM usage, saved when the VM ended */
 	struct sbx_volume {        /* -v HOST:GUEST:ro, copied into an image at boot */
 		char host[512], guest[128];
+		/* Read with this user's rights (caller.h); 0: the operator's. */
+		unsigned uid, gid;
 	} vols[8];
 	unsigned nvols;
 	/* --workspace NAME: a persistent volume at /workspace (workspace.h),

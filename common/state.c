@@ -159,8 +159,23 @@ int sbx_tenant_check(const char *tenant, struct sbx_err *err)
 	return 0;
 }
 
+int sbx_tenant_pin(const char **tenant, struct sbx_err *err)
+{
+	if (!getenv("SBX_CALLER"))
+		return 0;
+	const char *pin = getenv("SBX_TENANT");
+	if (!pin || !*pin)
+		return sbx_err_set(err, 77, 0, "acting for a user with no tenant");
+	if (*tenant && strcmp(*tenant, pin))
+		return sbx_err_set(err, 77, 0, "you act as tenant %s here, not as %.64s", pin, *tenant);
+	*tenant = pin;
+	return 0;
+}
+
 int sbx_state_scope(struct sbx_state *st, const char *tenant, struct sbx_err *err)
 {
+	if (sbx_tenant_pin(&tenant, err) < 0)
+		return -1;
 	if (!tenant)
 		tenant = getenv("SBX_TENANT");
 	st->tenant[0] = 0;

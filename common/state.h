@@ -36,8 +36,14 @@ int sbx_id_check(const char *id, const char *what, struct sbx_err *err);
  * the objects without a tenant, "operator" the owner of shipped
  * templates; compared without case).  3 otherwise. */
 int sbx_tenant_check(const char *tenant, struct sbx_err *err);
+/* A command run for a host user through sbx-serve (SBX_CALLER set, see
+ * hostpath.h) acts as that user's tenant, $SBX_TENANT as the service set
+ * it, and as no other: *tenant (NULL: none given) becomes it, and another
+ * given is 77 (sbx-serve's "may not").  Otherwise nothing changes. */
+int sbx_tenant_pin(const char **tenant, struct sbx_err *err);
 /* Scope st to the caller: tenant (--tenant), else $SBX_TENANT when set,
- * else the operator.  A given but invalid tenant (empty included) is 3. */
+ * else the operator (sbx_tenant_pin first).  A given but invalid tenant
+ * (empty included) is 3. */
 int sbx_state_scope(struct sbx_state *st, const char *tenant, struct sbx_err *err);
 /* The scope's tenant, or NULL for the operator. */
 static inline const char *sbx_state_tenant(const struct sbx_state *st)

@@ -677,6 +677,8 @@ static void *consume(void *arg)
 	struct archive *in = archive_read_new(), *out = NULL;
 	struct sink sk = { .fd = k->to_fd };
 	int chdired = 0;
+	/* What lands on the host is written with the caller's rights. */
+	int as_caller = k->tmp_fd >= 0 ? sbx_caller_enter() : 0;
 	k->rc = -1;
 	if (k->tmp_fd >= 0) {
 		/* archive_write_disk works relative to the working directory:
@@ -723,6 +725,7 @@ out:
 	archive_read_free(in);
 	if (chdired && fchdir(k->cwd_fd) < 0 && k->rc == 0)
 		k->rc = sbx_err_set(&k->err, SBX_EXIT_INTERNAL, errno, "cannot return to the working directory");
+	sbx_caller_leave(as_caller);
 	/* Drain what the guest still sends until it stops, so its writer
 	 * never blocks on us. */
 	char buf[65536];
@@ -761,9 +764,10 @@ static int host_target(const char *tenant, const char *dest, const char *name, c
 	if (!strcmp(at->rel, ".") || !strcmp(at->rel, ".."))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "bad destination %s", dest);
 	snprintf(final, n, "%s", at->rel);
-	int fd = openat(at->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = SBX_AS_CALLER(openat(at->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 	if (fd < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the directory of %s", dest);
+		return sbx_err_set(err, errno == EACCES ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL, errno,
+				   "cannot open the directory of %s", dest);
 	return fd;
 }
 
@@ -774,8 +778,8 @@ static int make_tmpdir(int dirfd, char *name, size_t n, struct sbx_err *err)
 		if (getrandom(rnd, sizeof rnd, 0) != sizeof rnd)
 			break;
 		snprintf(name, n, ".sbx-cp.%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
-		if (mkdirat(dirfd, name, 0700) == 0) {
-			int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (SBX_AS_CALLER(mkdirat(dirfd, name, 0700)) == 0) {
+			int fd = SBX_AS_CALLER(openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
 			if (fd >= 0)
 				return fd;
 			break;
@@ -783,7 +787,8 @@ static int make_tmpdir(int dirfd, char *name, size_t n, struct sbx_err *err)
 		if (errno != EEXIST)
 			break;
 	}
-	return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create a temporary directory beside the destination");
+	return sbx_err_set(err, errno == EACCES ? SBX_EXIT_INVALID : SBX_EXIT_INTERNAL, errno,
+			   "cannot create a temporary directory beside the destination");
 }
 
 static int check_src(const struct sbx_session *s, const char *src, struct sbx_err *err)
@@ -902,7 +907,7 @@ int sbx_cp_download(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **
 	if (ran < 0 || download_status(&k, &r, src, *o->guest_msg, err) < 0)
 		goto out;
 	if (o->host_dest) {
-		if (renameat(k.tmp_fd, name, parent_fd, final) < 0) {
+		if (SBX_AS_CALLER(renameat(k.tmp_fd, name, parent_fd, final)) < 0) {
 			int e = errno;
 			if (e == ENOENT)
 				sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest sent nothing for %s", src);
@@ -931,7 +936,7 @@ out:
 		close(pp[1]);
 	if (k.tmp_fd >= 0) {
 		close(k.tmp_fd);
-		sbx_rm_rf_at(parent_fd, tmpname);
+		SBX_AS_CALLER(sbx_rm_rf_at(parent_fd, tmpname));
 	}
 	if (k.cwd_fd >= 0)
 		close(k.cwd_fd);

@@ -159,7 +159,7 @@ uint64_t sbx_json_u64(json_t *o, const char *k)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
-int sbx_listen_unix(const char *path, unsigned mode, int backlog)
+int sbx_listen_unix(const char *path, int type, unsigned mode, int backlog)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	struct stat sb;
@@ -170,7 +170,7 @@ int sbx_listen_unix(const char *path, unsigned mode, int backlog)
 	memcpy(a.sun_path, path, strlen(path) + 1);
 	if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
 		unlink(path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(path, mode) < 0 ||
 	    listen(fd, backlog) < 0) {
 		int e = errno;

@@ -60,10 +60,11 @@ int sbx_write_all(int fd, const void *buf, size_t n);
  * as SCM_RIGHTS; flags as sendmsg's.  Returns what sendmsg returns. */
 #define SBX_SEND_FDS_MAX 8
 ssize_t sbx_sendmsg_fds(int sock, const void *buf, size_t len, const int *fds, int nfds, int flags);
-/* A listening unix stream socket at path, chmod'ed to mode, backlog deep;
+/* A listening unix socket of type (SOCK_STREAM, SOCK_SEQPACKET) at path,
+ * chmod'ed to mode, backlog deep;
  * a stale socket there is replaced, anything else there fails (EADDRINUSE).
  * -1 with errno (ENAMETOOLONG: too long for an address). */
-int sbx_listen_unix(const char *path, unsigned mode, int backlog);
+int sbx_listen_unix(const char *path, int type, unsigned mode, int backlog);
 /* One recvmsg (EINTR retried, MSG_CMSG_CLOEXEC) into buf (at most len
  * bytes) and the SCM_RIGHTS fds it carried into fds (at most max, the rest
  * closed; *nfds says how many).  0: the other end is gone; -1: an error,

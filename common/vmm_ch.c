@@ -222,7 +222,7 @@ static int listen_api(const char *path, struct sbx_vm *vm, struct ch *ch, struct
 	if (strlen(path) >= sizeof vm->ctl_path)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "API socket path too long: %s", path);
 	snprintf(vm->ctl_path, sizeof vm->ctl_path, "%s", path);
-	int fd = sbx_listen_unix(path, 0600, 8);
+	int fd = sbx_listen_unix(path, SOCK_STREAM, 0600, 8);
 	if (fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot listen on %s", path);
 	return fd;

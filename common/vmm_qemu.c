@@ -242,7 +242,7 @@ static int build_argv(const struct sbx_vm_config *c, int qmp_fd, int incoming_fd
  * session's runtime directory, and must not be able to. */
 static int listen_qmp(const char *path, struct sbx_err *err)
 {
-	int fd = sbx_listen_unix(path, 0600, 4);
+	int fd = sbx_listen_unix(path, SOCK_STREAM, 0600, 4);
 	if (fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno,
 				   errno == ENAMETOOLONG ? "QMP socket path too long: %s" : "cannot listen on %s",

@@ -273,7 +273,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 	sbx_trace_step(&m->boot_tr, "disk");
 	for (unsigned i = 0; i < m->s.nvols; i++) {
 		snprintf(vols[i], sizeof vols[i], "%s/sessions/%s/vol%u.img", m->st.lib, m->s.id, i);
-		if (sbx_disk_from_dir(vols[i], m->s.vols[i].host, err) < 0)
+		if (sbx_disk_from_dir(vols[i], m->s.vols[i].host, m->s.vols[i].uid, m->s.vols[i].gid, err) < 0)
 			return -1;
 	}
 	if (m->s.workspace[0] && attach_workspace(m, err) < 0)

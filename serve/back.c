@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -79,6 +80,23 @@ static int token_check(struct serve_back *b, const struct serve_req *r, char *te
 	return ok ? 0 : sbx_err_set(err, SBX_EXIT_NOENT, 0, "no sandbox %.64s", r->id);
 }
 
+/* The unix peer's identity, for a command it runs (op_cli): its uid
+ * ((uid_t)-1: the call came over TCP), gid and groups. */
+static struct ucred peer_cred = { .uid = (uid_t)-1 };
+static gid_t peer_groups[64];
+static unsigned peer_ngroups;
+
+static void peer_identity(int peer, const struct ucred *cr)
+{
+	peer_cred = *cr;
+	gid_t g[256];
+	socklen_t l = sizeof g;
+	peer_ngroups = 0;
+	if (getsockopt(peer, SOL_SOCKET, SO_PEERGROUPS, g, &l) == 0)
+		for (size_t i = 0; i < l / sizeof *g && peer_ngroups < SBX_ARRAY_LEN(peer_groups); i++)
+			peer_groups[peer_ngroups++] = g[i];
+}
+
 /* Who asks: the API key's tenant, or the unix peer's by serve.users
  * (root: the operator).  who names the principal in the audit trail. */
 static int principal(struct serve_back *b, const struct serve_req *r, int peer, char *tenant, char *who,
@@ -90,6 +108,7 @@ static int principal(struct serve_back *b, const struct serve_req *r, int peer, 
 		if (getsockopt(peer, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0)
 			return sbx_err_set(err, SERVE_EXIT_NOPERM, errno, "who is asking cannot be told");
 		snprintf(who, 64, "uid:%u", (unsigned)cr.uid);
+		peer_identity(peer, &cr);
 		tenant[0] = 0;
 		if (cr.uid == 0)
 			return 0;
@@ -593,10 +612,136 @@ static int op_fork(struct serve_back *b, const struct serve_req *r, const char *
 	return reply_json(sock, json_pack("{s:b, s:o}", "ok", 1, "forks", out), NULL, 0);
 }
 
+/* ---- a command a host user runs (sbx-serve(8), USERS) ------------------- */
+
+/* What the command's environment keeps of the user's: how its terminal
+ * looks.  Everything else is the service's (SBX_ROOT, SBX_TEMPLATES...). */
+static int user_env_ok(const char *kv)
+{
+	static const char *const keep[] = { "TERM=", "COLUMNS=", "LINES=", "NO_COLOR=", "SBX_NO_PROGRESS=" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(keep); i++)
+		if (!strncmp(kv, keep[i], strlen(keep[i])))
+			return 1;
+	return 0;
+}
+
+static char **cli_env(const struct serve_req *r, const char *tenant)
+{
+	extern char **environ;
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **env = calloc(n + r->nenv + 3, sizeof *env);
+	if (!env)
+		return NULL;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "SBX_TENANT=", 11) && strncmp(environ[i], "SBX_CALLER=", 11) &&
+		    !user_env_ok(environ[i]))
+			env[k++] = environ[i];
+	for (size_t i = 0; i < r->nenv; i++)
+		if (user_env_ok(r->env[i]))
+			env[k++] = r->env[i];
+	char caller[1024];
+	int o = snprintf(caller, sizeof caller, "SBX_CALLER=%u:%u", (unsigned)peer_cred.uid, (unsigned)peer_cred.gid);
+	for (unsigned i = 0; i < peer_ngroups && o > 0 && (size_t)o < sizeof caller - 16; i++)
+		o += snprintf(caller + o, sizeof caller - (size_t)o, "%s%u", i ? "," : ":", (unsigned)peer_groups[i]);
+	env[k++] = strdup(caller);
+	if (tenant[0] && asprintf(&env[k], "SBX_TENANT=%s", tenant) > 0)
+		k++;
+	return env;
+}
+
+/* The command's exit, or 128 + the signal that ended it. */
+static int cli_wait(pid_t pid)
+{
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return SBX_EXIT_INTERNAL;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : SBX_EXIT_SIGNAL + WTERMSIG(status);
+}
+
+/* Run argv[0], one of sbx's commands (wire.h), as root for the user on
+ * the other end: its tenant pinned, its host paths the user's to open
+ * (caller.h), its stdin, stdout, stderr and working directory the user's
+ * own (io).  Signals the user's side forwards reach its process group;
+ * the user's side going away hangs it up.  The answer is how it ended. */
+static int op_cli(const struct serve_req *r, const char *tenant, int sock, const int *io, unsigned nio,
+		  struct sbx_err *err)
+{
+	if (peer_cred.uid == (uid_t)-1 || peer_cred.uid == 0)
+		return sbx_err_set(err, SERVE_EXIT_NOPERM, 0, "commands are run for host users on the CLI socket only");
+	if (nio != 4)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cli: stdin, stdout, stderr and a directory are needed");
+	char self[PATH_MAX], exe[PATH_MAX + 64];
+	ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+	char *slash = l > 0 ? (self[l] = 0, strrchr(self, '/')) : NULL;
+	if (!slash)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot find the commands");
+	*slash = 0;
+	snprintf(exe, sizeof exe, "%s/%s", self, r->argv[0]);
+	char **env = cli_env(r, tenant);
+	if (!env)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	pid_t pid = fork();
+	if (pid < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "fork");
+	if (pid == 0) {
+		setsid();
+		if (dup2(io[0], 0) < 0 || dup2(io[1], 1) < 0 || dup2(io[2], 2) < 0 || fchdir(io[3]) < 0)
+			_exit(SBX_EXIT_INTERNAL);
+		syscall(SYS_close_range, 3u, ~0u, 0u);
+		for (int s = 1; s < NSIG; s++)
+			signal(s, SIG_DFL);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execve(exe, r->argv, env);
+		dprintf(2, "%s: cannot run: %s\n", r->argv[0], strerror(errno));
+		_exit(SBX_EXIT_INTERNAL);
+	}
+	for (unsigned i = 0; i < nio; i++)
+		close(io[i]);
+	_cleanup_close_ int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	int hung = 0;
+	for (;;) {
+		struct pollfd p[2] = { { .fd = pfd, .events = POLLIN }, { .fd = hung ? -1 : sock, .events = POLLIN } };
+		int k = poll(p, 2, hung ? 10000 : -1);
+		if (k < 0 && errno != EINTR)
+			break;
+		if (k == 0) { /* hung up 10 s ago and still there */
+			kill(-pid, SIGKILL);
+			break;
+		}
+		if (p[0].revents)
+			break;
+		if (!p[1].revents)
+			continue;
+		char msg[256];
+		int fds[4];
+		unsigned nfds = 0;
+		ssize_t n = serve_recv(sock, msg, sizeof msg, fds, &nfds, 0);
+		if (n <= 0) { /* the user's side is gone */
+			kill(-pid, SIGHUP);
+			kill(-pid, SIGCONT);
+			hung = 1;
+			continue;
+		}
+		int s = serve_cli_signal(msg, (size_t)n);
+		if (s)
+			kill(-pid, s);
+	}
+	int code = cli_wait(pid);
+	return reply_json(sock, json_pack("{s:b, s:i}", "ok", 1, "exit", code), NULL, 0);
+}
+
 static int audit_call(struct serve_back *b, const struct serve_req *r, const char *who, const char *tenant,
 		      const struct sbx_err *e)
 {
 	json_t *f = json_pack("{s:s, s:s, s:i}", "principal", who, "op", serve_op_name(r->op), "code", e->code);
+	if (f && r->op == SERVE_OP_CLI && r->argc)
+		json_object_set_new(f, "command", json_string(r->argv[0]));
 	if (f && r->id[0] && sbx_id_check(r->id, "", NULL) == 0)
 		json_object_set_new(f, "session", json_string(r->id));
 	if (f && tenant[0])
@@ -606,8 +751,9 @@ static int audit_call(struct serve_back *b, const struct serve_req *r, const cha
 }
 
 /* One call, in a child of its own. */
-static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n, int sock, int peer)
+static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n, const int *fds, unsigned nfds)
 {
+	int sock = fds[0], peer = nfds > 1 ? fds[1] : -1;
 	struct serve_req r;
 	struct sbx_err err = { 0 };
 	char tenant[SBX_ID_MAX + 1] = "", who[64] = "?";
@@ -637,6 +783,7 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_FS: rc = serve_files_fs(&b->st, &r, sock, &err); break;
 		case SERVE_OP_DOWNLOAD: rc = serve_files_download(&b->st, &r, sock, &err); break;
 		case SERVE_OP_UPLOAD: rc = serve_files_upload(&b->st, &r, sock, &err); break;
+		case SERVE_OP_CLI: rc = op_cli(&r, tenant, sock, fds + 2, nfds > 2 ? nfds - 2 : 0, &err); break;
 		case SERVE_OP_WHOAMI:
 			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who),
 					NULL, 0);
@@ -665,9 +812,9 @@ int serve_back_run(struct serve_back *b, int ctl, pid_t front, volatile int *sto
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "poll");
 		if (k <= 0)
 			continue;
-		int fds[2];
+		int fds[6];
 		unsigned nfds;
-		ssize_t n = serve_recv(ctl, msg, sizeof msg, fds, &nfds, 2);
+		ssize_t n = serve_recv(ctl, msg, sizeof msg, fds, &nfds, 6);
 		if (n == 0 && nfds == 0)
 			return 0; /* the front is gone */
 		if (n < 0) {
@@ -682,7 +829,7 @@ int serve_back_run(struct serve_back *b, int ctl, pid_t front, volatile int *sto
 			signal(SIGTERM, SIG_DFL);
 			signal(SIGINT, SIG_DFL);
 			close(ctl);
-			serve_call(b, msg, (size_t)n, fds[0], nfds > 1 ? fds[1] : -1);
+			serve_call(b, msg, (size_t)n, fds, nfds);
 		}
 		for (unsigned i = 0; i < nfds; i++)
 			close(fds[i]);

@@ -961,6 +961,8 @@ int serve_front_run(const struct serve_front_conf *c, struct sbx_err *err)
 	struct MHD_Daemon *dt = c->tcp_fd >= 0 ? start(c->tcp_fd, &lt) : NULL;
 	if ((c->unix_fd >= 0 && !du) || (c->tcp_fd >= 0 && !dt))
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot start the HTTP server");
+	if (c->cli_fd >= 0 && serve_front_cli_start(c->cli_fd, c->ctl) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot serve the CLI socket");
 	/* Until the back goes: its end of ctl closing. */
 	for (;;) {
 		struct pollfd p = { .fd = c->ctl, .events = POLLHUP };

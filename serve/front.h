@@ -12,6 +12,10 @@ json_t *serve_front_call(json_t *req, int peer, int *fds, unsigned *nfds, int *s
 json_t *serve_front_request(struct MHD_Connection *c, const void *l, const char *op, int *peer);
 enum MHD_Result serve_front_answer_json(struct MHD_Connection *c, unsigned status, json_t *j);
 
+/* front_cli.c: serve the CLI socket listen_fd (host users' commands),
+ * calling the back on ctl; a thread of its own. */
+int serve_front_cli_start(int listen_fd, int ctl);
+
 /* front_files.c: envd's filesystem calls and /files GET; an upload
  * (/files POST) is taken as it arrives, from its first call (start: NULL
  * when the request is no upload) to its last (step with *n 0). */

@@ -100,7 +100,15 @@ static int key_main(int argc, char **argv)
  * to: who they are is read from the connection. */
 static int listen_unix(const char *path, struct sbx_err *err)
 {
-	int fd = sbx_listen_unix(path, 0666, 512);
+	int fd = sbx_listen_unix(path, SOCK_STREAM, 0666, 512);
+	return fd >= 0 ? fd : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot listen on %s", path);
+}
+
+/* The CLI socket: a SOCK_SEQPACKET one (a command and its fds are one
+ * message), for anyone to connect to, as the other. */
+static int listen_cli(const char *path, struct sbx_err *err)
+{
+	int fd = sbx_listen_unix(path, SOCK_SEQPACKET, 0666, 128);
 	return fd >= 0 ? fd : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot listen on %s", path);
 }
 
@@ -178,12 +186,18 @@ static int serve_main(const char *listen_at, const char *sock_path)
 		return sbx_cli_fail("sbx-serve", SBX_EXIT_INTERNAL, 0, "cannot make %s: %s", dir, strerror(errno));
 	const char *path = sock_path ? sock_path : b.hc.serve.socket[0] ? b.hc.serve.socket : def;
 	const char *tcp = listen_at ? listen_at : b.hc.serve.listen[0] ? b.hc.serve.listen : NULL;
+	/* Host users' commands (sbx-serve(8), USERS): cli.sock beside it. */
+	char cli[800];
+	const char *slash = strrchr(path, '/');
+	snprintf(cli, sizeof cli, "%.*scli.sock", slash ? (int)(slash - path + 1) : 0, path);
 	struct serve_front_conf fc = { .unix_fd = -1,
 				       .tcp_fd = -1,
+				       .cli_fd = -1,
 				       .body_max = 1u << 20,
 				       .rate = b.hc.serve.rate ? b.hc.serve.rate : SBX_SERVE_RATE_DEFAULT };
 	int sv[2];
-	if ((fc.unix_fd = listen_unix(path, &err)) < 0 || (tcp && (fc.tcp_fd = listen_tcp(tcp, &err)) < 0) ||
+	if ((fc.unix_fd = listen_unix(path, &err)) < 0 || (fc.cli_fd = listen_cli(cli, &err)) < 0 ||
+	    (tcp && (fc.tcp_fd = listen_tcp(tcp, &err)) < 0) ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		return sbx_cli_fail("sbx-serve", err.code ? err.code : SBX_EXIT_INTERNAL, 0, "%s",
 				    err.msg[0] ? err.msg : strerror(errno));
@@ -197,13 +211,16 @@ static int serve_main(const char *listen_at, const char *sock_path)
 		return sbx_cli_fail("sbx-serve", err.code, 0, "%s", err.msg);
 	close(sv[1]);
 	close(fc.unix_fd);
+	close(fc.cli_fd);
 	if (fc.tcp_fd >= 0)
 		close(fc.tcp_fd);
-	fprintf(stderr, "sbx-serve: serving on %s%s%s\n", path, tcp ? " and " : "", tcp ? tcp : "");
+	fprintf(stderr, "sbx-serve: serving on %s (users' commands on %s)%s%s\n", path, cli, tcp ? " and " : "",
+		tcp ? tcp : "");
 	int rc = serve_back_run(&b, sv[0], front, &stop, &err);
 	kill(front, SIGKILL);
 	waitpid(front, NULL, 0);
 	unlink(path);
+	unlink(cli);
 	if (rc < 0)
 		return sbx_cli_fail("sbx-serve", err.code, 0, "%s", err.msg);
 	return 0;

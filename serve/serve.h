@@ -38,6 +38,7 @@ int serve_back_run(struct serve_back *b, int ctl, pid_t front, volatile int *sto
 struct serve_front_conf {
 	int unix_fd; /* listening; -1: none */
 	int tcp_fd;  /* listening; -1: none */
+	int cli_fd;  /* listening: host users' commands (front_cli.c); -1: none */
 	int ctl;     /* to the back */
 	unsigned body_max;
 	unsigned rate; /* requests a second per caller */

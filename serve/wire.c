@@ -2,6 +2,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -9,20 +10,102 @@
 
 #include "util.h"
 
-static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",       [SERVE_OP_GET] = "get",
-					[SERVE_OP_LIST] = "list",           [SERVE_OP_KILL] = "kill",
-					[SERVE_OP_EXEC] = "exec",           [SERVE_OP_SIGNAL] = "signal",
-					[SERVE_OP_TEMPLATES] = "templates", [SERVE_OP_WHOAMI] = "whoami",
-					[SERVE_OP_CONNECT] = "connect",     [SERVE_OP_PS] = "ps",
-					[SERVE_OP_ATTACH] = "attach",       [SERVE_OP_PAUSE] = "pause",
-					[SERVE_OP_RESUME] = "resume",       [SERVE_OP_TIMEOUT] = "timeout",
-					[SERVE_OP_REFRESH] = "refresh",     [SERVE_OP_METRICS] = "metrics",
-					[SERVE_OP_FORK] = "fork",           [SERVE_OP_FS] = "fs",
-					[SERVE_OP_DOWNLOAD] = "download",   [SERVE_OP_UPLOAD] = "upload" };
+static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",
+					[SERVE_OP_GET] = "get",
+					[SERVE_OP_LIST] = "list",
+					[SERVE_OP_KILL] = "kill",
+					[SERVE_OP_EXEC] = "exec",
+					[SERVE_OP_SIGNAL] = "signal",
+					[SERVE_OP_TEMPLATES] = "templates",
+					[SERVE_OP_WHOAMI] = "whoami",
+					[SERVE_OP_CONNECT] = "connect",
+					[SERVE_OP_PS] = "ps",
+					[SERVE_OP_ATTACH] = "attach",
+					[SERVE_OP_PAUSE] = "pause",
+					[SERVE_OP_RESUME] = "resume",
+					[SERVE_OP_TIMEOUT] = "timeout",
+					[SERVE_OP_REFRESH] = "refresh",
+					[SERVE_OP_METRICS] = "metrics",
+					[SERVE_OP_FORK] = "fork",
+					[SERVE_OP_FS] = "fs",
+					[SERVE_OP_DOWNLOAD] = "download",
+					[SERVE_OP_UPLOAD] = "upload",
+					[SERVE_OP_CLI] = "cli" };
+
+int serve_cli_prog_ok(const char *prog)
+{
+	static const char *const progs[] = { "sbx-create", "sbx-exec",     "sbx-cp",   "sbx-ps",
+					     "sbx-kill",   "sbx-snapshot", "sbx-port", "sbx-audit" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(progs); i++)
+		if (!strcmp(prog, progs[i]))
+			return 1;
+	return 0;
+}
 
 const char *serve_op_name(enum serve_op op)
 {
 	return op > 0 && op < SBX_ARRAY_LEN(op_names) && op_names[op] ? op_names[op] : "?";
+}
+
+json_t *serve_cli_request(const char *buf, size_t n, struct sbx_err *err)
+{
+	if (n > SERVE_CLI_MSG_MAX) {
+		sbx_err_set(err, SBX_EXIT_INVALID, 0, "a command of more than %u bytes", SERVE_CLI_MSG_MAX);
+		return NULL;
+	}
+	json_t *o = json_loadb(buf, n, JSON_REJECT_DUPLICATES, NULL), *a = json_object_get(o, "argv"),
+	       *e = json_object_get(o, "env"), *v;
+	json_t *argv = json_array(), *env = json_object();
+	const char *k;
+	size_t i;
+	int ok = json_is_object(o) && json_is_array(a) && json_array_size(a) >= 1 &&
+		 json_array_size(a) <= SERVE_ARGV_MAX && (!e || json_is_object(e)) && argv && env;
+	json_array_foreach (ok ? a : NULL, i, v) {
+		ok = json_is_string(v) && json_string_length(v) <= SERVE_STR_MAX &&
+		     strlen(json_string_value(v)) == json_string_length(v);
+		if (!ok)
+			break;
+		json_array_append(argv, v);
+	}
+	if (ok && !serve_cli_prog_ok(json_string_value(json_array_get(a, 0)))) {
+		sbx_err_set(err, SBX_EXIT_INVALID, 0, "%.40s is not a command served to users",
+			    json_string_value(json_array_get(a, 0)));
+		ok = -1;
+	}
+	static const char *const keep[] = { "TERM", "COLUMNS", "LINES", "NO_COLOR", "SBX_NO_PROGRESS" };
+	json_object_foreach (ok > 0 ? e : NULL, k, v) {
+		const char *s = json_string_value(v);
+		if (!s || json_string_length(v) > 256 || strlen(s) != json_string_length(v))
+			continue;
+		int printable = 1;
+		for (const char *c = s; *c && printable; c++)
+			printable = (unsigned char)*c >= 0x20 && *c != 0x7f;
+		for (size_t j = 0; printable && j < SBX_ARRAY_LEN(keep); j++)
+			if (!strcmp(k, keep[j]))
+				json_object_set(env, k, v);
+	}
+	json_decref(o);
+	if (ok <= 0) {
+		if (!ok)
+			sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				    "a command is {\"argv\": [PROGRAM, ARG...]} of at most %d strings", SERVE_ARGV_MAX);
+		json_decref(argv);
+		json_decref(env);
+		return NULL;
+	}
+	return json_pack("{s:s, s:o, s:o}", "op", "cli", "argv", argv, "env", env);
+}
+
+int serve_cli_signal(const char *buf, size_t n)
+{
+	json_t *o = n <= 256 ? json_loadb(buf, n, 0, NULL) : NULL;
+	json_int_t s = json_integer_value(json_object_get(o, "signal"));
+	json_decref(o);
+	static const int ok[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(ok); i++)
+		if (s == ok[i])
+			return ok[i];
+	return 0;
 }
 
 /* A string field, at most cap - 1 bytes, no NUL; absent is "". */
@@ -159,13 +242,15 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 	if (si && !json_is_boolean(si))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "stdin: expected true or false");
 	r->stdin_open = json_is_true(si);
-	if (r->op == SERVE_OP_EXEC && argv_field(o, r, err) < 0)
+	if ((r->op == SERVE_OP_EXEC || r->op == SERVE_OP_CLI) && argv_field(o, r, err) < 0)
 		return -1;
+	if (r->op == SERVE_OP_CLI && !serve_cli_prog_ok(r->argv[0]))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cli: %.40s is not a command served to users", r->argv[0]);
 	if ((r->op == SERVE_OP_FS || r->op == SERVE_OP_DOWNLOAD || r->op == SERVE_OP_UPLOAD) &&
 	    !json_is_object(r->args = json_incref(json_object_get(o, "args"))))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: no args", op);
 	int need_id = r->op != SERVE_OP_CREATE && r->op != SERVE_OP_LIST && r->op != SERVE_OP_TEMPLATES &&
-		      r->op != SERVE_OP_WHOAMI;
+		      r->op != SERVE_OP_WHOAMI && r->op != SERVE_OP_CLI;
 	if (need_id && !r->id[0])
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: no sandbox ID", op);
 	if (r->op == SERVE_OP_SIGNAL && (!r->exec_id[0] || !r->signo))

@@ -44,6 +44,7 @@ enum serve_op {
 	SERVE_OP_FS,       /* envd's filesystem calls (files.h) */
 	SERVE_OP_DOWNLOAD, /* /files GET */
 	SERVE_OP_UPLOAD,   /* /files POST, one file */
+	SERVE_OP_CLI,      /* a command a host user ran (cli.c): argv, env, and its stdio and cwd as fds */
 };
 
 /* A request as the back decodes it: every string checked for length and
@@ -76,7 +77,21 @@ int serve_req_decode(const char *buf, size_t n, struct serve_req *r, struct sbx_
 void serve_req_free(struct serve_req *r);
 const char *serve_op_name(enum serve_op op);
 
-/* One message with up to 4 fds (SCM_RIGHTS). */
+/* The commands a host user may run through the CLI socket (sbx-serve(8)). */
+int serve_cli_prog_ok(const char *prog);
+
+/* The CLI socket (sbx-serve(8), USERS), as the front reads it: a user's
+ * command comes as one message, {"argv": [PROGRAM, ARG...], "env": {NAME:
+ * VALUE}} (at most SERVE_CLI_MSG_MAX bytes, with its stdin, stdout,
+ * stderr and working directory as fds); the request for the back, or
+ * NULL with err (3).  Only the terminal's variables are kept of env. */
+#define SERVE_CLI_MSG_MAX (128u << 10)
+json_t *serve_cli_request(const char *buf, size_t n, struct sbx_err *err);
+/* A later message, {"signal": N}: N when it is one a user may send its
+ * command (INT, TERM, HUP, QUIT, WINCH), else 0. */
+int serve_cli_signal(const char *buf, size_t n);
+
+/* One message with up to 8 fds (SCM_RIGHTS). */
 int serve_send(int sock, const void *buf, size_t n, const int *fds, unsigned nfds);
 /* One message (at most cap bytes, NUL-terminated: cap - 1 of data) and
  * the fds it carried (the rest closed); -1 on error, 0 at the end. */

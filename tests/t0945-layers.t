@@ -22,7 +22,7 @@ done
 # own headers and the types a session record is made of (session.h,
 # env.h, policy.h).  hostconf belongs to it: every command checks
 # sbx.yaml as it opens the state (state.c), and it needs only the core.
-core="err util units state proto record cli yamlstrict trace hostconf"
+core="err util units state proto record cli yamlstrict trace hostconf caller"
 floor="$core session env policy"
 for m in $core; do
 	bad=

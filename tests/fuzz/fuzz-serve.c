@@ -84,6 +84,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(q);
 		break;
 	}
+	case 3:
+		if (data[0] & 0x80) { /* a host user's command and its signals (the CLI socket) */
+			struct sbx_err err = { 0 };
+			json_t *r = serve_cli_request(p, n, &err);
+			if (r && !serve_cli_prog_ok(json_string_value(json_array_get(json_object_get(r, "argv"), 0))))
+				abort();
+			json_decref(r);
+			serve_cli_signal(p, n);
+			break;
+		}
+		/* fall through */
 	default: {
 		char buf[65536];
 		size_t room = serve_cx_data_room(n < sizeof buf ? n + 100 : sizeof buf);
