@@ -233,6 +233,9 @@ static int serve_main(const char *listen_at, const char *sock_path, const char *
 	unlink(path);
 	if (rc < 0)
 		return sbx_cli_fail("sbx-serve", err.code, 0, "%s", err.msg);
+	/* The front never leaves on its own: it failed (and said why). */
+	if (!stop)
+		return sbx_cli_fail("sbx-serve", SBX_EXIT_INTERNAL, 0, "the front (the HTTP server) ended");
 	return 0;
 }
 
