@@ -429,12 +429,36 @@ static int serve_user(struct sbx_yaml *c, const char *key, yaml_mark_t km, void 
 	return 0;
 }
 
-static int serve_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+/* serve.tls: cert and key, absolute paths. */
+static int serve_tls_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf_serve *sv = obj;
 	(void)km;
+	const char *s = sbx_yaml_scalar(c, path);
+	if (!s)
+		return -1;
+	char *dst = !strcmp(key, "cert") ? sv->tls_cert : sv->tls_key;
+	if (s[0] != '/' || strlen(s) >= sizeof sv->tls_cert)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: expected an absolute path of at most %zu bytes", path,
+				      sizeof sv->tls_cert - 1);
+	snprintf(dst, sizeof sv->tls_cert, "%s", s);
+	return 0;
+}
+
+static int serve_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf_serve *sv = obj;
 	if (!strcmp(key, "users"))
 		return walk_map(c, path, NULL, serve_user, sv);
+	if (!strcmp(key, "tls")) {
+		/* Half a TLS setup would serve plain HTTP where TLS was meant. */
+		static const char *const tkeys[] = { "cert", "key", NULL };
+		if (walk_map(c, path, tkeys, serve_tls_key, sv) < 0)
+			return -1;
+		if (!sv->tls_cert[0] || !sv->tls_key[0])
+			return sbx_yaml_failm(c, km, "%s: expected both cert and key", path);
+		return 0;
+	}
 	const char *s = sbx_yaml_scalar(c, path);
 	if (!s)
 		return -1;
@@ -485,7 +509,7 @@ static int top_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *ob
 		return walk_map(c, "secrets", keys, secrets_key, &hc->paths);
 	}
 	if (!strcmp(key, "serve")) {
-		static const char *const skeys[] = { "listen", "rate", "socket", "users", NULL };
+		static const char *const skeys[] = { "listen", "rate", "socket", "tls", "users", NULL };
 		return walk_map(c, path, skeys, serve_key, &hc->serve);
 	}
 	if (!strcmp(key, "templates")) {

@@ -114,6 +114,10 @@ uint64_t sbx_hostconf_reserve(const struct sbx_hostconf_audit *a, uint64_t fs_by
 struct sbx_hostconf_serve {
 	char socket[108]; /* "": RUN/serve.sock */
 	char listen[64];  /* ADDR:PORT of a TCP listener (API keys); "": none */
+	/* serve.tls: the TCP listener's certificate (chain) and key, PEM
+	 * files read as root at start; "": plain HTTP.  Both or neither. */
+	char tls_cert[256];
+	char tls_key[256];
 	struct sbx_serve_user {
 		char user[33]; /* a user name, or a uid in decimal */
 		char tenant[64];

@@ -4,7 +4,8 @@
 #  - time to interactive: the E2B SDK's Sandbox.create -> commands.run
 #    ('echo hi') -> kill, against sbx-create; sbx-exec; sbx-kill;
 #  - commands.run('true') on a live sandbox against sbx-exec ID -- true;
-#  - output streamed through the API (32 MiB of zeros) against sbx-exec's;
+#  - output streamed through the API (BENCH_SERVE_STREAM_MIB, 32 MiB of
+#    zeros) against sbx-exec's;
 #  - BENCH_SERVE_CLIENTS (64) SDK clients at once, each creating, running
 #    and killing: how many succeeded, were told 429 (the host's capacity)
 #    or failed otherwise, and the service's peak RSS and CPU time.
@@ -12,9 +13,11 @@
 # the python one (bash: the SDK runs commands with bash -l -c).
 #
 # bench.sh sources this and calls bench_serve RAW OUT (BENCH_SERVE_RUNS=0
-# leaves it out).
+# leaves it out); run alone it uses a root of its own and prints the rows,
+# e.g. quickly: BENCH_SERVE_RUNS=2 BENCH_SERVE_CLIENTS=4 scripts/bench-serve.sh
 bench_serve() {
-	local raw=$1 out=$2 runs=${BENCH_SERVE_RUNS:-10} clients=${BENCH_SERVE_CLIENTS:-64} top t key port srv sdk id i
+	local raw=$1 out=$2 runs=${BENCH_SERVE_RUNS:-10} clients=${BENCH_SERVE_CLIENTS:-64} mib=${BENCH_SERVE_STREAM_MIB:-32}
+	local top t key port srv sdk id
 	[ "$runs" -gt 0 ] || return 0
 	top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 	t=$top/scripts/bench-time.py
@@ -28,7 +31,9 @@ bench_serve() {
 	sdk=$NPM_DIR/node_modules/e2b/dist/index.mjs
 	key=$(sbx-serve key add --operator 2>/dev/null)
 	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-	sbx-serve --listen "127.0.0.1:$port" 2>"$raw/serve.log" &
+	# The service ends with this shell (PR_SET_PDEATHSIG): a step that fails
+	# under bench.sh's set -e must not leave a root daemon listening.
+	setpriv --pdeathsig TERM sbx-serve --listen "127.0.0.1:$port" 2>"$raw/serve.log" &
 	srv=$!
 	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
 	node_b() { # the bench's node script, as E2B code runs: only the three variables
@@ -48,16 +53,16 @@ subprocess.run(["sbx-kill", i], capture_output=True, check=True)
 open(sys.argv[1], "a").write("%.3f\n" % ((time.monotonic() - t0) * 1000))
 PY
 	done
-	echo "bench: sbx-serve: commands.run('true') and sbx-exec true, x $((runs * 5)); 32 MiB streamed" >&2
+	echo "bench: sbx-serve: commands.run('true') and sbx-exec true, x $((runs * 5)); $mib MiB streamed" >&2
 	id=$(curl -sf -H "X-API-Key: $key" -d '{"templateID":"python","timeout":1800}' "http://127.0.0.1:$port/sandboxes" | jq -r .sandboxID)
 	node_b exec "$id" 3 >/dev/null # warm: the first exec of a session is not the steady state
 	node_b exec "$id" $((runs * 5)) >"$raw/serve-exec.json"
 	"$t" $((runs * 5)) sbx-exec "$id" -- true >"$raw/cli-exec.txt"
-	node_b stream "$id" 32 >"$raw/serve-stream.json"
-	python3 - "$raw/cli-stream.json" "$id" <<'PY'
+	node_b stream "$id" "$mib" >"$raw/serve-stream.json"
+	python3 - "$raw/cli-stream.json" "$id" "$mib" <<'PY'
 import subprocess, sys, time
 t0 = time.monotonic()
-n = len(subprocess.run(["sbx-exec", sys.argv[2], "--", "head", "-c", "32M", "/dev/zero"], capture_output=True, check=True).stdout)
+n = len(subprocess.run(["sbx-exec", sys.argv[2], "--", "head", "-c", sys.argv[3] + "M", "/dev/zero"], capture_output=True, check=True).stdout)
 open(sys.argv[1], "w").write("%.3f\n" % (n / 1048576 / (time.monotonic() - t0)))
 PY
 	curl -sf -X DELETE -H "X-API-Key: $key" "http://127.0.0.1:$port/sandboxes/$id" >/dev/null
@@ -69,7 +74,11 @@ tick = os.sysconf("SC_CLK_TCK")
 peak, cpu = 0, {}
 def tree(p):
     kids = [p]
-    for t in os.listdir(f"/proc/{p}/task"):
+    try:  # the service may end between the loop's check and this
+        tasks = os.listdir(f"/proc/{p}/task")
+    except OSError:
+        return kids
+    for t in tasks:
         try:
             kids += [int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split()]
         except OSError:
@@ -91,11 +100,13 @@ PY
 	local mon=$!
 	node_b clients "$clients" >"$raw/serve-clients.json"
 	sleep 0.5
-	kill "$srv" 2>/dev/null
-	wait "$srv" 2>/dev/null
-	wait "$mon" 2>/dev/null
+	# Under bench.sh's set -e a failed kill or wait would end the whole
+	# bench, unexplained: say it and go on to the rows.
+	kill "$srv" 2>/dev/null || echo "bench: sbx-serve was gone before the end (see $raw/serve.log)" >&2
+	wait "$srv" || echo "bench: sbx-serve exited with $? (see $raw/serve.log)" >&2
+	wait "$mon" || echo "bench: the service's usage was not measured to the end" >&2
 	python3 - "$raw" "$out" "$clients" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 raw, out, clients = sys.argv[1], sys.argv[2], int(sys.argv[3])
 def pct(v, p):
     v = sorted(v)
@@ -112,7 +123,7 @@ rows = [
     ("SDK create->run->kill (ms)", sdk_tti, "sbx-create; sbx-exec; sbx-kill (ms)", cli_tti),
     ("SDK commands.run('true') (ms)", sdk_exec, "sbx-exec true (ms)", cli_exec),
 ]
-res = json.load(open(out))
+res = json.load(open(out)) if os.path.exists(out) else {}  # run alone: a file of its own
 serve = {"rows": [], "stream_mib_s": {"sdk": round(sdk_mibs, 1), "cli": round(cli_mibs, 1),
                                       "ratio": round(sdk_mibs / cli_mibs, 2) if cli_mibs else None},
          "clients": {"n": clients, "ok": cl["ok"], "throttled_429": cl["throttled"], "errors": cl["errors"],
@@ -138,3 +149,15 @@ res["serve"] = serve
 json.dump(res, open(out, "w"), indent=2)
 PY
 }
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+	set -euo pipefail
+	SBX_BUILD=${SBX_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
+	export PATH=$SBX_BUILD/bin:$PATH SBX_TEMPLATES=${SBX_TEMPLATES:-$SBX_BUILD/templates}
+	SBX_ROOT=$(mktemp -d /tmp/sbx-bench-serve.XXXXXX)
+	export SBX_ROOT
+	. "$(dirname "$0")/lib-root.sh"
+	trap root_cleanup EXIT
+	mkdir -p "$SBX_ROOT/raw"
+	bench_serve "$SBX_ROOT/raw" "${BENCH_OUT:-$SBX_BUILD/bench-serve.json}"
+fi

@@ -21,6 +21,7 @@
 #include "query.h"
 #include "front.h"
 #include "serve.h"
+#include "tls.h"
 #include "util.h"
 #include "wire.h"
 
@@ -946,11 +947,20 @@ static void completed(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_
 
 static struct MHD_Daemon *start(int fd, struct listener *l)
 {
-	return MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL, 0, NULL,
-				NULL, handle, l, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
+	/* TLS is libmicrohttpd's (GnuTLS's), on the TCP listener only: the
+	 * unix socket's callers are known by their uid, not by a network. */
+	int tls = !l->is_unix && conf->tls_key;
+	struct MHD_OptionItem tls_opts[] = { { MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)conf->tls_cert },
+					     { MHD_OPTION_HTTPS_MEM_KEY, 0, conf->tls_key },
+					     { MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)SERVE_TLS_PRIORITIES },
+					     { MHD_OPTION_END, 0, NULL } },
+			      none[] = { { MHD_OPTION_END, 0, NULL } };
+	return MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+					(tls ? MHD_USE_TLS : 0),
+				0, NULL, NULL, handle, l, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
 				(unsigned)120, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10), MHD_OPTION_NOTIFY_COMPLETED,
-				completed, NULL, MHD_OPTION_END);
+				completed, NULL, MHD_OPTION_ARRAY, tls ? tls_opts : none, MHD_OPTION_END);
 }
 
 int serve_front_run(const struct serve_front_conf *c, struct sbx_err *err)
@@ -959,8 +969,12 @@ int serve_front_run(const struct serve_front_conf *c, struct sbx_err *err)
 	conf = c;
 	struct MHD_Daemon *du = c->unix_fd >= 0 ? start(c->unix_fd, &lu) : NULL;
 	struct MHD_Daemon *dt = c->tcp_fd >= 0 ? start(c->tcp_fd, &lt) : NULL;
+	/* GnuTLS holds the key now, in its own memory; this copy goes. */
+	if (c->tls_key)
+		explicit_bzero(c->tls_key, strlen(c->tls_key));
 	if ((c->unix_fd >= 0 && !du) || (c->tcp_fd >= 0 && !dt))
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot start the HTTP server");
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot start the HTTP%s server",
+				   c->tcp_fd >= 0 && !dt && c->tls_key ? "S" : "");
 	if (c->cli_fd >= 0 && serve_front_cli_start(c->cli_fd, c->ctl) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot serve the CLI socket");
 	/* Until the back goes: its end of ctl closing. */

@@ -1,5 +1,5 @@
 /* sbx-serve: E2B's API over sbx (sbx-serve(8)).
- *   sbx-serve [--listen ADDR:PORT] [--socket PATH]
+ *   sbx-serve [--listen ADDR:PORT] [--socket PATH] [--tls-cert FILE --tls-key FILE]
  *   sbx-serve key add --tenant TENANT | --operator
  *   sbx-serve key list [--json]
  *   sbx-serve key rm ID */
@@ -21,9 +21,10 @@
 #include "jail.h"
 #include "keys.h"
 #include "serve.h"
+#include "tls.h"
 #include "util.h"
 
-static const char usage[] = "usage: sbx-serve [--listen ADDR:PORT] [--socket PATH]\n"
+static const char usage[] = "usage: sbx-serve [--listen ADDR:PORT] [--socket PATH] [--tls-cert FILE --tls-key FILE]\n"
 			    "       sbx-serve key add (--tenant TENANT | --operator)\n"
 			    "       sbx-serve key list [--json]\n"
 			    "       sbx-serve key rm ID\n";
@@ -168,14 +169,36 @@ static pid_t front_start(struct serve_front_conf *fc, int back_end, struct sbx_e
 	_exit(0);
 }
 
-static int serve_main(const char *listen_at, const char *sock_path)
+/* The TLS certificate and key, flags over sbx.yaml's serve.tls, read and
+ * tried here as root: the front, once jailed, could not open them, and a
+ * bad key is better said before anything listens. */
+static int tls_setup(struct serve_tls *t, const struct sbx_hostconf_serve *sv, const char *cert, const char *key,
+		     const char *tcp, struct sbx_err *err)
+{
+	if (!cert && sv->tls_cert[0]) {
+		cert = sv->tls_cert;
+		key = sv->tls_key;
+	}
+	if (!cert)
+		return 0;
+	if (!tcp)
+		return sbx_err_set(err, SBX_EXIT_USAGE, 0,
+				   "TLS is for the TCP listener, and there is none (--listen or serve.listen)");
+	return serve_tls_load(t, cert, key, err) < 0 || serve_tls_check(t, err) < 0 ? -1 : 0;
+}
+
+static int serve_main(const char *listen_at, const char *sock_path, const char *cert, const char *key)
 {
 	struct sbx_err err = { 0 };
 	static struct serve_back b;
+	__attribute__((cleanup(serve_tls_wipe))) struct serve_tls tls = { 0 };
 	if (geteuid() != 0)
 		return sbx_cli_fail("sbx-serve", SBX_EXIT_USAGE, 0,
 				    "the service runs as root (its front drops to a uid of its own)");
 	if (serve_back_init(&b, &err) < 0)
+		return sbx_cli_fail("sbx-serve", err.code, 0, "%s", err.msg);
+	const char *tcp = listen_at ? listen_at : b.hc.serve.listen[0] ? b.hc.serve.listen : NULL;
+	if (tls_setup(&tls, &b.hc.serve, cert, key, tcp, &err) < 0)
 		return sbx_cli_fail("sbx-serve", err.code, 0, "%s", err.msg);
 	/* Beside RUN, not in it: RUN is root's alone (0700), and anyone may
 	 * reach the socket (who they are is read from the connection). */
@@ -185,7 +208,6 @@ static int serve_main(const char *listen_at, const char *sock_path)
 	if (!sock_path && !b.hc.serve.socket[0] && ((mkdir(dir, 0755) < 0 && errno != EEXIST) || chmod(dir, 0755) < 0))
 		return sbx_cli_fail("sbx-serve", SBX_EXIT_INTERNAL, 0, "cannot make %s: %s", dir, strerror(errno));
 	const char *path = sock_path ? sock_path : b.hc.serve.socket[0] ? b.hc.serve.socket : def;
-	const char *tcp = listen_at ? listen_at : b.hc.serve.listen[0] ? b.hc.serve.listen : NULL;
 	/* Host users' commands (sbx-serve(8), USERS): cli.sock beside it. */
 	char cli[800];
 	const char *slash = strrchr(path, '/');
@@ -194,7 +216,9 @@ static int serve_main(const char *listen_at, const char *sock_path)
 				       .tcp_fd = -1,
 				       .cli_fd = -1,
 				       .body_max = 1u << 20,
-				       .rate = b.hc.serve.rate ? b.hc.serve.rate : SBX_SERVE_RATE_DEFAULT };
+				       .rate = b.hc.serve.rate ? b.hc.serve.rate : SBX_SERVE_RATE_DEFAULT,
+				       .tls_cert = tls.cert,
+				       .tls_key = tls.key };
 	int sv[2];
 	if ((fc.unix_fd = listen_unix(path, &err)) < 0 || (fc.cli_fd = listen_cli(cli, &err)) < 0 ||
 	    (tcp && (fc.tcp_fd = listen_tcp(tcp, &err)) < 0) ||
@@ -206,7 +230,9 @@ static int serve_main(const char *listen_at, const char *sock_path)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	int tls_on = tls.key != NULL;
 	pid_t front = front_start(&fc, sv[0], &err);
+	serve_tls_wipe(&tls); /* the front has its copy; the back needs none */
 	if (front < 0)
 		return sbx_cli_fail("sbx-serve", err.code, 0, "%s", err.msg);
 	close(sv[1]);
@@ -214,8 +240,8 @@ static int serve_main(const char *listen_at, const char *sock_path)
 	close(fc.cli_fd);
 	if (fc.tcp_fd >= 0)
 		close(fc.tcp_fd);
-	fprintf(stderr, "sbx-serve: serving on %s (users' commands on %s)%s%s\n", path, cli, tcp ? " and " : "",
-		tcp ? tcp : "");
+	fprintf(stderr, "sbx-serve: serving on %s (users' commands on %s)%s%s%s\n", path, cli, tcp ? " and " : "",
+		tcp ? tcp : "", tls_on ? " (TLS)" : "");
 	int rc = serve_back_run(&b, sv[0], front, &stop, &err);
 	kill(front, SIGKILL);
 	waitpid(front, NULL, 0);
@@ -223,6 +249,9 @@ static int serve_main(const char *listen_at, const char *sock_path)
 	unlink(cli);
 	if (rc < 0)
 		return sbx_cli_fail("sbx-serve", err.code, 0, "%s", err.msg);
+	/* The front never leaves on its own: it failed (and said why). */
+	if (!stop)
+		return sbx_cli_fail("sbx-serve", SBX_EXIT_INTERNAL, 0, "the front (the HTTP server) ended");
 	return 0;
 }
 
@@ -230,20 +259,23 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "key"))
 		return key_main(argc - 1, argv + 1);
-	static const struct option opts[] = { { "listen", required_argument, NULL, 'l' },
-					      { "socket", required_argument, NULL, 's' },
-					      { "help", no_argument, NULL, 'h' },
-					      { NULL, 0, NULL, 0 } };
-	const char *listen_at = NULL, *sock = NULL;
+	static const struct option opts[] = {
+		{ "listen", required_argument, NULL, 'l' },   { "socket", required_argument, NULL, 's' },
+		{ "tls-cert", required_argument, NULL, 'c' }, { "tls-key", required_argument, NULL, 'k' },
+		{ "help", no_argument, NULL, 'h' },           { NULL, 0, NULL, 0 }
+	};
+	const char *listen_at = NULL, *sock = NULL, *cert = NULL, *key = NULL;
 	for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
 		switch (c) {
 		case 'l': listen_at = optarg; break;
 		case 's': sock = optarg; break;
+		case 'c': cert = optarg; break;
+		case 'k': key = optarg; break;
 		case 'h': return sbx_cli_usage(usage, 1);
 		default: return sbx_cli_usage(usage, 0);
 		}
 	}
-	if (optind != argc)
+	if (optind != argc || !cert != !key) /* a certificate without its key, or a key alone */
 		return sbx_cli_usage(usage, 0);
-	return serve_main(listen_at, sock);
+	return serve_main(listen_at, sock, cert, key);
 }

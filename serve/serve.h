@@ -42,6 +42,10 @@ struct serve_front_conf {
 	int ctl;     /* to the back */
 	unsigned body_max;
 	unsigned rate; /* requests a second per caller */
+	/* TLS on tcp_fd (tls.h): PEM strings, NULL for plain HTTP; the key
+	 * is wiped once libmicrohttpd has taken it. */
+	const char *tls_cert;
+	char *tls_key;
 };
 /* Runs until the back goes away; never returns on success paths. */
 int serve_front_run(const struct serve_front_conf *c, struct sbx_err *err);

@@ -78,6 +78,12 @@ int main(void)
 		   sbx_hostconf_reserve(&hc.audit, 1ull << 40) == 4ull << 30,
 	   "the default reserve: 256M, 2%, at most 4G");
 
+	ok(parse("serve: {listen: 127.0.0.1:443, tls: {cert: /etc/sbx/c.pem, key: /etc/sbx/k.pem}}\n", &hc, &e) == 0 &&
+		   !strcmp(hc.serve.tls_cert, "/etc/sbx/c.pem") && !strcmp(hc.serve.tls_key, "/etc/sbx/k.pem"),
+	   "serve.tls: cert and key");
+	ok(parse("serve: {listen: 127.0.0.1:80}\n", &hc, &e) == 0 && !hc.serve.tls_cert[0] && !hc.serve.tls_key[0],
+	   "no serve.tls: plain HTTP");
+
 	static const struct {
 		const char *txt, *msg;
 	} bad[] = {
@@ -136,6 +142,11 @@ int main(void)
 		{ "templates: {publishers: acme}\n", "expected a list of tenant IDs" },
 		{ "templates: {publishers: [[a]]}\n", "expected a scalar" },
 		{ "templates: {publisher: [a]}\n", "unknown key 'publisher'" },
+		{ "serve: {tls: {cert: /c.pem}}\n", "expected both cert and key" },
+		{ "serve: {tls: {key: /k.pem}}\n", "expected both cert and key" },
+		{ "serve: {tls: {cert: c.pem, key: /k.pem}}\n", "expected an absolute path" },
+		{ "serve: {tls: {cert: /c.pem, key: /k.pem, ca: /ca.pem}}\n", "unknown key 'ca'" },
+		{ "serve: {tls: /c.pem}\n", "serve.tls" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char what[800];
