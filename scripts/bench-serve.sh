@@ -3,7 +3,10 @@
 # the same run:
 #  - time to interactive: the E2B SDK's Sandbox.create -> commands.run
 #    ('echo hi') -> kill, against sbx-create; sbx-exec; sbx-kill;
-#  - commands.run('true') on a live sandbox against sbx-exec ID -- true;
+#  - commands.run('true') on a live sandbox against sbx-exec ID -- true,
+#    and against sbx-exec ID -- /bin/bash -l -c true: what the SDK asks
+#    the sandbox to run (E2B's envd runs every command so), which costs
+#    a login shell's start (under TCG, ~0.2 s of the guest's time);
 #  - output streamed through the API (BENCH_SERVE_STREAM_MIB, 32 MiB of
 #    zeros) against sbx-exec's;
 #  - BENCH_SERVE_CLIENTS (64) SDK clients at once, each creating, running
@@ -58,6 +61,7 @@ PY
 	node_b exec "$id" 3 >/dev/null # warm: the first exec of a session is not the steady state
 	node_b exec "$id" $((runs * 5)) >"$raw/serve-exec.json"
 	"$t" $((runs * 5)) sbx-exec "$id" -- true >"$raw/cli-exec.txt"
+	"$t" $((runs * 5)) sbx-exec "$id" -- /bin/bash -l -c true >"$raw/cli-exec-bash.txt"
 	node_b stream "$id" "$mib" >"$raw/serve-stream.json"
 	python3 - "$raw/cli-stream.json" "$id" "$mib" <<'PY'
 import subprocess, sys, time
@@ -116,12 +120,14 @@ def floats(f):
 sdk_tti, cli_tti = json.load(open(f"{raw}/serve-tti.json")), floats(f"{raw}/cli-tti.txt")
 sdk_exec = json.load(open(f"{raw}/serve-exec.json"))
 cli_exec = [float(l.split()[0]) for l in open(f"{raw}/cli-exec.txt") if l.strip()]
+cli_exec_bash = [float(l.split()[0]) for l in open(f"{raw}/cli-exec-bash.txt") if l.strip()]
 sdk_mibs, cli_mibs = json.load(open(f"{raw}/serve-stream.json")), floats(f"{raw}/cli-stream.json")[0]
 cl = json.load(open(f"{raw}/serve-clients.json"))
 usage = json.load(open(f"{raw}/serve-usage.json"))
 rows = [
     ("SDK create->run->kill (ms)", sdk_tti, "sbx-create; sbx-exec; sbx-kill (ms)", cli_tti),
     ("SDK commands.run('true') (ms)", sdk_exec, "sbx-exec true (ms)", cli_exec),
+    ("SDK commands.run('true') (ms)", sdk_exec, "sbx-exec bash -l -c true (ms)", cli_exec_bash),
 ]
 res = json.load(open(out)) if os.path.exists(out) else {}  # run alone: a file of its own
 serve = {"rows": [], "stream_mib_s": {"sdk": round(sdk_mibs, 1), "cli": round(cli_mibs, 1),

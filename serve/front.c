@@ -384,6 +384,10 @@ static enum MHD_Result stream_error(struct MHD_Connection *c, const char *code, 
 	return rc;
 }
 
+/* A stream's envelopes are made a block at a time: 128 KiB, ~96 KiB of
+ * output each (base64), so a fast command's output costs few envelopes. */
+#define STREAM_BLOCK (128u << 10)
+
 struct stream {
 	int out, err, in, sock; /* the command's output, its stdin, the call */
 	int pty;                /* its terminal's master (Update resizes it); -1: none */
@@ -392,7 +396,8 @@ struct stream {
 	unsigned pid;
 	char sandbox[SBX_ID_MAX + 1];
 	unsigned keepalive_s;
-	struct stream *next; /* in running, while its stdin is open */
+	struct stream *next;            /* in running, while its stdin is open */
+	char raw[STREAM_BLOCK / 4 * 3]; /* what one data envelope carries, at most */
 };
 
 /* The commands started here whose stdin is open, for SendInput and
@@ -481,8 +486,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			if (!p[i].revents)
 				continue;
 			size_t room = serve_cx_data_room(max);
-			char raw[16384];
-			ssize_t n = read(p[i].fd, raw, room < sizeof raw ? room : sizeof raw);
+			char *raw = s->raw;
+			ssize_t n = read(p[i].fd, raw, room < sizeof s->raw ? room : sizeof s->raw);
 			if (n > 0)
 				return serve_cx_data_event(buf, max,
 							   i             ? "stderr"
@@ -563,7 +568,7 @@ static enum MHD_Result stream_call(struct MHD_Connection *c, json_t *r, int peer
 	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
 	s->keepalive_s = ka && atoi(ka) > 0 && atoi(ka) < 3600 ? (unsigned)atoi(ka) : 50;
 	struct MHD_Response *resp =
-		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32768, stream_read, s, stream_free);
+		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s, stream_free);
 	if (!resp) {
 		stream_free(s);
 		return MHD_NO;
