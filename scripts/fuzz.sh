@@ -8,7 +8,7 @@ B=build-fuzz
 SECS=${FUZZ_SECONDS:-60}
 mkdir -p "$B"
 # The policy module's files, which several parsers link.
-policy=(common/policy.c common/policy_check.c common/policy_json.c)
+policy=(common/caller.c common/policy.c common/policy_check.c common/policy_json.c)
 for src in tests/fuzz/fuzz-*.c; do
 	name=$(basename "$src" .c)
 	case $name in
@@ -57,7 +57,7 @@ for src in tests/fuzz/fuzz-*.c; do
 	fuzz-serve)
 		# sbx-serve's request decoder, Connect framing and the filesystem
 		# calls' parsers (all pure).
-		deps=(serve/wire.c serve/connect.c serve/fsparse.c serve/query.c common/err.c common/util.c)
+		deps=(serve/wire.c serve/connect.c serve/fsparse.c serve/query.c serve/logs.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcrypto libbsd-overlay)" ;;
 	fuzz-wmsg)
 		# The proxy writer's channel decoder (wmsg.c is pure) and the JSON parse after it.

@@ -296,6 +296,23 @@ static int op_get(struct serve_back *b, const struct serve_req *r, int sock, int
 	return reply_json(sock, j, NULL, 0);
 }
 
+/* The sandbox's console (RUN/sessions/ID/console.log: its kernel's and
+ * guest-init's lines), as an fd for the front to read; the back reads
+ * none of it (it is the guest's text). */
+static int op_logs(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
+{
+	struct sbx_session s;
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_lookup(&b->st, r->id, &s, err) < 0)
+		return -1;
+	_cleanup_close_ int dfd = openat(b->st.rsessions_fd, s.id, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_close_ int fd =
+		dfd >= 0 ? openat(dfd, "console.log", O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1;
+	struct stat sb;
+	int have = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode); /* else gone, or not booted here */
+	return reply_json(sock, json_pack("{s:b, s:I}", "ok", 1, "created_ms", (json_int_t)(s.created_ns / 1000000)),
+			  &fd, have ? 1 : 0);
+}
+
 static int op_kill(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
 {
 	int gone = 0;
@@ -790,6 +807,7 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_DOWNLOAD: rc = serve_files_download(&b->st, &r, sock, &err); break;
 		case SERVE_OP_UPLOAD: rc = serve_files_upload(&b->st, &r, sock, &err); break;
 		case SERVE_OP_CLI: rc = op_cli(&r, tenant, sock, fds + 2, nfds > 2 ? nfds - 2 : 0, &err); break;
+		case SERVE_OP_LOGS: rc = op_logs(b, &r, sock, &err); break;
 		case SERVE_OP_WHOAMI:
 			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who),
 					NULL, 0);
@@ -799,7 +817,7 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 	}
 	if (rc < 0)
 		reply_err(sock, &err);
-	if (r.op && r.op != SERVE_OP_LIST && r.op != SERVE_OP_GET && r.op != SERVE_OP_WHOAMI &&
+	if (r.op && r.op != SERVE_OP_LIST && r.op != SERVE_OP_GET && r.op != SERVE_OP_WHOAMI && r.op != SERVE_OP_LOGS &&
 	    r.op != SERVE_OP_TEMPLATES && r.op != SERVE_OP_PS && r.op != SERVE_OP_ATTACH && r.op != SERVE_OP_METRICS)
 		audit_call(b, &r, who, tenant, &err);
 	serve_req_free(&r);

@@ -61,6 +61,10 @@ int serve_fs_args_decode(json_t *args, const char *user, int is_fs, struct serve
  * itself.  A JSON array of envd EntryInfo objects (proto3 JSON) and, for
  * an R record, *real (cap bytes); NULL with err for anything malformed or
  * over max entries. */
+/* Bytes as a JSON string: sequences that are not UTF-8 become U+FFFD, as
+ * Go's JSON encoder (envd's) writes them. */
+json_t *serve_json_bytes(const char *s, size_t n);
+
 json_t *serve_fs_parse(const char *buf, size_t n, const char *base, size_t max, char *real, size_t cap,
 		       struct sbx_err *err);
 /* Go's os.FileMode.String() of a Unix st_mode, as envd reports it. */

@@ -12,12 +12,14 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
 
 #include "connect.h"
+#include "logs.h"
 #include "query.h"
 #include "front.h"
 #include "serve.h"
@@ -342,6 +344,70 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 	}
 	json_object_del(a, "ok");
 	return answer_json(c, MHD_HTTP_OK, a);
+}
+
+/* A query parameter that is a whole number (def when absent); -1: bad. */
+static int query_u64(struct MHD_Connection *c, const char *k, uint64_t def, uint64_t max, uint64_t *out)
+{
+	const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, k);
+	char *end;
+	*out = def;
+	if (!v)
+		return 0;
+	errno = 0;
+	unsigned long long x = strtoull(v, &end, 10);
+	if (!*v || *end || errno || x > max || v[0] == '-')
+		return -1;
+	*out = x;
+	return 0;
+}
+
+/* GET /sandboxes/ID/logs (start, limit) and /v2/... (cursor, limit,
+ * direction): the sandbox's console, read here from the fd the back
+ * opened (logs.h). */
+static enum MHD_Result api_logs(struct MHD_Connection *c, const struct listener *l, const char *id, int v2)
+{
+	struct serve_logs_query q = { .v2 = v2 };
+	uint64_t from, lim;
+	const char *dir = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "direction");
+	if (query_u64(c, v2 ? "cursor" : "start", 0, UINT64_MAX / 2, &from) < 0 ||
+	    query_u64(c, "limit", SERVE_LOGS_LIMIT, SERVE_LOGS_LIMIT, &lim) < 0 ||
+	    (dir && strcmp(dir, "forward") && strcmp(dir, "backward")))
+		return api_error(c, 400,
+				 v2 ? "expected cursor (ms), limit (1-1000), direction (forward, backward)"
+				    : "expected start (ms) and limit (1-1000)");
+	q.from_ms = from;
+	q.limit = (unsigned)lim;
+	q.backward = dir && !strcmp(dir, "backward");
+	int peer, fds[4];
+	unsigned nfds = 0;
+	json_t *r = request(c, l, "logs", &peer);
+	json_object_set_new(r, "id", json_string(id));
+	json_t *a = call(r, peer, fds, &nfds, NULL);
+	if (!json_is_true(json_object_get(a, "ok"))) {
+		for (unsigned i = 0; i < nfds; i++)
+			close(fds[i]);
+		return back_error(c, a);
+	}
+	uint64_t base = (uint64_t)json_integer_value(json_object_get(a, "created_ms"));
+	json_decref(a);
+	char *buf = malloc(SERVE_LOGS_TAIL);
+	size_t n = 0;
+	int cut = 0;
+	if (buf && nfds >= 1) {
+		struct stat sb;
+		off_t at = fstat(fds[0], &sb) == 0 && sb.st_size > (off_t)SERVE_LOGS_TAIL ? sb.st_size - SERVE_LOGS_TAIL
+											  : 0;
+		cut = at > 0;
+		ssize_t k;
+		while (n < SERVE_LOGS_TAIL && (k = pread(fds[0], buf + n, SERVE_LOGS_TAIL - n, at + (off_t)n)) > 0)
+			n += (size_t)k;
+	}
+	for (unsigned i = 0; i < nfds; i++)
+		close(fds[i]);
+	json_t *out = buf ? serve_logs(buf, n, cut, base, &q) : NULL;
+	free(buf);
+	return out ? answer_json(c, MHD_HTTP_OK, out) : api_error(c, 500, "out of memory");
 }
 
 static enum MHD_Result api_list(struct MHD_Connection *c, const struct listener *l)
@@ -929,8 +995,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		if (!strcmp(method, "GET"))
 			return api_list(c, l);
 	}
-	if (path_id(url, "/sandboxes/", id, sizeof id, &rest) || path_id(url, "/v2/sandboxes/", id, sizeof id, &rest))
+	if (path_id(url, "/sandboxes/", id, sizeof id, &rest) || path_id(url, "/v2/sandboxes/", id, sizeof id, &rest)) {
+		if (!strcmp(method, "GET") && !strcmp(rest, "/logs"))
+			return api_logs(c, l, id, !strncmp(url, "/v2/", 4));
 		return api_sandbox(c, l, method, id, rest, cn);
+	}
 	if (!strcmp(url, "/health"))
 		return answer(c, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}");
 	return api_error(c, 404, "no such route in this service");

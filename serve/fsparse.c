@@ -121,9 +121,7 @@ int serve_fs_args_decode(json_t *args, const char *user, int is_fs, struct serve
 	return 0;
 }
 
-/* Bytes as a JSON string: sequences that are not UTF-8 become U+FFFD, as
- * Go's JSON encoder (envd's) writes them. */
-static json_t *jstr(const char *s, size_t n)
+json_t *serve_json_bytes(const char *s, size_t n)
 {
 	char *o = malloc(3 * n + 1);
 	if (!o)
@@ -283,12 +281,13 @@ static json_t *entry_json(const struct fields *f, const char *path, size_t pl, c
 		snprintf(when, sizeof when, "1970-01-01T00:00:00Z");
 	else
 		strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-	json_t *e = json_pack("{s:o, s:s, s:o, s:I, s:i, s:s, s:s, s:s, s:s}", "name",
-			      b == pl ? jstr("/", 1) : jstr(path + b, pl - b), "type", type, "path", jstr(path, pl),
-			      "size", (json_int_t)f->size, "mode", (int)(f->mode & 0777), "permissions", perms, "owner",
-			      f->user, "group", f->group, "modifiedTime", when);
+	json_t *e =
+		json_pack("{s:o, s:s, s:o, s:I, s:i, s:s, s:s, s:s, s:s}", "name",
+			  b == pl ? serve_json_bytes("/", 1) : serve_json_bytes(path + b, pl - b), "type", type, "path",
+			  serve_json_bytes(path, pl), "size", (json_int_t)f->size, "mode", (int)(f->mode & 0777),
+			  "permissions", perms, "owner", f->user, "group", f->group, "modifiedTime", when);
 	if (e && S_ISLNK(f->mode))
-		json_object_set_new(e, "symlinkTarget", jstr(target, tl));
+		json_object_set_new(e, "symlinkTarget", serve_json_bytes(target, tl));
 	return e;
 }
 

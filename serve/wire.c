@@ -30,7 +30,7 @@ static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",
 					[SERVE_OP_FS] = "fs",
 					[SERVE_OP_DOWNLOAD] = "download",
 					[SERVE_OP_UPLOAD] = "upload",
-					[SERVE_OP_CLI] = "cli" };
+					[SERVE_OP_CLI] = "cli",             [SERVE_OP_LOGS] = "logs" };
 
 int serve_cli_prog_ok(const char *prog)
 {

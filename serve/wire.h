@@ -45,6 +45,7 @@ enum serve_op {
 	SERVE_OP_DOWNLOAD, /* /files GET */
 	SERVE_OP_UPLOAD,   /* /files POST, one file */
 	SERVE_OP_CLI,      /* a command a host user ran (cli.c): argv, env, and its stdio and cwd as fds */
+	SERVE_OP_LOGS,     /* the sandbox's console, as an fd (logs.h) */
 };
 
 /* A request as the back decodes it: every string checked for length and

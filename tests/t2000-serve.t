@@ -97,6 +97,19 @@ is "$(sbx-ps --json --tenant alice | jq -r '.[0].session')" "$sa" "it is an sbx 
 is "$(api "$KB" GET "/sandboxes/$sa")" 404 "bob cannot see it: 404"
 is "$(api "$KB" DELETE "/sandboxes/$sa")" 404 "nor kill it: 404"
 is "$(api "$KB" GET /sandboxes) $(jq length "$TEST_TMP/body")" "200 0" "bob's list is empty"
+is "$(api "$KA" GET "/sandboxes/$sa/logs")" 200 "its logs (the guest's console): 200"
+jq -e '(.logs | length) > 10 and (.logs | length) == (.logEntries | length)' "$TEST_TMP/body" >/dev/null
+ok $? "lines in logs and as logEntries"
+like "$(jq -r '.logs[0].timestamp + " " + .logEntries[0].message' "$TEST_TMP/body")" \
+	'^20[0-9-]+T[0-9:.]+Z Linux version' "each stamped from the kernel's clock, the prefix taken off the entry"
+is "$(api "$KA" GET "/v2/sandboxes/$sa/logs?direction=backward&limit=2")" 200 "v2, the newest 2: 200"
+is "$(jq '.logs | length' "$TEST_TMP/body")" 2 "two of them"
+jq -e '.logs[0].timestamp >= .logs[1].timestamp' "$TEST_TMP/body" >/dev/null; ok $? "newest first"
+is "$(api "$KA" GET "/v2/sandboxes/$sa/logs?cursor=99999999999999")" 200 "a cursor past the end: 200"
+is "$(jq '.logs | length' "$TEST_TMP/body")" 0 "and nothing"
+is "$(api "$KA" GET "/sandboxes/$sa/logs?limit=x")" 400 "a limit that is no number: 400"
+is "$(api "$KA" GET "/sandboxes/$sa/logs?limit=5000")" 400 "one over 1000: 400"
+is "$(api "$KB" GET "/sandboxes/$sa/logs")" 404 "bob cannot read them: 404"
 start() { # start TOKEN SANDBOX: a Start call's status and body
 	python3 -c 'import sys, struct; m = b"{\"process\":{\"cmd\":\"/bin/echo\",\"args\":[\"hi\"]}}"
 sys.stdout.buffer.write(b"\0" + struct.pack(">I", len(m)) + m)' >"$TEST_TMP/start"

@@ -10,6 +10,7 @@
 #include "connect.h"
 #include "query.h"
 #include "files.h"
+#include "logs.h"
 #include "wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -92,6 +93,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			json_decref(r);
 			serve_cli_signal(p, n);
+			break;
+		}
+		if (data[0] & 0x40) { /* a guest's console as logs */
+			struct serve_logs_query q = { .from_ms = data[0] & 0x20 ? 1000 : 0,
+						      .limit = data[0] & 0x10 ? 3 : 0,
+						      .backward = data[0] & 0x08,
+						      .v2 = data[0] & 0x04 };
+			json_t *j = serve_logs(p, n, data[0] & 0x02, 1700000000000ull, &q);
+			char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+			if (j && !t) /* every string made is JSON */
+				abort();
+			free(t);
+			json_decref(j);
 			break;
 		}
 		/* fall through */
