@@ -225,7 +225,19 @@ static int op_create(struct serve_back *b, struct serve_req *r, const char *tena
 	unsigned timeout = r->timeout_s ? r->timeout_s : 300;
 	if (sandbox_policy(&pol, timeout, err) < 0)
 		return -1;
-	struct sbx_create_opts o = { .tmpl = r->tmpl[0] ? r->tmpl : "base",
+	/* A template ID that names no template but one of the caller's
+	 * snapshots (a createSnapshot's ID) restores it. */
+	const char *tmpl = r->tmpl[0] ? r->tmpl : "base", *snap = NULL;
+	struct sbx_template t;
+	struct sbx_snapshot sn;
+	struct sbx_err probe = { 0 };
+	if (sbx_template_resolve(&b->st, tenant[0] ? tenant : NULL, tmpl, &t, &probe) < 0 &&
+	    sbx_snapshot_find(&b->st, tenant, tmpl, &sn, &probe) == 0) {
+		snap = tmpl;
+		tmpl = NULL;
+	}
+	struct sbx_create_opts o = { .tmpl = tmpl,
+				     .snapshot = snap,
 				     .policy = &pol,
 				     .tenant = tenant[0] ? tenant : NULL,
 				     .env = (const char *const *)r->env,
@@ -239,7 +251,7 @@ static int op_create(struct serve_back *b, struct serve_req *r, const char *tena
 		return -1;
 	snprintf(r->id, sizeof r->id, "%s", s.id); /* for the audit record */
 	char token[49];
-	if (meta_save(b, s.id, o.tmpl, r->metadata, timeout, tenant, token, err) < 0) {
+	if (meta_save(b, s.id, snap ? snap : o.tmpl, r->metadata, timeout, tenant, token, err) < 0) {
 		int gone;
 		struct sbx_err ignored = { 0 };
 		sbx_session_destroy(&b->st, s.id, &gone, &ignored); /* no token, no use: nothing half made */
@@ -311,6 +323,71 @@ static int op_logs(struct serve_back *b, const struct serve_req *r, int sock, st
 	int have = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode); /* else gone, or not booted here */
 	return reply_json(sock, json_pack("{s:b, s:I}", "ok", 1, "created_ms", (json_int_t)(s.created_ns / 1000000)),
 			  &fd, have ? 1 : 0);
+}
+
+/* E2B's snapshots are sbx's: createSnapshot saves the sandbox (its
+ * commands go on running in it, and in what is made from it), the ID is
+ * NAME@VERSION, and a create naming it restores it. */
+static json_t *snapshot_entry(const char *name, const char *version)
+{
+	char id[140];
+	snprintf(id, sizeof id, "%s@%s", name, version);
+	return json_pack("{s:s, s:[s]}", "snapshotID", id, "names", name);
+}
+
+static int op_snapshot(struct serve_back *b, struct serve_req *r, const char *tenant, int sock, struct sbx_err *err)
+{
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_visible(&b->st, r->id, err) < 0)
+		return -1;
+	char spec[80];
+	if (!r->tmpl[0]) { /* E2B names it when the caller does not */
+		unsigned char x[4];
+		arc4random_buf(x, sizeof x);
+		snprintf(spec, sizeof spec, "snap-%02x%02x%02x%02x", x[0], x[1], x[2], x[3]);
+	} else {
+		snprintf(spec, sizeof spec, "%s", r->tmpl);
+	}
+	struct sbx_snapshot_save_opts o = {
+		.session = r->id, .tenant = tenant[0] ? tenant : NULL, .spec = spec, .progress_fd = -1
+	};
+	struct sbx_snapshot out;
+	if (sbx_snapshot_save(&b->st, &o, &out, err) < 0)
+		return -1;
+	json_t *j = snapshot_entry(out.name, out.version);
+	json_object_set_new(j, "ok", json_true());
+	return reply_json(sock, j, NULL, 0);
+}
+
+static int op_snapshots(struct serve_back *b, const struct serve_req *r, const char *tenant, int sock,
+			struct sbx_err *err)
+{
+	json_t *all, *v, *out = json_array();
+	size_t i;
+	if (sbx_snapshot_list(&b->st, tenant, r->tmpl[0] ? r->tmpl : NULL, &all, err) < 0) {
+		json_decref(out);
+		if (err->code != SBX_EXIT_NOENT)
+			return -1;
+		return reply_json(sock, json_pack("{s:b, s:[]}", "ok", 1, "snapshots"), NULL, 0);
+	}
+	json_array_foreach (all, i, v) {
+		const char *src = json_string_value(json_object_get(v, "session"));
+		if (r->id[0] && (!src || strcmp(src, r->id)))
+			continue;
+		json_array_append_new(out, snapshot_entry(json_string_value(json_object_get(v, "name")),
+							  json_string_value(json_object_get(v, "version"))));
+	}
+	json_decref(all);
+	return reply_json(sock, json_pack("{s:b, s:o}", "ok", 1, "snapshots", out), NULL, 0);
+}
+
+static int op_snapshot_rm(struct serve_back *b, const struct serve_req *r, const char *tenant, int sock,
+			  struct sbx_err *err)
+{
+	json_t *removed = NULL;
+	if (sbx_snapshot_rm(&b->st, tenant, r->tmpl, 0, &removed, err) < 0)
+		return -1;
+	json_decref(removed);
+	return reply_json(sock, json_pack("{s:b}", "ok", 1), NULL, 0);
 }
 
 static int op_kill(struct serve_back *b, const struct serve_req *r, int sock, struct sbx_err *err)
@@ -808,6 +885,9 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_UPLOAD: rc = serve_files_upload(&b->st, &r, sock, &err); break;
 		case SERVE_OP_CLI: rc = op_cli(&r, tenant, sock, fds + 2, nfds > 2 ? nfds - 2 : 0, &err); break;
 		case SERVE_OP_LOGS: rc = op_logs(b, &r, sock, &err); break;
+		case SERVE_OP_SNAPSHOT: rc = op_snapshot(b, &r, tenant, sock, &err); break;
+		case SERVE_OP_SNAPSHOTS: rc = op_snapshots(b, &r, tenant, sock, &err); break;
+		case SERVE_OP_SNAPSHOT_RM: rc = op_snapshot_rm(b, &r, tenant, sock, &err); break;
 		case SERVE_OP_WHOAMI:
 			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who),
 					NULL, 0);
@@ -818,7 +898,8 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 	if (rc < 0)
 		reply_err(sock, &err);
 	if (r.op && r.op != SERVE_OP_LIST && r.op != SERVE_OP_GET && r.op != SERVE_OP_WHOAMI && r.op != SERVE_OP_LOGS &&
-	    r.op != SERVE_OP_TEMPLATES && r.op != SERVE_OP_PS && r.op != SERVE_OP_ATTACH && r.op != SERVE_OP_METRICS)
+	    r.op != SERVE_OP_SNAPSHOTS && r.op != SERVE_OP_TEMPLATES && r.op != SERVE_OP_PS &&
+	    r.op != SERVE_OP_ATTACH && r.op != SERVE_OP_METRICS)
 		audit_call(b, &r, who, tenant, &err);
 	serve_req_free(&r);
 	_exit(rc < 0 ? 1 : 0);

@@ -294,11 +294,21 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 			 : !strcmp(method, "POST") && !strcmp(rest, "/refreshes") ? "refresh"
 			 : !strcmp(method, "GET") && !strcmp(rest, "/metrics")    ? "metrics"
 			 : !strcmp(method, "POST") && !strcmp(rest, "/fork")      ? "fork"
+			 : !strcmp(method, "POST") && !strcmp(rest, "/snapshots") ? "snapshot"
 										  : NULL;
 	if (!op)
 		return api_error(c, 404, "no such route in this service");
-	json_t *secs = NULL, *count = NULL;
-	if (!strcmp(op, "fork")) { /* {"timeout": seconds, "count": N}, both optional */
+	json_t *secs = NULL, *count = NULL, *name = NULL;
+	if (!strcmp(op, "snapshot")) { /* {"name": NAME}, optional */
+		json_t *b = cn->n ? json_loadb(cn->body, cn->n, JSON_REJECT_DUPLICATES, NULL) : json_object();
+		json_t *v = json_object_get(b, "name");
+		int ok = json_is_object(b) && (!v || json_is_string(v));
+		if (ok && v)
+			name = json_incref(v);
+		json_decref(b);
+		if (!ok)
+			return api_error(c, 400, "expected {\"name\": NAME}");
+	} else if (!strcmp(op, "fork")) { /* {"timeout": seconds, "count": N}, both optional */
 		json_t *b = cn->n ? json_loadb(cn->body, cn->n, JSON_REJECT_DUPLICATES, NULL) : json_object();
 		json_t *t = json_object_get(b, "timeout"), *n = json_object_get(b, "count");
 		int ok = json_is_object(b) && (!t || (json_is_integer(t) && json_integer_value(t) > 0)) &&
@@ -330,6 +340,8 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 		json_object_set_new(r, "timeout", secs);
 	if (count)
 		json_object_set_new(r, "count", count);
+	if (name)
+		json_object_set_new(r, "template", name);
 	json_t *a = call(r, peer, NULL, NULL, NULL);
 	if (!json_is_true(json_object_get(a, "ok")))
 		return back_error(c, a);
@@ -343,7 +355,31 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 		return answer_json(c, !strcmp(op, "fork") ? MHD_HTTP_CREATED : MHD_HTTP_OK, m);
 	}
 	json_object_del(a, "ok");
-	return answer_json(c, MHD_HTTP_OK, a);
+	return answer_json(c, !strcmp(op, "snapshot") ? MHD_HTTP_CREATED : MHD_HTTP_OK, a);
+}
+
+/* GET /snapshots (sandboxID, name; limit and nextToken taken as "all
+ * at once") and DELETE /templates/ID (a snapshot's). */
+static enum MHD_Result api_snapshots(struct MHD_Connection *c, const struct listener *l, const char *rm_id)
+{
+	int peer;
+	json_t *r = request(c, l, rm_id ? "snapshot_rm" : "snapshots", &peer);
+	const char *sb = rm_id ? NULL : MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "sandboxID");
+	const char *nm = rm_id ? rm_id : MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "name");
+	if (sb)
+		json_object_set_new(r, "id", json_string(sb));
+	if (nm)
+		json_object_set_new(r, "template", json_string(nm));
+	json_t *a = call(r, peer, NULL, NULL, NULL);
+	if (!json_is_true(json_object_get(a, "ok")))
+		return back_error(c, a);
+	if (rm_id) {
+		json_decref(a);
+		return answer(c, MHD_HTTP_NO_CONTENT, NULL, NULL);
+	}
+	json_t *list = json_incref(json_object_get(a, "snapshots"));
+	json_decref(a);
+	return answer_json(c, MHD_HTTP_OK, list);
 }
 
 /* A query parameter that is a whole number (def when absent); -1: bad. */
@@ -1000,6 +1036,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			return api_logs(c, l, id, !strncmp(url, "/v2/", 4));
 		return api_sandbox(c, l, method, id, rest, cn);
 	}
+	if (!strcmp(url, "/snapshots") && !strcmp(method, "GET"))
+		return api_snapshots(c, l, NULL);
+	if (path_id(url, "/templates/", id, sizeof id, &rest) && !*rest && !strcmp(method, "DELETE"))
+		return api_snapshots(c, l, id);
 	if (!strcmp(url, "/health"))
 		return answer(c, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}");
 	return api_error(c, 404, "no such route in this service");

@@ -30,7 +30,11 @@ static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",
 					[SERVE_OP_FS] = "fs",
 					[SERVE_OP_DOWNLOAD] = "download",
 					[SERVE_OP_UPLOAD] = "upload",
-					[SERVE_OP_CLI] = "cli",             [SERVE_OP_LOGS] = "logs" };
+					[SERVE_OP_CLI] = "cli",
+					[SERVE_OP_LOGS] = "logs",
+					[SERVE_OP_SNAPSHOT] = "snapshot",
+					[SERVE_OP_SNAPSHOTS] = "snapshots",
+					[SERVE_OP_SNAPSHOT_RM] = "snapshot_rm" };
 
 int serve_cli_prog_ok(const char *prog)
 {
@@ -250,7 +254,8 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 	    !json_is_object(r->args = json_incref(json_object_get(o, "args"))))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: no args", op);
 	int need_id = r->op != SERVE_OP_CREATE && r->op != SERVE_OP_LIST && r->op != SERVE_OP_TEMPLATES &&
-		      r->op != SERVE_OP_WHOAMI && r->op != SERVE_OP_CLI;
+		      r->op != SERVE_OP_WHOAMI && r->op != SERVE_OP_CLI && r->op != SERVE_OP_SNAPSHOTS &&
+		      r->op != SERVE_OP_SNAPSHOT_RM;
 	if (need_id && !r->id[0])
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: no sandbox ID", op);
 	if (r->op == SERVE_OP_SIGNAL && (!r->exec_id[0] || !r->signo))

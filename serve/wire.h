@@ -41,11 +41,14 @@ enum serve_op {
 	SERVE_OP_REFRESH,
 	SERVE_OP_METRICS,
 	SERVE_OP_FORK,
-	SERVE_OP_FS,       /* envd's filesystem calls (files.h) */
-	SERVE_OP_DOWNLOAD, /* /files GET */
-	SERVE_OP_UPLOAD,   /* /files POST, one file */
-	SERVE_OP_CLI,      /* a command a host user ran (cli.c): argv, env, and its stdio and cwd as fds */
-	SERVE_OP_LOGS,     /* the sandbox's console, as an fd (logs.h) */
+	SERVE_OP_FS,          /* envd's filesystem calls (files.h) */
+	SERVE_OP_DOWNLOAD,    /* /files GET */
+	SERVE_OP_UPLOAD,      /* /files POST, one file */
+	SERVE_OP_CLI,         /* a command a host user ran (cli.c): argv, env, and its stdio and cwd as fds */
+	SERVE_OP_LOGS,        /* the sandbox's console, as an fd (logs.h) */
+	SERVE_OP_SNAPSHOT,    /* save a sandbox as a snapshot (template: its name, or "") */
+	SERVE_OP_SNAPSHOTS,   /* the caller's snapshots (id: of that sandbox only, or ""; template: that name only) */
+	SERVE_OP_SNAPSHOT_RM, /* remove one (template: its ID) */
 };
 
 /* A request as the back decodes it: every string checked for length and

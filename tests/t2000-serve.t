@@ -110,6 +110,20 @@ is "$(jq '.logs | length' "$TEST_TMP/body")" 0 "and nothing"
 is "$(api "$KA" GET "/sandboxes/$sa/logs?limit=x")" 400 "a limit that is no number: 400"
 is "$(api "$KA" GET "/sandboxes/$sa/logs?limit=5000")" 400 "one over 1000: 400"
 is "$(api "$KB" GET "/sandboxes/$sa/logs")" 404 "bob cannot read them: 404"
+is "$(api "$KA" POST "/sandboxes/$sa/snapshots" '{"name":"../x"}')" 400 "a snapshot name with a path: 400"
+is "$(api "$KA" POST "/sandboxes/$sa/snapshots" '{"name":7}')" 400 "a name that is no string: 400"
+is "$(api "$KA" POST "/sandboxes/$sa/snapshots" '{"name":"a1"}')" 201 "alice snapshots hers: 201"
+sid=$(jq -r .snapshotID "$TEST_TMP/body")
+like "$sid" '^a1@' "its ID is NAME@VERSION ($sid)"
+is "$(api "$KB" GET /snapshots) $(jq length "$TEST_TMP/body")" "200 0" "bob lists none of alice's snapshots"
+is "$(api "$KB" DELETE "/templates/$sid")" 404 "nor deletes one: 404"
+is "$(api "$KB" POST "/sandboxes/$sa/snapshots" '{}')" 404 "nor snapshots her sandbox: 404"
+like "$(api "$KB" POST /sandboxes "{\"templateID\":\"$sid\",\"timeout\":60}")" '^40[04]$' \
+	"nor makes a sandbox of it"
+is "$(api "$KA" GET "/snapshots?sandboxID=$sa") $(jq -r '.[0].snapshotID' "$TEST_TMP/body")" "200 $sid" \
+	"alice's list of her sandbox's snapshots has it"
+is "$(api "$KA" DELETE "/templates/$sid")" 204 "alice deletes it: 204"
+is "$(api "$KA" DELETE "/templates/$sid")" 404 "and it is gone: 404"
 start() { # start TOKEN SANDBOX: a Start call's status and body
 	python3 -c 'import sys, struct; m = b"{\"process\":{\"cmd\":\"/bin/echo\",\"args\":[\"hi\"]}}"
 sys.stdout.buffer.write(b"\0" + struct.pack(">I", len(m)) + m)' >"$TEST_TMP/start"

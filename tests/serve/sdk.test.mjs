@@ -198,6 +198,39 @@ test('fork: running copies with their running commands, each its own sandbox', a
 	}
 })
 
+test('snapshots: createSnapshot, a sandbox from it, list, delete', async () => {
+	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
+	let copy
+	try {
+		await sbx.commands.run('echo kept > /tmp/state')
+		const bg = await sbx.commands.run('while :; do sleep 1; done', { background: true, timeoutMs: 0 })
+		const snap = await sbx.createSnapshot({ name: 'sdk-snap' })
+		assert.match(snap.snapshotId, /^sdk-snap@/)
+		assert.deepEqual(snap.names, ['sdk-snap'])
+		assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid), 'the source runs on, its command too')
+		const auto = await sbx.createSnapshot()
+		assert.match(auto.snapshotId, /^snap-[0-9a-f]{8}@/, 'one the caller did not name is named for it')
+		copy = await Sandbox.create(snap.snapshotId, { timeoutMs: 300_000 })
+		assert.notEqual(copy.sandboxId, sbx.sandboxId)
+		assert.equal((await copy.commands.run('cat /tmp/state')).stdout, 'kept\n', 'a sandbox from it has its state')
+		assert.ok((await copy.commands.list()).some((p) => p.pid === bg.pid), 'and its running command')
+		const mine = (await sbx.listSnapshots().nextItems()).map((x) => x.snapshotId).sort()
+		assert.deepEqual(mine, [auto.snapshotId, snap.snapshotId].sort(), 'listed as this sandbox\'s')
+		const all = (await Sandbox.listSnapshots().nextItems()).map((x) => x.snapshotId)
+		assert.ok(all.includes(snap.snapshotId), 'and among all of the key\'s')
+		await copy.kill()
+		copy = null
+		assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+		assert.equal(await Sandbox.deleteSnapshot(auto.snapshotId), true)
+		assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false, 'a deleted one is gone')
+		const e = await Sandbox.create(snap.snapshotId).catch((x) => x)
+		assert.ok(e instanceof Error, 'and no sandbox is made from it')
+	} finally {
+		if (copy) await copy.kill()
+		await sbx.kill()
+	}
+})
+
 test('a PTY: an interactive shell at its size, input, a resize, kill', async () => {
 	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
 	const enc = new TextEncoder(), dec = new TextDecoder()
