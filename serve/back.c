@@ -637,6 +637,7 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_FS: rc = serve_files_fs(&b->st, &r, sock, &err); break;
 		case SERVE_OP_DOWNLOAD: rc = serve_files_download(&b->st, &r, sock, &err); break;
 		case SERVE_OP_UPLOAD: rc = serve_files_upload(&b->st, &r, sock, &err); break;
+		case SERVE_OP_WATCH: rc = serve_files_watch(&b->st, &r, sock, &err); break;
 		case SERVE_OP_WHOAMI:
 			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who),
 					NULL, 0);

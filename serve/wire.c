@@ -18,7 +18,8 @@ static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",       [SER
 					[SERVE_OP_RESUME] = "resume",       [SERVE_OP_TIMEOUT] = "timeout",
 					[SERVE_OP_REFRESH] = "refresh",     [SERVE_OP_METRICS] = "metrics",
 					[SERVE_OP_FORK] = "fork",           [SERVE_OP_FS] = "fs",
-					[SERVE_OP_DOWNLOAD] = "download",   [SERVE_OP_UPLOAD] = "upload" };
+					[SERVE_OP_DOWNLOAD] = "download",   [SERVE_OP_UPLOAD] = "upload",
+					[SERVE_OP_WATCH] = "watch" };
 
 const char *serve_op_name(enum serve_op op)
 {
@@ -161,7 +162,8 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 	r->stdin_open = json_is_true(si);
 	if (r->op == SERVE_OP_EXEC && argv_field(o, r, err) < 0)
 		return -1;
-	if ((r->op == SERVE_OP_FS || r->op == SERVE_OP_DOWNLOAD || r->op == SERVE_OP_UPLOAD) &&
+	if ((r->op == SERVE_OP_FS || r->op == SERVE_OP_DOWNLOAD || r->op == SERVE_OP_UPLOAD ||
+	     r->op == SERVE_OP_WATCH) &&
 	    !json_is_object(r->args = json_incref(json_object_get(o, "args"))))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: no args", op);
 	int need_id = r->op != SERVE_OP_CREATE && r->op != SERVE_OP_LIST && r->op != SERVE_OP_TEMPLATES &&

@@ -44,6 +44,7 @@ enum serve_op {
 	SERVE_OP_FS,       /* envd's filesystem calls (files.h) */
 	SERVE_OP_DOWNLOAD, /* /files GET */
 	SERVE_OP_UPLOAD,   /* /files POST, one file */
+	SERVE_OP_WATCH,    /* WatchDir, CreateWatcher: a directory's events (files.h) */
 };
 
 /* A request as the back decodes it: every string checked for length and
@@ -68,7 +69,7 @@ struct serve_req {
 	int signo;
 	unsigned count;              /* fork: how many copies */
 	unsigned pty_rows, pty_cols; /* exec: a terminal of this size (both, or neither) */
-	json_t *args;                /* fs, download, upload: their own fields, decoded by files.h (owned) */
+	json_t *args;                /* fs, download, upload, watch: their own fields, decoded by files.h (owned) */
 };
 
 /* 0, or -1 with err (3) naming what is wrong. */
