@@ -1,8 +1,9 @@
 /* sbx-serve's own parsers of bytes that come from the network, from its
  * unprivileged front or from a guest: the back's request decoder (wire.c)
  * and Connect's framing, the Basic user and the end of a stream
- * (connect.c); the filesystem calls' arguments and paths, and the guest's
- * records of its files (fsparse.c).  The first byte picks which. */
+ * (connect.c); the filesystem calls' arguments and paths, the guest's
+ * records of its files and its watcher's records, each as the event
+ * envelope the front makes of it (fsparse.c).  The first byte picks which. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(q);
 		break;
 	}
+	case 3:
+		if (data[0] & 0x80) { /* a guest watcher's output, as the back and front take it */
+			size_t off = 0, used;
+			json_t *ev;
+			struct sbx_err err = { 0 };
+			static char env[32768]; /* the front's block: every event must fit */
+			while (serve_watch_record(p + off, n - off, &used, &ev, &err) == 1) {
+				if (!used || used > n - off)
+					abort();
+				off += used;
+				json_t *name = json_object_get(ev, "name");
+				if (name && serve_cx_envelope(env, sizeof env, 0,
+							      json_pack("{s:{s:O, s:O}}", "filesystem", "name", name,
+									"type", json_object_get(ev, "type"))) < 0)
+					abort();
+				if (!name && !json_is_true(json_object_get(ev, "start")))
+					abort();
+				json_decref(ev);
+			}
+			break;
+		}
+		/* fall through */
 	default: {
 		char buf[65536];
 		size_t room = serve_cx_data_room(n < sizeof buf ? n + 100 : sizeof buf);
