@@ -12,7 +12,8 @@
  * It ends at EOF on stdin (its caller went away), when the directory
  * itself is removed, or on an error, with the statuses fs_sh's calls use
  * (serve/files.c): 101 no such path, 102 not a directory, 107 permission
- * denied; 108 more directories than WATCH_DIRS_MAX, 109 events were lost
+ * denied; 108 more directories than WATCH_DIRS_MAX or the kernel's limits
+ * allow (inotify's watches, or instances: watchers at once), 109 events were lost
  * (the kernel's queue overflowed). */
 #include <dirent.h>
 #include <errno.h>
@@ -272,7 +273,8 @@ static int start(const char *path, int *status)
 		return *status = ST_NOENT;
 	if ((w.fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK)) < 0) {
 		fprintf(stderr, "guest-init: inotify: %s\n", strerror(errno));
-		return *status = 1;
+		/* EMFILE: the user's inotify instances (128 by default) */
+		return *status = errno == EMFILE ? ST_TOO_MANY : 1;
 	}
 	*status = 0;
 	if (w.recursive ? add_tree("", 0, status) < 0 : add_dir("", status) < 0) {

@@ -418,6 +418,8 @@ static int op_ps(struct serve_back *b, const struct serve_req *r, int sock, stru
 		if (!id || strcmp(json_string_value(json_object_get(e, "state")) ?: "", "running"))
 			continue;
 		json_t *rq = json_object_get(e, "request"), *argv = json_object_get(rq, "argv");
+		if (!strcmp(json_string_value(json_object_get(rq, "kind")) ?: "", "copy"))
+			continue; /* sbx's own (a watch's watcher, a file's copy): no process of envd's */
 		json_t *args = json_array(), *a;
 		size_t k;
 		json_array_foreach (argv, k, a)

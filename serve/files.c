@@ -629,7 +629,9 @@ static int watch_status(const struct watch_exec *w, const char *stderr_text, con
 	case 101: return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such directory: %s", path);
 	case 102: return sbx_err_set(err, SBX_EXIT_INVALID, 0, "path is not a directory: %s", path);
 	case 107: return denied(err, "permission denied: %s", path);
-	case 108: return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0, "too many directories to watch under %s", path);
+	case 108:
+		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
+				   "too many watches in the guest: directories under %s, or watchers at once", path);
 	case 109: return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "events were lost: the guest's queue overflowed");
 	case 126:
 	case 127:

@@ -193,6 +193,9 @@ is "$(envelopes "$TEST_TMP/w1" | sed -n 's/^0 {"filesystem":\(.*\)}$/\1/p' | jq 
 sleep 2
 grep -q '"keepalive"' "$TEST_TMP/w1"; ok $? "keepalives between events (Keepalive-Ping-Interval)"
 is "$(watchers)" 1 "one watcher in the guest"
+is "$(curl -s -H "E2b-Sandbox-Id: $sa" -H "X-Access-Token: $tok" -H 'Content-Type: application/json' --data-binary '{}' \
+	"$U/process.Process/List" | jq '[.processes[] | select(.cmd | test("guest-init"))] | length')" 0 \
+	"which is no process of the sandbox's (process.List)"
 kill "$watch"; wait "$watch" 2>/dev/null
 n=1; for _ in $(seq 30); do n=$(watchers); [ "$n" = 0 ] && break; sleep 1; done
 is "$n" 0 "the client gone, the guest's watcher ends"
