@@ -723,9 +723,31 @@ static int watch_relay(int out, int sock, int *in_w, struct watch_exec *w, int *
 	}
 }
 
-int serve_files_watch(struct sbx_state *st, const struct serve_req *r, int sock, struct sbx_err *err)
+/* The watcher's exec: argv as the call's user, its stdio the pipes'
+ * ends given, its deadline watch_deadline's. */
+static void watch_opts(struct watch_exec *w, struct sbx_state *st, const struct serve_req *r, char **argv, int in,
+		       int out, int er)
 {
 	static char *env[] = { "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LC_ALL=C", NULL };
+	pthread_mutex_init(&w->mu, NULL);
+	w->st = st;
+	w->id = r->id;
+	w->o = (struct sbx_exec_opts){
+		.in_fd = in, .out_fd = out, .err_fd = er, .tty_fd = -1, .on_started = watch_started, .started_ctx = w
+	};
+	w->o.req.flags = SBX_EXEC_COPY; /* sbx's own, not the user's */
+	w->o.req.timeout_ms = watch_deadline(st, r);
+	w->o.req.argv = argv;
+	while (argv[w->o.req.argc])
+		w->o.req.argc++;
+	w->o.req.env = env;
+	w->o.req.envc = 2;
+	w->o.req.cwd = "/";
+	w->o.req.have_uid = w->o.req.have_gid = !strcmp(r->user, "root"); /* uid and gid 0 */
+}
+
+int serve_files_watch(struct sbx_state *st, const struct serve_req *r, int sock, struct sbx_err *err)
+{
 	struct serve_fs_args *a = malloc(sizeof *a);
 	struct watch_exec *w = calloc(1, sizeof *w);
 	int rc = -1, out[2] = { -1, -1 }, er[2] = { -1, -1 }, in[2] = { -1, -1 };
@@ -739,24 +761,9 @@ int serve_files_watch(struct sbx_state *st, const struct serve_req *r, int sock,
 		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "pipe");
 		goto out;
 	}
-	char *argv[] = { SBX_GUEST_TOOL_PATH, "--watch", a->recursive ? "--recursive" : a->path, a->path, NULL };
-	pthread_mutex_init(&w->mu, NULL);
-	w->st = st;
-	w->id = r->id;
-	w->o = (struct sbx_exec_opts){ .in_fd = in[0],
-				       .out_fd = out[1],
-				       .err_fd = er[1],
-				       .tty_fd = -1,
-				       .on_started = watch_started,
-				       .started_ctx = w };
-	w->o.req.flags = SBX_EXEC_COPY; /* sbx's own, not the user's */
-	w->o.req.timeout_ms = watch_deadline(st, r);
-	w->o.req.argv = argv;
-	w->o.req.argc = a->recursive ? 4 : 3;
-	w->o.req.env = env;
-	w->o.req.envc = 2;
-	w->o.req.cwd = "/";
-	w->o.req.have_uid = w->o.req.have_gid = !strcmp(r->user, "root"); /* uid and gid 0 */
+	char *argv[] = { SBX_GUEST_TOOL_PATH, "--watch", a->recursive ? "--recursive" : a->path,
+			 a->recursive ? a->path : NULL, NULL };
+	watch_opts(w, st, r, argv, in[0], out[1], er[1]);
 	struct capture ce = { .fd = er[0], .cap = MSG_MAX };
 	pthread_t t, te;
 	if (pthread_create(&te, NULL, capture_run, &ce) != 0) {
@@ -774,15 +781,15 @@ int serve_files_watch(struct sbx_state *st, const struct serve_req *r, int sock,
 	out[1] = er[1] = in[0] = -1; /* the exec's, closed as it ends */
 	int started = 0;
 	int k = watch_relay(out[0], sock, &in[1], w, &started, err);
+	if (in[1] >= 0)
+		close(in[1]);
+	in[1] = -1;
 	if (k < 0) { /* a guest that says nothing sensible is not heard further */
 		watch_kill(w);
 		char junk[65536];
 		while (read(out[0], junk, sizeof junk) > 0)
 			;
 	}
-	if (in[1] >= 0)
-		close(in[1]);
-	in[1] = -1;
 	pthread_join(t, NULL);
 	pthread_join(te, NULL);
 	if (ce.buf)
