@@ -6,7 +6,7 @@
 # that climb ("../", NUL), symlinks in the guest that point out of what
 # the policy lets cross, an upload over files.max_transfer, a wrong token,
 # another tenant's sandbox, hostile messages; WatchDir's stream and the
-# watchers, inotify in the guest.  Everything is done in the
+# watchers, inotify in the guest, and a guest whose watcher lies.  Everything is done in the
 # guest: a host file of the same name is never what is served.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-npm.sh"
@@ -249,6 +249,25 @@ is "$(fs "$tokb" "$sa" CreateWatcher '{"path":"/tmp"}'; echo " $(code out)")" "4
 n=1; for _ in $(seq 30); do n=$(watchers); [ "$n" = 0 ] && break; sleep 1; done
 is "$n" 0 "no watcher is left in the guest"
 grep -q '"op":"watch".*"session":"'"$sa" "$L/audit.log"; ok $? "watches are audited, with the session"
+# A guest that lies: root in it swaps the watcher for a program that prints
+# what it likes.  The stream ends with an error, the liar is stopped, and the
+# service goes on.
+printf '#!/bin/sh\nprintf "S\\000Cok\\000Xbad\\000"\nexec sleep 600\n' >"$TEST_TMP/fake1"
+printf '#!/bin/sh\nprintf "S\\000"\nhead -c 10000 /dev/zero | tr "\\000" a\nexec sleep 600\n' >"$TEST_TMP/fake2"
+put "$tok" "$sa" 'path=/tmp/fake1' "$TEST_TMP/fake1" >/dev/null
+put "$tok" "$sa" 'path=/tmp/fake2' "$TEST_TMP/fake2" >/dev/null
+liars() { inguest 'for p in /proc/[0-9]*; do tr "\0" " " <$p/cmdline 2>/dev/null; echo; done | grep -c "^sleep 600"'; }
+inguest 'mkdir -p /tmp/lie'
+for f in fake1 fake2; do
+	sbx-exec --tenant alice -u root "$sa" -- sh -c "umount /run/sbx/guest-init; cat /tmp/$f >/run/sbx/guest-init"
+	watch "$tok" "$sa" '{"path":"/tmp/lie"}' "$TEST_TMP/$f.out"
+	wait "$watch"
+	is "$(envelopes "$TEST_TMP/$f.out" | tail -1 | cut -d' ' -f2- | jq -r .error.code)" internal \
+		"a watcher that prints $([ $f = fake1 ] && echo "an unknown record" || echo "a record of 10000 bytes"): the stream ends, internal"
+done
+is "$(events "$TEST_TMP/fake1.out")" "CREATE ok" "what came before the lie was passed on, nothing after"
+n=1; for _ in $(seq 30); do n=$(liars); [ "$n" = 0 ] && break; sleep 1; done
+is "$n" 0 "the lying watchers were stopped"
 grep -q '"op":"upload".*"session":"'"$sa" "$L/audit.log"; ok $? "uploads are audited, with the session"
 grep -q '"op":"download"' "$L/audit.log" && grep -q '"op":"fs"' "$L/audit.log"; ok $? "and downloads and filesystem calls"
 grep '"type":"serve.call"' "$L/audit.log" |
