@@ -36,6 +36,10 @@
  * virtio-serial port (Cloud Hypervisor: the host opens it by writing
  * "CONNECT 1024\n" to the VM's hybrid vsock socket). */
 #define SBX_AGENT_VSOCK_PORT 1024u
+/* guest-init itself, bound read-only over this file in the guest's /run at
+ * boot, so an exec can run its tools (`--watch`, guest-init/watch.c): a
+ * guest's own programs never see the initramfs it came from. */
+#define SBX_GUEST_TOOL_PATH "/run/sbx/guest-init"
 
 enum sbx_frame_type {
 	SBX_F_HELLO = 1,   /* guest->host: VERSION KERNEL HOSTNAME [FLAGS: SBX_GUEST_*];

@@ -528,6 +528,25 @@ static int switch_root(const char *dev)
 	return 0;
 }
 
+/* guest-init itself at SBX_GUEST_TOOL_PATH for the execs that run its
+ * tools (sbx-serve's WatchDir): a bind of the initramfs copy PID 1 runs
+ * from, which no path of the new root reaches otherwise; read-only, and
+ * no copy of the bytes.  A guest without it only lacks the tools. */
+static void tool_bind(void)
+{
+	int fd;
+
+	mkdir("/run/sbx", 0755);
+	if ((fd = open(SBX_GUEST_TOOL_PATH, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0755)) < 0) {
+		sbx_guest_log("create " SBX_GUEST_TOOL_PATH ": %s", strerror(errno));
+		return;
+	}
+	close(fd);
+	if (mount("/proc/self/exe", SBX_GUEST_TOOL_PATH, NULL, MS_BIND, NULL) < 0 ||
+	    mount(NULL, SBX_GUEST_TOOL_PATH, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+		sbx_guest_log("bind guest-init on " SBX_GUEST_TOOL_PATH ": %s", strerror(errno));
+}
+
 static void setup_newroot(void)
 {
 	const unsigned long nse = MS_NOSUID | MS_NODEV | MS_NOEXEC;
@@ -537,6 +556,7 @@ static void setup_newroot(void)
 	do_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "ptmxmode=0666,mode=0620,gid=5");
 	do_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	do_mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+	tool_bind();
 	/* Shell idioms (<(...), /dev/stdin) need these; devtmpfs lacks them. */
 	symlink("/proc/self/fd", "/dev/fd");
 	symlink("/proc/self/fd/0", "/dev/stdin");

@@ -2,7 +2,8 @@
  * SHUTDOWN.  PID 1 must never return from main (the kernel panics when init
  * exits), so every way out is a logged power-off.  Run by hand or by the
  * tests (`guest-init --agent-fd N`) it serves the agent protocol alone on an
- * inherited, already connected fd. */
+ * inherited, already connected fd.  An exec runs it (SBX_GUEST_TOOL_PATH)
+ * for its tools: `--watch` (watch.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -32,6 +33,7 @@ static void __attribute__((noreturn)) pid1_main(void)
 static int usage(void)
 {
 	fputs("usage: guest-init --agent-fd N\n"
+	      "       guest-init --watch [--recursive] PATH\n"
 	      "  (as PID 1 it takes no arguments and boots the guest)\n",
 	      stderr);
 	return 2;
@@ -44,6 +46,10 @@ int main(int argc, char **argv)
 
 	if (getpid() == 1)
 		pid1_main();
+	if (argc == 3 && !strcmp(argv[1], "--watch"))
+		return sbx_guest_watch(argv[2], 0);
+	if (argc == 4 && !strcmp(argv[1], "--watch") && !strcmp(argv[2], "--recursive"))
+		return sbx_guest_watch(argv[3], 1);
 	if (argc != 3 || strcmp(argv[1], "--agent-fd") != 0)
 		return usage();
 	errno = 0;

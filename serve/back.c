@@ -535,6 +535,8 @@ static int op_ps(struct serve_back *b, const struct serve_req *r, int sock, stru
 		if (!id || strcmp(json_string_value(json_object_get(e, "state")) ?: "", "running"))
 			continue;
 		json_t *rq = json_object_get(e, "request"), *argv = json_object_get(rq, "argv");
+		if (!strcmp(json_string_value(json_object_get(rq, "kind")) ?: "", "copy"))
+			continue; /* sbx's own (a watch's watcher, a file's copy): no process of envd's */
 		json_t *args = json_array(), *a;
 		size_t k;
 		json_array_foreach (argv, k, a)
@@ -888,6 +890,7 @@ static _Noreturn void serve_call(struct serve_back *b, const char *msg, size_t n
 		case SERVE_OP_SNAPSHOT: rc = op_snapshot(b, &r, tenant, sock, &err); break;
 		case SERVE_OP_SNAPSHOTS: rc = op_snapshots(b, &r, tenant, sock, &err); break;
 		case SERVE_OP_SNAPSHOT_RM: rc = op_snapshot_rm(b, &r, tenant, sock, &err); break;
+		case SERVE_OP_WATCH: rc = serve_files_watch(&b->st, &r, sock, &err); break;
 		case SERVE_OP_WHOAMI:
 			rc = reply_json(sock, json_pack("{s:b, s:s, s:s}", "ok", 1, "tenant", tenant, "principal", who),
 					NULL, 0);

@@ -25,8 +25,7 @@ json_t *serve_cx_unwrap(const char *body, size_t n)
 	return j;
 }
 
-/* One envelope of flags around j (consumed). */
-static ssize_t envelope(char *buf, size_t max, unsigned flags, json_t *j)
+ssize_t serve_cx_envelope(char *buf, size_t max, unsigned flags, json_t *j)
 {
 	if (!j)
 		return -1;
@@ -47,12 +46,12 @@ static ssize_t envelope(char *buf, size_t max, unsigned flags, json_t *j)
 
 ssize_t serve_cx_start_event(char *buf, size_t max, unsigned pid)
 {
-	return envelope(buf, max, 0, json_pack("{s:{s:{s:i}}}", "event", "start", "pid", (int)pid));
+	return serve_cx_envelope(buf, max, 0, json_pack("{s:{s:{s:i}}}", "event", "start", "pid", (int)pid));
 }
 
 ssize_t serve_cx_keepalive(char *buf, size_t max)
 {
-	return envelope(buf, max, 0, json_pack("{s:{s:{}}}", "event", "keepalive"));
+	return serve_cx_envelope(buf, max, 0, json_pack("{s:{s:{}}}", "event", "keepalive"));
 }
 
 size_t serve_cx_data_room(size_t max)
@@ -68,14 +67,14 @@ ssize_t serve_cx_data_event(char *buf, size_t max, const char *which, const char
 	if (!b64)
 		return -1;
 	EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)raw, (int)n);
-	ssize_t rc = envelope(buf, max, 0, json_pack("{s:{s:{s:s}}}", "event", "data", which, b64));
+	ssize_t rc = serve_cx_envelope(buf, max, 0, json_pack("{s:{s:{s:s}}}", "event", "data", which, b64));
 	free(b64);
 	return rc;
 }
 
 ssize_t serve_cx_end_error(char *buf, size_t max, const char *code, const char *msg)
 {
-	return envelope(buf, max, 2, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
+	return serve_cx_envelope(buf, max, 2, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
 }
 
 ssize_t serve_cx_end(char *buf, size_t max, json_t *ans)
@@ -91,12 +90,12 @@ ssize_t serve_cx_end(char *buf, size_t max, json_t *ans)
 		snprintf(text, sizeof text, "signal: %d", sig);
 	else
 		snprintf(text, sizeof text, "exit status %d", status);
-	ssize_t a = envelope(buf, max, 0,
-			     json_pack("{s:{s:{s:i, s:b, s:s}}}", "event", "end", "exitCode", sig ? -1 : status,
-				       "exited", !sig, "status", text));
+	ssize_t a = serve_cx_envelope(buf, max, 0,
+				      json_pack("{s:{s:{s:i, s:b, s:s}}}", "event", "end", "exitCode",
+						sig ? -1 : status, "exited", !sig, "status", text));
 	if (a < 0)
 		return -1;
-	ssize_t b = envelope(buf + a, max - (size_t)a, 2, json_object());
+	ssize_t b = serve_cx_envelope(buf + a, max - (size_t)a, 2, json_object());
 	return b < 0 ? -1 : a + b;
 }
 

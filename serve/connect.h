@@ -16,7 +16,8 @@
 json_t *serve_cx_unwrap(const char *body, size_t n);
 
 /* Envelopes into buf (at most max bytes): the length written, or -1 when
- * it does not fit. */
+ * it does not fit.  One of flags around j (consumed; NULL: -1): */
+ssize_t serve_cx_envelope(char *buf, size_t max, unsigned flags, json_t *j);
 ssize_t serve_cx_start_event(char *buf, size_t max, unsigned pid);
 ssize_t serve_cx_keepalive(char *buf, size_t max);
 /* Raw bytes a data event of max bytes can carry (base64 inside). */

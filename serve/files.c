@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "exec_client.h"
+#include "execrec.h"
 #include "session.h"
 #include "transfer.h"
 #include "util.h"
@@ -562,5 +563,265 @@ out:
 			close(data[i]);
 	run_free(&g);
 	free(a);
+	return rc;
+}
+
+/* ---- WatchDir and the watchers ------------------------------------------- */
+
+#define WATCH_STOP_MS 10000 /* a watcher told to stop, killed after this */
+
+struct watch_exec {
+	struct sbx_state *st;
+	const char *id;
+	struct sbx_exec_opts o;
+	struct sbx_exec_result res;
+	struct sbx_err err;
+	int rc;
+	pthread_mutex_t mu;
+	char exec_id[16]; /* once started */
+};
+
+static void watch_started(void *ctx, const char *exec_id)
+{
+	struct watch_exec *w = ctx;
+	pthread_mutex_lock(&w->mu);
+	snprintf(w->exec_id, sizeof w->exec_id, "%s", exec_id);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* The watcher's exec; its output's write end closes when it ends. */
+static void *watch_run(void *arg)
+{
+	struct watch_exec *w = arg;
+	w->rc = sbx_exec_run(w->st, w->id, &w->o, &w->res, &w->err);
+	close(w->o.out_fd);
+	close(w->o.err_fd);
+	close(w->o.in_fd);
+	return NULL;
+}
+
+static void watch_kill(struct watch_exec *w)
+{
+	char id[16];
+	pthread_mutex_lock(&w->mu);
+	snprintf(id, sizeof id, "%s", w->exec_id);
+	pthread_mutex_unlock(&w->mu);
+	struct sbx_err ignored = { 0 };
+	if (id[0])
+		sbx_exec_kill(w->st, w->id, id, &ignored);
+}
+
+/* The watcher's statuses (guest-init/watch.c) as errors. */
+static int watch_status(const struct watch_exec *w, const char *stderr_text, const char *path, struct sbx_err *err)
+{
+	if (w->rc < 0) {
+		*err = w->err;
+		return -1;
+	}
+	const struct sbx_exit_info *x = &w->res.exit;
+	if (x->reason == SBX_R_TIMEOUT)
+		return 0; /* the call's deadline: the end of the watch */
+	if (x->reason != SBX_R_EXITED)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest's watcher did not finish (%s)",
+				   sbx_reason_name(x->reason));
+	switch (x->status) {
+	case 0: return 0;
+	case 101: return sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such directory: %s", path);
+	case 102: return sbx_err_set(err, SBX_EXIT_INVALID, 0, "path is not a directory: %s", path);
+	case 107: return denied(err, "permission denied: %s", path);
+	case 108:
+		return sbx_err_set(err, SBX_EXIT_TEMPFAIL, 0,
+				   "too many watches in the guest: directories under %s, or watchers at once", path);
+	case 109: return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "events were lost: the guest's queue overflowed");
+	case 126:
+	case 127:
+		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0,
+				   "this sandbox's guest has no watcher (" SBX_GUEST_TOOL_PATH
+				   "): its template predates WatchDir; rebuild it");
+	}
+	return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest's watcher failed (status %d): %.300s", x->status,
+			   stderr_text && *stderr_text ? stderr_text : "no message");
+}
+
+/* The exec's deadline: the call's, else the longest the policy allows
+ * (a watch lasts until its client goes). */
+static uint32_t watch_deadline(struct sbx_state *st, const struct serve_req *r)
+{
+	struct sbx_session s;
+	struct sbx_err ignored = { 0 };
+	uint64_t max = sbx_session_lookup(st, r->id, &s, &ignored) == 0 ? s.limits.exec_timeout_max_ms : 0;
+	uint64_t t = r->exec_timeout_ms ? r->exec_timeout_ms : max ? max : UINT32_MAX;
+	if (max && t > max)
+		t = max;
+	return t > UINT32_MAX ? UINT32_MAX : (uint32_t)t;
+}
+
+/* The front went: the watcher's stdin closes (it ends itself), and it is
+ * killed if it has not in WATCH_STOP_MS. */
+static void watch_stop(int *in_w, uint64_t *stop_at)
+{
+	if (*in_w >= 0) {
+		close(*in_w);
+		*in_w = -1;
+		*stop_at = sbx_mono_ns() + WATCH_STOP_MS * 1000000ull;
+	}
+}
+
+/* The guest's records, as they come, to the front, until the watcher's
+ * output ends: 1 when the front went first, 0, or -1 with err on a
+ * record that is none. */
+static int watch_relay(int out, int sock, int *in_w, struct watch_exec *w, int *started, struct sbx_err *err)
+{
+	static char buf[2 * SERVE_WATCH_REC_MAX];
+	size_t len = 0;
+	uint64_t stop_at = 0;
+	for (;;) {
+		int gone = *in_w < 0;
+		struct pollfd p[2] = { { .fd = out, .events = POLLIN }, { .fd = gone ? -1 : sock, .events = POLLIN } };
+		int k = poll(p, 2, gone ? 1000 : -1);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k > 0 && p[1].revents) /* the front closed the call: its client went */
+			watch_stop(in_w, &stop_at);
+		if (stop_at && sbx_mono_ns() > stop_at) {
+			watch_kill(w);
+			stop_at = 0;
+		}
+		if (k <= 0 || !(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
+		ssize_t n = read(out, buf + len, sizeof buf - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return *in_w < 0;
+		len += (size_t)n;
+		size_t off = 0, used;
+		json_t *ev;
+		int rc;
+		while ((rc = serve_watch_record(buf + off, len - off, &used, &ev, err)) == 1) {
+			off += used;
+			int is_start = json_is_true(json_object_get(ev, "start"));
+			if (is_start == *started) { /* events before the start, or two starts */
+				json_decref(ev);
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, 0,
+						   "the guest's watcher sent a malformed record");
+			}
+			if (is_start) {
+				*started = 1;
+				json_decref(ev);
+				ev = json_pack("{s:b}", "ok", 1);
+			}
+			if (*in_w < 0)
+				json_decref(ev);
+			else if (reply(sock, ev, NULL, 0) < 0)
+				watch_stop(in_w, &stop_at);
+		}
+		if (rc < 0)
+			return -1;
+		memmove(buf, buf + off, len - off);
+		len -= off;
+	}
+}
+
+/* The watcher's exec: argv as the call's user, its stdio the pipes'
+ * ends given, its deadline watch_deadline's. */
+static void watch_opts(struct watch_exec *w, struct sbx_state *st, const struct serve_req *r, char **argv, int in,
+		       int out, int er)
+{
+	static char *env[] = { "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LC_ALL=C", NULL };
+	pthread_mutex_init(&w->mu, NULL);
+	w->st = st;
+	w->id = r->id;
+	w->o = (struct sbx_exec_opts){
+		.in_fd = in, .out_fd = out, .err_fd = er, .tty_fd = -1, .on_started = watch_started, .started_ctx = w
+	};
+	w->o.req.flags = SBX_EXEC_COPY; /* sbx's own, not the user's */
+	w->o.req.timeout_ms = watch_deadline(st, r);
+	w->o.req.argv = argv;
+	while (argv[w->o.req.argc])
+		w->o.req.argc++;
+	w->o.req.env = env;
+	w->o.req.envc = 2;
+	w->o.req.cwd = "/";
+	w->o.req.have_uid = w->o.req.have_gid = !strcmp(r->user, "root"); /* uid and gid 0 */
+}
+
+int serve_files_watch(struct sbx_state *st, const struct serve_req *r, int sock, struct sbx_err *err)
+{
+	struct serve_fs_args *a = malloc(sizeof *a);
+	struct watch_exec *w = calloc(1, sizeof *w);
+	int rc = -1, out[2] = { -1, -1 }, er[2] = { -1, -1 }, in[2] = { -1, -1 };
+	if (!a || !w) {
+		sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+		goto out;
+	}
+	if (visible(st, r, err) < 0 || serve_fs_args_decode(r->args, r->user, 0, a, err) < 0)
+		goto out;
+	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(er, O_CLOEXEC) < 0 || pipe2(in, O_CLOEXEC) < 0) {
+		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "pipe");
+		goto out;
+	}
+	char *argv[] = { SBX_GUEST_TOOL_PATH, "--watch", a->recursive ? "--recursive" : a->path,
+			 a->recursive ? a->path : NULL, NULL };
+	watch_opts(w, st, r, argv, in[0], out[1], er[1]);
+	struct capture ce = { .fd = er[0], .cap = MSG_MAX };
+	pthread_t t, te;
+	if (pthread_create(&te, NULL, capture_run, &ce) != 0) {
+		sbx_err_set(err, SBX_EXIT_INTERNAL, EAGAIN, "cannot start a thread");
+		goto out;
+	}
+	if (pthread_create(&t, NULL, watch_run, w) != 0) {
+		close(er[1]);
+		er[1] = -1;
+		pthread_join(te, NULL);
+		free(ce.buf);
+		sbx_err_set(err, SBX_EXIT_INTERNAL, EAGAIN, "cannot start a thread");
+		goto out;
+	}
+	out[1] = er[1] = in[0] = -1; /* the exec's, closed as it ends */
+	int started = 0;
+	int k = watch_relay(out[0], sock, &in[1], w, &started, err);
+	if (in[1] >= 0)
+		close(in[1]);
+	in[1] = -1;
+	if (k < 0) { /* a guest that says nothing sensible is not heard further */
+		watch_kill(w);
+		char junk[65536];
+		while (read(out[0], junk, sizeof junk) > 0)
+			;
+	}
+	pthread_join(t, NULL);
+	pthread_join(te, NULL);
+	if (ce.buf)
+		sbx_text_clean(ce.buf);
+	struct sbx_err why = { 0 };
+	int ended = watch_status(w, ce.buf, a->path, &why);
+	free(ce.buf);
+	if (k < 0)
+		goto out;
+	if (!started) {
+		if (ended < 0)
+			*err = why;
+		else
+			sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest's watcher ended before it watched %s",
+				    a->path);
+		goto out;
+	}
+	rc = 0;
+	if (!k) /* how it ended, to a front still there */
+		reply(sock,
+		      ended < 0 ? json_pack("{s:b, s:b, s:i, s:s, s:i}", "end", 1, "ok", 0, "code", why.code, "message",
+					    why.msg, "errno", why.errnum)
+				: json_pack("{s:b, s:b}", "end", 1, "ok", 1),
+		      NULL, 0);
+out:
+	for (int i = 0; i < 2; i++) {
+		int *fds[] = { &out[i], &er[i], &in[i] };
+		for (int j = 0; j < 3; j++)
+			if (*fds[j] >= 0)
+				close(*fds[j]);
+	}
+	free(a);
+	free(w);
 	return rc;
 }

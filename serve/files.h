@@ -42,6 +42,7 @@ struct serve_fs_args {
 	char path[SERVE_FS_PATH_MAX];
 	char dest[SERVE_FS_PATH_MAX]; /* move */
 	unsigned depth;               /* list: 1 to SERVE_FS_DEPTH_MAX */
+	int recursive;                /* watch */
 };
 
 /* The guest user's home, as E2B's templates (and sbx's) have it. */
@@ -67,6 +68,13 @@ json_t *serve_json_bytes(const char *s, size_t n);
 
 json_t *serve_fs_parse(const char *buf, size_t n, const char *base, size_t max, char *real, size_t cap,
 		       struct sbx_err *err);
+/* A record of `guest-init --watch` (guest-init/watch.c) from buf (n
+ * bytes): 1 with *used bytes taken and *ev, {"start": true} or envd's
+ * FilesystemEvent ({"name", "type"}, proto3 JSON); 0 when buf holds no
+ * whole record yet and is under SERVE_WATCH_REC_MAX bytes; -1 with err
+ * for anything else (a guest can print anything). */
+#define SERVE_WATCH_REC_MAX (SERVE_FS_PATH_MAX + 2)
+int serve_watch_record(const char *buf, size_t n, size_t *used, json_t **ev, struct sbx_err *err);
 /* Go's os.FileMode.String() of a Unix st_mode, as envd reports it. */
 void serve_fs_perms(uint32_t mode, char out[24]);
 
@@ -77,5 +85,9 @@ struct serve_req;
 int serve_files_fs(struct sbx_state *st, const struct serve_req *r, int sock, struct sbx_err *err);
 int serve_files_download(struct sbx_state *st, const struct serve_req *r, int sock, struct sbx_err *err);
 int serve_files_upload(struct sbx_state *st, const struct serve_req *r, int sock, struct sbx_err *err);
+/* WatchDir's and CreateWatcher's: {"ok": true} once the guest watches,
+ * then a message per event ({"name", "type"}) and a last one, {"end":
+ * true} with how it ended, until the front closes sock. */
+int serve_files_watch(struct sbx_state *st, const struct serve_req *r, int sock, struct sbx_err *err);
 
 #endif

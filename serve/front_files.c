@@ -6,10 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "connect.h"
+#include "files.h"
 #include "front.h"
 #include "serve.h"
 #include "util.h"
@@ -186,15 +189,137 @@ static enum MHD_Result fs_call(struct MHD_Connection *c, const void *l, const ch
 	return serve_front_answer_json(c, 200, a);
 }
 
-/* WatchDir and the watchers: not served (sbx-serve(8) CAVEATS).  A
- * stream's refusal is its end message; a unary call's its status. */
-static enum MHD_Result unimplemented(struct MHD_Connection *c, int stream)
+/* ---- WatchDir and the watchers --------------------------------------------- */
+
+#define WATCHERS_MAX 256
+#define WATCHER_EVENTS_MAX 10000
+#define WATCHER_IDLE_S 600 /* a watcher nobody asked for events this long goes */
+
+/* The back's call that watches: {"path", "recursive"} of the client's
+ * message; the call's socket, or -1 with *a the refusal. */
+static int watch_call(struct MHD_Connection *c, const void *l, const char *sandbox, json_t *m, json_t **a)
 {
-	const char *m = "watching directories is not served by sbx-serve";
-	if (!stream)
-		return serve_front_answer_json(c, 501, json_pack("{s:s, s:s}", "code", "unimplemented", "message", m));
-	char buf[512];
-	ssize_t k = serve_cx_end_error(buf, sizeof buf, "unimplemented", m);
+	char user[64];
+	json_t *p = json_object_get(m, "path"), *rec = json_object_get(m, "recursive");
+	*a = NULL;
+	if ((p && !json_is_string(p)) || (rec && !json_is_boolean(rec)) || call_user(c, user, sizeof user) < 0) {
+		*a = json_pack("{s:b, s:i, s:s}", "ok", 0, "code", SBX_EXIT_INVALID, "message",
+			       "expected {\"path\": string, \"recursive\": bool} and a user name");
+		return -1;
+	}
+	json_t *args = json_pack("{s:s, s:b}", "path", p ? json_string_value(p) : "", "recursive", json_is_true(rec));
+	int peer, fds[4], sock = -1;
+	unsigned nfds = 0;
+	json_t *r = fs_request(c, l, "watch", sandbox, user, args, &peer);
+	/* The client's deadline is the watch's (E2B's SDK: a minute). */
+	const char *to = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connect-Timeout-Ms");
+	char *end;
+	unsigned long ms = to ? strtoul(to, &end, 10) : 0;
+	if (to && !*end && *to && ms > 0 && ms <= 86400000ul)
+		json_object_set_new(r, "exec_timeout_ms", json_integer((json_int_t)ms));
+	*a = serve_front_call(r, peer, fds, &nfds, &sock);
+	for (unsigned i = 0; i < nfds; i++)
+		close(fds[i]);
+	if (!json_is_true(json_object_get(*a, "ok"))) {
+		if (sock >= 0)
+			close(sock);
+		return -1;
+	}
+	json_decref(*a);
+	*a = NULL;
+	return sock;
+}
+
+/* The back's next message on a watch's socket; NULL at its end. */
+static json_t *watch_next(int sock)
+{
+	char msg[8 * SERVE_WATCH_REC_MAX]; /* a name of control bytes, each \\u00XX */
+	int fds[1];
+	unsigned nfds = 0;
+	ssize_t n = serve_recv(sock, msg, sizeof msg, fds, &nfds, 1);
+	for (unsigned i = 0; i < nfds; i++)
+		close(fds[i]);
+	return n > 0 ? json_loads(msg, 0, NULL) : NULL;
+}
+
+struct watch_stream {
+	int sock, conn; /* the back's call; the client's connection */
+	int started, ended;
+	unsigned keepalive_s;
+	json_t *pending; /* an event that did not fit in the room MHD gave */
+};
+
+static void watch_stream_free(void *cls)
+{
+	struct watch_stream *s = cls;
+	close(s->sock); /* the back stops the guest's watcher */
+	json_decref(s->pending);
+	free(s);
+}
+
+/* WatchDir's envelopes: start, then an event per message of the back's
+ * and keepalives between, until the back ends it or the client goes. */
+static ssize_t watch_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct watch_stream *s = cls;
+	(void)pos;
+	if (s->ended)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	if (!s->started) {
+		s->started = 1;
+		return serve_cx_envelope(buf, max, 0, json_pack("{s:{}}", "start"));
+	}
+	if (s->pending) { /* its turn again, with the room MHD has now */
+		ssize_t rc = serve_cx_envelope(buf, max, 0, json_incref(s->pending));
+		if (rc > 0) {
+			json_decref(s->pending);
+			s->pending = NULL;
+		}
+		return rc > 0 ? rc : 0;
+	}
+	for (;;) {
+		/* POLLRDHUP: a client that closed its side (the SDK's stop())
+		 * ends the watch now, not at the next keepalive's write. */
+		struct pollfd p[2] = { { .fd = s->sock, .events = POLLIN }, { .fd = s->conn, .events = POLLRDHUP } };
+		int k = poll(p, 2, (int)s->keepalive_s * 1000);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 || (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (k == 0)
+			return serve_cx_envelope(buf, max, 0, json_pack("{s:{}}", "keepalive"));
+		json_t *m = watch_next(s->sock);
+		if (m && json_is_string(json_object_get(m, "name"))) {
+			json_t *ev = json_pack("{s:{s:O, s:O}}", "filesystem", "name", json_object_get(m, "name"),
+					       "type", json_object_get(m, "type"));
+			json_decref(m);
+			if (!ev)
+				continue;
+			ssize_t rc = serve_cx_envelope(buf, max, 0, json_incref(ev));
+			if (rc < 0) /* every event fits a whole block (fuzz-serve checks) */
+				s->pending = json_incref(ev);
+			json_decref(ev);
+			return rc > 0 ? rc : 0;
+		}
+		s->ended = 1;
+		ssize_t rc;
+		if (json_is_true(json_object_get(m, "ok"))) {
+			rc = serve_cx_envelope(buf, max, 2, json_object());
+		} else {
+			unsigned st;
+			const char *code = cx_code(m, &st);
+			rc = serve_cx_end_error(buf, max, m ? code : "unavailable",
+						m ? msg_of(m) : "the watch ended: the sandbox is gone");
+		}
+		json_decref(m);
+		return rc;
+	}
+}
+
+static enum MHD_Result stream_answer(struct MHD_Connection *c, const char *code, const char *msg)
+{
+	char buf[1024];
+	ssize_t k = serve_cx_end_error(buf, sizeof buf, code, msg);
 	struct MHD_Response *r = k > 0 ? MHD_create_response_from_buffer((size_t)k, buf, MHD_RESPMEM_MUST_COPY) : NULL;
 	if (!r)
 		return MHD_NO;
@@ -202,6 +327,229 @@ static enum MHD_Result unimplemented(struct MHD_Connection *c, int stream)
 	enum MHD_Result rc = MHD_queue_response(c, 200, r);
 	MHD_destroy_response(r);
 	return rc;
+}
+
+static enum MHD_Result watch_dir(struct MHD_Connection *c, const void *l, const char *body, size_t n,
+				 const char *sandbox)
+{
+	json_t *m = serve_cx_unwrap(body, n), *a;
+	if (!m)
+		return stream_answer(c, "invalid_argument", "the body is not one WatchDirRequest envelope");
+	int sock = watch_call(c, l, sandbox, m, &a);
+	json_decref(m);
+	if (sock < 0) {
+		unsigned st;
+		enum MHD_Result rc = stream_answer(c, cx_code(a, &st), msg_of(a));
+		json_decref(a);
+		return rc;
+	}
+	struct watch_stream *s = calloc(1, sizeof *s);
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!s || !ci) {
+		free(s);
+		close(sock);
+		return MHD_NO;
+	}
+	*s = (struct watch_stream){ .sock = sock, .conn = ci->connect_fd };
+	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
+	s->keepalive_s = ka && atoi(ka) > 0 && atoi(ka) < 3600 ? (unsigned)atoi(ka) : 50;
+	struct MHD_Response *resp =
+		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32768, watch_read, s, watch_stream_free);
+	if (!resp) {
+		watch_stream_free(s);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/connect+json");
+	enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+	MHD_destroy_response(resp);
+	return rc;
+}
+
+/* CreateWatcher's watchers: the back's watch, read by a thread of its
+ * own into a bounded list that GetWatcherEvents takes; by ID and
+ * sandbox, so another's ID finds nothing. */
+struct watcher {
+	char id[24], sandbox[64];
+	int sock;
+	json_t *events;
+	json_t *end;   /* the back's last message, or an error of ours; NULL: running */
+	int removed;   /* unlinked: the thread frees it as it goes */
+	int done;      /* the thread is gone: removal frees it */
+	uint64_t seen; /* the last call for it, mono ns */
+	struct watcher *next;
+};
+
+static pthread_mutex_t watchers_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct watcher *watchers;
+static unsigned nwatchers;
+
+static void watcher_free(struct watcher *w)
+{
+	close(w->sock);
+	json_decref(w->events);
+	json_decref(w->end);
+	free(w);
+}
+
+static void *watcher_run(void *arg)
+{
+	struct watcher *w = arg;
+	json_t *m;
+	while ((m = watch_next(w->sock))) {
+		int ev = json_is_string(json_object_get(m, "name"));
+		pthread_mutex_lock(&watchers_mu);
+		if (ev && json_array_size(w->events) < WATCHER_EVENTS_MAX) {
+			json_array_append_new(w->events, json_pack("{s:O, s:O}", "name", json_object_get(m, "name"),
+								   "type", json_object_get(m, "type")));
+			json_decref(m);
+			m = NULL;
+		} else if (ev) { /* nobody takes them: the watch ends rather than grow */
+			json_decref(m);
+			m = json_pack("{s:b, s:i, s:s}", "ok", 0, "code", SBX_EXIT_TEMPFAIL, "message",
+				      "more than 10000 events not taken: the watcher stopped");
+		}
+		if (m && !w->end)
+			w->end = m;
+		else
+			json_decref(m);
+		int stop = w->end != NULL;
+		pthread_mutex_unlock(&watchers_mu);
+		if (stop)
+			break;
+	}
+	pthread_mutex_lock(&watchers_mu);
+	if (!w->end)
+		w->end = json_pack("{s:b, s:i, s:s}", "ok", 0, "code", SBX_EXIT_UNAVAIL, "message",
+				   "the watch ended: the sandbox is gone");
+	shutdown(w->sock, SHUT_RDWR); /* the back stops the guest's watcher */
+	w->done = 1;
+	int mine = w->removed;
+	pthread_mutex_unlock(&watchers_mu);
+	if (mine)
+		watcher_free(w);
+	return NULL;
+}
+
+/* Unlink w (watchers_mu held): freed now, or by its thread. */
+static void watcher_drop(struct watcher **pp)
+{
+	struct watcher *w = *pp;
+	*pp = w->next;
+	nwatchers--;
+	if (w->done) {
+		watcher_free(w);
+	} else {
+		w->removed = 1;
+		shutdown(w->sock, SHUT_RDWR);
+	}
+}
+
+/* The watcher id names for sandbox (watchers_mu held), idle ones gone. */
+static struct watcher **watcher_find(const char *id, const char *sandbox)
+{
+	uint64_t now = sbx_mono_ns();
+	struct watcher **found = NULL;
+	for (struct watcher **pp = &watchers; *pp;) {
+		if (now - (*pp)->seen > (uint64_t)WATCHER_IDLE_S * 1000000000u) {
+			watcher_drop(pp);
+			continue;
+		}
+		if (id && !strcmp((*pp)->id, id) && !strcmp((*pp)->sandbox, sandbox))
+			found = pp;
+		pp = &(*pp)->next;
+	}
+	return found;
+}
+
+static enum MHD_Result cx_unary_error(struct MHD_Connection *c, unsigned status, const char *code, const char *msg)
+{
+	return serve_front_answer_json(c, status, json_pack("{s:s, s:s}", "code", code, "message", msg));
+}
+
+static enum MHD_Result watcher_create(struct MHD_Connection *c, const void *l, json_t *m, const char *sandbox)
+{
+	unsigned char rnd[8];
+	pthread_mutex_lock(&watchers_mu);
+	watcher_find(NULL, sandbox);
+	int full = nwatchers >= WATCHERS_MAX;
+	pthread_mutex_unlock(&watchers_mu);
+	if (full)
+		return cx_unary_error(c, 429, "resource_exhausted", "too many watchers: remove some");
+	if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+		return cx_unary_error(c, 500, "internal", "no randomness for a watcher ID");
+	json_t *a;
+	int sock = watch_call(c, l, sandbox, m, &a);
+	if (sock < 0)
+		return cx_error(c, a);
+	struct watcher *w = calloc(1, sizeof *w);
+	if (!w) {
+		close(sock);
+		return MHD_NO;
+	}
+	snprintf(w->id, sizeof w->id, "w");
+	for (size_t i = 0; i < sizeof rnd; i++)
+		snprintf(w->id + 1 + 2 * i, 3, "%02x", rnd[i]);
+	snprintf(w->sandbox, sizeof w->sandbox, "%s", sandbox);
+	w->sock = sock;
+	w->events = json_array();
+	w->seen = sbx_mono_ns();
+	pthread_t t;
+	pthread_mutex_lock(&watchers_mu);
+	if (pthread_create(&t, NULL, watcher_run, w) != 0) {
+		pthread_mutex_unlock(&watchers_mu);
+		watcher_free(w);
+		return cx_unary_error(c, 503, "unavailable", "cannot start a thread");
+	}
+	pthread_detach(t);
+	w->next = watchers;
+	watchers = w;
+	nwatchers++;
+	pthread_mutex_unlock(&watchers_mu);
+	return serve_front_answer_json(c, 200, json_pack("{s:s}", "watcherId", w->id));
+}
+
+/* GetWatcherEvents (take: the events so far) and RemoveWatcher. */
+static enum MHD_Result watcher_call(struct MHD_Connection *c, const void *l, json_t *m, const char *sandbox, int take)
+{
+	const char *id = json_string_value(json_object_get(m, "watcherId"));
+	if (!id)
+		return cx_unary_error(c, 400, "invalid_argument", "watcherId: expected a string");
+	/* The sandbox is still the caller's (its token checked again). */
+	int peer;
+	json_t *r = serve_front_request(c, l, "get", &peer);
+	json_object_set_new(r, "id", json_string(sandbox));
+	json_t *a = serve_front_call(r, peer, NULL, NULL, NULL);
+	if (!json_is_true(json_object_get(a, "ok")))
+		return cx_error(c, a);
+	json_decref(a);
+	pthread_mutex_lock(&watchers_mu);
+	struct watcher **pp = watcher_find(id, sandbox);
+	json_t *out = NULL, *end = NULL;
+	if (pp && take) {
+		struct watcher *w = *pp;
+		w->seen = sbx_mono_ns();
+		if (json_array_size(w->events) || !w->end) {
+			out = json_pack("{s:o}", "events", w->events);
+			w->events = json_array();
+		} else {
+			end = json_incref(w->end);
+		}
+	} else if (pp) {
+		watcher_drop(pp);
+		out = json_object();
+	}
+	pthread_mutex_unlock(&watchers_mu);
+	if (!pp)
+		return cx_unary_error(c, 404, "not_found", "no watcher with that ID");
+	if (end) {
+		if (json_is_true(json_object_get(end, "ok"))) {
+			json_decref(end);
+			end = json_pack("{s:b, s:i, s:s}", "ok", 0, "code", SBX_EXIT_NOENT, "message",
+					"the watch ended");
+		}
+		return cx_error(c, end);
+	}
+	return serve_front_answer_json(c, 200, out);
 }
 
 /* ---- /files GET -------------------------------------------------------------- */
@@ -285,10 +633,8 @@ enum MHD_Result serve_files_envd(struct MHD_Connection *c, const void *l, const 
 	if (!strcmp(url, "/files"))
 		return !strcmp(method, "GET") ? files_get(c, l, sandbox) : files_error(c, 405, "GET or POST");
 	const char *rpc = url + strlen("/filesystem.Filesystem/");
-	if (!strcmp(rpc, "WatchDir"))
-		return unimplemented(c, 1);
-	if (!strcmp(rpc, "CreateWatcher") || !strcmp(rpc, "GetWatcherEvents") || !strcmp(rpc, "RemoveWatcher"))
-		return unimplemented(c, 0);
+	if (!strcmp(method, "POST") && !strcmp(rpc, "WatchDir"))
+		return watch_dir(c, l, body, n, sandbox);
 	if (strcmp(method, "POST"))
 		return serve_front_answer_json(c, 405,
 					       json_pack("{s:s, s:s}", "code", "unimplemented", "message", "POST"));
@@ -297,6 +643,15 @@ enum MHD_Result serve_files_envd(struct MHD_Connection *c, const void *l, const 
 		return serve_front_answer_json(c, 415,
 					       json_pack("{s:s, s:s}", "code", "unimplemented", "message",
 							 "only Connect's JSON (application/json) is served"));
+	if (!strcmp(rpc, "CreateWatcher") || !strcmp(rpc, "GetWatcherEvents") || !strcmp(rpc, "RemoveWatcher")) {
+		json_t *m = n ? json_loadb(body, n, JSON_REJECT_DUPLICATES, NULL) : json_object();
+		enum MHD_Result rc = !json_is_object(m) ? cx_unary_error(c, 400, "invalid_argument",
+									 "the body is not this call's JSON message")
+				     : rpc[0] == 'C'    ? watcher_create(c, l, m, sandbox)
+							: watcher_call(c, l, m, sandbox, rpc[0] == 'G');
+		json_decref(m);
+		return rc;
+	}
 	return fs_call(c, l, rpc, body, n, sandbox);
 }
 

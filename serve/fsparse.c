@@ -109,6 +109,10 @@ int serve_fs_args_decode(json_t *args, const char *user, int is_fs, struct serve
 	if (path_field(args, "path", home, a->path, sizeof a->path, 1, err) < 0 ||
 	    path_field(args, "dest", home, a->dest, sizeof a->dest, a->call == SERVE_FS_MOVE, err) < 0)
 		return -1;
+	json_t *rec = json_object_get(args, "recursive");
+	if (rec && !json_is_boolean(rec))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "recursive: expected true or false");
+	a->recursive = json_is_true(rec);
 	json_t *d = json_object_get(args, "depth");
 	a->depth = 1;
 	if (d && !json_is_null(d)) {
@@ -363,4 +367,37 @@ bad:
 	free(path);
 	sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest's answer is malformed");
 	return NULL;
+}
+
+int serve_watch_record(const char *buf, size_t n, size_t *used, json_t **ev, struct sbx_err *err)
+{
+	static const struct {
+		char c;
+		const char *type;
+	} types[] = { { 'C', "EVENT_TYPE_CREATE" },
+		      { 'W', "EVENT_TYPE_WRITE" },
+		      { 'R', "EVENT_TYPE_REMOVE" },
+		      { 'N', "EVENT_TYPE_RENAME" },
+		      { 'M', "EVENT_TYPE_CHMOD" } };
+	*ev = NULL;
+	const char *z = memchr(buf, 0, n < SERVE_WATCH_REC_MAX ? n : SERVE_WATCH_REC_MAX);
+	if (!z) {
+		if (n < SERVE_WATCH_REC_MAX)
+			return 0;
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest's watcher sent a record over %u bytes",
+				   (unsigned)SERVE_WATCH_REC_MAX);
+	}
+	size_t l = (size_t)(z - buf);
+	*used = l + 1;
+	if (l == 1 && buf[0] == 'S') {
+		*ev = json_pack("{s:b}", "start", 1);
+	} else if (l >= 2 && buf[1] != '/') { /* a name relative to the directory */
+		for (size_t i = 0; i < SBX_ARRAY_LEN(types); i++)
+			if (buf[0] == types[i].c)
+				*ev = json_pack("{s:o, s:s}", "name", serve_json_bytes(buf + 1, l - 1), "type",
+						types[i].type);
+	}
+	if (!*ev)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the guest's watcher sent a malformed record");
+	return 1;
 }

@@ -34,7 +34,8 @@ static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",
 					[SERVE_OP_LOGS] = "logs",
 					[SERVE_OP_SNAPSHOT] = "snapshot",
 					[SERVE_OP_SNAPSHOTS] = "snapshots",
-					[SERVE_OP_SNAPSHOT_RM] = "snapshot_rm" };
+					[SERVE_OP_SNAPSHOT_RM] = "snapshot_rm",
+					[SERVE_OP_WATCH] = "watch" };
 
 int serve_cli_prog_ok(const char *prog)
 {
@@ -250,7 +251,8 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 		return -1;
 	if (r->op == SERVE_OP_CLI && !serve_cli_prog_ok(r->argv[0]))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "cli: %.40s is not a command served to users", r->argv[0]);
-	if ((r->op == SERVE_OP_FS || r->op == SERVE_OP_DOWNLOAD || r->op == SERVE_OP_UPLOAD) &&
+	if ((r->op == SERVE_OP_FS || r->op == SERVE_OP_DOWNLOAD || r->op == SERVE_OP_UPLOAD ||
+	     r->op == SERVE_OP_WATCH) &&
 	    !json_is_object(r->args = json_incref(json_object_get(o, "args"))))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: no args", op);
 	int need_id = r->op != SERVE_OP_CREATE && r->op != SERVE_OP_LIST && r->op != SERVE_OP_TEMPLATES &&

@@ -49,6 +49,7 @@ enum serve_op {
 	SERVE_OP_SNAPSHOT,    /* save a sandbox as a snapshot (template: its name, or "") */
 	SERVE_OP_SNAPSHOTS,   /* the caller's snapshots (id: of that sandbox only, or ""; template: that name only) */
 	SERVE_OP_SNAPSHOT_RM, /* remove one (template: its ID) */
+	SERVE_OP_WATCH,       /* WatchDir, CreateWatcher: a directory's events (files.h) */
 };
 
 /* A request as the back decodes it: every string checked for length and
@@ -73,7 +74,7 @@ struct serve_req {
 	int signo;
 	unsigned count;              /* fork: how many copies */
 	unsigned pty_rows, pty_cols; /* exec: a terminal of this size (both, or neither) */
-	json_t *args;                /* fs, download, upload: their own fields, decoded by files.h (owned) */
+	json_t *args;                /* fs, download, upload, watch: their own fields, decoded by files.h (owned) */
 };
 
 /* 0, or -1 with err (3) naming what is wrong. */

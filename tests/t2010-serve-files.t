@@ -5,7 +5,8 @@
 # E2B_SANDBOX_URL and E2B_API_KEY set; then the attacks, with curl: paths
 # that climb ("../", NUL), symlinks in the guest that point out of what
 # the policy lets cross, an upload over files.max_transfer, a wrong token,
-# another tenant's sandbox, hostile messages.  Everything is done in the
+# another tenant's sandbox, hostile messages; WatchDir's stream and the
+# watchers, inotify in the guest, and a guest whose watcher lies.  Everything is done in the
 # guest: a host file of the same name is never what is served.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-npm.sh"
@@ -140,10 +141,133 @@ is "$(fs "$tok" "$sa" Stat '{"path":' )" 400 "broken JSON: 400"
 is "$(CT=application/proto fs "$tok" "$sa" Stat '{"path":"/tmp"}')" 415 "Connect's binary format: 415"
 is "$(curl -s -o /dev/null -w '%{http_code}' -H "E2b-Sandbox-Id: $sa" -H "X-Access-Token: $tok" -H 'Content-Type: text/plain' \
 	--data-binary x "$U/files?path=/tmp/t")" 400 "an upload that is neither multipart nor a raw body: 400"
-is "$(fs "$tok" "$sa" CreateWatcher '{"path":"/tmp"}'; echo " $(code out)")" "501 unimplemented" \
-	"CreateWatcher: unimplemented (sbx-serve(8) CAVEATS)"
-is "$(CT=application/connect+json fs "$tok" "$sa" WatchDir x)" 200 "WatchDir: a stream"
-grep -q '"code":"unimplemented"' "$TEST_TMP/out"; ok $? "that ends at once with unimplemented"
+is "$(CT=application/connect+json fs "$tok" "$sa" WatchDir x)" 200 "WatchDir with no envelope: a stream"
+grep -q '"code":"invalid_argument"' "$TEST_TMP/out"; ok $? "that ends at once with invalid_argument"
+
+# --- WatchDir and the watchers: inotify in the guest ----------------------------------
+# envelope JSON: Connect's envelope around a message
+envelope() { python3 -c 'import sys, struct; b = sys.argv[1].encode(); sys.stdout.buffer.write(b"\0" + struct.pack(">I", len(b)) + b)' "$1"; }
+# watch TOKEN SANDBOX MESSAGE OUT: a WatchDir stream into OUT, in the
+# background ($watch), keepalives each second
+watch() {
+	envelope "$3" >"$TEST_TMP/wbody"
+	curl -s -N -m 300 -o "$4" -H "E2b-Sandbox-Id: $2" ${1:+-H "X-Access-Token: $1"} -H 'Keepalive-Ping-Interval: 1' \
+		-H 'Content-Type: application/connect+json' --data-binary @"$TEST_TMP/wbody" "$U/filesystem.Filesystem/WatchDir" &
+	watch=$!
+}
+# envelopes FILE: a stream's envelopes, a line each: flags, then the JSON
+envelopes() {
+	python3 -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+i = 0
+while i + 5 <= len(d):
+    n = struct.unpack(">I", d[i + 1:i + 5])[0]
+    print(d[i], d[i + 5:i + 5 + n].decode())
+    i += 5 + n' "$1"
+}
+# events FILE: "TYPE NAME" of each event so far (names with a newline left out)
+events() {
+	envelopes "$1" | sed -n 's/^0 {"filesystem":\(.*\)}$/\1/p' |
+		jq -r 'select(.name | contains("\n") | not) | "\(.type | sub("EVENT_TYPE_"; "")) \(.name)"'
+}
+# until_in FILE LINE: wait (up to a minute) for the event LINE
+until_in() { for _ in $(seq 600); do events "$1" | grep -qxF "$2" && return 0; sleep 0.1; done; return 1; }
+started() { for _ in $(seq 1200); do grep -q '"start"' "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+# watchers: the guest's watchers running
+watchers() { inguest 'for p in /proc/[0-9]*; do tr "\0" " " <$p/cmdline 2>/dev/null; echo; done | grep -c "^/run/sbx/guest-init --watch"'; }
+
+inguest 'mkdir -p /tmp/w/sub'
+watch "$tok" "$sa" '{"path":"/tmp/w"}' "$TEST_TMP/w1"
+started "$TEST_TMP/w1"; ok $? "WatchDir /tmp/w: the start message comes first"
+is "$(envelopes "$TEST_TMP/w1" | head -1)" '0 {"start":{}}' "as envd's StartEvent"
+inguest 'cd /tmp/w && echo a >f && mv f g && chmod 600 g && rm g && touch sub/deep && printf x >"new
+line" && touch done'
+until_in "$TEST_TMP/w1" "CREATE done"; ok $? "the events came"
+is "$(events "$TEST_TMP/w1" | uniq | tr '\n' ,)" \
+	"CREATE f,WRITE f,RENAME f,CREATE g,CHMOD g,REMOVE g,CREATE done,CHMOD done," \
+	"create, write, rename (from and to), chmod and remove, in order"
+is "$(envelopes "$TEST_TMP/w1" | grep -c 'sub/deep')" 0 "not recursive: nothing from sub/"
+is "$(envelopes "$TEST_TMP/w1" | sed -n 's/^0 {"filesystem":\(.*\)}$/\1/p' | jq -c 'select(.name | test("line")) | .name' | sort -u)" \
+	'"new\nline"' "a name with a newline, whole"
+sleep 2
+grep -q '"keepalive"' "$TEST_TMP/w1"; ok $? "keepalives between events (Keepalive-Ping-Interval)"
+is "$(watchers)" 1 "one watcher in the guest"
+is "$(curl -s -H "E2b-Sandbox-Id: $sa" -H "X-Access-Token: $tok" -H 'Content-Type: application/json' --data-binary '{}' \
+	"$U/process.Process/List" | jq '[.processes[] | select(.cmd | test("guest-init"))] | length')" 0 \
+	"which is no process of the sandbox's (process.List)"
+kill "$watch"; wait "$watch" 2>/dev/null
+n=1; for _ in $(seq 30); do n=$(watchers); [ "$n" = 0 ] && break; sleep 1; done
+is "$n" 0 "the client gone, the guest's watcher ends"
+
+watch "$tok" "$sa" '{"path":"/tmp/w","recursive":true}' "$TEST_TMP/w2"
+started "$TEST_TMP/w2"; ok $? "a recursive watch starts"
+inguest 'mkdir -p /tmp/w/a/b && touch /tmp/w/a/b/c /tmp/w/sub/deep2 && touch /tmp/w/done2'
+until_in "$TEST_TMP/w2" "CREATE done2"; ok $? "its events came"
+events "$TEST_TMP/w2" | grep -qxF "CREATE sub/deep2"; ok $? "a file in a directory that was there: sub/deep2"
+events "$TEST_TMP/w2" | grep -qxF "CREATE a/b/c"; ok $? "one in directories made after the start: a/b/c"
+inguest 'rm -rf /tmp/w'
+until_in "$TEST_TMP/w2" "REMOVE ."; ok $? "the directory removed: REMOVE ."
+wait "$watch"
+is "$(envelopes "$TEST_TMP/w2" | tail -1)" "2 {}" "and the stream ends, cleanly"
+
+wr() { # wr TOKEN SANDBOX MESSAGE: a WatchDir that ends at once; its last envelope
+	envelope "$3" >"$TEST_TMP/wbody"
+	curl -s -m 120 -o "$TEST_TMP/w3" -H "E2b-Sandbox-Id: $2" ${1:+-H "X-Access-Token: $1"} \
+		-H 'Content-Type: application/connect+json' --data-binary @"$TEST_TMP/wbody" "$U/filesystem.Filesystem/WatchDir"
+	envelopes "$TEST_TMP/w3" | tail -1 | cut -d' ' -f2- | jq -r .error.code
+}
+is "$(wr "$tok" "$sa" '{"path":"/tmp/nope"}')" not_found "WatchDir of a missing directory: not_found"
+is "$(wr "$tok" "$sa" '{"path":"/tmp/h/hello.txt"}')" invalid_argument "of a file: invalid_argument"
+is "$(wr "$tok" "$sa" '{"path":"/root"}')" permission_denied "of what the user cannot read: permission_denied"
+is "$(wr "$tokb" "$sa" '{"path":"/tmp"}')" not_found "with another sandbox's token: not_found"
+is "$(wr "$tok" "$sa" '{"path":"/tmp","recursive":"yes"}')" invalid_argument "recursive that is no bool"
+
+# The polling API (E2B's Python SDK): CreateWatcher, GetWatcherEvents, RemoveWatcher.
+inguest 'mkdir -p /tmp/p'
+is "$(fs "$tok" "$sa" CreateWatcher '{"path":"/tmp/p"}')" 200 "CreateWatcher: 200"
+wid=$(jq -r .watcherId "$TEST_TMP/out")
+like "$wid" '^w[0-9a-f]{16}$' "a watcher ID"
+inguest 'touch /tmp/p/x'
+evs=; for _ in $(seq 100); do
+	fs "$tok" "$sa" GetWatcherEvents "{\"watcherId\":\"$wid\"}" >/dev/null
+	evs="$evs$(jq -r '.events[] | "\(.type) \(.name)"' "$TEST_TMP/out" 2>/dev/null | tr '\n' ,)"
+	case $evs in *"EVENT_TYPE_CHMOD x"*) break ;; esac
+	sleep 0.2
+done
+is "$evs" "EVENT_TYPE_CREATE x,EVENT_TYPE_CHMOD x," "GetWatcherEvents: the events since, each once"
+is "$(fs "$tokb" "$sb" GetWatcherEvents "{\"watcherId\":\"$wid\"}"; echo " $(code out)")" "404 not_found" \
+	"another tenant's sandbox does not find it"
+is "$(fs "$tokb" "$sa" GetWatcherEvents "{\"watcherId\":\"$wid\"}"; echo " $(code out)")" "404 not_found" \
+	"nor does another sandbox's token"
+is "$(fs "$tok" "$sa" RemoveWatcher "{\"watcherId\":\"$wid\"}")" 200 "RemoveWatcher: 200"
+is "$(fs "$tok" "$sa" GetWatcherEvents "{\"watcherId\":\"$wid\"}"; echo " $(code out)")" "404 not_found" "then it is gone"
+is "$(fs "$tok" "$sa" CreateWatcher '{"path":"/tmp/nope"}'; echo " $(code out)")" "404 not_found" \
+	"CreateWatcher of a missing directory: not_found"
+is "$(fs "$tokb" "$sa" CreateWatcher '{"path":"/tmp"}'; echo " $(code out)")" "404 not_found" \
+	"CreateWatcher in another tenant's sandbox: not_found"
+n=1; for _ in $(seq 30); do n=$(watchers); [ "$n" = 0 ] && break; sleep 1; done
+is "$n" 0 "no watcher is left in the guest"
+grep -q '"op":"watch".*"session":"'"$sa" "$L/audit.log"; ok $? "watches are audited, with the session"
+# A guest that lies: root in it swaps the watcher for a program that prints
+# what it likes.  The stream ends with an error, the liar is stopped, and the
+# service goes on.
+printf '#!/bin/sh\nprintf "S\\000Cok\\000Xbad\\000"\nexec sleep 600\n' >"$TEST_TMP/fake1"
+printf '#!/bin/sh\nprintf "S\\000"\nhead -c 10000 /dev/zero | tr "\\000" a\nexec sleep 600\n' >"$TEST_TMP/fake2"
+put "$tok" "$sa" 'path=/tmp/fake1' "$TEST_TMP/fake1" >/dev/null
+put "$tok" "$sa" 'path=/tmp/fake2' "$TEST_TMP/fake2" >/dev/null
+liars() { inguest 'for p in /proc/[0-9]*; do tr "\0" " " <$p/cmdline 2>/dev/null; echo; done | grep -c "^sleep 600"'; }
+inguest 'mkdir -p /tmp/lie'
+for f in fake1 fake2; do
+	sbx-exec --tenant alice -u root "$sa" -- sh -c "umount /run/sbx/guest-init; cat /tmp/$f >/run/sbx/guest-init"
+	watch "$tok" "$sa" '{"path":"/tmp/lie"}' "$TEST_TMP/$f.out"
+	wait "$watch"
+	is "$(envelopes "$TEST_TMP/$f.out" | tail -1 | cut -d' ' -f2- | jq -r .error.code)" internal \
+		"a watcher that prints $([ $f = fake1 ] && echo "an unknown record" || echo "a record of 10000 bytes"): the stream ends, internal"
+done
+is "$(events "$TEST_TMP/fake1.out")" "CREATE ok" "what came before the lie was passed on, nothing after"
+n=1; for _ in $(seq 30); do n=$(liars); [ "$n" = 0 ] && break; sleep 1; done
+is "$n" 0 "the lying watchers were stopped"
 grep -q '"op":"upload".*"session":"'"$sa" "$L/audit.log"; ok $? "uploads are audited, with the session"
 grep -q '"op":"download"' "$L/audit.log" && grep -q '"op":"fs"' "$L/audit.log"; ok $? "and downloads and filesystem calls"
 grep '"type":"serve.call"' "$L/audit.log" |

@@ -1,8 +1,9 @@
 /* sbx-serve's own parsers of bytes that come from the network, from its
  * unprivileged front or from a guest: the back's request decoder (wire.c)
  * and Connect's framing, the Basic user and the end of a stream
- * (connect.c); the filesystem calls' arguments and paths, and the guest's
- * records of its files (fsparse.c).  The first byte picks which. */
+ * (connect.c); the filesystem calls' arguments and paths, the guest's
+ * records of its files and its watcher's records, each as the event
+ * envelope the front makes of it (fsparse.c).  The first byte picks which. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,13 +87,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	case 3:
-		if (data[0] & 0x80) { /* a host user's command and its signals (the CLI socket) */
+		if ((data[0] & 0xc0) == 0xc0) { /* a host user's command and its signals (the CLI socket) */
 			struct sbx_err err = { 0 };
 			json_t *r = serve_cli_request(p, n, &err);
 			if (r && !serve_cli_prog_ok(json_string_value(json_array_get(json_object_get(r, "argv"), 0))))
 				abort();
 			json_decref(r);
 			serve_cli_signal(p, n);
+			break;
+		}
+		if (data[0] & 0x80) { /* a guest watcher's output, as the back and front take it */
+			size_t off = 0, used;
+			json_t *ev;
+			struct sbx_err err = { 0 };
+			static char env[32768]; /* the front's block: every event must fit */
+			while (serve_watch_record(p + off, n - off, &used, &ev, &err) == 1) {
+				if (!used || used > n - off)
+					abort();
+				off += used;
+				json_t *name = json_object_get(ev, "name");
+				if (name && serve_cx_envelope(env, sizeof env, 0,
+							      json_pack("{s:{s:O, s:O}}", "filesystem", "name", name,
+									"type", json_object_get(ev, "type"))) < 0)
+					abort();
+				if (!name && !json_is_true(json_object_get(ev, "start")))
+					abort();
+				json_decref(ev);
+			}
 			break;
 		}
 		if (data[0] & 0x40) { /* a guest's console as logs */

@@ -106,6 +106,17 @@ test('what is not there, and what may not be', async () => {
 	await assert.rejects(sbx.files.read('/etc/passwd'), SandboxError, 'nor exportable')
 })
 
-test('watchDir is not served, and says so', async () => {
-	await assert.rejects(sbx.files.watchDir('/tmp', () => {}), /not served/)
+test('watchDir: a write seen, and what is not there or may not be refused', async () => {
+	await sbx.files.makeDir('/tmp/watched')
+	const seen = []
+	const h = await sbx.files.watchDir('/tmp/watched', (e) => { seen.push(`${e.type} ${e.name}`) })
+	try {
+		await sbx.files.write('/tmp/watched/w.txt', 'x')
+		for (let i = 0; i < 300 && !seen.includes('create w.txt'); i++) await new Promise((r) => setTimeout(r, 100))
+		assert.ok(seen.includes('create w.txt'), `the write's create (saw ${seen})`)
+	} finally {
+		await h.stop()
+	}
+	await assert.rejects(sbx.files.watchDir('/tmp/no-such-dir', () => {}), FileNotFoundError)
+	await assert.rejects(sbx.files.watchDir('/root', () => {}), SandboxError, 'the user cannot read /root')
 })

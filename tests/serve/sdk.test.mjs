@@ -255,3 +255,41 @@ test('a PTY: an interactive shell at its size, input, a resize, kill', async () 
 		await sbx.kill()
 	}
 })
+
+test('watchDir: events from inotify in the guest, recursive or not, then stop', async () => {
+	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
+	const until = async (what, f) => {
+		for (let i = 0; i < 300 && !f(); i++) await new Promise((r) => setTimeout(r, 100))
+		assert.ok(f(), what)
+	}
+	try {
+		await sbx.files.makeDir('/tmp/wd/sub')
+		const flat = [], deep = []
+		const h1 = await sbx.files.watchDir('/tmp/wd', (e) => { flat.push(`${e.type} ${e.name}`) })
+		const h2 = await sbx.files.watchDir('/tmp/wd', (e) => { deep.push(`${e.type} ${e.name}`) }, { recursive: true })
+		await sbx.files.write('/tmp/wd/a.txt', 'one')
+		await sbx.commands.run('cd /tmp/wd && echo more >>a.txt && mv a.txt b.txt && chmod 600 b.txt && touch sub/c && rm b.txt && touch end')
+		await until(`the events came (${flat})`, () => flat.includes('create end') && deep.includes('create end'))
+		for (const e of ['create a.txt', 'write a.txt', 'rename a.txt', 'create b.txt', 'chmod b.txt', 'remove b.txt'])
+			assert.ok(flat.includes(e), `${e} (saw ${flat})`)
+		assert.ok(!flat.some((e) => e.includes('sub/')), `not recursive: nothing of sub/ (${flat})`)
+		assert.ok(deep.includes('create sub/c'), `recursive: sub/c (${deep})`)
+		await h1.stop()
+		await h2.stop()
+		const seen = flat.length
+		await sbx.files.write('/tmp/wd/after', 'x')
+		await new Promise((r) => setTimeout(r, 2000))
+		assert.equal(flat.length, seen, 'none after stop()')
+		let left = 1
+		for (let i = 0; i < 150 && left; i++) { // the guest's watchers end with their streams
+			left = Number((await sbx.commands.run(
+				'for p in /proc/[0-9]*; do tr "\\0" " " <$p/cmdline 2>/dev/null; echo; done | grep -c "^/run/sbx/guest-init --watch" || true')).stdout.trim())
+			if (left) await new Promise((r) => setTimeout(r, 200))
+		}
+		assert.equal(left, 0, 'and no watcher runs on in the guest')
+		await assert.rejects(sbx.files.watchDir('/tmp/nope', () => {}), (e) => /NotFound/.test(e.name),
+			'a missing directory is refused')
+	} finally {
+		await sbx.kill()
+	}
+})
