@@ -246,37 +246,48 @@ static int boot_wait(struct mon *m, const struct sbx_vm_config *c, int accept_ag
 			   m->boot_console);
 }
 
-int mon_boot(struct mon *m, struct sbx_err *err)
+/* The template the record names, at the version it was created from. */
+static int boot_template(struct mon *m, struct sbx_template *t, struct sbx_err *err)
 {
-	struct sbx_template t;
-	if (sbx_template_find(&m->st, m->s.tmpl_name[0] ? m->s.tmpl_name : "default", &t, err) < 0)
+	if (sbx_template_find(&m->st, m->s.tmpl_name[0] ? m->s.tmpl_name : "default", t, err) < 0)
 		return -1;
-	if (strcmp(t.version, m->s.tmpl_version)) {
+	if (strcmp(t->version, m->s.tmpl_version)) {
 		char spec[200];
 		snprintf(spec, sizeof spec, "%s@%s", m->s.tmpl_name, m->s.tmpl_version);
-		if (sbx_template_find(&m->st, spec, &t, err) < 0)
+		if (sbx_template_find(&m->st, spec, t, err) < 0)
 			return -1;
 	}
-	/* The session's writable disk is exactly its quota: ENOSPC in the
-	 * guest when full, never more on the host. */
-	char scratch[1200], vols[8][1200];
-	snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
-	/* From a snapshot: its disk as it was saved. */
+	return 0;
+}
+
+/* The session's disks: the writable one (exactly its quota: ENOSPC in
+ * the guest when full, never more on the host; from a snapshot, its disk
+ * as it was saved, and the execs it was running, this session's before
+ * its VM runs: snapexec.c), the -v volumes' images (each copied with the
+ * rights of whoever named it: caller.h), the workspace. */
+static int boot_disks(struct mon *m, char scratch[1200], char vols[8][1200], struct sbx_err *err)
+{
+	snprintf(scratch, 1200, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
 	if (m->s.snapshot_dir[0]
 		    ? snap_restore_disk(m, scratch, err) < 0
 		    : sbx_disk_scratch(scratch, m->s.limits.disk_bytes ? m->s.limits.disk_bytes : 1ull << 30, err) < 0)
 		return -1;
-	/* ... and the execs it was running, this session's before its VM
-	 * runs (snapexec.c). */
 	if (m->s.snapshot_dir[0] && snap_execs_restore(m, err) < 0)
 		return -1;
 	sbx_trace_step(&m->boot_tr, "disk");
 	for (unsigned i = 0; i < m->s.nvols; i++) {
-		snprintf(vols[i], sizeof vols[i], "%s/sessions/%s/vol%u.img", m->st.lib, m->s.id, i);
+		snprintf(vols[i], 1200, "%s/sessions/%s/vol%u.img", m->st.lib, m->s.id, i);
 		if (sbx_disk_from_dir(vols[i], m->s.vols[i].host, m->s.vols[i].uid, m->s.vols[i].gid, err) < 0)
 			return -1;
 	}
-	if (m->s.workspace[0] && attach_workspace(m, err) < 0)
+	return m->s.workspace[0] ? attach_workspace(m, err) : 0;
+}
+
+int mon_boot(struct mon *m, struct sbx_err *err)
+{
+	struct sbx_template t;
+	char scratch[1200], vols[8][1200];
+	if (boot_template(m, &t, err) < 0 || boot_disks(m, scratch, vols, err) < 0)
 		return -1;
 	const struct sbx_vmm_ops *ops = sbx_vmm_lookup(m->s.vmm[0] ? m->s.vmm : "qemu");
 	if (!ops)
