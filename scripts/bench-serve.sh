@@ -46,15 +46,21 @@ bench_serve() {
 	echo "bench: sbx-serve: $runs SDK creates to a first command, and the CLI's" >&2
 	node_b tti "$runs" >"$raw/serve-tti.json"
 	: >"$raw/cli-tti.txt"
+	: >"$raw/cli-tti-bash.txt"
+	# The CLI's run as asked (echo hi), and as the SDK's is (bash -l -c),
+	# alternating.
 	for _ in $(seq "$runs"); do
-		python3 - "$raw/cli-tti.txt" <<'PY'
+		for how in plain bash; do
+			python3 - "$raw/cli-tti$([ $how = bash ] && echo -bash).txt" "$how" <<'PY'
 import subprocess, sys, time
+cmd = ["echo", "hi"] if sys.argv[2] == "plain" else ["/bin/bash", "-l", "-c", "echo hi"]
 t0 = time.monotonic()
 i = subprocess.run(["sbx-create", "-q", "-t", "python"], capture_output=True, text=True, check=True).stdout.strip()
-assert subprocess.run(["sbx-exec", i, "--", "echo", "hi"], capture_output=True, text=True, check=True).stdout == "hi\n"
+assert subprocess.run(["sbx-exec", i, "--"] + cmd, capture_output=True, text=True, check=True).stdout == "hi\n"
 subprocess.run(["sbx-kill", i], capture_output=True, check=True)
 open(sys.argv[1], "a").write("%.3f\n" % ((time.monotonic() - t0) * 1000))
 PY
+		done
 	done
 	echo "bench: sbx-serve: commands.run('true') and sbx-exec true, x $((runs * 5)); $mib MiB streamed" >&2
 	id=$(curl -sf -H "X-API-Key: $key" -d '{"templateID":"python","timeout":1800}' "http://127.0.0.1:$port/sandboxes" | jq -r .sandboxID)
@@ -118,6 +124,7 @@ def pct(v, p):
 def floats(f):
     return [float(l) for l in open(f) if l.strip()]
 sdk_tti, cli_tti = json.load(open(f"{raw}/serve-tti.json")), floats(f"{raw}/cli-tti.txt")
+cli_tti_bash = floats(f"{raw}/cli-tti-bash.txt")
 sdk_exec = json.load(open(f"{raw}/serve-exec.json"))
 cli_exec = [float(l.split()[0]) for l in open(f"{raw}/cli-exec.txt") if l.strip()]
 cli_exec_bash = [float(l.split()[0]) for l in open(f"{raw}/cli-exec-bash.txt") if l.strip()]
@@ -126,6 +133,7 @@ cl = json.load(open(f"{raw}/serve-clients.json"))
 usage = json.load(open(f"{raw}/serve-usage.json"))
 rows = [
     ("SDK create->run->kill (ms)", sdk_tti, "sbx-create; sbx-exec; sbx-kill (ms)", cli_tti),
+    ("SDK create->run->kill (ms)", sdk_tti, "the same, exec bash -l -c (ms)", cli_tti_bash),
     ("SDK commands.run('true') (ms)", sdk_exec, "sbx-exec true (ms)", cli_exec),
     ("SDK commands.run('true') (ms)", sdk_exec, "sbx-exec bash -l -c true (ms)", cli_exec_bash),
 ]
