@@ -469,6 +469,13 @@ static int serve_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *
 		snprintf(sv->socket, sizeof sv->socket, "%s", s);
 		return 0;
 	}
+	if (!strcmp(key, "policy")) {
+		if (s[0] != '/' || strlen(s) >= sizeof sv->policy)
+			return sbx_yaml_failm(c, c->ev.start_mark, "%s: expected an absolute path of at most %zu bytes",
+					      path, sizeof sv->policy - 1);
+		snprintf(sv->policy, sizeof sv->policy, "%s", s);
+		return 0;
+	}
 	if (!strcmp(key, "rate")) {
 		char *end;
 		unsigned long v = strtoul(s, &end, 10);
@@ -509,7 +516,7 @@ static int top_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *ob
 		return walk_map(c, "secrets", keys, secrets_key, &hc->paths);
 	}
 	if (!strcmp(key, "serve")) {
-		static const char *const skeys[] = { "listen", "rate", "socket", "tls", "users", NULL };
+		static const char *const skeys[] = { "listen", "policy", "rate", "socket", "tls", "users", NULL };
 		return walk_map(c, path, skeys, serve_key, &hc->serve);
 	}
 	if (!strcmp(key, "templates")) {

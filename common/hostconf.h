@@ -124,6 +124,10 @@ struct sbx_hostconf_serve {
 	} users[SBX_SERVE_USERS_MAX];
 	unsigned nusers;
 	unsigned rate; /* requests a second per caller (a burst of twice that); 0: SBX_SERVE_RATE_DEFAULT */
+	/* serve.policy: the operator's policy file for every sandbox the
+	 * service makes (a request narrows it, never widens it); "": the
+	 * defaults (no network). */
+	char policy[256];
 };
 #define SBX_SERVE_RATE_DEFAULT 50u
 

@@ -183,10 +183,24 @@ static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
 /* A sandbox's policy: the defaults, its timeout as the TTL, and E2B's
  * /home/user among the paths its files may be copied to and from (beside
  * the defaults' /workspace and /tmp: E2B's code works there). */
-static int sandbox_policy(struct sbx_policy *pol, unsigned timeout, struct sbx_err *err)
+static int sandbox_policy(struct serve_back *b, struct sbx_policy *pol, unsigned timeout, int internet,
+			  struct sbx_err *err)
 {
 	char ttl[32];
-	sbx_policy_defaults(pol);
+	/* The operator's policy for the service's sandboxes, else the
+	 * defaults (no network); a request narrows it, never widens it. */
+	if (b->hc.serve.policy[0] ? sbx_policy_load(b->hc.serve.policy, pol, err) < 0 : (sbx_policy_defaults(pol), 0))
+		return -1;
+	if (internet == 1 && pol->network.egress == SBX_EGRESS_NONE)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "allow_internet_access: this service's sandboxes have no network (serve.policy in "
+				   "sbx.yaml grants none)");
+	if (internet == 0) { /* no egress, and no package registry either */
+		pol->network.egress = SBX_EGRESS_NONE;
+		pol->network.nallow = 0;
+		if (sbx_policy_set(pol, "packages.mode", "offline", err) < 0)
+			return -1;
+	}
 	snprintf(ttl, sizeof ttl, "%us", timeout);
 	if (sbx_policy_set(pol, "resources.ttl", ttl, err) < 0)
 		return -1;
@@ -223,7 +237,7 @@ static int op_create(struct serve_back *b, struct serve_req *r, const char *tena
 {
 	struct sbx_policy pol;
 	unsigned timeout = r->timeout_s ? r->timeout_s : 300;
-	if (sandbox_policy(&pol, timeout, err) < 0)
+	if (sandbox_policy(b, &pol, timeout, r->internet, err) < 0)
 		return -1;
 	/* A template ID that names no template but one of the caller's
 	 * snapshots (a createSnapshot's ID) restores it. */
@@ -683,7 +697,7 @@ static int op_fork(struct serve_back *b, const struct serve_req *r, const char *
 	struct sbx_policy pol;
 	unsigned timeout = r->timeout_s ? r->timeout_s : 300, n = r->count ? r->count : 1;
 	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_visible(&b->st, r->id, err) < 0 ||
-	    sandbox_policy(&pol, timeout, err) < 0)
+	    sandbox_policy(b, &pol, timeout, -1, err) < 0)
 		return -1;
 	if (n > SBX_FORK_MAX)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "count: 1 to %u", SBX_FORK_MAX);

@@ -262,9 +262,28 @@ static enum MHD_Result api_create(struct MHD_Connection *c, const struct listene
 		json_decref(b);
 		return api_error(c, 400, "the body is not a JSON object");
 	}
+	/* What sbx cannot do is refused, not dropped: a sandbox past its
+	 * timeout is killed (no auto-pause), and its network is the
+	 * operator's serve.policy, narrowed by allow_internet_access: false. */
+	json_t *ap = json_object_get(b, "autoPause"),
+	       *ar = json_object_get(json_object_get(b, "autoResume"), "enabled"), *net = json_object_get(b, "network"),
+	       *ia = json_object_get(b, "allow_internet_access");
+	const char *no = json_is_true(ap)   ? "autoPause is not served: a sandbox past its timeout is killed"
+			 : json_is_true(ar) ? "autoResume is not served"
+			 : net && !json_is_null(net) && json_object_size(net)
+				 ? "network options are not served: the operator's serve.policy decides"
+			 : ia && !json_is_null(ia) && !json_is_boolean(ia)
+				 ? "allow_internet_access: expected true or false"
+				 : NULL;
+	if (no) {
+		json_decref(b);
+		return api_error(c, 400, no);
+	}
 	int peer;
 	json_t *r = request(c, l, "create", &peer);
 	json_t *v;
+	if (json_is_boolean(ia))
+		json_object_set(r, "internet", ia);
 	if ((v = json_object_get(b, "templateID")))
 		json_object_set(r, "template", v);
 	if ((v = json_object_get(b, "timeout")))

@@ -247,6 +247,10 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 	if (si && !json_is_boolean(si))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "stdin: expected true or false");
 	r->stdin_open = json_is_true(si);
+	json_t *ia = json_object_get(o, "internet");
+	if (ia && !json_is_boolean(ia))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "internet: expected true or false");
+	r->internet = ia ? json_is_true(ia) : -1;
 	if ((r->op == SERVE_OP_EXEC || r->op == SERVE_OP_CLI) && argv_field(o, r, err) < 0)
 		return -1;
 	if (r->op == SERVE_OP_CLI && !serve_cli_prog_ok(r->argv[0]))

@@ -61,6 +61,7 @@ struct serve_req {
 	char id[64];        /* a sandbox (session) ID */
 	char tmpl[130];     /* create: the template */
 	unsigned timeout_s; /* create: seconds to live; 0: the default */
+	int internet;       /* create: allow_internet_access, 0 or 1; -1: not asked */
 	json_t *metadata;   /* create: string to string (owned) */
 	char **env;         /* create, exec: NAME=VALUE, NULL-terminated (owned) */
 	size_t nenv;

@@ -12,8 +12,17 @@ require_vm
 command -v setpriv >/dev/null || skip_all "setpriv not installed"
 H=$TEST_TMP/homes
 mkdir -p "$SBX_ROOT/etc/sbx" "$SBX_ROOT/run" "$H/alice" "$H/bob"
+# The service's own sandboxes (E2B's API) get this policy; a request may
+# narrow it (allow_internet_access: false), never widen it.
+cat >"$SBX_ROOT/etc/sbx/serve-policy.yaml" <<EOF2
+network:
+  egress: allowlist
+  allow:
+    - {cidr: 198.51.100.1/32, ports: [80]}
+EOF2
 cat >"$SBX_ROOT/etc/sbx/sbx.yaml" <<EOF2
 serve:
+  policy: $SBX_ROOT/etc/sbx/serve-policy.yaml
   users: {"54321": alice, "54322": bob}
 host_paths:
   read: ["$H/{tenant}"]
@@ -195,6 +204,27 @@ big=$(alice python3 -c "$send"'go(json.dumps({"argv": ["sbx-ps"] + ["x" * 4000] 
 like "$big" '"exit": ?3|Message too long|exit' "an oversized command is refused"
 kill -0 "$srv"; ok $? "sbx-serve is still up after all of it"
 is "$(alice sbx-ps -q)" "$id" "and serves alice as before"
+
+# --- the service's policy, and what a request may do to it -------------------------
+post() { # BODY: alice's create through the API's unix socket; the status, the body in $H/alice/body
+	alice curl -s -o "$H/alice/body" -w '%{http_code}' --unix-socket "$SBX_ROOT/run/sbx-serve/serve.sock" \
+		-H 'Content-Type: application/json' -d "$1" http://sbx/sandboxes
+}
+L=$SBX_ROOT/var/lib/sbx
+is "$(post '{"templateID":"default","timeout":120}')" 201 "a sandbox through the API gets serve.policy"
+s1=$(jq -r .sandboxID "$H/alice/body")
+is "$(jq -r '.net.egress // "none"' "$L/sessions/$s1/session.json")" allowlist "its egress is the operator's allowlist"
+is "$(post '{"templateID":"default","timeout":120,"allow_internet_access":false}')" 201 \
+	"allow_internet_access: false narrows it"
+s2=$(jq -r .sandboxID "$H/alice/body")
+is "$(jq -r '(.net.egress // "none") + " " + .limits.packages.mode' "$L/sessions/$s2/session.json")" "none offline" \
+	"to no egress and no package registry"
+is "$(post '{"templateID":"default","autoPause":true}')" 400 "autoPause (not served): 400, not a sandbox that dies anyway"
+is "$(post '{"templateID":"default","network":{"allowOut":["0.0.0.0/0"]}}')" 400 "network options (not served): 400"
+is "$(post '{"templateID":"default","allow_internet_access":"yes"}')" 400 "allow_internet_access that is no boolean: 400"
+is "$(sbx-ps --tenant alice -q | grep -vx "$id" | sort | tr '\n' ' ')" "$(printf '%s\n' "$s1" "$s2" | sort | tr '\n' ' ')" \
+	"and the refused ones made nothing"
+sbx-kill "$s1" "$s2" >/dev/null
 
 alice sbx-kill "$id" >/dev/null
 is "$?" 0 "alice kills her session"

@@ -83,6 +83,9 @@ int main(void)
 	   "serve.tls: cert and key");
 	ok(parse("serve: {listen: 127.0.0.1:80}\n", &hc, &e) == 0 && !hc.serve.tls_cert[0] && !hc.serve.tls_key[0],
 	   "no serve.tls: plain HTTP");
+	ok(parse("serve: {policy: /etc/sbx/agents.yaml}\n", &hc, &e) == 0 &&
+		   !strcmp(hc.serve.policy, "/etc/sbx/agents.yaml"),
+	   "serve.policy: the service's sandboxes' policy");
 
 	static const struct {
 		const char *txt, *msg;
@@ -145,6 +148,7 @@ int main(void)
 		{ "serve: {tls: {cert: /c.pem}}\n", "expected both cert and key" },
 		{ "serve: {tls: {key: /k.pem}}\n", "expected both cert and key" },
 		{ "serve: {tls: {cert: c.pem, key: /k.pem}}\n", "expected an absolute path" },
+		{ "serve: {policy: agents.yaml}\n", "expected an absolute path" },
 		{ "serve: {tls: {cert: /c.pem, key: /k.pem, ca: /ca.pem}}\n", "unknown key 'ca'" },
 		{ "serve: {tls: /c.pem}\n", "serve.tls" },
 	};
