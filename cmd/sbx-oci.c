@@ -220,7 +220,13 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *root = "/run/sbx-oci";
+	/* Beside sbx's own state when SBX_ROOT moves it: an engine does not
+	 * always pass --root on (Podman's cleanup process drops
+	 * --runtime-flag), but the environment reaches every call. */
+	char defroot[SBX_OCI_PATH_MAX + 1];
+	const char *sbx_root = getenv("SBX_ROOT");
+	snprintf(defroot, sizeof defroot, "%s/run/sbx-oci", sbx_root && sbx_root[0] == '/' ? sbx_root : "");
+	const char *root = defroot;
 	int c;
 	while ((c = getopt_long_only(argc, argv, "+hv", opts, NULL)) != -1) {
 		switch (c) {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -36,8 +37,19 @@ int sbx_oci_root_open(const char *path, struct sbx_err *err)
 {
 	if (!path[0] || strlen(path) > SBX_OCI_PATH_MAX)
 		return sbx_err_set(err, SBX_EXIT_USAGE, 0, "bad --root");
-	if (mkdir(path, 0700) < 0 && errno != EEXIST)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the runtime root %.200s", path);
+	/* Its parents too, as runc does: a fresh /run, or SBX_ROOT's. */
+	char p[SBX_OCI_PATH_MAX + 1];
+	snprintf(p, sizeof p, "%s", path);
+	for (char *s = p + 1;; s++) {
+		if (*s && *s != '/')
+			continue;
+		char c = *s;
+		*s = 0;
+		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make the runtime root %.200s", p);
+		if (!(*s = c))
+			break;
+	}
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the runtime root %.200s", path);
@@ -48,11 +60,11 @@ int sbx_oci_root_open(const char *path, struct sbx_err *err)
 static int save(int dir_fd, const struct sbx_oci *c, struct sbx_err *err)
 {
 	json_t *j =
-		json_pack("{s:i, s:s, s:s, s:s, s:s, s:i, s:I, s:b, s:I, s:I, s:b, s:O}", "schema", 1, "id", c->id,
-			  "session", c->session, "bundle", c->bundle, "template", c->tmpl, "pid", c->pid, "pid_start",
-			  (json_int_t)c->pid_start, "started", c->started, "created_ns", (json_int_t)c->created_ns,
-			  "rootfs_prepare_ms", (json_int_t)c->prepare_ms, "rootfs_reused", c->prepare_reused,
-			  "annotations", c->annotations ? c->annotations : json_object());
+		json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:b, s:I, s:I, s:b, s:O}", "schema", 1, "id", c->id,
+			  "session", c->session, "sbx_root", c->sbx_root, "bundle", c->bundle, "template", c->tmpl,
+			  "pid", c->pid, "pid_start", (json_int_t)c->pid_start, "started", c->started, "created_ns",
+			  (json_int_t)c->created_ns, "rootfs_prepare_ms", (json_int_t)c->prepare_ms, "rootfs_reused",
+			  c->prepare_reused, "annotations", c->annotations ? c->annotations : json_object());
 	_cleanup_free_ char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!txt)
@@ -79,6 +91,7 @@ static int load_at(int dir_fd, const char *id, struct sbx_oci *c, struct sbx_err
 	sbx_json_str(j, "id", c->id, sizeof c->id);
 	sbx_json_str(j, "session", c->session, sizeof c->session);
 	sbx_json_str(j, "bundle", c->bundle, sizeof c->bundle);
+	sbx_json_str(j, "sbx_root", c->sbx_root, sizeof c->sbx_root);
 	sbx_json_str(j, "template", c->tmpl, sizeof c->tmpl);
 	c->pid = (int)sbx_json_u64(j, "pid");
 	c->pid_start = sbx_json_u64(j, "pid_start");
@@ -207,6 +220,8 @@ int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const c
 	snprintf(x->c.id, sizeof x->c.id, "%s", id);
 	snprintf(x->c.bundle, sizeof x->c.bundle, "%s", bundle);
 	x->c.created_ns = sbx_now_ns();
+	const char *sr = getenv("SBX_ROOT");
+	snprintf(x->c.sbx_root, sizeof x->c.sbx_root, "%s", sr ? sr : "");
 	x->c.annotations = json_incref(x->spec.annotations);
 	int rc = x->dir_fd < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create container %s", id) : 0;
 	if (rc == 0)
@@ -309,9 +324,14 @@ int sbx_oci_hold(struct sbx_oci_ctx *x, struct sbx_err *err)
 	o.req.gid = x->spec.gid;
 	struct sbx_exec_result res;
 	signal(SIGPIPE, SIG_IGN);
-	if (sbx_exec_run(&x->st, x->c.session, &o, &res, err) < 0)
-		return -1;
-	return exit_status(&res.exit);
+	int rc = sbx_exec_run(&x->st, x->c.session, &o, &res, err);
+	/* The container's life is its process's: its VM goes with it, not
+	 * at delete, which may come much later (or, for a SIGKILLed holder,
+	 * is what reclaims it). */
+	int gone;
+	struct sbx_err e2 = { 0 };
+	sbx_session_destroy(&x->st, x->c.session, &gone, &e2);
+	return rc < 0 ? -1 : exit_status(&res.exit);
 }
 
 int sbx_oci_start(int root_fd, const char *id, struct sbx_err *err)
@@ -366,6 +386,8 @@ int sbx_oci_delete(int root_fd, const char *id, int force, struct sbx_err *err)
 	if (rc == 0 && pfd >= 0)
 		syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
 	struct sbx_state st;
+	if (rc == 0 && c.sbx_root[0])
+		setenv("SBX_ROOT", c.sbx_root, 1);
 	if (rc == 0 && c.session[0] && (rc = sbx_state_open(&st, err)) == 0) {
 		int gone;
 		rc = sbx_session_destroy(&st, c.session, &gone, err);

@@ -34,6 +34,10 @@ struct sbx_oci {
 	uint64_t created_ns, prepare_ms;
 	int prepare_reused; /* the rootfs's template was there already */
 	json_t *annotations;
+	/* SBX_ROOT as create saw it: the engines call delete with an
+	 * environment of their own making (Podman's holds XDG_RUNTIME_DIR
+	 * alone), and it must find the session where create made it. */
+	char sbx_root[512];
 };
 
 /* create's work, which the holder (its child) inherits. */

@@ -36,8 +36,11 @@ int sbx_oci_rootfs_open(int bundle_fd, const char *path, struct sbx_err *err)
 	return fd;
 }
 
-/* tar of the tree at rootfd on *out_fd (a pipe); the child's pid. */
-static int spawn_tar(int rootfd, int *out_fd, struct sbx_err *err)
+/* tar of the tree at rootfd on *out_fd (a pipe); the child's pid.  For
+ * the digest, every mtime is 0: an engine's copy of an image (Podman's
+ * vfs driver, the mount points it adds) differs from the last one in
+ * its times alone, and the same image is to be prepared once. */
+static int spawn_tar(int rootfd, int for_digest, int *out_fd, struct sbx_err *err)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
@@ -53,8 +56,13 @@ static int spawn_tar(int rootfd, int *out_fd, struct sbx_err *err)
 		if (fchdir(rootfd) < 0 || dup2(p[1], 1) < 0 || nul < 0 || dup2(nul, 0) < 0 || dup2(nul, 2) < 0)
 			_exit(127);
 		/* Sorted names and numeric owners: the same tree, the same bytes. */
-		execlp("tar", "tar", "--create", "--file=-", "--sort=name", "--numeric-owner", "--format=gnu", ".",
-		       (char *)NULL);
+		char *argv[] = { "tar",          "--create", "--file=-", "--sort=name", "--numeric-owner",
+				 "--format=gnu", ".",        NULL,       NULL };
+		if (for_digest) {
+			argv[6] = "--mtime=@0";
+			argv[7] = ".";
+		}
+		execvp("tar", argv);
 		_exit(127);
 	}
 	close(p[1]);
@@ -62,7 +70,7 @@ static int spawn_tar(int rootfd, int *out_fd, struct sbx_err *err)
 	return pid;
 }
 
-/* Copy the tar stream into fd, hashing it; hex gets the digest. */
+/* Copy the tar stream into fd (-1: none), hashing it; hex gets the digest. */
 static int copy_hash(int in, int out, char hex[65], struct sbx_err *err)
 {
 	SHA2_CTX h;
@@ -77,17 +85,48 @@ static int copy_hash(int in, int out, char hex[65], struct sbx_err *err)
 		if (r == 0)
 			break;
 		SHA256Update(&h, (const uint8_t *)buf, (size_t)r);
-		if (sbx_write_all(out, buf, (size_t)r) < 0)
+		if (out >= 0 && sbx_write_all(out, buf, (size_t)r) < 0)
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot stage root.path");
 	}
 	SHA256End(&h, hex);
 	return 0;
 }
 
+/* One tar of the tree, hashed, into out (-1: nowhere). */
+static int tar_pass(int rootfd, int for_digest, int out, char hex[65], struct sbx_err *err)
+{
+	int in = -1, status = 0;
+	pid_t pid = spawn_tar(rootfd, for_digest, &in, err);
+	int rc = pid < 0 ? -1 : copy_hash(in, out, hex, err);
+	if (in >= 0)
+		close(in);
+	if (rc < 0 && pid > 0)
+		kill(pid, SIGKILL);
+	while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status)))
+		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot read root.path: tar exited with %d",
+				 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+	return pid < 0 ? -1 : rc;
+}
+
 int sbx_oci_rootfs_prepare(struct sbx_state *st, int rootfd, const char *work, int work_fd, char tmpl[140], int *reused,
 			   uint64_t *ms, struct sbx_err *err)
 {
 	uint64_t t0 = sbx_mono_ns();
+	char hex[65] = "", real[65];
+	struct sbx_template t;
+	struct sbx_err e2 = { 0 };
+	*reused = 0;
+	int rc = tar_pass(rootfd, 1, -1, hex, err);
+	snprintf(tmpl, 140, "oci-%.24s", hex);
+	if (rc == 0 && sbx_template_find(st, tmpl, &t, &e2) == 0) {
+		*reused = 1;
+		*ms = (sbx_mono_ns() - t0) / 1000000;
+		return 0;
+	}
+	if (rc < 0)
+		return -1;
 	char name[64], path[SBX_OCI_PATH_MAX + 80];
 	snprintf(name, sizeof name, ".rootfs-%d.tar", (int)getpid());
 	snprintf(path, sizeof path, "%s/%s", work, name);
@@ -95,24 +134,8 @@ int sbx_oci_rootfs_prepare(struct sbx_state *st, int rootfd, const char *work, i
 	_cleanup_close_ int out = openat(work_fd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (out < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot stage root.path in %.200s", work);
-	int in = -1, status = 0;
-	char hex[65] = "";
-	pid_t pid = spawn_tar(rootfd, &in, err);
-	int rc = pid < 0 ? -1 : copy_hash(in, out, hex, err);
-	if (in >= 0)
-		close(in);
-	while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status)))
-		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "cannot read root.path: tar exited with %d",
-				 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-	struct sbx_template t;
-	struct sbx_err e2 = { 0 };
-	snprintf(tmpl, 140, "oci-%.24s", hex);
-	*reused = 0;
-	if (rc == 0 && sbx_template_find(st, tmpl, &t, &e2) == 0) {
-		*reused = 1;
-	} else if (rc == 0) {
+	rc = tar_pass(rootfd, 0, out, real, err);
+	if (rc == 0) {
 		struct sbx_tmplbuild_opts o = { .name = tmpl, .import = path, .progress_fd = -1 };
 		struct sbx_tmplbuild_result r;
 		if (sbx_template_build(st, &o, &r, err) < 0)

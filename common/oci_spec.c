@@ -76,8 +76,10 @@ static int process(json_t *p, struct sbx_oci_spec *s, struct sbx_err *err)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid config.json: process must be an object");
 	size_t bytes = 0;
 	json_t *args = json_object_get(p, "args");
-	if (!args || !json_array_size(args))
+	if (json_is_array(args) && !json_array_size(args))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid config.json: process.args is empty");
+	if (!args)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid config.json: no process.args");
 	if (strv(args, "process.args", SBX_OCI_ARGS_MAX, 0, &s->args, &s->argc, &bytes, err) < 0)
 		return -1;
 	json_t *env = json_object_get(p, "env");
