@@ -21,7 +21,8 @@ static const char usage[] =
 	"usage: sbx-oci [--root DIR] [--log FILE] [--log-format text|json] [--systemd-cgroup] [--rootless]\n"
 	"               COMMAND [OPTION]... ID\n"
 	"commands: create [-b BUNDLE] [--pid-file FILE] ID | start ID | state ID | kill [-a] ID [SIGNAL]\n"
-	"          delete [-f] ID | run [-b BUNDLE] [-d] [--pid-file FILE] ID | features | --version\n";
+	"          delete [-f] ID | run [-b BUNDLE] [-d] [--pid-file FILE] ID | features | --version\n"
+	"          exec [-d] [--pid-file FILE] (--process FILE ID | ID COMMAND [ARG]...)\n";
 
 static const char *log_path;
 static int log_json;
@@ -142,6 +143,62 @@ static int create(const char *root, int root_fd, int argc, char **argv, int run)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : SBX_EXIT_SIGNAL + WTERMSIG(st);
 }
 
+/* exec: the process runs in a child, the pid the engine waits for (conmon
+ * passes --detach and reaps it as a subreaper). */
+static int exec_cmd(int root_fd, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "console-socket", required_argument, NULL, O_CONSOLE },
+		{ "detach", no_argument, NULL, 'd' },
+		{ "pid-file", required_argument, NULL, O_PID_FILE },
+		{ "process", required_argument, NULL, 'p' },
+		{ "tty", no_argument, NULL, 't' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *pid_file = NULL, *process = NULL;
+	int detach = 0, c;
+	while ((c = getopt_long_only(argc, argv, "+dp:t", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': detach = 1; break;
+		case 'p': process = optarg; break;
+		case 't':
+		case O_CONSOLE: return usage_fail("exec: terminals are not supported yet");
+		case O_PID_FILE: pid_file = optarg; break;
+		default: return usage_fail("exec: bad option");
+		}
+	}
+	if (optind >= argc)
+		return usage_fail("exec takes a container ID");
+	struct sbx_oci_exec e;
+	struct sbx_err err = { 0 };
+	const char *id = argv[optind++];
+	if (sbx_oci_exec_prepare(root_fd, id, process, argv + optind, argc - optind, &e, &err) < 0) {
+		sbx_oci_exec_free(&e);
+		return fail(&err);
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int rc = sbx_oci_exec_run(&e, &err);
+		_exit(rc < 0 ? fail(&err), SBX_EXIT_EXEC_FAILED : rc);
+	}
+	sbx_oci_exec_free(&e);
+	if (pid < 0) {
+		sbx_err_set(&err, SBX_EXIT_INTERNAL, errno, "cannot exec in container %s", id);
+		return fail(&err);
+	}
+	if (pid_file && sbx_oci_write_pid_file(pid_file, pid, &err) < 0) {
+		kill(pid, SIGKILL);
+		return fail(&err);
+	}
+	if (detach)
+		return 0;
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : SBX_EXIT_SIGNAL + WTERMSIG(st);
+}
+
 static int parse_signal(const char *s)
 {
 	if (!strncasecmp(s, "SIG", 3))
@@ -254,12 +311,14 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "features"))
 		return features();
 	if (strcmp(cmd, "create") && strcmp(cmd, "run") && strcmp(cmd, "start") && strcmp(cmd, "state") &&
-	    strcmp(cmd, "kill") && strcmp(cmd, "delete"))
+	    strcmp(cmd, "kill") && strcmp(cmd, "delete") && strcmp(cmd, "exec"))
 		return usage_fail("%s: not supported by this version of sbx-oci", cmd);
 	struct sbx_err err = { 0 };
 	_cleanup_close_ int root_fd = sbx_oci_root_open(root, &err);
 	if (root_fd < 0)
 		return fail(&err);
+	if (!strcmp(cmd, "exec"))
+		return exec_cmd(root_fd, argc, argv);
 	if (!strcmp(cmd, "create") || !strcmp(cmd, "run"))
 		return create(root, root_fd, argc, argv, !strcmp(cmd, "run"));
 	return verb(root_fd, cmd, argc, argv);

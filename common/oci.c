@@ -272,7 +272,7 @@ void sbx_oci_ctx_free(struct sbx_oci_ctx *x)
 }
 
 /* The pid file as the engine reads it: whole or not at all. */
-static int write_pid_file(const char *path, int pid, struct sbx_err *err)
+int sbx_oci_write_pid_file(const char *path, int pid, struct sbx_err *err)
 {
 	char tmp[SBX_OCI_PATH_MAX + 32], txt[24];
 	if (snprintf(tmp, sizeof tmp, "%s.sbx-tmp", path) >= (int)sizeof tmp)
@@ -293,7 +293,7 @@ int sbx_oci_created(struct sbx_oci_ctx *x, int pid, const char *pid_file, struct
 	x->c.pid_start = sbx_proc_start_time(pid);
 	if (save(x->dir_fd, &x->c, err) < 0)
 		return -1;
-	return pid_file ? write_pid_file(pid_file, pid, err) : 0;
+	return pid_file ? sbx_oci_write_pid_file(pid_file, pid, err) : 0;
 }
 
 static int exit_status(const struct sbx_exit_info *e)
@@ -305,6 +305,8 @@ static int exit_status(const struct sbx_exit_info *e)
 	}
 }
 
+static int run_process(struct sbx_state *st, const char *session, const struct sbx_oci_spec *sp, struct sbx_err *err);
+
 int sbx_oci_hold(struct sbx_oci_ctx *x, struct sbx_err *err)
 {
 	char b;
@@ -313,25 +315,83 @@ int sbx_oci_hold(struct sbx_oci_ctx *x, struct sbx_err *err)
 		;
 	if (r != 1)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "container %s: cannot wait for start", x->c.id);
-	struct sbx_exec_opts o = { .in_fd = 0, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
-	o.req.argv = x->spec.args;
-	o.req.argc = x->spec.argc;
-	o.req.env = x->spec.env;
-	o.req.envc = x->spec.envc;
-	o.req.cwd = x->spec.cwd[0] ? x->spec.cwd : NULL;
-	o.req.have_uid = o.req.have_gid = 1;
-	o.req.uid = x->spec.uid;
-	o.req.gid = x->spec.gid;
-	struct sbx_exec_result res;
-	signal(SIGPIPE, SIG_IGN);
-	int rc = sbx_exec_run(&x->st, x->c.session, &o, &res, err);
+	int rc = run_process(&x->st, x->c.session, &x->spec, err);
 	/* The container's life is its process's: its VM goes with it, not
 	 * at delete, which may come much later (or, for a SIGKILLed holder,
 	 * is what reclaims it). */
 	int gone;
 	struct sbx_err e2 = { 0 };
 	sbx_session_destroy(&x->st, x->c.session, &gone, &e2);
-	return rc < 0 ? -1 : exit_status(&res.exit);
+	return rc;
+}
+
+/* A process of the container's session, as the holder runs it. */
+static int run_process(struct sbx_state *st, const char *session, const struct sbx_oci_spec *sp, struct sbx_err *err)
+{
+	struct sbx_exec_opts o = { .in_fd = 0, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
+	o.req.argv = sp->args;
+	o.req.argc = sp->argc;
+	o.req.env = sp->env;
+	o.req.envc = sp->envc;
+	o.req.cwd = sp->cwd[0] ? (char *)sp->cwd : NULL;
+	o.req.have_uid = o.req.have_gid = 1;
+	o.req.uid = sp->uid;
+	o.req.gid = sp->gid;
+	struct sbx_exec_result res;
+	signal(SIGPIPE, SIG_IGN);
+	if (sbx_exec_run(st, session, &o, &res, err) < 0)
+		return -1;
+	return exit_status(&res.exit);
+}
+
+int sbx_oci_exec_prepare(int root_fd, const char *id, const char *process_file, char **argv, int argc,
+			 struct sbx_oci_exec *e, struct sbx_err *err)
+{
+	memset(e, 0, sizeof *e);
+	if (sbx_oci_load(root_fd, id, &e->c, err) < 0)
+		return -1;
+	int alive;
+	const char *status = sbx_oci_status(&e->c, &alive);
+	if (strcmp(status, "running"))
+		return sbx_err_set(err, SBX_EXIT_CONFLICT, 0, "cannot exec in container %s: it is %s, not running", id,
+				   status);
+	if (process_file) {
+		size_t len;
+		_cleanup_free_ char *buf = sbx_read_small_at(AT_FDCWD, process_file, SBX_OCI_CONFIG_MAX, &len);
+		if (!buf)
+			return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot read --process %.200s", process_file);
+		if (sbx_oci_process_parse(buf, len, &e->spec, err) < 0)
+			return -1;
+	} else {
+		if (argc < 1)
+			return sbx_err_set(err, SBX_EXIT_USAGE, 0, "exec takes --process FILE or a command");
+		if (!(e->spec.args = calloc((size_t)argc + 1, sizeof *e->spec.args)))
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot exec");
+		for (int i = 0; i < argc; i++)
+			if (!(e->spec.args[e->spec.argc++] = strdup(argv[i])))
+				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot exec");
+	}
+	if (e->spec.terminal)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "a terminal is not supported by this version of sbx-oci");
+	return 0;
+}
+
+int sbx_oci_exec_run(struct sbx_oci_exec *e, struct sbx_err *err)
+{
+	struct sbx_state st;
+	if (e->c.sbx_root[0])
+		setenv("SBX_ROOT", e->c.sbx_root, 1);
+	if (sbx_state_open(&st, err) < 0)
+		return -1;
+	int rc = run_process(&st, e->c.session, &e->spec, err);
+	sbx_state_close(&st);
+	return rc;
+}
+
+void sbx_oci_exec_free(struct sbx_oci_exec *e)
+{
+	sbx_oci_free(&e->c);
+	sbx_oci_spec_free(&e->spec);
 }
 
 int sbx_oci_start(int root_fd, const char *id, struct sbx_err *err)

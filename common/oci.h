@@ -63,6 +63,8 @@ int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const c
 /* In create: the holder is pid; record it and write pid_file (NULL:
  * none) atomically. */
 int sbx_oci_created(struct sbx_oci_ctx *x, int pid, const char *pid_file, struct sbx_err *err);
+/* The pid file as the engine reads it: whole or not at all. */
+int sbx_oci_write_pid_file(const char *path, int pid, struct sbx_err *err);
 /* Undo a create that failed after sbx_oci_create returned. */
 void sbx_oci_abort(struct sbx_oci_ctx *x);
 void sbx_oci_ctx_free(struct sbx_oci_ctx *x);
@@ -82,6 +84,18 @@ int sbx_oci_start(int root_fd, const char *id, struct sbx_err *err);
 int sbx_oci_kill(int root_fd, const char *id, int sig, struct sbx_err *err);
 /* Destroy the session and ROOT/ID; a live container only with force (5). */
 int sbx_oci_delete(int root_fd, const char *id, int force, struct sbx_err *err);
+
+/* exec: another process in a running container's session.  Prepare in
+ * the caller (process_file: a process.json, NULL for argv alone), run in
+ * the child whose pid the engine is given (its exit status, or -1). */
+struct sbx_oci_exec {
+	struct sbx_oci c;
+	struct sbx_oci_spec spec;
+};
+int sbx_oci_exec_prepare(int root_fd, const char *id, const char *process_file, char **argv, int argc,
+			 struct sbx_oci_exec *e, struct sbx_err *err);
+int sbx_oci_exec_run(struct sbx_oci_exec *e, struct sbx_err *err);
+void sbx_oci_exec_free(struct sbx_oci_exec *e);
 
 /* oci_rootfs.c: the tree at rootfd as a template, named by a digest of
  * its content (tar of it, sorted, numeric owners), imported under

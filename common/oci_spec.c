@@ -177,6 +177,22 @@ int sbx_oci_spec_parse(const char *buf, size_t len, struct sbx_oci_spec *s, stru
 	return rc;
 }
 
+int sbx_oci_process_parse(const char *buf, size_t len, struct sbx_oci_spec *s, struct sbx_err *err)
+{
+	memset(s, 0, sizeof *s);
+	if (len > SBX_OCI_CONFIG_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid process.json: over %u bytes", SBX_OCI_CONFIG_MAX);
+	json_error_t je;
+	json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+	if (!j)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid process.json: line %d: %.200s", je.line, je.text);
+	int rc = process(j, s, err);
+	json_decref(j);
+	if (rc < 0)
+		sbx_oci_spec_free(s);
+	return rc;
+}
+
 int sbx_oci_spec_load(int bundle_dfd, struct sbx_oci_spec *s, struct sbx_err *err)
 {
 	memset(s, 0, sizeof *s);

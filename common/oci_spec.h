@@ -38,6 +38,9 @@ struct sbx_oci_spec {
 /* Parse len bytes of config.json into s (zeroed first).  3 with a message
  * naming the field on anything malformed or over a bound. */
 int sbx_oci_spec_parse(const char *buf, size_t len, struct sbx_oci_spec *s, struct sbx_err *err);
+/* The same of a process object alone (`exec --process FILE`): args, env,
+ * cwd, user, terminal; root and annotations stay empty. */
+int sbx_oci_process_parse(const char *buf, size_t len, struct sbx_oci_spec *s, struct sbx_err *err);
 /* Read BUNDLE/config.json through bundle_dfd (a regular file, at most
  * SBX_OCI_CONFIG_MAX) and parse it. */
 int sbx_oci_spec_load(int bundle_dfd, struct sbx_oci_spec *s, struct sbx_err *err);

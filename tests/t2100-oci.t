@@ -35,9 +35,9 @@ config() { # ARGS-JSON [ENV-JSON] [ROOT]
 like "$("$OCI" --version | tr '\n' ' ')" '^sbx-oci version .*spec: 1\.0\.2' "--version names the spec version"
 is "$("$OCI" features | jq -r .ociVersionMax)" 1.0.2 "features is JSON"
 "$OCI" --bogus state x 2>"$TEST_TMP/err"; is $? 2 "an unknown global option is 2"
-O exec x sh 2>"$TEST_TMP/err"; is $? 2 "exec is refused (not in this version)"
-like "$(cat "$TEST_TMP/err")" 'exec: not supported' "with a message that says so"
-like "$(tail -n1 "$TEST_TMP/oci.log" | jq -r '.level + " " + .msg')" '^error exec: not supported' \
+O ps x 2>"$TEST_TMP/err"; is $? 2 "ps is refused (not in this version)"
+like "$(cat "$TEST_TMP/err")" 'ps: not supported' "with a message that says so"
+like "$(tail -n1 "$TEST_TMP/oci.log" | jq -r '.level + " " + .msg')" '^error ps: not supported' \
 	"and the --log gets it as runc's JSON"
 O state nosuch 2>"$TEST_TMP/err"; is $? 4 "state of an unknown container is 4"
 like "$(cat "$TEST_TMP/err")" 'container nosuch does not exist' "saying it does not exist (engines match that)"
@@ -77,6 +77,15 @@ O start c3; ok $? "start"
 O start c3 2>"$TEST_TMP/err"; is $? 5 "start twice is 5"
 is "$(O state c3 | jq -r .status)" running "state: running"
 O delete c3 2>"$TEST_TMP/err"; is $? 5 "delete of a running container without --force is 5"
+is "$(O exec c3 sh -c 'echo in $0; exit 4' guest; echo "rc=$?")" "in guest
+rc=4" "exec runs a second process in the container, with its status"
+echo '{"args":["sh","-c","echo $A; pwd"],"env":["A=from-process"],"cwd":"/etc","user":{"uid":1000,"gid":1000}}' \
+	>"$TEST_TMP/process.json"
+O exec --process "$TEST_TMP/process.json" --pid-file "$TEST_TMP/epid" c3 >"$TEST_TMP/eout"; ok $? "exec --process"
+is "$(cat "$TEST_TMP/eout")" "from-process
+/etc" "with the process.json's env and cwd"
+[ -s "$TEST_TMP/epid" ]; ok $? "and its --pid-file"
+O exec c3b true 2>/dev/null; is $? 4 "exec in no such container is 4"
 for _ in $(seq 50); do grep -q started "$TEST_TMP/c3.out" && break; sleep 0.2; done
 O kill c3 TERM; ok $? "kill TERM"
 for _ in $(seq 50); do [ "$(O state c3 | jq -r .status)" = stopped ] && break; sleep 0.2; done
@@ -165,6 +174,8 @@ is "$("${PO[@]}" logs exit7)" "$(cat "$TEST_TMP/out")" "podman logs has the outp
 "${PO[@]}" rm exit7 >/dev/null; ok $? "podman rm"
 timeout 300 "${PO[@]}" run -d --network none --name sleeper localhost/sbx-busybox sleep 600 >/dev/null; ok $? "podman run -d"
 is "$("${PO[@]}" inspect -f '{{.State.Status}}' sleeper)" running "it runs"
+out=$(timeout 120 "${PO[@]}" exec sleeper sh -c 'echo exec $(id -u); exit 3' 2>"$TEST_TMP/err"); rc=$?
+is "$out/$rc" "exec 0/3" "podman exec: output and status" || diag "$(cat "$TEST_TMP/err")"
 timeout 60 "${PO[@]}" kill sleeper >/dev/null; ok $? "podman kill"
 for _ in $(seq 50); do [ "$("${PO[@]}" inspect -f '{{.State.Status}}' sleeper)" != running ] && break; sleep 0.2; done
 is "$("${PO[@]}" inspect -f '{{.State.ExitCode}}' sleeper)" 137 "killed: 137"
