@@ -22,7 +22,7 @@ static const char usage[] =
 	"               COMMAND [OPTION]... ID\n"
 	"commands: create [-b BUNDLE] [--pid-file FILE] ID | start ID | state ID | kill [-a] ID [SIGNAL]\n"
 	"          delete [-f] ID | run [-b BUNDLE] [-d] [--pid-file FILE] ID | features | --version\n"
-	"          exec [-d] [--pid-file FILE] (--process FILE ID | ID COMMAND [ARG]...)\n";
+	"          exec [-d] [--pid-file FILE] (--process FILE ID | ID COMMAND [ARG]...) | ps --format json ID\n";
 
 static const char *log_path;
 static int log_json;
@@ -199,6 +199,37 @@ static int exec_cmd(int root_fd, int argc, char **argv)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : SBX_EXIT_SIGNAL + WTERMSIG(st);
 }
 
+/* ps: the container's host processes, which are its holder alone (the
+ * guest's processes are not the host's; sbx-ps --execs shows those). */
+static int ps_cmd(int root_fd, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "format", required_argument, NULL, 'f' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+	while ((c = getopt_long_only(argc, argv, "+f:", opts, NULL)) != -1) {
+		if (c != 'f' || strcmp(optarg, "json"))
+			return usage_fail("ps: only --format json is supported");
+	}
+	if (one_id(argc, argv, "ps"))
+		return SBX_EXIT_USAGE;
+	struct sbx_oci o;
+	struct sbx_err err = { 0 };
+	if (sbx_oci_load(root_fd, argv[optind], &o, &err) < 0)
+		return fail(&err);
+	int alive;
+	sbx_oci_status(&o, &alive);
+	json_t *a = json_array();
+	if (alive)
+		json_array_append_new(a, json_integer(o.pid));
+	sbx_oci_free(&o);
+	json_dumpf(a, stdout, JSON_COMPACT);
+	putchar('\n');
+	json_decref(a);
+	return fflush(stdout) == 0 ? 0 : SBX_EXIT_INTERNAL;
+}
+
 static int parse_signal(const char *s)
 {
 	if (!strncasecmp(s, "SIG", 3))
@@ -311,7 +342,7 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "features"))
 		return features();
 	if (strcmp(cmd, "create") && strcmp(cmd, "run") && strcmp(cmd, "start") && strcmp(cmd, "state") &&
-	    strcmp(cmd, "kill") && strcmp(cmd, "delete") && strcmp(cmd, "exec"))
+	    strcmp(cmd, "kill") && strcmp(cmd, "delete") && strcmp(cmd, "exec") && strcmp(cmd, "ps"))
 		return usage_fail("%s: not supported by this version of sbx-oci", cmd);
 	struct sbx_err err = { 0 };
 	_cleanup_close_ int root_fd = sbx_oci_root_open(root, &err);
@@ -319,6 +350,8 @@ int main(int argc, char **argv)
 		return fail(&err);
 	if (!strcmp(cmd, "exec"))
 		return exec_cmd(root_fd, argc, argv);
+	if (!strcmp(cmd, "ps"))
+		return ps_cmd(root_fd, argc, argv);
 	if (!strcmp(cmd, "create") || !strcmp(cmd, "run"))
 		return create(root, root_fd, argc, argv, !strcmp(cmd, "run"));
 	return verb(root_fd, cmd, argc, argv);

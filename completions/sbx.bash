@@ -37,8 +37,8 @@ _sbx_opts_port='-h --help -q --quiet --json --list --listen --no-headers --rm --
 _sbx_args_port='--listen --tenant --unix'
 # sbx-oci: runc's global options and those of its commands, in one list
 # (an engine, not a person, is its usual caller).
-_sbx_opts_oci='-a --all -b --bundle -d --detach -f --force -h --help -p --process -t --tty -v --version --console-socket --debug --keep --log --log-format --no-new-keyring --no-pivot --pid-file --root --rootless --systemd-cgroup'
-_sbx_args_oci='-b --bundle -p --process --console-socket --log --log-format --pid-file --root'
+_sbx_opts_oci='-a --all -b --bundle -d --detach -f --force -h --help -p --process -t --tty -v --version --console-socket --debug --format --keep --log --log-format --no-new-keyring --no-pivot --pid-file --root --rootless --systemd-cgroup'
+_sbx_args_oci='-b --bundle -p --process --console-socket --format --log --log-format --pid-file --root'
 
 _sbx_states='creating running paused suspended pooled stopped crashed expired corrupt'
 _sbx_ws_states='attached idle'
@@ -279,7 +279,7 @@ _sbx_operand() {
 		esac
 		_sbx_add "${_sbx_w[@]}" ;;
 	oci)
-		[ "$n" -eq 0 ] && _sbx_add create start state kill delete run exec features ;;
+		[ "$n" -eq 0 ] && _sbx_add create start state kill delete run exec ps features ;;
 	template)
 		if [ "$n" -eq 0 ]; then
 			_sbx_add build import inspect list prune rm

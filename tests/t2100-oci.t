@@ -36,9 +36,9 @@ config() { # ARGS-JSON [ENV-JSON] [ROOT]
 like "$("$OCI" --version | tr '\n' ' ')" '^sbx-oci version .*spec: 1\.0\.2' "--version names the spec version"
 is "$("$OCI" features | jq -r .ociVersionMax)" 1.0.2 "features is JSON"
 "$OCI" --bogus state x 2>"$TEST_TMP/err"; is $? 2 "an unknown global option is 2"
-O ps x 2>"$TEST_TMP/err"; is $? 2 "ps is refused (not in this version)"
-like "$(cat "$TEST_TMP/err")" 'ps: not supported' "with a message that says so"
-like "$(tail -n1 "$TEST_TMP/oci.log" | jq -r '.level + " " + .msg')" '^error ps: not supported' \
+O pause x 2>"$TEST_TMP/err"; is $? 2 "pause is refused (not in this version)"
+like "$(cat "$TEST_TMP/err")" 'pause: not supported' "with a message that says so"
+like "$(tail -n1 "$TEST_TMP/oci.log" | jq -r '.level + " " + .msg')" '^error pause: not supported' \
 	"and the --log gets it as runc's JSON"
 O state nosuch 2>"$TEST_TMP/err"; is $? 4 "state of an unknown container is 4"
 like "$(cat "$TEST_TMP/err")" 'container nosuch does not exist' "saying it does not exist (engines match that)"
@@ -77,6 +77,7 @@ is "$(O state c3 | jq -r '.status + " " + (.pid|tostring)')" "created $pid" "sta
 O start c3; ok $? "start"
 O start c3 2>"$TEST_TMP/err"; is $? 5 "start twice is 5"
 is "$(O state c3 | jq -r .status)" running "state: running"
+is "$(O ps --format json c3)" "[$pid]" "ps --format json: the holder, the one host process"
 O delete c3 2>"$TEST_TMP/err"; is $? 5 "delete of a running container without --force is 5"
 is "$(O exec c3 sh -c 'echo in $0; exit 4' guest; echo "rc=$?")" "in guest
 rc=4" "exec runs a second process in the container, with its status"
