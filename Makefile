@@ -48,7 +48,7 @@ SERVE_SRC = $(filter-out serve/main.c,$(wildcard serve/*.c))
 SERVE_OBJ = $(SERVE_SRC:serve/%.c=$(B)/obj/serve/%.o)
 SERVE_CFLAGS := $(shell pkg-config --cflags libmicrohttpd libcrypto)
 SERVE_LIBS := $(shell pkg-config --libs libmicrohttpd libcrypto)
-CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit sbx-snapshot sbx-template sbx-port
+CMDS = sbx-create sbx-exec sbx-ps sbx-kill sbx-gc sbx-cp sbx-audit sbx-snapshot sbx-template sbx-port sbx-oci
 # guest-init and sbx-mkcpio beside the helper: its kernel step makes a
 # template's initramfs from them.
 LIBEXEC = sbx-monitor sbx-proxy sbx-template-helper guest-init sbx-mkcpio

@@ -1,5 +1,5 @@
 # bash completion for sbx: sbx-create, sbx-exec, sbx-ps, sbx-kill, sbx-cp,
-# sbx-gc, sbx-audit, sbx-snapshot, sbx-template and sbx-port.
+# sbx-gc, sbx-audit, sbx-snapshot, sbx-template, sbx-port and sbx-oci.
 #
 # Installed as bash-completion/completions/sbx with one symlink per command
 # name (bash-completion loads it the first time a command is completed), or
@@ -35,6 +35,10 @@ _sbx_opts_template='-H --no-headers -f --file -h --help -q --quiet --json --keep
 _sbx_args_template='-f --file --keep --tenant'
 _sbx_opts_port='-h --help -q --quiet --json --list --listen --no-headers --rm --tenant --unix'
 _sbx_args_port='--listen --tenant --unix'
+# sbx-oci: runc's global options and those of its commands, in one list
+# (an engine, not a person, is its usual caller).
+_sbx_opts_oci='-a --all -b --bundle -d --detach -f --force -h --help -p --process -t --tty -v --version --console-socket --debug --format --keep --log --log-format --no-new-keyring --no-pivot --pid-file --root --rootless --systemd-cgroup'
+_sbx_args_oci='-b --bundle -p --process --console-socket --format --log --log-format --pid-file --root'
 
 _sbx_states='creating running paused suspended pooled stopped crashed expired corrupt'
 _sbx_ws_states='attached idle'
@@ -274,6 +278,8 @@ _sbx_operand() {
 		*) _sbx_w=() ;;
 		esac
 		_sbx_add "${_sbx_w[@]}" ;;
+	oci)
+		[ "$n" -eq 0 ] && _sbx_add create start state kill delete run exec ps features ;;
 	template)
 		if [ "$n" -eq 0 ]; then
 			_sbx_add build import inspect list prune rm
@@ -396,4 +402,4 @@ _sbx() {
 	return 0
 }
 
-complete -F _sbx sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template sbx-port
+complete -F _sbx sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template sbx-port sbx-oci

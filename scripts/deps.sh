@@ -15,6 +15,8 @@ PKGS=(
 	clang-format
 	# tests: fault injection at a syscall (t0520, t1500), a TLS origin (t1930)
 	strace openssl
+	# tests: real engines calling sbx-oci (t2100)
+	podman conmon crun containerd
 )
 missing=()
 for p in "${PKGS[@]}"; do

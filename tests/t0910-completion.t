@@ -131,7 +131,7 @@ ok $? "make install DESTDIR=... succeeds"
 f=$(find "$dest" -path '*/bash-completion/completions/sbx' | head -1)
 [ -n "$f" ] && cmp -s "$f" "$top/completions/sbx.bash"; ok $? "the completion is installed as .../bash-completion/completions/sbx"
 missing=
-for c in sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template sbx-port; do
+for c in sbx-create sbx-exec sbx-ps sbx-kill sbx-cp sbx-gc sbx-audit sbx-snapshot sbx-template sbx-port sbx-oci; do
 	[ "$(readlink "${f%/sbx}/$c" 2>/dev/null)" = sbx ] || missing+=" $c"
 done
 is "${missing# }" "" "a symlink per command name"

@@ -1,0 +1,247 @@
+#!/bin/bash
+# sbx-oci (issue 38, first slice): runc's command line, each container an
+# sbx session.  Straight through the CLI (create/start/state/kill/delete,
+# run, exec, the rootfs prepared once per content), hostile bundles and
+# IDs refused with nothing created, then real engines: containerd (a
+# daemon of the test's own, ctr and the runc shim v2) and rootful Podman
+# with conmon, their storage, state and run roots under the test's root.
+. "$(dirname "$0")/lib.sh"
+require_vm
+command -v debugfs >/dev/null || skip_all "debugfs (e2fsprogs) not installed"
+command -v jq >/dev/null || skip_all "jq not installed"
+OCI=$SBX_BUILD/bin/sbx-oci
+mkdir -p "$TEST_TMP/templates"
+ln -s "$SBX_TEMPLATES"/default@* "$TEST_TMP/templates/"
+export SBX_TEMPLATES=$TEST_TMP/templates
+R=$SBX_ROOT/run/sbx-oci # the runtime's --root (its default under SBX_ROOT)
+O() { "$OCI" --root "$R" --log "$TEST_TMP/oci.log" --log-format json "$@"; }
+nothing_left() { # DESCRIPTION: no container, no session
+	is "$(ls -A "$R" 2>/dev/null)$(sbx-ps -q)" "" "$1"
+}
+
+# A bundle: the default template's busybox root, dumped (as a `docker
+# export` would give it), and a config.json.
+B=$TEST_TMP/bundle
+mkdir -p "$B/rootfs"
+debugfs -R "rdump / $B/rootfs" "$(ls -d "$SBX_TEMPLATES"/default@* | head -n1)/rootfs.ext4" 2>/dev/null
+rm -rf "$B/rootfs/lost+found"
+[ -x "$B/rootfs/bin/busybox" ]; ok $? "a busybox root for the bundle"
+config() { # ARGS-JSON [ENV-JSON] [ROOT]
+	jq -n --argjson a "$1" --argjson e "${2:-[]}" --arg r "${3:-rootfs}" \
+		'{ociVersion: "1.0.2", process: {args: $a, env: $e, cwd: "/tmp", user: {uid: 0, gid: 0}},
+		  root: {path: $r}, annotations: {"org.example": "x"}}' >"$B/config.json"
+}
+
+# --- the command line ------------------------------------------------------------
+like "$("$OCI" --version | tr '\n' ' ')" '^sbx-oci version .*spec: 1\.0\.2' "--version names the spec version"
+is "$("$OCI" features | jq -r .ociVersionMax)" 1.0.2 "features is JSON"
+"$OCI" --bogus state x 2>"$TEST_TMP/err"; is $? 2 "an unknown global option is 2"
+O pause x 2>"$TEST_TMP/err"; is $? 2 "pause is refused (not in this version)"
+like "$(cat "$TEST_TMP/err")" 'pause: not supported' "with a message that says so"
+like "$(tail -n1 "$TEST_TMP/oci.log" | jq -r '.level + " " + .msg')" '^error pause: not supported' \
+	"and the --log gets it as runc's JSON"
+O state nosuch 2>"$TEST_TMP/err"; is $? 4 "state of an unknown container is 4"
+like "$(cat "$TEST_TMP/err")" 'container nosuch does not exist' "saying it does not exist (engines match that)"
+
+# --- run: output, status, env, cwd, user -----------------------------------------
+config '["sh","-c","echo out $FOO; echo err >&2; id -u; pwd; exit 7"]' '["FOO=bar","PATH=/bin:/usr/bin"]'
+t0=$(date +%s%N)
+out=$(O run -b "$B" c1 2>"$TEST_TMP/err"); rc=$?
+diag "sbx-oci run, the first of this content (prepare + boot + exec): $((($(date +%s%N) - t0) / 1000000)) ms"
+is "$rc" 7 "run exits with the process's status"
+is "$(echo $out)" "out bar 0 /tmp" "stdout, env, uid and cwd are the config's"
+is "$(cat "$TEST_TMP/err")" err "stderr is the process's"
+is "$(O state c1 | jq -r '.status + " " + (.pid|tostring) + " " + .annotations["org.example"]')" "stopped 0 x" \
+	"state: stopped, no pid, the annotations"
+is "$(sbx-ps -q)" "" "the session ended with the process"
+ms1=$(jq .rootfs_prepare_ms "$R/c1/state.json")
+tmpl=$(jq -r .template "$R/c1/state.json")
+like "$tmpl" '^oci-[0-9a-f]{24}$' "the root became template $tmpl, named by its digest"
+O delete c1; ok $? "delete"
+t0=$(date +%s%N)
+O run -b "$B" c2 >/dev/null 2>&1
+diag "sbx-oci run, the same content again: $((($(date +%s%N) - t0) / 1000000)) ms"
+is "$(jq -r '.template + " " + (.rootfs_reused|tostring)' "$R/c2/state.json")" "$tmpl true" \
+	"the same tree again reuses the template"
+diag "rootfs prepare: ${ms1} ms the first time (tar, digest, import), $(jq .rootfs_prepare_ms "$R/c2/state.json") ms the second (tar, digest)"
+O delete c2
+is "$(ls "$SBX_TEMPLATES" | grep -c '^oci-')" 1 "one template for one content"
+rm -rf "$SBX_TEMPLATES"/oci-*
+
+# --- create, start, state, kill, delete -------------------------------------------
+config '["sh","-c","trap \"echo got TERM; exit 9\" TERM; echo started; while :; do sleep 1; done"]'
+O create -b "$B" --pid-file "$TEST_TMP/pid" c3 >"$TEST_TMP/c3.out" 2>&1; ok $? "create"
+pid=$(cat "$TEST_TMP/pid")
+is "$(O state c3 | jq -r '.status + " " + (.pid|tostring)')" "created $pid" "state: created, the pid file's pid"
+[ -d "/proc/$pid" ]; ok $? "the holder lives"
+O start c3; ok $? "start"
+O start c3 2>"$TEST_TMP/err"; is $? 5 "start twice is 5"
+is "$(O state c3 | jq -r .status)" running "state: running"
+is "$(O ps --format json c3)" "[$pid]" "ps --format json: the holder, the one host process"
+O delete c3 2>"$TEST_TMP/err"; is $? 5 "delete of a running container without --force is 5"
+is "$(O exec c3 sh -c 'echo in $0; exit 4' guest; echo "rc=$?")" "in guest
+rc=4" "exec runs a second process in the container, with its status"
+echo '{"args":["sh","-c","echo $A; pwd"],"env":["A=from-process"],"cwd":"/etc","user":{"uid":1000,"gid":1000}}' \
+	>"$TEST_TMP/process.json"
+O exec --process "$TEST_TMP/process.json" --pid-file "$TEST_TMP/epid" c3 >"$TEST_TMP/eout"; ok $? "exec --process"
+is "$(cat "$TEST_TMP/eout")" "from-process
+/etc" "with the process.json's env and cwd"
+[ -s "$TEST_TMP/epid" ]; ok $? "and its --pid-file"
+O exec c3b true 2>/dev/null; is $? 4 "exec in no such container is 4"
+for _ in $(seq 50); do grep -q started "$TEST_TMP/c3.out" && break; sleep 0.2; done
+O kill c3 TERM; ok $? "kill TERM"
+for _ in $(seq 50); do [ "$(O state c3 | jq -r .status)" = stopped ] && break; sleep 0.2; done
+is "$(O state c3 | jq -r .status)" stopped "the process caught it and ended: stopped"
+like "$(cat "$TEST_TMP/c3.out")" 'got TERM' "the signal reached the process in the guest"
+O kill c3 KILL 2>/dev/null; is $? 5 "kill of a stopped container is 5"
+O delete c3; ok $? "delete"
+O create -b "$B" c4 >/dev/null 2>&1 && O start c4 && O delete --force c4; ok $? "delete --force of a running one"
+nothing_left "nothing is left: no container, no session"
+
+# --- hostile bundles and IDs: refused, nothing created ---------------------------
+rm -rf "$SBX_TEMPLATES"/oci-*
+bad() { # STATUS REGEX DESCRIPTION [ID]
+	O create -b "$B" "${4:-bad}" >/dev/null 2>"$TEST_TMP/err"; is $? "$1" "$3"
+	like "$(cat "$TEST_TMP/err")" "$2" "  ... saying: $2"
+}
+head -c $((1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >"$B/config.json"
+bad 3 'config.json.*File too large' "a config.json over 1 MiB"
+python3 -c 'print("[" * 100000 + "]" * 100000)' >"$B/config.json"
+bad 3 'invalid config.json' "100000 nested arrays"
+config "$(jq -nc '[range(5000) | "x"]')"
+bad 3 'process.args has 5000 entries' "5000 args"
+config "[\"$(head -c 70000 /dev/zero | tr '\0' a)\"]"
+bad 3 'process.args\[0\] must be a string of at most' "a 70000-byte arg"
+config '"sh"'
+bad 3 'process.args must be an array' "args of the wrong type"
+config '["true"]' '["NOEQUALS"]'
+bad 3 'process.env\[0\] is not NAME=VALUE' "an env entry without ="
+echo '{"ociVersion":"1.0.2","ociVersion":"1.0.2"}' >"$B/config.json"
+bad 3 'duplicate' "a duplicate key"
+config '["true"]'
+jq '.process.user.uid = 100000' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'process.user.uid must be 0..65534' "a uid the guest does not have"
+config '["true"]'
+jq '.process.terminal = true' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'terminal is not supported' "a terminal (no console socket in this version)"
+ln -s /etc "$B/evil"
+config '["true"]' '[]' evil
+bad 3 'cannot open root.path evil' "root.path a symlink out of the bundle"
+config '["true"]' '[]' ../bundle/rootfs
+bad 3 'cannot open root.path' "root.path ../ out of the bundle"
+config '["true"]' '[]' "$B/evil"
+bad 3 'cannot open root.path' "an absolute root.path through a symlink"
+config '["true"]'
+bad 3 'invalid container ID' "an ID with ../" "../escape"
+bad 3 'invalid container ID' "an ID with /" "a/b"
+bad 3 'invalid container ID' "an ID starting with ." ".hidden"
+bad 3 'invalid container ID' "a 200-character ID" "$(head -c 200 /dev/zero | tr '\0' a)"
+[ ! -e "$TEST_TMP/escape" ]; ok $? "nothing was made outside the root"
+nothing_left "every refusal left nothing behind"
+is "$(ls "$SBX_TEMPLATES" | grep -v '^default@')" "" "and prepared no template"
+
+# --- containerd (ctr, the runc shim v2) ---------------------------------------------
+ctr_section() {
+	command -v containerd >/dev/null && command -v ctr >/dev/null && command -v containerd-shim-runc-v2 >/dev/null ||
+		{ diag "containerd not installed: its part skipped"; return; }
+	local D=$TEST_TMP/containerd
+	mkdir -p "$D"
+	# A daemon of the test's own: root, state and sockets beneath it, no CRI.
+	cat >"$D/config.toml" <<EOC
+version = 2
+root = "$D/root"
+state = "$D/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "$D/c.sock"
+[ttrpc]
+  address = "$D/c.sock.ttrpc"
+EOC
+	# The shim passes a --root of its own (/run/containerd/runc/NS): the
+	# wrapper drops it for the test's, and gives the test's state root.
+	cat >"$D/sbx-oci" <<EOW
+#!/bin/sh
+for a; do
+	shift
+	case \$a in --root) skip=1; continue ;; --root=*) continue ;; esac
+	[ -n "\$skip" ] && { skip=; continue; }
+	set -- "\$@" "\$a"
+done
+SBX_ROOT=$SBX_ROOT SBX_TEMPLATES=$SBX_TEMPLATES exec $OCI --root $R "\$@"
+EOW
+	chmod +x "$D/sbx-oci"
+	containerd --config "$D/config.toml" >"$D/containerd.log" 2>&1 &
+	CTD_PID=$!
+	for _ in $(seq 50); do [ -S "$D/c.sock" ] && break; sleep 0.1; done
+	local C=(ctr --address "$D/c.sock")
+	out=$(timeout 300 "${C[@]}" run --rm --runc-binary "$D/sbx-oci" --rootfs "$B/rootfs" k1 \
+		sh -c 'echo hi from ctr; exit 5' 2>"$TEST_TMP/err"); rc=$?
+	is "$out/$rc" "hi from ctr/5" "ctr run --rootfs: output and exit status" || diag "$(cat "$TEST_TMP/err")"
+	timeout 300 "${C[@]}" run -d --runc-binary "$D/sbx-oci" --rootfs "$B/rootfs" k2 sleep 600 >/dev/null
+	is "$("${C[@]}" task ls | awk '$1 == "k2" {print $3}')" RUNNING "ctr run -d: the task runs"
+	out=$(timeout 120 "${C[@]}" task exec --exec-id e1 k2 sh -c 'echo exec ok; exit 6'); rc=$?
+	is "$out/$rc" "exec ok/6" "ctr task exec: output and status"
+	"${C[@]}" task kill -s KILL k2; ok $? "ctr task kill -s KILL"
+	for _ in $(seq 50); do [ "$("${C[@]}" task ls | awk '$1 == "k2" {print $3}')" = STOPPED ] && break; sleep 0.2; done
+	is "$("${C[@]}" task ls | awk '$1 == "k2" {print $3}')" STOPPED "the task stopped"
+	"${C[@]}" task rm k2 >/dev/null 2>&1 && "${C[@]}" container rm k2; ok $? "ctr task rm, container rm"
+	nothing_left "after ctr: no container state, no session"
+	kill "$CTD_PID" 2>/dev/null
+	wait "$CTD_PID" 2>/dev/null
+	CTD_PID=
+	# What ctr and the shim make in the machine's /run whatever the
+	# config says (fifo/, s/) goes if it is empty.
+	rmdir /run/containerd/fifo /run/containerd/s /run/containerd 2>/dev/null
+}
+CTD_PID=
+# lib.sh's cleanup calls this hook: the daemon goes, containers left by a
+# failed run go, and with them the shm mounts Podman makes under its root.
+_net_cleanup() {
+	[ -z "$CTD_PID" ] || kill "$CTD_PID" 2>/dev/null
+	[ -z "${PO+x}" ] || "${PO[@]}" rm -fa >/dev/null 2>&1
+	[ -z "${P:-}" ] || grep -F " $P/" /proc/mounts | awk '{print $2}' | xargs -r -n1 umount 2>/dev/null
+}
+ctr_section
+
+# --- Podman -----------------------------------------------------------------------
+command -v podman >/dev/null && command -v conmon >/dev/null || skip_all "podman or conmon not installed"
+P=$TEST_TMP/podman
+mkdir -p "$P"
+# Its own storage, run root and tmpdir: nothing of the machine's; no
+# network, no journald.
+# Podman calls its runtime with an environment of its own (XDG_RUNTIME_DIR
+# alone) and drops --runtime-flag in its cleanup process: a wrapper gives
+# every call this test's state root, templates and runtime root.
+cat >"$P/sbx-oci" <<EOW
+#!/bin/sh
+SBX_ROOT=$SBX_ROOT SBX_TEMPLATES=$SBX_TEMPLATES exec $OCI --root $R "\$@"
+EOW
+chmod +x "$P/sbx-oci"
+PO=(podman --root "$P/root" --runroot "$P/run" --tmpdir "$P/tmp" --storage-driver vfs --cgroup-manager cgroupfs
+	--events-backend file --runtime "$P/sbx-oci")
+tar -C "$B/rootfs" -cf "$TEST_TMP/rootfs.tar" .
+ntmpl=$(ls "$SBX_TEMPLATES" | grep -c '^oci-')
+"${PO[@]}" import "$TEST_TMP/rootfs.tar" localhost/sbx-busybox >/dev/null 2>&1; ok $? "podman import of the busybox rootfs"
+out=$(timeout 300 "${PO[@]}" run --rm --network none localhost/sbx-busybox echo hi 2>"$TEST_TMP/err")
+is "$out" hi "podman run --rm prints the container's output" || diag "$(cat "$TEST_TMP/err")"
+timeout 300 "${PO[@]}" run --network none --name exit7 -e FOO=bar localhost/sbx-busybox \
+	sh -c 'echo "$FOO $(uname -r)"; exit 7' >"$TEST_TMP/out" 2>&1
+is $? 7 "podman run exits with the container's status"
+like "$(cat "$TEST_TMP/out")" "^bar " "env -e reaches the process"
+[ "$(awk '{print $2}' "$TEST_TMP/out")" != "$(uname -r)" ]; ok $? "and uname -r is the guest's kernel, not the host's"
+is "$("${PO[@]}" inspect -f '{{.State.Status}} {{.State.ExitCode}}' exit7)" "exited 7" "podman inspect: exited, 7"
+is "$("${PO[@]}" logs exit7)" "$(cat "$TEST_TMP/out")" "podman logs has the output"
+"${PO[@]}" rm exit7 >/dev/null; ok $? "podman rm"
+timeout 300 "${PO[@]}" run -d --network none --name sleeper localhost/sbx-busybox sleep 600 >/dev/null; ok $? "podman run -d"
+is "$("${PO[@]}" inspect -f '{{.State.Status}}' sleeper)" running "it runs"
+out=$(timeout 120 "${PO[@]}" exec sleeper sh -c 'echo exec $(id -u); exit 3' 2>"$TEST_TMP/err"); rc=$?
+is "$out/$rc" "exec 0/3" "podman exec: output and status" || diag "$(cat "$TEST_TMP/err")"
+timeout 60 "${PO[@]}" kill sleeper >/dev/null; ok $? "podman kill"
+for _ in $(seq 50); do [ "$("${PO[@]}" inspect -f '{{.State.Status}}' sleeper)" != running ] && break; sleep 0.2; done
+is "$("${PO[@]}" inspect -f '{{.State.ExitCode}}' sleeper)" 137 "killed: 137"
+"${PO[@]}" rm -f sleeper >/dev/null; ok $? "podman rm -f"
+nothing_left "after podman rm: no container state, no session"
+is "$(($(ls "$SBX_TEMPLATES" | grep -c '^oci-') - ntmpl))" 1 \
+	"podman's containers of one image (a copy each) shared one new template"
+[ ! -e /run/sbx-oci ]; ok $? "nothing in the machine's /run/sbx-oci"
+done_testing
