@@ -206,16 +206,22 @@ int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const c
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "cannot open the bundle %.200s", bundle);
 	if (sbx_oci_spec_load(bfd, &x->spec, err) < 0)
 		return -1;
+	/* Refused before the claim: nothing was made; the spec is freed. */
+	_cleanup_close_ int rootfd = -1;
+	int refused = 0;
 	if (x->spec.terminal)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				   "process.terminal is not supported by this version of sbx-oci (no console socket)");
-	_cleanup_close_ int rootfd = sbx_oci_rootfs_open(bfd, x->spec.root, err);
-	if (rootfd < 0)
+		refused =
+			sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				    "process.terminal is not supported by this version of sbx-oci (no console socket)");
+	else if ((rootfd = sbx_oci_rootfs_open(bfd, x->spec.root, err)) < 0)
+		refused = -1;
+	else if (mkdirat(root_fd, id, 0700) < 0) /* the claim: a second create of the ID fails here */
+		refused = sbx_err_set(err, errno == EEXIST ? SBX_EXIT_CONFLICT : SBX_EXIT_INTERNAL, errno,
+				      "cannot create container %s", id);
+	if (refused < 0) {
+		sbx_oci_ctx_free(x);
 		return -1;
-	/* The claim: a second create of the ID fails here, before any work. */
-	if (mkdirat(root_fd, id, 0700) < 0)
-		return sbx_err_set(err, errno == EEXIST ? SBX_EXIT_CONFLICT : SBX_EXIT_INTERNAL, errno,
-				   "cannot create container %s", id);
+	}
 	x->dir_fd = openat(root_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	snprintf(x->c.id, sizeof x->c.id, "%s", id);
 	snprintf(x->c.bundle, sizeof x->c.bundle, "%s", bundle);
