@@ -81,6 +81,15 @@ static int print_json(json_t *j)
 	return fflush(stdout) == 0 ? 0 : SBX_EXIT_INTERNAL;
 }
 
+/* How the process we wait for ended, as runc's exit status. */
+static int wait_status(pid_t pid)
+{
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : SBX_EXIT_SIGNAL + WTERMSIG(st);
+}
+
 /* create and run: the container, then its holder (a child, so it stays a
  * descendant of the engine, which reaps it), whose pid is recorded. */
 static int create(const char *root, int root_fd, int argc, char **argv, int run)
@@ -137,10 +146,7 @@ static int create(const char *root, int root_fd, int argc, char **argv, int run)
 		return fail(&err);
 	if (detach)
 		return 0;
-	int st;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : SBX_EXIT_SIGNAL + WTERMSIG(st);
+	return wait_status(pid);
 }
 
 /* exec: the process runs in a child, the pid the engine waits for (conmon
@@ -193,10 +199,7 @@ static int exec_cmd(int root_fd, int argc, char **argv)
 	}
 	if (detach)
 		return 0;
-	int st;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : SBX_EXIT_SIGNAL + WTERMSIG(st);
+	return wait_status(pid);
 }
 
 /* ps: the container's host processes, which are its holder alone (the
