@@ -734,11 +734,8 @@ static int op_fork(struct serve_back *b, const struct serve_req *r, const char *
  * looks.  Everything else is the service's (SBX_ROOT, SBX_TEMPLATES...). */
 static int user_env_ok(const char *kv)
 {
-	static const char *const keep[] = { "TERM=", "COLUMNS=", "LINES=", "NO_COLOR=", "SBX_NO_PROGRESS=" };
-	for (size_t i = 0; i < SBX_ARRAY_LEN(keep); i++)
-		if (!strncmp(kv, keep[i], strlen(keep[i])))
-			return 1;
-	return 0;
+	size_t n = strcspn(kv, "=");
+	return kv[n] == '=' && serve_cli_env_ok(kv, n);
 }
 
 static char **cli_env(const struct serve_req *r, const char *tenant)

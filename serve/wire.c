@@ -37,6 +37,15 @@ static const char *const op_names[] = { [SERVE_OP_CREATE] = "create",
 					[SERVE_OP_SNAPSHOT_RM] = "snapshot_rm",
 					[SERVE_OP_WATCH] = "watch" };
 
+int serve_cli_env_ok(const char *name, size_t len)
+{
+	static const char *const keep[] = { "TERM", "COLUMNS", "LINES", "NO_COLOR", "SBX_NO_PROGRESS" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(keep); i++)
+		if (strlen(keep[i]) == len && !memcmp(name, keep[i], len))
+			return 1;
+	return 0;
+}
+
 int serve_cli_prog_ok(const char *prog)
 {
 	static const char *const progs[] = { "sbx-create", "sbx-exec",     "sbx-cp",   "sbx-ps",
@@ -77,7 +86,6 @@ json_t *serve_cli_request(const char *buf, size_t n, struct sbx_err *err)
 			    json_string_value(json_array_get(a, 0)));
 		ok = -1;
 	}
-	static const char *const keep[] = { "TERM", "COLUMNS", "LINES", "NO_COLOR", "SBX_NO_PROGRESS" };
 	json_object_foreach (ok > 0 ? e : NULL, k, v) {
 		const char *s = json_string_value(v);
 		if (!s || json_string_length(v) > 256 || strlen(s) != json_string_length(v))
@@ -85,9 +93,8 @@ json_t *serve_cli_request(const char *buf, size_t n, struct sbx_err *err)
 		int printable = 1;
 		for (const char *c = s; *c && printable; c++)
 			printable = (unsigned char)*c >= 0x20 && *c != 0x7f;
-		for (size_t j = 0; printable && j < SBX_ARRAY_LEN(keep); j++)
-			if (!strcmp(k, keep[j]))
-				json_object_set(env, k, v);
+		if (printable && serve_cli_env_ok(k, strlen(k)))
+			json_object_set(env, k, v);
 	}
 	json_decref(o);
 	if (ok <= 0) {

@@ -85,6 +85,9 @@ const char *serve_op_name(enum serve_op op);
 
 /* The commands a host user may run through the CLI socket (sbx-serve(8)). */
 int serve_cli_prog_ok(const char *prog);
+/* Is the variable named by name's first len bytes one of the terminal's,
+ * the only ones a host user's command keeps of the user's environment? */
+int serve_cli_env_ok(const char *name, size_t len);
 
 /* The CLI socket (sbx-serve(8), USERS), as the front reads it: a user's
  * command comes as one message, {"argv": [PROGRAM, ARG...], "env": {NAME:
