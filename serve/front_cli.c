@@ -43,14 +43,14 @@ static void tell(int fd, int code, const char *msg)
 
 /* The back's answers until the last one: {"ok": true, "exit": N} once the
  * command ended, or {"ok": false, "code": N, "message": TEXT}. */
-static int relay(int fd, int sv)
+static void relay(int fd, int sv)
 {
 	for (;;) {
 		struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = sv, .events = POLLIN } };
 		if (poll(p, 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
-			return -1;
+			return;
 		}
 		char buf[4096];
 		int fds[4];
@@ -60,7 +60,7 @@ static int relay(int fd, int sv)
 			json_t *j = n > 0 ? json_loadb(buf, (size_t)n, 0, NULL) : NULL;
 			if (!j) {
 				tell(fd, SBX_EXIT_INTERNAL, "the service ended the command's call");
-				return 0;
+				return;
 			}
 			json_t *ex = json_object_get(j, "exit");
 			if (json_is_true(json_object_get(j, "ok")) && json_is_integer(ex))
@@ -72,19 +72,19 @@ static int relay(int fd, int sv)
 					     : SBX_EXIT_INTERNAL,
 				     json_string_value(json_object_get(j, "message")));
 			json_decref(j);
-			return 0;
+			return;
 		}
 		if (p[0].revents) {
 			ssize_t n = serve_recv(fd, buf, sizeof buf, fds, &nfds, 4);
 			for (unsigned i = 0; i < nfds; i++)
 				close(fds[i]);
 			if (n <= 0) /* the user's side is gone: the back hangs the command up */
-				return 0;
+				return;
 			int s = serve_cli_signal(buf, (size_t)n);
 			char fwd[32];
 			if (s &&
 			    serve_send(sv, fwd, (size_t)snprintf(fwd, sizeof fwd, "{\"signal\":%d}", s), NULL, 0) < 0)
-				return 0;
+				return;
 		}
 	}
 }
