@@ -300,4 +300,19 @@ for r in $(cat "$TEST_TMP/p1" "$TEST_TMP/p2"); do
 done
 ls -a "$T" | grep -q '^\.tmp-build-'; ok $((!$?)) "no work directory is left"
 
+# --- the helper's read of a template leaves no mount point -----------------------------------
+# The helper SIGKILLed while it streams a template (as a killed build's
+# is): nothing of it may be left on the host.  Before, each such kill left
+# a /tmp/sbx-tpl-mnt.XXXXXX directory behind (70 in a day of test runs).
+H=$SBX_BUILD/libexec/sbx/sbx-template-helper
+img=$(ls -d "$SBX_BUILD"/templates/default@* | head -n1)/rootfs.ext4
+ls -d /tmp/sbx-tpl-mnt.* 2>/dev/null | sort >"$TEST_TMP/mnt.before"
+{ "$H" tar-template "$img" & p=$!; } > >(sleep 1; cat >/dev/null)
+sleep 0.3
+kill -9 "$p"
+wait "$p" 2>/dev/null
+ls -d /tmp/sbx-tpl-mnt.* 2>/dev/null | sort >"$TEST_TMP/mnt.after"
+is "$(comm -13 "$TEST_TMP/mnt.before" "$TEST_TMP/mnt.after")" "" "a template read SIGKILLed midway leaves no directory in /tmp"
+is "$("$H" tar-template "$img" | tar -tf - | grep -c '^./etc/passwd$')" 1 "and a whole read still lists the template's files"
+
 done_testing
