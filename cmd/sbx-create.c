@@ -211,8 +211,13 @@ int main(int argc, char **argv)
 		sbx_err_print("sbx-create", &err, json);
 		return err.code;
 	}
-	if (dry_run)
+	if (dry_run) {
+		if (sbx_policy_ceilings(o.tenant, &pol, &err) < 0) {
+			sbx_err_print("sbx-create", &err, json);
+			return err.code;
+		}
 		return print_policy(&pol, &o, json);
+	}
 	if (o.snapshot && o.tmpl)
 		return sbx_cli_fail("sbx-create", SBX_EXIT_USAGE, json, "-s and -t cannot be used together");
 	o.vcpus = pol.resources.vcpus;

@@ -4,6 +4,7 @@
 #include "audit.h"
 #include "capacity.h"
 #include "policy.h"
+#include "hostconf.h"
 #include "hostpath.h"
 #include "netns.h"
 #include "secrets.h"
@@ -518,9 +519,53 @@ struct plan {
 	struct sbx_accel_info ai;
 	const struct sbx_vmm_ops *vmm;
 	int needs_nic;
-	struct sbx_policy defaults;
+	struct sbx_policy own; /* the defaults, or the policy under a tenant's ceilings */
 	const struct sbx_policy *pol;
 };
+
+static void ceiling_u64(uint64_t *v, uint64_t max)
+{
+	if (max && (!*v || *v > max))
+		*v = max;
+}
+
+static void apply_ceilings(struct sbx_policy *p, const struct sbx_quota *q)
+{
+	ceiling_u64(&p->resources.disk_bps, q->session_disk_bps);
+	ceiling_u64(&p->network.rate, q->session_network_rate);
+	if (q->session_disk_iops && (!p->resources.disk_iops || p->resources.disk_iops > q->session_disk_iops))
+		p->resources.disk_iops = q->session_disk_iops;
+}
+
+int sbx_policy_ceilings(const char *tenant, struct sbx_policy *p, struct sbx_err *err)
+{
+	struct sbx_quota q;
+	if (!tenant || !tenant[0])
+		return 0;
+	if (sbx_hostconf_tenant_quota(tenant, &q, err) < 0)
+		return -1;
+	apply_ceilings(p, &q);
+	return 0;
+}
+
+/* The same for a create, on a copy of the caller's policy when a ceiling
+ * is set (a shallow copy: the caller's policy owns what it points to). */
+static int tenant_ceilings(const char *tenant, struct plan *pl, struct sbx_err *err)
+{
+	struct sbx_quota q;
+	if (!tenant || !tenant[0])
+		return 0;
+	if (sbx_hostconf_tenant_quota(tenant, &q, err) < 0)
+		return -1;
+	if (!q.session_disk_bps && !q.session_disk_iops && !q.session_network_rate)
+		return 0;
+	if (pl->pol != &pl->own) {
+		pl->own = *pl->pol;
+		pl->pol = &pl->own;
+	}
+	apply_ceilings(&pl->own, &q);
+	return 0;
+}
 
 /* The backend, the policy's support and the secrets (read before anything
  * exists: a secret that cannot be read fails the create with nothing to
@@ -532,9 +577,11 @@ static int choose(struct sbx_state *st, const struct sbx_create_opts *o, struct 
 		return -1;
 	pl->pol = o->policy;
 	if (!pl->pol) {
-		sbx_policy_defaults(&pl->defaults);
-		pl->pol = &pl->defaults;
+		sbx_policy_defaults(&pl->own);
+		pl->pol = &pl->own;
 	}
+	if (tenant_ceilings(o->tenant, pl, err) < 0)
+		return -1;
 	pl->needs_nic = pl->pol->network.egress != SBX_EGRESS_NONE || pl->pol->packages.mode != SBX_PKG_OFFLINE ||
 			(o->pool && o->pool_nic);
 	/* A snapshot has no NIC, and a restore cannot add one (snapshot.h). */

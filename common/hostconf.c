@@ -240,6 +240,23 @@ static int quota_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void
 		q->memory_mib = v / MIB;
 		return 0;
 	}
+	/* Per-session ceilings: the ranges of the policy keys they bound. */
+	if (!strcmp(key, "session_disk_bps") || !strcmp(key, "session_network_rate")) {
+		int disk = !strcmp(key, "session_disk_bps");
+		uint64_t lo = disk ? MIB : 64 * KIB, hi = disk ? 64 * GIB : 4 * GIB;
+		if (sbx_parse_size(s, &v) < 0 || v < lo || v > hi)
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a size from %s to %s", path, SBX_YAML_SHOW(s),
+					      disk ? "1M" : "64K", disk ? "64G" : "4G");
+		*(disk ? &q->session_disk_bps : &q->session_network_rate) = v;
+		return 0;
+	}
+	if (!strcmp(key, "session_disk_iops")) {
+		if (sbx_parse_uint_max(s, 1000000, &v) < 0 || v < 10)
+			return sbx_yaml_failm(c, m, "%s: '%s' is not a whole number in 10..1000000", path,
+					      SBX_YAML_SHOW(s));
+		q->session_disk_iops = (unsigned)v;
+		return 0;
+	}
 	uint64_t *bytes = !strcmp(key, "workspace_bytes")  ? &q->workspace_bytes
 			  : !strcmp(key, "snapshot_bytes") ? &q->snapshot_bytes
 			  : !strcmp(key, "cache_bytes")    ? &q->cache_bytes
@@ -262,8 +279,9 @@ static int quota_value(struct sbx_yaml *c, const char *key, yaml_mark_t km, void
 	return 0;
 }
 
-static const char *const quota_keys[] = { "cache_bytes", "memory",          "sessions", "snapshot_bytes",
-					  "vcpus",       "workspace_bytes", NULL };
+static const char *const quota_keys[] = { "cache_bytes",          "memory",   "session_disk_bps", "session_disk_iops",
+					  "session_network_rate", "sessions", "snapshot_bytes",   "vcpus",
+					  "workspace_bytes",      NULL };
 
 static int quota_tenant(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
@@ -274,8 +292,9 @@ static int quota_tenant(struct sbx_yaml *c, const char *key, yaml_mark_t km, voi
 		return sbx_yaml_failm(c, km, "quotas.tenants: more than %d tenants", SBX_QUOTA_TENANTS_MAX);
 	struct sbx_tenant_quota *t = &qc->tenants[qc->ntenants];
 	snprintf(t->tenant, sizeof t->tenant, "%s", key);
-	t->q.sessions = t->q.vcpus = UINT32_MAX;
+	t->q.sessions = t->q.vcpus = t->q.session_disk_iops = UINT32_MAX;
 	t->q.memory_mib = t->q.workspace_bytes = t->q.snapshot_bytes = t->q.cache_bytes = UINT64_MAX;
+	t->q.session_disk_bps = t->q.session_network_rate = UINT64_MAX;
 	if (walk_map(c, path, quota_keys, quota_value, &t->q) < 0)
 		return -1;
 	qc->ntenants++;
@@ -320,6 +339,12 @@ void sbx_hostconf_quota(const struct sbx_hostconf *hc, const char *tenant, struc
 			q->snapshot_bytes = t->q.snapshot_bytes;
 		if (t->q.cache_bytes != UINT64_MAX)
 			q->cache_bytes = t->q.cache_bytes;
+		if (t->q.session_disk_bps != UINT64_MAX)
+			q->session_disk_bps = t->q.session_disk_bps;
+		if (t->q.session_disk_iops != UINT32_MAX)
+			q->session_disk_iops = t->q.session_disk_iops;
+		if (t->q.session_network_rate != UINT64_MAX)
+			q->session_network_rate = t->q.session_network_rate;
 	}
 }
 

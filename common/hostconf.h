@@ -54,6 +54,12 @@ struct sbx_quota {
 	uint64_t workspace_bytes; /* the sizes of its workspaces */
 	uint64_t snapshot_bytes;  /* the sizes of its snapshots */
 	uint64_t cache_bytes;     /* its package cache (else packages.cache_quota) */
+	/* Ceilings on each of its sessions, not totals: a policy asking for
+	 * more, or for no limit, gets the ceiling (resources.disk_bps,
+	 * disk_iops, network.rate). */
+	uint64_t session_disk_bps;
+	unsigned session_disk_iops;
+	uint64_t session_network_rate;
 };
 struct sbx_quota_conf {
 	struct sbx_quota per_tenant;

@@ -215,6 +215,12 @@ int sbx_record_save(struct sbx_state *st, const struct sbx_session *s, struct sb
 /* The record as saved (JSON text, malloc'd); NULL when out of memory. */
 char *sbx_record_text(const struct sbx_session *s);
 
+/* The tenant's per-session ceilings (sbx.yaml quotas session_disk_bps,
+ * session_disk_iops, session_network_rate) applied to p: a value above one,
+ * or 0 (no limit), becomes the ceiling.  sbx_session_create applies them
+ * itself; this is for showing the effective policy (--dry-run). */
+int sbx_policy_ceilings(const char *tenant, struct sbx_policy *p, struct sbx_err *err);
+
 /* Create a session; on success s is its record and *existed says whether an
  * identical session with this --id was already running. */
 int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, struct sbx_session *s, int *existed,

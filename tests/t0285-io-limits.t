@@ -25,7 +25,46 @@ is "$(sbx-create --dry-run -p off.yaml | jq -c '[.resources.disk_bps, .resources
 is "$(sbx-create --dry-run | jq -c '[.resources.disk_bps, .resources.disk_iops]')" "[67108864,2000]" \
    "the defaults: 64M and 2000 requests per second"
 
+# A tenant's ceilings (sbx.yaml quotas session_*): its policy supplies
+# these limits, and 0 would be none.  A value over a ceiling, or 0, gets
+# the ceiling; one under it stays; another tenant and the operator keep
+# theirs.
+CONF=$SBX_ROOT/etc/sbx/sbx.yaml
+mkdir -p "${CONF%/*}"
+for v in "session_disk_bps: 512K" "session_disk_bps: 65G" "session_disk_iops: 9" "session_network_rate: 1K" \
+	 "session_network_rate: 5G" "session_disk_bps: fast"; do
+	printf 'quotas:\n  per_tenant:\n    %s\n' "$v" >"$CONF"
+	sbx-create --dry-run --tenant a >/dev/null 2>"$TEST_TMP/err"; is "$?" 3 "quotas.per_tenant.$v is refused with 3"
+done
+like "$(cat "$TEST_TMP/err")" "session_disk_bps: 'fast' is not a size from 1M to 64G" "naming the key and the range"
+printf 'quotas:\n  per_tenant:\n    session_disk_bps: 8M\n    session_disk_iops: 100\n    session_network_rate: 1M\n  tenants:\n    b: {session_disk_bps: 16M}\n' >"$CONF"
+printf 'resources:\n  disk_bps: 0\n  disk_iops: 0\nnetwork:\n  rate: 0\n' >greedy.yaml
+is "$(sbx-create --dry-run --tenant a -p greedy.yaml | jq -c '[.resources.disk_bps, .resources.disk_iops, .network.rate]')" \
+   "[8388608,100,1048576]" "a tenant's 0 (no limit) becomes its ceilings"
+is "$(sbx-create --dry-run --tenant a | jq -c '[.resources.disk_bps, .resources.disk_iops, .network.rate]')" \
+   "[8388608,100,1048576]" "and so do the defaults above them"
+printf 'resources:\n  disk_bps: 2M\n  disk_iops: 50\nnetwork:\n  rate: 256K\n' >modest.yaml
+is "$(sbx-create --dry-run --tenant a -p modest.yaml | jq -c '[.resources.disk_bps, .resources.disk_iops, .network.rate]')" \
+   "[2097152,50,262144]" "values under the ceilings stay"
+is "$(sbx-create --dry-run --tenant b -p greedy.yaml | jq -c '[.resources.disk_bps, .resources.disk_iops, .network.rate]')" \
+   "[16777216,100,1048576]" "tenants.b replaces one ceiling and keeps per_tenant's others"
+is "$(sbx-create --dry-run -p greedy.yaml | jq -c '[.resources.disk_bps, .resources.disk_iops, .network.rate]')" \
+   "[0,0,0]" "the operator (no tenant) has no ceiling"
+
 require_vm
+# The ceiling is what the VMM enforces, not only what is shown.
+id=$(sbx-create -q --tenant a -p greedy.yaml)
+ok $? "a tenant's session with a greedy policy is created ($id)"
+is "$(jq -c '[.limits.disk_bps, .limits.disk_iops]' "$L/$id/session.json")" "[8388608,100]" \
+   "its record holds the ceilings"
+if [ "$(jq -r .vmm "$L/$id/session.json")" = qemu ]; then
+	vmm=$(jq -r .vmm_process.pid "$L/$id/session.json")
+	like "$(tr '\0' ' ' <"/proc/$vmm/cmdline")" "id=scratch0,[^ ]*throttling.bps-total=8388608,throttling.iops-total=100," \
+	     "and its scratch disk is throttled at them"
+fi
+sbx-kill "$id"
+rm -f "$CONF"
+
 printf 'resources:\n  disk_bps: 2M\n  disk_iops: 1000\n' >slow.yaml
 id=$(sbx-create -q -p slow.yaml)
 vmm=$(jq -r .vmm_process.pid "$L/$id/session.json")
