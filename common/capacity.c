@@ -126,30 +126,10 @@ int sbx_capacity_quota_n(struct sbx_state *st, const char *tenant, unsigned n, u
 	return tenant_admit_n(tenant, &c, &tu, n, vcpus, memory_mib, err);
 }
 
-int sbx_capacity_disk(struct sbx_state *st, struct sbx_err *err)
-{
-	static struct sbx_hostconf hc; /* large */
-	if (sbx_hostconf_load(&hc, err) < 0)
-		return -1;
-	struct statvfs v;
-	if (fstatvfs(st->lib_fd, &v) < 0)
-		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the free space of %s", st->lib);
-	uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
-	uint64_t reserve = sbx_hostconf_reserve(&hc.audit, (uint64_t)v.f_blocks * v.f_frsize);
-	if (avail >= reserve)
-		return 0;
-	sbx_err_set(err, SBX_EXIT_TEMPFAIL, ENOSPC,
-		    "host disk full: %llu MiB free on %s, under the reserve of %llu MiB kept for the audit trail "
-		    "(sbx.yaml audit.reserve); free space there, or try another host",
-		    (unsigned long long)(avail >> 20), st->lib, (unsigned long long)(reserve >> 20));
-	err->retry_after_ms = 60000;
-	return -1;
-}
-
 int sbx_capacity_admit(struct sbx_state *st, const char *tenant, unsigned vcpus, unsigned memory_mib,
 		       struct sbx_err *err)
 {
-	if (sbx_capacity_disk(st, err) < 0)
+	if (sbx_state_room(st, 0, err) < 0)
 		return -1;
 	struct sbx_capacity c;
 	struct tenant_use tu;
@@ -183,7 +163,7 @@ int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, unsigned 
 {
 	struct sbx_capacity c;
 	struct tenant_use tu;
-	if (sbx_capacity_disk(st, err) < 0)
+	if (sbx_state_room(st, 0, err) < 0)
 		return -1;
 	if (!tenant || !tenant[0])
 		return 0;

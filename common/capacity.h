@@ -47,11 +47,6 @@ int sbx_capacity_admit_claim(struct sbx_state *st, const char *tenant, unsigned 
 int sbx_capacity_admit_workspace(struct sbx_state *st, const char *tenant, const char *name, uint64_t size,
 				 struct sbx_err *err);
 
-/* New work (a create, a claim, a snapshot save) needs LIB's filesystem to
- * have more free than sbx.yaml's audit.reserve (hostconf.h): below it, 75
- * (the trail's appends, which must not fail, go on in the reserve). */
-int sbx_capacity_disk(struct sbx_state *st, struct sbx_err *err);
-
 #define SBX_VMM_OVERHEAD_MIB 512u
 
 #endif

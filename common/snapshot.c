@@ -782,7 +782,7 @@ static int save_prepare(struct sbx_state *st, struct save *v, struct sbx_err *er
 				   v->src.id);
 	if (!sbx_state_up(live))
 		return sbx_err_set(err, SBX_EXIT_NOENT, 0, "session %s is not running (%s)", v->src.id, live);
-	if (sbx_capacity_disk(st, err) < 0)
+	if (sbx_state_room(st, 0, err) < 0)
 		return -1;
 	/* A template's sessions are everyone's it serves (and the warm
 	 * pool's, which never has a workspace): a workspace is one tenant's,

@@ -1,6 +1,7 @@
 #include "state.h"
 #include "hostconf.h"
 #include "util.h"
+#include "units.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 static int mkdir_open(int at, const char *path, struct sbx_err *err)
 {
@@ -108,6 +110,35 @@ void sbx_state_close(struct sbx_state *st)
 			close(*fds[i]);
 		*fds[i] = -1;
 	}
+}
+
+int sbx_state_room(struct sbx_state *st, uint64_t need, struct sbx_err *err)
+{
+	static struct sbx_hostconf hc; /* large */
+	if (sbx_hostconf_load(&hc, err) < 0)
+		return -1;
+	struct statvfs v;
+	if (fstatvfs(st->lib_fd, &v) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the free space of %s", st->lib);
+	uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
+	uint64_t reserve = sbx_hostconf_reserve(&hc.audit, (uint64_t)v.f_blocks * v.f_frsize);
+	if (avail >= reserve && avail - reserve >= need)
+		return 0;
+	if (need)
+		sbx_err_set(
+			err, SBX_EXIT_TEMPFAIL, ENOSPC,
+			"host disk full: %llu MiB free on %s, not enough for %llu MiB beside the reserve of %llu "
+			"MiB kept for the audit trail (sbx.yaml audit.reserve); free space there, or try another host",
+			(unsigned long long)(avail >> 20), st->lib, (unsigned long long)((need + MIB - 1) >> 20),
+			(unsigned long long)(reserve >> 20));
+	else
+		sbx_err_set(
+			err, SBX_EXIT_TEMPFAIL, ENOSPC,
+			"host disk full: %llu MiB free on %s, under the reserve of %llu MiB kept for the audit trail "
+			"(sbx.yaml audit.reserve); free space there, or try another host",
+			(unsigned long long)(avail >> 20), st->lib, (unsigned long long)(reserve >> 20));
+	err->retry_after_ms = 60000;
+	return -1;
 }
 
 int sbx_id_check(const char *id, const char *what, struct sbx_err *err)

@@ -26,6 +26,12 @@ struct sbx_state {
 /* Open (creating, mode 0700) the state directories. */
 int sbx_state_open(struct sbx_state *st, struct sbx_err *err);
 void sbx_state_close(struct sbx_state *st);
+/* New work (a create, a claim, a snapshot save, a template build or
+ * import, an upload) needs LIB's filesystem to have more free than
+ * sbx.yaml's audit.reserve (hostconf.h) plus the need bytes it is known to
+ * write there (an upload's size; 0 when not known up front): below it, 75
+ * (the trail's appends, which must not fail, go on in the reserve). */
+int sbx_state_room(struct sbx_state *st, uint64_t need, struct sbx_err *err);
 /* The same, read-only: nothing is created, and what does not exist yet is
  * -1 (sbx-create --dry-run, which creates nothing). */
 int sbx_state_peek(struct sbx_state *st, struct sbx_err *err);

@@ -1303,6 +1303,10 @@ int sbx_template_build(struct sbx_state *st, const struct sbx_tmplbuild_opts *o,
 			   .slot = { .lock_fd = -1 } };
 	memset(r, 0, sizeof *r);
 	int rc = check_inputs(&b, err);
+	/* New work, as a create is: its root, disk images and build VM are
+	 * written beside the audit trail's reserve, never into it. */
+	if (rc == 0)
+		rc = sbx_state_room(st, 0, err);
 	/* One build of a name at a time (per owner): the second waits. */
 	_cleanup_close_ int lk = -1;
 	if (rc == 0) {

@@ -573,7 +573,8 @@ int sbx_cp_upload(struct sbx_state *st, const struct sbx_cp_opts *o, json_t **re
 	}
 	struct sbx_tar_totals t;
 	sbx_tar_check_totals(c, &t);
-	if (sbx_xfer_reserve(st, &s, t.bytes, 1, &reserved, err) < 0)
+	/* The bytes land in the session's disk image, on LIB's filesystem. */
+	if (sbx_state_room(st, t.bytes, err) < 0 || sbx_xfer_reserve(st, &s, t.bytes, 1, &reserved, err) < 0)
 		goto out;
 
 	struct producer p = { .it = &it, .fd = -1 };
