@@ -60,16 +60,35 @@ size_t serve_cx_data_room(size_t max)
 	return max > 5 + 64 + 4 ? (max - 5 - 64) / 4 * 3 : 0;
 }
 
+/* Written here rather than by jansson: base64 needs no escaping, and
+ * json_pack and json_dumpb copied, UTF-8-checked and escape-scanned every
+ * byte of it again, which was two thirds of the front's CPU (1.25 s of
+ * 1.9 s per 64 MiB) while a command streamed. */
 ssize_t serve_cx_data_event(char *buf, size_t max, const char *which, const char *raw, size_t n)
 {
-	size_t b64n = 4 * ((n + 2) / 3) + 1;
-	char *b64 = malloc(b64n);
-	if (!b64)
+	static const char head[] = "{\"event\":{\"data\":{\"", mid[] = "\":\"", tail[] = "\"}}}";
+	size_t wn = strlen(which);
+	if (!wn || strspn(which, "abcdefghijklmnopqrstuvwxyz") != wn || n > INT32_MAX)
 		return -1;
-	EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)raw, (int)n);
-	ssize_t rc = serve_cx_envelope(buf, max, 0, json_pack("{s:{s:{s:s}}}", "event", "data", which, b64));
-	free(b64);
-	return rc;
+	size_t b64 = 4 * ((n + 2) / 3);
+	size_t need = sizeof head - 1 + wn + sizeof mid - 1 + b64 + sizeof tail - 1;
+	if (need > ENVELOPE_MAX || 5 + need + 1 > max) /* EVP_EncodeBlock adds a NUL */
+		return -1;
+	char *p = buf + 5;
+	memcpy(p, head, sizeof head - 1);
+	p += sizeof head - 1;
+	memcpy(p, which, wn);
+	p += wn;
+	memcpy(p, mid, sizeof mid - 1);
+	p += sizeof mid - 1;
+	p += EVP_EncodeBlock((unsigned char *)p, (const unsigned char *)raw, (int)n);
+	memcpy(p, tail, sizeof tail - 1);
+	buf[0] = 0;
+	buf[1] = (char)(need >> 24);
+	buf[2] = (char)(need >> 16);
+	buf[3] = (char)(need >> 8);
+	buf[4] = (char)need;
+	return (ssize_t)(need + 5);
 }
 
 ssize_t serve_cx_end_error(char *buf, size_t max, const char *code, const char *msg)

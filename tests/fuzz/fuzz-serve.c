@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <openssl/evp.h>
 
 #include "connect.h"
 #include "query.h"
@@ -131,9 +132,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		/* fall through */
 	default: {
-		char buf[65536];
-		size_t room = serve_cx_data_room(n < sizeof buf ? n + 100 : sizeof buf);
-		serve_cx_data_event(buf, sizeof buf, "stdout", p, n < room ? n : room);
+		/* Any output makes one envelope that reads back as JSON whose
+		 * base64 decodes to those very bytes. */
+		static char buf[65536];
+		static unsigned char back[65536];
+		size_t room = serve_cx_data_room(sizeof buf), take = n < room ? n : room;
+		ssize_t k = serve_cx_data_event(buf, sizeof buf, "stdout", p, take);
+		if (k < 0)
+			abort();
+		json_t *j = serve_cx_unwrap(buf, (size_t)k);
+		const char *b64 = json_string_value(
+			json_object_get(json_object_get(json_object_get(j, "event"), "data"), "stdout"));
+		size_t bn = b64 ? strlen(b64) : 0;
+		int dn = b64 ? EVP_DecodeBlock(back, (const unsigned char *)b64, (int)bn) : -1;
+		/* EVP_DecodeBlock counts the padding's zero bytes too */
+		size_t pad = bn >= 2 ? (size_t)(b64[bn - 1] == '=') + (b64[bn - 2] == '=') : 0;
+		if (dn < 0 || (size_t)dn - pad != take || memcmp(back, p, take))
+			abort();
+		json_decref(j);
 	}
 	}
 	return 0;
