@@ -36,9 +36,12 @@ if (what === 'tti') {
 			out.push(ms(t0))
 		}
 	} else {
-		const t0 = now()
+		const t0 = now(), c0 = process.cpuUsage()
 		const r = await s.commands.run(`head -c ${Number(b)}M /dev/zero`)
-		out = (r.stdout.length / 1048576) / (ms(t0) / 1000)
+		const c = process.cpuUsage(c0)
+		// The client's own CPU: the SDK decodes each envelope's JSON and
+		// base64 (useBinaryFormat: false) in JavaScript.
+		out = { mib_s: (r.stdout.length / 1048576) / (ms(t0) / 1000), client_cpu_s: (c.user + c.system) / 1e6 }
 	}
 } else if (what === 'clients') {
 	const res = await Promise.allSettled(Array.from({ length: Number(a) }, () => tti()))

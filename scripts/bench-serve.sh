@@ -11,7 +11,8 @@
 #    zeros) against sbx-exec's;
 #  - BENCH_SERVE_CLIENTS (64) SDK clients at once, each creating, running
 #    and killing: how many succeeded, were told 429 (the host's capacity)
-#    or failed otherwise, and the service's peak RSS and CPU time.
+#    or failed otherwise, and the service's peak memory (the Pss of its
+#    processes: its call children share their pages) and CPU time.
 # The SDK is the tests' pinned one (tests/fixtures/e2b-sdk); the template
 # the python one (bash: the SDK runs commands with bash -l -c).
 #
@@ -39,6 +40,28 @@ bench_serve() {
 	setpriv --pdeathsig TERM sbx-serve --listen "127.0.0.1:$port" 2>"$raw/serve.log" &
 	srv=$!
 	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+	serve_cpu() { # PID: CPU seconds of PID's tree, reaped children included
+		python3 - "$1" <<'PY'
+import os, sys
+def tree(p):
+    out = [p]
+    try:
+        for t in os.listdir(f"/proc/{p}/task"):
+            for c in open(f"/proc/{p}/task/{t}/children").read().split():
+                out += tree(int(c))
+    except OSError:
+        pass
+    return out
+tot = 0
+for p in set(tree(int(sys.argv[1]))):
+    try:
+        st = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+        tot += sum(int(x) for x in st[11:15])  # utime stime cutime cstime
+    except (OSError, IndexError):
+        pass
+print(tot / os.sysconf("SC_CLK_TCK"))
+PY
+	}
 	node_b() { # the bench's node script, as E2B code runs: only the three variables
 		E2B_API_URL=http://127.0.0.1:$port E2B_SANDBOX_URL=http://127.0.0.1:$port E2B_API_KEY=$key \
 			E2B_SDK=$sdk SBX_TEMPLATE=python node "$top/scripts/bench-serve.mjs" "$@"
@@ -68,7 +91,11 @@ PY
 	node_b exec "$id" $((runs * 5)) >"$raw/serve-exec.json"
 	"$t" $((runs * 5)) sbx-exec "$id" -- true >"$raw/cli-exec.txt"
 	"$t" $((runs * 5)) sbx-exec "$id" -- /bin/bash -l -c true >"$raw/cli-exec-bash.txt"
+	# The service's CPU over the stream (its processes and the calls'
+	# children they reaped), beside the client's own.
+	serve_cpu "$srv" >"$raw/serve-cpu0"
 	node_b stream "$id" "$mib" >"$raw/serve-stream.json"
+	serve_cpu "$srv" >"$raw/serve-cpu1"
 	python3 - "$raw/cli-stream.json" "$id" "$mib" <<'PY'
 import subprocess, sys, time
 t0 = time.monotonic()
@@ -100,11 +127,15 @@ while os.path.exists(f"/proc/{root}"):
         try:
             st = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
             cpu[p] = (int(st[11]) + int(st[12])) / tick
-            rss += int(open(f"/proc/{p}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            # Pss, not RSS: the back forks a child per call, and their
+            # RSSes summed counted the pages they share once per child.
+            for l in open(f"/proc/{p}/smaps_rollup"):
+                if l.startswith("Pss:"):
+                    rss += int(l.split()[1]) * 1024
         except (OSError, IndexError):
             pass
     peak = max(peak, rss)
-    json.dump({"rss_peak_bytes": peak, "cpu_s": round(sum(cpu.values()), 3)}, open(out, "w"))
+    json.dump({"pss_peak_bytes": peak, "cpu_s": round(sum(cpu.values()), 3)}, open(out, "w"))
     time.sleep(0.2)
 PY
 	local mon=$!
@@ -115,7 +146,7 @@ PY
 	kill "$srv" 2>/dev/null || echo "bench: sbx-serve was gone before the end (see $raw/serve.log)" >&2
 	wait "$srv" || echo "bench: sbx-serve exited with $? (see $raw/serve.log)" >&2
 	wait "$mon" || echo "bench: the service's usage was not measured to the end" >&2
-	python3 - "$raw" "$out" "$clients" <<'PY'
+	python3 - "$raw" "$out" "$clients" "$mib" <<'PY'
 import json, os, statistics, sys
 raw, out, clients = sys.argv[1], sys.argv[2], int(sys.argv[3])
 def pct(v, p):
@@ -128,7 +159,9 @@ cli_tti_bash = floats(f"{raw}/cli-tti-bash.txt")
 sdk_exec = json.load(open(f"{raw}/serve-exec.json"))
 cli_exec = [float(l.split()[0]) for l in open(f"{raw}/cli-exec.txt") if l.strip()]
 cli_exec_bash = [float(l.split()[0]) for l in open(f"{raw}/cli-exec-bash.txt") if l.strip()]
-sdk_mibs, cli_mibs = json.load(open(f"{raw}/serve-stream.json")), floats(f"{raw}/cli-stream.json")[0]
+st = json.load(open(f"{raw}/serve-stream.json"))
+sdk_mibs, cli_mibs = st["mib_s"], floats(f"{raw}/cli-stream.json")[0]
+serve_cpu_s = floats(f"{raw}/serve-cpu1")[0] - floats(f"{raw}/serve-cpu0")[0]
 cl = json.load(open(f"{raw}/serve-clients.json"))
 usage = json.load(open(f"{raw}/serve-usage.json"))
 rows = [
@@ -138,8 +171,11 @@ rows = [
     ("SDK commands.run('true') (ms)", sdk_exec, "sbx-exec bash -l -c true (ms)", cli_exec_bash),
 ]
 res = json.load(open(out)) if os.path.exists(out) else {}  # run alone: a file of its own
+mib = int(sys.argv[4])
 serve = {"rows": [], "stream_mib_s": {"sdk": round(sdk_mibs, 1), "cli": round(cli_mibs, 1),
-                                      "ratio": round(sdk_mibs / cli_mibs, 2) if cli_mibs else None},
+                                      "ratio": round(sdk_mibs / cli_mibs, 2) if cli_mibs else None,
+                                      "cpu_ms_per_mib": {"sdk_client": round(st["client_cpu_s"] * 1000 / mib, 2),
+                                                         "service": round(serve_cpu_s * 1000 / mib, 2)}},
          "clients": {"n": clients, "ok": cl["ok"], "throttled_429": cl["throttled"], "errors": cl["errors"],
                      "ms_p50": pct(cl["ms"], 50) if cl["ms"] else None, "ms_p95": pct(cl["ms"], 95) if cl["ms"] else None},
          "service": usage}
@@ -155,9 +191,11 @@ for name, v, fname, f in rows:
           f"{r['ratio_p50']:>6} {r['ratio_p95']:>6}")
 s = serve["stream_mib_s"]
 print(f"{'output streamed (MiB/s)':40} {s['sdk']:>9} {'':>9}  {'sbx-exec':38} {s['cli']:>9} {'':>9} {s['ratio']:>6}")
+print(f"  CPU per MiB streamed: the SDK client {s['cpu_ms_per_mib']['sdk_client']} ms, "
+      f"the service {s['cpu_ms_per_mib']['service']} ms")
 c = serve["clients"]
 print(f"{clients} SDK clients at once: {c['ok']} ok, {c['throttled_429']} told 429, {len(c['errors'])} other errors; "
-      f"p50 {c['ms_p50']} ms, p95 {c['ms_p95']} ms; service peak RSS {usage['rss_peak_bytes'] >> 20} MiB, "
+      f"p50 {c['ms_p50']} ms, p95 {c['ms_p95']} ms; service peak Pss {usage['pss_peak_bytes'] >> 20} MiB, "
       f"CPU {usage['cpu_s']} s")
 res["serve"] = serve
 json.dump(res, open(out, "w"), indent=2)
