@@ -15,6 +15,7 @@
 #  - sbx-exec true on a live session, BENCH_AB_EXECS (30) a round;
 #  - pool claim, create to ready, BENCH_AB_CLAIMS (4) a round;
 #  - creates from a snapshot per second, 4 at a time, one burst a round.
+# BENCH_AB_ROWS picks some of them (e.g. "create claim").
 # Prints each row's p50 and p95 for both and the ratio (this / REV, above
 # 1 is slower; for the rate REV / this), and writes build/bench-ab.json.
 set -euo pipefail
@@ -90,7 +91,7 @@ side() {
 	)
 }
 
-for row in create exec claim rate; do
+for row in ${BENCH_AB_ROWS:-create exec claim rate}; do
 	echo "bench-ab: $row, $ROUNDS rounds of each build" >&2
 	for r in $(seq "$ROUNDS"); do
 		# Each build goes first in every other round.
@@ -115,6 +116,8 @@ rows = {"create": ("cold create to ready", "ms"), "exec": ("sbx-exec true", "ms"
 res = []
 print(f"{'figure':34} {'unit':4} {'n':>3} {base[:8]+' p50':>13} {'p95':>8} {'this p50':>10} {'p95':>8} {'ratio':>6}")
 for k, (name, unit) in rows.items():
+    if not os.path.exists(os.path.join(raw, "base." + k)):
+        continue
     a = [float(x) for x in open(os.path.join(raw, "base." + k))]
     b = [float(x) for x in open(os.path.join(raw, "this." + k))]
     pa, pb = pct(a, .5), pct(b, .5)

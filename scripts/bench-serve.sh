@@ -8,7 +8,10 @@
 #    the sandbox to run (E2B's envd runs every command so), which costs
 #    a login shell's start (under TCG, ~0.2 s of the guest's time);
 #  - output streamed through the API (BENCH_SERVE_STREAM_MIB, 32 MiB of
-#    zeros) against sbx-exec's;
+#    zeros) against sbx-exec's, and against the same SDK call served by
+#    an envd that costs nothing (bench-serve-replay.py), with the CPU per
+#    MiB of the SDK client and of the service: the SDK decodes JSON and
+#    base64 in JavaScript;
 #  - BENCH_SERVE_CLIENTS (64) SDK clients at once, each creating, running
 #    and killing: how many succeeded, were told 429 (the host's capacity)
 #    or failed otherwise, and the service's peak memory (the Pss of its
@@ -21,7 +24,7 @@
 # e.g. quickly: BENCH_SERVE_RUNS=2 BENCH_SERVE_CLIENTS=4 scripts/bench-serve.sh
 bench_serve() {
 	local raw=$1 out=$2 runs=${BENCH_SERVE_RUNS:-10} clients=${BENCH_SERVE_CLIENTS:-64} mib=${BENCH_SERVE_STREAM_MIB:-32}
-	local top t key port srv sdk id
+	local top t key port srv sdk id rport envd_url=
 	[ "$runs" -gt 0 ] || return 0
 	top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 	t=$top/scripts/bench-time.py
@@ -63,7 +66,7 @@ print(tot / os.sysconf("SC_CLK_TCK"))
 PY
 	}
 	node_b() { # the bench's node script, as E2B code runs: only the three variables
-		E2B_API_URL=http://127.0.0.1:$port E2B_SANDBOX_URL=http://127.0.0.1:$port E2B_API_KEY=$key \
+		E2B_API_URL=http://127.0.0.1:$port E2B_SANDBOX_URL=${envd_url:-http://127.0.0.1:$port} E2B_API_KEY=$key \
 			E2B_SDK=$sdk SBX_TEMPLATE=python node "$top/scripts/bench-serve.mjs" "$@"
 	}
 	echo "bench: sbx-serve: $runs SDK creates to a first command, and the CLI's" >&2
@@ -96,6 +99,15 @@ PY
 	serve_cpu "$srv" >"$raw/serve-cpu0"
 	node_b stream "$id" "$mib" >"$raw/serve-stream.json"
 	serve_cpu "$srv" >"$raw/serve-cpu1"
+	# The client's floor: the same SDK call against an envd that costs
+	# nothing (bench-serve-replay.py: the front's envelopes, made up front).
+	rport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	setpriv --pdeathsig TERM python3 "$top/scripts/bench-serve-replay.py" "$rport" "$mib" 2>"$raw/replay.log" &
+	local replay=$!
+	for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$rport/" && break; sleep 0.1; done
+	envd_url=http://127.0.0.1:$rport node_b stream "$id" "$mib" >"$raw/replay-stream.json"
+	kill "$replay" 2>/dev/null
+	wait "$replay" 2>/dev/null || true
 	python3 - "$raw/cli-stream.json" "$id" "$mib" <<'PY'
 import subprocess, sys, time
 t0 = time.monotonic()
@@ -160,6 +172,7 @@ sdk_exec = json.load(open(f"{raw}/serve-exec.json"))
 cli_exec = [float(l.split()[0]) for l in open(f"{raw}/cli-exec.txt") if l.strip()]
 cli_exec_bash = [float(l.split()[0]) for l in open(f"{raw}/cli-exec-bash.txt") if l.strip()]
 st = json.load(open(f"{raw}/serve-stream.json"))
+rp = json.load(open(f"{raw}/replay-stream.json"))
 sdk_mibs, cli_mibs = st["mib_s"], floats(f"{raw}/cli-stream.json")[0]
 serve_cpu_s = floats(f"{raw}/serve-cpu1")[0] - floats(f"{raw}/serve-cpu0")[0]
 cl = json.load(open(f"{raw}/serve-clients.json"))
@@ -174,8 +187,11 @@ res = json.load(open(out)) if os.path.exists(out) else {}  # run alone: a file o
 mib = int(sys.argv[4])
 serve = {"rows": [], "stream_mib_s": {"sdk": round(sdk_mibs, 1), "cli": round(cli_mibs, 1),
                                       "ratio": round(sdk_mibs / cli_mibs, 2) if cli_mibs else None,
+                                      "sdk_floor": round(rp["mib_s"], 1),
+                                      "ratio_to_sdk_floor": round(sdk_mibs / rp["mib_s"], 2),
                                       "cpu_ms_per_mib": {"sdk_client": round(st["client_cpu_s"] * 1000 / mib, 2),
-                                                         "service": round(serve_cpu_s * 1000 / mib, 2)}},
+                                                         "service": round(serve_cpu_s * 1000 / mib, 2),
+                                                         "sdk_client_at_floor": round(rp["client_cpu_s"] * 1000 / mib, 2)}},
          "clients": {"n": clients, "ok": cl["ok"], "throttled_429": cl["throttled"], "errors": cl["errors"],
                      "ms_p50": pct(cl["ms"], 50) if cl["ms"] else None, "ms_p95": pct(cl["ms"], 95) if cl["ms"] else None},
          "service": usage}
@@ -191,8 +207,10 @@ for name, v, fname, f in rows:
           f"{r['ratio_p50']:>6} {r['ratio_p95']:>6}")
 s = serve["stream_mib_s"]
 print(f"{'output streamed (MiB/s)':40} {s['sdk']:>9} {'':>9}  {'sbx-exec':38} {s['cli']:>9} {'':>9} {s['ratio']:>6}")
-print(f"  CPU per MiB streamed: the SDK client {s['cpu_ms_per_mib']['sdk_client']} ms, "
-      f"the service {s['cpu_ms_per_mib']['service']} ms")
+print(f"{'output streamed (MiB/s)':40} {s['sdk']:>9} {'':>9}  {'the SDK from an envd that costs nothing':38} "
+      f"{s['sdk_floor']:>9} {'':>9} {s['ratio_to_sdk_floor']:>6}")
+print(f"  CPU per MiB streamed: the SDK client {s['cpu_ms_per_mib']['sdk_client']} ms "
+      f"({s['cpu_ms_per_mib']['sdk_client_at_floor']} at its floor), the service {s['cpu_ms_per_mib']['service']} ms")
 c = serve["clients"]
 print(f"{clients} SDK clients at once: {c['ok']} ok, {c['throttled_429']} told 429, {len(c['errors'])} other errors; "
       f"p50 {c['ms_p50']} ms, p95 {c['ms_p95']} ms; service peak Pss {usage['pss_peak_bytes'] >> 20} MiB, "
