@@ -67,6 +67,10 @@ for src in tests/fuzz/fuzz-*.c; do
 		# The proxy writer's channel decoder (wmsg.c is pure) and the JSON parse after it.
 		deps=(proxy/wmsg.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson)" ;;
+	fuzz-pkglock)
+		# The lock parsers and the rules' JSON (pkglock.c is pure).
+		deps=(common/pkglock.c common/err.c common/util.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay)" ;;
 	fuzz-priv)
 		# The monitor's request decoder alone (privmsg.c is pure).
 		deps=(monitor/privmsg.c common/proto.c)
