@@ -258,17 +258,34 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 	return rc;
 }
 
+/* npm's own tarball path, /npm/N/[@SCOPE/]NAME/-/NAME-VERSION.tgz: a
+ * lock's resolved URL on the public registry, which npm ci moves onto the
+ * registry it is given (replace-registry-host).  The version, into ver,
+ * from the file name; -1 when it is not that name's. */
+static int dash_version(const char *pkg, const char *file, char *ver, size_t n)
+{
+	const char *sl = strrchr(pkg, '/'), *base = sl ? sl + 1 : pkg;
+	size_t bl = strlen(base), fl = strlen(file);
+	if (fl <= bl + 5 || strncmp(file, base, bl) || file[bl] != '-' || strcmp(file + fl - 4, ".tgz"))
+		return -1;
+	snprintf(ver, n, "%.*s", (int)(fl - bl - 5), file + bl + 1);
+	return pc_version_ok(ver) ? 0 : -1;
+}
+
 /* /npm/N/PKG, /npm/N/@SCOPE/NAME (or @SCOPE%2fNAME, as npm sends it),
- * /npm/N/tarball/PKG/VERSION. */
+ * /npm/N/tarball/PKG/VERSION, /npm/N/PKG/-/NAME-VERSION.tgz. */
 int pc_route_npm(struct conn *c, const char *reg_url, segment *seg, unsigned ns)
 {
 	struct outcome o = { 0 };
-	char pkg[220];
+	char pkg[220], ver[130];
 	unsigned first = 2, last = ns;
 	int tarball = !strcmp(seg[2], "tarball") && ns >= 5;
+	int dash = !tarball && ns >= 5 && !strcmp(seg[ns - 2], "-");
 	if (tarball) {
 		first = 3;
 		last = ns - 1;
+	} else if (dash) {
+		last = ns - 2;
 	}
 	if (last - first == 2 && seg[first][0] == '@')
 		snprintf(pkg, sizeof pkg, "%s/%s", seg[first], seg[first + 1]);
@@ -280,7 +297,7 @@ int pc_route_npm(struct conn *c, const char *reg_url, segment *seg, unsigned ns)
 		return pc_refuse(c, &o, 404,
 				 "not a package cache URL: /npm/N/PACKAGE or /npm/N/tarball/PACKAGE/VERSION", 0);
 	snprintf(c->package, sizeof c->package, "%s", pkg);
-	if (!tarball) {
+	if (!tarball && !dash) {
 		snprintf(c->kind, sizeof c->kind, "metadata");
 		if (pc_rules_check(c, SBX_REG_NPM, 0))
 			return 0; /* before anything is fetched */
@@ -289,12 +306,14 @@ int pc_route_npm(struct conn *c, const char *reg_url, segment *seg, unsigned ns)
 		return npm_metadata(c, reg_url, pkg);
 	}
 	snprintf(c->kind, sizeof c->kind, "tarball");
-	if (!pc_version_ok(seg[ns - 1]))
+	if (dash ? dash_version(pkg, seg[ns - 1], ver, sizeof ver) < 0 : !pc_version_ok(seg[ns - 1]))
 		return pc_refuse(c, &o, 404, "not a valid version", 0);
-	snprintf(c->version, sizeof c->version, "%s", seg[ns - 1]);
+	if (!dash)
+		snprintf(ver, sizeof ver, "%s", seg[ns - 1]);
+	snprintf(c->version, sizeof c->version, "%s", ver);
 	if (pc_rules_check(c, SBX_REG_NPM, 1))
 		return 0;
 	if (c->head)
 		return pc_head_file(c);
-	return npm_tarball(c, reg_url, pkg, seg[ns - 1]);
+	return npm_tarball(c, reg_url, pkg, ver);
 }
