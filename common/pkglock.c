@@ -612,8 +612,10 @@ const char *sbx_pkgrules_name(const struct sbx_pkgrules *r, int type, const char
 		return why;
 	}
 	if (y->locked && !set_find(&y->set, name, NULL)) {
-		snprintf(why, n, "%s is not in %s%s", name, y->locked == 1 ? "the lock " : "",
-			 y->locked == 1 ? y->source : "packages.pins");
+		if (y->locked == 1)
+			snprintf(why, n, "%s is not in the lock %s (packages.lock.%s)", name, y->source, type_names[type]);
+		else
+			snprintf(why, n, "%s is not in packages.pins.%s", name, type_names[type]);
 		return why;
 	}
 	return NULL;

@@ -213,7 +213,7 @@ static void test_rules(void)
 	r.t[0].locked = 1;
 	snprintf(r.t[0].source, sizeof r.t[0].source, "/srv/req.txt");
 	sbx_pkgset_add(&r.t[0].set, "foo", "1.0", H1);
-	ok(sbx_pkgrules_name(&r, 0, "bar", why, sizeof why) && strstr(why, "not in the lock /srv/req.txt"),
+	ok(sbx_pkgrules_name(&r, 0, "bar", why, sizeof why) && strstr(why, "not in the lock /srv/req.txt (packages.lock.pypi)"),
 	   "a lock: a name outside it, naming the lock");
 	ok(sbx_pkgrules_version(&r, 0, "foo", "1.0") && !sbx_pkgrules_version(&r, 0, "foo", "2.0"), "a lock: versions");
 	ok(sbx_pkgrules_file(&r, 0, "foo", "1.0", H1) && !sbx_pkgrules_file(&r, 0, "foo", "1.0", H2), "a lock: hashes");
