@@ -228,6 +228,11 @@ static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, c
 		SHA256Update(&c, (const uint8_t *)ptxt, strlen(ptxt));
 	free(ptxt);
 	json_decref(pj);
+	/* The package rules as compiled, lock contents included (only when
+	 * there are some, so specs without them hash as before): the same
+	 * --id under a changed lock is another request. */
+	if (s->limits.packages.rules[0])
+		SHA256Update(&c, (const uint8_t *)s->limits.packages.rules, strlen(s->limits.packages.rules));
 	SHA256End(&c, out);
 }
 
@@ -776,6 +781,8 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	sbx_trace_step(&tr, "accel");
 	if (fill_record(o, &pl, &sec, s, err) < 0 || package_rules(st, o, &pl, s, err) < 0)
 		return -1;
+	if (pl.rules_txt)
+		spec_hash(s, pl.pol, s->spec); /* again, with the rules */
 	sbx_trace_step(&tr, "checks");
 	_cleanup_close_ int g = sbx_lock_global(st, err);
 	if (g < 0)
