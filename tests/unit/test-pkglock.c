@@ -213,18 +213,18 @@ static void test_rules(void)
 	r.t[0].locked = 1;
 	snprintf(r.t[0].source, sizeof r.t[0].source, "/srv/req.txt");
 	sbx_pkgset_add(&r.t[0].set, "foo", "1.0", H1);
-	ok(sbx_pkgrules_name(&r, 0, "bar", why, sizeof why) && strstr(why, "not in the lock /srv/req.txt (packages.lock.pypi)"),
+	ok(sbx_pkgrules_name(&r, 0, "bar", why, sizeof why) &&
+		   strstr(why, "not in the lock /srv/req.txt (packages.lock.pypi)"),
 	   "a lock: a name outside it, naming the lock");
 	ok(sbx_pkgrules_version(&r, 0, "foo", "1.0") && !sbx_pkgrules_version(&r, 0, "foo", "2.0"), "a lock: versions");
 	ok(sbx_pkgrules_file(&r, 0, "foo", "1.0", H1) && !sbx_pkgrules_file(&r, 0, "foo", "1.0", H2), "a lock: hashes");
 	json_t *j = sbx_pkgrules_json(&r);
 	struct sbx_pkgrules back = { 0 };
-	if (!j)
-		printf("# no JSON\n");
-	else if (sbx_pkgrules_from_json(j, &back, &err) < 0)
-		printf("# %s\n", err.msg);
-	ok(j && sbx_pkgrules_from_json(j, &back, &err) == 0 && back.t[1].nallow == 2 && back.t[0].set.n == 1 &&
-		   back.t[0].locked == 1 && !strcmp(back.t[0].source, "/srv/req.txt") && !back.t[0].allow_set,
+	int rc = j ? sbx_pkgrules_from_json(j, &back, &err) : -1;
+	if (rc < 0)
+		printf("# %s\n", j ? err.msg : "no JSON");
+	ok(rc == 0 && back.t[1].nallow == 2 && back.t[0].set.n == 1 && back.t[0].locked == 1 &&
+		   !strcmp(back.t[0].source, "/srv/req.txt") && !back.t[0].allow_set,
 	   "the rules' JSON reads back");
 	json_decref(j);
 	sbx_pkgrules_free(&back);
