@@ -613,7 +613,8 @@ const char *sbx_pkgrules_name(const struct sbx_pkgrules *r, int type, const char
 	}
 	if (y->locked && !set_find(&y->set, name, NULL)) {
 		if (y->locked == 1)
-			snprintf(why, n, "%s is not in the lock %s (packages.lock.%s)", name, y->source, type_names[type]);
+			snprintf(why, n, "%s is not in the lock %s (packages.lock.%s)", name, y->source,
+				 type_names[type]);
 		else
 			snprintf(why, n, "%s is not in packages.pins.%s", name, type_names[type]);
 		return why;
