@@ -8,7 +8,7 @@ B=build-fuzz
 SECS=${FUZZ_SECONDS:-60}
 mkdir -p "$B"
 # The policy module's files, which several parsers link.
-policy=(common/caller.c common/policy.c common/policy_check.c common/policy_json.c)
+policy=(common/caller.c common/policy.c common/policy_check.c common/policy_json.c common/pkglock.c)
 for src in tests/fuzz/fuzz-*.c; do
 	name=$(basename "$src" .c)
 	case $name in
