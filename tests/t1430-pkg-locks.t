@@ -111,7 +111,10 @@ is "$(sbx-audit --type session.create --session "$a" --jsonl | jq -r '.packages.
 rules_sha=$(jq -r .limits.packages.rules "$S/$a/session.json")
 is "$(sha256sum "$S/$a/pkgrules.json" | cut -d' ' -f1)" "$rules_sha" "the compiled rules beside it are the ones it names"
 printf 'sbxlock==1.0 --hash=sha256:%s\n' "$(want sbxlock 1.0 sha256)" >"$TEST_TMP/req.txt"
-sbx-cp "$TEST_TMP/req.txt" "$a:/workspace/req.txt"
+put() { # put SESSION FILE GUEST-PATH: a small text file, as the guest's user
+	sbx-exec "$1" -- sh -c 'printf "%s\n" "$1" >"$2"' sh "$(cat "$2")" "$3"
+}
+put "$a" "$TEST_TMP/req.txt" /workspace/req.txt
 out=$(sbx-exec "$a" -- pip install --target /workspace/lib --require-hashes -r /workspace/req.txt 2>&1)
 ok $? "pip install -r with --hash through the cache" || diag "$out"
 like "$out" 'Successfully installed sbxlock-1\.0' "pip installed the locked version"
@@ -148,7 +151,7 @@ is "$(fetch "$a" /pypi/0/files/sbxwrong/sbxwrong-1.0-py3-none-any.whl)" \
 is "$(sbx-audit --type package.fetch --session "$a" --jsonl | jq -r 'select(.package == "sbxwrong") | .verdict')" refused \
 	"and audited as package.fetch"
 printf 'sbxbad==1.0 --hash=sha256:%s\n' "$(want sbxbad 1.0 sha256)" >"$TEST_TMP/bad.txt"
-sbx-cp "$TEST_TMP/bad.txt" "$a:/workspace/bad.txt"
+put "$a" "$TEST_TMP/bad.txt" /workspace/bad.txt
 out=$(sbx-exec "$a" -- pip install --target /workspace/lib4 --require-hashes -r /workspace/bad.txt 2>&1)
 ok $(test $? -ne 0; echo $?) "pip install of a locked file the registry tampered with fails"
 is "$(jq -r 'select(.package == "sbxbad" and .kind == "file") | .verdict' "$log")" hash-mismatch \
@@ -209,6 +212,7 @@ is "$(jq -r '.limits.packages.locks.npm | [.sha256, .entries] | join(" ")' "$S/$
 	"$(sha256sum "$NPMLOCK" | cut -d' ' -f1) 2" "its record names the lock and its 2 packages"
 sbx-cp "$FIX/npm-lock/package.json" "$n:/workspace/package.json" &&
 	sbx-cp "$NPMLOCK" "$n:/workspace/package-lock.json"
+ok $? "the project and its lock are copied in"
 out=$(sbx-exec "$n" -- sh -c 'cd /workspace && npm ci --no-audit --no-fund --no-progress' 2>&1)
 ok $? "npm ci through the cache" || diag "$out"
 is "$(sbx-exec "$n" -- sh -c 'cd /workspace && node -p "require(\"to-regex-range\")(1, 5)"')" "[1-5]" \
