@@ -77,6 +77,9 @@ refused() {
 }
 printf 'sbxlock==1.0\n' >"$IN/acme/nohash.txt"
 refused "a requirement without --hash" "nohash\.txt:1: sbxlock==1\.0 has no --hash" "$IN/acme/nohash.txt"
+out=$(sbx-create --dry-run -p "$TEST_TMP/bad.yaml" 2>&1 >/dev/null)
+is "$?" 3 "sbx-create --dry-run reads and refuses the lock too"
+like "$out" "nohash\.txt:1:" "with the same message"
 printf '# ok\nsbxlock>=1.0 --hash=sha256:%064d\n' 1 >"$IN/acme/range.txt"
 refused "a range, not a pin" "range\.txt:2: 'sbxlock>=1\.0' is not pinned" "$IN/acme/range.txt"
 printf '%s\n' "-r /etc/passwd" >"$IN/acme/include.txt"
