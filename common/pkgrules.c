@@ -163,9 +163,11 @@ static int parse_unprivileged(int type, const char *shown, const char *buf, size
 	close(p[0]);
 	if (got == REPLY_MAX)
 		kill(pid, SIGKILL);
-	int st;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+	int st = 0, w;
+	while ((w = (int)waitpid(pid, &st, 0)) < 0 && errno == EINTR)
 		;
+	if (w < 0)
+		st = 0; /* reaped elsewhere (SIGCHLD ignored): its answer, checked below, speaks */
 	if (!txt || got == REPLY_MAX || !WIFEXITED(st) || WEXITSTATUS(st))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: the lock parser failed (%s)", shown,
 				   !txt               ? "out of memory"
