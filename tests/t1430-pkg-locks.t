@@ -148,9 +148,13 @@ is "$(fetch "$a" /pypi/0/simple/sbxother/)" "403 sbxother is not in the lock $LO
 	"its index is refused with 403, naming the lock"
 is "$(jq -r 'select(.package == "sbxother") | .verdict' "$log" | sort -u)" refused "packages.log says refused"
 is "$(grep -c 'GET /simple/sbxother/' "$TEST_TMP/http.log")" 0 "and the registry was never asked for it"
-is "$(fetch "$a" /pypi/0/files/sbxwrong/sbxwrong-1.0-py3-none-any.whl)" \
-	"403 sbxwrong-1.0-py3-none-any.whl: its hash (sha256:$(want sbxwrong 1.0 sha256)) is not one the lock $LOCK (packages.lock.pypi) names for sbxwrong 1.0, in policy locked.yaml" \
-	"a file whose index hash is not the lock's is refused"
+# (A reason phrase is cut at 200 bytes; packages.log has all of it.)
+like "$(fetch "$a" /pypi/0/files/sbxwrong/sbxwrong-1.0-py3-none-any.whl)" \
+	"^403 sbxwrong-1\.0-py3-none-any\.whl: its hash \(sha256:$(want sbxwrong 1.0 sha256)\) is not one the lock " \
+	"a file whose index hash is not the lock's is refused with 403"
+is "$(jq -r 'select(.package == "sbxwrong") | .reason' "$log")" \
+	"sbxwrong-1.0-py3-none-any.whl: its hash (sha256:$(want sbxwrong 1.0 sha256)) is not one the lock $LOCK (packages.lock.pypi) names for sbxwrong 1.0, in policy locked.yaml" \
+	"packages.log gives the whole reason, naming the lock and the policy"
 is "$(sbx-audit --type package.fetch --session "$a" --jsonl | jq -r 'select(.package == "sbxwrong") | .verdict')" refused \
 	"and audited as package.fetch"
 printf 'sbxbad==1.0 --hash=sha256:%s\n' "$(want sbxbad 1.0 sha256)" >"$TEST_TMP/bad.txt"
