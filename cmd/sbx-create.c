@@ -8,11 +8,13 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "pkgrules.h"
 #include "policy.h"
 #include "secrets.h"
 #include "session.h"
 #include "snapshot.h"
 #include "template.h"
+#include "util.h"
 
 static const char usage[] =
 	"usage: sbx-create [-q] [--json] [--dry-run] [-p POLICY] [--id ID]\n"
@@ -92,6 +94,17 @@ static json_t *template_json(const struct sbx_create_opts *o)
 
 static int print_policy(const struct sbx_policy *p, const struct sbx_create_opts *o, int json)
 {
+	/* The lock files too, read and parsed as a create would, so a bad
+	 * one is found before anything is booted. */
+	struct sbx_pkgrules r;
+	struct sbx_limit_packages k = { 0 };
+	struct sbx_err e = { 0 };
+	_cleanup_free_ char *rules = NULL;
+	if (sbx_pkgrules_compile(p, o->tenant, &r, &k, &rules, &e) < 0) {
+		sbx_err_print("sbx-create", &e, json);
+		return e.code;
+	}
+	sbx_pkgrules_free(&r);
 	json_t *j = sbx_policy_json(p);
 	if (!j)
 		return sbx_cli_fail("sbx-create", SBX_EXIT_INTERNAL, json, "cannot format the policy: out of memory");

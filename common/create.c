@@ -7,6 +7,7 @@
 #include "hostconf.h"
 #include "hostpath.h"
 #include "netns.h"
+#include "pkgrules.h"
 #include "secrets.h"
 #include "template.h"
 #include "util.h"
@@ -79,7 +80,8 @@ static int policy_check(const struct sbx_policy *p, const struct sbx_accel_info 
 /* The effective policy beside the record (policy.json, sbx_policy_json):
  * what the session was created under, and where its proxy reads the
  * network allowlist from. */
-static int policy_save(struct sbx_state *st, const char *id, const struct sbx_policy *p, struct sbx_err *err)
+static int policy_save(struct sbx_state *st, const char *id, const struct sbx_policy *p, const char *rules,
+		       struct sbx_err *err)
 {
 	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	json_t *o = sbx_policy_json(p);
@@ -88,7 +90,9 @@ static int policy_save(struct sbx_state *st, const char *id, const struct sbx_po
 	if (dfd < 0 || !txt)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, dfd < 0 ? errno : ENOMEM, "cannot write the policy of %s",
 				   id);
-	return sbx_atomic_write_at(dfd, "policy.json", txt, strlen(txt), 0600, err);
+	if (sbx_atomic_write_at(dfd, "policy.json", txt, strlen(txt), 0600, err) < 0)
+		return -1;
+	return rules ? sbx_pkgrules_save(dfd, rules, err) : 0;
 }
 
 static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
@@ -225,6 +229,11 @@ static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, c
 		SHA256Update(&c, (const uint8_t *)ptxt, strlen(ptxt));
 	free(ptxt);
 	json_decref(pj);
+	/* The package rules as compiled, lock contents included (only when
+	 * there are some, so specs without them hash as before): the same
+	 * --id under a changed lock is another request. */
+	if (s->limits.packages.rules[0])
+		SHA256Update(&c, (const uint8_t *)s->limits.packages.rules, strlen(s->limits.packages.rules));
 	SHA256End(&c, out);
 }
 
@@ -521,6 +530,10 @@ struct plan {
 	int needs_nic;
 	struct sbx_policy own; /* the defaults, or the policy under a tenant's ceilings */
 	const struct sbx_policy *pol;
+	/* packages.allow, deny, pins, lock compiled (pkgrules.h), and as
+	 * the JSON written beside the record; NULL: none */
+	struct sbx_pkgrules rules;
+	char *rules_txt;
 };
 
 static void ceiling_u64(uint64_t *v, uint64_t max)
@@ -565,6 +578,27 @@ static int tenant_ceilings(const char *tenant, struct plan *pl, struct sbx_err *
 	}
 	apply_ceilings(&pl->own, &q);
 	return 0;
+}
+
+static void plan_done(struct plan *pl)
+{
+	sbx_pkgrules_free(&pl->rules);
+	free(pl->rules_txt);
+	pl->rules_txt = NULL;
+}
+
+/* The package rules, lock files read and parsed (pkgrules.h), into the
+ * record's limits.packages; refused like a policy that does not fit. */
+static int package_rules(struct sbx_state *st, const struct sbx_create_opts *o, struct plan *pl, struct sbx_session *s,
+			 struct sbx_err *err)
+{
+	if (sbx_pkgrules_compile(pl->pol, o->tenant, &pl->rules, &s->limits.packages, &pl->rules_txt, err) == 0)
+		return 0;
+	json_t *f = json_pack("{s:s, s:s}", "policy", pl->pol->source[0] ? pl->pol->source : "(defaults)", "reason",
+			      err ? err->msg : "");
+	sbx_audit_append(st, "policy.refused", f, NULL);
+	json_decref(f);
+	return -1;
 }
 
 /* The backend, the policy's support and the secrets (read before anything
@@ -717,13 +751,14 @@ static int undo_claim(struct sbx_state *st, int *g, const char *id, struct sbx_e
  * killed at any point leaves only what sbx-kill and sbx-gc reclaim),
  * release the global lock (*g), start the monitor and wait for the guest.
  * One unwind: whatever failed, the session is reclaimed. */
-static int commit_and_spawn(struct sbx_state *st, const struct sbx_create_opts *o, const struct sbx_policy *pol,
+static int commit_and_spawn(struct sbx_state *st, const struct sbx_create_opts *o, const struct plan *pl,
 			    const struct sbx_secrets *sec, int *g, struct sbx_session *s, struct sbx_err *err)
 {
 	const char *id = s->id;
+	const struct sbx_policy *pol = pl->pol;
 	if (mkdirat(st->sessions_fd, id, 0700) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create the session directory");
-	if (sbx_record_save(st, s, err) < 0 || policy_save(st, id, pol, err) < 0) {
+	if (sbx_record_save(st, s, err) < 0 || policy_save(st, id, pol, pl->rules_txt, err) < 0) {
 		sbx_rm_rf_at(st->sessions_fd, id);
 		return -1;
 	}
@@ -783,7 +818,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	_cleanup_trace_ struct sbx_trace tr;
 	sbx_trace_begin(&tr, o->pool ? "create.pool" : "create.client");
 	*existed = 0;
-	struct plan pl;
+	__attribute__((cleanup(plan_done))) struct plan pl = { 0 };
 	if (check_request(o, err) < 0 || resolve_source(st, o, &pl.t, &pl.snap, &pl.restore, err) < 0)
 		return -1;
 	sbx_trace_step(&tr, "template");
@@ -791,8 +826,10 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	if (choose(st, o, &pl, &sec, err) < 0)
 		return -1;
 	sbx_trace_step(&tr, "accel");
-	if (fill_record(o, &pl, &sec, s, err) < 0)
+	if (fill_record(o, &pl, &sec, s, err) < 0 || package_rules(st, o, &pl, s, err) < 0)
 		return -1;
+	if (pl.rules_txt)
+		spec_hash(s, pl.pol, s->spec); /* again, with the rules */
 	sbx_trace_step(&tr, "checks");
 	_cleanup_close_ int g = sbx_lock_global(st, err);
 	if (g < 0)
@@ -805,7 +842,8 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	/* A warm-pool member that fits serves the request (pool.h); when none
 	 * does, or its claim fails, the session boots cold as ever. */
 	sbx_trace_step(&tr, "lock");
-	if (!o->pool && !o->snapshot && !o->snapshot_direct && sbx_pool_request_fits(o, pl.pol)) {
+	/* Not with package rules: a member's proxy started without them. */
+	if (!o->pool && !o->snapshot && !o->snapshot_direct && !pl.rules_txt && sbx_pool_request_fits(o, pl.pol)) {
 		r = sbx_pool_claim(st, &g, s, pl.pol, &sec, err);
 		if (r == SBX_POOL_UNDO)
 			r = undo_claim(st, &g, s->id, err);
@@ -815,7 +853,7 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 			return r < 0 ? -1 : 0;
 		}
 	}
-	if (admit(st, o, &pl, s, err) < 0 || commit_and_spawn(st, o, pl.pol, &sec, &g, s, err) < 0)
+	if (admit(st, o, &pl, s, err) < 0 || commit_and_spawn(st, o, &pl, &sec, &g, s, err) < 0)
 		return -1;
 	sbx_trace_step(&tr, "booted");
 	char id[SBX_ID_MAX + 1]; /* the load overwrites *s */

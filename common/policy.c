@@ -5,11 +5,13 @@
  * far.  Everything it does not understand is an error (sbx-policy(5)). */
 #include "caller.h"
 #include "policy.h"
+#include "pkglock.h"
 #include "policy_check.h"
 #include "units.h"
 #include "yamlstrict.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -478,6 +480,150 @@ static int v_registries(struct sbx_yaml *c, void *obj, const char *path)
 	return parse_seq(c, path, SBX_POLICY_REGISTRIES_MAX, registry_item, p, &p->packages.nregistries);
 }
 
+/* packages.allow, deny, pins and lock: maps of registry type to a list
+ * (or, for lock, a host path). */
+enum pkg_list { PL_ALLOW, PL_DENY, PL_PINS, PL_LOCK };
+
+struct pkg_item {
+	struct sbx_policy *p;
+	enum pkg_list what;
+	int type;
+};
+
+/* A pattern in the names' normal form: for pypi lower case with runs of
+ * "-_." as one "-" (PEP 503), so "Foo_Bar*" meets "foo-bar-baz". */
+static int pattern_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
+{
+	struct pkg_item *w = obj;
+	struct sbx_policy_pkgnames *l =
+		w->what == PL_DENY ? &w->p->packages.deny[w->type] : &w->p->packages.allow[w->type];
+	const char *s = sbx_yaml_scalar(c, path);
+	if (!s)
+		return -1;
+	yaml_mark_t m = c->ev.start_mark;
+	const char *extra = w->type == SBX_REG_NPM ? "@/~" : "";
+	size_t len = strlen(s), o = 0;
+	if (!len || len >= SBX_POLICY_PKGPAT_LEN)
+		return sbx_yaml_failm(c, m, "%s: a pattern is 1 to %d characters", path, SBX_POLICY_PKGPAT_LEN - 1);
+	char norm[SBX_POLICY_PKGPAT_LEN];
+	for (size_t k = 0; k < len; k++) {
+		unsigned char ch = (unsigned char)s[k];
+		bool sep = ch == '-' || ch == '_' || ch == '.';
+		if (!(ch < 0x80 && (isalnum(ch) || sep || strchr("*?[]!", ch) || (ch && strchr(extra, ch)))))
+			return sbx_yaml_failm(c, m,
+					      "%s: '%s' is not a name pattern (letters, digits, -_. and * ? [ ] !%s)",
+					      path, SBX_YAML_SHOW(s), *extra ? " @ / ~" : "");
+		if (w->type == SBX_REG_PYPI && sep) {
+			if (!o || norm[o - 1] != '-')
+				norm[o++] = '-';
+		} else {
+			norm[o++] = w->type == SBX_REG_PYPI ? (char)tolower(ch) : (char)ch;
+		}
+	}
+	norm[o] = 0;
+	/* An allow list narrows; one that matches every name is the key
+	 * left out, and saying "*" there is more likely a mistake than a
+	 * wish (deny: "*" is a clear wish: nothing of that type). */
+	if (w->what == PL_ALLOW && strspn(norm, "*") == o)
+		return sbx_yaml_failm(c, m,
+				      "%s: '%s' matches every name; leave packages.allow.%s out to allow every name",
+				      path, norm, sbx_policy_registry_names[w->type]);
+	for (unsigned j = 0; j < i; j++)
+		if (!strcmp(l->v[j], norm))
+			return sbx_yaml_failm(c, m, "%s: '%s' is listed twice", path, norm);
+	snprintf(l->v[i], sizeof l->v[i], "%s", norm);
+	return 0;
+}
+
+/* "NAME==VERSION": one exact version, the name in its normal form. */
+static int pin_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
+{
+	struct pkg_item *w = obj;
+	struct sbx_policy_pins *l = &w->p->packages.pins[w->type];
+	const char *s = sbx_yaml_scalar(c, path);
+	if (!s)
+		return -1;
+	yaml_mark_t m = c->ev.start_mark;
+	const char *eq = strstr(s, "==");
+	char name[SBX_PKG_NAME_LEN], norm[SBX_PKG_NAME_LEN];
+	if (!eq || (size_t)(eq - s) >= sizeof name || !sbx_pkg_version_ok(eq + 2))
+		return sbx_yaml_failm(c, m, "%s: '%s' is not NAME==VERSION (one exact version)", path,
+				      SBX_YAML_SHOW(s));
+	snprintf(name, sizeof name, "%.*s", (int)(eq - s), s);
+	if (w->type == SBX_REG_PYPI ? sbx_pkg_pypi_normalize(name, norm, sizeof norm) < 0 : !sbx_pkg_npm_name_ok(name))
+		return sbx_yaml_failm(c, m, "%s: '%s' is not a %s package name", path, SBX_YAML_SHOW(name),
+				      sbx_policy_registry_names[w->type]);
+	if (w->type == SBX_REG_NPM)
+		snprintf(norm, sizeof norm, "%s", name);
+	size_t nl = strlen(norm);
+	for (unsigned j = 0; j < i; j++)
+		if (!strncmp(l->v[j], norm, nl) && !strncmp(l->v[j] + nl, "==", 2))
+			return sbx_yaml_failm(c, m, "%s: %s is pinned twice", path, norm);
+	if (nl + 2 + strlen(eq + 2) >= SBX_POLICY_PIN_LEN)
+		return sbx_yaml_failm(c, m, "%s: longer than %d characters", path, SBX_POLICY_PIN_LEN - 1);
+	snprintf(l->v[i], sizeof l->v[i], "%s==%s", norm, eq + 2);
+	return 0;
+}
+
+static int pkg_type_value(struct sbx_yaml *c, int k, const char *key, yaml_mark_t km, const char *path, void *arg)
+{
+	struct pkg_item w = *(struct pkg_item *)arg;
+	struct sbx_policy *p = w.p;
+	char why[300];
+	(void)key, (void)km;
+	w.type = k;
+	switch (w.what) {
+	case PL_ALLOW:
+	case PL_DENY: {
+		struct sbx_policy_pkgnames *l = w.what == PL_DENY ? &p->packages.deny[k] : &p->packages.allow[k];
+		memset(l, 0, sizeof *l);
+		l->set = true;
+		return parse_seq(c, path, SBX_POLICY_PKGPAT_MAX, pattern_item, &w, &l->n);
+	}
+	case PL_PINS: {
+		struct sbx_policy_pins *l = &p->packages.pins[k];
+		memset(l, 0, sizeof *l);
+		l->set = true;
+		return parse_seq(c, path, SBX_POLICY_PINS_MAX, pin_item, &w, &l->n);
+	}
+	case PL_LOCK: break;
+	}
+	const char *s = sbx_yaml_scalar(c, path);
+	if (!s)
+		return -1;
+	if (c_path(s, p->packages.lock[k], sizeof p->packages.lock[k], why, sizeof why) < 0)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: %s", path, why);
+	return 0;
+}
+
+static int pkg_per_type(struct sbx_yaml *c, struct sbx_policy *p, const char *path, enum pkg_list what)
+{
+	struct pkg_item w = { p, what, 0 };
+	if (sbx_yaml_expect(c, YAML_MAPPING_START_EVENT, path) < 0)
+		return -1;
+	return sbx_yaml_map(c, path, sbx_policy_registry_names, SBX_PKG_TYPES, pkg_type_value, &w, NULL);
+}
+
+static int v_pkg_allow(struct sbx_yaml *c, void *obj, const char *path)
+{
+	return pkg_per_type(c, obj, path, PL_ALLOW);
+}
+
+static int v_pkg_deny(struct sbx_yaml *c, void *obj, const char *path)
+{
+	return pkg_per_type(c, obj, path, PL_DENY);
+}
+
+static int v_pkg_pins(struct sbx_yaml *c, void *obj, const char *path)
+{
+	return pkg_per_type(c, obj, path, PL_PINS);
+}
+
+static int v_pkg_lock(struct sbx_yaml *c, void *obj, const char *path)
+{
+	return pkg_per_type(c, obj, path, PL_LOCK);
+}
+
 const char *const sbx_policy_mode_names[] = { "offline", "allowlist", NULL };
 
 static const struct key packages_keys[] = {
@@ -485,6 +631,10 @@ static const struct key packages_keys[] = {
 	{ .name = "registries", .kind = K_FN, .fn = v_registries },
 	{ .name = "max_download", .kind = K_SIZE, .off = P(packages.max_download), .min = MIB, .max = TIB },
 	{ .name = "require_hashes", .kind = K_BOOL, .off = P(packages.require_hashes) },
+	{ .name = "allow", .kind = K_FN, .fn = v_pkg_allow },
+	{ .name = "deny", .kind = K_FN, .fn = v_pkg_deny },
+	{ .name = "pins", .kind = K_FN, .fn = v_pkg_pins },
+	{ .name = "lock", .kind = K_FN, .fn = v_pkg_lock },
 };
 
 static int v_packages(struct sbx_yaml *c, void *obj, const char *path)
@@ -499,6 +649,21 @@ static int v_packages(struct sbx_yaml *c, void *obj, const char *path)
 	if (p->packages.mode == SBX_PKG_ALLOWLIST && !p->packages.nregistries)
 		return sbx_yaml_failm(c, seen & BIT(packages_keys, "registries") ? marks[1] : m,
 				      "packages.mode is allowlist but packages.registries is empty");
+	static const char *const rules[] = { "allow", "deny", "pins", "lock" };
+	for (size_t i = 0; i < SBX_ARRAY_LEN(rules); i++)
+		if (p->packages.mode == SBX_PKG_OFFLINE &&
+		    (seen & (1u << key_index(packages_keys, SBX_ARRAY_LEN(packages_keys), rules[i]))))
+			return sbx_yaml_failm(c,
+					      marks[key_index(packages_keys, SBX_ARRAY_LEN(packages_keys), rules[i])],
+					      "packages.%s is set but packages.mode is not allowlist", rules[i]);
+	/* One source of versions per type: a lock and pins together would
+	 * leave open which one wins. */
+	for (int t = 0; t < SBX_PKG_TYPES; t++)
+		if (p->packages.lock[t][0] && p->packages.pins[t].set)
+			return sbx_yaml_failm(c, marks[key_index(packages_keys, SBX_ARRAY_LEN(packages_keys), "pins")],
+					      "packages.pins.%s and packages.lock.%s are both set: a registry type has "
+					      "one or the other",
+					      sbx_policy_registry_names[t], sbx_policy_registry_names[t]);
 	return 0;
 }
 

@@ -38,6 +38,10 @@
 #define SBX_POLICY_DOMAIN_LEN 254 /* 253 and the NUL */
 #define SBX_POLICY_URL_LEN 512
 #define SBX_POLICY_NAME_LEN 64
+#define SBX_POLICY_PKGPAT_MAX 64  /* packages.allow.TYPE, packages.deny.TYPE */
+#define SBX_POLICY_PKGPAT_LEN 216 /* an npm name's 214, a glob's room, the NUL */
+#define SBX_POLICY_PINS_MAX 128   /* packages.pins.TYPE */
+#define SBX_POLICY_PIN_LEN 256    /* "NAME==VERSION" and the NUL */
 
 enum sbx_egress { SBX_EGRESS_NONE, SBX_EGRESS_ALLOWLIST };
 enum sbx_pkg_mode { SBX_PKG_OFFLINE, SBX_PKG_ALLOWLIST };
@@ -70,6 +74,22 @@ struct sbx_policy_secret {
 	char from_env[128];
 	char from_file[SBX_POLICY_PATH_LEN];
 	int from_cli; /* --secret NAME=@FILE rather than the policy (for messages) */
+};
+
+/* packages.allow.TYPE and packages.deny.TYPE: glob patterns over the
+ * normal form of names (PEP 503 for pypi); set: the key is present (an
+ * empty allow list allows nothing). */
+struct sbx_policy_pkgnames {
+	char v[SBX_POLICY_PKGPAT_MAX][SBX_POLICY_PKGPAT_LEN];
+	unsigned n;
+	bool set;
+};
+
+/* packages.pins.TYPE: "NAME==VERSION", the name in its normal form. */
+struct sbx_policy_pins {
+	char v[SBX_POLICY_PINS_MAX][SBX_POLICY_PIN_LEN];
+	unsigned n;
+	bool set;
 };
 
 struct sbx_policy_paths {
@@ -120,6 +140,12 @@ struct sbx_policy {
 		unsigned nregistries;
 		uint64_t max_download;
 		bool require_hashes;
+		/* Indexed by enum sbx_registry_type.  lock: a host path (the
+		 * file is read at create, pkglock.h), "" for none; a type has
+		 * a lock or pins, not both. */
+		struct sbx_policy_pkgnames allow[2], deny[2];
+		struct sbx_policy_pins pins[2];
+		char lock[2][SBX_POLICY_PATH_LEN];
 	} packages;
 	struct {
 		struct sbx_policy_paths writable, exportable;

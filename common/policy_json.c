@@ -32,6 +32,38 @@ int sbx_policy_ports_from_json(json_t *o, struct sbx_policy *p, struct sbx_err *
 	return 0;
 }
 
+/* packages.allow, deny, pins, lock: only the ones set, so a policy
+ * without them says (and hashes, create.c's spec_hash) as before. */
+static void pkg_rules_json(json_t *pkg, const struct sbx_policy *p)
+{
+	static const char *const keys[] = { "allow", "deny", "pins", "lock" };
+	for (int k = 0; pkg && k < 4; k++) {
+		json_t *o = json_object();
+		for (int t = 0; o && t < 2; t++) {
+			const struct sbx_policy_pkgnames *l = k == 0 ? &p->packages.allow[t] : &p->packages.deny[t];
+			const struct sbx_policy_pins *pn = &p->packages.pins[t];
+			json_t *a = NULL;
+			if (k == 3 && p->packages.lock[t][0]) {
+				a = json_string(p->packages.lock[t]);
+			} else if (k == 2 && pn->set) {
+				a = json_array();
+				for (unsigned i = 0; a && i < pn->n; i++)
+					json_array_append_new(a, json_string(pn->v[i]));
+			} else if (k < 2 && l->set) {
+				a = json_array();
+				for (unsigned i = 0; a && i < l->n; i++)
+					json_array_append_new(a, json_string(l->v[i]));
+			}
+			if (a)
+				json_object_set_new(o, sbx_policy_registry_names[t], a);
+		}
+		if (o && json_object_size(o))
+			json_object_set_new(pkg, keys[k], o);
+		else
+			json_decref(o);
+	}
+}
+
 static json_t *fwd_json(const struct sbx_policy *p)
 {
 	if (!p->ports.set)
@@ -146,6 +178,7 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 	json_t *pkg =
 		json_pack("{s:s, s:o, s:I, s:b}", "mode", sbx_policy_mode_names[p->packages.mode], "registries", regs,
 			  "max_download", JI(p->packages.max_download), "require_hashes", p->packages.require_hashes);
+	pkg_rules_json(pkg, p);
 	json_t *files = json_pack("{s:o, s:o, s:I, s:I}", "writable", paths_json(&p->files.writable), "exportable",
 				  paths_json(&p->files.exportable), "max_transfer", JI(p->files.max_transfer),
 				  "max_session_transfer", JI(p->files.max_session_transfer));

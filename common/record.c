@@ -183,6 +183,17 @@ static void get_packages(json_t *p, struct sbx_limit_packages *k)
 	}
 	k->max_download = sbx_json_u64(p, "max_download");
 	k->require_hashes = json_is_true(json_object_get(p, "require_hashes"));
+	sbx_json_str(p, "rules", k->rules, sizeof k->rules);
+	json_t *locks = json_object_get(p, "locks");
+	static const char *const types[] = { "pypi", "npm" };
+	for (int t = 0; t < 2 && json_is_object(locks); t++) {
+		json_t *l = json_object_get(locks, types[t]);
+		if (!json_is_object(l))
+			continue;
+		sbx_json_str(l, "file", k->lock[t].file, sizeof k->lock[t].file);
+		sbx_json_str(l, "sha256", k->lock[t].sha256, sizeof k->lock[t].sha256);
+		k->lock[t].entries = (unsigned)sbx_json_u64(l, "entries");
+	}
 }
 
 static json_t *packages_json(const struct sbx_limit_packages *k)
@@ -192,9 +203,23 @@ static json_t *packages_json(const struct sbx_limit_packages *k)
 		json_array_append_new(regs,
 				      json_pack("{s:s, s:s}", "type", k->reg[i].type == SBX_REG_NPM ? "npm" : "pypi",
 						"url", k->reg[i].url));
-	return json_pack("{s:s, s:s, s:o, s:I, s:b}", "mode", k->mode == SBX_PKG_ALLOWLIST ? "allowlist" : "offline",
-			 "policy", k->policy, "registries", regs, "max_download", (json_int_t)k->max_download,
-			 "require_hashes", k->require_hashes);
+	json_t *o = json_pack("{s:s, s:s, s:o, s:I, s:b}", "mode",
+			      k->mode == SBX_PKG_ALLOWLIST ? "allowlist" : "offline", "policy", k->policy, "registries",
+			      regs, "max_download", (json_int_t)k->max_download, "require_hashes", k->require_hashes);
+	/* Only when there are rules: a record without them reads as before. */
+	if (o && k->rules[0]) {
+		json_t *locks = json_object();
+		static const char *const types[] = { "pypi", "npm" };
+		for (int t = 0; locks && t < 2; t++)
+			if (k->lock[t].file[0])
+				json_object_set_new(locks, types[t],
+						    json_pack("{s:s, s:s, s:I}", "file", k->lock[t].file, "sha256",
+							      k->lock[t].sha256, "entries",
+							      (json_int_t)k->lock[t].entries));
+		json_object_set_new(o, "rules", json_string(k->rules));
+		json_object_set_new(o, "locks", locks);
+	}
+	return o;
 }
 
 static int record_load(struct sbx_state *st, const char *id, struct sbx_session *s, int quarantine,

@@ -130,6 +130,19 @@ struct sbx_session {
 			unsigned nreg;
 			uint64_t max_download; /* bytes */
 			int require_hashes;
+			/* packages.allow, deny, pins, lock compiled (pkglock.h)
+			 * into LIB/sessions/ID/pkgrules.json: its SHA-256, ""
+			 * when the policy has none of them (and in a record
+			 * from before them). */
+			char rules[65];
+			/* The lock file of each registry type (by enum
+			 * sbx_registry_type): its path ("" none), SHA-256 and
+			 * locked files, for the record and session.create. */
+			struct sbx_limit_lock {
+				char file[256];
+				char sha256[65];
+				unsigned entries;
+			} lock[2];
 		} packages;
 		/* lifecycle: (policy.h) 0: never; ttl_running: the TTL counts
 		 * only running time */

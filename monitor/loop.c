@@ -1,5 +1,6 @@
 /* sbx-monitor: set-up, the loop, the end of a session. */
 #include "mon.h"
+#include "pkgrules.h"
 
 #include <malloc.h>
 #include <sys/prctl.h>
@@ -521,6 +522,9 @@ static int audit_create(struct mon *m, struct sbx_err *err)
 			       (json_int_t)m->s.limits.disk_bytes, "volumes", (json_int_t)m->s.nvols);
 	if (cf && m->s.snapshot[0])
 		json_object_set_new(cf, "from_snapshot", json_string(m->s.snapshot));
+	json_t *pr = cf ? sbx_pkgrules_audit_json(&m->s.limits.packages) : NULL;
+	if (pr) /* which lock governs this session's installs */
+		json_object_set_new(cf, "packages", pr);
 	if (cf && m->s.snapshot[0] && m->execs) /* running, kept from the snapshot */
 		json_object_set_new(cf, "execs", snap_execs_ids(m));
 	if (cf && m->sec.n) {

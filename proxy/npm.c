@@ -2,6 +2,7 @@
  * their tarball URLs rewritten to name the cache, and the tarballs,
  * checked against dist.integrity / dist.shasum. */
 #include "pkgc.h"
+#include "policy.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -117,6 +118,28 @@ static json_t *npm_load(struct conn *c, struct outcome *o, const char *reg_url, 
 	return doc;
 }
 
+/* With a lock or pins, only their versions are listed: a tag that names
+ * another is dropped, and "latest" names a listed one (npm resolves a bare
+ * name through it). */
+static void tags_fit(json_t *doc)
+{
+	json_t *vs = json_object_get(doc, "versions"), *tags = json_object_get(doc, "dist-tags"), *v;
+	const char *k;
+	void *tmp;
+	if (!json_is_object(tags)) {
+		json_object_set_new(doc, "dist-tags", json_object());
+		tags = json_object_get(doc, "dist-tags");
+	}
+	json_object_foreach_safe (tags, tmp, k, v)
+		if (!json_is_string(v) || !json_object_get(vs, json_string_value(v)))
+			json_object_del(tags, k);
+	const char *last = NULL;
+	json_object_foreach (vs, k, v)
+		last = k;
+	if (!json_object_get(tags, "latest") && last)
+		json_object_set_new(tags, "latest", json_string(last));
+}
+
 static int npm_metadata(struct conn *c, const char *reg_url, const char *pkg)
 {
 	struct outcome o = { 0 };
@@ -128,9 +151,10 @@ static int npm_metadata(struct conn *c, const char *reg_url, const char *pkg)
 	const char *ver;
 	void *tmp;
 	const char *base = c->cfg->base_url ? c->cfg->base_url : SBX_PKGCACHE_BASE;
+	const struct sbx_pkgrules *r = c->cfg->rules;
 	json_object_foreach_safe (vs, tmp, ver, v) {
 		json_t *dist = json_object_get(v, "dist");
-		if (!pc_version_ok(ver) || !json_is_object(dist)) {
+		if (!pc_version_ok(ver) || !json_is_object(dist) || !sbx_pkgrules_version(r, SBX_REG_NPM, pkg, ver)) {
 			json_object_del(vs, ver); /* nothing we could serve */
 			continue;
 		}
@@ -138,6 +162,8 @@ static int npm_metadata(struct conn *c, const char *reg_url, const char *pkg)
 		snprintf(url, sizeof url, "%s/%s/tarball/%s/%s", base, c->registry, pkg, ver);
 		json_object_set_new(dist, "tarball", json_string(url));
 	}
+	if (r && r->t[SBX_REG_NPM].locked)
+		tags_fit(doc);
 	char *s = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	if (!s)
@@ -145,6 +171,22 @@ static int npm_metadata(struct conn *c, const char *reg_url, const char *pkg)
 	int rc = pc_serve_body(c, &o, "application/json", s, strlen(s));
 	free(s);
 	return rc;
+}
+
+/* With a lock: the tarball is the lock's, by its sha512 alone (what the
+ * registry says must agree, and is then not needed).  -1 when the
+ * registry names another sha512. */
+static int lock_want(const struct conn *c, const char *pkg, const char *ver, struct want *w)
+{
+	const struct sbx_pkgrules *r = c->cfg->rules;
+	if (!r || r->t[SBX_REG_NPM].locked != 1)
+		return 0;
+	const struct sbx_pkgpin *p = sbx_pkgrules_find(r, SBX_REG_NPM, pkg, ver);
+	if (!p || !p->hash[0] || (w->sha512[0] && strcmp(w->sha512, p->hash)))
+		return -1;
+	memset(w, 0, sizeof *w);
+	snprintf(w->sha512, sizeof w->sha512, "%s", p->hash);
+	return 0;
 }
 
 static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, const char *ver)
@@ -187,6 +229,14 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 	}
 	if (shasum && pc_hex_ok(shasum, 40))
 		snprintf(w.sha1, sizeof w.sha1, "%s", shasum);
+	if (lock_want(c, pkg, ver, &w) < 0) {
+		json_decref(doc);
+		char src[400];
+		snprintf(msg, sizeof msg,
+			 "registry %s gives %s@%s an integrity that is not the one %s names, in policy %s", c->registry,
+			 pkg, ver, pc_rules_source(c, SBX_REG_NPM, src, sizeof src), pc_policy_name(c));
+		return pc_refuse(c, &o, 403, msg, 1);
+	}
 	/* Cache entries are named by a strong hash only: a SHA-1 collision
 	 * must not let one tarball stand for another. */
 	if (w.sha512[0])
@@ -208,17 +258,34 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 	return rc;
 }
 
+/* npm's own tarball path, /npm/N/[@SCOPE/]NAME/-/NAME-VERSION.tgz: a
+ * lock's resolved URL on the public registry, which npm ci moves onto the
+ * registry it is given (replace-registry-host).  The version, into ver,
+ * from the file name; -1 when it is not that name's. */
+static int dash_version(const char *pkg, const char *file, char *ver, size_t n)
+{
+	const char *sl = strrchr(pkg, '/'), *base = sl ? sl + 1 : pkg;
+	size_t bl = strlen(base), fl = strlen(file);
+	if (fl <= bl + 5 || strncmp(file, base, bl) || file[bl] != '-' || strcmp(file + fl - 4, ".tgz"))
+		return -1;
+	snprintf(ver, n, "%.*s", (int)(fl - bl - 5), file + bl + 1);
+	return pc_version_ok(ver) ? 0 : -1;
+}
+
 /* /npm/N/PKG, /npm/N/@SCOPE/NAME (or @SCOPE%2fNAME, as npm sends it),
- * /npm/N/tarball/PKG/VERSION. */
+ * /npm/N/tarball/PKG/VERSION, /npm/N/PKG/-/NAME-VERSION.tgz. */
 int pc_route_npm(struct conn *c, const char *reg_url, segment *seg, unsigned ns)
 {
 	struct outcome o = { 0 };
-	char pkg[220];
+	char pkg[220], ver[130];
 	unsigned first = 2, last = ns;
 	int tarball = !strcmp(seg[2], "tarball") && ns >= 5;
+	int dash = !tarball && ns >= 5 && !strcmp(seg[ns - 2], "-");
 	if (tarball) {
 		first = 3;
 		last = ns - 1;
+	} else if (dash) {
+		last = ns - 2;
 	}
 	if (last - first == 2 && seg[first][0] == '@')
 		snprintf(pkg, sizeof pkg, "%s/%s", seg[first], seg[first + 1]);
@@ -230,18 +297,23 @@ int pc_route_npm(struct conn *c, const char *reg_url, segment *seg, unsigned ns)
 		return pc_refuse(c, &o, 404,
 				 "not a package cache URL: /npm/N/PACKAGE or /npm/N/tarball/PACKAGE/VERSION", 0);
 	snprintf(c->package, sizeof c->package, "%s", pkg);
-	if (!tarball) {
+	if (!tarball && !dash) {
 		snprintf(c->kind, sizeof c->kind, "metadata");
+		if (pc_rules_check(c, SBX_REG_NPM, 0))
+			return 0; /* before anything is fetched */
 		if (c->head)
 			return pc_refuse_head(c);
 		return npm_metadata(c, reg_url, pkg);
 	}
 	snprintf(c->kind, sizeof c->kind, "tarball");
-	if (!pc_version_ok(seg[ns - 1]))
+	if (dash ? dash_version(pkg, seg[ns - 1], ver, sizeof ver) < 0 : !pc_version_ok(seg[ns - 1]))
 		return pc_refuse(c, &o, 404, "not a valid version", 0);
-	if (c->head) {
-		snprintf(c->version, sizeof c->version, "%s", seg[ns - 1]);
+	if (!dash)
+		snprintf(ver, sizeof ver, "%s", seg[ns - 1]);
+	snprintf(c->version, sizeof c->version, "%s", ver);
+	if (pc_rules_check(c, SBX_REG_NPM, 1))
+		return 0;
+	if (c->head)
 		return pc_head_file(c);
-	}
-	return npm_tarball(c, reg_url, pkg, seg[ns - 1]);
+	return npm_tarball(c, reg_url, pkg, ver);
 }

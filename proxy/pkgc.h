@@ -126,6 +126,14 @@ uint64_t pc_budget_left(const struct conn *c, uint64_t used);
 /* The bytes c's cache scope may keep. */
 uint64_t pc_scope_quota(const struct conn *c);
 int pc_refuse_head(struct conn *c);
+/* The policy's package rules (pkglock.h) for c->package, and for
+ * c->version when set: 0 when they allow it, else 1 with the refusal
+ * sent (403 naming the key or the lock and the policy; audit: in the
+ * audit trail too). */
+int pc_rules_check(struct conn *c, int type, int audit);
+/* The lock's or pins' words for c's registry type, for messages:
+ * "the lock FILE" or "packages.pins.TYPE". */
+const char *pc_rules_source(const struct conn *c, int type, char *buf, size_t n);
 
 /* reply.c */
 int pc_send_head(struct conn *c, int status, const char *reason, const char *ctype, uint64_t len);

@@ -10,6 +10,7 @@
 #include "pkgc.h"
 #include "hostconf.h"
 #include "policy.h"
+#include "policy_check.h"
 #include "util.h"
 
 #include <errno.h>
@@ -231,6 +232,38 @@ static const struct sbx_limit_registry *registry(const struct conn *c, int type,
 		if (k->reg[i].type == type && seen++ == idx)
 			return &k->reg[i];
 	return NULL;
+}
+
+/* ---- the policy's package rules ------------------------------------------- */
+
+const char *pc_rules_source(const struct conn *c, int type, char *buf, size_t n)
+{
+	const struct sbx_pkgrules_type *y = &c->cfg->rules->t[type];
+	if (y->locked == 1)
+		snprintf(buf, n, "the lock %s (packages.lock.%s)", y->source, sbx_policy_registry_names[type]);
+	else
+		snprintf(buf, n, "packages.pins.%s", sbx_policy_registry_names[type]);
+	return buf;
+}
+
+int pc_rules_check(struct conn *c, int type, int audit)
+{
+	const struct sbx_pkgrules *r = c->cfg->rules;
+	if (!r)
+		return 0;
+	char why[600], src[400], msg[800];
+	const char *no = sbx_pkgrules_name(r, type, c->package, why, sizeof why);
+	if (!no && c->version[0] && !sbx_pkgrules_version(r, type, c->package, c->version)) {
+		snprintf(why, sizeof why, "%s %s is not in %s", c->package, c->version,
+			 pc_rules_source(c, type, src, sizeof src));
+		no = why;
+	}
+	if (!no)
+		return 0;
+	snprintf(msg, sizeof msg, "%s, in policy %s", no, pc_policy_name(c));
+	struct outcome o = { 0 };
+	pc_refuse(c, &o, 403, msg, audit);
+	return 1;
 }
 
 /* ---- routing ------------------------------------------------------------------ */

@@ -56,6 +56,7 @@
 
 #include "err.h"
 #include "jail.h"
+#include "pkglock.h"
 #include "session.h"
 
 #include "pkgparams.h"
@@ -88,6 +89,8 @@ struct sbx_pkgcache_cfg {
 	const char *tenant;                   /* "" or NULL: none; cached files are shared
 					       * only among sessions of the same tenant */
 	const struct sbx_limit_packages *pkg; /* the record's limits.packages */
+	const struct sbx_pkgrules *rules;     /* its allow, deny, pins and lock
+					       * (pkgrules.h); NULL: none */
 	const char *base_url;                 /* how the guest reaches the cache, for the links
 					       * the cache writes; NULL: SBX_PKGCACHE_BASE */
 	int log_fd;                           /* the proxy's diagnostics: one line per internal

@@ -422,6 +422,7 @@ static void *pkg_thread(void *arg)
 					.session = c.px->s.id,
 					.tenant = c.px->s.tenant,
 					.pkg = &c.px->s.limits.packages,
+					.rules = sbx_pkgrules_any(&c.px->rules) ? &c.px->rules : NULL,
 					.log_fd = 2 };
 	sbx_pkgcache_serve(&cfg, c.fd);
 	close(c.fd);
@@ -862,7 +863,9 @@ static int load(struct sbx_proxy *px, const char *id, struct sbx_err *err)
 	int rc = o ? sbx_policy_network_from_json(o, &px->pol, err)
 		   : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot read the session's policy.json");
 	json_decref(o);
-	if (rc < 0)
+	/* The package rules, as the record names them: a file that is not
+	 * that one stops the proxy rather than serve without them. */
+	if (rc < 0 || sbx_pkgrules_load(dfd, &px->s.limits.packages, &px->rules, err) < 0)
 		return -1;
 	px->log_fd = openat(dfd, "net.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	struct stat sb;

@@ -14,6 +14,7 @@
 
 #include "egress.h"
 #include "err.h"
+#include "pkgrules.h"
 #include "policy.h"
 #include "session.h"
 #include "state.h"
@@ -27,6 +28,7 @@ struct sbx_proxy {
 	struct sbx_state st;
 	struct sbx_session s;
 	struct sbx_policy pol;
+	struct sbx_pkgrules rules; /* the package cache's (pkgrules.h), read once at start */
 	int log_fd;
 	pthread_mutex_t mu;       /* everything below, and net.log */
 	pthread_mutex_t audit_mu; /* the audit trail: an append fsyncs, which may be slow,

@@ -2,6 +2,7 @@
  * parsed as they arrive and rewritten to name the cache, and the files
  * they name. */
 #include "pkgc.h"
+#include "policy.h"
 #include "util.h"
 
 #include <string.h>
@@ -299,6 +300,23 @@ static int load_index(struct conn *c, struct outcome *o, const char *reg_url, co
 	return 0;
 }
 
+static void version_from_file(const char *file, char *out, size_t n);
+
+/* With a lock or pins for pypi: is this file of project in it?  Its
+ * version (from its name) must be, and for a lock its index hash too. */
+static int locked_link(const struct conn *c, const char *project, const struct link *k)
+{
+	const struct sbx_pkgrules *r = c->cfg->rules;
+	if (!r || !r->t[SBX_REG_PYPI].locked)
+		return 1;
+	char ver[130];
+	version_from_file(k->file, ver, sizeof ver);
+	if (!ver[0] || !sbx_pkgrules_version(r, SBX_REG_PYPI, project, ver))
+		return 0;
+	return r->t[SBX_REG_PYPI].locked != 1 ||
+	       (k->sha256[0] && sbx_pkgrules_file(r, SBX_REG_PYPI, project, ver, k->sha256));
+}
+
 static int pypi_index(struct conn *c, const char *reg_url, const char *project)
 {
 	struct outcome o = { 0 };
@@ -316,6 +334,8 @@ static int pypi_index(struct conn *c, const char *reg_url, const char *project)
 		const struct link *k = &l.v[i];
 		if (c->cfg->pkg->require_hashes && !k->sha256[0])
 			continue; /* it would be refused: do not offer it */
+		if (!locked_link(c, project, k))
+			continue; /* nor what the lock or the pins leave out */
 		sb_str(&b, "<a href=\"/");
 		sb_esc(&b, c->registry);
 		sb_str(&b, "/files/");
@@ -399,6 +419,14 @@ static int pypi_file(struct conn *c, const char *reg_url, const char *project, c
 		links_free(&l);
 		return pc_refuse(c, &o, 404, msg, 0);
 	}
+	if (!locked_link(c, project, k)) {
+		char msg[900], src[400];
+		snprintf(msg, sizeof msg, "%s: its hash (sha256:%s) is not one %s names for %s %s, in policy %s", file,
+			 k->sha256[0] ? k->sha256 : "none given by the index",
+			 pc_rules_source(c, SBX_REG_PYPI, src, sizeof src), project, c->version, pc_policy_name(c));
+		links_free(&l);
+		return pc_refuse(c, &o, 403, msg, 1);
+	}
 	struct want w = { 0 };
 	if (k->sha256[0]) {
 		snprintf(w.sha256, sizeof w.sha256, "%s", k->sha256);
@@ -421,17 +449,20 @@ int pc_route_pypi(struct conn *c, const char *reg_url, segment *seg, unsigned ns
 	snprintf(c->package, sizeof c->package, "%s", norm);
 	if (!strcmp(seg[2], "simple") && ns == 4) {
 		snprintf(c->kind, sizeof c->kind, "index");
+		if (pc_rules_check(c, SBX_REG_PYPI, 0))
+			return 0; /* before anything is fetched */
 		if (c->head)
 			return pc_refuse_head(c);
 		return pypi_index(c, reg_url, norm);
 	}
 	if (!strcmp(seg[2], "files") && ns == 5 && pc_filename_ok(seg[4])) {
 		snprintf(c->kind, sizeof c->kind, "file");
-		if (c->head) {
-			snprintf(c->file, sizeof c->file, "%s", seg[4]);
-			version_from_file(seg[4], c->version, sizeof c->version);
+		snprintf(c->file, sizeof c->file, "%s", seg[4]);
+		version_from_file(seg[4], c->version, sizeof c->version);
+		if (pc_rules_check(c, SBX_REG_PYPI, 1))
+			return 0;
+		if (c->head)
 			return pc_head_file(c);
-		}
 		return pypi_file(c, reg_url, norm, seg[4]);
 	}
 	return pc_refuse(c, &o, 404, usage, 0);

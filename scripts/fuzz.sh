@@ -8,7 +8,7 @@ B=build-fuzz
 SECS=${FUZZ_SECONDS:-60}
 mkdir -p "$B"
 # The policy module's files, which several parsers link.
-policy=(common/caller.c common/policy.c common/policy_check.c common/policy_json.c)
+policy=(common/caller.c common/policy.c common/policy_check.c common/policy_json.c common/pkglock.c)
 for src in tests/fuzz/fuzz-*.c; do
 	name=$(basename "$src" .c)
 	case $name in
@@ -67,6 +67,10 @@ for src in tests/fuzz/fuzz-*.c; do
 		# The proxy writer's channel decoder (wmsg.c is pure) and the JSON parse after it.
 		deps=(proxy/wmsg.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson)" ;;
+	fuzz-pkglock)
+		# The lock parsers and the rules' JSON (pkglock.c is pure).
+		deps=(common/pkglock.c common/err.c common/util.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay)" ;;
 	fuzz-priv)
 		# The monitor's request decoder alone (privmsg.c is pure).
 		deps=(monitor/privmsg.c common/proto.c)

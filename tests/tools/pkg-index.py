@@ -6,11 +6,12 @@ RECORD; nothing is downloaded).  npm packages are published to a real npm
 registry instead (tests/lib-npm.sh).
 
   pkg-index.py --out DIR --base http://198.51.100.202:8000 \
-      --wheel NAME:VERSION[:PADBYTES][:tamper] ...
+      --wheel NAME:VERSION[:PADBYTES][:tamper][:nohash] ...
 
 PADBYTES adds an incompressible file of that many bytes to the wheel;
 "tamper" changes the wheel after its hash went into the index, as a
-compromised mirror would.  Prints one JSON line per package with its file
+compromised mirror would; "nohash" leaves the link's #sha256= out, as
+some mirrors do.  Several versions of one name share its index page.  Prints one JSON line per package with its file
 name, size and sha256 (of what the index names)."""
 import argparse
 import base64
@@ -58,11 +59,13 @@ def main():
     a = ap.parse_args()
     os.makedirs(f"{a.out}/simple", exist_ok=True)
     os.makedirs(f"{a.out}/files", exist_ok=True)
+    pages = {}
     for spec in a.wheel:
         parts = spec.split(":")
         name, version = parts[0], parts[1]
         pad = int(parts[2]) if len(parts) > 2 and parts[2] else 0
         tamper = "tamper" in parts[3:]
+        nohash = "nohash" in parts[3:]
         fname, data = build_wheel(name, version, pad)
         digest = hashlib.sha256(data).hexdigest()
         served = data
@@ -73,11 +76,11 @@ def main():
             f.write(served)
         norm = name.lower().replace("_", "-").replace(".", "-")
         os.makedirs(f"{a.out}/simple/{norm}", exist_ok=True)
+        frag = "" if nohash else f"#sha256={digest}"
+        pages.setdefault(norm, []).append(f'<a href="../../files/{fname}{frag}" '
+                                          f'data-requires-python="&gt;=3.7">{fname}</a><br>\n')
         with open(f"{a.out}/simple/{norm}/index.html", "w") as f:
-            f.write("<!DOCTYPE html><html><body>\n"
-                    f'<a href="../../files/{fname}#sha256={digest}" '
-                    f'data-requires-python="&gt;=3.7">{fname}</a><br>\n'
-                    "</body></html>\n")
+            f.write("<!DOCTYPE html><html><body>\n" + "".join(pages[norm]) + "</body></html>\n")
         print(json.dumps({"type": "pypi", "name": name, "version": version, "file": fname,
                           "size": len(data), "sha256": digest, "tampered": tamper}))
 
