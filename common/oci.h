@@ -97,6 +97,12 @@ int sbx_oci_exec_prepare(int root_fd, const char *id, const char *process_file, 
 int sbx_oci_exec_run(struct sbx_oci_exec *e, struct sbx_err *err);
 void sbx_oci_exec_free(struct sbx_oci_exec *e);
 
+/* The terminal, runc's way: a new pty whose master goes to the unix
+ * socket at sock (SCM_RIGHTS, the master's name as the data); returns
+ * the other side, in raw mode (the guest's pty is the terminal; this one
+ * only carries bytes), sized rows x cols when they are not 0. */
+int sbx_oci_console(const char *sock, unsigned rows, unsigned cols, struct sbx_err *err);
+
 /* oci_rootfs.c: the tree at rootfd as a template, named by a digest of
  * its content (tar of it, sorted, numeric owners), imported under
  * tmplbuild's rules once per content; tmpl gets its name, *reused 1

@@ -98,6 +98,17 @@ static int process(json_t *p, struct sbx_oci_spec *s, struct sbx_err *err)
 	if (t && !json_is_boolean(t))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid config.json: process.terminal must be a boolean");
 	s->terminal = json_is_true(t);
+	json_t *cs = json_object_get(p, "consoleSize");
+	if (cs) {
+		json_t *h = json_object_get(cs, "height"), *w = json_object_get(cs, "width");
+		if (!json_is_object(cs) || !json_is_integer(h) || !json_is_integer(w) || json_integer_value(h) < 0 ||
+		    json_integer_value(h) > 65535 || json_integer_value(w) < 0 || json_integer_value(w) > 65535)
+			return sbx_err_set(
+				err, SBX_EXIT_INVALID, 0,
+				"invalid config.json: process.consoleSize must be {height, width} of 0..65535");
+		s->rows = (unsigned)json_integer_value(h);
+		s->cols = (unsigned)json_integer_value(w);
+	}
 	json_t *u = json_object_get(p, "user");
 	if (u) {
 		if (!json_is_object(u))
@@ -171,6 +182,13 @@ int sbx_oci_spec_parse(const char *buf, size_t len, struct sbx_oci_spec *s, stru
 		rc = root(json_object_get(j, "root"), s, err);
 	if (rc == 0)
 		rc = annotations(json_object_get(j, "annotations"), s, err);
+	json_t *lx = json_object_get(j, "linux");
+	if (rc == 0 && lx && !json_is_object(lx))
+		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid config.json: linux must be an object");
+	if (rc == 0)
+		rc = sbx_oci_resources_parse(json_object_get(lx, "resources"), &s->res, err);
+	if (rc == 0)
+		rc = sbx_oci_mounts_check(json_object_get(j, "mounts"), err);
 	json_decref(j);
 	if (rc < 0)
 		sbx_oci_spec_free(s);
