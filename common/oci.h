@@ -46,6 +46,7 @@ struct sbx_oci_ctx {
 	int st_open;
 	char root[SBX_OCI_PATH_MAX + 1];
 	int root_fd, dir_fd, fifo_fd;
+	int tty_fd; /* process.terminal: the pty's other side, whose master went to the console socket */
 	struct sbx_oci c;
 	struct sbx_oci_spec spec;
 };
@@ -56,10 +57,13 @@ int sbx_oci_id_check(const char *id, struct sbx_err *err);
 int sbx_oci_root_open(const char *path, struct sbx_err *err);
 
 /* Claim ROOT/ID, read the bundle's config.json, make its root.path a
- * template (oci_rootfs.c), boot the session, make the fifo.  On failure
+ * template (oci_rootfs.c), boot the session, make the fifo; with
+ * process.terminal, send a pty's master to the console socket (runc's
+ * protocol: one SCM_RIGHTS message on a unix stream socket), which
+ * process.terminal requires and which is refused without it.  On failure
  * nothing is left: no directory, no session. */
 int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const char *id, const char *bundle,
-		   struct sbx_err *err);
+		   const char *console, struct sbx_err *err);
 /* In create: the holder is pid; record it and write pid_file (NULL:
  * none) atomically. */
 int sbx_oci_created(struct sbx_oci_ctx *x, int pid, const char *pid_file, struct sbx_err *err);
@@ -91,9 +95,12 @@ int sbx_oci_delete(int root_fd, const char *id, int force, struct sbx_err *err);
 struct sbx_oci_exec {
 	struct sbx_oci c;
 	struct sbx_oci_spec spec;
+	int tty_fd; /* as in sbx_oci_ctx; -1 without a terminal */
 };
-int sbx_oci_exec_prepare(int root_fd, const char *id, const char *process_file, char **argv, int argc,
-			 struct sbx_oci_exec *e, struct sbx_err *err);
+/* tty: --tty (a terminal for COMMAND; a process file says so itself);
+ * console: --console-socket, which a terminal requires. */
+int sbx_oci_exec_prepare(int root_fd, const char *id, const char *process_file, char **argv, int argc, int tty,
+			 const char *console, struct sbx_oci_exec *e, struct sbx_err *err);
 int sbx_oci_exec_run(struct sbx_oci_exec *e, struct sbx_err *err);
 void sbx_oci_exec_free(struct sbx_oci_exec *e);
 
