@@ -37,15 +37,23 @@ static int fail(const struct sbx_err *err)
 	sbx_err_print(PROG, err, 0);
 	FILE *f = log_path ? fopen(log_path, "ae") : NULL;
 	if (f) {
+		/* The message may quote a bundle's bytes: none may forge a
+		 * line or a field of the log. */
+		char msg[sizeof err->msg];
+		snprintf(msg, sizeof msg, "%s", err->msg);
+		sbx_text_clean(msg);
+		for (char *q = msg; *q; q++)
+			if (*q == '"' && !log_json)
+				*q = '\'';
 		char t[32];
 		sbx_fmt_time(sbx_now_ns(), t, sizeof t);
 		if (log_json) {
-			json_t *j = json_pack("{s:s, s:s, s:s}", "level", "error", "msg", err->msg, "time", t);
+			json_t *j = json_pack("{s:s, s:s, s:s}", "level", "error", "msg", msg, "time", t);
 			json_dumpf(j, f, JSON_COMPACT);
 			fputc('\n', f);
 			json_decref(j);
 		} else {
-			fprintf(f, "time=\"%s\" level=error msg=\"%s\"\n", t, err->msg);
+			fprintf(f, "time=\"%s\" level=error msg=\"%s\"\n", t, msg);
 		}
 		fclose(f);
 	}

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "exec_client.h"
+#include "hostconf.h"
 #include "oci.h"
 #include "policy.h"
 #include "session.h"
@@ -60,12 +61,12 @@ int sbx_oci_root_open(const char *path, struct sbx_err *err)
 /* state.json: temp file, fsync, rename, fsync of the directory. */
 static int save(int dir_fd, const struct sbx_oci *c, struct sbx_err *err)
 {
-	json_t *j =
-		json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:b, s:I, s:I, s:b, s:O}", "schema", 1, "id", c->id,
-			  "session", c->session, "sbx_root", c->sbx_root, "bundle", c->bundle, "template", c->tmpl,
-			  "pid", c->pid, "pid_start", (json_int_t)c->pid_start, "started", c->started, "created_ns",
-			  (json_int_t)c->created_ns, "rootfs_prepare_ms", (json_int_t)c->prepare_ms, "rootfs_reused",
-			  c->prepare_reused, "annotations", c->annotations ? c->annotations : json_object());
+	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:b, s:I, s:I, s:b, s:O}", "schema", 1,
+			      "id", c->id, "session", c->session, "sbx_root", c->sbx_root, "bundle", c->bundle,
+			      "template", c->tmpl, "policy", c->policy, "pid", c->pid, "pid_start",
+			      (json_int_t)c->pid_start, "started", c->started, "created_ns", (json_int_t)c->created_ns,
+			      "rootfs_prepare_ms", (json_int_t)c->prepare_ms, "rootfs_reused", c->prepare_reused,
+			      "annotations", c->annotations ? c->annotations : json_object());
 	_cleanup_free_ char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!txt)
@@ -94,6 +95,7 @@ static int load_at(int dir_fd, const char *id, struct sbx_oci *c, struct sbx_err
 	sbx_json_str(j, "bundle", c->bundle, sizeof c->bundle);
 	sbx_json_str(j, "sbx_root", c->sbx_root, sizeof c->sbx_root);
 	sbx_json_str(j, "template", c->tmpl, sizeof c->tmpl);
+	sbx_json_str(j, "policy", c->policy, sizeof c->policy);
 	c->pid = (int)sbx_json_u64(j, "pid");
 	c->pid_start = sbx_json_u64(j, "pid_start");
 	c->started = json_is_true(json_object_get(j, "started"));
@@ -190,15 +192,47 @@ static void apply_resources(struct sbx_policy *pol, const struct sbx_oci_resourc
 	}
 }
 
+/* The session's policy, by the operator's name for it: a bundle names an
+ * entry of sbx.yaml's oci.policies (org.sbx.policy), never a file, and
+ * one that names none gets oci.default_policy, else sbx's defaults.  An
+ * org.sbx.* annotation this version does not know is refused, so that a
+ * bundle never believes it got what it asked for. */
+static int choose_policy(struct sbx_oci_ctx *x, struct sbx_err *err)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach (x->spec.annotations, k, v)
+		if (!strncmp(k, "org.sbx.", 8) && strcmp(k, "org.sbx.policy"))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "annotation %.64s is not supported by sbx-oci (org.sbx.policy is)", k);
+	_cleanup_free_ struct sbx_hostconf *hc = malloc(sizeof *hc); /* tens of KiB */
+	if (!hc || !(x->pol = malloc(sizeof *x->pol)))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot choose the container's policy");
+	sbx_policy_defaults(x->pol);
+	if (sbx_hostconf_load(hc, err) < 0)
+		return -1;
+	json_t *want = json_object_get(x->spec.annotations, "org.sbx.policy");
+	const char *name = want ? json_string_value(want) : hc->oci.default_policy;
+	if (!want && !name[0])
+		return 0;
+	const char *file = sbx_hostconf_oci_policy(hc, name);
+	if (!file)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "org.sbx.policy '%.64s' is not one of the policies sbx.yaml's oci.policies names",
+				   name);
+	snprintf(x->c.policy, sizeof x->c.policy, "%s", name);
+	if (sbx_policy_load(file, x->pol, err) < 0)
+		return sbx_err_wrap(err, "policy %s of sbx.yaml's oci.policies: ", name);
+	return 0;
+}
+
 static int make_session(struct sbx_oci_ctx *x, struct sbx_err *err)
 {
-	static struct sbx_policy pol; /* large; one per process */
-	sbx_policy_defaults(&pol);
-	apply_resources(&pol, &x->spec.res);
+	apply_resources(x->pol, &x->spec.res);
 	struct sbx_create_opts o = { .tmpl = x->c.tmpl,
-				     .vcpus = pol.resources.vcpus,
-				     .memory_mib = (unsigned)(pol.resources.memory >> 20),
-				     .policy = &pol,
+				     .vcpus = x->pol->resources.vcpus,
+				     .memory_mib = (unsigned)(x->pol->resources.memory >> 20),
+				     .policy = x->pol,
 				     .progress_fd = -1 };
 	struct sbx_session s;
 	int existed;
@@ -239,7 +273,7 @@ int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const c
 	/* Refused before the claim: nothing was made; the spec is freed. */
 	_cleanup_close_ int rootfd = -1;
 	int refused = 0;
-	if (terminal_check(x->spec.terminal, console, err) < 0)
+	if (terminal_check(x->spec.terminal, console, err) < 0 || choose_policy(x, err) < 0)
 		refused = -1;
 	else if ((rootfd = sbx_oci_rootfs_open(bfd, x->spec.root, err)) < 0)
 		refused = -1;
@@ -309,6 +343,8 @@ void sbx_oci_ctx_free(struct sbx_oci_ctx *x)
 	x->st_open = 0;
 	sbx_oci_spec_free(&x->spec);
 	sbx_oci_free(&x->c);
+	free(x->pol);
+	x->pol = NULL;
 }
 
 /* The pid file as the engine reads it: whole or not at all. */

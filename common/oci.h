@@ -18,6 +18,7 @@
 
 #include "err.h"
 #include "oci_spec.h"
+#include "policy.h"
 #include "state.h"
 
 #define SBX_OCI_ID_MAX 128
@@ -28,7 +29,8 @@ struct sbx_oci {
 	char session[SBX_ID_MAX + 1];
 	char bundle[SBX_OCI_PATH_MAX + 1];
 	char tmpl[140];
-	int pid; /* the holder; 0 before create recorded it */
+	char policy[64]; /* sbx.yaml's oci.policies entry; "": sbx's defaults */
+	int pid;         /* the holder; 0 before create recorded it */
 	uint64_t pid_start;
 	int started;
 	uint64_t created_ns, prepare_ms;
@@ -49,6 +51,7 @@ struct sbx_oci_ctx {
 	int tty_fd; /* process.terminal: the pty's other side, whose master went to the console socket */
 	struct sbx_oci c;
 	struct sbx_oci_spec spec;
+	struct sbx_policy *pol; /* the session's: the named policy, linux.resources over it */
 };
 
 /* 1..128 of [A-Za-z0-9_.+-], not starting with '.', '-' or '+'; 3 otherwise. */
@@ -56,7 +59,10 @@ int sbx_oci_id_check(const char *id, struct sbx_err *err);
 /* Open (creating, 0700) the runtime root; a symlink there is refused. */
 int sbx_oci_root_open(const char *path, struct sbx_err *err);
 
-/* Claim ROOT/ID, read the bundle's config.json, make its root.path a
+/* Claim ROOT/ID, read the bundle's config.json, choose its policy (the
+ * org.sbx.policy annotation names an entry of sbx.yaml's oci.policies,
+ * else oci.default_policy, else sbx's defaults; an unknown name and any
+ * other org.sbx.* annotation are refused), make its root.path a
  * template (oci_rootfs.c), boot the session, make the fifo; with
  * process.terminal, send a pty's master to the console socket (runc's
  * protocol: one SCM_RIGHTS message on a unix stream socket), which

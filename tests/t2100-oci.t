@@ -205,6 +205,37 @@ bad 3 'invalid container ID' "a 200-character ID" "$(head -c 200 /dev/zero | tr 
 nothing_left "every refusal left nothing behind"
 is "$(ls "$SBX_TEMPLATES" | grep -v '^default@')" "" "and prepared no template"
 
+# --- org.sbx.policy: a policy by the operator's name for it ----------------------
+mkdir -p "$SBX_ROOT/etc/sbx"
+printf 'resources:\n  memory: 320M\n' >"$TEST_TMP/big.yaml"
+printf 'oci:\n  default_policy: big\n  policies:\n    big: %s\n    small: %s\n' "$TEST_TMP/big.yaml" \
+	"$TEST_TMP/small.yaml" >"$SBX_ROOT/etc/sbx/sbx.yaml"
+printf 'resources:\n  memory: 192M\n' >"$TEST_TMP/small.yaml"
+config '["sh","-c","sed -n \"s/MemTotal: *\\([0-9]*\\) kB/\\1/p\" /proc/meminfo"]'
+jq 'del(.annotations)' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+mem=$(O run -b "$B" p1 2>"$TEST_TMP/err"); rc=$?
+is "$rc/$(jq -r .policy "$R/p1/state.json")" "0/big" "no annotation: oci.default_policy" || diag "$(cat "$TEST_TMP/err")"
+[ "${mem:-0}" -gt 262144 ] && [ "${mem:-0}" -le 327680 ]; ok $? "  ... its memory, 320M (MemTotal $mem kB)"
+O delete p1
+jq '.annotations["org.sbx.policy"] = "small"' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+mem=$(O run -b "$B" p2 2>"$TEST_TMP/err"); rc=$?
+is "$rc/$(jq -r .policy "$R/p2/state.json")" "0/small" "org.sbx.policy: small chooses it" ||
+	diag "$(cat "$TEST_TMP/err")"
+[ "${mem:-0}" -gt 120000 ] && [ "${mem:-0}" -le 196608 ]; ok $? "  ... its memory, 192M (MemTotal $mem kB)"
+O delete p2
+jq '.annotations["org.sbx.policy"] = "nope"' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 "org.sbx.policy 'nope' is not one of the policies" "an org.sbx.policy sbx.yaml does not name"
+jq --arg p "$TEST_TMP/big.yaml" '.annotations["org.sbx.policy"] = $p' "$B/config.json" >"$B/c" &&
+	mv "$B/c" "$B/config.json"
+bad 3 "is not one of the policies" "a policy file's path (a name only, never a path)"
+jq '.annotations = {"org.sbx.template": "default"}' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'annotation org.sbx.template is not supported' "org.sbx.template (not in this version)"
+printf 'oci:\n  default_policy: big\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
+config '["true"]'
+bad 3 "oci.default_policy: 'big' is not one of oci.policies" "a default that names no policy fails closed"
+rm -f "$SBX_ROOT/etc/sbx/sbx.yaml"
+nothing_left "the policy refusals left nothing"
+
 # --- containerd (ctr, the runc shim v2) ---------------------------------------------
 ctr_section() {
 	command -v containerd >/dev/null && command -v ctr >/dev/null && command -v containerd-shim-runc-v2 >/dev/null ||
@@ -340,6 +371,10 @@ is "$rc/${1:-}" "0/1" "podman run --memory 256m --cpus 1: 1 vCPU" || diag "$(cat
 timeout 300 "${PO[@]}" run --rm --network none --memory 32m localhost/sbx-busybox true >/dev/null 2>"$TEST_TMP/err"
 [ $? -ne 0 ]; ok $? "podman run --memory 32m is refused"
 like "$(cat "$TEST_TMP/err")" 'memory.limit 33554432 is out of range' "  ... with sbx-oci's reason"
+timeout 300 "${PO[@]}" run --rm --network none --annotation org.sbx.policy=nope localhost/sbx-busybox true \
+	>/dev/null 2>"$TEST_TMP/err"
+[ $? -ne 0 ]; ok $? "podman run --annotation org.sbx.policy=nope is refused"
+like "$(cat "$TEST_TMP/err")" "org.sbx.policy 'nope' is not one of" "  ... naming the unknown policy"
 timeout 300 "${PO[@]}" run --rm --network none -v "$TEST_TMP:/data" localhost/sbx-busybox true >/dev/null \
 	2>"$TEST_TMP/err"
 [ $? -ne 0 ]; ok $? "podman run -v HOSTDIR:/data is refused"
