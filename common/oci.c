@@ -442,6 +442,9 @@ static int run_process(struct sbx_state *st, const char *session, const struct s
 	o.req.env = sp->env;
 	o.req.envc = sp->envc;
 	o.req.cwd = sp->cwd[0] ? (char *)sp->cwd : NULL;
+	for (unsigned i = 0; i < sp->nrlimits && i < SBX_EXEC_RLIMITS_MAX; i++)
+		o.req.rlimits[o.req.nrlimits++] =
+			(struct sbx_rlimit){ sp->rlimits[i].resource, sp->rlimits[i].soft, sp->rlimits[i].hard };
 	o.req.have_uid = o.req.have_gid = 1;
 	o.req.uid = sp->uid;
 	o.req.gid = sp->gid;

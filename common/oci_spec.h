@@ -2,7 +2,7 @@
  * is someone else's input (a Slurm user writes it; an engine copies an
  * image's config into it), so the file is bounded, duplicate keys and
  * wrong types refused, and only what a session can honour is kept:
- * process.args/env/cwd/user/terminal/consoleSize, root.path,
+ * process.args/env/cwd/user/terminal/consoleSize/rlimits, root.path,
  * annotations, linux.resources (as a session's shape).  mounts are
  * checked: the guest's own (/proc, /sys, /dev...) and the engine's own
  * files are accepted and not made, anything else refused (oci_linux.c). */
@@ -35,6 +35,12 @@ struct sbx_oci_resources {
 	unsigned pids;      /* pids.limit: resources.pids.per_session */
 };
 
+#define SBX_OCI_RLIMITS_MAX 16u /* Linux's RLIMIT_NLIMITS */
+struct sbx_oci_rlimit {
+	uint32_t resource; /* RLIMIT_* */
+	uint64_t soft, hard;
+};
+
 struct sbx_oci_spec {
 	char **args; /* NULL-terminated */
 	size_t argc;
@@ -43,7 +49,9 @@ struct sbx_oci_spec {
 	char cwd[SBX_OCI_PATH_MAX + 1];
 	uint32_t uid, gid;
 	int terminal;
-	unsigned rows, cols; /* process.consoleSize; 0: not given */
+	unsigned rows, cols;                                /* process.consoleSize; 0: not given */
+	struct sbx_oci_rlimit rlimits[SBX_OCI_RLIMITS_MAX]; /* process.rlimits, set in the guest */
+	unsigned nrlimits;
 	char root[SBX_OCI_PATH_MAX + 1];
 	int root_readonly;
 	json_t *annotations; /* object of strings, never NULL after a parse */

@@ -125,15 +125,17 @@ like "$out" '50 120' "a resize of the master reaches the guest's terminal"
 O delete t1
 nothing_left "a terminal's container leaves nothing"
 
-# --- linux.resources: the VM's shape ------------------------------------------
-config '["sh","-c","nproc; sed -n \"s/MemTotal: *\\([0-9]*\\) kB/\\1/p\" /proc/meminfo"]'
+# --- linux.resources: the VM's shape; process.rlimits: the process's ----------
+config '["sh","-c","nproc; sed -n \"s/MemTotal: *\\([0-9]*\\) kB/\\1/p\" /proc/meminfo; ulimit -n; ulimit -Hn"]'
 jq '.linux.resources = {memory: {limit: 402653184, swap: 805306368}, cpu: {quota: 200000, period: 100000},
-	pids: {limit: 100}}' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+	pids: {limit: 100}} | .process.rlimits = [{type: "RLIMIT_NOFILE", soft: 1000, hard: 2000}]' \
+	"$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
 out=$(O run -b "$B" r1 2>"$TEST_TMP/err"); rc=$?
-is "$rc" 0 "run with memory 384M, 2 CPUs, 100 pids" || diag "$(cat "$TEST_TMP/err")"
+is "$rc" 0 "run with memory 384M, 2 CPUs, 100 pids, nofile 1000:2000" || diag "$(cat "$TEST_TMP/err")"
 set -- $out
 is "${1:-}" 2 "the guest has 2 vCPUs (quota/period rounded up)"
 [ "${2:-0}" -gt 300000 ] && [ "${2:-0}" -le 393216 ]; ok $? "and MemTotal ${2:-?} kB, at most 384M"
+is "${3:-}/${4:-}" "1000/2000" "the process has the rlimits, set in the guest"
 O delete r1
 
 # --- hostile bundles and IDs: refused, nothing created ---------------------------
@@ -168,6 +170,9 @@ jq '.process.terminal = true' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.j
 O create -b "$B" --console-socket "$TEST_TMP/nosock" bad >/dev/null 2>"$TEST_TMP/err"
 is $? 3 "a console socket that is not there is 3"
 like "$(cat "$TEST_TMP/err")" 'cannot connect to --console-socket' "  ... saying so (nothing left: below)"
+config '["true"]'
+jq '.process.rlimits = [{type: "RLIMIT_NOPE", soft: 1, hard: 1}]' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'rlimits\[0\].type is not a Linux RLIMIT_ name' "an rlimit Linux does not have"
 config '["true"]'
 jq '.linux.resources.memory.limit = 33554432' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
 bad 3 'memory.limit 33554432 is out of range' "a memory limit under 64M"
@@ -363,11 +368,13 @@ out=$(timeout 300 "${PO[@]}" run --rm --network none --memory 384m --cpus 2 loca
 set -- $out
 is "$rc/${1:-}" "0/2" "podman run --cpus 2: the guest has 2 vCPUs" || diag "$(cat "$TEST_TMP/err")"
 [ "${2:-0}" -gt 300000 ] && [ "${2:-0}" -le 393216 ]; ok $? "podman run --memory 384m: MemTotal ${2:-?} kB"
-out=$(timeout 300 "${PO[@]}" run --rm --network none --memory 256m --cpus 1 localhost/sbx-busybox \
-	sh -c 'echo $(nproc) $(sed -n "s/MemTotal: *\([0-9]*\) kB/\1/p" /proc/meminfo)' 2>"$TEST_TMP/err"); rc=$?
+out=$(timeout 300 "${PO[@]}" run --rm --network none --memory 256m --cpus 1 --ulimit nofile=1000:2000 \
+	localhost/sbx-busybox sh -c 'echo $(nproc) $(sed -n "s/MemTotal: *\([0-9]*\) kB/\1/p" /proc/meminfo) \
+	$(ulimit -n) $(ulimit -Hn)' 2>"$TEST_TMP/err"); rc=$?
 set -- $out
 is "$rc/${1:-}" "0/1" "podman run --memory 256m --cpus 1: 1 vCPU" || diag "$(cat "$TEST_TMP/err")"
 [ "${2:-0}" -gt 150000 ] && [ "${2:-0}" -le 262144 ]; ok $? "  ... and MemTotal ${2:-?} kB, at most 256M"
+is "${3:-}/${4:-}" "1000/2000" "  ... and --ulimit nofile=1000:2000 in the guest"
 timeout 300 "${PO[@]}" run --rm --network none --memory 32m localhost/sbx-busybox true >/dev/null 2>"$TEST_TMP/err"
 [ $? -ne 0 ]; ok $? "podman run --memory 32m is refused"
 like "$(cat "$TEST_TMP/err")" 'memory.limit 33554432 is out of range' "  ... with sbx-oci's reason"

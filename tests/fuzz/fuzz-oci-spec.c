@@ -16,7 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct sbx_err err = { 0 };
 	if (size && data[0] == 'P') {
 		if (sbx_oci_process_parse((const char *)data + 1, size - 1, &s, &err) == 0) {
-			if (!s.argc || s.args[s.argc] || s.rows > 65535 || s.cols > 65535)
+			if (!s.argc || s.args[s.argc] || s.rows > 65535 || s.cols > 65535 ||
+			    s.nrlimits > SBX_OCI_RLIMITS_MAX)
 				abort();
 			sbx_oci_spec_free(&s);
 		} else if (err.code != SBX_EXIT_INVALID && err.code != SBX_EXIT_INTERNAL) {
@@ -45,8 +46,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if ((r->memory && (r->memory < (64ull << 20) || r->memory > (64ull << 30) || r->memory % (1u << 20))) ||
 		    (r->cpu_milli && (r->cpu_milli < 50 || r->cpu_milli > 64000)) || !r->vcpus != !r->cpu_milli ||
 		    r->vcpus > 64 || (r->vcpus && r->vcpus * 1000 < r->cpu_milli) || r->pids > 1048576 ||
-		    s.rows > 65535 || s.cols > 65535)
+		    s.rows > 65535 || s.cols > 65535 || s.nrlimits > SBX_OCI_RLIMITS_MAX)
 			abort();
+		for (unsigned i = 0; i < s.nrlimits; i++)
+			if (s.rlimits[i].resource >= SBX_OCI_RLIMITS_MAX || s.rlimits[i].soft > s.rlimits[i].hard)
+				abort();
 		sbx_oci_spec_free(&s);
 	} else if ((err.code != SBX_EXIT_INVALID && err.code != SBX_EXIT_INTERNAL) || !err.msg[0]) {
 		abort();

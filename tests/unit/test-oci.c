@@ -254,6 +254,30 @@ static void mounts(void)
 	pj = "{\"args\":[\"sh\"],\"consoleSize\":{\"height\":-1,\"width\":1}}";
 	rc = sbx_oci_process_parse(pj, strlen(pj), &s, &err);
 	ok(rc < 0 && strstr(err.msg, "consoleSize"), "a negative consoleSize is refused");
+	/* Podman's default rlimits, applied in the guest. */
+	pj = "{\"args\":[\"sh\"],\"rlimits\":[{\"type\":\"RLIMIT_NOFILE\",\"hard\":1048576,\"soft\":1048576},"
+	     "{\"type\":\"RLIMIT_NPROC\",\"hard\":32768,\"soft\":100}]}";
+	rc = sbx_oci_process_parse(pj, strlen(pj), &s, &err);
+	ok(rc == 0 && s.nrlimits == 2 && s.rlimits[0].resource == 7 && s.rlimits[0].soft == 1048576 &&
+		   s.rlimits[1].resource == 6 && s.rlimits[1].soft == 100 && s.rlimits[1].hard == 32768,
+	   "process.rlimits: RLIMIT_NOFILE, RLIMIT_NPROC");
+	if (rc == 0)
+		sbx_oci_spec_free(&s);
+	static const char *const badrl[][2] = {
+		{ "[{\"type\":\"RLIMIT_BOGUS\",\"hard\":1,\"soft\":1}]", "not a Linux RLIMIT_ name" },
+		{ "[{\"type\":\"RLIMIT_CORE\",\"hard\":1,\"soft\":2}]", "soft <= hard" },
+		{ "[{\"type\":\"RLIMIT_CORE\",\"hard\":-1,\"soft\":-1}]", "soft <= hard" },
+		{ "[{\"type\":\"RLIMIT_CORE\",\"hard\":\"1\",\"soft\":1}]", "must be integers" },
+		{ "[{\"type\":\"RLIMIT_CORE\",\"hard\":1,\"soft\":1},{\"type\":\"RLIMIT_CORE\",\"hard\":1,\"soft\":1}]",
+		  "RLIMIT_CORE twice" },
+		{ "{}", "must be an array" },
+	};
+	for (size_t i = 0; i < sizeof badrl / sizeof badrl[0]; i++) {
+		char j[512], what[300];
+		snprintf(j, sizeof j, "{\"args\":[\"sh\"],\"rlimits\":%s}", badrl[i][0]);
+		snprintf(what, sizeof what, "rlimits %s refused, saying '%s'", badrl[i][0], badrl[i][1]);
+		ok(sbx_oci_process_parse(j, strlen(j), &s, &err) < 0 && strstr(err.msg, badrl[i][1]), what);
+	}
 }
 
 /* The console socket: a listener as conmon's, the master received. */
