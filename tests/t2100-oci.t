@@ -115,7 +115,7 @@ nothing_left "nothing is left: no container, no session"
 config '["sh","-c","tty; stty size; read x; stty size; echo got $x; exit 3"]'
 jq '.process.terminal = true | .process.consoleSize = {height: 40, width: 100}' "$B/config.json" >"$B/c" &&
 	mv "$B/c" "$B/config.json"
-out=$(python3 "$CS" "$TEST_TMP" --resize 50 120 --input $'hello\n' -- \
+out=$(python3 "$CS" "$TEST_TMP" --after '40 100' --resize 50 120 --input $'hello\n' -- \
 	"$OCI" --root "$R" run -b "$B" --console-socket SOCK t1 2>"$TEST_TMP/err"); rc=$?
 is "$rc" 3 "run with process.terminal: the process's status" || diag "$(cat "$TEST_TMP/err")"
 like "$out" '/dev/pts/[0-9]' "the process's stdio is a terminal in the guest"

@@ -3,17 +3,20 @@
 containerd shim are: listen on a unix socket, run the command (an
 `sbx-oci create/run/exec ... --console-socket SOCK`, SOCK in argv
 replaced by the socket's path), receive the pty master it sends, and
-relay: type INPUT (after the first byte of output, so the process is up),
-resize to ROWSxCOLS when --resize, copy everything read from the master
-to stdout until EIO (the other side closed).  Exits with the command's
-status.  usage: console-socket.py DIR [--input TEXT] [--resize R C] -- CMD..."""
+relay: once TEXT has been read (--after; else any output: the process is
+up), resize to ROWSxCOLS when --resize, then type INPUT; copy everything
+read from the master to stdout until EIO (the other side closed).  Exits
+with the command's status.
+usage: console-socket.py DIR [--input TEXT] [--resize R C] [--after TEXT] -- CMD..."""
 import array, fcntl, os, select, socket, struct, subprocess, sys, termios, time
 
 args = sys.argv[1:]
 d, args = args[0], args[1:]
-inp, resize = None, None
+inp, resize, after = None, None, b""
 while args[0] != "--":
-    if args[0] == "--input":
+    if args[0] == "--after":
+        after, args = args[1].encode(), args[2:]
+    elif args[0] == "--input":
         inp, args = args[1].encode(), args[2:]
     elif args[0] == "--resize":
         resize, args = (int(args[1]), int(args[2])), args[3:]
@@ -44,7 +47,8 @@ if not fds:
 m = fds[0]
 sys.stderr.write("console-socket.py: got %s\n" % msg.decode(errors="replace"))
 out = sys.stdout.buffer
-typed = inp is None
+typed = inp is None and resize is None
+seen = b""
 end = time.time() + 600
 while time.time() < end:
     r, _, _ = select.select([m], [], [], 0.5)
@@ -60,11 +64,13 @@ while time.time() < end:
         break
     out.write(b)
     out.flush()
-    if not typed:
+    seen += b
+    if not typed and after in seen:
         if resize:
             fcntl.ioctl(m, termios.TIOCSWINSZ, struct.pack("HHHH", resize[0], resize[1], 0, 0))
             time.sleep(0.5)
-        os.write(m, inp)
+        if inp:
+            os.write(m, inp)
         typed = True
 os.close(m)
 rc = proc.wait()
