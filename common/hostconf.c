@@ -513,11 +513,44 @@ static int oci_policy_entry(struct sbx_yaml *c, const char *key, yaml_mark_t km,
 	return 0;
 }
 
+/* oci.templates: NAME to a template, NAME or NAME@VERSION. */
+static int oci_template_entry(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf_oci *o = obj;
+	if (!name_ok(key, strlen(key)))
+		return sbx_yaml_failm(c, km, "%s: '%s' is not a name (1..63 of [A-Za-z0-9_.-])", path,
+				      SBX_YAML_SHOW(key));
+	const char *s = sbx_yaml_scalar(c, path);
+	if (!s)
+		return -1;
+	const char *at = strchr(s, '@');
+	size_t nl = at ? (size_t)(at - s) : strlen(s);
+	if (!name_ok(s, nl) || (at && !name_ok(at + 1, strlen(at + 1))) || strlen(s) >= sizeof o->templates[0].tmpl)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a template name (NAME or NAME@VERSION)",
+				      path, SBX_YAML_SHOW(s));
+	if (o->ntemplates == SBX_OCI_POLICIES_MAX)
+		return sbx_yaml_failm(c, km, "%s: more than %d templates", path, SBX_OCI_POLICIES_MAX);
+	snprintf(o->templates[o->ntemplates].name, sizeof o->templates[0].name, "%s", key);
+	snprintf(o->templates[o->ntemplates].tmpl, sizeof o->templates[0].tmpl, "%s", s);
+	o->ntemplates++;
+	return 0;
+}
+
+const char *sbx_hostconf_oci_template(const struct sbx_hostconf *hc, const char *name)
+{
+	for (unsigned i = 0; i < hc->oci.ntemplates; i++)
+		if (!strcmp(hc->oci.templates[i].name, name))
+			return hc->oci.templates[i].tmpl;
+	return NULL;
+}
+
 static int oci_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf_oci *o = obj;
 	if (!strcmp(key, "policies"))
 		return walk_map(c, path, NULL, oci_policy_entry, o);
+	if (!strcmp(key, "templates"))
+		return walk_map(c, path, NULL, oci_template_entry, o);
 	const char *s = sbx_yaml_scalar(c, path);
 	if (!s)
 		return -1;
@@ -540,7 +573,7 @@ static int top_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *ob
 {
 	struct sbx_hostconf *hc = obj;
 	if (!strcmp(key, "oci")) {
-		static const char *const okeys[] = { "default_policy", "policies", NULL };
+		static const char *const okeys[] = { "default_policy", "policies", "templates", NULL };
 		yaml_mark_t m = c->ev.start_mark;
 		if (walk_map(c, path, okeys, oci_key, &hc->oci) < 0)
 			return -1;

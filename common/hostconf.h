@@ -143,6 +143,13 @@ struct sbx_hostconf_oci {
 	} policies[SBX_OCI_POLICIES_MAX];
 	unsigned npolicies;
 	char default_policy[64];
+	/* oci.templates: NAME to a template (NAME or NAME@VERSION) a
+	 * container may boot instead of its bundle's root (org.sbx.template). */
+	struct sbx_oci_template {
+		char name[64];
+		char tmpl[130];
+	} templates[SBX_OCI_POLICIES_MAX];
+	unsigned ntemplates;
 };
 
 struct sbx_hostconf {
@@ -163,6 +170,8 @@ struct sbx_hostconf {
 
 /* The file of oci.policies' entry name; NULL when there is none. */
 const char *sbx_hostconf_oci_policy(const struct sbx_hostconf *hc, const char *name);
+/* The template of oci.templates' entry name; NULL when there is none. */
+const char *sbx_hostconf_oci_template(const struct sbx_hostconf *hc, const char *name);
 
 /* The quota that applies to tenant (per_tenant, overridden key by key by
  * its own entry). */

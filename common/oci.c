@@ -192,25 +192,39 @@ static void apply_resources(struct sbx_policy *pol, const struct sbx_oci_resourc
 	}
 }
 
-/* The session's policy, by the operator's name for it: a bundle names an
- * entry of sbx.yaml's oci.policies (org.sbx.policy), never a file, and
- * one that names none gets oci.default_policy, else sbx's defaults.  An
- * org.sbx.* annotation this version does not know is refused, so that a
- * bundle never believes it got what it asked for. */
-static int choose_policy(struct sbx_oci_ctx *x, struct sbx_err *err)
+/* The session's policy and template, by the operator's names for them: a
+ * bundle names an entry of sbx.yaml's oci.policies (org.sbx.policy) or
+ * oci.templates (org.sbx.template), never a file, and one that names no
+ * policy gets oci.default_policy, else sbx's defaults; no template, its
+ * own root.  An org.sbx.* annotation this version does not know is
+ * refused, so that a bundle never believes it got what it asked for. */
+static int choose_operator(struct sbx_oci_ctx *x, struct sbx_err *err)
 {
 	const char *k;
 	json_t *v;
 	json_object_foreach (x->spec.annotations, k, v)
-		if (!strncmp(k, "org.sbx.", 8) && strcmp(k, "org.sbx.policy"))
+		if (!strncmp(k, "org.sbx.", 8) && strcmp(k, "org.sbx.policy") && strcmp(k, "org.sbx.template"))
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
-					   "annotation %.64s is not supported by sbx-oci (org.sbx.policy is)", k);
+					   "annotation %.64s is not supported by sbx-oci (org.sbx.policy and "
+					   "org.sbx.template are)",
+					   k);
 	_cleanup_free_ struct sbx_hostconf *hc = malloc(sizeof *hc); /* tens of KiB */
 	if (!hc || !(x->pol = malloc(sizeof *x->pol)))
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot choose the container's policy");
 	sbx_policy_defaults(x->pol);
 	if (sbx_hostconf_load(hc, err) < 0)
 		return -1;
+	json_t *t = json_object_get(x->spec.annotations, "org.sbx.template");
+	const char *tmpl = t ? sbx_hostconf_oci_template(hc, json_string_value(t)) : NULL;
+	if (t && !tmpl)
+		return sbx_err_set(
+			err, SBX_EXIT_INVALID, 0,
+			"org.sbx.template '%.64s' is not one of the templates sbx.yaml's oci.templates names",
+			json_string_value(t));
+	if (tmpl) {
+		snprintf(x->c.tmpl, sizeof x->c.tmpl, "%s", tmpl);
+		x->tmpl_chosen = 1;
+	}
 	json_t *want = json_object_get(x->spec.annotations, "org.sbx.policy");
 	const char *name = want ? json_string_value(want) : hc->oci.default_policy;
 	if (!want && !name[0])
@@ -273,7 +287,7 @@ int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const c
 	/* Refused before the claim: nothing was made; the spec is freed. */
 	_cleanup_close_ int rootfd = -1;
 	int refused = 0;
-	if (terminal_check(x->spec.terminal, console, err) < 0 || choose_policy(x, err) < 0)
+	if (terminal_check(x->spec.terminal, console, err) < 0 || choose_operator(x, err) < 0)
 		refused = -1;
 	else if ((rootfd = sbx_oci_rootfs_open(bfd, x->spec.root, err)) < 0)
 		refused = -1;
@@ -299,7 +313,9 @@ int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const c
 	if (rc == 0)
 		rc = sbx_state_open(&x->st, err);
 	x->st_open = rc == 0;
-	if (rc == 0)
+	/* The operator's template replaces the bundle's root, which was
+	 * opened (and so checked) all the same. */
+	if (rc == 0 && !x->tmpl_chosen)
 		rc = sbx_oci_rootfs_prepare(&x->st, rootfd, root, root_fd, x->c.tmpl, &x->c.prepare_reused,
 					    &x->c.prepare_ms, err);
 	if (rc == 0)

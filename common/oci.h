@@ -52,6 +52,7 @@ struct sbx_oci_ctx {
 	struct sbx_oci c;
 	struct sbx_oci_spec spec;
 	struct sbx_policy *pol; /* the session's: the named policy, linux.resources over it */
+	int tmpl_chosen;        /* org.sbx.template: c.tmpl is the operator's, root.path not used */
 };
 
 /* 1..128 of [A-Za-z0-9_.+-], not starting with '.', '-' or '+'; 3 otherwise. */
@@ -61,8 +62,10 @@ int sbx_oci_root_open(const char *path, struct sbx_err *err);
 
 /* Claim ROOT/ID, read the bundle's config.json, choose its policy (the
  * org.sbx.policy annotation names an entry of sbx.yaml's oci.policies,
- * else oci.default_policy, else sbx's defaults; an unknown name and any
- * other org.sbx.* annotation are refused), make its root.path a
+ * else oci.default_policy, else sbx's defaults) and template
+ * (org.sbx.template names one of oci.templates, which replaces root.path;
+ * unknown names and other org.sbx.* annotations are refused), make its
+ * root.path a
  * template (oci_rootfs.c), boot the session, make the fifo; with
  * process.terminal, send a pty's master to the console socket (runc's
  * protocol: one SCM_RIGHTS message on a unix stream socket), which

@@ -233,8 +233,20 @@ bad 3 "org.sbx.policy 'nope' is not one of the policies" "an org.sbx.policy sbx.
 jq --arg p "$TEST_TMP/big.yaml" '.annotations["org.sbx.policy"] = $p' "$B/config.json" >"$B/c" &&
 	mv "$B/c" "$B/config.json"
 bad 3 "is not one of the policies" "a policy file's path (a name only, never a path)"
-jq '.annotations = {"org.sbx.template": "default"}' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
-bad 3 'annotation org.sbx.template is not supported' "org.sbx.template (not in this version)"
+jq '.annotations = {"org.sbx.templates": "default"}' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'annotation org.sbx.templates is not supported' "an org.sbx.* annotation sbx-oci does not know"
+# org.sbx.template: the operator's template instead of the bundle's root
+# (an empty directory here: nothing of it could run sh).
+printf 'oci:\n  templates:\n    base: default\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
+mkdir -p "$TEST_TMP/emptyroot"
+config '["sh","-c","echo from-template"]' '[]' "$TEST_TMP/emptyroot"
+jq '.annotations["org.sbx.template"] = "base"' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+out=$(O run -b "$B" tp1 2>"$TEST_TMP/err"); rc=$?
+is "$rc/$out/$(jq -r .template "$R/tp1/state.json")" "0/from-template/default" \
+	"org.sbx.template: base boots the operator's template 'default'" || diag "$(cat "$TEST_TMP/err")"
+O delete tp1
+jq '.annotations["org.sbx.template"] = "default"' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 "org.sbx.template 'default' is not one of the templates" "a template's own name (an entry's only)"
 printf 'oci:\n  default_policy: big\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
 config '["true"]'
 bad 3 "oci.default_policy: 'big' is not one of oci.policies" "a default that names no policy fails closed"

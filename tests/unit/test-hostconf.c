@@ -157,6 +157,8 @@ int main(void)
 		{ "oci: {default_policy: /etc/sbx/p.yaml}\n", "not a policy name" },
 		{ "oci: {policy: /p.yaml}\n", "unknown key 'policy' in oci" },
 		{ "oci: {policies: [/p.yaml]}\n", "oci.policies" },
+		{ "oci: {templates: {py: /srv/rootfs}}\n", "not a template name" },
+		{ "oci: {templates: {py: python@@1}}\n", "not a template name" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char what[800];
@@ -174,6 +176,10 @@ int main(void)
 		   !strcmp(sbx_hostconf_oci_policy(&hc, "web"), "/etc/sbx/web.yaml") &&
 		   !sbx_hostconf_oci_policy(&hc, "x"),
 	   "oci: named policies and the default (named before it is defined)");
+	ok(parse("oci: {templates: {py: python, base: default@1a2b}}\n", &hc, &e) == 0 &&
+		   !strcmp(sbx_hostconf_oci_template(&hc, "base"), "default@1a2b") &&
+		   !sbx_hostconf_oci_template(&hc, "python"),
+	   "oci.templates: names to templates, a version pinned or not");
 	ok(parse("oci: {policies: {a: /a.yaml}, default_policy: b}\n", &hc, &e) < 0 && hc.oci.npolicies == 0,
 	   "a bad oci section grants no policy");
 	char big[4096] = "pool:\n  templates:\n";
