@@ -90,12 +90,6 @@ is "$(cat "$TEST_TMP/eout")" "from-process
 /etc" "with the process.json's env and cwd"
 [ -s "$TEST_TMP/epid" ]; ok $? "and its --pid-file"
 O exec c3b true 2>/dev/null; is $? 4 "exec in no such container is 4"
-for _ in $(seq 50); do grep -q started "$TEST_TMP/c3.out" && break; sleep 0.2; done
-O kill c3 TERM; ok $? "kill TERM"
-for _ in $(seq 50); do [ "$(O state c3 | jq -r .status)" = stopped ] && break; sleep 0.2; done
-is "$(O state c3 | jq -r .status)" stopped "the process caught it and ended: stopped"
-like "$(cat "$TEST_TMP/c3.out")" 'got TERM' "the signal reached the process in the guest"
-O kill c3 KILL 2>/dev/null; is $? 5 "kill of a stopped container is 5"
 # exec with a terminal, into the running c3: the engine's end of the
 # console socket is tests/tools/console-socket.py.
 CS=$(cd "$(dirname "$0")" && pwd)/tools/console-socket.py
@@ -107,6 +101,12 @@ like "$out" 'stdin-tty' "  ... stdin too"
 O exec --tty c3 true 2>"$TEST_TMP/err"; is $? 3 "exec --tty without --console-socket is 3"
 like "$(cat "$TEST_TMP/err")" 'needs --console-socket' "  ... saying why"
 O exec --console-socket "$TEST_TMP/nosock" c3 true 2>/dev/null; is $? 2 "--console-socket without a terminal is 2"
+for _ in $(seq 50); do grep -q started "$TEST_TMP/c3.out" && break; sleep 0.2; done
+O kill c3 TERM; ok $? "kill TERM"
+for _ in $(seq 50); do [ "$(O state c3 | jq -r .status)" = stopped ] && break; sleep 0.2; done
+is "$(O state c3 | jq -r .status)" stopped "the process caught it and ended: stopped"
+like "$(cat "$TEST_TMP/c3.out")" 'got TERM' "the signal reached the process in the guest"
+O kill c3 KILL 2>/dev/null; is $? 5 "kill of a stopped container is 5"
 O delete c3; ok $? "delete"
 O create -b "$B" c4 >/dev/null 2>&1 && O start c4 && O delete --force c4; ok $? "delete --force of a running one"
 nothing_left "nothing is left: no container, no session"

@@ -30,12 +30,18 @@ ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 ls.bind(path)
 ls.listen(1)
 proc = subprocess.Popen([path if a == "SOCK" else a for a in cmd])
-ls.settimeout(600)
-try:
-    conn, _ = ls.accept()
-except socket.timeout:
-    proc.kill()
-    sys.exit("console-socket.py: no console arrived")
+# The runtime sends the console before it returns (create) or while it
+# runs (run, exec); one that exits without sending refused the request.
+ls.settimeout(0.2)
+conn, end = None, time.time() + 600
+while conn is None:
+    try:
+        conn, _ = ls.accept()
+    except socket.timeout:
+        if proc.poll() is not None or time.time() > end:
+            proc.kill()
+            sys.stderr.write("console-socket.py: no console arrived\n")
+            sys.exit(proc.wait() or 1)
 fds = array.array("i")
 msg, anc, _, _ = conn.recvmsg(256, socket.CMSG_SPACE(fds.itemsize))
 for level, kind, data in anc:
