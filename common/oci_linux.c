@@ -82,7 +82,15 @@ static int cpu(json_t *c, struct sbx_oci_resources *res, struct sbx_err *err)
 {
 	if (!json_is_object(c))
 		return BAD("linux.resources.cpu must be an object");
-	static const char *const keys[] = { "quota", "period", NULL };
+	/* Every session has the cgroup's default weight (cpu.weight 100,
+	 * 1024 shares), and ctr asks for exactly that by default: it is
+	 * what the container gets.  Any other weight it would not get. */
+	json_t *sh = json_object_get(c, "shares");
+	if (sh && !json_is_null(sh) &&
+	    (!json_is_integer(sh) || (json_integer_value(sh) != 0 && json_integer_value(sh) != 1024)))
+		return BAD("linux.resources.cpu.shares is not supported by sbx-oci but as 1024: every session has "
+			   "the default CPU weight; give a quota");
+	static const char *const keys[] = { "quota", "period", "shares", NULL };
 	if (only_keys(c, "cpu", keys,
 		      "a session has vCPUs and a host CPU limit, no weight, pinning or realtime: give quota and period",
 		      err) < 0)

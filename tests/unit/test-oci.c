@@ -165,6 +165,10 @@ static void resources(void)
 			 "\"pids\":{\"limit\":-1},\"cpu\":null}}",
 			 "[]", &s, &err);
 	ok(rc < 0 && strstr(err.msg, "duplicate"), "a duplicate key in linux.resources is refused");
+	rc = parse_linux("{\"resources\":{\"cpu\":{\"shares\":1024}}}", "[]", &s, &err);
+	ok(rc == 0 && !s.res.vcpus, "cpu.shares 1024 (ctr's default, every session's weight) is accepted");
+	if (rc == 0)
+		sbx_oci_spec_free(&s);
 	rc = parse_linux("{\"resources\":{\"memory\":{\"limit\":-1},\"cpu\":{\"quota\":-1,\"shares\":0},"
 			 "\"pids\":{\"limit\":0}}}",
 			 "[]", &s, &err);
