@@ -20,9 +20,11 @@
 static const char usage[] =
 	"usage: sbx-oci [--root DIR] [--log FILE] [--log-format text|json] [--systemd-cgroup] [--rootless]\n"
 	"               COMMAND [OPTION]... ID\n"
-	"commands: create [-b BUNDLE] [--pid-file FILE] ID | start ID | state ID | kill [-a] ID [SIGNAL]\n"
-	"          delete [-f] ID | run [-b BUNDLE] [-d] [--pid-file FILE] ID | features | --version\n"
-	"          exec [-d] [--pid-file FILE] (--process FILE ID | ID COMMAND [ARG]...) | ps --format json ID\n";
+	"commands: create [-b BUNDLE] [--pid-file FILE] [--console-socket SOCKET] ID | start ID | state ID\n"
+	"          kill [-a] ID [SIGNAL] | delete [-f] ID | features | --version\n"
+	"          run [-b BUNDLE] [-d] [--pid-file FILE] [--console-socket SOCKET] ID\n"
+	"          exec [-dt] [--pid-file FILE] [--console-socket SOCKET] (--process FILE ID | ID COMMAND [ARG]...)\n"
+	"          ps --format json ID\n";
 
 static const char *log_path;
 static int log_json;
@@ -35,15 +37,23 @@ static int fail(const struct sbx_err *err)
 	sbx_err_print(PROG, err, 0);
 	FILE *f = log_path ? fopen(log_path, "ae") : NULL;
 	if (f) {
+		/* The message may quote a bundle's bytes: none may forge a
+		 * line or a field of the log. */
+		char msg[sizeof err->msg];
+		snprintf(msg, sizeof msg, "%s", err->msg);
+		sbx_text_clean(msg);
+		for (char *q = msg; *q; q++)
+			if (*q == '"' && !log_json)
+				*q = '\'';
 		char t[32];
 		sbx_fmt_time(sbx_now_ns(), t, sizeof t);
 		if (log_json) {
-			json_t *j = json_pack("{s:s, s:s, s:s}", "level", "error", "msg", err->msg, "time", t);
+			json_t *j = json_pack("{s:s, s:s, s:s}", "level", "error", "msg", msg, "time", t);
 			json_dumpf(j, f, JSON_COMPACT);
 			fputc('\n', f);
 			json_decref(j);
 		} else {
-			fprintf(f, "time=\"%s\" level=error msg=\"%s\"\n", t, err->msg);
+			fprintf(f, "time=\"%s\" level=error msg=\"%s\"\n", t, msg);
 		}
 		fclose(f);
 	}
@@ -104,13 +114,13 @@ static int create(const char *root, int root_fd, int argc, char **argv, int run)
 		{ "pid-file", required_argument, NULL, O_PID_FILE },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *bundle = NULL, *pid_file = NULL;
+	const char *bundle = NULL, *pid_file = NULL, *console = NULL;
 	int detach = 0, c;
 	while ((c = getopt_long_only(argc, argv, "+b:d", opts, NULL)) != -1) {
 		switch (c) {
 		case 'b': bundle = optarg; break;
 		case 'd': detach = run; break;
-		case O_CONSOLE: return usage_fail("--console-socket %s: terminals are not supported yet", optarg);
+		case O_CONSOLE: console = optarg; break;
 		case O_IGNORED: break;
 		case O_PID_FILE: pid_file = optarg; break;
 		default: return usage_fail("%s: bad option", run ? "run" : "create");
@@ -123,7 +133,7 @@ static int create(const char *root, int root_fd, int argc, char **argv, int run)
 		return usage_fail("%s", "no --bundle and no current directory");
 	struct sbx_oci_ctx x;
 	struct sbx_err err = { 0 };
-	if (sbx_oci_create(&x, root, root_fd, argv[optind], bundle, &err) < 0)
+	if (sbx_oci_create(&x, root, root_fd, argv[optind], bundle, console, &err) < 0)
 		return fail(&err);
 	fflush(NULL);
 	pid_t pid = fork();
@@ -161,14 +171,14 @@ static int exec_cmd(int root_fd, int argc, char **argv)
 		{ "tty", no_argument, NULL, 't' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *pid_file = NULL, *process = NULL;
-	int detach = 0, c;
+	const char *pid_file = NULL, *process = NULL, *console = NULL;
+	int detach = 0, tty = 0, c;
 	while ((c = getopt_long_only(argc, argv, "+dp:t", opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': detach = 1; break;
 		case 'p': process = optarg; break;
-		case 't':
-		case O_CONSOLE: return usage_fail("exec: terminals are not supported yet");
+		case 't': tty = 1; break;
+		case O_CONSOLE: console = optarg; break;
 		case O_PID_FILE: pid_file = optarg; break;
 		default: return usage_fail("exec: bad option");
 		}
@@ -178,7 +188,7 @@ static int exec_cmd(int root_fd, int argc, char **argv)
 	struct sbx_oci_exec e;
 	struct sbx_err err = { 0 };
 	const char *id = argv[optind++];
-	if (sbx_oci_exec_prepare(root_fd, id, process, argv + optind, argc - optind, &e, &err) < 0) {
+	if (sbx_oci_exec_prepare(root_fd, id, process, argv + optind, argc - optind, tty, console, &e, &err) < 0) {
 		sbx_oci_exec_free(&e);
 		return fail(&err);
 	}

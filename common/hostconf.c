@@ -517,9 +517,98 @@ static int serve_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *
 	return 0;
 }
 
+/* oci.policies: NAME to an absolute policy file. */
+static int oci_policy_entry(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf_oci *o = obj;
+	if (!name_ok(key, strlen(key)))
+		return sbx_yaml_failm(c, km, "%s: '%s' is not a policy name (1..63 of [A-Za-z0-9_.-])", path,
+				      SBX_YAML_SHOW(key));
+	const char *s = sbx_yaml_scalar(c, path);
+	if (!s)
+		return -1;
+	if (s[0] != '/' || strlen(s) >= sizeof o->policies[0].file)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: expected an absolute path of at most %zu bytes", path,
+				      sizeof o->policies[0].file - 1);
+	if (o->npolicies == SBX_OCI_POLICIES_MAX)
+		return sbx_yaml_failm(c, km, "%s: more than %d policies", path, SBX_OCI_POLICIES_MAX);
+	snprintf(o->policies[o->npolicies].name, sizeof o->policies[0].name, "%s", key);
+	snprintf(o->policies[o->npolicies].file, sizeof o->policies[0].file, "%s", s);
+	o->npolicies++;
+	return 0;
+}
+
+/* oci.templates: NAME to a template, NAME or NAME@VERSION. */
+static int oci_template_entry(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf_oci *o = obj;
+	if (!name_ok(key, strlen(key)))
+		return sbx_yaml_failm(c, km, "%s: '%s' is not a name (1..63 of [A-Za-z0-9_.-])", path,
+				      SBX_YAML_SHOW(key));
+	const char *s = sbx_yaml_scalar(c, path);
+	if (!s)
+		return -1;
+	const char *at = strchr(s, '@');
+	size_t nl = at ? (size_t)(at - s) : strlen(s);
+	if (!name_ok(s, nl) || (at && !name_ok(at + 1, strlen(at + 1))) || strlen(s) >= sizeof o->templates[0].tmpl)
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a template name (NAME or NAME@VERSION)",
+				      path, SBX_YAML_SHOW(s));
+	if (o->ntemplates == SBX_OCI_POLICIES_MAX)
+		return sbx_yaml_failm(c, km, "%s: more than %d templates", path, SBX_OCI_POLICIES_MAX);
+	snprintf(o->templates[o->ntemplates].name, sizeof o->templates[0].name, "%s", key);
+	snprintf(o->templates[o->ntemplates].tmpl, sizeof o->templates[0].tmpl, "%s", s);
+	o->ntemplates++;
+	return 0;
+}
+
+const char *sbx_hostconf_oci_template(const struct sbx_hostconf *hc, const char *name)
+{
+	for (unsigned i = 0; i < hc->oci.ntemplates; i++)
+		if (!strcmp(hc->oci.templates[i].name, name))
+			return hc->oci.templates[i].tmpl;
+	return NULL;
+}
+
+static int oci_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
+{
+	struct sbx_hostconf_oci *o = obj;
+	if (!strcmp(key, "policies"))
+		return walk_map(c, path, NULL, oci_policy_entry, o);
+	if (!strcmp(key, "templates"))
+		return walk_map(c, path, NULL, oci_template_entry, o);
+	const char *s = sbx_yaml_scalar(c, path);
+	if (!s)
+		return -1;
+	if (!name_ok(s, strlen(s)))
+		return sbx_yaml_failm(c, c->ev.start_mark, "%s: '%s' is not a policy name", path, SBX_YAML_SHOW(s));
+	snprintf(o->default_policy, sizeof o->default_policy, "%s", s);
+	(void)km;
+	return 0;
+}
+
+const char *sbx_hostconf_oci_policy(const struct sbx_hostconf *hc, const char *name)
+{
+	for (unsigned i = 0; i < hc->oci.npolicies; i++)
+		if (!strcmp(hc->oci.policies[i].name, name))
+			return hc->oci.policies[i].file;
+	return NULL;
+}
+
 static int top_key(struct sbx_yaml *c, const char *key, yaml_mark_t km, void *obj, const char *path)
 {
 	struct sbx_hostconf *hc = obj;
+	if (!strcmp(key, "oci")) {
+		static const char *const okeys[] = { "default_policy", "policies", "templates", NULL };
+		yaml_mark_t m = c->ev.start_mark;
+		if (walk_map(c, path, okeys, oci_key, &hc->oci) < 0)
+			return -1;
+		/* A default that names nothing would leave every container
+		 * without the policy the operator meant. */
+		if (hc->oci.default_policy[0] && !sbx_hostconf_oci_policy(hc, hc->oci.default_policy))
+			return sbx_yaml_failm(c, m, "oci.default_policy: '%s' is not one of oci.policies",
+					      SBX_YAML_SHOW(hc->oci.default_policy));
+		return 0;
+	}
 	if (!strcmp(key, "audit")) {
 		static const char *const audit_keys[] = { "keep", "max_size", "reserve", "session_max", NULL };
 		return walk_map(c, "audit", audit_keys, audit_value, &hc->audit);
@@ -570,8 +659,8 @@ int sbx_hostconf_parse(const char *name, const uint8_t *buf, size_t n, struct sb
 		return -1;
 	}
 	int rc = -1;
-	static const char *const keys[] = { "audit",   "host_paths", "packages",  "pool", "quotas",
-					    "secrets", "serve",      "templates", NULL };
+	static const char *const keys[] = { "audit",  "host_paths", "oci",   "packages",  "pool",
+					    "quotas", "secrets",    "serve", "templates", NULL };
 	if (sbx_yaml_next(&c) < 0 || sbx_yaml_next(&c) < 0)
 		goto out;
 	if (c.ev.type == YAML_STREAM_END_EVENT) {
@@ -600,6 +689,7 @@ out:
 		memset(&hc->serve, 0, sizeof hc->serve); /* nor any user a tenant */
 		memset(&hc->paths, 0, sizeof hc->paths); /* a bad file grants nothing */
 		memset(&hc->quotas, 0, sizeof hc->quotas);
+		memset(&hc->oci, 0, sizeof hc->oci);
 	}
 	return rc;
 }

@@ -137,6 +137,27 @@ struct sbx_hostconf_serve {
 };
 #define SBX_SERVE_RATE_DEFAULT 50u
 
+/* oci: the policies an OCI container may name with the org.sbx.policy
+ * annotation (sbx-oci(1)), each a NAME for a policy file the operator
+ * chose, and the one a container that names none gets ("": sbx's
+ * defaults).  A bundle names an entry, never a path. */
+#define SBX_OCI_POLICIES_MAX 32
+struct sbx_hostconf_oci {
+	struct sbx_oci_policy {
+		char name[64];
+		char file[256];
+	} policies[SBX_OCI_POLICIES_MAX];
+	unsigned npolicies;
+	char default_policy[64];
+	/* oci.templates: NAME to a template (NAME or NAME@VERSION) a
+	 * container may boot instead of its bundle's root (org.sbx.template). */
+	struct sbx_oci_template {
+		char name[64];
+		char tmpl[130];
+	} templates[SBX_OCI_POLICIES_MAX];
+	unsigned ntemplates;
+};
+
 struct sbx_hostconf {
 	char source[600]; /* the file read; "" when there was none */
 	struct sbx_hostconf_audit audit;
@@ -150,7 +171,13 @@ struct sbx_hostconf {
 	char publishers[SBX_PUBLISHERS_MAX][64];
 	unsigned npublishers;
 	struct sbx_hostconf_serve serve;
+	struct sbx_hostconf_oci oci;
 };
+
+/* The file of oci.policies' entry name; NULL when there is none. */
+const char *sbx_hostconf_oci_policy(const struct sbx_hostconf *hc, const char *name);
+/* The template of oci.templates' entry name; NULL when there is none. */
+const char *sbx_hostconf_oci_template(const struct sbx_hostconf *hc, const char *name);
 
 /* The quota that applies to tenant (per_tenant, overridden key by key by
  * its own entry). */

@@ -6,11 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "exec_client.h"
+#include "hostconf.h"
 #include "oci.h"
 #include "policy.h"
 #include "session.h"
@@ -59,12 +61,12 @@ int sbx_oci_root_open(const char *path, struct sbx_err *err)
 /* state.json: temp file, fsync, rename, fsync of the directory. */
 static int save(int dir_fd, const struct sbx_oci *c, struct sbx_err *err)
 {
-	json_t *j =
-		json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:b, s:I, s:I, s:b, s:O}", "schema", 1, "id", c->id,
-			  "session", c->session, "sbx_root", c->sbx_root, "bundle", c->bundle, "template", c->tmpl,
-			  "pid", c->pid, "pid_start", (json_int_t)c->pid_start, "started", c->started, "created_ns",
-			  (json_int_t)c->created_ns, "rootfs_prepare_ms", (json_int_t)c->prepare_ms, "rootfs_reused",
-			  c->prepare_reused, "annotations", c->annotations ? c->annotations : json_object());
+	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:b, s:I, s:I, s:b, s:O}", "schema", 1,
+			      "id", c->id, "session", c->session, "sbx_root", c->sbx_root, "bundle", c->bundle,
+			      "template", c->tmpl, "policy", c->policy, "pid", c->pid, "pid_start",
+			      (json_int_t)c->pid_start, "started", c->started, "created_ns", (json_int_t)c->created_ns,
+			      "rootfs_prepare_ms", (json_int_t)c->prepare_ms, "rootfs_reused", c->prepare_reused,
+			      "annotations", c->annotations ? c->annotations : json_object());
 	_cleanup_free_ char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!txt)
@@ -93,6 +95,7 @@ static int load_at(int dir_fd, const char *id, struct sbx_oci *c, struct sbx_err
 	sbx_json_str(j, "bundle", c->bundle, sizeof c->bundle);
 	sbx_json_str(j, "sbx_root", c->sbx_root, sizeof c->sbx_root);
 	sbx_json_str(j, "template", c->tmpl, sizeof c->tmpl);
+	sbx_json_str(j, "policy", c->policy, sizeof c->policy);
 	c->pid = (int)sbx_json_u64(j, "pid");
 	c->pid_start = sbx_json_u64(j, "pid_start");
 	c->started = json_is_true(json_object_get(j, "started"));
@@ -172,14 +175,78 @@ static void rm_container(int root_fd, int dir_fd, const char *id)
 	fsync(root_fd);
 }
 
+/* linux.resources over the policy: the container's shape is the VM's
+ * (oci_linux.c checked the ranges a policy file has). */
+static void apply_resources(struct sbx_policy *pol, const struct sbx_oci_resources *r)
+{
+	if (r->memory)
+		pol->resources.memory = r->memory;
+	if (r->cpu_milli) {
+		pol->resources.vcpus = r->vcpus;
+		pol->resources.cpu_limit_milli = r->cpu_milli;
+	}
+	if (r->pids) {
+		pol->resources.pids_per_session = r->pids;
+		if (pol->resources.pids_per_exec > r->pids)
+			pol->resources.pids_per_exec = r->pids;
+	}
+}
+
+/* The session's policy and template, by the operator's names for them: a
+ * bundle names an entry of sbx.yaml's oci.policies (org.sbx.policy) or
+ * oci.templates (org.sbx.template), never a file, and one that names no
+ * policy gets oci.default_policy, else sbx's defaults; no template, its
+ * own root.  An org.sbx.* annotation this version does not know is
+ * refused, so that a bundle never believes it got what it asked for. */
+static int choose_operator(struct sbx_oci_ctx *x, struct sbx_err *err)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach (x->spec.annotations, k, v)
+		if (!strncmp(k, "org.sbx.", 8) && strcmp(k, "org.sbx.policy") && strcmp(k, "org.sbx.template"))
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "annotation %.64s is not supported by sbx-oci (org.sbx.policy and "
+					   "org.sbx.template are)",
+					   k);
+	_cleanup_free_ struct sbx_hostconf *hc = malloc(sizeof *hc); /* tens of KiB */
+	if (!hc || !(x->pol = malloc(sizeof *x->pol)))
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot choose the container's policy");
+	sbx_policy_defaults(x->pol);
+	if (sbx_hostconf_load(hc, err) < 0)
+		return -1;
+	json_t *t = json_object_get(x->spec.annotations, "org.sbx.template");
+	const char *tmpl = t ? sbx_hostconf_oci_template(hc, json_string_value(t)) : NULL;
+	if (t && !tmpl)
+		return sbx_err_set(
+			err, SBX_EXIT_INVALID, 0,
+			"org.sbx.template '%.64s' is not one of the templates sbx.yaml's oci.templates names",
+			json_string_value(t));
+	if (tmpl) {
+		snprintf(x->c.tmpl, sizeof x->c.tmpl, "%s", tmpl);
+		x->tmpl_chosen = 1;
+	}
+	json_t *want = json_object_get(x->spec.annotations, "org.sbx.policy");
+	const char *name = want ? json_string_value(want) : hc->oci.default_policy;
+	if (!want && !name[0])
+		return 0;
+	const char *file = sbx_hostconf_oci_policy(hc, name);
+	if (!file)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "org.sbx.policy '%.64s' is not one of the policies sbx.yaml's oci.policies names",
+				   name);
+	snprintf(x->c.policy, sizeof x->c.policy, "%s", name);
+	if (sbx_policy_load(file, x->pol, err) < 0)
+		return sbx_err_wrap(err, "policy %s of sbx.yaml's oci.policies: ", name);
+	return 0;
+}
+
 static int make_session(struct sbx_oci_ctx *x, struct sbx_err *err)
 {
-	static struct sbx_policy pol; /* large; one per process */
-	sbx_policy_defaults(&pol);
+	apply_resources(x->pol, &x->spec.res);
 	struct sbx_create_opts o = { .tmpl = x->c.tmpl,
-				     .vcpus = pol.resources.vcpus,
-				     .memory_mib = (unsigned)(pol.resources.memory >> 20),
-				     .policy = &pol,
+				     .vcpus = x->pol->resources.vcpus,
+				     .memory_mib = (unsigned)(x->pol->resources.memory >> 20),
+				     .policy = x->pol,
 				     .progress_fd = -1 };
 	struct sbx_session s;
 	int existed;
@@ -189,12 +256,23 @@ static int make_session(struct sbx_oci_ctx *x, struct sbx_err *err)
 	return 0;
 }
 
+/* The terminal and the console socket go together, as in runc. */
+static int terminal_check(int terminal, const char *console, struct sbx_err *err)
+{
+	if (terminal && !console)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "process.terminal needs --console-socket: sbx-oci relays no terminal of its own");
+	if (!terminal && console)
+		return sbx_err_set(err, SBX_EXIT_USAGE, 0, "--console-socket without process.terminal");
+	return 0;
+}
+
 int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const char *id, const char *bundle,
-		   struct sbx_err *err)
+		   const char *console, struct sbx_err *err)
 {
 	memset(x, 0, sizeof *x);
 	x->root_fd = root_fd;
-	x->dir_fd = x->fifo_fd = -1;
+	x->dir_fd = x->fifo_fd = x->tty_fd = -1;
 	snprintf(x->root, sizeof x->root, "%s", root);
 	if (sbx_oci_id_check(id, err) < 0)
 		return -1;
@@ -209,10 +287,8 @@ int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const c
 	/* Refused before the claim: nothing was made; the spec is freed. */
 	_cleanup_close_ int rootfd = -1;
 	int refused = 0;
-	if (x->spec.terminal)
-		refused =
-			sbx_err_set(err, SBX_EXIT_INVALID, 0,
-				    "process.terminal is not supported by this version of sbx-oci (no console socket)");
+	if (terminal_check(x->spec.terminal, console, err) < 0 || choose_operator(x, err) < 0)
+		refused = -1;
 	else if ((rootfd = sbx_oci_rootfs_open(bfd, x->spec.root, err)) < 0)
 		refused = -1;
 	else if (mkdirat(root_fd, id, 0700) < 0) /* the claim: a second create of the ID fails here */
@@ -230,10 +306,16 @@ int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const c
 	snprintf(x->c.sbx_root, sizeof x->c.sbx_root, "%s", sr ? sr : "");
 	x->c.annotations = json_incref(x->spec.annotations);
 	int rc = x->dir_fd < 0 ? sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create container %s", id) : 0;
+	/* The terminal before the boot: a socket that is not there costs
+	 * no VM.  The engine keeps the master whatever happens next. */
+	if (rc == 0 && console && (x->tty_fd = sbx_oci_console(console, x->spec.rows, x->spec.cols, err)) < 0)
+		rc = -1;
 	if (rc == 0)
 		rc = sbx_state_open(&x->st, err);
 	x->st_open = rc == 0;
-	if (rc == 0)
+	/* The operator's template replaces the bundle's root, which was
+	 * opened (and so checked) all the same. */
+	if (rc == 0 && !x->tmpl_chosen)
 		rc = sbx_oci_rootfs_prepare(&x->st, rootfd, root, root_fd, x->c.tmpl, &x->c.prepare_reused,
 					    &x->c.prepare_ms, err);
 	if (rc == 0)
@@ -269,12 +351,16 @@ void sbx_oci_ctx_free(struct sbx_oci_ctx *x)
 		close(x->dir_fd);
 	if (x->fifo_fd >= 0)
 		close(x->fifo_fd);
-	x->dir_fd = x->fifo_fd = -1;
+	if (x->tty_fd >= 0)
+		close(x->tty_fd);
+	x->dir_fd = x->fifo_fd = x->tty_fd = -1;
 	if (x->st_open)
 		sbx_state_close(&x->st);
 	x->st_open = 0;
 	sbx_oci_spec_free(&x->spec);
 	sbx_oci_free(&x->c);
+	free(x->pol);
+	x->pol = NULL;
 }
 
 /* The pid file as the engine reads it: whole or not at all. */
@@ -311,17 +397,38 @@ static int exit_status(const struct sbx_exit_info *e)
 	}
 }
 
-static int run_process(struct sbx_state *st, const char *session, const struct sbx_oci_spec *sp, struct sbx_err *err);
+static int run_process(struct sbx_state *st, const char *session, const struct sbx_oci_spec *sp, int tty,
+		       struct sbx_err *err);
+
+/* In the process that runs a container's process: the terminal becomes
+ * its controlling terminal (a session of its own, as runc's init has),
+ * so that the engine's resizes reach it as SIGWINCH and a closed master
+ * as SIGHUP, and its stdio. */
+static int tty_take(int *tty, struct sbx_err *err)
+{
+	if (setsid() < 0 || ioctl(*tty, TIOCSCTTY, 0) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot take the terminal");
+	for (int fd = 0; fd < 3; fd++)
+		if (dup2(*tty, fd) < 0)
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot take the terminal");
+	if (*tty > 2)
+		close(*tty);
+	*tty = -1;
+	return 0;
+}
 
 int sbx_oci_hold(struct sbx_oci_ctx *x, struct sbx_err *err)
 {
+	int tty = x->tty_fd >= 0;
+	if (tty && tty_take(&x->tty_fd, err) < 0)
+		return -1;
 	char b;
 	ssize_t r;
 	while ((r = read(x->fifo_fd, &b, 1)) < 0 && errno == EINTR)
 		;
 	if (r != 1)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "container %s: cannot wait for start", x->c.id);
-	int rc = run_process(&x->st, x->c.session, &x->spec, err);
+	int rc = run_process(&x->st, x->c.session, &x->spec, tty, err);
 	/* The container's life is its process's: its VM goes with it, not
 	 * at delete, which may come much later (or, for a SIGKILLed holder,
 	 * is what reclaims it). */
@@ -332,14 +439,28 @@ int sbx_oci_hold(struct sbx_oci_ctx *x, struct sbx_err *err)
 }
 
 /* A process of the container's session, as the holder runs it. */
-static int run_process(struct sbx_state *st, const char *session, const struct sbx_oci_spec *sp, struct sbx_err *err)
+static int run_process(struct sbx_state *st, const char *session, const struct sbx_oci_spec *sp, int tty,
+		       struct sbx_err *err)
 {
 	struct sbx_exec_opts o = { .in_fd = 0, .out_fd = 1, .err_fd = 2, .tty_fd = -1, .forward_signals = 1 };
+	struct winsize ws;
+	if (tty) {
+		/* The guest's pty, sized as the engine's and following it. */
+		o.req.flags |= SBX_EXEC_PTY;
+		o.tty_fd = 0;
+		if (ioctl(0, TIOCGWINSZ, &ws) == 0) {
+			o.req.rows = ws.ws_row;
+			o.req.cols = ws.ws_col;
+		}
+	}
 	o.req.argv = sp->args;
 	o.req.argc = sp->argc;
 	o.req.env = sp->env;
 	o.req.envc = sp->envc;
 	o.req.cwd = sp->cwd[0] ? (char *)sp->cwd : NULL;
+	for (unsigned i = 0; i < sp->nrlimits && i < SBX_EXEC_RLIMITS_MAX; i++)
+		o.req.rlimits[o.req.nrlimits++] =
+			(struct sbx_rlimit){ sp->rlimits[i].resource, sp->rlimits[i].soft, sp->rlimits[i].hard };
 	o.req.have_uid = o.req.have_gid = 1;
 	o.req.uid = sp->uid;
 	o.req.gid = sp->gid;
@@ -350,10 +471,11 @@ static int run_process(struct sbx_state *st, const char *session, const struct s
 	return exit_status(&res.exit);
 }
 
-int sbx_oci_exec_prepare(int root_fd, const char *id, const char *process_file, char **argv, int argc,
-			 struct sbx_oci_exec *e, struct sbx_err *err)
+int sbx_oci_exec_prepare(int root_fd, const char *id, const char *process_file, char **argv, int argc, int tty,
+			 const char *console, struct sbx_oci_exec *e, struct sbx_err *err)
 {
 	memset(e, 0, sizeof *e);
+	e->tty_fd = -1;
 	if (sbx_oci_load(root_fd, id, &e->c, err) < 0)
 		return -1;
 	int alive;
@@ -377,8 +499,11 @@ int sbx_oci_exec_prepare(int root_fd, const char *id, const char *process_file, 
 			if (!(e->spec.args[e->spec.argc++] = strdup(argv[i])))
 				return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "cannot exec");
 	}
-	if (e->spec.terminal)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "a terminal is not supported by this version of sbx-oci");
+	e->spec.terminal |= tty;
+	if (terminal_check(e->spec.terminal, console, err) < 0)
+		return -1;
+	if (console && (e->tty_fd = sbx_oci_console(console, e->spec.rows, e->spec.cols, err)) < 0)
+		return -1;
 	return 0;
 }
 
@@ -387,9 +512,10 @@ int sbx_oci_exec_run(struct sbx_oci_exec *e, struct sbx_err *err)
 	struct sbx_state st;
 	if (e->c.sbx_root[0])
 		setenv("SBX_ROOT", e->c.sbx_root, 1);
-	if (sbx_state_open(&st, err) < 0)
+	int tty = e->tty_fd >= 0;
+	if ((tty && tty_take(&e->tty_fd, err) < 0) || sbx_state_open(&st, err) < 0)
 		return -1;
-	int rc = run_process(&st, e->c.session, &e->spec, err);
+	int rc = run_process(&st, e->c.session, &e->spec, tty, err);
 	sbx_state_close(&st);
 	return rc;
 }
@@ -398,6 +524,9 @@ void sbx_oci_exec_free(struct sbx_oci_exec *e)
 {
 	sbx_oci_free(&e->c);
 	sbx_oci_spec_free(&e->spec);
+	if (e->tty_fd >= 0)
+		close(e->tty_fd);
+	e->tty_fd = -1;
 }
 
 int sbx_oci_start(int root_fd, const char *id, struct sbx_err *err)

@@ -18,6 +18,7 @@
 
 #include "err.h"
 #include "oci_spec.h"
+#include "policy.h"
 #include "state.h"
 
 #define SBX_OCI_ID_MAX 128
@@ -28,7 +29,8 @@ struct sbx_oci {
 	char session[SBX_ID_MAX + 1];
 	char bundle[SBX_OCI_PATH_MAX + 1];
 	char tmpl[140];
-	int pid; /* the holder; 0 before create recorded it */
+	char policy[64]; /* sbx.yaml's oci.policies entry; "": sbx's defaults */
+	int pid;         /* the holder; 0 before create recorded it */
 	uint64_t pid_start;
 	int started;
 	uint64_t created_ns, prepare_ms;
@@ -46,8 +48,11 @@ struct sbx_oci_ctx {
 	int st_open;
 	char root[SBX_OCI_PATH_MAX + 1];
 	int root_fd, dir_fd, fifo_fd;
+	int tty_fd; /* process.terminal: the pty's other side, whose master went to the console socket */
 	struct sbx_oci c;
 	struct sbx_oci_spec spec;
+	struct sbx_policy *pol; /* the session's: the named policy, linux.resources over it */
+	int tmpl_chosen;        /* org.sbx.template: c.tmpl is the operator's, root.path not used */
 };
 
 /* 1..128 of [A-Za-z0-9_.+-], not starting with '.', '-' or '+'; 3 otherwise. */
@@ -55,11 +60,19 @@ int sbx_oci_id_check(const char *id, struct sbx_err *err);
 /* Open (creating, 0700) the runtime root; a symlink there is refused. */
 int sbx_oci_root_open(const char *path, struct sbx_err *err);
 
-/* Claim ROOT/ID, read the bundle's config.json, make its root.path a
- * template (oci_rootfs.c), boot the session, make the fifo.  On failure
+/* Claim ROOT/ID, read the bundle's config.json, choose its policy (the
+ * org.sbx.policy annotation names an entry of sbx.yaml's oci.policies,
+ * else oci.default_policy, else sbx's defaults) and template
+ * (org.sbx.template names one of oci.templates, which replaces root.path;
+ * unknown names and other org.sbx.* annotations are refused), make its
+ * root.path a
+ * template (oci_rootfs.c), boot the session, make the fifo; with
+ * process.terminal, send a pty's master to the console socket (runc's
+ * protocol: one SCM_RIGHTS message on a unix stream socket), which
+ * process.terminal requires and which is refused without it.  On failure
  * nothing is left: no directory, no session. */
 int sbx_oci_create(struct sbx_oci_ctx *x, const char *root, int root_fd, const char *id, const char *bundle,
-		   struct sbx_err *err);
+		   const char *console, struct sbx_err *err);
 /* In create: the holder is pid; record it and write pid_file (NULL:
  * none) atomically. */
 int sbx_oci_created(struct sbx_oci_ctx *x, int pid, const char *pid_file, struct sbx_err *err);
@@ -91,11 +104,20 @@ int sbx_oci_delete(int root_fd, const char *id, int force, struct sbx_err *err);
 struct sbx_oci_exec {
 	struct sbx_oci c;
 	struct sbx_oci_spec spec;
+	int tty_fd; /* as in sbx_oci_ctx; -1 without a terminal */
 };
-int sbx_oci_exec_prepare(int root_fd, const char *id, const char *process_file, char **argv, int argc,
-			 struct sbx_oci_exec *e, struct sbx_err *err);
+/* tty: --tty (a terminal for COMMAND; a process file says so itself);
+ * console: --console-socket, which a terminal requires. */
+int sbx_oci_exec_prepare(int root_fd, const char *id, const char *process_file, char **argv, int argc, int tty,
+			 const char *console, struct sbx_oci_exec *e, struct sbx_err *err);
 int sbx_oci_exec_run(struct sbx_oci_exec *e, struct sbx_err *err);
 void sbx_oci_exec_free(struct sbx_oci_exec *e);
+
+/* The terminal, runc's way: a new pty whose master goes to the unix
+ * socket at sock (SCM_RIGHTS, the master's name as the data); returns
+ * the other side, in raw mode (the guest's pty is the terminal; this one
+ * only carries bytes), sized rows x cols when they are not 0. */
+int sbx_oci_console(const char *sock, unsigned rows, unsigned cols, struct sbx_err *err);
 
 /* oci_rootfs.c: the tree at rootfd as a template, named by a digest of
  * its content (tar of it, sorted, numeric owners), imported under

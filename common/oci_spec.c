@@ -1,6 +1,7 @@
 /* config.json of an OCI bundle: bounded, strict on types (oci_spec.h). */
 #include <errno.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "oci_spec.h"
 #include "util.h"
@@ -70,6 +71,58 @@ static int uid_field(json_t *o, const char *k, uint32_t *out, struct sbx_err *er
 	return 0;
 }
 
+/* process.rlimits: what the guest sets for the process (the host's
+ * limits are not the container's: its process is not a host process). */
+static int rlimits(json_t *a, struct sbx_oci_spec *s, struct sbx_err *err)
+{
+	static const struct {
+		const char *name;
+		int res;
+	} names[] = {
+		{ "RLIMIT_CPU", RLIMIT_CPU },           { "RLIMIT_FSIZE", RLIMIT_FSIZE },
+		{ "RLIMIT_DATA", RLIMIT_DATA },         { "RLIMIT_STACK", RLIMIT_STACK },
+		{ "RLIMIT_CORE", RLIMIT_CORE },         { "RLIMIT_RSS", RLIMIT_RSS },
+		{ "RLIMIT_NPROC", RLIMIT_NPROC },       { "RLIMIT_NOFILE", RLIMIT_NOFILE },
+		{ "RLIMIT_MEMLOCK", RLIMIT_MEMLOCK },   { "RLIMIT_AS", RLIMIT_AS },
+		{ "RLIMIT_LOCKS", RLIMIT_LOCKS },       { "RLIMIT_SIGPENDING", RLIMIT_SIGPENDING },
+		{ "RLIMIT_MSGQUEUE", RLIMIT_MSGQUEUE }, { "RLIMIT_NICE", RLIMIT_NICE },
+		{ "RLIMIT_RTPRIO", RLIMIT_RTPRIO },     { "RLIMIT_RTTIME", RLIMIT_RTTIME },
+	};
+	if (!json_is_array(a) || json_array_size(a) > SBX_OCI_RLIMITS_MAX)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "invalid config.json: process.rlimits must be an array of at most %u",
+				   SBX_OCI_RLIMITS_MAX);
+	json_t *e;
+	size_t i;
+	json_array_foreach (a, i, e) {
+		json_t *t = json_object_get(e, "type"), *so = json_object_get(e, "soft"),
+		       *h = json_object_get(e, "hard");
+		int res = -1;
+		for (size_t k = 0; json_is_string(t) && k < sizeof names / sizeof names[0]; k++)
+			if (!strcmp(json_string_value(t), names[k].name))
+				res = names[k].res;
+		if (res < 0)
+			return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+					   "invalid config.json: process.rlimits[%zu].type is not a Linux RLIMIT_ name",
+					   i);
+		if (!json_is_integer(so) || !json_is_integer(h) || json_integer_value(so) < 0 ||
+		    json_integer_value(h) < json_integer_value(so))
+			return sbx_err_set(
+				err, SBX_EXIT_INVALID, 0,
+				"invalid config.json: process.rlimits[%zu]: soft and hard must be integers, 0 <= "
+				"soft <= hard",
+				i);
+		for (unsigned k = 0; k < s->nrlimits; k++)
+			if (s->rlimits[k].resource == (uint32_t)res)
+				return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+						   "invalid config.json: process.rlimits has %s twice",
+						   json_string_value(t));
+		s->rlimits[s->nrlimits++] = (struct sbx_oci_rlimit){ (uint32_t)res, (uint64_t)json_integer_value(so),
+								     (uint64_t)json_integer_value(h) };
+	}
+	return 0;
+}
+
 static int process(json_t *p, struct sbx_oci_spec *s, struct sbx_err *err)
 {
 	if (!json_is_object(p))
@@ -98,6 +151,20 @@ static int process(json_t *p, struct sbx_oci_spec *s, struct sbx_err *err)
 	if (t && !json_is_boolean(t))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid config.json: process.terminal must be a boolean");
 	s->terminal = json_is_true(t);
+	json_t *cs = json_object_get(p, "consoleSize");
+	if (cs) {
+		json_t *h = json_object_get(cs, "height"), *w = json_object_get(cs, "width");
+		if (!json_is_object(cs) || !json_is_integer(h) || !json_is_integer(w) || json_integer_value(h) < 0 ||
+		    json_integer_value(h) > 65535 || json_integer_value(w) < 0 || json_integer_value(w) > 65535)
+			return sbx_err_set(
+				err, SBX_EXIT_INVALID, 0,
+				"invalid config.json: process.consoleSize must be {height, width} of 0..65535");
+		s->rows = (unsigned)json_integer_value(h);
+		s->cols = (unsigned)json_integer_value(w);
+	}
+	json_t *rl = json_object_get(p, "rlimits");
+	if (rl && rlimits(rl, s, err) < 0)
+		return -1;
 	json_t *u = json_object_get(p, "user");
 	if (u) {
 		if (!json_is_object(u))
@@ -171,6 +238,13 @@ int sbx_oci_spec_parse(const char *buf, size_t len, struct sbx_oci_spec *s, stru
 		rc = root(json_object_get(j, "root"), s, err);
 	if (rc == 0)
 		rc = annotations(json_object_get(j, "annotations"), s, err);
+	json_t *lx = json_object_get(j, "linux");
+	if (rc == 0 && lx && !json_is_object(lx))
+		rc = sbx_err_set(err, SBX_EXIT_INVALID, 0, "invalid config.json: linux must be an object");
+	if (rc == 0)
+		rc = sbx_oci_resources_parse(json_object_get(lx, "resources"), &s->res, err);
+	if (rc == 0)
+		rc = sbx_oci_mounts_check(json_object_get(j, "mounts"), err);
 	json_decref(j);
 	if (rc < 0)
 		sbx_oci_spec_free(s);

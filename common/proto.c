@@ -258,6 +258,30 @@ static int env_name_ok(const char *s, size_t n)
 	return 1;
 }
 
+/* One SBX_T_RLIMIT: a resource the kernel knows (16 of them), not given
+ * twice, its soft limit within its hard one. */
+static int rlimit_decode(struct sbx_exec_req *r, const uint8_t *val, uint32_t vn, const char **why)
+{
+	if (vn != 20) {
+		*why = "resource limit has the wrong size";
+		return -1;
+	}
+	struct sbx_rlimit l = { .resource = get32(val),
+				.soft = (uint64_t)get32(val + 4) | (uint64_t)get32(val + 8) << 32,
+				.hard = (uint64_t)get32(val + 12) | (uint64_t)get32(val + 16) << 32 };
+	if (l.resource >= SBX_EXEC_RLIMITS_MAX || l.soft > l.hard || r->nrlimits == SBX_EXEC_RLIMITS_MAX) {
+		*why = "resource limit out of range";
+		return -1;
+	}
+	for (unsigned i = 0; i < r->nrlimits; i++)
+		if (r->rlimits[i].resource == l.resource) {
+			*why = "resource limit given twice";
+			return -1;
+		}
+	r->rlimits[r->nrlimits++] = l;
+	return 0;
+}
+
 int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, const char **why)
 {
 	struct sbx_tlv_it it;
@@ -331,6 +355,10 @@ int sbx_exec_req_decode(const uint8_t *p, size_t n, struct sbx_exec_req *r, cons
 				goto bad;
 			}
 			break;
+		case SBX_T_RLIMIT:
+			if (rlimit_decode(r, val, vn, why) < 0)
+				goto bad;
+			break;
 		default: *why = "unknown field in exec request"; goto bad;
 		}
 		if (u && sbx_tlv_as_u32(val, vn, u)) {
@@ -388,6 +416,15 @@ int sbx_exec_req_encode(struct sbx_buf *b, uint32_t stream, const struct sbx_exe
 		sbx_tlv_u32(b, SBX_T_SESSION_PIDS, r->session_pids);
 	if (r->memory_max)
 		sbx_tlv_u64(b, SBX_T_MEMORY_MAX, r->memory_max);
+	for (unsigned i = 0; i < r->nrlimits && i < SBX_EXEC_RLIMITS_MAX; i++) {
+		uint8_t o[20];
+		put32(o, r->rlimits[i].resource);
+		put32(o + 4, (uint32_t)r->rlimits[i].soft);
+		put32(o + 8, (uint32_t)(r->rlimits[i].soft >> 32));
+		put32(o + 12, (uint32_t)r->rlimits[i].hard);
+		put32(o + 16, (uint32_t)(r->rlimits[i].hard >> 32));
+		sbx_tlv_put(b, SBX_T_RLIMIT, o, 20);
+	}
 	return sbx_frame_end(b, off);
 }
 

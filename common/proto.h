@@ -156,7 +156,9 @@ enum sbx_tag {
 	SBX_T_NEXT_STREAM = 51, /* u32, in IDENTITY: keep the running execs; the host's next exec
 				 * is this stream (a restore continues the source's numbering) */
 	SBX_T_TTL_MS = 52,      /* u64: a VMCTL TTL's time left */
-	SBX_T_MAX = 52
+	SBX_T_RLIMIT = 53,      /* 20 bytes, repeated, in EXEC: u32 RLIMIT_*, u64 soft, u64 hard (the
+				 * guest sets them before it drops to the exec's user) */
+	SBX_T_MAX = 53
 };
 
 /* SBX_F_PORT's OP */
@@ -281,6 +283,7 @@ int sbx_tlv_as_u64(const uint8_t *val, uint32_t n, uint64_t *out);
 
 /* A decoded EXEC request.  Strings are NUL-terminated copies owned by the
  * struct; free with sbx_exec_req_free. */
+#define SBX_EXEC_RLIMITS_MAX 16 /* Linux has RLIMIT_NLIMITS 16 */
 struct sbx_exec_req {
 	char **argv; /* NULL-terminated */
 	size_t argc;
@@ -293,6 +296,13 @@ struct sbx_exec_req {
 	int have_uid, have_gid;
 	uint32_t pids_max, session_pids; /* 0: no limit */
 	uint64_t memory_max;             /* 0: no limit */
+	/* setrlimit(2)s for the command (an OCI container's process.rlimits):
+	 * each resource at most once, soft <= hard, RLIM_INFINITY as ~0. */
+	struct sbx_rlimit {
+		uint32_t resource; /* RLIMIT_*, below RLIMIT_NLIMITS */
+		uint64_t soft, hard;
+	} rlimits[SBX_EXEC_RLIMITS_MAX];
+	unsigned nrlimits;
 };
 /* Returns 0, or -1 with a static message in *why: empty argv, too many
  * args, embedded NUL, unknown tag, truncated TLV, ENV entry without '='. */

@@ -117,6 +117,8 @@ struct child_args {
 	gid_t gid;
 	const int *ign;
 	int nign;
+	const struct sbx_rlimit *rl; /* the request's rlimits */
+	unsigned nrl;
 };
 
 static inline void closep(int *fd)

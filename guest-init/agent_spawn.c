@@ -119,6 +119,12 @@ static int child_main(void *arg)
 		sigaction(c->ign[i], &dfl, NULL);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* Before the user changes: raising a hard limit needs root. */
+	for (unsigned i = 0; i < c->nrl; i++) {
+		uint64_t l[2] = { c->rl[i].soft, c->rl[i].hard }; /* ~0 is RLIM_INFINITY */
+		if (syscall(SYS_prlimit64, 0, c->rl[i].resource, l, NULL) < 0)
+			child_fail("cannot set a resource limit", NULL, errno, 126);
+	}
 	if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, c->gid, c->gid, c->gid) < 0 ||
 	    syscall(SYS_setresuid, c->uid, c->uid, c->uid) < 0)
 		child_fail("cannot switch user", NULL, errno, 126);
@@ -339,6 +345,8 @@ static int spawn(struct agent *a, struct exec *e, const struct sbx_exec_req *r)
 	c.uid = r->have_uid ? r->uid : SBX_GUEST_USER_UID;
 	c.gid = r->have_gid ? r->gid : r->have_uid ? r->uid : SBX_GUEST_USER_GID;
 	c.cwd = r->cwd ? r->cwd : "/workspace";
+	c.rl = r->rlimits;
+	c.nrl = r->nrlimits;
 	if (!a->stack) {
 		void *s =
 			mmap(NULL, CHILD_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);

@@ -60,8 +60,9 @@ for src in tests/fuzz/fuzz-*.c; do
 		deps=(serve/wire.c serve/connect.c serve/fsparse.c serve/query.c serve/logs.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcrypto libbsd-overlay)" ;;
 	fuzz-oci-spec)
-		# sbx-oci's config.json parser (pure but for util.c's reader).
-		deps=(common/oci_spec.c common/err.c common/util.c)
+		# sbx-oci's config.json parser, linux.resources and mounts
+		# included (pure but for util.c's reader).
+		deps=(common/oci_spec.c common/oci_linux.c common/err.c common/util.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libbsd-overlay)" ;;
 	fuzz-wmsg)
 		# The proxy writer's channel decoder (wmsg.c is pure) and the JSON parse after it.

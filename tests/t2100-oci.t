@@ -1,10 +1,12 @@
 #!/bin/bash
-# sbx-oci (issue 38, first slice): runc's command line, each container an
-# sbx session.  Straight through the CLI (create/start/state/kill/delete,
-# run, exec, the rootfs prepared once per content), hostile bundles and
-# IDs refused with nothing created, then real engines: containerd (a
-# daemon of the test's own, ctr and the runc shim v2) and rootful Podman
-# with conmon, their storage, state and run roots under the test's root.
+# sbx-oci (issue 38): runc's command line, each container an sbx session.
+# Straight through the CLI (create/start/state/kill/delete, run, exec, the
+# rootfs prepared once per content, a terminal through a console socket,
+# linux.resources as the VM's shape), hostile bundles, mounts and IDs
+# refused with nothing created, then real engines: containerd (a daemon of
+# the test's own, ctr and the runc shim v2) and rootful Podman with
+# conmon, their storage, state and run roots under the test's root, each
+# with a terminal (run -t, driven by script(1)) and resource limits.
 . "$(dirname "$0")/lib.sh"
 require_vm
 command -v debugfs >/dev/null || skip_all "debugfs (e2fsprogs) not installed"
@@ -88,6 +90,17 @@ is "$(cat "$TEST_TMP/eout")" "from-process
 /etc" "with the process.json's env and cwd"
 [ -s "$TEST_TMP/epid" ]; ok $? "and its --pid-file"
 O exec c3b true 2>/dev/null; is $? 4 "exec in no such container is 4"
+# exec with a terminal, into the running c3: the engine's end of the
+# console socket is tests/tools/console-socket.py.
+CS=$(cd "$(dirname "$0")" && pwd)/tools/console-socket.py
+out=$(python3 "$CS" "$TEST_TMP" -- "$OCI" --root "$R" exec --tty --console-socket SOCK c3 \
+	sh -c 'tty; test -t 0 && echo stdin-tty; exit 6' 2>"$TEST_TMP/err"); rc=$?
+is "$rc" 6 "exec --tty --console-socket: the process's status"
+like "$out" '/dev/pts/[0-9]' "  ... its stdio a terminal in the guest" || diag "$(cat "$TEST_TMP/err")"
+like "$out" 'stdin-tty' "  ... stdin too"
+O exec --tty c3 true 2>"$TEST_TMP/err"; is $? 3 "exec --tty without --console-socket is 3"
+like "$(cat "$TEST_TMP/err")" 'needs --console-socket' "  ... saying why"
+O exec --console-socket "$TEST_TMP/nosock" c3 true 2>/dev/null; is $? 2 "--console-socket without a terminal is 2"
 for _ in $(seq 50); do grep -q started "$TEST_TMP/c3.out" && break; sleep 0.2; done
 O kill c3 TERM; ok $? "kill TERM"
 for _ in $(seq 50); do [ "$(O state c3 | jq -r .status)" = stopped ] && break; sleep 0.2; done
@@ -97,6 +110,33 @@ O kill c3 KILL 2>/dev/null; is $? 5 "kill of a stopped container is 5"
 O delete c3; ok $? "delete"
 O create -b "$B" c4 >/dev/null 2>&1 && O start c4 && O delete --force c4; ok $? "delete --force of a running one"
 nothing_left "nothing is left: no container, no session"
+
+# --- a terminal through the console socket (runc's protocol) ---------------------
+config '["sh","-c","tty; stty size; read x; stty size; echo got $x; exit 3"]'
+jq '.process.terminal = true | .process.consoleSize = {height: 40, width: 100}' "$B/config.json" >"$B/c" &&
+	mv "$B/c" "$B/config.json"
+out=$(python3 "$CS" "$TEST_TMP" --after '40 100' --resize 50 120 --input $'hello\n' -- \
+	"$OCI" --root "$R" run -b "$B" --console-socket SOCK t1 2>"$TEST_TMP/err"); rc=$?
+is "$rc" 3 "run with process.terminal: the process's status" || diag "$(cat "$TEST_TMP/err")"
+like "$out" '/dev/pts/[0-9]' "the process's stdio is a terminal in the guest"
+like "$out" '40 100' "sized as process.consoleSize says"
+like "$out" 'got hello' "input typed on the engine's master reaches the process (echoed by the guest's pty)"
+like "$out" '50 120' "a resize of the master reaches the guest's terminal"
+O delete t1
+nothing_left "a terminal's container leaves nothing"
+
+# --- linux.resources: the VM's shape; process.rlimits: the process's ----------
+config '["sh","-c","nproc; sed -n \"s/MemTotal: *\\([0-9]*\\) kB/\\1/p\" /proc/meminfo; ulimit -n; ulimit -Hn"]'
+jq '.linux.resources = {memory: {limit: 402653184, swap: 805306368}, cpu: {quota: 200000, period: 100000},
+	pids: {limit: 100}} | .process.rlimits = [{type: "RLIMIT_NOFILE", soft: 1000, hard: 2000}]' \
+	"$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+out=$(O run -b "$B" r1 2>"$TEST_TMP/err"); rc=$?
+is "$rc" 0 "run with memory 384M, 2 CPUs, 100 pids, nofile 1000:2000" || diag "$(cat "$TEST_TMP/err")"
+set -- $out
+is "${1:-}" 2 "the guest has 2 vCPUs (quota/period rounded up)"
+[ "${2:-0}" -gt 300000 ] && [ "${2:-0}" -le 393216 ]; ok $? "and MemTotal ${2:-?} kB, at most 384M"
+is "${3:-}/${4:-}" "1000/2000" "the process has the rlimits, set in the guest"
+O delete r1
 
 # --- hostile bundles and IDs: refused, nothing created ---------------------------
 rm -rf "$SBX_TEMPLATES"/oci-*
@@ -123,7 +163,37 @@ jq '.process.user.uid = 100000' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config
 bad 3 'process.user.uid must be 0..65534' "a uid the guest does not have"
 config '["true"]'
 jq '.process.terminal = true' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
-bad 3 'terminal is not supported' "a terminal (no console socket in this version)"
+bad 3 'process.terminal needs --console-socket' "a terminal without a console socket"
+config '["true"]'
+O create -b "$B" --console-socket "$TEST_TMP/nosock" bad >/dev/null 2>&1; is $? 2 "a console socket without a terminal is 2"
+jq '.process.terminal = true' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+O create -b "$B" --console-socket "$TEST_TMP/nosock" bad >/dev/null 2>"$TEST_TMP/err"
+is $? 3 "a console socket that is not there is 3"
+like "$(cat "$TEST_TMP/err")" 'cannot connect to --console-socket' "  ... saying so (nothing left: below)"
+config '["true"]'
+jq '.process.rlimits = [{type: "RLIMIT_NOPE", soft: 1, hard: 1}]' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'rlimits\[0\].type is not a Linux RLIMIT_ name' "an rlimit Linux does not have"
+config '["true"]'
+jq '.linux.resources.memory.limit = 33554432' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'memory.limit 33554432 is out of range' "a memory limit under 64M"
+config '["true"]'
+jq '.linux.resources.cpu = {quota: 7000000, period: 100000}' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 "70.000 CPUs: a session's CPU limit is 0.05 to 64" "70 CPUs"
+config '["true"]'
+jq '.linux.resources.cpu.shares = 512' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'cpu.shares is not supported' "CPU shares (no weight in a session)"
+config '["true"]'
+jq '.mounts = [{destination: "/data", type: "bind", source: "/etc/shadow", options: ["rbind","ro"]}]' \
+	"$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'bind mount on /data is not supported' "a bind of /etc/shadow"
+config '["true"]'
+jq --arg s "$SBX_ROOT" '.mounts = [{destination: "/sbx", type: "none", source: $s, options: ["bind"]}]' \
+	"$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'bind mount on /sbx is not supported' "a bind of sbx's state directory"
+config '["true"]'
+jq '.mounts = [{destination: "/mnt", type: "ext4", source: "/dev/sda1"}]' "$B/config.json" >"$B/c" &&
+	mv "$B/c" "$B/config.json"
+bad 3 'ext4 mount on /mnt is not supported' "a device mount"
 ln -s /etc "$B/evil"
 config '["true"]' '[]' evil
 bad 3 'cannot open root.path evil' "root.path a symlink out of the bundle"
@@ -139,6 +209,49 @@ bad 3 'invalid container ID' "a 200-character ID" "$(head -c 200 /dev/zero | tr 
 [ ! -e "$TEST_TMP/escape" ]; ok $? "nothing was made outside the root"
 nothing_left "every refusal left nothing behind"
 is "$(ls "$SBX_TEMPLATES" | grep -v '^default@')" "" "and prepared no template"
+
+# --- org.sbx.policy: a policy by the operator's name for it ----------------------
+mkdir -p "$SBX_ROOT/etc/sbx"
+printf 'resources:\n  memory: 320M\n' >"$TEST_TMP/big.yaml"
+printf 'oci:\n  default_policy: big\n  policies:\n    big: %s\n    small: %s\n' "$TEST_TMP/big.yaml" \
+	"$TEST_TMP/small.yaml" >"$SBX_ROOT/etc/sbx/sbx.yaml"
+printf 'resources:\n  memory: 192M\n' >"$TEST_TMP/small.yaml"
+config '["sh","-c","sed -n \"s/MemTotal: *\\([0-9]*\\) kB/\\1/p\" /proc/meminfo"]'
+jq 'del(.annotations)' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+mem=$(O run -b "$B" p1 2>"$TEST_TMP/err"); rc=$?
+is "$rc/$(jq -r .policy "$R/p1/state.json")" "0/big" "no annotation: oci.default_policy" || diag "$(cat "$TEST_TMP/err")"
+[ "${mem:-0}" -gt 262144 ] && [ "${mem:-0}" -le 327680 ]; ok $? "  ... its memory, 320M (MemTotal $mem kB)"
+O delete p1
+jq '.annotations["org.sbx.policy"] = "small"' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+mem=$(O run -b "$B" p2 2>"$TEST_TMP/err"); rc=$?
+is "$rc/$(jq -r .policy "$R/p2/state.json")" "0/small" "org.sbx.policy: small chooses it" ||
+	diag "$(cat "$TEST_TMP/err")"
+[ "${mem:-0}" -gt 120000 ] && [ "${mem:-0}" -le 196608 ]; ok $? "  ... its memory, 192M (MemTotal $mem kB)"
+O delete p2
+jq '.annotations["org.sbx.policy"] = "nope"' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 "org.sbx.policy 'nope' is not one of the policies" "an org.sbx.policy sbx.yaml does not name"
+jq --arg p "$TEST_TMP/big.yaml" '.annotations["org.sbx.policy"] = $p' "$B/config.json" >"$B/c" &&
+	mv "$B/c" "$B/config.json"
+bad 3 "is not one of the policies" "a policy file's path (a name only, never a path)"
+jq '.annotations = {"org.sbx.templates": "default"}' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 'annotation org.sbx.templates is not supported' "an org.sbx.* annotation sbx-oci does not know"
+# org.sbx.template: the operator's template instead of the bundle's root
+# (an empty directory here: nothing of it could run sh).
+printf 'oci:\n  templates:\n    base: default\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
+mkdir -p "$TEST_TMP/emptyroot"
+config '["sh","-c","echo from-template"]' '[]' "$TEST_TMP/emptyroot"
+jq '.annotations["org.sbx.template"] = "base"' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+out=$(O run -b "$B" tp1 2>"$TEST_TMP/err"); rc=$?
+is "$rc/$out/$(jq -r .template "$R/tp1/state.json")" "0/from-template/default" \
+	"org.sbx.template: base boots the operator's template 'default'" || diag "$(cat "$TEST_TMP/err")"
+O delete tp1
+jq '.annotations["org.sbx.template"] = "default"' "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+bad 3 "org.sbx.template 'default' is not one of the templates" "a template's own name (an entry's only)"
+printf 'oci:\n  default_policy: big\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
+config '["true"]'
+bad 3 "oci.default_policy: 'big' is not one of oci.policies" "a default that names no policy fails closed"
+rm -f "$SBX_ROOT/etc/sbx/sbx.yaml"
+nothing_left "the policy refusals left nothing"
 
 # --- containerd (ctr, the runc shim v2) ---------------------------------------------
 ctr_section() {
@@ -185,6 +298,17 @@ EOW
 	for _ in $(seq 50); do [ "$("${C[@]}" task ls | awk '$1 == "k2" {print $3}')" = STOPPED ] && break; sleep 0.2; done
 	is "$("${C[@]}" task ls | awk '$1 == "k2" {print $3}')" STOPPED "the task stopped"
 	"${C[@]}" task rm k2 >/dev/null 2>&1 && "${C[@]}" container rm k2; ok $? "ctr task rm, container rm"
+	# ctr run -t: the shim's console socket; script(1) is ctr's terminal.
+	out=$(timeout 300 script -qefc "${C[*]} run --rm -t --runc-binary $D/sbx-oci --rootfs $B/rootfs k3 \
+		sh -c 'tty; stty size; exit 6'" /dev/null </dev/null 2>&1); rc=$?
+	is "$rc" 6 "ctr run -t: the exit status" || diag "$out"
+	like "$out" '/dev/pts/[0-9]' "  ... the process on a terminal in the guest"
+	out=$(timeout 300 "${C[@]}" run --rm --memory-limit 402653184 --cpus 2 --runc-binary "$D/sbx-oci" \
+		--rootfs "$B/rootfs" k4 sh -c 'echo $(nproc) $(sed -n "s/MemTotal: *\([0-9]*\) kB/\1/p" /proc/meminfo)' \
+		2>"$TEST_TMP/err"); rc=$?
+	set -- $out
+	is "$rc/${1:-}" "0/2" "ctr run --cpus 2: the guest has 2 vCPUs" || diag "$(cat "$TEST_TMP/err")"
+	[ "${2:-0}" -gt 300000 ] && [ "${2:-0}" -le 393216 ]; ok $? "ctr run --memory-limit 384M: MemTotal ${2:-?} kB"
 	nothing_left "after ctr: no container state, no session"
 	kill "$CTD_PID" 2>/dev/null
 	wait "$CTD_PID" 2>/dev/null
@@ -236,11 +360,46 @@ timeout 300 "${PO[@]}" run -d --network none --name sleeper localhost/sbx-busybo
 is "$("${PO[@]}" inspect -f '{{.State.Status}}' sleeper)" running "it runs"
 out=$(timeout 120 "${PO[@]}" exec sleeper sh -c 'echo exec $(id -u); exit 3' 2>"$TEST_TMP/err"); rc=$?
 is "$out/$rc" "exec 0/3" "podman exec: output and status" || diag "$(cat "$TEST_TMP/err")"
+out=$(timeout 300 script -qefc "${PO[*]} exec -t sleeper sh -c 'tty; exit 5'" /dev/null </dev/null 2>&1); rc=$?
+is "$rc" 5 "podman exec -t: the exit status" || diag "$out"
+like "$out" '/dev/pts/[0-9]' "  ... on a terminal in the guest"
 timeout 60 "${PO[@]}" kill sleeper >/dev/null; ok $? "podman kill"
 for _ in $(seq 50); do [ "$("${PO[@]}" inspect -f '{{.State.Status}}' sleeper)" != running ] && break; sleep 0.2; done
 is "$("${PO[@]}" inspect -f '{{.State.ExitCode}}' sleeper)" 137 "killed: 137"
 "${PO[@]}" rm -f sleeper >/dev/null; ok $? "podman rm -f"
 nothing_left "after podman rm: no container state, no session"
+# A terminal: podman run -t hands conmon's console socket to sbx-oci;
+# script(1) is podman's terminal.
+out=$(timeout 300 script -qefc "${PO[*]} run --rm -t --network none localhost/sbx-busybox \
+	sh -c 'tty; stty size; exit 4'" /dev/null </dev/null 2>&1); rc=$?
+is "$rc" 4 "podman run -t: the exit status" || diag "$out"
+like "$out" '/dev/pts/[0-9]' "  ... the process on a terminal in the guest"
+# Resources: --memory and --cpus become the VM's memory and vCPUs.
+out=$(timeout 300 "${PO[@]}" run --rm --network none --memory 384m --cpus 2 localhost/sbx-busybox \
+	sh -c 'echo $(nproc) $(sed -n "s/MemTotal: *\([0-9]*\) kB/\1/p" /proc/meminfo)' 2>"$TEST_TMP/err"); rc=$?
+set -- $out
+is "$rc/${1:-}" "0/2" "podman run --cpus 2: the guest has 2 vCPUs" || diag "$(cat "$TEST_TMP/err")"
+[ "${2:-0}" -gt 300000 ] && [ "${2:-0}" -le 393216 ]; ok $? "podman run --memory 384m: MemTotal ${2:-?} kB"
+out=$(timeout 300 "${PO[@]}" run --rm --network none --memory 256m --cpus 1 --ulimit nofile=1000:2000 \
+	localhost/sbx-busybox sh -c 'echo $(nproc) $(sed -n "s/MemTotal: *\([0-9]*\) kB/\1/p" /proc/meminfo) \
+	$(ulimit -n) $(ulimit -Hn)' 2>"$TEST_TMP/err"); rc=$?
+set -- $out
+is "$rc/${1:-}" "0/1" "podman run --memory 256m --cpus 1: 1 vCPU" || diag "$(cat "$TEST_TMP/err")"
+[ "${2:-0}" -gt 150000 ] && [ "${2:-0}" -le 262144 ]; ok $? "  ... and MemTotal ${2:-?} kB, at most 256M"
+is "${3:-}/${4:-}" "1000/2000" "  ... and --ulimit nofile=1000:2000 in the guest"
+timeout 300 "${PO[@]}" run --rm --network none --memory 32m localhost/sbx-busybox true >/dev/null 2>"$TEST_TMP/err"
+[ $? -ne 0 ]; ok $? "podman run --memory 32m is refused"
+like "$(cat "$TEST_TMP/err")" 'memory.limit 33554432 is out of range' "  ... with sbx-oci's reason"
+timeout 300 "${PO[@]}" run --rm --network none --annotation org.sbx.policy=nope localhost/sbx-busybox true \
+	>/dev/null 2>"$TEST_TMP/err"
+[ $? -ne 0 ]; ok $? "podman run --annotation org.sbx.policy=nope is refused"
+like "$(cat "$TEST_TMP/err")" "org.sbx.policy 'nope' is not one of" "  ... naming the unknown policy"
+timeout 300 "${PO[@]}" run --rm --network none -v "$TEST_TMP:/data" localhost/sbx-busybox true >/dev/null \
+	2>"$TEST_TMP/err"
+[ $? -ne 0 ]; ok $? "podman run -v HOSTDIR:/data is refused"
+like "$(cat "$TEST_TMP/err")" 'bind mount on /data is not supported' "  ... saying a bind is not supported"
+"${PO[@]}" rm -fa >/dev/null 2>&1
+nothing_left "after the refusals: no container state, no session"
 is "$(($(ls "$SBX_TEMPLATES" | grep -c '^oci-') - ntmpl))" 1 \
 	"podman's containers of one image (a copy each) shared one new template"
 [ ! -e /run/sbx-oci ]; ok $? "nothing in the machine's /run/sbx-oci"

@@ -151,6 +151,14 @@ int main(void)
 		{ "serve: {policy: agents.yaml}\n", "expected an absolute path" },
 		{ "serve: {tls: {cert: /c.pem, key: /k.pem, ca: /ca.pem}}\n", "unknown key 'ca'" },
 		{ "serve: {tls: /c.pem}\n", "serve.tls" },
+		{ "oci: {policies: {web: web.yaml}}\n", "expected an absolute path" },
+		{ "oci: {policies: {../x: /p.yaml}}\n", "not a policy name" },
+		{ "oci: {policies: {a: /a.yaml}, default_policy: b}\n", "'b' is not one of oci.policies" },
+		{ "oci: {default_policy: /etc/sbx/p.yaml}\n", "not a policy name" },
+		{ "oci: {policy: /p.yaml}\n", "unknown key 'policy' in oci" },
+		{ "oci: {policies: [/p.yaml]}\n", "oci.policies" },
+		{ "oci: {templates: {py: /srv/rootfs}}\n", "not a template name" },
+		{ "oci: {templates: {py: python@@1}}\n", "not a template name" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char what[800];
@@ -161,6 +169,19 @@ int main(void)
 			   hc.quotas.per_tenant.memory_mib == 0,
 		   what);
 	}
+	ok(parse("oci:\n  default_policy: batch\n  policies:\n    batch: /etc/sbx/batch.yaml\n    web: "
+		 "/etc/sbx/web.yaml\n",
+		 &hc, &e) == 0 &&
+		   hc.oci.npolicies == 2 && !strcmp(hc.oci.default_policy, "batch") &&
+		   !strcmp(sbx_hostconf_oci_policy(&hc, "web"), "/etc/sbx/web.yaml") &&
+		   !sbx_hostconf_oci_policy(&hc, "x"),
+	   "oci: named policies and the default (named before it is defined)");
+	ok(parse("oci: {templates: {py: python, base: default@1a2b}}\n", &hc, &e) == 0 &&
+		   !strcmp(sbx_hostconf_oci_template(&hc, "base"), "default@1a2b") &&
+		   !sbx_hostconf_oci_template(&hc, "python"),
+	   "oci.templates: names to templates, a version pinned or not");
+	ok(parse("oci: {policies: {a: /a.yaml}, default_policy: b}\n", &hc, &e) < 0 && hc.oci.npolicies == 0,
+	   "a bad oci section grants no policy");
 	char big[4096] = "pool:\n  templates:\n";
 	for (int i = 0; i < 17; i++)
 		snprintf(big + strlen(big), sizeof big - strlen(big), "    t%d: {size: 1}\n", i);

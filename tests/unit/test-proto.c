@@ -36,7 +36,9 @@ int main(void)
 				  .rows = 24,
 				  .cols = 80,
 				  .have_uid = 1,
-				  .uid = 0 };
+				  .uid = 0,
+				  .rlimits = { { 7, 1024, 1048576 }, { 4, 0, ~0ull } },
+				  .nrlimits = 2 };
 	ok(sbx_exec_req_encode(&b, 7, &r) == 0, "encode exec");
 	struct sbx_frame f;
 	ok(sbx_frame_hdr_get(b.data, &f, SBX_FRAME_MAX) == 0, "header parses");
@@ -48,6 +50,9 @@ int main(void)
 	ok(d.envc == 2 && !strcmp(d.env[1], "B="), "env round trip");
 	ok(!strcmp(d.cwd, "/tmp") && d.timeout_ms == 1500 && d.flags == SBX_EXEC_PTY, "fields round trip");
 	ok(d.rows == 24 && d.cols == 80 && d.have_uid && d.uid == 0 && !d.have_gid, "tty and uid");
+	ok(d.nrlimits == 2 && d.rlimits[0].resource == 7 && d.rlimits[0].soft == 1024 && d.rlimits[0].hard == 1048576 &&
+		   d.rlimits[1].resource == 4 && d.rlimits[1].hard == ~0ull,
+	   "rlimits round trip (infinity too)");
 	sbx_exec_req_free(&d);
 
 	/* every truncation of a valid payload is rejected or decodes cleanly */
@@ -95,6 +100,26 @@ int main(void)
 	for (unsigned i = 0; i < SBX_MAX_ARGS + 1; i++)
 		sbx_tlv_str(&p, SBX_T_ARGV, "x");
 	ok(sbx_exec_req_decode(p.data, p.len, &d, &why) < 0, "too many arguments rejected");
+	static const struct {
+		uint8_t v[20];
+		uint32_t n;
+		const char *why;
+	} rl[] = {
+		{ { 16 }, 20, "out of range" },                                    /* RLIMIT_NLIMITS and beyond */
+		{ { 7, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1 }, 20, "out of range" }, /* soft 2 > hard 1 */
+		{ { 7 }, 12, "wrong size" },
+	};
+	for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) {
+		sbx_buf_reset(&p);
+		sbx_tlv_str(&p, SBX_T_ARGV, "a");
+		sbx_tlv_put(&p, SBX_T_RLIMIT, rl[i].v, rl[i].n);
+		ok(sbx_exec_req_decode(p.data, p.len, &d, &why) < 0 && strstr(why, rl[i].why), rl[i].why);
+	}
+	sbx_buf_reset(&p);
+	sbx_tlv_str(&p, SBX_T_ARGV, "a");
+	sbx_tlv_put(&p, SBX_T_RLIMIT, (uint8_t[20]){ 7 }, 20);
+	sbx_tlv_put(&p, SBX_T_RLIMIT, (uint8_t[20]){ 7 }, 20);
+	ok(sbx_exec_req_decode(p.data, p.len, &d, &why) < 0 && strstr(why, "twice"), "an rlimit given twice rejected");
 
 	struct sbx_exit_info e = { .status = 137,
 				   .signo = 9,
