@@ -494,6 +494,8 @@ static int next_timeout_ms(const struct agent *a)
 		next = a->rm_next;
 	if (a->host_down && a->lfd < 0 && a->host_retry < next)
 		next = a->host_retry;
+	if (a->hello_check && a->hello_check < next)
+		next = a->hello_check;
 	if (next == UINT64_MAX)
 		return -1;
 	now = now_ns();
@@ -532,6 +534,33 @@ static int handle_events(struct agent *a, int timeout_ms)
 	return n;
 }
 
+/* The first HELLO still queued HELLO_CHECK_NS after boot: said on the
+ * console with what the port polls (POLLHUP: the host side of the port is
+ * not open), so a boot that never answers shows where it stopped. */
+#define HELLO_CHECK_NS (5000 * NS_PER_MS)
+static void hello_check(struct agent *a)
+{
+	if (!a->hello_check)
+		return;
+	if (a->hello_seen || a->lfd >= 0) {
+		if (a->hello_reports)
+			sbx_guest_log("agent: HELLO sent after all");
+		a->hello_check = 0;
+		return;
+	}
+	uint64_t now = now_ns();
+	if (now < a->hello_check)
+		return;
+	struct pollfd p = { .fd = a->host, .events = POLLIN | POLLOUT };
+	int r = poll(&p, 1, 0);
+	sbx_guest_log(
+		"agent: HELLO not taken by the port after %llu s: poll %d revents 0x%x, %zu bytes queued, host %s",
+		(unsigned long long)((HELLO_CHECK_NS / (1000 * NS_PER_MS)) << a->hello_reports), r, (unsigned)p.revents,
+		outq_pending(a), a->host_down ? "down" : "up");
+	a->hello_reports++;
+	a->hello_check = a->hello_reports < 4 ? now + (HELLO_CHECK_NS << (a->hello_reports - 1)) : 0;
+}
+
 static void loop_once(struct agent *a)
 {
 	int idle = cg_idle_work(a), n;
@@ -552,6 +581,7 @@ static void loop_once(struct agent *a)
 	if (!a->done)
 		run_deadlines(a);
 	host_flush(a);
+	hello_check(a);
 	sbx_guest_hosts_flush(); /* what IDENTITY deferred, its answer gone */
 	if (n == 0 && idle && !a->done)
 		cg_idle(a);
@@ -689,6 +719,9 @@ int sbx_agent_run(int fd, int is_pid1)
 	 * monitor's warm-up exec (monitor/warm.c), through this loop. */
 	send_hello(a);
 	host_flush(a);
+	sbx_guest_phase(a->hello_seen ? "hello sent" : "hello queued");
+	if (!a->hello_seen && is_pid1)
+		a->hello_check = now_ns() + HELLO_CHECK_NS;
 	while (!a->done)
 		loop_once(a);
 	shutdown_all(a);

@@ -81,6 +81,10 @@ struct agent {
 	int host_down, hello_seen; /* hello_seen: the host has had bytes since our last HELLO */
 	int host_out;              /* EPOLLOUT currently requested on the host fd */
 	uint64_t host_retry;
+	/* While the first HELLO has not left: when to say so on the console
+	 * (a boot that never answers, issue 35 item 7); 0: it left. */
+	uint64_t hello_check;
+	unsigned hello_reports;
 	int lfd;           /* listening for the host (vsock); -1: host is the port */
 	unsigned accepted; /* hosts accepted on lfd */
 	uint8_t *in;

@@ -43,7 +43,8 @@
 #define POLL_MS 5
 
 /* sbx.debug=1: timestamps of each boot phase on the console, for tuning
- * (add printk.devkmsg=on, or the kernel drops all but ~10 of the lines). */
+ * (add printk.devkmsg=on, or the kernel drops all but ~10 of the lines);
+ * sbx.debug=2: each logged as it is reached, for a boot that stops. */
 static int boot_debug;
 
 static long now_ms(void)
@@ -59,11 +60,17 @@ static long now_ms(void)
 static struct {
 	const char *what;
 	struct timespec ts;
-} phases[32];
+} phases[48];
 static unsigned nphases;
 
 static void phase(const char *what)
 {
+	if (boot_debug == 2) {
+		struct timespec ts;
+		clock_gettime(CLOCK_BOOTTIME, &ts);
+		sbx_guest_log("%5ld.%03ld %s", (long)ts.tv_sec, ts.tv_nsec / 1000000L, what);
+		return;
+	}
 	if (!boot_debug || nphases >= sizeof(phases) / sizeof(phases[0]))
 		return;
 	phases[nphases].what = what;
@@ -178,8 +185,8 @@ void sbx_guest_cmdline(struct sbx_guest_cfg *cfg)
 
 		if (len == 11 && !strncmp(tok, "sbx.probe=1", 11)) {
 			cfg->probe = 1;
-		} else if (len == 11 && !strncmp(tok, "sbx.debug=1", 11)) {
-			boot_debug = 1;
+		} else if (len == 11 && (!strncmp(tok, "sbx.debug=1", 11) || !strncmp(tok, "sbx.debug=2", 11))) {
+			boot_debug = tok[10] - '0';
 		} else if (len > 13 && !strncmp(tok, "sbx.hostname=", 13)) {
 			if (valid_hostname(tok + 13, len - 13)) {
 				memcpy(cfg->hostname, tok + 13, len - 13);
@@ -556,7 +563,9 @@ static void setup_newroot(void)
 	do_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "ptmxmode=0666,mode=0620,gid=5");
 	do_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	do_mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+	phase("pts, shm, run mounted");
 	tool_bind();
+	phase("guest-init bound");
 	/* Shell idioms (<(...), /dev/stdin) need these; devtmpfs lacks them. */
 	symlink("/proc/self/fd", "/dev/fd");
 	symlink("/proc/self/fd/0", "/dev/stdin");
@@ -572,6 +581,7 @@ static void setup_newroot(void)
 		cg = do_mount("cgroup2", "/sys/fs/cgroup", "cgroup2", nse, "nsdelegate");
 	else if (cg < 0)
 		sbx_guest_log("mount cgroup2 on /sys/fs/cgroup: %s", strerror(errno));
+	phase("cgroup2 mounted");
 	if (cg == 0 && write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +memory +pids") < 0) {
 		/* Enable what we can: per-exec limits degrade, execs still run. */
 		static const char *const ctl[] = { "+memory", "+pids", "+cpu" };
@@ -826,11 +836,14 @@ int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
 		return -1;
 	phase("root switched");
 	setup_newroot();
+	phase("new root set up");
 	if (mount_volumes(cfg) < 0)
 		return -1;
 	sbx_guest_set_hostname(cfg->hostname, 0);
+	phase("hostname set");
 	setup_loopback();
 	sbx_guest_packages(cfg);
+	phase("packages configured");
 	/* A session whose NIC does not come up fails its create: its policy
 	 * asked for the network. */
 	if (cfg->net && sbx_guest_net_up() < 0)
@@ -854,6 +867,13 @@ int sbx_guest_boot(const struct sbx_guest_cfg *cfg)
 		return -1;
 	}
 	phase("agent port open");
-	phase_flush();
 	return fd;
+}
+
+/* A phase of the agent's start (its first HELLO): logged, and with the
+ * boot's phases flushed after it. */
+void sbx_guest_phase(const char *what)
+{
+	phase(what);
+	phase_flush();
 }

@@ -70,6 +70,9 @@ int sbx_guest_pkg_params(struct sbx_guest_cfg *cfg, const char *s);
 void sbx_guest_packages(const struct sbx_guest_cfg *cfg);
 /* Log one line to the console (/dev/kmsg as PID 1, stderr otherwise). */
 void sbx_guest_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A boot phase (sbx.debug=1 or 2 on the kernel command line), and every
+ * phase so far logged (boot.c). */
+void sbx_guest_phase(const char *what);
 /* `guest-init --watch [--recursive] PATH` (watch.c): path's changes as
  * records on stdout until EOF on stdin; the exit status. */
 int sbx_guest_watch(const char *path, int recursive);

@@ -286,7 +286,9 @@ int mon_read_into(int fd, struct sbx_buf *b)
 
 void agent_readable(struct mon *m)
 {
+	size_t before = m->ain.len;
 	int r = mon_read_into(m->agent.fd, &m->ain);
+	m->agent_rx += m->ain.len - before;
 	if (mon_drain_frames(&m->ain, agent_frame_cb, m, NULL, NULL) < 0 || r <= 0) {
 		/* A corrupt stream or the guest closing the port: the agent is
 		 * gone; execs cannot finish.  The VMM's own exit says why. */

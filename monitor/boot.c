@@ -241,8 +241,15 @@ static int boot_wait(struct mon *m, const struct sbx_vm_config *c, int accept_ag
 		return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the restored guest did not answer within %u s%s%s%s%s",
 				   timeout_s, tail[0] ? "; console: " : "", tail,
 				   m->boot_console[0] ? "; whole console: " : "", m->boot_console);
-	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest agent did not answer within %u s%s%s%s%s", timeout_s,
-			   tail[0] ? "; console: " : "", tail, m->boot_console[0] ? "; whole console: " : "",
+	/* Where it stopped: the VMM never connected the channel, or nothing
+	 * (or no HELLO) came over it. */
+	char chan[64];
+	if (accept_agent && m->agent.fd < 0 && !m->agent_rx)
+		snprintf(chan, sizeof chan, " (the VMM never connected the agent channel)");
+	else
+		snprintf(chan, sizeof chan, " (%llu bytes from the guest)", (unsigned long long)m->agent_rx);
+	return sbx_err_set(err, SBX_EXIT_UNAVAIL, 0, "the guest agent did not answer within %u s%s%s%s%s%s", timeout_s,
+			   chan, tail[0] ? "; console: " : "", tail, m->boot_console[0] ? "; whole console: " : "",
 			   m->boot_console);
 }
 

@@ -210,6 +210,7 @@ struct mon {
 	int vm_shutdown;               /* it said the VM stopped (guest power-off) */
 	int guest_spoke;               /* a frame came from the guest agent: its kernel ran guest-init */
 	struct sbx_buf ain, aout;
+	uint64_t agent_rx; /* bytes from the guest's agent (a boot that never answers says) */
 	size_t aout_off;
 	int agent_want_out;
 	int ready, stopping, vm_dead, expired;

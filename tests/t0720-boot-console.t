@@ -30,6 +30,7 @@ id=$(SBX_BOOT_TIMEOUT=30 sbx-create -q -t default@hang --id never-1 2>"$TEST_TMP
 is "$rc" 69 "a boot that does not answer within SBX_BOOT_TIMEOUT: 69"
 err=$(cat "$TEST_TMP/err")
 like "$err" "did not answer within 30 s" "the error says so"
+like "$err" "within 30 s \(0 bytes from the guest\)" "and that the VMM connected the channel but nothing came over it"
 like "$err" "whole console: $F/never-1.console" "and names the whole console"
 [ -s "$F/never-1.console" ]; ok $? "which is kept"
 grep -q "Linux version" "$F/never-1.console"; ok $? "holding the kernel's own boot messages (no 'quiet')"
