@@ -239,14 +239,23 @@ static int pip_requirement(const struct pip_line *l, char *s)
 	return 0;
 }
 
-int sbx_pkglock_parse_pip(const char *name, const char *buf, size_t n, struct sbx_pkgset *out, struct sbx_err *err)
+/* What both parsers do first: the name as messages show it, an empty
+ * set, the size bound. */
+static int parse_begin(const char *name, size_t n, char shown[256], struct sbx_pkgset *out, struct sbx_err *err)
 {
-	char shown[256];
-	snprintf(shown, sizeof shown, "%.200s", name);
+	snprintf(shown, 256, "%.200s", name);
 	memset(out, 0, sizeof *out);
 	if (n > SBX_PKGLOCK_FILE_MAX)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: larger than %u MiB", shown,
 				   SBX_PKGLOCK_FILE_MAX >> 20);
+	return 0;
+}
+
+int sbx_pkglock_parse_pip(const char *name, const char *buf, size_t n, struct sbx_pkgset *out, struct sbx_err *err)
+{
+	char shown[256];
+	if (parse_begin(name, n, shown, out, err) < 0)
+		return -1;
 	size_t bad;
 	if (text_ok(buf, n, &bad) < 0)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s:%zu: a control character or non-ASCII byte", shown,
@@ -430,11 +439,8 @@ static int npm_entry(const struct npm_ctx *x, const char *key, json_t *e)
 int sbx_pkglock_parse_npm(const char *name, const char *buf, size_t n, struct sbx_pkgset *out, struct sbx_err *err)
 {
 	char shown[256];
-	snprintf(shown, sizeof shown, "%.200s", name);
-	memset(out, 0, sizeof *out);
-	if (n > SBX_PKGLOCK_FILE_MAX)
-		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: larger than %u MiB", shown,
-				   SBX_PKGLOCK_FILE_MAX >> 20);
+	if (parse_begin(name, n, shown, out, err) < 0)
+		return -1;
 	if (!depth_ok(buf, n, SBX_PKGLOCK_DEPTH_MAX))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: nested deeper than %u", shown, SBX_PKGLOCK_DEPTH_MAX);
 	json_error_t je;
