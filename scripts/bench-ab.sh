@@ -14,8 +14,10 @@
 #  - cold create to ready (sbx-create), BENCH_AB_CREATES (3) a round;
 #  - sbx-exec true on a live session, BENCH_AB_EXECS (30) a round;
 #  - pool claim, create to ready, BENCH_AB_CLAIMS (4) a round;
-#  - creates from a snapshot per second, 4 at a time, one burst a round.
-# BENCH_AB_ROWS picks some of them (e.g. "create claim").
+#  - creates from a snapshot per second, 4 at a time, one burst a round;
+#  - output streamed by sbx-exec (dd of 32 MiB in 64 KiB writes), MB/s,
+#    3 a round (only when BENCH_AB_ROWS names it).
+# BENCH_AB_ROWS picks rows (e.g. "create claim"; default: the first four).
 # Prints each row's p50 and p95 for both and the ratio (this / REV, above
 # 1 is slower; for the rate REV / this), and writes build/bench-ab.json.
 set -euo pipefail
@@ -74,6 +76,14 @@ side() {
 			rm "$SBX_ROOT/etc/sbx/sbx.yaml"
 			sbx-gc --pool-only >/dev/null
 			;;
+		stream)
+			id=$(sbx-create -q)
+			sbx-exec "$id" -- true
+			for _ in 1 2 3; do
+				"$T" 1 sh -c "sbx-exec '$id' -- dd if=/dev/zero bs=65536 count=512 2>/dev/null >/dev/null" |
+					awk '{ printf "%.2f\n", 33.554432 / ($1 / 1000) }' >>"$out"
+			done
+			;;
 		rate)
 			src=$(sbx-create -q)
 			sbx-exec "$src" -- true
@@ -112,7 +122,8 @@ def pct(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(p * len(v)))]
 rows = {"create": ("cold create to ready", "ms"), "exec": ("sbx-exec true", "ms"),
-        "claim": ("pool claim, create to ready", "ms"), "rate": ("creates/s from a snapshot, c4", "/s")}
+        "claim": ("pool claim, create to ready", "ms"), "rate": ("creates/s from a snapshot, c4", "/s"),
+        "stream": ("sbx-exec output stream, dd 32M", "MB/s")}
 res = []
 print(f"{'figure':34} {'unit':4} {'n':>3} {base[:8]+' p50':>13} {'p95':>8} {'this p50':>10} {'p95':>8} {'ratio':>6}")
 for k, (name, unit) in rows.items():
@@ -121,7 +132,7 @@ for k, (name, unit) in rows.items():
     a = [float(x) for x in open(os.path.join(raw, "base." + k))]
     b = [float(x) for x in open(os.path.join(raw, "this." + k))]
     pa, pb = pct(a, .5), pct(b, .5)
-    ratio = pa / pb if unit == "/s" else pb / pa
+    ratio = pa / pb if unit in ("/s", "MB/s") else pb / pa
     res.append({"name": name, "unit": unit, "n": len(b), "base": {"p50": pa, "p95": pct(a, .95)},
                 "this": {"p50": pb, "p95": pct(b, .95)}, "ratio_p50": round(ratio, 3)})
     print(f"{name:34} {unit:4} {len(b):>3} {pa:>13.2f} {pct(a, .95):>8.2f} {pb:>10.2f} {pct(b, .95):>8.2f} {ratio:>6.2f}")
