@@ -549,6 +549,15 @@ int sbx_jail_report_spare(void)
 	return -1;
 }
 
+int sbx_jail_sanitized(void)
+{
+#ifdef SBX_SANITIZED
+	return 1;
+#else
+	return 0;
+#endif
+}
+
 void sbx_jail_report_use(int fd)
 {
 #ifdef SBX_SANITIZED

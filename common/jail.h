@@ -69,6 +69,9 @@ int sbx_jail_system_root(struct sbx_err *err);
  * sbx_jail_report_use and the parent closes. */
 int sbx_jail_report_spare(void);
 void sbx_jail_report_use(int fd);
+/* 1 in a sanitized build (make asan), whose runtime reserves terabytes of
+ * address space: an RLIMIT_AS there would fail its every allocation. */
+int sbx_jail_sanitized(void);
 int sbx_jail_self(uid_t id, int parent_pidfd, struct sbx_err *err);
 
 #endif

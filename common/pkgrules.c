@@ -3,6 +3,7 @@
  * unprivileged child, the result written beside the record. */
 #include "pkgrules.h"
 #include "hostpath.h"
+#include "jail.h"
 #include "util.h"
 
 #include <errno.h>
@@ -65,13 +66,19 @@ static int read_lock(const char *tenant, const char *path, const char *key, char
 /* The child: nobody, no groups, no new privileges, bounded memory and
  * CPU, no fd but the answer's; parse and answer, as JSON: {"entries":
  * [[name, version, hash], ...]} or {"code": N, "error": "..."}. */
-__attribute__((noreturn)) static void parse_child(int type, const char *name, const char *buf, size_t n, int wfd)
+__attribute__((noreturn)) static void parse_child(int type, const char *name, const char *buf, size_t n, int wfd,
+						  int san)
 {
-	if (dup2(wfd, 3) < 0)
+	/* 3: the answer; 4: a sanitized build's report file, opened by the
+	 * parent (nobody could not open it). */
+	if (dup2(wfd, 3) < 0 || (san >= 0 && dup2(san, 4) < 0))
 		_exit(1);
-	syscall(SYS_close_range, 4, ~0u, 0);
+	syscall(SYS_close_range, san >= 0 ? 5 : 4, ~0u, 0);
+	if (san >= 0)
+		sbx_jail_report_use(4);
 	struct rlimit as = { 1ull << 30, 1ull << 30 }, cpu = { 20, 20 }, nofile = { 8, 8 };
-	if (setrlimit(RLIMIT_AS, &as) < 0 || setrlimit(RLIMIT_CPU, &cpu) < 0 || setrlimit(RLIMIT_NOFILE, &nofile) < 0)
+	if ((!sbx_jail_sanitized() && setrlimit(RLIMIT_AS, &as) < 0) || setrlimit(RLIMIT_CPU, &cpu) < 0 ||
+	    setrlimit(RLIMIT_NOFILE, &nofile) < 0)
 		_exit(1);
 	prctl(PR_SET_DUMPABLE, 0);
 	if (geteuid() == 0 &&
@@ -141,15 +148,20 @@ static int parse_unprivileged(int type, const char *shown, const char *buf, size
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot parse %s", shown);
+	int san = sbx_jail_report_spare(); /* -1 but in a sanitized build */
 	pid_t pid = fork();
 	if (pid < 0) {
 		close(p[0]);
 		close(p[1]);
+		if (san >= 0)
+			close(san);
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot parse %s", shown);
 	}
 	if (pid == 0)
-		parse_child(type, shown, buf, n, p[1]);
+		parse_child(type, shown, buf, n, p[1], san);
 	close(p[1]);
+	if (san >= 0)
+		close(san);
 	_cleanup_free_ char *txt = malloc(REPLY_MAX);
 	size_t got = 0;
 	while (txt && got < REPLY_MAX) {
