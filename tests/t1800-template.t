@@ -305,12 +305,15 @@ ls -a "$T" | grep -q '^\.tmp-build-'; ok $((!$?)) "no work directory is left"
 # is): nothing of it may be left on the host.  Before, each such kill left
 # a /tmp/sbx-tpl-mnt.XXXXXX directory behind (70 in a day of test runs).
 H=$SBX_BUILD/libexec/sbx/sbx-template-helper
-img=$(ls -d "$SBX_BUILD"/templates/default@* | head -n1)/rootfs.ext4
+img=$(ls -d "$T"/default@* | head -n1)/rootfs.ext4 # $T: SBX_TEMPLATES (not in build-asan/)
 ls -d /tmp/sbx-tpl-mnt.* 2>/dev/null | sort >"$TEST_TMP/mnt.before"
-{ "$H" tar-template "$img" & p=$!; } > >(sleep 1; cat >/dev/null)
+{ "$H" tar-template "$img" & p=$!; } > >(sleep 1; wc -c >"$TEST_TMP/partial")
 sleep 0.3
 kill -9 "$p"
 wait "$p" 2>/dev/null
+for _ in $(seq 300); do [ -s "$TEST_TMP/partial" ] && break; sleep 0.1; done
+[ "$(cat "$TEST_TMP/partial" 2>/dev/null || echo 0)" -gt 0 ]
+ok $? "the helper was streaming the template when it was killed"
 ls -d /tmp/sbx-tpl-mnt.* 2>/dev/null | sort >"$TEST_TMP/mnt.after"
 is "$(comm -13 "$TEST_TMP/mnt.before" "$TEST_TMP/mnt.after")" "" "a template read SIGKILLed midway leaves no directory in /tmp"
 is "$("$H" tar-template "$img" | tar -tf - | grep -c '^./etc/passwd$')" 1 "and a whole read still lists the template's files"
