@@ -120,7 +120,7 @@ $(B)/tests/test-privmsg: tests/unit/test-privmsg.c $(B)/obj/monitor/privmsg.o $(
 
 # The proxy's parsers (the package cache's, egress.c's, the request head both
 # read) are tested where they live.
-$(B)/tests/test-pkgcache $(B)/tests/test-egress $(B)/tests/test-http: $(B)/tests/test-%: tests/unit/test-%.c $(PROXY_OBJ) $(B)/libsbx.a
+$(B)/tests/test-pkgcache $(B)/tests/test-egress $(B)/tests/test-http $(B)/tests/test-npmtgz: $(B)/tests/test-%: tests/unit/test-%.c $(PROXY_OBJ) $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -Iproxy $< $(PROXY_OBJ) $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 

@@ -132,6 +132,7 @@ static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 	}
 	k->max_download = p->packages.max_download;
 	k->require_hashes = p->packages.require_hashes;
+	k->npm_scripts = p->packages.npm_scripts;
 }
 
 /* -v HOSTDIR:GUESTPATH[:ro]: only read-only volumes exist (a session never

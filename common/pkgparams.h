@@ -16,6 +16,8 @@
  *   sbx.pkg=offline | sbx.pkg=SBX_PKGCACHE_BASE   where installs go
  *   sbx.pkgpolicy=NAME                            named in refusals
  *   sbx.pkgreg=P,N                                registries per type
+ *   sbx.npmscripts=deny                           npm runs no install scripts
+ *                                                 (only when the policy says so)
  * guest-init writes /etc/pip.conf and npmrc from them, and answers
  * installs it must refuse itself on 127.0.0.1:3141. */
 void sbx_pkgcache_guest_params(const struct sbx_limit_packages *k, char *buf, size_t n);

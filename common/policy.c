@@ -625,12 +625,17 @@ static int v_pkg_lock(struct sbx_yaml *c, void *obj, const char *path)
 }
 
 const char *const sbx_policy_mode_names[] = { "offline", "allowlist", NULL };
+const char *const sbx_policy_npm_scripts_names[] = { "allow", "deny", NULL };
 
 static const struct key packages_keys[] = {
 	{ .name = "mode", .kind = K_ENUM, .off = P(packages.mode), .enums = sbx_policy_mode_names },
 	{ .name = "registries", .kind = K_FN, .fn = v_registries },
 	{ .name = "max_download", .kind = K_SIZE, .off = P(packages.max_download), .min = MIB, .max = TIB },
 	{ .name = "require_hashes", .kind = K_BOOL, .off = P(packages.require_hashes) },
+	{ .name = "npm_scripts",
+	  .kind = K_ENUM,
+	  .off = P(packages.npm_scripts),
+	  .enums = sbx_policy_npm_scripts_names },
 	{ .name = "allow", .kind = K_FN, .fn = v_pkg_allow },
 	{ .name = "deny", .kind = K_FN, .fn = v_pkg_deny },
 	{ .name = "pins", .kind = K_FN, .fn = v_pkg_pins },

@@ -45,6 +45,9 @@
 
 enum sbx_egress { SBX_EGRESS_NONE, SBX_EGRESS_ALLOWLIST };
 enum sbx_pkg_mode { SBX_PKG_OFFLINE, SBX_PKG_ALLOWLIST };
+/* packages.npm_scripts: whether the cache serves npm packages that would
+ * run install scripts (preinstall, install, postinstall, a binding.gyp). */
+enum sbx_npm_scripts { SBX_NPM_SCRIPTS_ALLOW, SBX_NPM_SCRIPTS_DENY };
 enum sbx_registry_type { SBX_REG_PYPI, SBX_REG_NPM };
 /* lifecycle.ttl_counts: the TTL runs on the wall clock from creation, or
  * only while the VM runs (paused and suspended time not counted). */
@@ -140,6 +143,7 @@ struct sbx_policy {
 		unsigned nregistries;
 		uint64_t max_download;
 		bool require_hashes;
+		enum sbx_npm_scripts npm_scripts;
 		/* Indexed by enum sbx_registry_type.  lock: a host path (the
 		 * file is read at create, pkglock.h), "" for none; a type has
 		 * a lock or pins, not both. */

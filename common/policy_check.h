@@ -24,6 +24,7 @@ int sbx_policy_check_ident(const char *s, bool upper_only, size_t max);
 extern const char *const sbx_policy_egress_names[];
 extern const char *const sbx_policy_registry_names[];
 extern const char *const sbx_policy_mode_names[];
+extern const char *const sbx_policy_npm_scripts_names[];
 extern const char *const sbx_policy_ttl_counts_names[];
 
 #endif

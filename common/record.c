@@ -183,6 +183,9 @@ static void get_packages(json_t *p, struct sbx_limit_packages *k)
 	}
 	k->max_download = sbx_json_u64(p, "max_download");
 	k->require_hashes = json_is_true(json_object_get(p, "require_hashes"));
+	/* Absent (a record from before it): allow, which is what it had. */
+	const char *ns = json_string_value(json_object_get(p, "npm_scripts"));
+	k->npm_scripts = ns && !strcmp(ns, "deny") ? SBX_NPM_SCRIPTS_DENY : SBX_NPM_SCRIPTS_ALLOW;
 	sbx_json_str(p, "rules", k->rules, sizeof k->rules);
 	json_t *locks = json_object_get(p, "locks");
 	static const char *const types[] = { "pypi", "npm" };
@@ -203,9 +206,10 @@ static json_t *packages_json(const struct sbx_limit_packages *k)
 		json_array_append_new(regs,
 				      json_pack("{s:s, s:s}", "type", k->reg[i].type == SBX_REG_NPM ? "npm" : "pypi",
 						"url", k->reg[i].url));
-	json_t *o = json_pack("{s:s, s:s, s:o, s:I, s:b}", "mode",
+	json_t *o = json_pack("{s:s, s:s, s:o, s:I, s:b, s:s}", "mode",
 			      k->mode == SBX_PKG_ALLOWLIST ? "allowlist" : "offline", "policy", k->policy, "registries",
-			      regs, "max_download", (json_int_t)k->max_download, "require_hashes", k->require_hashes);
+			      regs, "max_download", (json_int_t)k->max_download, "require_hashes", k->require_hashes,
+			      "npm_scripts", k->npm_scripts == SBX_NPM_SCRIPTS_DENY ? "deny" : "allow");
 	/* Only when there are rules: a record without them reads as before. */
 	if (o && k->rules[0]) {
 		json_t *locks = json_object();

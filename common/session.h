@@ -130,6 +130,7 @@ struct sbx_session {
 			unsigned nreg;
 			uint64_t max_download; /* bytes */
 			int require_hashes;
+			int npm_scripts; /* enum sbx_npm_scripts (policy.h) */
 			/* packages.allow, deny, pins, lock compiled (pkglock.h)
 			 * into LIB/sessions/ID/pkgrules.json: its SHA-256, ""
 			 * when the policy has none of them (and in a record

@@ -20,10 +20,12 @@ struct sbx_guest_cfg {
 	char vols[8][128]; /* sbx.volN=/guest/path: disk sbx-volN, mounted read-only */
 	int net;           /* sbx.net=1: a NIC to the session's proxy (net.c) */
 	unsigned vol_rw;   /* sbx.volrw=MASK: bit N, volume N is writable (a workspace) */
-	/* Package installs (pkg.c): sbx.pkg=, sbx.pkgpolicy=, sbx.pkgreg=P,N */
+	/* Package installs (pkg.c): sbx.pkg=, sbx.pkgpolicy=, sbx.pkgreg=P,N,
+	 * sbx.npmscripts=deny */
 	char pkg[24]; /* "offline", the cache's URL, or "" (leave pip and npm alone) */
 	char pkg_policy[64];
 	unsigned pkg_pypi, pkg_npm;
+	int npm_no_scripts; /* sbx.npmscripts=deny: npm's ignore-scripts */
 };
 
 #define SBX_PROBE_MARKER "SBX-PROBE-OK"

@@ -4,6 +4,9 @@
  *   sbx.pkg=offline | sbx.pkg=http://10.0.2.2:3141   (the session's cache)
  *   sbx.pkgpolicy=NAME    the policy named in refusals
  *   sbx.pkgreg=P,N        how many pypi and npm registries it allows
+ *   sbx.npmscripts=deny   npm runs no install scripts (ignore-scripts); the
+ *                         cache refuses packages that have any, which is
+ *                         the half the guest cannot undo
  *
  * At boot we write /etc/pip.conf and the global npmrc into the overlay
  * root, so every pip and npm, whoever runs it and with whatever
@@ -62,6 +65,10 @@ int sbx_guest_pkg_param(struct sbx_guest_cfg *cfg, const char *tok, size_t len)
 		} else {
 			sbx_guest_log("ignoring invalid sbx.pkgpolicy");
 		}
+		return 1;
+	}
+	if (len == 19 && !strncmp(tok, "sbx.npmscripts=deny", 19)) {
+		cfg->npm_no_scripts = 1;
 		return 1;
 	}
 	if (len > 11 && !strncmp(tok, "sbx.pkgreg=", 11)) {
@@ -262,11 +269,14 @@ void sbx_guest_packages(const struct sbx_guest_cfg *cfg)
 	put_file("/etc/pip.conf", text);
 
 	/* npm: one default registry; npm's audit and update checks would ask
-	 * for endpoints no cache serves. */
+	 * for endpoints no cache serves.  With packages.npm_scripts: deny,
+	 * ignore-scripts too: a user can set it back (it is their npm), but
+	 * the cache serves no package that has an install script, so what it
+	 * would run then is only what came some other way. */
 	snprintf(text, sizeof(text),
 		 "# Written by sbx: npm follows policy %s (sbx-policy(5), packages).\n"
-		 "registry=%s/npm/0/\naudit=false\nfund=false\nupdate-notifier=false\n",
-		 pol, nn ? cfg->pkg : LOCAL);
+		 "registry=%s/npm/0/\naudit=false\nfund=false\nupdate-notifier=false\n%s",
+		 pol, nn ? cfg->pkg : LOCAL, cfg->npm_no_scripts ? "ignore-scripts=true\n" : "");
 	put_file("/etc/npmrc", text);
 	/* npm installed under /usr by its own installer reads PREFIX/etc/npmrc. */
 	struct stat st;

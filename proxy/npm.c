@@ -1,6 +1,7 @@
 /* The package cache's npm routes (pkgcache.h): metadata documents with
  * their tarball URLs rewritten to name the cache, and the tarballs,
  * checked against dist.integrity / dist.shasum. */
+#include "npmtgz.h"
 #include "pkgc.h"
 #include "policy.h"
 #include "util.h"
@@ -189,6 +190,32 @@ static int lock_want(const struct conn *c, const char *pkg, const char *ver, str
 	return 0;
 }
 
+/* packages.npm_scripts: deny. */
+static int refuse_scripts(struct conn *c, struct outcome *o, const char *why)
+{
+	char msg[700];
+	snprintf(msg, sizeof msg, "%s@%s has an install script (%s) and policy %s sets packages.npm_scripts: deny",
+		 c->package, c->version, why, pc_policy_name(c));
+	return pc_refuse(c, o, 403, msg, 1);
+}
+
+/* The tarball is what npm runs from, whatever the metadata said: its
+ * package.json and a binding.gyp are looked at before it is served. */
+static int inspect_scripts(struct conn *c, struct outcome *o, int fd)
+{
+	char why[300];
+	int r = sbx_npm_tgz_scripts(fd, why, sizeof why);
+	if (r == 0)
+		return 0;
+	if (r > 0)
+		return refuse_scripts(c, o, why), 1;
+	char msg[700];
+	snprintf(msg, sizeof msg,
+		 "%s@%s cannot be checked for install scripts (%s), and policy %s sets packages.npm_scripts: deny",
+		 c->package, c->version, why, pc_policy_name(c));
+	return pc_refuse(c, o, 403, msg, 1), 1;
+}
+
 static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, const char *ver)
 {
 	struct outcome o = { 0 };
@@ -199,12 +226,19 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 	if (!doc)
 		return 0;
 	o.cache = NULL; /* the tarball's own: hit or miss */
-	json_t *dist = json_object_get(json_object_get(json_object_get(doc, "versions"), ver), "dist");
+	json_t *vdoc = json_object_get(json_object_get(doc, "versions"), ver);
+	json_t *dist = json_object_get(vdoc, "dist");
 	const char *tb = json_string_value(json_object_get(dist, "tarball"));
 	if (!tb) {
 		json_decref(doc);
 		snprintf(msg, sizeof msg, "registry %s has no version %s of %s", c->registry, ver, pkg);
 		return pc_refuse(c, &o, 404, msg, 0);
+	}
+	int no_scripts = c->cfg->pkg->npm_scripts == SBX_NPM_SCRIPTS_DENY;
+	char why[300];
+	if (no_scripts && sbx_npm_meta_scripts(vdoc, why, sizeof why)) {
+		json_decref(doc);
+		return refuse_scripts(c, &o, why); /* before anything is downloaded */
 	}
 	char url[URL_MAX];
 	int bad_url = pc_resolve_url(c->upstream, tb, url, sizeof url) < 0;
@@ -237,6 +271,8 @@ static int npm_tarball(struct conn *c, const char *reg_url, const char *pkg, con
 			 pkg, ver, pc_rules_source(c, SBX_REG_NPM, src, sizeof src), pc_policy_name(c));
 		return pc_refuse(c, &o, 403, msg, 1);
 	}
+	if (no_scripts)
+		w.inspect = inspect_scripts;
 	/* Cache entries are named by a strong hash only: a SHA-1 collision
 	 * must not let one tarball stand for another. */
 	if (w.sha512[0])

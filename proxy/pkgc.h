@@ -108,6 +108,10 @@ struct want {
 	char sha512[129];
 	char sha1[41];
 	char key[140]; /* the cache entry's name: "sha256-HEX" / "sha512-HEX"; "" not cacheable */
+	/* Optional: a look at the verified file (fd) before it is served,
+	 * from the cache or upstream alike; 0 to serve it, else the refusal
+	 * is sent (npm.c: packages.npm_scripts). */
+	int (*inspect)(struct conn *c, struct outcome *o, int fd);
 };
 
 #define SEGS_MAX 8 /* of a request's path */

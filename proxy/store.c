@@ -587,6 +587,8 @@ int pc_serve_file(struct conn *c, struct outcome *o, const char *url, const stru
 		if (fd < 0)
 			return sent ? 0 : -1;
 	}
+	if (w->inspect && w->inspect(c, o, fd))
+		return 0;
 	if (w->key[0])
 		name_write(c, dir, w->key);
 	return deliver(c, o, fd);
