@@ -23,6 +23,7 @@ static const char usage[] =
 	"[SESSION...]\n"
 	"       sbx-ps --execs SESSION [-q] [--json]\n"
 	"       sbx-ps --net SESSION [--json] [--no-headers]\n"
+	"       sbx-ps --packages SESSION [--json] [--no-headers]\n"
 	"       sbx-ps --capacity [--json]\n"
 	"       sbx-ps --workspaces [-q] [--json] [--no-headers] [--state=attached|idle] [--tenant=TENANT] [NAME...]\n";
 
@@ -193,6 +194,41 @@ static int list_net(struct sbx_state *st, const char *session, int json, int hea
 	return 0;
 }
 
+/* The execs that were running when a package was asked for, by comma
+ * ("-" for none). */
+static void show_execs(const struct sbx_cli_table *t, json_t *row, FILE *f)
+{
+	json_t *a = json_object_get(row, "execs"), *v;
+	size_t i;
+	json_array_foreach (a, i, v)
+		fprintf(f, "%s%s", i ? "," : "", json_string_value(v));
+	if (!json_array_size(a))
+		putc('-', f);
+	(void)t;
+}
+
+static const struct sbx_cli_col pcols[] = {
+	{ "time", "TIME", NULL },       { "execs", "EXECS", show_execs }, { "registry", "REGISTRY", NULL },
+	{ "package", "PACKAGE", NULL }, { "version", "VERSION", NULL },    { "verdict", "VERDICT", NULL },
+	{ "cache", "CACHE", NULL },     { "size", "SIZE", NULL },         { "reason", "REASON", NULL },
+};
+static const struct sbx_cli_table packages_table = { SBX_CLI_COLS(pcols) };
+
+/* --packages SESSION: what the session's package cache served (the files
+ * installed) and refused, oldest first. */
+static int list_packages(struct sbx_state *st, const char *session, int json, int headers)
+{
+	json_t *arr;
+	struct sbx_err err = { 0 };
+	if (sbx_pkglog_read(st, session, &arr, &err) < 0) {
+		sbx_err_print("sbx-ps", &err, json);
+		return err.code;
+	}
+	sbx_cli_print_table(&packages_table, arr, sbx_cli_mode_of(json, 0), headers);
+	json_decref(arr);
+	return 0;
+}
+
 /* --capacity's text: a line per resource, NAME USED MAX, no header. */
 static const struct sbx_cli_col capcols[] = { { "name", NULL, NULL }, { "used", NULL, NULL }, { "max", NULL, NULL } };
 static const struct sbx_cli_table capacity_table = { SBX_CLI_COLS(capcols) };
@@ -296,14 +332,15 @@ int main(int argc, char **argv)
 		{ "all", no_argument, NULL, 'a' },         { "capacity", no_argument, NULL, 'C' },
 		{ "execs", required_argument, NULL, 'x' }, { "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },        { "net", required_argument, NULL, 'N' },
-		{ "no-headers", no_argument, NULL, 'H' },  { "pool", no_argument, NULL, 'o' },
+		{ "no-headers", no_argument, NULL, 'H' },  { "packages", required_argument, NULL, 'K' },
+		{ "pool", no_argument, NULL, 'o' },
 		{ "prometheus", no_argument, NULL, 'P' },  { "quiet", no_argument, NULL, 'q' },
 		{ "state", required_argument, NULL, 's' }, { "tenant", required_argument, NULL, 'T' },
 		{ "workspaces", no_argument, NULL, 'w' },  { NULL, 0, NULL, 0 },
 	};
 	int json = 0, quiet = 0, headers = 1, prom = 0, capacity = 0, workspaces = 0, c;
 	int with_pool = 0, pool = 0; /* warm-pool members: hidden, shown too, shown alone */
-	const char *want = NULL, *execs_of = NULL, *tenant = NULL, *net_of = NULL;
+	const char *want = NULL, *execs_of = NULL, *tenant = NULL, *net_of = NULL, *packages_of = NULL;
 	while ((c = getopt_long(argc, argv, "Hhq", opts, NULL)) != -1) {
 		switch (c) {
 		case 'a': with_pool = 1; break;
@@ -314,6 +351,7 @@ int main(int argc, char **argv)
 		case 'h': return sbx_cli_usage(usage, 1);
 		case 'j': json = 1; break;
 		case 'N': net_of = optarg; break;
+		case 'K': packages_of = optarg; break;
 		case 'q': quiet = 1; break;
 		case 's': want = optarg; break;
 		case 'T': tenant = optarg; break;
@@ -335,6 +373,8 @@ int main(int argc, char **argv)
 		return list_execs(&st, execs_of, json, quiet, headers);
 	if (net_of)
 		return list_net(&st, net_of, json, headers);
+	if (packages_of)
+		return list_packages(&st, packages_of, json, headers);
 	if (capacity)
 		return print_capacity(&st, json);
 	if (workspaces)

@@ -2,6 +2,7 @@
  * its proxy, proxy/) for sbx-ps --net: the client layer's reader of the
  * proxy's one output format. */
 #include "netlog.h"
+#include "execrec.h"
 #include "session.h"
 #include "util.h"
 
@@ -11,22 +12,38 @@
 #include <string.h>
 #include <unistd.h>
 
+/* LIB/sessions/ID/NAME, a log the proxy writes, for reading: NULL with
+ * *err clear when the session has none, NULL with err set (4: no such
+ * session) when the session is not there. */
+static FILE *log_open(struct sbx_state *st, const char *id, const char *name, struct sbx_err *err)
+{
+	if (sbx_session_visible(st, id, err) < 0)
+		return NULL;
+	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0) {
+		if (errno == ENOENT)
+			sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id);
+		else
+			sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open session %s", id);
+		return NULL;
+	}
+	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	FILE *f = fd >= 0 ? fdopen(fd, "re") : NULL;
+	if (fd >= 0 && !f)
+		close(fd);
+	return f;
+}
+
 int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct sbx_err *err)
 {
 	*out = NULL;
-	if (sbx_session_visible(st, id, err) < 0)
+	err->code = 0;
+	_cleanup_fclose_ FILE *f = log_open(st, id, "net.log", err);
+	if (err->code)
 		return -1;
-	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (dfd < 0)
-		return errno == ENOENT ? sbx_err_set(err, SBX_EXIT_NOENT, 0, "no such session: %s", id)
-				       : sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open session %s", id);
 	json_t *arr = json_array();
 	if (!arr)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
-	int fd = openat(dfd, "net.log", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	_cleanup_fclose_ FILE *f = fd >= 0 ? fdopen(fd, "re") : NULL;
-	if (fd >= 0 && !f)
-		close(fd);
 	char *line = NULL;
 	size_t cap = 0;
 	/* A line torn by a crash, or one that is not ours, is skipped. */
@@ -38,6 +55,65 @@ int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct s
 			json_decref(o);
 	}
 	free(line);
+	*out = arr;
+	return 0;
+}
+
+/* The execs running at time t (sbx_fmt_time's form, which sorts as text):
+ * started <= t and ended >= t, or not ended. */
+static json_t *execs_at(json_t *execs, const char *t)
+{
+	json_t *ids = json_array(), *x;
+	size_t i;
+	json_array_foreach (execs, i, x) {
+		const char *s = json_string_value(json_object_get(x, "started"));
+		const char *e = json_string_value(json_object_get(x, "ended"));
+		const char *id = json_string_value(json_object_get(x, "exec"));
+		if (id && s && strcmp(s, t) <= 0 && (!e || strcmp(t, e) <= 0))
+			json_array_append_new(ids, json_string(id));
+	}
+	return ids;
+}
+
+int sbx_pkglog_read(struct sbx_state *st, const char *id, json_t **out, struct sbx_err *err)
+{
+	*out = NULL;
+	err->code = 0;
+	_cleanup_fclose_ FILE *f = log_open(st, id, "packages.log", err);
+	if (err->code)
+		return -1;
+	json_t *execs = NULL;
+	struct sbx_err xe = { 0 };
+	if (sbx_exec_list(st, id, &execs, &xe) < 0)
+		execs = NULL; /* no execs yet: no directory */
+	json_t *arr = json_array();
+	if (!arr) {
+		json_decref(execs);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	}
+	char *line = NULL;
+	size_t cap = 0;
+	/* The writer caps the log at 4 MiB; a torn line is skipped. */
+	while (f && getline(&line, &cap, f) > 0) {
+		json_t *o = json_loads(line, 0, NULL);
+		const char *kind = json_string_value(json_object_get(o, "kind"));
+		const char *verdict = json_string_value(json_object_get(o, "verdict"));
+		const char *t = json_string_value(json_object_get(o, "time"));
+		int file = kind && (!strcmp(kind, "tarball") || !strcmp(kind, "file"));
+		if (json_is_true(json_object_get(o, "truncated"))) {
+			json_array_append_new(arr, o); /* the writer's last line: its cap */
+			continue;
+		}
+		if (!json_is_object(o) || !verdict || !t || json_object_get(o, "method") ||
+		    (!file && !strcmp(verdict, "ok"))) {
+			json_decref(o);
+			continue;
+		}
+		json_object_set_new(o, "execs", execs_at(execs, t));
+		json_array_append_new(arr, o);
+	}
+	free(line);
+	json_decref(execs);
 	*out = arr;
 	return 0;
 }

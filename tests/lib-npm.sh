@@ -6,6 +6,8 @@
 # (test_net_hosts), with no uplinks (it serves only what the test publishes
 # to it) and its storage under the test's SBX_ROOT.
 #
+#   require_node_template              skips the test without a node template
+#                                      (fails it under SBX_REQUIRE_NODE=1)
 #   npm_registry_install               sets VERDACCIO (its bin), or says why not
 #   npm_registry_start NS ADDR PORT    runs it in NS on ADDR:PORT; sets
 #                                      NPM_REG_PID, NPM_REG_URL, NPM_REG_STORAGE
@@ -13,6 +15,14 @@
 #   npm_registry_publish DIR           npm publish DIR (a package.json and files)
 #   npm_registry_stop                  ends it and waits for it
 NPM_FIXTURE=$(cd "$(dirname "${BASH_SOURCE[0]}")/fixtures/verdaccio" && pwd)
+
+require_node_template() {
+	ls "$SBX_TEMPLATES"/node@*/manifest.json >/dev/null 2>&1 && return 0
+	[ "${SBX_REQUIRE_NODE:-0}" = 1 ] ||
+		skip_all "no node template built (sbx-template build node -f templates/node.yaml; scripts/test.sh does)"
+	ok 1 "a node template in $SBX_TEMPLATES (sbx-template build node -f templates/node.yaml)"
+	done_testing
+}
 
 # npm_fixture_install FIXTURE NAME: FIXTURE's package.json and lockfile
 # installed (npm ci) under SBX_CACHE/NAME/KEY, keyed by the lockfile, so

@@ -10,12 +10,7 @@
 # stopped.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-npm.sh"
-if ! ls "$SBX_TEMPLATES"/node@*/manifest.json >/dev/null 2>&1; then
-	[ "${SBX_REQUIRE_NODE:-0}" = 1 ] ||
-		skip_all "no node template built (sbx-template build node -f templates/node.yaml; scripts/test.sh does)"
-	ok 1 "a node template in $SBX_TEMPLATES (sbx-template build node -f templates/node.yaml)"
-	done_testing
-fi
+require_node_template
 require_vm
 [ "$(id -u)" = 0 ] || skip_all "needs root (network namespaces)"
 for t in ip curl jq; do command -v $t >/dev/null || skip_all "needs $t"; done
