@@ -100,6 +100,7 @@ static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 	sbx_limits_compile(p, l); /* the table's (record.c), then the rest */
 	l->cpu_milli = sbx_policy_cpu_limit_milli(p);
 	l->ttl_running = p->lifecycle.ttl_counts == SBX_TTL_RUNNING;
+	l->ttl_suspend = p->lifecycle.on_ttl == SBX_ON_TTL_SUSPEND;
 	const struct sbx_policy_paths *from[] = { &p->files.writable, &p->files.exportable };
 	struct sbx_limit_paths *to[] = { &l->writable, &l->exportable };
 	for (int k = 0; k < 2; k++) {

@@ -822,6 +822,7 @@ bool sbx_policy_port_allowed(const struct sbx_policy *p, unsigned port, const ch
 /* ---- lifecycle ---- */
 
 const char *const sbx_policy_ttl_counts_names[] = { "wall", "running", NULL };
+const char *const sbx_policy_on_ttl_names[] = { "end", "suspend", NULL };
 
 static const struct key lifecycle_keys[] = {
 	{ .name = "idle_pause",
@@ -837,6 +838,7 @@ static const struct key lifecycle_keys[] = {
 	  .max = 30 * DAY,
 	  .flags = F_ZERO },
 	{ .name = "ttl_counts", .kind = K_ENUM, .off = P(lifecycle.ttl_counts), .enums = sbx_policy_ttl_counts_names },
+	{ .name = "on_ttl", .kind = K_ENUM, .off = P(lifecycle.on_ttl), .enums = sbx_policy_on_ttl_names },
 };
 
 static int v_lifecycle(struct sbx_yaml *c, void *obj, const char *path)
@@ -861,6 +863,12 @@ static int v_lifecycle(struct sbx_yaml *c, void *obj, const char *path)
 			"first, then suspended",
 			path, a, path, b);
 	}
+	/* Its running time would be past the TTL at every resume. */
+	if (p->lifecycle.on_ttl == SBX_ON_TTL_SUSPEND && p->lifecycle.ttl_counts == SBX_TTL_RUNNING)
+		return sbx_yaml_failm(c, marks[key_index(lifecycle_keys, SBX_ARRAY_LEN(lifecycle_keys), "on_ttl")],
+				      "%s.on_ttl: suspend and %s.ttl_counts: running do not go together: a TTL "
+				      "of running time would be spent again at every resume",
+				      path, path);
 	return 0;
 }
 

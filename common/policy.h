@@ -52,6 +52,9 @@ enum sbx_registry_type { SBX_REG_PYPI, SBX_REG_NPM };
 /* lifecycle.ttl_counts: the TTL runs on the wall clock from creation, or
  * only while the VM runs (paused and suspended time not counted). */
 enum sbx_ttl_counts { SBX_TTL_WALL, SBX_TTL_RUNNING };
+/* lifecycle.on_ttl: at its TTL a session ends, or is suspended to disk
+ * (and given its TTL again, from when it is resumed). */
+enum sbx_on_ttl { SBX_ON_TTL_END, SBX_ON_TTL_SUSPEND };
 
 struct sbx_policy_rule {
 	/* Either a domain ("pypi.org", or "*.example.com" for any name below
@@ -173,6 +176,7 @@ struct sbx_policy {
 	struct {
 		uint64_t idle_pause_ms, idle_suspend_ms;
 		enum sbx_ttl_counts ttl_counts;
+		enum sbx_on_ttl on_ttl;
 	} lifecycle;
 };
 

@@ -26,5 +26,6 @@ extern const char *const sbx_policy_registry_names[];
 extern const char *const sbx_policy_mode_names[];
 extern const char *const sbx_policy_npm_scripts_names[];
 extern const char *const sbx_policy_ttl_counts_names[];
+extern const char *const sbx_policy_on_ttl_names[];
 
 #endif

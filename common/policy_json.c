@@ -184,9 +184,10 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 				  paths_json(&p->files.exportable), "max_transfer", JI(p->files.max_transfer),
 				  "max_session_transfer", JI(p->files.max_session_transfer));
 	json_t *ws = json_pack("{s:I, s:I}", "size", JI(p->workspace.size), "retention", JI(p->workspace.retention_ms));
-	json_t *lc = json_pack("{s:I, s:I, s:s}", "idle_pause", JI(p->lifecycle.idle_pause_ms), "idle_suspend",
+	json_t *lc = json_pack("{s:I, s:I, s:s, s:s}", "idle_pause", JI(p->lifecycle.idle_pause_ms), "idle_suspend",
 			       JI(p->lifecycle.idle_suspend_ms), "ttl_counts",
-			       sbx_policy_ttl_counts_names[p->lifecycle.ttl_counts]);
+			       sbx_policy_ttl_counts_names[p->lifecycle.ttl_counts], "on_ttl",
+			       sbx_policy_on_ttl_names[p->lifecycle.on_ttl]);
 	return json_pack("{s:i, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", 1, "source",
 			 p->source[0] ? p->source : NULL, "resources", res, "network", net, "packages", pkg, "files",
 			 files, "secrets", secrets, "workspace", ws, "ports", fwd_json(p), "lifecycle", lc);

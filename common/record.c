@@ -43,6 +43,7 @@ const struct sbx_limit_field sbx_limit_fields[] = {
 	{ "idle_pause_ms", SBX_LIMIT_U64, L(idle_pause_ms), 0, P(lifecycle.idle_pause_ms) },
 	{ "idle_suspend_ms", SBX_LIMIT_U64, L(idle_suspend_ms), 0, P(lifecycle.idle_suspend_ms) },
 	{ "ttl_running", SBX_LIMIT_BOOL, L(ttl_running), 0, SBX_LIMIT_DERIVED },
+	{ "ttl_suspend", SBX_LIMIT_BOOL, L(ttl_suspend), 0, SBX_LIMIT_DERIVED },
 };
 const size_t sbx_limit_nfields = SBX_ARRAY_LEN(sbx_limit_fields);
 #undef L

@@ -149,6 +149,7 @@ struct sbx_session {
 		 * only running time */
 		uint64_t idle_pause_ms, idle_suspend_ms;
 		int ttl_running;
+		int ttl_suspend; /* lifecycle.on_ttl: suspend */
 	} limits;
 };
 

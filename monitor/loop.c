@@ -282,7 +282,7 @@ int mon_loop_once(struct mon *m, int timeout_ms)
 			break;
 		case SRC_TIMER: {
 			uint64_t x;
-			if (read(s->fd, &x, sizeof x) == sizeof x && m->ready)
+			if (read(s->fd, &x, sizeof x) == sizeof x && m->ready && susp_ttl(m) < 0)
 				m->expired = 1; /* the session TTL */
 			break;
 		}
@@ -378,20 +378,14 @@ int mon_arm_ttl(struct mon *m)
 	if (timerfd_settime(m->timer.fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
 		return -1;
 	mon_ep_mod(m, &m->timer, EPOLLIN, EPOLL_CTL_ADD);
+	if (!m->susp.ttl_len)
+		m->susp.ttl_len = m->s.limits.ttl_ms;
 	return 0;
 }
 
-/* VMCTL TTL: the session ends left_ms from now.  The timer is set again
- * (made, for a session that had no TTL) and the record follows. */
-void mon_set_ttl(struct mon *m, struct client *c, uint64_t left_ms)
+int mon_ttl_from_now(struct mon *m, uint64_t left_ms, struct sbx_err *err)
 {
-	struct sbx_err err = { 0 };
 	uint64_t now = sbx_now_ns(), was = m->s.limits.ttl_ms;
-	if (!left_ms || left_ms > SBX_TTL_LEFT_MAX_MS)
-		return client_error(m, c, 0, SBX_EXIT_INVALID, "a time left out of range");
-	if (m->s.limits.ttl_running)
-		return client_error(m, c, 0, SBX_EXIT_CONFLICT,
-				    "the session's TTL counts its running time (lifecycle.ttl_counts), not the clock");
 	m->s.limits.ttl_ms = (now > m->s.created_ns ? (now - m->s.created_ns) / 1000000u : 0) + left_ms;
 	int rc;
 	if (m->timer.fd < 0) {
@@ -402,11 +396,31 @@ void mon_set_ttl(struct mon *m, struct client *c, uint64_t left_ms)
 							.tv_nsec = (long)(at % 1000000000u) } };
 		rc = timerfd_settime(m->timer.fd, TFD_TIMER_ABSTIME, &its, NULL);
 	}
-	if (rc < 0 || mon_record_save(m, &err) < 0) {
+	if (rc < 0 && !err->code)
+		sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot set the session's timer");
+	if (rc < 0 || mon_record_save(m, err) < 0) {
 		m->s.limits.ttl_ms = was;
+		return -1;
+	}
+	m->susp.ttl_len = left_ms;
+	return 0;
+}
+
+/* VMCTL TTL: the session ends left_ms from now.  The timer is set again
+ * (made, for a session that had no TTL) and the record follows. */
+void mon_set_ttl(struct mon *m, struct client *c, uint64_t left_ms)
+{
+	struct sbx_err err = { 0 };
+	if (!left_ms || left_ms > SBX_TTL_LEFT_MAX_MS)
+		return client_error(m, c, 0, SBX_EXIT_INVALID, "a time left out of range");
+	if (m->s.limits.ttl_running)
+		return client_error(m, c, 0, SBX_EXIT_CONFLICT,
+				    "the session's TTL counts its running time (lifecycle.ttl_counts), not the clock");
+	if (mon_ttl_from_now(m, left_ms, &err) < 0)
 		return client_error(m, c, 0, err.code ? err.code : SBX_EXIT_INTERNAL,
 				    err.msg[0] ? err.msg : "cannot set the session's timer");
-	}
+	/* Set while suspended at its TTL: this is the TTL it runs with. */
+	m->susp.ttl_hit = 0;
 	snap_reply(m, c, SBX_VMCTL_TTL);
 }
 

@@ -288,6 +288,11 @@ struct mon {
 		uint64_t since_mono; /* suspended since (CLOCK_MONOTONIC) */
 		uint64_t idle_mono;  /* last seen busy (CLOCK_MONOTONIC) */
 		int idle_paused;     /* the idle policy paused it */
+		/* lifecycle.on_ttl: suspend (susp_ttl): ttl_due, the TTL ran out
+		 * and the suspend is to be done from the main loop; ttl_hit, it
+		 * is suspended for it, and gets ttl_len again when it runs. */
+		int ttl_due, ttl_hit;
+		uint64_t ttl_len; /* ms: the TTL as last given (created, or set) */
 		struct {
 			uint64_t from, to;
 		} iv[32]; /* recent suspends (CLOCK_REALTIME), for exec records */
@@ -429,6 +434,8 @@ void mon_stop_network(struct mon *m);
 int mon_loop_once(struct mon *m, int timeout_ms);
 int mon_arm_ttl(struct mon *m);
 void mon_set_ttl(struct mon *m, struct client *c, uint64_t left_ms);
+/* The TTL ends left_ms from now: the timer and the record (no client). */
+int mon_ttl_from_now(struct mon *m, uint64_t left_ms, struct sbx_err *err);
 /* A VMCTL's answer: OP and the VM's state (running or paused). */
 void snap_reply(struct mon *m, struct client *c, unsigned op);
 
@@ -489,6 +496,9 @@ void susp_discard(struct mon *m);
 void susp_exec_fields(struct mon *m, const struct exec *ex, json_t *o);
 void susp_note_state(struct mon *m, const char *state);
 int susp_arm_ttl(struct mon *m);
+/* The TTL timer fired: 0 when lifecycle.on_ttl: suspend takes it (the
+ * session is, or will be, suspended), -1 when the session ends. */
+int susp_ttl(struct mon *m);
 
 /* port.c */
 void port_event(struct mon *m, struct src *s, uint32_t events);

@@ -510,6 +510,14 @@ static int susp_resume(struct mon *m, const char *why, struct sbx_err *err)
 	m->s.vmm_pid = m->vm.pid;
 	m->s.vmm_start = m->vm.start_time;
 	m->s.resume_ms = (sbx_mono_ns() - t0) / 1000000u;
+	if (m->susp.ttl_hit) {
+		/* Suspended at its TTL (lifecycle.on_ttl): it gets that TTL
+		 * again, from now (or what was set meanwhile). */
+		struct sbx_err e = { 0 };
+		m->susp.ttl_hit = 0;
+		if (mon_ttl_from_now(m, m->susp.ttl_len ? m->susp.ttl_len : m->s.limits.ttl_ms, &e) < 0)
+			m->expired = 1; /* no timer: it cannot run unbounded */
+	}
 	mon_record_save(m, NULL);
 	/* Loaded: the image is of a past the guest has left. */
 	mon_susp_discard(m);
@@ -685,7 +693,7 @@ static int idle_policy(const struct mon *m)
 
 int susp_wait_ms(struct mon *m)
 {
-	if (m->susp.want)
+	if (m->susp.want || m->susp.ttl_due)
 		return 0;
 	if (!idle_policy(m) || m->susp.suspended || m->susp.busy)
 		return -1;
@@ -710,8 +718,63 @@ int susp_wait_ms(struct mon *m)
 	return at <= now ? 0 : (int)((at - now) / 1000000u) + 1;
 }
 
+int susp_ttl(struct mon *m)
+{
+	if (!m->s.limits.ttl_suspend || m->s.pool)
+		return -1;
+	if (m->susp.suspended) {
+		m->susp.ttl_hit = 1; /* suspended already (idle): it stays so */
+		return 0;
+	}
+	/* What cannot be suspended ends, as without the key (a session with
+	 * secrets: sbx-policy(5)); the refusal is in the audit trail. */
+	struct sbx_err err = { 0 };
+	if (suspendable(m, &err) < 0) {
+		json_t *f = json_pack("{s:s, s:s, s:b, s:s}", "session", m->s.id, "reason", "ttl", "ok", 0, "error",
+				      err.msg);
+		mon_audit(m, "session.suspend", f, NULL);
+		json_decref(f);
+		return -1;
+	}
+	m->susp.ttl_due = 1;
+	return 0;
+}
+
+/* lifecycle.on_ttl: suspend, from the main loop as an idle suspend is. */
+static void ttl_suspend(struct mon *m)
+{
+	struct sbx_err err = { 0 };
+	m->susp.ttl_due = 0;
+	if (m->susp.suspended) {
+		m->susp.ttl_hit = 1;
+		return;
+	}
+	if (susp_suspend(m, "ttl", &err) < 0) {
+		m->expired = 1; /* it ends, as without the key (audited) */
+		return;
+	}
+	m->susp.ttl_hit = 1;
+	/* A client following a running exec would wait for as long as the
+	 * session sleeps: it is told, and let go; the exec runs on when the
+	 * session does, its output on disk for --attach. */
+	for (struct exec *ex = m->execs; ex; ex = ex->next) {
+		if (ex->done || !ex->client || ex->client->dead)
+			continue;
+		char msg[300];
+		snprintf(msg, sizeof msg,
+			 "session %s was suspended at its TTL (lifecycle.on_ttl: suspend); exec %s runs on when it is "
+			 "resumed: sbx-exec --attach %s %s",
+			 m->s.id, ex->id, ex->id, m->s.id);
+		client_error(m, ex->client, ex->n, SBX_EXIT_UNAVAIL, msg);
+		ex->client->dead = 1;
+	}
+	wake_pending(m);
+}
+
 void susp_tick(struct mon *m)
 {
+	if (m->susp.ttl_due && !m->susp.busy)
+		return ttl_suspend(m);
 	if (m->susp.want && !m->susp.busy)
 		return suspend_asked(m);
 	if (susp_wait_ms(m) != 0)

@@ -177,6 +177,9 @@ static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
 	json_decref(meta);
 	if (j && !md)
 		json_object_set_new(j, "metadata", json_object());
+	if (j)
+		json_object_set_new(j, "lifecycle", json_pack("{s:s, s:b}", "onTimeout",
+							      s->limits.ttl_suspend ? "pause" : "kill", "autoResume", 0));
 	return j;
 }
 
@@ -184,7 +187,7 @@ static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
  * /home/user among the paths its files may be copied to and from (beside
  * the defaults' /workspace and /tmp: E2B's code works there). */
 static int sandbox_policy(struct serve_back *b, struct sbx_policy *pol, unsigned timeout, int internet,
-			  struct sbx_err *err)
+			  int auto_pause, struct sbx_err *err)
 {
 	char ttl[32];
 	/* The operator's policy for the service's sandboxes, else the
@@ -203,6 +206,14 @@ static int sandbox_policy(struct serve_back *b, struct sbx_policy *pol, unsigned
 	}
 	snprintf(ttl, sizeof ttl, "%us", timeout);
 	if (sbx_policy_set(pol, "resources.ttl", ttl, err) < 0)
+		return -1;
+	/* autoPause: suspended at its timeout (lifecycle.on_ttl), and resumed
+	 * by a connect, with that TTL again. */
+	if (auto_pause && pol->lifecycle.ttl_counts == SBX_TTL_RUNNING)
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0,
+				   "autoPause: this service's sandboxes count their timeout in running time "
+				   "(lifecycle.ttl_counts in serve.policy), which a pause would never spend");
+	if (auto_pause && sbx_policy_set(pol, "lifecycle.on_ttl", "suspend", err) < 0)
 		return -1;
 	struct sbx_policy_paths *fp[] = { &pol->files.writable, &pol->files.exportable };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(fp); i++)
@@ -237,7 +248,7 @@ static int op_create(struct serve_back *b, struct serve_req *r, const char *tena
 {
 	struct sbx_policy pol;
 	unsigned timeout = r->timeout_s ? r->timeout_s : 300;
-	if (sandbox_policy(b, &pol, timeout, r->internet, err) < 0)
+	if (sandbox_policy(b, &pol, timeout, r->internet, r->auto_pause, err) < 0)
 		return -1;
 	/* A template ID that names no template but one of the caller's
 	 * snapshots (a createSnapshot's ID) restores it. */
@@ -310,6 +321,13 @@ static int op_get(struct serve_back *b, const struct serve_req *r, int sock, int
 	if (with_token && strcmp(live, "running") &&
 	    (sbx_session_vmctl(&b->st, s.id, sbx_state_tenant(&b->st), SBX_VMCTL_RESUME, NULL, state, sizeof state,
 			       err) < 0 ||
+	     sbx_session_lookup(&b->st, r->id, &s, err) < 0))
+		return -1;
+	/* connect's timeout: the sandbox lives at least that long from now
+	 * (E2B's connect only extends). */
+	uint64_t now = sbx_now_ns(), want = (uint64_t)r->timeout_s * 1000000000u;
+	if (with_token && r->timeout_s && (!s.limits.ttl_ms || s.created_ns + s.limits.ttl_ms * 1000000u < now + want) &&
+	    (sbx_session_set_ttl(&b->st, s.id, (uint64_t)r->timeout_s * 1000u, err) < 0 ||
 	     sbx_session_lookup(&b->st, r->id, &s, err) < 0))
 		return -1;
 	json_t *j = sandbox_json(b, &s);
@@ -695,9 +713,11 @@ static int op_metrics(struct serve_back *b, const struct serve_req *r, int sock,
 static int op_fork(struct serve_back *b, const struct serve_req *r, const char *tenant, int sock, struct sbx_err *err)
 {
 	struct sbx_policy pol;
+	struct sbx_session src_s;
 	unsigned timeout = r->timeout_s ? r->timeout_s : 300, n = r->count ? r->count : 1;
-	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_visible(&b->st, r->id, err) < 0 ||
-	    sandbox_policy(b, &pol, timeout, -1, err) < 0)
+	/* A fork pauses at its timeout when its source does. */
+	if (sbx_id_check(r->id, "sandbox ID", err) < 0 || sbx_session_lookup(&b->st, r->id, &src_s, err) < 0 ||
+	    sandbox_policy(b, &pol, timeout, -1, src_s.limits.ttl_suspend, err) < 0)
 		return -1;
 	if (n > SBX_FORK_MAX)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "count: 1 to %u", SBX_FORK_MAX);

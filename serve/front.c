@@ -262,14 +262,16 @@ static enum MHD_Result api_create(struct MHD_Connection *c, const struct listene
 		json_decref(b);
 		return api_error(c, 400, "the body is not a JSON object");
 	}
-	/* What sbx cannot do is refused, not dropped: a sandbox past its
-	 * timeout is killed (no auto-pause), and its network is the
+	/* What sbx cannot do is refused, not dropped: a sandbox paused at
+	 * its timeout (autoPause) keeps its memory and is resumed by a
+	 * connect, not by traffic (autoResume), and its network is the
 	 * operator's serve.policy, narrowed by allow_internet_access: false. */
-	json_t *ap = json_object_get(b, "autoPause"),
+	json_t *ap = json_object_get(b, "autoPause"), *apm = json_object_get(b, "autoPauseMemory"),
 	       *ar = json_object_get(json_object_get(b, "autoResume"), "enabled"), *net = json_object_get(b, "network"),
 	       *ia = json_object_get(b, "allow_internet_access");
-	const char *no = json_is_true(ap)   ? "autoPause is not served: a sandbox past its timeout is killed"
-			 : json_is_true(ar) ? "autoResume is not served"
+	const char *no = ap && !json_is_null(ap) && !json_is_boolean(ap) ? "autoPause: expected true or false"
+			 : json_is_false(apm) ? "autoPauseMemory: false is not served: a paused sandbox keeps its memory"
+			 : json_is_true(ar)   ? "autoResume is not served: a connect resumes a paused sandbox"
 			 : net && !json_is_null(net) && json_object_size(net)
 				 ? "network options are not served: the operator's serve.policy decides"
 			 : ia && !json_is_null(ia) && !json_is_boolean(ia)
@@ -284,6 +286,8 @@ static enum MHD_Result api_create(struct MHD_Connection *c, const struct listene
 	json_t *v;
 	if (json_is_boolean(ia))
 		json_object_set(r, "internet", ia);
+	if (json_is_true(ap))
+		json_object_set_new(r, "auto_pause", json_true());
 	if ((v = json_object_get(b, "templateID")))
 		json_object_set(r, "template", v);
 	if ((v = json_object_get(b, "timeout")))
@@ -339,6 +343,21 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 		json_decref(b);
 		if (!ok)
 			return api_error(c, 400, "expected {\"timeout\": seconds, \"count\": N}");
+	} else if (!strcmp(op, "connect")) {
+		/* {"timeout": seconds, "memory": false (reboot)}, both optional */
+		json_t *b = cn->n ? json_loadb(cn->body, cn->n, JSON_REJECT_DUPLICATES, NULL) : json_object();
+		json_t *t = json_object_get(b, "timeout"), *mem = json_object_get(b, "memory");
+		int ok = json_is_object(b) && (!t || json_is_null(t) || (json_is_integer(t) && json_integer_value(t) >= 0));
+		int reboot = ok && json_is_false(mem);
+		if (ok && json_is_integer(t))
+			secs = json_incref(t);
+		json_decref(b);
+		if (!ok)
+			return api_error(c, 400, "expected {\"timeout\": seconds}");
+		if (reboot) {
+			json_decref(secs);
+			return api_error(c, 400, "memory: false (a reboot) is not served: a sandbox resumes as it was");
+		}
 	} else if (!strcmp(op, "timeout") || !strcmp(op, "refresh")) {
 		/* {"timeout": seconds} and {"duration": seconds} */
 		json_t *b = cn->n ? json_loadb(cn->body, cn->n, JSON_REJECT_DUPLICATES, NULL) : json_object();

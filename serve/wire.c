@@ -258,6 +258,10 @@ static int decode(json_t *o, struct serve_req *r, struct sbx_err *err)
 	if (ia && !json_is_boolean(ia))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "internet: expected true or false");
 	r->internet = ia ? json_is_true(ia) : -1;
+	json_t *ap = json_object_get(o, "auto_pause");
+	if (ap && !json_is_boolean(ap))
+		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "auto_pause: expected true or false");
+	r->auto_pause = json_is_true(ap);
 	if ((r->op == SERVE_OP_EXEC || r->op == SERVE_OP_CLI) && argv_field(o, r, err) < 0)
 		return -1;
 	if (r->op == SERVE_OP_CLI && !serve_cli_prog_ok(r->argv[0]))

@@ -62,6 +62,7 @@ struct serve_req {
 	char tmpl[130];     /* create: the template */
 	unsigned timeout_s; /* create: seconds to live; 0: the default */
 	int internet;       /* create: allow_internet_access, 0 or 1; -1: not asked */
+	int auto_pause;     /* create: autoPause, the sandbox is suspended at its timeout */
 	json_t *metadata;   /* create: string to string (owned) */
 	char **env;         /* create, exec: NAME=VALUE, NULL-terminated (owned) */
 	size_t nenv;

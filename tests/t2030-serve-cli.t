@@ -219,7 +219,10 @@ is "$(post '{"templateID":"default","timeout":120,"allow_internet_access":false}
 s2=$(jq -r .sandboxID "$H/alice/body")
 is "$(jq -r '(.net.egress // "none") + " " + .limits.packages.mode' "$L/sessions/$s2/session.json")" "none offline" \
 	"to no egress and no package registry"
-is "$(post '{"templateID":"default","autoPause":true}')" 400 "autoPause (not served): 400, not a sandbox that dies anyway"
+is "$(post '{"templateID":"default","autoPause":true,"autoPauseMemory":false}')" 400 \
+	"autoPauseMemory: false (not served: a paused sandbox keeps its memory): 400"
+is "$(post '{"templateID":"default","autoPause":true,"autoResume":{"enabled":true}}')" 400 "autoResume (not served): 400"
+is "$(post '{"templateID":"default","autoPause":"yes"}')" 400 "autoPause that is no boolean: 400"
 is "$(post '{"templateID":"default","network":{"allowOut":["0.0.0.0/0"]}}')" 400 "network options (not served): 400"
 is "$(post '{"templateID":"default","allow_internet_access":"yes"}')" 400 "allow_internet_access that is no boolean: 400"
 is "$(sbx-ps --tenant alice -q | grep -vx "$id" | sort | tr '\n' ' ')" "$(printf '%s\n' "$s1" "$s2" | sort | tr '\n' ' ')" \

@@ -109,6 +109,28 @@ test('pause, then connect resumes', async () => {
 	}
 })
 
+test('onTimeout: pause (autoPause): paused at its timeout, connect resumes it', async () => {
+	const sbx = await Sandbox.create(T, { timeoutMs: 15_000, lifecycle: { onTimeout: 'pause' } })
+	try {
+		assert.equal((await sbx.getInfo()).lifecycle?.onTimeout, 'pause', 'getInfo says what it does at its timeout')
+		// Under load the timeout may come first: a command resumes it.
+		await sbx.commands.run('echo kept > /tmp/k')
+		let state = 'running'
+		for (let i = 0; i < 600 && state !== 'paused'; i++) { // at most 120 s
+			state = (await Sandbox.getInfo(sbx.sandboxId)).state
+			if (state !== 'paused') await new Promise((r) => setTimeout(r, 200))
+		}
+		assert.equal(state, 'paused', 'past its timeout it is paused, not killed')
+		const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 300_000 })
+		const info = await back.getInfo()
+		assert.equal(info.state, 'running', 'connect resumes it')
+		assert.ok(info.endAt.getTime() - Date.now() > 200_000, `with the connect's timeout (ends ${info.endAt.toISOString()})`)
+		assert.equal((await back.commands.run('cat /tmp/k')).stdout, 'kept\n', 'its files as they were')
+	} finally {
+		await sbx.kill()
+	}
+})
+
 test('a command past its timeout is ended by sbx', async () => {
 	const sbx = await Sandbox.create(T, { timeoutMs: 300_000 })
 	try {
