@@ -57,7 +57,8 @@ UNIT_SRC = $(wildcard tests/unit/*.c)
 UNITS = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 MANS = $(wildcard man/*.[1-8])
 
-all: $(BINS) $(B)/guest-init $(B)/tools/sbx-mkcpio $(B)/tools/sbx-bench-floor $(B)/tools/sbx-audit-append $(UNITS)
+all: $(BINS) $(B)/guest-init $(B)/tools/sbx-mkcpio $(B)/tools/sbx-bench-floor $(B)/tools/sbx-audit-append \
+	$(B)/tools/sbx-npm-inspect $(UNITS)
 
 $(B)/obj/%.o: common/%.c
 	@mkdir -p $(@D)
@@ -136,6 +137,11 @@ $(B)/tools/sbx-mkcpio: tools/sbx-mkcpio.c
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 $(OPT) $(SAN) $(WARN) -D_GNU_SOURCE $(CFLAGS) $< $(LDFLAGS_ALL) \
 		$$(pkg-config --cflags --libs libarchive) -o $@
+
+# The package cache's tarball check alone, for make bench.
+$(B)/tools/sbx-npm-inspect: tools/sbx-npm-inspect.c $(B)/obj/proxy/npmtgz.o $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Iproxy $< $(B)/obj/proxy/npmtgz.o $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 
 $(B)/tools/sbx-bench-floor: tools/sbx-bench-floor.c $(B)/libsbx.a
 	@mkdir -p $(@D)

@@ -52,19 +52,14 @@ bench_density() {
 		"$t" 1 sbx-exec "$id" -- true >>"$raw/density-exec.txt"
 	done
 	sbx-kill <"$raw/density-ids.txt" >/dev/null 2>&1
-	python3 - "$raw" "$out" "$n" "$cap" "$mem0" "$mem1" "$t0" "$t1" <<'PY'
+	PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")" python3 - "$raw" "$out" "$n" "$cap" "$mem0" "$mem1" "$t0" "$t1" <<'PY'
 import json, os, sys
 raw, out = sys.argv[1], sys.argv[2]
 n, cap, mem0, mem1 = (int(x) for x in sys.argv[3:7])
 t0, t1 = float(sys.argv[7]), float(sys.argv[8])
 lat = [float(x) for x in open(f"{raw}/density-exec.txt") if x.strip()]
 disk, rss = zip(*[map(int, l.split()) for l in open(f"{raw}/density-held.txt") if l.strip()])
-def pct(v, p):
-    v = sorted(v); k = (len(v) - 1) * p / 100; f = int(k); c = min(f + 1, len(v) - 1)
-    return v[f] + (v[c] - v[f]) * (k - f)
-def row(name, v, unit):
-    return {"name": name, "unit": unit, "n": len(v), "p50": round(pct(v, 50), 2), "p95": round(pct(v, 95), 2),
-            "p99": round(pct(v, 99), 2), "min": round(min(v), 2), "max": round(max(v), 2)}
+from benchstats import pct, row99 as row
 rows = [row(f"density: sbx-exec true on a random one of {n} (resume included)", lat, "ms"),
         row("density: suspended session's directory on disk", [x / 1024 for x in disk], "MiB"),
         row("density: suspended session's monitor RSS", [x / 1024 for x in rss], "MiB")]

@@ -36,15 +36,10 @@ bench_fair() {
 		fair_phase idle "" && fair_phase default "$w1" && fair_phase unlimited "$w2"
 	done
 	sbx-kill "$nb" "$w1" "$w2"
-	python3 - "$raw" "$out" <<'PY'
+	PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")" python3 - "$raw" "$out" <<'PY'
 import json, os, sys
 raw, out = sys.argv[1], sys.argv[2]
-def pct(v, p):
-    v = sorted(v); k = (len(v) - 1) * p / 100; f = int(k); c = min(f + 1, len(v) - 1)
-    return v[f] + (v[c] - v[f]) * (k - f)
-def row(name, v, unit):
-    return {"name": name, "unit": unit, "n": len(v), "p50": round(pct(v, 50), 2), "p95": round(pct(v, 95), 2),
-            "p99": round(pct(v, 99), 2), "min": round(min(v), 2), "max": round(max(v), 2)}
+from benchstats import pct, row99 as row
 label = {"idle": "no writer", "default": "writer at default limits", "unlimited": "writer unlimited"}
 rows, ratios, fig = [], {}, {}
 for ph in ("idle", "default", "unlimited"):

@@ -31,7 +31,7 @@ bench_suspend() {
 		"$t" 1 sbx-snapshot resume "$id" >>"$raw/resume-only.txt"
 	done
 	sbx-kill "$id"
-	python3 - "$raw" "$out" <<'PY'
+	PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")" python3 - "$raw" "$out" <<'PY'
 import json, os, sys
 raw, out = sys.argv[1], sys.argv[2]
 fl = json.load(open(f"{raw}/floor.json"))
@@ -39,12 +39,7 @@ floor, floor_exec = fl["restore_ms"], fl.get("restore_exec_ms", [])
 resume = [float(x) for x in open(f"{raw}/resume.txt") if x.strip()]
 only = [float(x) for x in open(f"{raw}/resume-only.txt") if x.strip()]
 img, rss = zip(*[map(int, l.split()) for l in open(f"{raw}/suspended.txt") if l.strip()])
-def pct(v, p):
-    v = sorted(v); k = (len(v) - 1) * p / 100; f = int(k); c = min(f + 1, len(v) - 1)
-    return v[f] + (v[c] - v[f]) * (k - f)
-def row(name, v, unit):
-    return {"name": name, "unit": unit, "n": len(v), "p50": round(pct(v, 50), 2), "p95": round(pct(v, 95), 2),
-            "min": round(min(v), 2), "max": round(max(v), 2)}
+from benchstats import pct, row
 rows = [row("resume from suspend to first exec (sbx-exec true)", resume, "ms"),
         row("floor: qemu -incoming restore -> agent answers", floor, "ms"),
         row("resume from suspend alone (sbx-snapshot resume)", only, "ms"),

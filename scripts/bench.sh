@@ -236,19 +236,14 @@ if [ "${BENCH_CLOCK_MIN:-2}" != 0 ]; then
 	BENCH_CLOCK_MIN=${BENCH_CLOCK_MIN:-2} "$(dirname "$0")/bench-clock.sh" >"$raw/clock.json" 2>/dev/null || : >"$raw/clock.json"
 fi
 
-python3 - "$raw" "$B/bench.json" <<'PY'
+PYTHONPATH="$(dirname "$0")" python3 - "$raw" "$B/bench.json" <<'PY'
 import json, sys, statistics, platform, os
 raw, out = sys.argv[1], sys.argv[2]
 floor = json.load(open(f"{raw}/floor.json"))
 create = [float(x) for x in open(f"{raw}/create.txt") if x.strip()]
 execs = [float(x) for x in open(f"{raw}/exec.txt") if x.strip()]
 spawn = [float(x) for x in open(f"{raw}/spawn.txt") if x.strip()]
-def pct(v, p):
-    v = sorted(v); k = (len(v) - 1) * p / 100; f = int(k); c = min(f + 1, len(v) - 1)
-    return v[f] + (v[c] - v[f]) * (k - f)
-def row(name, v, unit):
-    return {"name": name, "unit": unit, "n": len(v), "p50": round(pct(v, 50), 2), "p95": round(pct(v, 95), 2),
-            "min": round(min(v), 2), "max": round(max(v), 2)}
+from benchstats import pct, row
 accel = "tcg" if not os.path.exists("/dev/kvm") else "probe (see accel.json)"
 rows = [row("create-to-ready (sbx-create)", create, "ms"),
         row("floor: qemu launch -> agent HELLO", floor["boot_ms"], "ms"),
@@ -465,6 +460,11 @@ bench_density "$raw" "$B/bench.json"
 # leaves it out).
 . "$(dirname "$0")/bench-fair.sh"
 bench_fair "$raw" "$B/bench.json"
+
+# The package cache's npm install-script check against untarring the same
+# tarball (scripts/bench-npm.sh; BENCH_NPM_RUNS=0 leaves it out).
+. "$(dirname "$0")/bench-npm.sh"
+bench_npm "$raw" "$B/bench.json"
 
 # sbx-serve against the CLI (scripts/bench-serve.sh; BENCH_SERVE_RUNS=0
 # leaves it out).
