@@ -36,7 +36,7 @@ for src in tests/fuzz/fuzz-*.c; do
 			proxy/npm.c proxy/npmtgz.c proxy/store.c common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c
 			common/err.c proxy/egress.c "${policy[@]}" common/units.c common/yamlstrict.c common/hostconf.c
 			common/budget.c)
-		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1)" ;;
+		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1 libarchive)" ;;
 	fuzz-tar)
 		# The checker alone (tarcheck.c is pure).
 		deps=(common/tarcheck.c common/err.c)
