@@ -226,6 +226,13 @@ static void spec_hash(const struct sbx_session *s, const struct sbx_policy *p, c
 	json_t *pj = sbx_policy_json(p);
 	if (pj)
 		json_object_del(pj, "source");
+	/* Keys added since, at their defaults, hash as before they were: a
+	 * create retried across an upgrade is the same request. */
+	json_t *pk = json_object_get(pj, "packages"), *lc = json_object_get(pj, "lifecycle");
+	if (!strcmp(json_string_value(json_object_get(pk, "npm_scripts")) ?: "", "allow"))
+		json_object_del(pk, "npm_scripts");
+	if (!strcmp(json_string_value(json_object_get(lc, "on_ttl")) ?: "", "end"))
+		json_object_del(lc, "on_ttl");
 	char *ptxt = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	if (ptxt)
 		SHA256Update(&c, (const uint8_t *)ptxt, strlen(ptxt));
