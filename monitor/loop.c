@@ -378,8 +378,7 @@ int mon_arm_ttl(struct mon *m)
 	if (timerfd_settime(m->timer.fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
 		return -1;
 	mon_ep_mod(m, &m->timer, EPOLLIN, EPOLL_CTL_ADD);
-	if (!m->susp.ttl_len)
-		m->susp.ttl_len = m->s.limits.ttl_ms;
+	m->susp.ttl_len = m->s.limits.ttl_ms; /* as created (or claimed) */
 	return 0;
 }
 

@@ -324,9 +324,11 @@ static int op_get(struct serve_back *b, const struct serve_req *r, int sock, int
 	     sbx_session_lookup(&b->st, r->id, &s, err) < 0))
 		return -1;
 	/* connect's timeout: the sandbox lives at least that long from now
-	 * (E2B's connect only extends). */
+	 * (E2B's connect only extends); not a TTL of running time
+	 * (lifecycle.ttl_counts), which no clock extends. */
 	uint64_t now = sbx_now_ns(), want = (uint64_t)r->timeout_s * 1000000000u;
-	if (with_token && r->timeout_s && (!s.limits.ttl_ms || s.created_ns + s.limits.ttl_ms * 1000000u < now + want) &&
+	if (with_token && r->timeout_s && !s.limits.ttl_running &&
+	    (!s.limits.ttl_ms || s.created_ns + s.limits.ttl_ms * 1000000u < now + want) &&
 	    (sbx_session_set_ttl(&b->st, s.id, (uint64_t)r->timeout_s * 1000u, err) < 0 ||
 	     sbx_session_lookup(&b->st, r->id, &s, err) < 0))
 		return -1;
