@@ -19,8 +19,8 @@ _sbx_opts_create='-e --env -h --help -p --policy -q --quiet -s --snapshot -t --t
 _sbx_args_create='-e --env -p --policy -s --snapshot -t --template -v --volume -w --workdir --cpus --disk --env-file --id --memory --secret --tenant --ttl --workspace'
 _sbx_opts_exec='-d --detach -e --env -h --help -i --interactive -j --json -t --tty -u --user -w --workdir --attach --no-resume --output --resume --since --tenant --timeout --wait'
 _sbx_args_exec='-e --env -u --user -w --workdir --attach --output --since --tenant --timeout --wait'
-_sbx_opts_ps='-H --no-headers -h --help -q --quiet --all --capacity --execs --json --net --pool --prometheus --state --tenant --workspaces'
-_sbx_args_ps='--execs --net --state --tenant'
+_sbx_opts_ps='-H --no-headers -h --help -q --quiet --all --capacity --execs --json --net --packages --pool --prometheus --state --tenant --workspaces'
+_sbx_args_ps='--execs --net --packages --state --tenant'
 _sbx_opts_kill='-h --help --exec --json --tenant'
 _sbx_args_kill='--exec --tenant'
 _sbx_opts_cp='-h --help -j --json --no-resume --tenant'
@@ -197,7 +197,7 @@ _sbx_value() {
 		[ -n "$_sbx_session" ] || return 1
 		mapfile -t _sbx_w < <(_sbx_execs "$_sbx_session")
 		_sbx_add_prefixed "$p" "${_sbx_w[@]}" ;;
-	ps:--execs | ps:--net | audit:--session)
+	ps:--execs | ps:--net | ps:--packages | audit:--session)
 		mapfile -t _sbx_w < <(_sbx_sessions)
 		_sbx_add_prefixed "$p" "${_sbx_w[@]}" ;;
 	ps:--state)
