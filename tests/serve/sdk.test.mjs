@@ -110,11 +110,13 @@ test('pause, then connect resumes', async () => {
 })
 
 test('onTimeout: pause (autoPause): paused at its timeout, connect resumes it', async () => {
-	const sbx = await Sandbox.create(T, { timeoutMs: 15_000, lifecycle: { onTimeout: 'pause' } })
+	// A long timeout while it is set up, then a short one: the timeout
+	// never comes in the middle of the command, however slow the host.
+	const sbx = await Sandbox.create(T, { timeoutMs: 300_000, lifecycle: { onTimeout: 'pause' } })
 	try {
 		assert.equal((await sbx.getInfo()).lifecycle?.onTimeout, 'pause', 'getInfo says what it does at its timeout')
-		// Under load the timeout may come first: a command resumes it.
 		await sbx.commands.run('echo kept > /tmp/k')
+		await sbx.setTimeout(3_000)
 		let state = 'running'
 		for (let i = 0; i < 600 && state !== 'paused'; i++) { // at most 120 s
 			state = (await Sandbox.getInfo(sbx.sandboxId)).state
