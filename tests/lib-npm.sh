@@ -14,6 +14,10 @@
 #   npm_registry_user                  a user and its token in $NPM_USERCONFIG
 #   npm_registry_publish DIR           npm publish DIR (a package.json and files)
 #   npm_registry_stop                  ends it and waits for it
+#   npm_registry_up NETNAME            all of the above for a test: installed,
+#                                      started in a namespace of its own
+#                                      (test_net_hosts NETNAME 1; REG is its
+#                                      address), a user; a check for each
 NPM_FIXTURE=$(cd "$(dirname "${BASH_SOURCE[0]}")/fixtures/verdaccio" && pwd)
 
 require_node_template() {
@@ -105,6 +109,18 @@ npm_registry_user() {
 npm_registry_publish() {
 	(cd "$1" && npm publish --registry "$NPM_REG_URL" --userconfig "$NPM_USERCONFIG" \
 		--cache "$TEST_TMP/npm-cache" --no-audit --no-fund --loglevel=error)
+}
+
+npm_registry_up() {
+	npm_registry_install
+	ok $? "verdaccio is installed (cached under ${SBX_CACHE:-/var/cache/sbx}/verdaccio) ${NPM_WHY:-}"
+	[ -x "$(command -v node)" ] && [ -f "$VERDACCIO" ] || done_testing
+	test_net_hosts "$1" 1
+	REG=${NET_IP[0]}
+	npm_registry_start "$NET_NS" "$REG" 4873
+	ok $? "verdaccio answers on $REG:4873" || diag "$(tail -5 "$TEST_TMP/verdaccio/log")"
+	npm_registry_user
+	ok $? "a registry user and its token"
 }
 
 # TERM, and KILL if it has not ended within 10 s (it renames itself to

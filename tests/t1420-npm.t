@@ -20,15 +20,7 @@ CACHE=$SBX_ROOT/var/lib/sbx/pkgcache
 trap 'npm_registry_stop; _cleanup' EXIT
 
 # ---- the registry ----
-npm_registry_install
-ok $? "verdaccio is installed (cached under ${SBX_CACHE:-/var/cache/sbx}/verdaccio) ${NPM_WHY:-}"
-[ -x "$(command -v node)" ] && [ -f "$VERDACCIO" ] || done_testing
-test_net_hosts npm 1
-REG=${NET_IP[0]}
-npm_registry_start "$NET_NS" "$REG" 4873
-ok $? "verdaccio answers on $REG:4873" || { diag "$(tail -5 "$TEST_TMP/verdaccio/log")"; }
-npm_registry_user
-ok $? "a registry user and its token"
+npm_registry_up npm
 
 # Three packages: sbx-left in two versions, sbx-app depending on ^1.0.0 of
 # it (so the newer one), and sbx-bad, whose stored tarball is altered after

@@ -32,15 +32,7 @@ like "$out" "bad\.yaml:4:[0-9]+: .*npm_scripts" "naming file:line:col and the ke
 is "$(ls -A "$S" 2>/dev/null)" "" "and no session was created"
 
 # ---- the registry ----
-npm_registry_install
-ok $? "verdaccio is installed (cached under ${SBX_CACHE:-/var/cache/sbx}/verdaccio) ${NPM_WHY:-}"
-[ -x "$(command -v node)" ] && [ -f "$VERDACCIO" ] || done_testing
-test_net_hosts npms 1
-REG=${NET_IP[0]}
-npm_registry_start "$NET_NS" "$REG" 4873
-ok $? "verdaccio answers on $REG:4873" || diag "$(tail -5 "$TEST_TMP/verdaccio/log")"
-npm_registry_user
-ok $? "a registry user and its token"
+npm_registry_up npms
 
 # sbx-plain: no install script.  sbx-post: a postinstall that leaves a
 # mark in the guest, declared as npm publish declares it.
