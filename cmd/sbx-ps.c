@@ -209,7 +209,7 @@ static void show_execs(const struct sbx_cli_table *t, json_t *row, FILE *f)
 
 static const struct sbx_cli_col pcols[] = {
 	{ "time", "TIME", NULL },       { "execs", "EXECS", show_execs }, { "registry", "REGISTRY", NULL },
-	{ "package", "PACKAGE", NULL }, { "version", "VERSION", NULL },    { "verdict", "VERDICT", NULL },
+	{ "package", "PACKAGE", NULL }, { "version", "VERSION", NULL },   { "verdict", "VERDICT", NULL },
 	{ "cache", "CACHE", NULL },     { "size", "SIZE", NULL },         { "reason", "REASON", NULL },
 };
 static const struct sbx_cli_table packages_table = { SBX_CLI_COLS(pcols) };
@@ -329,14 +329,21 @@ int main(int argc, char **argv)
 	if (sbx_cli_remote(argc, argv, &via_serve)) /* a user other than root: through sbx-serve */
 		return via_serve;
 	static const struct option opts[] = {
-		{ "all", no_argument, NULL, 'a' },         { "capacity", no_argument, NULL, 'C' },
-		{ "execs", required_argument, NULL, 'x' }, { "help", no_argument, NULL, 'h' },
-		{ "json", no_argument, NULL, 'j' },        { "net", required_argument, NULL, 'N' },
-		{ "no-headers", no_argument, NULL, 'H' },  { "packages", required_argument, NULL, 'K' },
+		{ "all", no_argument, NULL, 'a' },
+		{ "capacity", no_argument, NULL, 'C' },
+		{ "execs", required_argument, NULL, 'x' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "net", required_argument, NULL, 'N' },
+		{ "no-headers", no_argument, NULL, 'H' },
+		{ "packages", required_argument, NULL, 'K' },
 		{ "pool", no_argument, NULL, 'o' },
-		{ "prometheus", no_argument, NULL, 'P' },  { "quiet", no_argument, NULL, 'q' },
-		{ "state", required_argument, NULL, 's' }, { "tenant", required_argument, NULL, 'T' },
-		{ "workspaces", no_argument, NULL, 'w' },  { NULL, 0, NULL, 0 },
+		{ "prometheus", no_argument, NULL, 'P' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "state", required_argument, NULL, 's' },
+		{ "tenant", required_argument, NULL, 'T' },
+		{ "workspaces", no_argument, NULL, 'w' },
+		{ NULL, 0, NULL, 0 },
 	};
 	int json = 0, quiet = 0, headers = 1, prom = 0, capacity = 0, workspaces = 0, c;
 	int with_pool = 0, pool = 0; /* warm-pool members: hidden, shown too, shown alone */

@@ -175,10 +175,10 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 		json_pack("{s:s, s:o, s:b, s:i, s:I, s:I}", "egress", sbx_policy_egress_names[p->network.egress],
 			  "allow", allow, "dns", p->network.dns, "max_connections", (int)p->network.max_connections,
 			  "max_bytes", JI(p->network.max_bytes), "rate", JI(p->network.rate));
-	json_t *pkg =
-		json_pack("{s:s, s:o, s:I, s:b, s:s}", "mode", sbx_policy_mode_names[p->packages.mode], "registries",
-			  regs, "max_download", JI(p->packages.max_download), "require_hashes", p->packages.require_hashes,
-			  "npm_scripts", sbx_policy_npm_scripts_names[p->packages.npm_scripts]);
+	json_t *pkg = json_pack("{s:s, s:o, s:I, s:b, s:s}", "mode", sbx_policy_mode_names[p->packages.mode],
+				"registries", regs, "max_download", JI(p->packages.max_download), "require_hashes",
+				p->packages.require_hashes, "npm_scripts",
+				sbx_policy_npm_scripts_names[p->packages.npm_scripts]);
 	pkg_rules_json(pkg, p);
 	json_t *files = json_pack("{s:o, s:o, s:I, s:I}", "writable", paths_json(&p->files.writable), "exportable",
 				  paths_json(&p->files.exportable), "max_transfer", JI(p->files.max_transfer),

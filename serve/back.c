@@ -178,16 +178,17 @@ static json_t *sandbox_json(struct serve_back *b, const struct sbx_session *s)
 	if (j && !md)
 		json_object_set_new(j, "metadata", json_object());
 	if (j)
-		json_object_set_new(j, "lifecycle", json_pack("{s:s, s:b}", "onTimeout",
-							      s->limits.ttl_suspend ? "pause" : "kill", "autoResume", 0));
+		json_object_set_new(j, "lifecycle",
+				    json_pack("{s:s, s:b}", "onTimeout", s->limits.ttl_suspend ? "pause" : "kill",
+					      "autoResume", 0));
 	return j;
 }
 
 /* A sandbox's policy: the defaults, its timeout as the TTL, and E2B's
  * /home/user among the paths its files may be copied to and from (beside
  * the defaults' /workspace and /tmp: E2B's code works there). */
-static int sandbox_policy(struct serve_back *b, struct sbx_policy *pol, unsigned timeout, int internet,
-			  int auto_pause, struct sbx_err *err)
+static int sandbox_policy(struct serve_back *b, struct sbx_policy *pol, unsigned timeout, int internet, int auto_pause,
+			  struct sbx_err *err)
 {
 	char ttl[32];
 	/* The operator's policy for the service's sandboxes, else the

@@ -269,14 +269,14 @@ static enum MHD_Result api_create(struct MHD_Connection *c, const struct listene
 	json_t *ap = json_object_get(b, "autoPause"), *apm = json_object_get(b, "autoPauseMemory"),
 	       *ar = json_object_get(json_object_get(b, "autoResume"), "enabled"), *net = json_object_get(b, "network"),
 	       *ia = json_object_get(b, "allow_internet_access");
-	const char *no = ap && !json_is_null(ap) && !json_is_boolean(ap) ? "autoPause: expected true or false"
-			 : json_is_false(apm) ? "autoPauseMemory: false is not served: a paused sandbox keeps its memory"
-			 : json_is_true(ar)   ? "autoResume is not served: a connect resumes a paused sandbox"
-			 : net && !json_is_null(net) && json_object_size(net)
-				 ? "network options are not served: the operator's serve.policy decides"
-			 : ia && !json_is_null(ia) && !json_is_boolean(ia)
-				 ? "allow_internet_access: expected true or false"
-				 : NULL;
+	const char *no =
+		ap && !json_is_null(ap) && !json_is_boolean(ap) ? "autoPause: expected true or false"
+		: json_is_false(apm) ? "autoPauseMemory: false is not served: a paused sandbox keeps its memory"
+		: json_is_true(ar)   ? "autoResume is not served: a connect resumes a paused sandbox"
+		: net && !json_is_null(net) && json_object_size(net)
+			? "network options are not served: the operator's serve.policy decides"
+		: ia && !json_is_null(ia) && !json_is_boolean(ia) ? "allow_internet_access: expected true or false"
+								  : NULL;
 	if (no) {
 		json_decref(b);
 		return api_error(c, 400, no);
@@ -347,7 +347,8 @@ static enum MHD_Result api_sandbox(struct MHD_Connection *c, const struct listen
 		/* {"timeout": seconds, "memory": false (reboot)}, both optional */
 		json_t *b = cn->n ? json_loadb(cn->body, cn->n, JSON_REJECT_DUPLICATES, NULL) : json_object();
 		json_t *t = json_object_get(b, "timeout"), *mem = json_object_get(b, "memory");
-		int ok = json_is_object(b) && (!t || json_is_null(t) || (json_is_integer(t) && json_integer_value(t) >= 0));
+		int ok = json_is_object(b) &&
+			 (!t || json_is_null(t) || (json_is_integer(t) && json_integer_value(t) >= 0));
 		int reboot = ok && json_is_false(mem);
 		if (ok && json_is_integer(t))
 			secs = json_incref(t);

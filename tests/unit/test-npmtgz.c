@@ -56,14 +56,21 @@ static int verdict(const struct ent *e, size_t cnt, int plain, char *why, size_t
 	return r;
 }
 
-#define R(p, d) { (p), (d), AE_IFREG, 0 }
-#define L(p, t) { (p), (t), AE_IFLNK, 0 }
+#define R(p, d)                                                                                                        \
+	{                                                                                                              \
+		(p), (d), AE_IFREG, 0                                                                                  \
+	}
+#define L(p, t)                                                                                                        \
+	{                                                                                                              \
+		(p), (t), AE_IFLNK, 0                                                                                  \
+	}
 #define V(arr, plain) verdict(arr, sizeof(arr) / sizeof(arr[0]), plain, why, sizeof why)
 
 static void test_tarballs(void)
 {
 	char why[300];
-	const struct ent clean[] = { R("package/package.json", "{\"name\":\"a\",\"scripts\":{\"test\":\"x\",\"prepare\":\"y\"}}"),
+	const struct ent clean[] = { R("package/package.json",
+				       "{\"name\":\"a\",\"scripts\":{\"test\":\"x\",\"prepare\":\"y\"}}"),
 				     R("package/index.js", "1") };
 	ok(V(clean, 0) == 0, "a package with only test and prepare scripts: none npm runs at install");
 	ok(V(clean, 1) == 0, "the same, not gzip'd");
@@ -73,12 +80,12 @@ static void test_tarballs(void)
 	ok(V(pre, 0) == 1 && strstr(why, "preinstall"), "preinstall, under a top directory of any name");
 	const struct ent inst[] = { R("./package/package.json", "{\"scripts\":{\"install\":[1]}}") };
 	ok(V(inst, 0) == 1 && strstr(why, "install"), "install as a list, under ./package/");
-	const struct ent empty[] = { R("package/package.json", "{\"scripts\":{\"install\":\"\",\"postinstall\":null}}") };
+	const struct ent empty[] = { R("package/package.json",
+				       "{\"scripts\":{\"install\":\"\",\"postinstall\":null}}") };
 	ok(V(empty, 0) == 0, "an empty or null install script is none");
 	const struct ent gyp[] = { R("package/package.json", "{}"), R("package/binding.gyp", "{}") };
 	ok(V(gyp, 0) == 1 && strstr(why, "binding.gyp"), "a binding.gyp: node-gyp rebuild");
-	const struct ent gyplink[] = { R("package/package.json", "{}"),
-				       L("package/binding.gyp", "/etc/passwd") };
+	const struct ent gyplink[] = { R("package/package.json", "{}"), L("package/binding.gyp", "/etc/passwd") };
 	ok(V(gyplink, 0) == 1, "a binding.gyp of any type");
 	const struct ent nested[] = { R("package/package.json", "{}"),
 				      R("package/node_modules/x/package.json", "{\"scripts\":{\"install\":\"x\"}}"),
@@ -125,7 +132,8 @@ static void test_meta(void)
 	} c[] = {
 		{ "{\"name\":\"a\",\"version\":\"1.0.0\"}", 0, "plain metadata: none" },
 		{ "{\"hasInstallScript\":true}", 1, "hasInstallScript (npm's abbreviated metadata)" },
-		{ "{\"hasInstallScript\":false,\"scripts\":{\"test\":\"x\"}}", 0, "hasInstallScript false, a test script" },
+		{ "{\"hasInstallScript\":false,\"scripts\":{\"test\":\"x\"}}", 0,
+		  "hasInstallScript false, a test script" },
 		{ "{\"scripts\":{\"postinstall\":\"x\"}}", 1, "scripts.postinstall (the full document)" },
 		{ "{\"gypfile\":true}", 1, "gypfile" },
 		{ "{\"scripts\":\"install\"}", 0, "scripts that are no object" },
