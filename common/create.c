@@ -7,6 +7,7 @@
 #include "hostconf.h"
 #include "hostpath.h"
 #include "netns.h"
+#include "aptsrc.h"
 #include "pkgrules.h"
 #include "secrets.h"
 #include "template.h"
@@ -81,7 +82,7 @@ static int policy_check(const struct sbx_policy *p, const struct sbx_accel_info 
  * what the session was created under, and where its proxy reads the
  * network allowlist from. */
 static int policy_save(struct sbx_state *st, const char *id, const struct sbx_policy *p, const char *rules,
-		       struct sbx_err *err)
+		       const struct sbx_aptsrc_keys *keys, struct sbx_err *err)
 {
 	_cleanup_close_ int dfd = openat(st->sessions_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	json_t *o = sbx_policy_json(p);
@@ -90,7 +91,8 @@ static int policy_save(struct sbx_state *st, const char *id, const struct sbx_po
 	if (dfd < 0 || !txt)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, dfd < 0 ? errno : ENOMEM, "cannot write the policy of %s",
 				   id);
-	if (sbx_atomic_write_at(dfd, "policy.json", txt, strlen(txt), 0600, err) < 0)
+	if (sbx_atomic_write_at(dfd, "policy.json", txt, strlen(txt), 0600, err) < 0 ||
+	    sbx_aptsrc_keys_save(dfd, keys, err) < 0)
 		return -1;
 	return rules ? sbx_pkgrules_save(dfd, rules, err) : 0;
 }
@@ -126,11 +128,20 @@ static void limits_from_policy(const struct sbx_policy *p, struct sbx_limits *l)
 		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
 		      strchr("._-", *c)))
 			*c = '_';
-	for (unsigned i = 0; i < p->packages.nregistries && i < SBX_ARRAY_LEN(k->reg); i++) {
-		k->reg[i].type = p->packages.registries[i].type;
-		snprintf(k->reg[i].url, sizeof k->reg[i].url, "%s", p->packages.registries[i].url);
+	/* apt's entries come from sbx_aptsrc_resolve (package_rules), one
+	 * per suite served. */
+	int apt = 0;
+	for (unsigned i = 0; i < p->packages.nregistries && k->nreg < SBX_ARRAY_LEN(k->reg); i++) {
+		if (p->packages.registries[i].type == SBX_REG_APT) {
+			apt = 1;
+			continue;
+		}
+		k->reg[k->nreg].type = p->packages.registries[i].type;
+		snprintf(k->reg[k->nreg].url, sizeof k->reg[k->nreg].url, "%s", p->packages.registries[i].url);
 		k->nreg++;
 	}
+	/* Where apt could reach nothing at all, the guest says why itself. */
+	k->apt_local = !apt && !l->egress;
 	k->max_download = p->packages.max_download;
 	k->require_hashes = p->packages.require_hashes;
 	k->npm_scripts = p->packages.npm_scripts;
@@ -543,6 +554,7 @@ struct plan {
 	 * the JSON written beside the record; NULL: none */
 	struct sbx_pkgrules rules;
 	char *rules_txt;
+	struct sbx_aptsrc_keys apt_keys; /* apt's keyrings, for beside the record (aptsrc.h) */
 };
 
 static void ceiling_u64(uint64_t *v, uint64_t max)
@@ -594,6 +606,7 @@ static void plan_done(struct plan *pl)
 	sbx_pkgrules_free(&pl->rules);
 	free(pl->rules_txt);
 	pl->rules_txt = NULL;
+	sbx_aptsrc_keys_free(&pl->apt_keys);
 }
 
 /* The package rules, lock files read and parsed (pkgrules.h), into the
@@ -601,7 +614,10 @@ static void plan_done(struct plan *pl)
 static int package_rules(struct sbx_state *st, const struct sbx_create_opts *o, struct plan *pl, struct sbx_session *s,
 			 struct sbx_err *err)
 {
-	if (sbx_pkgrules_compile(pl->pol, o->tenant, &pl->rules, &s->limits.packages, &pl->rules_txt, err) == 0)
+	const char *etc = getenv("SBX_APT_ETC"); /* the host's apt configuration; tests give their own */
+	if (sbx_pkgrules_compile(pl->pol, o->tenant, &pl->rules, &s->limits.packages, &pl->rules_txt, err) == 0 &&
+	    sbx_aptsrc_resolve(st, pl->pol, &pl->t, o->tenant, etc && *etc ? etc : "/etc/apt", &s->limits.packages,
+			       &pl->apt_keys, err) == 0)
 		return 0;
 	json_t *f = json_pack("{s:s, s:s}", "policy", pl->pol->source[0] ? pl->pol->source : "(defaults)", "reason",
 			      err ? err->msg : "");
@@ -767,7 +783,7 @@ static int commit_and_spawn(struct sbx_state *st, const struct sbx_create_opts *
 	const struct sbx_policy *pol = pl->pol;
 	if (mkdirat(st->sessions_fd, id, 0700) < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot create the session directory");
-	if (sbx_record_save(st, s, err) < 0 || policy_save(st, id, pol, pl->rules_txt, err) < 0) {
+	if (sbx_record_save(st, s, err) < 0 || policy_save(st, id, pol, pl->rules_txt, &pl->apt_keys, err) < 0) {
 		sbx_rm_rf_at(st->sessions_fd, id);
 		return -1;
 	}

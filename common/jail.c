@@ -689,6 +689,43 @@ int sbx_jail_system_root(struct sbx_err *err)
 	return 0;
 }
 
+int sbx_jail_system_files(const char *name, const char *const *names, const char *const *data, const size_t *len,
+			  unsigned n, struct sbx_err *err)
+{
+	char dir[64];
+	size_t total = 0;
+	for (unsigned i = 0; i < n; i++)
+		total += len[i];
+	if (total > (1u << 20) || strchr(name, '/') || snprintf(dir, sizeof dir, "/%s", name) >= (int)sizeof dir)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, E2BIG, "cannot place files in the jail");
+	unsigned long ro = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	/* The root, writable for the one mkdir, read-only again after. */
+	int rc = mount(NULL, "/", NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+	if (rc == 0)
+		rc = mkdir(dir, 0755) < 0 && errno != EEXIST ? -1 : 0;
+	if (mount(NULL, "/", NULL, MS_REMOUNT | ro, NULL) < 0 || rc < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make %s in the jail", dir);
+	if (mount("sbx-files", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=2m,nr_inodes=64") < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot mount %s in the jail", dir);
+	for (unsigned i = 0; i < n; i++) {
+		char path[160];
+		snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+		_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+		size_t off = 0;
+		while (fd >= 0 && off < len[i]) {
+			ssize_t w = write(fd, data[i] + off, len[i] - off);
+			if (w <= 0)
+				break;
+			off += (size_t)w;
+		}
+		if (fd < 0 || off != len[i])
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot write %s in the jail", path);
+	}
+	if (mount(NULL, dir, NULL, MS_REMOUNT | ro, NULL) < 0)
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot make %s read-only", dir);
+	return 0;
+}
+
 int sbx_jail_self(uid_t id, int parent_pidfd, struct sbx_err *err)
 {
 	struct sbx_vm_config none = { .accel = SBX_ACCEL_TCG }; /* no /dev/kvm group */

@@ -62,6 +62,12 @@ int sbx_jail_namespaces(const char *hostname, struct sbx_err *err);
  * /run, no /proc.  No other mount is copied (none is kept alive, no other
  * tenant's path shows); state is reached through fds opened before. */
 int sbx_jail_system_root(struct sbx_err *err);
+/* After sbx_jail_system_root, still root: n small files (at most 1 MiB in
+ * all) in a read-only directory /NAME of the new root, for programs run
+ * from the jail that take only paths (the package cache's gpgv and its
+ * keyrings).  Files name[i] hold data[i]. */
+int sbx_jail_system_files(const char *name, const char *const *names, const char *const *data, const size_t *len,
+			  unsigned n, struct sbx_err *err);
 /* Both keep a sanitized build's report file (make asan), which the runtime
  * would open by path at its first report.  For a child forked after the
  * root is gone: sbx_jail_report_spare, before, opens a file for it (-1:

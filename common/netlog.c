@@ -99,7 +99,7 @@ int sbx_pkglog_read(struct sbx_state *st, const char *id, json_t **out, struct s
 		const char *kind = json_string_value(json_object_get(o, "kind"));
 		const char *verdict = json_string_value(json_object_get(o, "verdict"));
 		const char *t = json_string_value(json_object_get(o, "time"));
-		int file = kind && (!strcmp(kind, "tarball") || !strcmp(kind, "file"));
+		int file = kind && (!strcmp(kind, "tarball") || !strcmp(kind, "file") || !strcmp(kind, "deb"));
 		if (json_is_true(json_object_get(o, "truncated"))) {
 			json_array_append_new(arr, o); /* the writer's last line: its cap */
 			continue;

@@ -71,6 +71,33 @@ bool sbx_pkg_version_ok(const char *s)
 	return true;
 }
 
+/* Debian Policy 5.6.1 and 5.6.12: names [a-z0-9][a-z0-9+.-]+, versions
+ * [EPOCH:]UPSTREAM[-REVISION] of [A-Za-z0-9.+~-] (and the one ':'). */
+bool sbx_pkg_deb_name_ok(const char *s)
+{
+	size_t len = strlen(s);
+	if (len < 2 || len >= SBX_PKG_NAME_LEN || !(islower((unsigned char)s[0]) || isdigit((unsigned char)s[0])))
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!(islower((unsigned char)s[i]) || isdigit((unsigned char)s[i]) || strchr("+.-", s[i])))
+			return false;
+	return true;
+}
+
+bool sbx_pkg_deb_version_ok(const char *s)
+{
+	size_t len = strlen(s), colons = 0;
+	if (!len || len >= SBX_PKG_VERSION_LEN || !isdigit((unsigned char)s[0]))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] == ':' && ++colons == 1 && strspn(s, "0123456789") == i)
+			continue;
+		if (!(isalnum((unsigned char)s[i]) && (unsigned char)s[i] < 0x80) && !strchr(".+~-", s[i]))
+			return false;
+	}
+	return s[len - 1] != ':';
+}
+
 /* ---- the set ---- */
 
 void sbx_pkgset_free(struct sbx_pkgset *s)
@@ -503,7 +530,7 @@ bool sbx_pkgrules_any(const struct sbx_pkgrules *r)
 	return false;
 }
 
-static const char *const type_names[] = { "pypi", "npm" };
+static const char *const type_names[] = { "pypi", "npm", "apt" };
 
 static json_t *strv_json(char **v, size_t n)
 {
@@ -518,6 +545,8 @@ json_t *sbx_pkgrules_json(const struct sbx_pkgrules *r)
 	json_t *o = json_pack("{s:i}", "schema", 1);
 	for (int t = 0; o && t < SBX_PKG_TYPES; t++) {
 		const struct sbx_pkgrules_type *y = &r->t[t];
+		if (t == SBX_PKG_APT && !y->allow_set && !y->ndeny && !y->locked)
+			continue; /* as before apt was a type */
 		json_t *e = json_array();
 		for (size_t i = 0; e && i < y->set.n; i++)
 			json_array_append_new(
@@ -587,7 +616,9 @@ int sbx_pkgrules_from_json(json_t *o, struct sbx_pkgrules *r, struct sbx_err *er
 {
 	memset(r, 0, sizeof *r);
 	for (int t = 0; t < SBX_PKG_TYPES; t++)
-		if (type_from(json_object_get(o, type_names[t]), &r->t[t]) < 0) {
+		if (t == SBX_PKG_APT && !json_object_get(o, type_names[t]))
+			continue; /* written before apt: no rules of it */
+		else if (type_from(json_object_get(o, type_names[t]), &r->t[t]) < 0) {
 			sbx_pkgrules_free(r);
 			return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the session's pkgrules.json is malformed (%s)",
 					   type_names[t]);

@@ -30,7 +30,8 @@
 #define SBX_PKG_PATTERN_LEN 216
 
 /* Registry types, as enum sbx_registry_type (policy.h) numbers them. */
-#define SBX_PKG_TYPES 2
+#define SBX_PKG_TYPES 3
+#define SBX_PKG_APT 2
 
 struct sbx_pkgpin {
 	char name[SBX_PKG_NAME_LEN];       /* normal form: PEP 503 for pypi, as is for npm */
@@ -65,6 +66,9 @@ int sbx_pkg_pypi_normalize(const char *s, char *out, size_t n);
  * at most 214 bytes, of [a-z0-9-._~] (upper case allowed for old names),
  * not starting with "." or "_". */
 bool sbx_pkg_npm_name_ok(const char *s);
+/* A Debian package name and version (Debian Policy 5.6.1, 5.6.12). */
+bool sbx_pkg_deb_name_ok(const char *s);
+bool sbx_pkg_deb_version_ok(const char *s);
 /* A version as the cache takes it: [A-Za-z0-9.+!_-], at most 128. */
 bool sbx_pkg_version_ok(const char *s);
 

@@ -24,8 +24,8 @@
 #define NOBODY 65534
 #define REPLY_MAX (32u << 20) /* the child's answer: every entry as JSON */
 
-static int read_lock(const char *tenant, const char *path, const char *key, char **buf, size_t *n,
-		     struct sbx_hostpath *hp, struct sbx_err *err)
+int sbx_pkgrules_read_file(const char *tenant, const char *path, const char *key, size_t max, char **buf, size_t *n,
+			   struct sbx_hostpath *hp, struct sbx_err *err)
 {
 	if (sbx_hostpath_resolve(tenant, path, SBX_HOSTPATH_READ | SBX_HOSTPATH_FOLLOW, key, hp, err) < 0) {
 		if (err && err->code == SBX_EXIT_NOENT)
@@ -38,15 +38,15 @@ static int read_lock(const char *tenant, const char *path, const char *key, char
 		return sbx_err_set(err, SBX_EXIT_INVALID, errno, "%s: cannot read %s", key, path);
 	if (!S_ISREG(st.st_mode))
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: %s is not a regular file", key, path);
-	if ((uint64_t)st.st_size > SBX_PKGLOCK_FILE_MAX)
+	if ((uint64_t)st.st_size > max)
 		return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: %s is larger than %u MiB", key, path,
-				   SBX_PKGLOCK_FILE_MAX >> 20);
-	_cleanup_free_ char *b = malloc(SBX_PKGLOCK_FILE_MAX + 1);
+				   (unsigned)(max >> 20));
+	_cleanup_free_ char *b = malloc(max + 1);
 	if (!b)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "%s: cannot read %s", key, path);
 	size_t got = 0;
 	for (;;) {
-		ssize_t r = read(fd, b + got, SBX_PKGLOCK_FILE_MAX + 1 - got);
+		ssize_t r = read(fd, b + got, max + 1 - got);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
@@ -54,9 +54,9 @@ static int read_lock(const char *tenant, const char *path, const char *key, char
 		if (r == 0)
 			break;
 		got += (size_t)r;
-		if (got > SBX_PKGLOCK_FILE_MAX) /* it grew since the fstat */
+		if (got > max) /* it grew since the fstat */
 			return sbx_err_set(err, SBX_EXIT_INVALID, 0, "%s: %s is larger than %u MiB", key, path,
-					   SBX_PKGLOCK_FILE_MAX >> 20);
+					   (unsigned)(max >> 20));
 	}
 	*buf = steal_pointer(&b);
 	*n = got;
@@ -204,7 +204,7 @@ static int load_lock(const struct sbx_policy *p, int t, const char *tenant, stru
 	_cleanup_hostpath_ struct sbx_hostpath hp = { .dir_fd = -1 };
 	_cleanup_free_ char *buf = NULL;
 	size_t n = 0;
-	if (read_lock(tenant, p->packages.lock[t], keys[t], &buf, &n, &hp, err) < 0)
+	if (sbx_pkgrules_read_file(tenant, p->packages.lock[t], keys[t], SBX_PKGLOCK_FILE_MAX, &buf, &n, &hp, err) < 0)
 		return -1;
 	snprintf(y->source, sizeof y->source, "%s", hp.real);
 	digest_hex(buf, n, y->sha256);
@@ -280,7 +280,7 @@ int sbx_pkgrules_compile(const struct sbx_policy *p, const char *tenant, struct 
 
 json_t *sbx_pkgrules_audit_json(const struct sbx_limit_packages *k)
 {
-	static const char *const types[] = { "pypi", "npm" };
+	static const char *const types[] = { "pypi", "npm", "apt" };
 	if (!k->rules[0])
 		return NULL;
 	json_t *locks = json_object();

@@ -11,6 +11,13 @@
 
 #define SBX_PKGRULES_FILE "pkgrules.json"
 
+struct sbx_hostpath;
+/* A host file a policy names (a lock, a keyring), read whole as tenant
+ * may (hostpath.h; NULL: the operator): a regular file of at most max
+ * bytes, refused with SBX_EXIT_INVALID naming key; *buf is malloc'd. */
+int sbx_pkgrules_read_file(const char *tenant, const char *path, const char *key, size_t max, char **buf, size_t *n,
+			   struct sbx_hostpath *hp, struct sbx_err *err);
+
 /* Compile p's packages.allow, deny, pins and lock into r, reading each
  * lock file as the caller would (hostpath.h: a tenant's only beneath its
  * host_paths) and parsing it in a child that runs as nobody, with no new

@@ -453,7 +453,7 @@ static int v_network(struct sbx_yaml *c, void *obj, const char *path)
 
 /* ---- packages ---- */
 
-const char *const sbx_policy_registry_names[] = { "pypi", "npm", NULL };
+const char *const sbx_policy_registry_names[] = { "pypi", "npm", "apt", NULL };
 
 static const struct key registry_keys[] = {
 	{ .name = "type",
@@ -461,17 +461,39 @@ static const struct key registry_keys[] = {
 	  .off = offsetof(struct sbx_policy_registry, type),
 	  .enums = sbx_policy_registry_names },
 	K_STRING("url", struct sbx_policy_registry, url, c_url),
+	K_STRING("keyring", struct sbx_policy_registry, keyring, c_path),
 };
 
+/* pypi and npm: a type and a url.  apt: a type alone (the host's own
+ * archive and keys, resolved at create for the template's suite), or a
+ * url with the keyring that signs it: an archive named by a policy is
+ * never trusted on the host's keys, nor without keys. */
 static int registry_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
 {
-	struct sbx_policy_registry *r = &((struct sbx_policy *)obj)->packages.registries[i];
+	struct sbx_policy *p = obj;
+	struct sbx_policy_registry *r = &p->packages.registries[i];
 	yaml_mark_t m = c->ev.start_mark;
 	unsigned seen;
 	memset(r, 0, sizeof *r);
 	if (parse_map(c, path, registry_keys, SBX_ARRAY_LEN(registry_keys), r, &seen, NULL) < 0)
 		return -1;
-	return seen == 3 ? 0 : sbx_yaml_failm(c, m, "%s: needs both type and url", path);
+	if (!(seen & 1))
+		return sbx_yaml_failm(c, m, "%s: needs a type", path);
+	if (r->type != SBX_REG_APT)
+		return (seen & 6) == 2 ? 0
+		       : seen & 4      ? sbx_yaml_failm(c, m, "%s: keyring is for type apt only", path)
+				       : sbx_yaml_failm(c, m, "%s: needs both type and url", path);
+	if ((seen & 6) == 2)
+		return sbx_yaml_failm(c, m, "%s: an apt archive with a url needs the keyring that signs it", path);
+	if ((seen & 6) == 4)
+		return sbx_yaml_failm(c, m,
+				      "%s: keyring without url: the host's own archive is checked with the host's "
+				      "own keys",
+				      path);
+	for (unsigned j = 0; j < i; j++)
+		if (p->packages.registries[j].type == SBX_REG_APT && !strcmp(p->packages.registries[j].url, r->url))
+			return sbx_yaml_failm(c, m, "%s: this apt archive is listed twice", path);
+	return 0;
 }
 
 static int v_registries(struct sbx_yaml *c, void *obj, const char *path)
@@ -501,7 +523,7 @@ static int pattern_item(struct sbx_yaml *c, void *obj, unsigned i, const char *p
 	if (!s)
 		return -1;
 	yaml_mark_t m = c->ev.start_mark;
-	const char *extra = w->type == SBX_REG_NPM ? "@/~" : "";
+	const char *extra = w->type == SBX_REG_NPM ? "@/~" : w->type == SBX_REG_APT ? "+" : "";
 	size_t len = strlen(s), o = 0;
 	if (!len || len >= SBX_POLICY_PKGPAT_LEN)
 		return sbx_yaml_failm(c, m, "%s: a pattern is 1 to %d characters", path, SBX_POLICY_PKGPAT_LEN - 1);
@@ -512,12 +534,15 @@ static int pattern_item(struct sbx_yaml *c, void *obj, unsigned i, const char *p
 		if (!(ch < 0x80 && (isalnum(ch) || sep || strchr("*?[]!", ch) || (ch && strchr(extra, ch)))))
 			return sbx_yaml_failm(c, m,
 					      "%s: '%s' is not a name pattern (letters, digits, -_. and * ? [ ] !%s)",
-					      path, SBX_YAML_SHOW(s), *extra ? " @ / ~" : "");
+					      path, SBX_YAML_SHOW(s),
+					      w->type == SBX_REG_NPM   ? " @ / ~"
+					      : w->type == SBX_REG_APT ? " +"
+								       : "");
 		if (w->type == SBX_REG_PYPI && sep) {
 			if (!o || norm[o - 1] != '-')
 				norm[o++] = '-';
 		} else {
-			norm[o++] = w->type == SBX_REG_PYPI ? (char)tolower(ch) : (char)ch;
+			norm[o++] = w->type != SBX_REG_NPM ? (char)tolower(ch) : (char)ch;
 		}
 	}
 	norm[o] = 0;
@@ -546,14 +571,17 @@ static int pin_item(struct sbx_yaml *c, void *obj, unsigned i, const char *path)
 	yaml_mark_t m = c->ev.start_mark;
 	const char *eq = strstr(s, "==");
 	char name[SBX_PKG_NAME_LEN], norm[SBX_PKG_NAME_LEN];
-	if (!eq || (size_t)(eq - s) >= sizeof name || !sbx_pkg_version_ok(eq + 2))
+	if (!eq || (size_t)(eq - s) >= sizeof name ||
+	    !(w->type == SBX_REG_APT ? sbx_pkg_deb_version_ok(eq + 2) : sbx_pkg_version_ok(eq + 2)))
 		return sbx_yaml_failm(c, m, "%s: '%s' is not NAME==VERSION (one exact version)", path,
 				      SBX_YAML_SHOW(s));
 	snprintf(name, sizeof name, "%.*s", (int)(eq - s), s);
-	if (w->type == SBX_REG_PYPI ? sbx_pkg_pypi_normalize(name, norm, sizeof norm) < 0 : !sbx_pkg_npm_name_ok(name))
+	if (w->type == SBX_REG_PYPI  ? sbx_pkg_pypi_normalize(name, norm, sizeof norm) < 0
+	    : w->type == SBX_REG_NPM ? !sbx_pkg_npm_name_ok(name)
+				     : !sbx_pkg_deb_name_ok(name))
 		return sbx_yaml_failm(c, m, "%s: '%s' is not a %s package name", path, SBX_YAML_SHOW(name),
 				      sbx_policy_registry_names[w->type]);
-	if (w->type == SBX_REG_NPM)
+	if (w->type != SBX_REG_PYPI)
 		snprintf(norm, sizeof norm, "%s", name);
 	size_t nl = strlen(norm);
 	for (unsigned j = 0; j < i; j++)
@@ -570,7 +598,7 @@ static int pkg_type_value(struct sbx_yaml *c, int k, const char *key, yaml_mark_
 	struct pkg_item w = *(struct pkg_item *)arg;
 	struct sbx_policy *p = w.p;
 	char why[300];
-	(void)key, (void)km;
+	(void)key;
 	w.type = k;
 	switch (w.what) {
 	case PL_ALLOW:
@@ -586,7 +614,11 @@ static int pkg_type_value(struct sbx_yaml *c, int k, const char *key, yaml_mark_
 		l->set = true;
 		return parse_seq(c, path, SBX_POLICY_PINS_MAX, pin_item, &w, &l->n);
 	}
-	case PL_LOCK: break;
+	case PL_LOCK:
+		if (k == SBX_REG_APT)
+			return sbx_yaml_failm(
+				c, km, "%s: apt has no lock file format; pin versions with packages.pins.apt", path);
+		break;
 	}
 	const char *s = sbx_yaml_scalar(c, path);
 	if (!s)

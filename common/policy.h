@@ -48,7 +48,9 @@ enum sbx_pkg_mode { SBX_PKG_OFFLINE, SBX_PKG_ALLOWLIST };
 /* packages.npm_scripts: whether the cache serves npm packages that would
  * run install scripts (preinstall, install, postinstall, a binding.gyp). */
 enum sbx_npm_scripts { SBX_NPM_SCRIPTS_ALLOW, SBX_NPM_SCRIPTS_DENY };
-enum sbx_registry_type { SBX_REG_PYPI, SBX_REG_NPM };
+/* apt: a Debian archive (sbx-policy(5)); its url may be left out (the
+ * host's own archive for the template's suite, resolved at create). */
+enum sbx_registry_type { SBX_REG_PYPI, SBX_REG_NPM, SBX_REG_APT };
 /* lifecycle.ttl_counts: the TTL runs on the wall clock from creation, or
  * only while the VM runs (paused and suspended time not counted). */
 enum sbx_ttl_counts { SBX_TTL_WALL, SBX_TTL_RUNNING };
@@ -70,7 +72,10 @@ struct sbx_policy_rule {
 
 struct sbx_policy_registry {
 	enum sbx_registry_type type;
-	char url[SBX_POLICY_URL_LEN];
+	char url[SBX_POLICY_URL_LEN]; /* "" for apt: the host's own archive */
+	/* apt with a url: the archive's signing keys (an OpenPGP keyring, as
+	 * gpgv takes it), a host path read at create; "" otherwise. */
+	char keyring[SBX_POLICY_PATH_LEN];
 };
 
 struct sbx_policy_secret {
@@ -150,9 +155,9 @@ struct sbx_policy {
 		/* Indexed by enum sbx_registry_type.  lock: a host path (the
 		 * file is read at create, pkglock.h), "" for none; a type has
 		 * a lock or pins, not both. */
-		struct sbx_policy_pkgnames allow[2], deny[2];
-		struct sbx_policy_pins pins[2];
-		char lock[2][SBX_POLICY_PATH_LEN];
+		struct sbx_policy_pkgnames allow[3], deny[3];
+		struct sbx_policy_pins pins[3];
+		char lock[3][SBX_POLICY_PATH_LEN]; /* never apt's: it has no lock format */
 	} packages;
 	struct {
 		struct sbx_policy_paths writable, exportable;

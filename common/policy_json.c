@@ -39,7 +39,7 @@ static void pkg_rules_json(json_t *pkg, const struct sbx_policy *p)
 	static const char *const keys[] = { "allow", "deny", "pins", "lock" };
 	for (int k = 0; pkg && k < 4; k++) {
 		json_t *o = json_object();
-		for (int t = 0; o && t < 2; t++) {
+		for (int t = 0; o && t < 3; t++) { /* pypi, npm, apt */
 			const struct sbx_policy_pkgnames *l = k == 0 ? &p->packages.allow[t] : &p->packages.deny[t];
 			const struct sbx_policy_pins *pn = &p->packages.pins[t];
 			json_t *a = NULL;
@@ -153,10 +153,15 @@ json_t *sbx_policy_json(const struct sbx_policy *p)
 	json_t *allow = json_array(), *regs = json_array(), *secrets = json_array();
 	for (unsigned i = 0; allow && i < p->network.nallow; i++)
 		json_array_append_new(allow, rule_json(&p->network.allow[i]));
-	for (unsigned i = 0; regs && i < p->packages.nregistries; i++)
-		json_array_append_new(regs, json_pack("{s:s, s:s}", "type",
-						      sbx_policy_registry_names[p->packages.registries[i].type], "url",
-						      p->packages.registries[i].url));
+	for (unsigned i = 0; regs && i < p->packages.nregistries; i++) {
+		const struct sbx_policy_registry *g = &p->packages.registries[i];
+		json_t *e = json_pack("{s:s}", "type", sbx_policy_registry_names[g->type]);
+		if (e && g->url[0])
+			json_object_set_new(e, "url", json_string(g->url));
+		if (e && g->keyring[0])
+			json_object_set_new(e, "keyring", json_string(g->keyring));
+		json_array_append_new(regs, e);
+	}
 	for (unsigned i = 0; secrets && i < p->nsecrets; i++) {
 		const struct sbx_policy_secret *s = &p->secrets[i];
 		json_array_append_new(secrets, json_pack("{s:s, s:s}", "name", s->name,

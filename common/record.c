@@ -176,12 +176,23 @@ static void get_packages(json_t *p, struct sbx_limit_packages *k)
 		const char *url = json_string_value(json_object_get(v, "url"));
 		/* Never widen: an entry we would not have written is dropped. */
 		if (k->nreg >= SBX_ARRAY_LEN(k->reg) || !type || !url || strlen(url) >= sizeof k->reg[0].url ||
-		    (strcmp(type, "pypi") && strcmp(type, "npm")))
+		    (strcmp(type, "pypi") && strcmp(type, "npm") && strcmp(type, "apt")))
 			continue;
-		k->reg[k->nreg].type = !strcmp(type, "npm") ? SBX_REG_NPM : SBX_REG_PYPI;
-		snprintf(k->reg[k->nreg].url, sizeof k->reg[0].url, "%s", url);
+		struct sbx_limit_registry *r = &k->reg[k->nreg];
+		r->type = !strcmp(type, "npm") ? SBX_REG_NPM : !strcmp(type, "apt") ? SBX_REG_APT : SBX_REG_PYPI;
+		snprintf(r->url, sizeof r->url, "%s", url);
+		if (r->type == SBX_REG_APT) {
+			sbx_json_str(v, "suite", r->suite, sizeof r->suite);
+			sbx_json_str(v, "components", r->components, sizeof r->components);
+			sbx_json_str(v, "keyring", r->keyring, sizeof r->keyring);
+			sbx_json_str(v, "keyring_sha256", r->keyring_sha256, sizeof r->keyring_sha256);
+			r->host = json_is_true(json_object_get(v, "host"));
+			if (!r->suite[0] || !r->components[0] || strlen(r->keyring_sha256) != 64)
+				continue; /* unusable: dropped, never served unchecked */
+		}
 		k->nreg++;
 	}
+	k->apt_local = json_is_true(json_object_get(p, "apt_local"));
 	k->max_download = sbx_json_u64(p, "max_download");
 	k->require_hashes = json_is_true(json_object_get(p, "require_hashes"));
 	/* Absent (a record from before it): allow, which is what it had. */
@@ -190,7 +201,7 @@ static void get_packages(json_t *p, struct sbx_limit_packages *k)
 	sbx_json_str(p, "rules", k->rules, sizeof k->rules);
 	json_t *locks = json_object_get(p, "locks");
 	static const char *const types[] = { "pypi", "npm" };
-	for (int t = 0; t < 2 && json_is_object(locks); t++) {
+	for (int t = 0; t < 2 && json_is_object(locks); t++) { /* apt has none */
 		json_t *l = json_object_get(locks, types[t]);
 		if (!json_is_object(l))
 			continue;
@@ -203,14 +214,22 @@ static void get_packages(json_t *p, struct sbx_limit_packages *k)
 static json_t *packages_json(const struct sbx_limit_packages *k)
 {
 	json_t *regs = json_array();
-	for (unsigned i = 0; i < k->nreg; i++)
-		json_array_append_new(regs,
-				      json_pack("{s:s, s:s}", "type", k->reg[i].type == SBX_REG_NPM ? "npm" : "pypi",
-						"url", k->reg[i].url));
+	static const char *const names[] = { "pypi", "npm", "apt" };
+	for (unsigned i = 0; i < k->nreg; i++) {
+		const struct sbx_limit_registry *r = &k->reg[i];
+		json_t *e = json_pack("{s:s, s:s}", "type", names[r->type], "url", r->url);
+		if (e && r->type == SBX_REG_APT)
+			json_object_update_new(e, json_pack("{s:s, s:s, s:s, s:s, s:b}", "suite", r->suite,
+							    "components", r->components, "keyring", r->keyring,
+							    "keyring_sha256", r->keyring_sha256, "host", r->host));
+		json_array_append_new(regs, e);
+	}
 	json_t *o = json_pack("{s:s, s:s, s:o, s:I, s:b, s:s}", "mode",
 			      k->mode == SBX_PKG_ALLOWLIST ? "allowlist" : "offline", "policy", k->policy, "registries",
 			      regs, "max_download", (json_int_t)k->max_download, "require_hashes", k->require_hashes,
 			      "npm_scripts", k->npm_scripts == SBX_NPM_SCRIPTS_DENY ? "deny" : "allow");
+	if (o && k->apt_local)
+		json_object_set_new(o, "apt_local", json_true());
 	/* Only when there are rules: a record without them reads as before. */
 	if (o && k->rules[0]) {
 		json_t *locks = json_object();

@@ -126,6 +126,17 @@ struct sbx_session {
 			struct sbx_limit_registry {
 				int type; /* enum sbx_registry_type */
 				char url[512];
+				/* apt (aptsrc.h): one suite of one archive
+				 * per entry, its components ("main
+				 * contrib"), and the keyring that signs it,
+				 * copied beside the record as apt-N.gpg
+				 * (N: the entry's place among apt's), with
+				 * its SHA-256; host: the host's own sources
+				 * named it (the guest keeps its own keys
+				 * too), else a policy's url did. */
+				char suite[64], components[64];
+				char keyring[256], keyring_sha256[65];
+				int host;
 			} reg[16];
 			unsigned nreg;
 			uint64_t max_download; /* bytes */
@@ -143,7 +154,10 @@ struct sbx_session {
 				char file[256];
 				char sha256[65];
 				unsigned entries;
-			} lock[2];
+			} lock[3];
+			/* No apt entry and no egress: the guest answers
+			 * apt itself with the refusal (guest-init). */
+			int apt_local;
 		} packages;
 		/* lifecycle: (policy.h) 0: never; ttl_running: the TTL counts
 		 * only running time */

@@ -225,7 +225,7 @@ struct identity {
 	const uint8_t *seed;
 	uint32_t seed_len;
 	uint64_t t_ns;
-	char pkg[256]; /* sbx.pkg* parameters, "": none */
+	char pkg[512]; /* sbx.pkg* parameters, "": none */
 	uint32_t next; /* NEXT_STREAM: keep the execs; 0: end them */
 };
 

@@ -26,6 +26,10 @@ struct sbx_guest_cfg {
 	char pkg_policy[64];
 	unsigned pkg_pypi, pkg_npm;
 	int npm_no_scripts; /* sbx.npmscripts=deny: npm's ignore-scripts */
+	/* sbx.apt=SUITE/COMP[+COMP][!],... (the cache's apt entries in order;
+	 * '!': the archive a policy named, whose keys the guest lacks) or
+	 * sbx.apt=- (apt is refused here); "": leave apt's sources alone */
+	char apt[400];
 };
 
 #define SBX_PROBE_MARKER "SBX-PROBE-OK"

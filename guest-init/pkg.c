@@ -7,6 +7,9 @@
  *   sbx.npmscripts=deny   npm runs no install scripts (ignore-scripts); the
  *                         cache refuses packages that have any, which is
  *                         the half the guest cannot undo
+ *   sbx.apt=S/C+C[!],...  apt's sources: the cache's apt entries, in order
+ *                         (suite, components, '!' for an archive the
+ *                         policy named); sbx.apt=- : refused here
  *
  * At boot we write /etc/pip.conf and the global npmrc into the overlay
  * root, so every pip and npm, whoever runs it and with whatever
@@ -17,6 +20,7 @@
  * a refusal naming the policy and its key, instead of a connection error
  * after pip's retries.  A session without a network device could not get
  * further anyway; the responder only makes the refusal fast and clear. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -64,6 +68,21 @@ int sbx_guest_pkg_param(struct sbx_guest_cfg *cfg, const char *tok, size_t len)
 			cfg->pkg_policy[len - 14] = 0;
 		} else {
 			sbx_guest_log("ignoring invalid sbx.pkgpolicy");
+		}
+		return 1;
+	}
+	if (len > 8 && !strncmp(tok, "sbx.apt=", 8)) {
+		const char *v = tok + 8;
+		size_t vl = len - 8, i;
+		/* "-", or entries of [a-z0-9.-] with '/', '+', '!' and ','. */
+		for (i = 0; i < vl; i++)
+			if (!((v[i] >= 'a' && v[i] <= 'z') || (v[i] >= '0' && v[i] <= '9') || strchr(".-/+!,", v[i])))
+				break;
+		if (i == vl && vl < sizeof(cfg->apt)) {
+			memcpy(cfg->apt, v, vl);
+			cfg->apt[vl] = 0;
+		} else {
+			sbx_guest_log("ignoring invalid sbx.apt");
 		}
 		return 1;
 	}
@@ -157,7 +176,7 @@ static void answer(const struct sbx_guest_cfg *cfg, int fd)
 	const char *path = strchr(req, ' ');
 	path = path ? path + 1 : "";
 	int npm = !strncmp(path, "/npm/", 5);
-	refusal(cfg, npm ? "npm" : "pypi", msg, sizeof(msg));
+	refusal(cfg, npm ? "npm" : !strncmp(path, "/apt/", 5) ? "apt" : "pypi", msg, sizeof(msg));
 	const char *ua = strcasestr(req, "\nUser-Agent:");
 	int pip = 0;
 	if (ua) {
@@ -245,6 +264,69 @@ static void __attribute__((noreturn)) responder(const struct sbx_guest_cfg *cfg)
 	}
 }
 
+/* Every apt source but ours goes: sources.list.d's lists. */
+static void apt_sources_clear(void)
+{
+	DIR *d = opendir("/etc/apt/sources.list.d");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if ((n > 5 && !strcmp(e->d_name + n - 5, ".list")) || (n > 8 && !strcmp(e->d_name + n - 8, ".sources")))
+			unlinkat(dirfd(d), e->d_name, 0);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* apt: the cache's archives (sbx.apt=SUITE/COMP+COMP[!],...), or, with
+ * sbx.apt=-, the responder's refusal; 1 when the responder must answer
+ * apt.  A template without apt is left alone. */
+static int apt_sources(const struct sbx_guest_cfg *cfg, const char *pol)
+{
+	struct stat st;
+	if (!cfg->apt[0] || stat("/etc/apt", &st) < 0)
+		return 0;
+	char text[4096], v[sizeof(cfg->apt)];
+	int local = !strcmp(cfg->apt, "-") || !strcmp(cfg->pkg, "offline");
+	size_t w = (size_t)snprintf(text, sizeof(text),
+				    "# Written by sbx: apt follows policy %s (sbx-policy(5), packages).\n", pol);
+	if (local) {
+		/* Any suite: the responder refuses every path alike. */
+		w += (size_t)snprintf(text + w, sizeof(text) - w, "deb [trusted=yes] %s/apt/refused sbx main\n", LOCAL);
+	} else {
+		snprintf(v, sizeof(v), "%s", cfg->apt);
+		unsigned i = 0;
+		for (char *save = NULL, *e = strtok_r(v, ",", &save); e && w < sizeof(text);
+		     e = strtok_r(NULL, ",", &save), i++) {
+			size_t el = strlen(e);
+			int named = el && e[el - 1] == '!';
+			if (named)
+				e[--el] = 0;
+			char *comps = strchr(e, '/');
+			if (!comps || comps == e || !comps[1])
+				continue;
+			*comps++ = 0;
+			for (char *c = comps; *c; c++)
+				if (*c == '+')
+					*c = ' ';
+			/* An archive a policy named is checked by the cache
+			 * with its keys, which the guest does not hold. */
+			w += (size_t)snprintf(text + w, sizeof(text) - w, "deb %s%s/apt/%u %s %s\n",
+					      named ? "[trusted=yes] " : "", cfg->pkg, i, e, comps);
+		}
+	}
+	if (w >= sizeof(text))
+		return 0;
+	apt_sources_clear();
+	put_file("/etc/apt/sources.list", text);
+	/* Translations are indexes too: each costs the download budget and
+	 * the guest's time, for descriptions no install needs. */
+	mkdir("/etc/apt/apt.conf.d", 0755);
+	put_file("/etc/apt/apt.conf.d/90sbx", "// Written by sbx (sbx-policy(5), packages).\n"
+					      "Acquire::Languages \"none\";\nAcquire::Retries \"0\";\n");
+	return local;
+}
+
 void sbx_guest_packages(const struct sbx_guest_cfg *cfg)
 {
 	if (!cfg->pkg[0])
@@ -285,12 +367,14 @@ void sbx_guest_packages(const struct sbx_guest_cfg *cfg)
 		put_file("/usr/etc/npmrc", text);
 	}
 
+	int apt_local = apt_sources(cfg, pol);
+
 	/* Again at a claim: the old responder's policy is not this one's
 	 * (PID 1 reaps it). */
 	if (responder_pid > 0)
 		kill(responder_pid, SIGKILL);
 	responder_pid = 0;
-	if ((np && nn) || responder_listen() < 0)
+	if ((np && nn && !apt_local) || responder_listen() < 0)
 		return; /* nothing to refuse locally */
 	pid_t pid = fork();
 	if (pid < 0)

@@ -325,7 +325,7 @@ int mon_boot(struct mon *m, struct sbx_err *err)
 		.sandbox = 1,
 	};
 	/* Where the guest's pip and npm go (pkgcache.h). */
-	char pkg_params[160];
+	char pkg_params[SBX_PKGPARAMS_MAX];
 	sbx_pkgcache_guest_params(&m->s.limits.packages, pkg_params, sizeof pkg_params);
 	c.guest_params = pkg_params;
 	c.restore_dir = m->s.snapshot_dir[0] ? m->s.snapshot_dir : NULL;

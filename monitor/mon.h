@@ -255,8 +255,8 @@ struct mon {
 		uint32_t ping; /* the PING whose PONG says the guest took it all */
 		int secrets_ok, code;
 		char from[SBX_ID_MAX + 1], err[256];
-		char pkg[160]; /* the member's sbx.pkg* parameters, as it booted */
-		int touched;   /* the guest was resumed for the claim: never pooled again */
+		char pkg[SBX_PKGPARAMS_MAX]; /* the member's sbx.pkg* parameters, as it booted */
+		int touched;                 /* the guest was resumed for the claim: never pooled again */
 	} claim;
 	struct {                   /* snapshots (snapshot.h), see mon_vmctl */
 		int paused;        /* the VM is stopped (sbx-snapshot pause) */

@@ -352,7 +352,7 @@ int susp_boot_vmm(struct mon *m, int fds[3], struct sbx_err *err)
 	if (!ops)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, 0, "the record names an unknown VMM '%s'", m->s.vmm);
 	int accept_agent = ops->agent_mode == SBX_AGENT_ACCEPT;
-	char scratch[1200], vols[8][1200], dir[PATH_MAX], pkg_params[160];
+	char scratch[1200], vols[8][1200], dir[PATH_MAX], pkg_params[SBX_PKGPARAMS_MAX];
 	snprintf(scratch, sizeof scratch, "%s/sessions/%s/scratch.img", m->st.lib, m->s.id);
 	snprintf(dir, sizeof dir, "%s/sessions/%s/" SUSP_DIR, m->st.lib, m->s.id);
 	struct sbx_vm_config c = {

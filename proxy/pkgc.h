@@ -8,6 +8,7 @@
  *   upstream.c  upstream slots, fetches through libcurl, the deny list
  *   pypi.c      PEP 503 index pages and the files they name
  *   npm.c       npm metadata and tarballs
+ *   apt.c       Debian archives: InRelease (gpgv), indexes, .debs
  *   store.c     cache entries: verification records, LRU, quota, names */
 #ifndef SBX_PKGC_H
 #define SBX_PKGC_H
@@ -42,6 +43,8 @@ struct conn {
 	const char *reg_url;
 	char kind[12]; /* index, file, metadata, tarball */
 	char package[220], version[130], file[FILE_NAME_MAX + 1];
+	char arch[32]; /* a .deb's architecture */
+	int apt_route; /* apt.c: the entry an index being served belongs to */
 	char upstream[URL_MAX];
 	int slot;            /* holds one of the SBX_PKGCACHE_FETCHES_MAX upstream slots */
 	uint64_t charged_up; /* bytes of the index or metadata fetched for this request,
@@ -114,7 +117,7 @@ struct want {
 	int (*inspect)(struct conn *c, struct outcome *o, int fd);
 };
 
-#define SEGS_MAX 8 /* of a request's path */
+#define SEGS_MAX 12 /* of a request's path (apt's by-hash paths have 9) */
 typedef char segment[256];
 
 /* pkgcache.c */
@@ -172,6 +175,9 @@ int pc_route_pypi(struct conn *c, const char *reg_url, segment *seg, unsigned ns
 
 /* npm.c */
 int pc_route_npm(struct conn *c, const char *reg_url, segment *seg, unsigned ns);
+
+/* apt.c: r is the idx-th apt entry (by its place among apt's). */
+int pc_route_apt(struct conn *c, const struct sbx_limit_registry *r, unsigned idx, segment *seg, unsigned ns);
 
 /* store.c */
 int pc_cache_dir(const struct conn *c);

@@ -117,6 +117,8 @@ static json_t *record_json(const struct conn *c, const struct outcome *o)
 		json_object_set_new(r, "version", json_string(c->version));
 	if (c->file[0])
 		json_object_set_new(r, "file", json_string(c->file));
+	if (c->arch[0])
+		json_object_set_new(r, "arch", json_string(c->arch));
 	json_object_set_new(r, "size", json_integer((json_int_t)o->size));
 	if (o->sha256[0])
 		json_object_set_new(r, "sha256", json_string(o->sha256));
@@ -307,9 +309,9 @@ static int route(struct conn *c)
 	for (unsigned i = 0; i < ns; i++)
 		if (!seg[i][0] || !strcmp(seg[i], ".") || !strcmp(seg[i], ".."))
 			return pc_refuse(c, &o, 404, "not a package cache URL", 0);
-	if (ns < 3 || (strcmp(seg[0], "pypi") && strcmp(seg[0], "npm")))
+	if (ns < 3 || (strcmp(seg[0], "pypi") && strcmp(seg[0], "npm") && strcmp(seg[0], "apt")))
 		return pc_refuse(c, &o, 404, "not a package cache URL (try /pypi/0/simple/NAME/ or /npm/0/NAME)", 0);
-	int type = !strcmp(seg[0], "npm") ? SBX_REG_NPM : SBX_REG_PYPI;
+	int type = !strcmp(seg[0], "npm") ? SBX_REG_NPM : !strcmp(seg[0], "apt") ? SBX_REG_APT : SBX_REG_PYPI;
 	c->npm = type == SBX_REG_NPM;
 	char *end;
 	unsigned long idx = strtoul(seg[1], &end, 10);
@@ -331,6 +333,8 @@ static int route(struct conn *c)
 		return pc_refuse(c, &o, 404, msg, 0);
 	}
 	c->reg_url = r->url;
+	if (type == SBX_REG_APT)
+		return pc_route_apt(c, r, (unsigned)idx, seg, ns);
 	return c->npm ? pc_route_npm(c, r->url, seg, ns) : pc_route_pypi(c, r->url, seg, ns);
 }
 

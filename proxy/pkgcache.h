@@ -95,7 +95,15 @@ struct sbx_pkgcache_cfg {
 					       * the cache writes; NULL: SBX_PKGCACHE_BASE */
 	int log_fd;                           /* the proxy's diagnostics: one line per internal
 					       * problem; -1: none */
+	/* apt: each apt entry's keyring (by its place among apt's), read
+	 * beside the record before the drop, checked against the record's
+	 * SHA-256 of it, and placed in the jail (sbx_jail_system_files) at
+	 * this path for gpgv; NULL: none (that entry is refused). */
+	const char *apt_keyring[16];
 };
+
+/* The jail's directory of apt's keyrings (proxy.c). */
+#define SBX_PKGCACHE_APT_KEYS "apt-keys"
 
 /* Once per process, before any thread serves (libcurl, libxml2, and
  * sbx.yaml's packages.cache_quota, read here so a later jail need not

@@ -32,6 +32,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include <sha2.h>
+
 #include "pkgcache.h"
 #include "wmsg.h"
 
@@ -424,6 +426,11 @@ static void *pkg_thread(void *arg)
 					.pkg = &c.px->s.limits.packages,
 					.rules = sbx_pkgrules_any(&c.px->rules) ? &c.px->rules : NULL,
 					.log_fd = 2 };
+	char paths[16][64];
+	for (int i = 0; i < 16 && c.px->apt_key[i]; i++) {
+		snprintf(paths[i], sizeof paths[i], "/" SBX_PKGCACHE_APT_KEYS "/apt-%d.gpg", i);
+		cfg.apt_keyring[i] = paths[i];
+	}
 	sbx_pkgcache_serve(&cfg, c.fd);
 	close(c.fd);
 	px_side_done(c.px, &c.px->pkg);
@@ -527,6 +534,17 @@ static int confine(struct sbx_proxy *px, const struct sbx_proxy_args *a, struct 
 	if (a->pkg_fd >= 0 && sbx_pkgcache_init(err) < 0)
 		return -1;
 	if (sbx_jail_system_root(err) < 0)
+		return -1;
+	/* apt's keyrings, where the cache's gpgv can name them. */
+	const char *names[16];
+	char nbuf[16][32];
+	unsigned nk = 0;
+	for (; nk < 16 && px->apt_key[nk]; nk++) {
+		snprintf(nbuf[nk], sizeof nbuf[nk], "apt-%u.gpg", nk);
+		names[nk] = nbuf[nk];
+	}
+	if (nk && sbx_jail_system_files(SBX_PKGCACHE_APT_KEYS, names, (const char *const *)px->apt_key, px->apt_key_len,
+					nk, err) < 0)
 		return -1;
 	struct rlimit none = { 0, 0 };
 	if (setrlimit(RLIMIT_CORE, &none) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
@@ -900,6 +918,38 @@ static void close_fd(int *fd)
 	*fd = -1;
 }
 
+/* apt's keyrings, written beside the record at create (aptsrc.h), each
+ * read whole and checked against the record's SHA-256 of it: a keyring
+ * that is not the one the session was created with stops the proxy
+ * rather than verify an archive with other keys. */
+static int apt_keys_open(struct sbx_proxy *px, struct sbx_err *err)
+{
+	const struct sbx_limit_packages *k = &px->s.limits.packages;
+	unsigned n = 0;
+	for (unsigned i = 0; i < k->nreg && n < 16; i++) {
+		if (k->reg[i].type != SBX_REG_APT)
+			continue;
+		char name[32], got[65];
+		size_t len = 0;
+		snprintf(name, sizeof name, "apt-%u.gpg", n);
+		char *buf = sbx_read_small_at(px->budget.dfd, name, 1u << 20, &len);
+		if (buf) {
+			SHA2_CTX h;
+			SHA256Init(&h);
+			SHA256Update(&h, (const uint8_t *)buf, len);
+			SHA256End(&h, got);
+		}
+		if (!buf || strcmp(got, k->reg[i].keyring_sha256)) {
+			free(buf);
+			return sbx_err_set(err, SBX_EXIT_INTERNAL, errno,
+					   "the session's %s is missing or not the keyring it was created with", name);
+		}
+		px->apt_key[n] = buf;
+		px->apt_key_len[n++] = len;
+	}
+	return 0;
+}
+
 /* What the package cache holds, opened as root before anyone drops: its
  * scope's directory (handed to SBX_PKGCACHE_UID; an older sbx's, root's,
  * handed over here once) and the session's packages.log. */
@@ -914,7 +964,7 @@ static int cache_open(struct sbx_proxy *px, const struct sbx_proxy_args *a, stru
 		openat(px->budget.dfd, "packages.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (px->pkglog_fd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open packages.log");
-	return 0;
+	return apt_keys_open(px, err);
 }
 
 static int run(const struct sbx_proxy_args *a, struct sbx_err *err)

@@ -36,18 +36,20 @@ struct sbx_proxy {
 	int audit_fd;             /* the halves' channel to the writer (wmsg.h); -1: the writer's own */
 	int cache_fd;             /* the cache half's: its cache scope (pkgcache.h); -1: none */
 	int pkglog_fd;            /* ... and the session's packages.log */
-	uint64_t refused[4];      /* the writer's: messages refused, by why (malformed, not
-				   * allowed, too large, over the rate) */
-	int hosts_fd;             /* $SBX_HOSTS_FILE, opened while it could be */
-	unsigned threads;         /* TCP connections accepted and not yet closed */
-	unsigned active;          /* of them, admitted (connected out) */
-	unsigned dns_tcp, pkg;    /* DNS/TCP and package cache connections open */
-	int busy_fd;              /* to the monitor (proxy.h); -1: none */
-	char busy_on, busy_off;   /* this half's two bytes */
-	int busy_sent;            /* what the monitor was last told: some open (1) or none */
-	uint64_t bytes;           /* moved so far, both ways */
-	json_t *dns_batch;        /* queries answered, not yet in the audit trail */
-	uint64_t dns_more;        /* answered past DNS_BATCH_MAX this second */
+	char *apt_key[16];        /* ... and apt's keyrings (pkgcache.h), by place among apt's */
+	size_t apt_key_len[16];
+	uint64_t refused[4];    /* the writer's: messages refused, by why (malformed, not
+				 * allowed, too large, over the rate) */
+	int hosts_fd;           /* $SBX_HOSTS_FILE, opened while it could be */
+	unsigned threads;       /* TCP connections accepted and not yet closed */
+	unsigned active;        /* of them, admitted (connected out) */
+	unsigned dns_tcp, pkg;  /* DNS/TCP and package cache connections open */
+	int busy_fd;            /* to the monitor (proxy.h); -1: none */
+	char busy_on, busy_off; /* this half's two bytes */
+	int busy_sent;          /* what the monitor was last told: some open (1) or none */
+	uint64_t bytes;         /* moved so far, both ways */
+	json_t *dns_batch;      /* queries answered, not yet in the audit trail */
+	uint64_t dns_more;      /* answered past DNS_BATCH_MAX this second */
 	struct refusal {
 		char proto[4], verdict[8];
 		char domain[SBX_HOST_LEN], address[INET6_ADDRSTRLEN];

@@ -1,0 +1,120 @@
+#!/bin/bash
+# apt through the package cache (sbx-policy(5), issue 40 item 3), with the
+# real apt-get in a real python session (Debian bookworm) against a real
+# signed archive this test serves from a network namespace
+# (tests/lib-apt.sh, its own key): the cache verifies the InRelease with
+# gpgv and the policy's keyring, each index against the Release's SHA-256,
+# each .deb against its index's; a bad signature, another key, a tampered
+# index and a tampered .deb are each refused and logged; packages.allow.apt
+# names what may be installed, dependencies included; installs are logged
+# by name, version and architecture.  Bad policies fail the create with 3,
+# and a session with no apt and no network has apt refused in the guest,
+# with the reason.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib-apt.sh"
+require_vm
+[ "$(id -u)" = 0 ] || skip_all "needs root (network namespaces)"
+ls "$SBX_TEMPLATES"/python@*/manifest.json >/dev/null 2>&1 || skip_all "no python template built (make python-image)"
+for t in ip curl jq gpg gpgv dpkg-deb dpkg-scanpackages; do command -v $t >/dev/null || skip_all "needs $t"; done
+[ -x "$SBX_BUILD/libexec/sbx/sbx-proxy" ] || skip_all "no sbx-proxy built"
+S=$SBX_ROOT/var/lib/sbx/sessions
+trap 'apt_archive_stop; _cleanup' EXIT
+
+apt_archive_up apts
+pol() { # pol NAME REGISTRY-LINES [EXTRA-LINES]
+	printf 'resources:\n  exec_timeout: {default: 10m, max: 1h}\npackages:\n  mode: allowlist\n  registries:\n%s\n%s\n' \
+		"$2" "${3:-}" >"$TEST_TMP/$1.yaml"
+}
+
+# ---- policies that cannot be: 3, nothing created ----
+refused() { # refused POLICY-NAME TEMPLATE REGEX WHAT
+	local out
+	out=$(sbx-create -q -t "$2" -p "$TEST_TMP/$1.yaml" 2>&1)
+	is "$?" 3 "$4: refused with 3"
+	like "$out" "$3" "  saying why"
+}
+pol nokey "    - {type: apt, url: \"$APT_URL\"}"
+refused nokey python "needs the keyring that signs it" "an archive by url without a keyring"
+pol keyonly "    - {type: apt, keyring: \"$APT_KEYRING\"}"
+refused keyonly python "keyring without url" "a keyring without a url"
+pol lock "    - {type: apt, url: \"$APT_URL\", keyring: \"$APT_KEYRING\"}" "  lock: {apt: /etc/hostname}"
+refused lock python "apt has no lock file format" "packages.lock.apt"
+pol anyname "    - {type: apt, url: \"$APT_URL\", keyring: \"$APT_KEYRING\"}" "  allow: {apt: ['*']}"
+refused anyname python "matches every name" "an allow pattern that matches every name"
+pol host "    - {type: apt}"
+refused host default "needs a template built from a Debian suite" "apt on a template that is not Debian's (default: busybox)"
+mkdir -p "$TEST_TMP/etc-apt/sources.list.d"
+printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\n' \
+	>"$TEST_TMP/etc-apt/sources.list.d/debian.sources"
+out=$(SBX_APT_ETC=$TEST_TMP/etc-apt sbx-create -q -t python -p "$TEST_TMP/host.yaml" 2>&1)
+is "$?" 3 "{type: apt} for a suite the host's sources do not name: refused with 3"
+like "$out" "suite, bookworm, and the host's apt sources .* name no archive for it" "  naming the suite"
+printf '%s' "-----BEGIN PGP PUBLIC KEY BLOCK-----" >"$TEST_TMP/armored.asc"
+pol armored "    - {type: apt, url: \"$APT_URL\", keyring: \"$TEST_TMP/armored.asc\"}"
+refused armored python "armored key; gpgv takes a binary keyring" "an armored keyring"
+is "$(ls -A "$S" 2>/dev/null)" "" "and no session was created"
+
+# ---- the test archive, signed with its own key ----
+pol local "    - {type: apt, url: \"$APT_URL\", keyring: \"$APT_KEYRING\"}" "  allow: {apt: [sbx-hello, sbx-dep]}"
+a=$(sbx-create -q -t python -p "$TEST_TMP/local.yaml")
+ok $? "a python session whose policy names the test archive and its keyring"
+is "$(jq -c '.limits.packages.registries[0] | [.type, .suite, .components, .host, (.keyring_sha256 | length)]' "$S/$a/session.json")" \
+	'["apt","bookworm","main",false,64]' "the record: one apt entry, suite bookworm, the keyring's SHA-256"
+cmp -s "$APT_KEYRING" "$S/$a/apt-0.gpg"
+ok $? "the keyring is copied beside the record"
+like "$(sbx-exec "$a" -- cat /etc/apt/sources.list)" "deb \[trusted=yes\] http://10.0.2.2:3141/apt/0 bookworm main" \
+	"the guest's apt goes to the cache"
+log=$S/$a/packages.log
+last() { jq -r --arg k "$1" 'select(.kind == $k) | [.verdict, .status, .reason // "-"] | join(" | ")' "$log" | tail -1; }
+update() { sbx-exec -u root "$a" -- apt-get update --error-on=any 2>&1; } # any failed index is an error
+
+apt_tamper_release
+out=$(update)
+ok $(test $? -ne 0; echo $?) "a tampered InRelease: apt-get update fails" || diag "$out"
+like "$out" "502 .*InRelease of bookworm from apt archive apt/0 does not verify" "  apt shows the cache's reason"
+like "$(last release)" "^bad-signature \| 502 \| .*does not verify with $APT_KEYRING" "  packages.log: bad-signature"
+apt_restore
+apt_resign_with_other_key
+out=$(update)
+ok $(test $? -ne 0; echo $?) "an InRelease signed with another key: refused" || diag "$out"
+like "$(last release)" "^bad-signature \| 502 \|" "  logged as bad-signature"
+apt_restore
+apt_tamper_index
+out=$(update)
+ok $(test $? -ne 0; echo $?) "a tampered index: apt-get update fails" || diag "$out"
+like "$(last index)" "^hash-mismatch \| 502 \| sha256 mismatch" "  packages.log: hash-mismatch against the Release"
+apt_restore
+out=$(update)
+ok $? "the pristine archive: apt-get update" || diag "$out"
+is "$(last release)" "ok | 200 | -" "  its InRelease verified and served"
+
+apt_tamper_deb sbx-dep
+out=$(sbx-exec -u root "$a" -- apt-get install -y sbx-hello 2>&1)
+ok $(test $? -ne 0; echo $?) "a tampered .deb (sbx-dep): apt-get install sbx-hello fails" || diag "$out"
+like "$(jq -r 'select(.package == "sbx-dep") | [.verdict, .status] | join(" ")' "$log" | tail -1)" "^hash-mismatch 502$" \
+	"  packages.log: hash-mismatch for sbx-dep"
+apt_restore
+out=$(sbx-exec -u root "$a" -- apt-get install -y sbx-hello 2>&1)
+ok $? "apt-get install sbx-hello (and its dependency sbx-dep)" || diag "$out"
+is "$(sbx-exec "$a" -- sbx-hello)" "hello from sbx-hello" "it runs"
+is "$(jq -r 'select(.kind == "deb" and .verdict == "ok") | [.package, .version, .arch] | join(" ")' "$log" | sort -u | tr '\n' ',')" \
+	"sbx-dep 1.0-1 all,sbx-hello 1.0-1 all," "packages.log: each .deb by name, version and architecture"
+out=$(sbx-exec -u root "$a" -- apt-get install -y sbx-other 2>&1)
+ok $(test $? -ne 0; echo $?) "sbx-other, not in packages.allow.apt: refused" || diag "$out"
+like "$out" "403 +sbx-other matches no pattern of packages\.allow\.apt, in policy local\.yaml" "  apt shows the key and the policy"
+is "$(sbx-audit --type package.fetch --session "$a" --jsonl |
+	jq -r 'select(.kind == "deb") | [.package, .verdict] | join(":")' | sort -u | tr '\n' ' ')" \
+	"sbx-dep:hash-mismatch sbx-dep:ok sbx-hello:ok sbx-other:refused " "the audit trail has every .deb, served or refused"
+is "$(sbx-ps --packages "$a" --json | jq -r '[.[] | select(.kind == "deb" and .verdict == "ok") | .package] | unique | join(" ")')" \
+	"sbx-dep sbx-hello" "sbx-ps --packages lists what was installed"
+sbx-kill -q "$a" >/dev/null 2>&1
+
+# ---- no apt and no network: the guest says why ----
+b=$(sbx-create -q -t python)
+ok $? "a python session with the defaults (packages offline, no network)"
+out=$(sbx-exec -u root "$b" -- apt-get update 2>&1)
+ok $(test $? -ne 0; echo $?) "apt-get update fails" || diag "$out"
+like "$out" "403 +package installs are refused: packages.mode: offline in policy defaults" "with the policy's reason"
+sbx-kill -q "$b" >/dev/null 2>&1
+
+done_testing
