@@ -17,6 +17,8 @@ PKGS=(
 	strace openssl
 	# tests: real engines calling sbx-oci (t2100)
 	podman conmon crun containerd
+	# tests: a signed Debian archive (tests/lib-apt.sh: gpg makes its keys)
+	gnupg
 )
 missing=()
 for p in "${PKGS[@]}"; do
