@@ -37,7 +37,9 @@
 #    scripts/bench-fair.sh);
 #  - sbx-serve: the E2B SDK's create-to-first-command, commands.run and
 #    streamed output against the CLI's, and 64 SDK clients at once
-#    (scripts/bench-serve.sh).
+#    (scripts/bench-serve.sh);
+#  - apt-get install jq through the package cache, cold and warm, against
+#    the same install straight from Debian's archive (scripts/bench-apt.sh).
 # Prints a table, then each figure beside its floor with the ratio, and
 # writes $SBX_BUILD/bench.json.  Runs: BENCH_RUNS (10).
 set -euo pipefail
@@ -465,6 +467,12 @@ bench_fair "$raw" "$B/bench.json"
 # tarball (scripts/bench-npm.sh; BENCH_NPM_RUNS=0 leaves it out).
 . "$(dirname "$0")/bench-npm.sh"
 bench_npm "$raw" "$B/bench.json"
+
+# apt-get install jq through the cache, cold and warm, against a direct
+# install from Debian's archive (scripts/bench-apt.sh; BENCH_APT_RUNS=0
+# leaves it out).
+. "$(dirname "$0")/bench-apt.sh"
+bench_apt "$raw" "$B/bench.json"
 
 # sbx-serve against the CLI (scripts/bench-serve.sh; BENCH_SERVE_RUNS=0
 # leaves it out).
