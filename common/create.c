@@ -867,8 +867,10 @@ int sbx_session_create(struct sbx_state *st, const struct sbx_create_opts *o, st
 	/* A warm-pool member that fits serves the request (pool.h); when none
 	 * does, or its claim fails, the session boots cold as ever. */
 	sbx_trace_step(&tr, "lock");
-	/* Not with package rules: a member's proxy started without them. */
-	if (!o->pool && !o->snapshot && !o->snapshot_direct && !pl.rules_txt && sbx_pool_request_fits(o, pl.pol)) {
+	/* Not with package rules or apt's keyrings: a member's proxy
+	 * started without them. */
+	if (!o->pool && !o->snapshot && !o->snapshot_direct && !pl.rules_txt && !pl.apt_keys.n &&
+	    sbx_pool_request_fits(o, pl.pol)) {
 		r = sbx_pool_claim(st, &g, s, pl.pol, &sec, err);
 		if (r == SBX_POOL_UNDO)
 			r = undo_claim(st, &g, s->id, err);
