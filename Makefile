@@ -125,6 +125,11 @@ $(B)/tests/test-pkgcache $(B)/tests/test-egress $(B)/tests/test-http $(B)/tests/
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -Iproxy $< $(PROXY_OBJ) $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
 
+# The apt route's metadata parsers are pure: their test links them alone.
+$(B)/tests/test-aptidx: tests/unit/test-aptidx.c $(B)/obj/proxy/aptidx.o $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Iproxy $< $(B)/obj/proxy/aptidx.o $(B)/libsbx.a $(LDFLAGS_ALL) $(PKG_LIBS) -o $@
+
 # guest-init is PID 1 in the guest: static, no sanitizers, libc only; of
 # the library it shares the wire codec and sbx-port's windows.
 $(B)/guest-init: $(wildcard guest-init/*.c guest-init/*.h) common/proto.c common/proto.h common/portwin.c \
@@ -182,12 +187,14 @@ check: all image python-image
 # backend's pass (Cloud Hypervisor's is its API tests, already run, and
 # skips).  The pip- and npm-heavy guest tests are not repeated (their host
 # side, the package cache, is under the sanitizers in its unit and fuzz
-# tests), nor is CPython's test suite in a guest (t1710: minutes of guest
-# time over host code every other test covers).  ASAN_EXCLUDE= runs them
+# tests, and t1450 runs the apt route with real apt under them; t1451 is
+# the same route against Debian's archive), nor is CPython's test suite
+# in a guest (t1710: minutes of guest time over host code every other
+# test covers).  ASAN_EXCLUDE= runs them
 # too.
 SAN_LOG = $(abspath build-asan)/san
 ASAN_EXCLUDE = t0900-python.t t1400-packages.t t1410-pkgcache-bounds.t t1420-npm.t \
-	t1710-conformance.t t1720-python-dev.t
+	t1440-npm-scripts.t t1451-apt-debian.t t1710-conformance.t t1720-python-dev.t
 asan:
 	ls -d $(B)/templates/default@* $(B)/templates/python@* >/dev/null 2>&1 || \
 		$(MAKE) image python-image

@@ -189,7 +189,8 @@ static int stanza_fields(const char *s, size_t n, size_t line, field_fn fn, void
 		for (size_t i = 0; i < nl; i++) {
 			unsigned char c = (unsigned char)p[i];
 			if (c <= 0x20 || c >= 0x7f)
-				return fail(why, wn, "line %zu: a field name with a byte outside printable ASCII", line);
+				return fail(why, wn, "line %zu: a field name with a byte outside printable ASCII",
+					    line);
 			h = (h ^ (c >= 'A' && c <= 'Z' ? c | 0x20 : c)) * 16777619u;
 		}
 		for (size_t i = 0; i < nseen; i++)
@@ -350,7 +351,8 @@ static int parse_date(const char *s, size_t l, int64_t *t)
 		return -1;
 	int hh = digits(hms, 2), mm = digits(hms + 3, 2), ss = digits(hms + 6, 2);
 	size_t z = 0;
-	while (z < SBX_ARRAY_LEN(zones) && !(tl[i + 4] == strlen(zones[z]) && !strncmp(tok[i + 4], zones[z], tl[i + 4])))
+	while (z < SBX_ARRAY_LEN(zones) &&
+	       !(tl[i + 4] == strlen(zones[z]) && !strncmp(tok[i + 4], zones[z], tl[i + 4])))
 		z++;
 	if (day < 1 || mon == 12 || year < 1970 || hh < 0 || hh > 23 || mm < 0 || mm > 59 || ss < 0 || ss > 60 ||
 	    z == SBX_ARRAY_LEN(zones))
@@ -374,7 +376,8 @@ static int rel_sha256(struct relctx *c, const struct field *f, char *why, size_t
 	struct sbx_apt_release *r = c->r;
 	c->have_sha = 1;
 	if (f->vl)
-		return fail(why, wn, "line %zu: SHA256 with a value on its own line (its list starts below)",
+		return fail(why, wn,
+			    "line %zu: SHA256 with a value on the field's line (its list is on the lines below)",
 			    f->line);
 	size_t line = f->line + 1;
 	for (const char *p = f->more, *end = p ? p + f->ml : NULL; p && p < end; line++) {
@@ -754,7 +757,8 @@ static int listed_twice(const struct sbx_apt_deb *x, char *why, size_t wn)
  * the batch's chunks are the map's after 0. */
 static int commit(struct sbx_apt_debmap **m, struct batch *b, char *why, size_t wn)
 {
-	qsort(b->v, b->n, sizeof *b->v, deb_cmp);
+	if (b->n)
+		qsort(b->v, b->n, sizeof *b->v, deb_cmp);
 	size_t k = 0;
 	for (size_t i = 0; i < b->n; i++) {
 		if (k && !strcmp(b->v[k - 1]->filename, b->v[i]->filename)) {

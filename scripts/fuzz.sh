@@ -76,6 +76,10 @@ for src in tests/fuzz/fuzz-*.c; do
 		# The install-script check of npm tarballs and metadata (pure).
 		deps=(proxy/npmtgz.c common/util.c common/err.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs libarchive jansson libbsd-overlay)" ;;
+	fuzz-aptidx)
+		# The apt route's Release and Packages parsers (pure).
+		deps=(proxy/aptidx.c)
+		read -ra libs <<<"$(pkg-config --cflags --libs libarchive)" ;;
 	fuzz-priv)
 		# The monitor's request decoder alone (privmsg.c is pure).
 		deps=(monitor/privmsg.c common/proto.c)
