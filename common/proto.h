@@ -96,7 +96,10 @@ enum sbx_frame_type {
 				  * socket as SCM_RIGHTS); monitor->client: OP, then for each
 				  * forward PORT ADDR CONNS ACCEPTED REFUSED [MSG: its last
 				  * connection error] (or ERROR) */
-	SBX_F_TYPE_MAX = 30
+	SBX_F_PKG_REFUSED = 31,  /* guest->host, stream 0: PKG_TYPE REQUEST: an install the guest's
+				  * own responder refused (guest-init/pkg.c); the host records it
+				  * in packages.log as guest-reported, at a bounded rate */
+	SBX_F_TYPE_MAX = 31
 };
 
 enum sbx_tag {
@@ -158,8 +161,12 @@ enum sbx_tag {
 	SBX_T_TTL_MS = 52,      /* u64: a VMCTL TTL's time left */
 	SBX_T_RLIMIT = 53,      /* 20 bytes, repeated, in EXEC: u32 RLIMIT_*, u64 soft, u64 hard (the
 				 * guest sets them before it drops to the exec's user) */
-	SBX_T_MAX = 53
+	SBX_T_PKG_TYPE = 54,    /* str: "pypi", "npm" or "apt", in PKG_REFUSED */
+	SBX_T_REQUEST = 55,     /* str: the request line's method and target, at most
+				 * SBX_PKG_REQUEST_MAX bytes, printable ASCII, in PKG_REFUSED */
+	SBX_T_MAX = 55
 };
+#define SBX_PKG_REQUEST_MAX 300
 
 /* SBX_F_PORT's OP */
 enum sbx_port_op {

@@ -505,6 +505,8 @@ static int next_timeout_ms(const struct agent *a)
 	return next > INT_MAX ? INT_MAX : (int)next;
 }
 
+static void pkg_reports(struct agent *a);
+
 static int handle_events(struct agent *a, int timeout_ms)
 {
 	struct epoll_event ev[64];
@@ -529,6 +531,7 @@ static int handle_events(struct agent *a, int timeout_ms)
 		case K_SIG: reap(a); break;
 		case K_IO: on_io(a, tag); break;
 		case K_PORT: sbx_gports_io(a->ports, tag, ev[i].events, &a->out); break;
+		case K_PKG: pkg_reports(a); break;
 		}
 	}
 	return n;
@@ -561,6 +564,35 @@ static void hello_check(struct agent *a)
 	a->hello_check = a->hello_reports < 4 ? now + (HELLO_CHECK_NS << (a->hello_reports - 1)) : 0;
 }
 
+/* The package responder's refusals (pkg.c), each to the host as
+ * PKG_REFUSED; what does not fit a line is dropped. */
+static void pkg_reports(struct agent *a)
+{
+	char buf[4096];
+	ssize_t r;
+	while ((r = read(sbx_guest_pkg_report_fd, buf, sizeof(buf) - 1)) > 0) {
+		buf[r] = 0;
+		for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+			char *sp = strchr(l, ' ');
+			if (!sp || strlen(sp + 1) > SBX_PKG_REQUEST_MAX)
+				continue;
+			*sp = 0;
+			size_t off = sbx_frame_begin(&a->out, SBX_F_PKG_REFUSED, 0);
+			sbx_tlv_str(&a->out, SBX_T_PKG_TYPE, l);
+			sbx_tlv_str(&a->out, SBX_T_REQUEST, sp + 1);
+			sbx_frame_end(&a->out, off);
+		}
+	}
+}
+
+static void pkg_watch(struct agent *a)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = K_PKG };
+	if (!a->pkg_watched && sbx_guest_pkg_report_fd >= 0 && a->is_pid1 &&
+	    epoll_ctl(a->ep, EPOLL_CTL_ADD, sbx_guest_pkg_report_fd, &ev) == 0)
+		a->pkg_watched = 1;
+}
+
 static void loop_once(struct agent *a)
 {
 	int idle = cg_idle_work(a), n;
@@ -580,6 +612,7 @@ static void loop_once(struct agent *a)
 	}
 	if (!a->done)
 		run_deadlines(a);
+	pkg_watch(a); /* a responder started at boot, or at a claim */
 	host_flush(a);
 	hello_check(a);
 	sbx_guest_hosts_flush(); /* what IDENTITY deferred, its answer gone */

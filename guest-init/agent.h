@@ -37,7 +37,7 @@
 /* ERROR codes follow the commands' exit statuses (design.md). */
 enum { ERR_INVALID = 3, ERR_NOEXEC = 4, ERR_CONFLICT = 5, ERR_INTERNAL = 70, ERR_TEMP = 75 };
 enum { IO_IN, IO_OUT, IO_ERR, IO_N };
-enum { K_HOST = 1, K_SIG, K_IO, K_LISTEN, K_PORT };
+enum { K_HOST = 1, K_SIG, K_IO, K_LISTEN, K_PORT, K_PKG };
 
 enum { CGF_DIR, CGF_KILL, CGF_CPU, CGF_PEAK, CGF_EVENTS, CGF_N };
 
@@ -86,6 +86,7 @@ struct agent {
 	uint64_t hello_check;
 	unsigned hello_reports;
 	int lfd;           /* listening for the host (vsock); -1: host is the port */
+	int pkg_watched;   /* sbx_guest_pkg_report_fd is in the epoll set */
 	unsigned accepted; /* hosts accepted on lfd */
 	uint8_t *in;
 	size_t in_len;

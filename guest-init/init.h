@@ -37,6 +37,10 @@ struct sbx_guest_cfg {
 #define SBX_GUEST_USER_UID 1000u
 #define SBX_GUEST_USER_GID 1000u
 
+/* The read end of the package responder's reports (pkg.c): lines
+ * "TYPE METHOD TARGET", non-blocking; -1 until a responder runs. */
+extern int sbx_guest_pkg_report_fd;
+
 /* Parse /proc/cmdline into cfg (defaults filled). */
 void sbx_guest_cmdline(struct sbx_guest_cfg *cfg);
 /* Bring the system up as PID 1 and return the agent's fd: the virtio-serial

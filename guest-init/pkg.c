@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "proto.h"
 
 #define LOCAL "http://127.0.0.1:3141"
 #define NOBODY 65534u
@@ -150,6 +151,28 @@ static void refusal(const struct sbx_guest_cfg *cfg, const char *type, char *out
 			 pol, type);
 }
 
+/* The responder's reports to PID 1 (sbx_guest_pkg_report_fd): one line
+ * per refusal, "TYPE METHOD TARGET", printable ASCII, at most
+ * SBX_PKG_REQUEST_MAX bytes after the type; the agent hands each to the
+ * host (SBX_F_PKG_REFUSED), which records it as guest-reported.  Written
+ * without blocking: a full pipe drops the report, never the answer. */
+#define REPORT_FD 4
+static void report(const char *type, const char *req, const char *path, size_t pl)
+{
+	char line[SBX_PKG_REQUEST_MAX + 16];
+	size_t ml = strcspn(req, " ");
+	if (ml > 7)
+		ml = 7;
+	if (pl > SBX_PKG_REQUEST_MAX - 8)
+		pl = SBX_PKG_REQUEST_MAX - 8;
+	int n = snprintf(line, sizeof(line), "%s %.*s %.*s\n", type, (int)ml, req, (int)pl, path);
+	for (int i = 0; i < n - 1; i++)
+		if ((unsigned char)line[i] < 0x20 || (unsigned char)line[i] >= 0x7f)
+			line[i] = '?';
+	if (n > 0)
+		(void)!write(REPORT_FD, line, (size_t)n);
+}
+
 /* One request, one refusal.  pip shows an index page's HTTP error only in
  * its debug log ("from versions: none" is all a user sees); what it does
  * print is the Content-Type of a page that is not an index.  So pip's
@@ -187,6 +210,7 @@ static void answer(const struct sbx_guest_cfg *cfg, int fd)
 	}
 	const char *eol = strpbrk(path, " \r\n");
 	size_t pl = eol ? (size_t)(eol - path) : strlen(path);
+	report(npm ? "npm" : !strncmp(path, "/apt/", 5) ? "apt" : "pypi", req, path, pl);
 	int index = !npm && memmem(path, pl, "/simple/", 8);
 	char body[400];
 	int bl;
@@ -218,8 +242,18 @@ static void answer(const struct sbx_guest_cfg *cfg, int fd)
 static int responder_fd = -1;
 static pid_t responder_pid;
 
+static int report_w = -1;
+int sbx_guest_pkg_report_fd = -1;
+
 static int responder_listen(void)
 {
+	int p[2];
+	if (sbx_guest_pkg_report_fd < 0 && pipe2(p, O_CLOEXEC) == 0) {
+		fcntl(p[0], F_SETFL, O_NONBLOCK);
+		fcntl(p[1], F_SETFL, O_NONBLOCK);
+		sbx_guest_pkg_report_fd = p[0];
+		report_w = p[1];
+	}
 	if (responder_fd >= 0)
 		return 0;
 	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
@@ -244,9 +278,12 @@ static void __attribute__((noreturn)) responder(const struct sbx_guest_cfg *cfg)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	prctl(PR_SET_NAME, "sbx-pkg-refuse");
-	/* Forked from the agent at a claim: none of its descriptors. */
+	/* Forked from the agent at a claim: none of its descriptors but the
+	 * listener and the report pipe's write end. */
 	int s = dup2(responder_fd, 3);
-	for (int fd = 4; fd < 1024; fd++)
+	if (report_w < 0 || dup2(report_w, REPORT_FD) < 0)
+		close(REPORT_FD);
+	for (int fd = REPORT_FD + 1; fd < 1024; fd++)
 		close(fd);
 	if (s < 0)
 		_exit(1);

@@ -169,6 +169,64 @@ static void agent_pong(struct mon *m, const struct sbx_frame *f)
 		}
 }
 
+/* An install the guest's own responder refused (guest-init/pkg.c): into
+ * packages.log as guest-reported, the reason in the host's words (the
+ * guest says only what was asked), at a bounded rate: a guest cannot fill
+ * the host's disk or the log's cap with them. */
+#define PKGREP_RATE 20        /* a second */
+#define PKGREP_MAX 2000       /* in all, for the monitor's life */
+#define PKGLOG_CAP (4u << 20) /* the proxy's cap of packages.log (pkgcache.c) */
+static void agent_pkg_refused(struct mon *m, const struct sbx_frame *f)
+{
+	char type[8] = "", req[SBX_PKG_REQUEST_MAX + 1] = "";
+	struct sbx_tlv_it it;
+	const uint8_t *val;
+	uint16_t tag;
+	uint32_t n;
+	int rc;
+	sbx_tlv_init(&it, f->payload, f->len);
+	while ((rc = sbx_tlv_next(&it, &tag, &val, &n)) == 1)
+		if ((tag == SBX_T_PKG_TYPE && sbx_tlv_as_str(val, n, type, sizeof type) < 0) ||
+		    (tag == SBX_T_REQUEST && sbx_tlv_as_str(val, n, req, sizeof req) < 0))
+			return;
+	if (rc < 0 || f->stream || m->pkglog_fd < 0 || !req[0] ||
+	    (strcmp(type, "pypi") && strcmp(type, "npm") && strcmp(type, "apt")))
+		return;
+	uint64_t sec = sbx_mono_ns() / 1000000000ull;
+	if (sec != m->pkgrep.window)
+		m->pkgrep.window = sec, m->pkgrep.in_window = 0;
+	if (m->pkgrep.total >= PKGREP_MAX || ++m->pkgrep.in_window > PKGREP_RATE) {
+		m->pkgrep.dropped++;
+		return;
+	}
+	m->pkgrep.total++;
+	sbx_text_clean(req); /* the guest's words */
+	const struct sbx_limit_packages *k = &m->s.limits.packages;
+	char reason[300], ts[40];
+	if (k->mode != SBX_PKG_ALLOWLIST)
+		snprintf(reason, sizeof reason, "package installs are refused: packages.mode: offline in policy %s",
+			 k->policy[0] ? k->policy : "defaults");
+	else
+		snprintf(reason, sizeof reason,
+			 "package installs are refused: policy %s has no %s registry in packages.registries",
+			 k->policy[0] ? k->policy : "defaults", type);
+	sbx_fmt_time(sbx_now_ns(), ts, sizeof ts);
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:s, s:i}", "time", ts, "session", m->s.id,
+			      "kind", "request", "registry", type, "verdict", "refused", "status", 403, "reason",
+			      reason, "request", req, "reported_by", "guest", "size", 0);
+	if (o && m->s.tenant[0])
+		json_object_set_new(o, "tenant", json_string(m->s.tenant));
+	char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	struct stat st;
+	if (line && fstat(m->pkglog_fd, &st) == 0 && (uint64_t)st.st_size + strlen(line) + 1 < PKGLOG_CAP) {
+		size_t l = strlen(line);
+		line[l] = '\n';                                 /* one write: lines never interleave with the proxy's */
+		(void)sbx_write_all(m->pkglog_fd, line, l + 1); /* a record lost, the refusal stands */
+	}
+	free(line);
+}
+
 static void agent_frame(struct mon *m, const struct sbx_frame *f)
 {
 	m->guest_spoke = 1;
@@ -230,6 +288,7 @@ static void agent_frame(struct mon *m, const struct sbx_frame *f)
 	case SBX_F_IDENTITY: snap_identity_reply(m, f); break;
 	case SBX_F_ERROR: agent_error(m, ex, f); break;
 	case SBX_F_PONG: agent_pong(m, f); break;
+	case SBX_F_PKG_REFUSED: agent_pkg_refused(m, f); break;
 	default: break; /* unexpected from a guest: ignore, never trust */
 	}
 }

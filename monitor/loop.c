@@ -350,6 +350,7 @@ static int setup(struct mon *m, const struct sbx_monitor_args *a, struct sbx_err
 	m->execs_dfd = openat(m->lib_dfd, "execs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (m->execs_dfd < 0)
 		return sbx_err_set(err, SBX_EXIT_INTERNAL, errno, "cannot open the exec directory");
+	m->pkglog_fd = openat(m->lib_dfd, "packages.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	m->ep = epoll_create1(EPOLL_CLOEXEC);
 	sigset_t set;
 	mon_signals(&set);
@@ -454,7 +455,8 @@ static void mon_free(struct mon *m)
 	sbx_buf_free(&m->aout);
 	sbx_secrets_free(&m->sec);
 	int fds[] = { m->bare_netns, m->listen.fd, m->agent_listen.fd, m->agent.fd,  m->sig.fd,  m->timer.fd,
-		      m->ep,         m->lib_dfd,   m->run_dfd,         m->execs_dfd, m->priv.fd, m->priv.child_pidfd };
+		      m->ep,         m->lib_dfd,   m->run_dfd,         m->execs_dfd, m->priv.fd, m->priv.child_pidfd,
+		      m->pkglog_fd };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(fds); i++)
 		if (fds[i] > 0)
 			close(fds[i]);

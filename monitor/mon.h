@@ -202,6 +202,14 @@ struct mon {
 	struct sbx_session s;
 	int ep;
 	int lib_dfd, run_dfd, execs_dfd;
+	/* packages.log, for installs the guest refused itself (agent.c:
+	 * SBX_F_PKG_REFUSED), at most PKGREP_RATE a second and PKGREP_MAX in
+	 * all; -1: none */
+	int pkglog_fd;
+	struct {
+		uint64_t window; /* the second being counted (mono ns / 1e9) */
+		unsigned in_window, total, dropped;
+	} pkgrep;
 	struct src listen, agent_listen, agent, vmm, sig, timer, readyp;
 	struct sbx_vm vm;
 	struct src vmev;               /* the VMM's event stream (vm.event_fd); fd -1: none */

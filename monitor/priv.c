@@ -306,6 +306,7 @@ static int child_enter(struct mon *m, int chan, pid_t parent, int lock_fd, struc
 		       m->vm.pidfd,
 		       m->proxy.fd,
 		       m->execs_dfd,
+		       m->pkglog_fd,
 		       sbx_trace_fd(),
 		       m->proxybusy.fd };
 	for (size_t i = 0; i < SBX_ARRAY_LEN(mine); i++)

@@ -9,7 +9,8 @@
 # names what may be installed, dependencies included; installs are logged
 # by name, version and architecture.  Bad policies fail the create with 3,
 # and a session with no apt and no network has apt refused in the guest,
-# with the reason.
+# with the reason, and the host records each such refusal as
+# guest-reported, at a bounded rate.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-apt.sh"
 require_vm
@@ -115,6 +116,27 @@ ok $? "a python session with the defaults (packages offline, no network)"
 out=$(sbx-exec -u root "$b" -- apt-get update 2>&1)
 ok $(test $? -ne 0; echo $?) "apt-get update fails" || diag "$out"
 like "$out" "403 +package installs are refused: packages.mode: offline in policy defaults" "with the policy's reason"
+blog=$S/$b/packages.log
+is "$(jq -r 'select(.reported_by == "guest") | [.registry, .verdict, .status, .request, .reason] | join(" | ")' "$blog" | head -1)" \
+	"apt | refused | 403 | GET /apt/refused/dists/sbx/InRelease | package installs are refused: packages.mode: offline in policy defaults" \
+	"the guest's refusal is recorded on the host, marked guest-reported, in the host's words"
+out=$(sbx-exec "$b" -- pip download -q --no-deps -d /tmp/d six 2>&1)
+ok $(test $? -ne 0; echo $?) "pip download in the same session: refused by the guest" || diag "$out"
+like "$(jq -r 'select(.reported_by == "guest" and .registry == "pypi") | .request' "$blog" | head -1)" "^GET /pypi/0/simple/six/" \
+	"  and recorded as pypi's"
+like "$(sbx-ps --packages "$b" | tail -1)" $'\tpypi\t-\t-\trefused\t-\t0\tpackage installs are refused' "sbx-ps --packages lists it"
+# A guest asking as fast as it can: recorded at most 20 a second.
+t0=$(date +%s)
+sbx-exec "$b" -- python3 -c '
+import urllib.request
+for i in range(400):
+    try: urllib.request.urlopen("http://127.0.0.1:3141/npm/0/x%d" % i, timeout=5)
+    except Exception: pass'
+t1=$(date +%s)
+n=$(jq -r 'select(.reported_by == "guest" and .registry == "npm") | .request' "$blog" | wc -l)
+ok $(test "$n" -ge 1 && test "$n" -le $((20 * (t1 - t0 + 1))) && test "$n" -le 400; echo $?) \
+	"400 refusals in $((t1 - t0)) s: $n recorded, within 20 a second"
+is "$(sbx-exec "$b" -- echo alive)" alive "and the session is none the worse"
 sbx-kill -q "$b" >/dev/null 2>&1
 
 done_testing
