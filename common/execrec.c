@@ -99,6 +99,15 @@ int sbx_exec_list(struct sbx_state *st, const char *session, json_t **out, struc
 				      "state", live ? "running" : "lost");
 			int e2 = openat(x, names[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 			_cleanup_free_ char *rq = e2 >= 0 ? sbx_read_small_at(e2, "request.json", 1 << 20, NULL) : NULL;
+			/* When it started: the monitor writes request.json then,
+			 * once (sbx-ps --packages places requests by it). */
+			struct stat rs;
+			if (rq && fstatat(e2, "request.json", &rs, AT_SYMLINK_NOFOLLOW) == 0) {
+				char ts[40];
+				sbx_fmt_time((uint64_t)rs.st_mtim.tv_sec * 1000000000ull + (uint64_t)rs.st_mtim.tv_nsec,
+					     ts, sizeof ts);
+				json_object_set_new(r, "started", json_string(ts));
+			}
 			if (e2 >= 0)
 				close(e2);
 			json_t *req = rq ? json_loads(rq, 0, NULL) : NULL;

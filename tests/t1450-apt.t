@@ -120,8 +120,15 @@ blog=$S/$b/packages.log
 is "$(jq -r 'select(.reported_by == "guest") | [.registry, .verdict, .status, .request, .reason] | join(" | ")' "$blog" | head -1)" \
 	"apt | refused | 403 | GET /apt/refused/dists/sbx/InRelease | package installs are refused: packages.mode: offline in policy defaults" \
 	"the guest's refusal is recorded on the host, marked guest-reported, in the host's words"
+# An exec still running when the request is made is named with it.
+bg=$(sbx-exec -d "$b" -- sleep 120)
+is "$(sbx-ps --execs "$b" --json | jq -r --arg e "$bg" '.[] | select(.exec == $e) | [.state, (.started | test("^[0-9-]+T[0-9:.]+Z$"))] | map(tostring) | join(" ")')" \
+	"running true" "sbx-ps --execs: a running exec has its start time"
 out=$(sbx-exec "$b" -- pip download -q --no-deps -d /tmp/d six 2>&1)
 ok $(test $? -ne 0; echo $?) "pip download in the same session: refused by the guest" || diag "$out"
+pip_x=$(sbx-ps --execs "$b" --json | jq -r '.[] | select(.request.argv[0] == "pip") | .exec')
+is "$(sbx-ps --packages "$b" --json | jq -r '.[] | select(.registry == "pypi") | .execs | sort | join(",")' | head -1)" \
+	"$(printf '%s\n' "$bg" "$pip_x" | sort | paste -sd,)" "  attributed to the pip exec and to the one still running"
 like "$(jq -r 'select(.reported_by == "guest" and .registry == "pypi") | .request' "$blog" | head -1)" "^GET /pypi/0/simple/six/" \
 	"  and recorded as pypi's"
 like "$(sbx-ps --packages "$b" | tail -1)" $'\tpypi\t-\t-\trefused\t-\t0\tpackage installs are refused' "sbx-ps --packages lists it"
