@@ -194,7 +194,8 @@ check: all image python-image
 # too.
 SAN_LOG = $(abspath build-asan)/san
 ASAN_EXCLUDE = t0900-python.t t1400-packages.t t1410-pkgcache-bounds.t t1420-npm.t \
-	t1440-npm-scripts.t t1451-apt-debian.t t1710-conformance.t t1720-python-dev.t
+	t1431-npm-project.t t1440-npm-scripts.t t1451-apt-debian.t t1710-conformance.t \
+	t1720-python-dev.t
 asan:
 	ls -d $(B)/templates/default@* $(B)/templates/python@* >/dev/null 2>&1 || \
 		$(MAKE) image python-image
