@@ -39,7 +39,10 @@
 #    streamed output against the CLI's, and 64 SDK clients at once
 #    (scripts/bench-serve.sh);
 #  - apt-get install jq through the package cache, cold and warm, against
-#    the same install straight from Debian's archive (scripts/bench-apt.sh).
+#    the same install straight from Debian's archive (scripts/bench-apt.sh);
+#  - npm ci of a 25-package locked project through the cache, cold and
+#    warm, against the same straight from npm's registry
+#    (scripts/bench-npm-ci.sh).
 # Prints a table, then each figure beside its floor with the ratio, and
 # writes $SBX_BUILD/bench.json.  Runs: BENCH_RUNS (10).
 set -euo pipefail
@@ -473,6 +476,12 @@ bench_npm "$raw" "$B/bench.json"
 # leaves it out).
 . "$(dirname "$0")/bench-apt.sh"
 bench_apt "$raw" "$B/bench.json"
+
+# npm ci of a 25-package locked project through the cache, cold and warm,
+# against the same npm ci straight from npm's registry
+# (scripts/bench-npm-ci.sh; BENCH_NPM_CI_RUNS=0 leaves it out).
+. "$(dirname "$0")/bench-npm-ci.sh"
+bench_npm_ci "$raw" "$B/bench.json"
 
 # sbx-serve against the CLI (scripts/bench-serve.sh; BENCH_SERVE_RUNS=0
 # leaves it out).
