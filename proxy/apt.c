@@ -188,9 +188,12 @@ static int release_load(struct conn *c, struct outcome *o, const struct sbx_limi
 		free(f.body.p);
 		if (pc_refuse_page_budget(c, o, &f, "the InRelease") < 0)
 			return -1;
+		/* A redirect to a denied address leaves the redirect's status:
+		 * the denial is the news. */
+		int http = f.status && !f.denied[0];
 		snprintf(msg, sizeof msg, "cannot fetch the InRelease of %s from apt archive %s: %s", r->suite,
-			 c->registry, f.status ? "HTTP error" : f.error);
-		if (f.status)
+			 c->registry, http ? "HTTP error" : f.error);
+		if (http)
 			snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " %ld", f.status);
 		pc_diag(c, "%s (%s)", msg, c->upstream);
 		return pc_refuse(c, o, 502, msg, 1), -1;

@@ -110,6 +110,53 @@ is "$(sbx-ps --packages "$a" --json | jq -r '[.[] | select(.kind == "deb" and .v
 	"sbx-dep sbx-hello" "sbx-ps --packages lists what was installed"
 sbx-kill -q "$a" >/dev/null 2>&1
 
+# ---- an archive that redirects: followed only to addresses not denied ----
+# A server beside the archive answers every path with a redirect: /lo/ to
+# this host's loopback (where a listener counts what reaches it), /md/ to
+# the cloud metadata address, /ok/ to the archive itself.
+cat >"$TEST_TMP/redir.py" <<'PY'
+import http.server, sys
+archive, lo = sys.argv[2], sys.argv[3]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        p = self.path
+        to = {"/lo/": lo, "/md/": "http://169.254.169.254/", "/ok/": archive}
+        for k, v in to.items():
+            if p.startswith(k):
+                self.send_response(302); self.send_header("Location", v + p[len(k):]); self.send_header("Content-Length", "0"); self.end_headers(); return
+        self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer((sys.argv[1], 8081), H).serve_forever()
+PY
+lo_port=$((20000 + $$ % 20000))
+/usr/bin/python3 -m http.server --bind 127.0.0.1 "$lo_port" >"$TEST_TMP/lo.log" 2>&1 &
+LO_PID=$!
+ip netns exec "$NET_NS" /usr/bin/python3 "$TEST_TMP/redir.py" "$APT_HOST" "${APT_URL%/}/" "http://127.0.0.1:$lo_port/" &
+REDIR_PID=$!
+trap 'kill "$LO_PID" "$REDIR_PID" 2>/dev/null; apt_archive_stop; _cleanup' EXIT
+for _ in $(seq 100); do curl -s -o /dev/null "http://$APT_HOST:8081/" && break; sleep 0.1; done
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$lo_port/" && break; sleep 0.1; done
+: >"$TEST_TMP/lo.log"
+pol redir "    - {type: apt, url: \"http://$APT_HOST:8081/lo\", keyring: \"$APT_KEYRING\"}
+    - {type: apt, url: \"http://$APT_HOST:8081/md\", keyring: \"$APT_KEYRING\"}
+    - {type: apt, url: \"http://$APT_HOST:8081/ok\", keyring: \"$APT_KEYRING\"}"
+c=$(sbx-create -q -t python -p "$TEST_TMP/redir.yaml")
+ok $? "a session whose archives redirect"
+get() { # get N: the status and reason of the cache's answer for apt/N's InRelease
+	sbx-exec "$c" -- python3 -c '
+import sys, urllib.request, urllib.error
+try: r = urllib.request.urlopen("http://10.0.2.2:3141/apt/%s/dists/bookworm/InRelease" % sys.argv[1], timeout=60); print(r.status)
+except urllib.error.HTTPError as e: print(e.code, e.reason)' "$1"
+}
+like "$(get 0)" "^502 cannot fetch the InRelease of bookworm from apt archive apt/0: address 127\.0\.0\.1 .*deny list" \
+	"a redirect to the host's loopback: refused, naming the denied address"
+is "$(wc -l <"$TEST_TMP/lo.log")" 0 "  and nothing reached the loopback listener"
+like "$(get 1)" "^502 .*address 169\.254\.169\.254 .*deny list" "a redirect to the cloud metadata address: refused"
+is "$(get 2)" 200 "a redirect to another host that is not denied: followed, and the InRelease verified"
+like "$(jq -r 'select(.kind == "release" and .registry == "apt/2") | [.verdict, .verified, .url] | join(" ")' "$S/$c/packages.log")" \
+	"^ok signature http://$APT_HOST:8081/ok/dists/bookworm/InRelease$" "  logged under the policy's URL"
+sbx-kill -q "$c" >/dev/null 2>&1
+
 # ---- no apt and no network: the guest says why ----
 b=$(sbx-create -q -t python)
 ok $? "a python session with the defaults (packages offline, no network)"
