@@ -160,7 +160,9 @@ static int stanza_done(const char *const *f, const size_t *fl, struct sbx_aptsrc
 	size_t tyl[8], ul[8], sul[8], col[TOKS];
 	if (!f[0] && !f[1])
 		return 0;
-	if (f[5] && fl[5] == 2 && !strncasecmp(f[5], "no", 2))
+	const char *en[1];
+	size_t enl[1];
+	if (f[5] && words(f[5], fl[5], en, enl, 1) == 1 && enl[0] == 2 && !strncasecmp(en[0], "no", 2))
 		return 0;
 	int nty = words(f[0], fl[0], ty, tyl, 8), nu = words(f[1], fl[1], u, ul, 8),
 	    nsu = words(f[2], fl[2], su, sul, 8), nco = words(f[3], fl[3], co, col, TOKS);
