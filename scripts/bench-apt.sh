@@ -34,28 +34,8 @@ bench_apt() {
 			sbx-kill "$s" >/dev/null
 		done
 	done
-	PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")" python3 - "$raw" "$out" <<'PY'
-import json, os, sys
-raw, out = sys.argv[1], sys.argv[2]
-from benchstats import row
-load = lambda f: [float(x) for x in open(f"{raw}/{f}") if x.strip()]
-cold = row("apt-get install jq through the cache, cold", load("apt-cold.txt"), "ms")
-warm = row("apt-get install jq through the cache, warm", load("apt-warm.txt"), "ms")
-direct = row("floor: apt-get install jq straight from Debian", load("apt-direct.txt"), "ms")
-res = json.load(open(out)) if os.path.exists(out) else {"schema": 1, "results": [], "ratios": {}, "versus": []}
-res["results"] += [cold, warm, direct]
-for a, key in ((cold, "apt_cold_vs_direct"), (warm, "apt_warm_vs_direct")):
-    res.setdefault("versus", []).append({"figure": a["name"], "floor": direct["name"], "unit": "ms", "p50": a["p50"],
-                                         "p95": a["p95"], "floor_p50": direct["p50"], "floor_p95": direct["p95"],
-                                         "ratio_p50": round(a["p50"] / direct["p50"], 3),
-                                         "ratio_p95": round(a["p95"] / direct["p95"], 3)})
-    res["ratios"][key + "_p50"] = round(a["p50"] / direct["p50"], 3)
-json.dump(res, open(out, "w"), indent=2)
-for r in (cold, warm, direct):
-    print(f"{r['name']:54} {r['unit']:>4} {r['n']:>4} {r['p50']:>9} {r['p95']:>9} {r['min']:>9} {r['max']:>9}")
-for k in ("apt_cold_vs_direct_p50", "apt_warm_vs_direct_p50"):
-    print(f"{k:42} {res['ratios'][k]}")
-PY
+	python3 "$(dirname "${BASH_SOURCE[0]}")/benchstats.py" cold-warm-floor "$raw" "$out" apt \
+		"apt-get install jq" "floor: apt-get install jq straight from Debian" apt
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
