@@ -75,6 +75,74 @@ static json_t *execs_at(json_t *execs, const char *t)
 	return ids;
 }
 
+/* The egress proxy's connections (net.log) as rows of the install record:
+ * a git clone, a curl, a package manager pointed elsewhere.  TLS passes
+ * through, so the host knows the name, the port and the bytes, not the
+ * path: url is SCHEME://NAME:PORT/ (https for TLS, http for plain HTTP,
+ * tcp when the proxy did not look).
+ * Allowed connections and refused ones alike; net.log's per-second
+ * summaries of refusals are left to sbx-ps --net. */
+static void egress_rows(FILE *f, json_t *execs, json_t *arr)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	while (f && getline(&line, &cap, f) > 0) {
+		json_t *o = json_loads(line, 0, NULL);
+		const char *proto = json_string_value(json_object_get(o, "proto")),
+			   *verdict = json_string_value(json_object_get(o, "verdict")),
+			   *t = json_string_value(json_object_get(o, "time")),
+			   *dom = json_string_value(json_object_get(o, "domain")),
+			   *addr = json_string_value(json_object_get(o, "address")),
+			   *sniff = json_string_value(json_object_get(o, "sniff")),
+			   *why = json_string_value(json_object_get(o, "reason"));
+		json_int_t port = json_integer_value(json_object_get(o, "port"));
+		if (!proto || strcmp(proto, "tcp") || !verdict || !t || !(dom || addr) || json_object_get(o, "count")) {
+			json_decref(o);
+			continue;
+		}
+		const char *host = dom ? dom : addr;
+		char url[400];
+		/* What the proxy saw of its first bytes; with a cidr rule it
+		 * did not look. */
+		const char *scheme = !sniff                   ? "tcp"
+				     : !strcmp(sniff, "http") ? "http"
+				     : !strcmp(sniff, "tls")  ? "https"
+							      : "tcp";
+		snprintf(url, sizeof url, "%s://%s%s%s:%lld/", scheme, !dom && strchr(host, ':') ? "[" : "", host,
+			 !dom && strchr(host, ':') ? "]" : "", (long long)port);
+		int ok = !strcmp(verdict, "allow");
+		json_t *r =
+			json_pack("{s:s, s:O, s:s, s:s, s:s, s:s, s:i, s:s, s:I, s:O, s:o}", "time", t, "session",
+				  json_object_get(o, "session"), "kind", "fetch", "registry", "egress", "package", host,
+				  "verdict",
+				  ok                         ? "ok"
+				  : !strcmp(verdict, "deny") ? "refused"
+							     : "error",
+				  "status", 0, "url", url, "size", json_integer_value(json_object_get(o, "bytes_in")),
+				  "bytes_out", json_object_get(o, "bytes_out"), "execs", execs_at(execs, t));
+		if (r && why)
+			json_object_set_new(r, "reason", json_string(why));
+		if (r)
+			json_array_append_new(arr, r);
+		json_decref(o);
+	}
+	free(line);
+}
+
+struct row {
+	json_t *o;
+	size_t at; /* its place before the sort: ties keep it */
+};
+
+static int by_time(const void *a, const void *b)
+{
+	const struct row *p = a, *q = b;
+	const char *x = json_string_value(json_object_get(p->o, "time"));
+	const char *y = json_string_value(json_object_get(q->o, "time"));
+	int c = !x ? (y ? 1 : 0) : !y ? -1 : strcmp(x, y);
+	return c ? c : p->at < q->at ? -1 : p->at > q->at;
+}
+
 int sbx_pkglog_read(struct sbx_state *st, const char *id, json_t **out, struct sbx_err *err)
 {
 	*out = NULL;
@@ -113,7 +181,25 @@ int sbx_pkglog_read(struct sbx_state *st, const char *id, json_t **out, struct s
 		json_array_append_new(arr, o);
 	}
 	free(line);
+	struct sbx_err ne = { 0 };
+	_cleanup_fclose_ FILE *nf = log_open(st, id, "net.log", &ne);
+	egress_rows(nf, execs, arr);
 	json_decref(execs);
+	/* Oldest first, the two logs together (rows of one millisecond in
+	 * the logs' order); a log's cap line (no time) last. */
+	size_t n = json_array_size(arr);
+	struct row *v = n ? calloc(n, sizeof *v) : NULL;
+	if (n && !v) {
+		json_decref(arr);
+		return sbx_err_set(err, SBX_EXIT_INTERNAL, ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++)
+		v[i] = (struct row){ json_incref(json_array_get(arr, i)), i };
+	qsort(v, n, sizeof *v, by_time);
+	json_array_clear(arr);
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, v[i].o);
+	free(v);
 	*out = arr;
 	return 0;
 }

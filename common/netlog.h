@@ -24,8 +24,11 @@ int sbx_netlog_read(struct sbx_state *st, const char *id, json_t **out, struct s
  * end times: the guest does not say which process asked, and an install
  * left running in the background after its exec ended has none).  Empty
  * for a session without a cache; past the log's cap its last line,
- * {"truncated": true, "max_bytes": N}, as it is.  4 when the session does
- * not exist. */
+ * {"truncated": true, "max_bytes": N}, as it is.  With them, the egress
+ * proxy's connections (net.log) as kind "fetch", registry "egress": what
+ * else the session downloaded (git, curl, a registry reached directly),
+ * by name, port and bytes (TLS passes through: no path).  Oldest first.
+ * 4 when the session does not exist. */
 int sbx_pkglog_read(struct sbx_state *st, const char *id, json_t **out, struct sbx_err *err);
 /* What the session's proxy refused since the logs held net_off and pkg_off
  * bytes (the sizes when an exec started), under the session directory

@@ -157,6 +157,30 @@ like "$(jq -r 'select(.kind == "release" and .registry == "apt/2") | [.verdict, 
 	"^ok signature http://$APT_HOST:8081/ok/dists/bookworm/InRelease$" "  logged under the policy's URL"
 sbx-kill -q "$c" >/dev/null 2>&1
 
+# ---- a plain download beside the cache: in the install record too ----
+pol fetch "    - {type: apt, url: \"$APT_URL\", keyring: \"$APT_KEYRING\"}" "  allow: {apt: [sbx-dep]}
+network:
+  egress: allowlist
+  allow: [{cidr: $APT_HOST/32, ports: [8080]}]"
+d=$(sbx-create -q -t python -p "$TEST_TMP/fetch.yaml")
+ok $? "a session with the cache and an egress rule to the archive's host"
+size=$(stat -c %s "$APT_DIR/pool/main/s/sbx-other/sbx-other_1.0-1_all.deb")
+got=$(sbx-exec "$d" -- python3 -c '
+import sys, urllib.request
+print(len(urllib.request.urlopen(sys.argv[1], timeout=60).read()))' "${APT_URL}pool/main/s/sbx-other/sbx-other_1.0-1_all.deb")
+is "$got" "$size" "a .deb downloaded straight from the archive's host (not through the cache)"
+fx=$(sbx-ps --execs "$d" --json | jq -r '.[] | select(.request.argv[0] == "python3") | .exec')
+row=$(sbx-ps --packages "$d" --json | jq -c '.[] | select(.kind == "fetch")')
+is "$(jq -r '[.registry, .package, .url, .verdict] | join(" ")' <<<"$row")" "egress $APT_HOST tcp://$APT_HOST:8080/ ok" \
+	"sbx-ps --packages lists it: kind fetch, by address and port"
+ok $(jq -e --argjson n "$size" '.size >= $n' <<<"$row" >/dev/null; echo $?) "  with the bytes it brought (at least the file's $size)"
+is "$(jq -r '.execs | join(",")' <<<"$row")" "$fx" "  and the exec that ran it"
+sbx-ps --packages "$d" --json >"$TEST_TMP/pk.json"
+top=$(cd "$(dirname "$0")/.." && pwd)
+python3 "$top/tests/tools/json-schema-check.py" validate --strict "$top/docs/schema" ps-packages.json <"$TEST_TMP/pk.json" >"$TEST_TMP/pk.check" 2>&1
+ok $? "its JSON matches docs/schema/ps-packages.json" || diag "$(head -5 "$TEST_TMP/pk.check")"
+sbx-kill -q "$d" >/dev/null 2>&1
+
 # ---- no apt and no network: the guest says why ----
 b=$(sbx-create -q -t python)
 ok $? "a python session with the defaults (packages offline, no network)"
