@@ -266,10 +266,15 @@ static int read_index(struct conn *c, struct outcome *o, int fd)
 	for (unsigned i = 0; i < rt->nread && !known; i++)
 		known = !memcmp(rt->read[i], h, 32);
 	int rc = 0;
-	if (!known) {
+	if (!known && rt->nread >= INDEXES_MAX) {
+		/* An archive's Release may list any number of indexes, and
+		 * each is read into this proxy's memory. */
+		rc = -1;
+		snprintf(why, sizeof why, "this session has read %d indexes of it already", INDEXES_MAX);
+	} else if (!known) {
 		if (lseek(fd, 0, SEEK_SET) < 0 || sbx_apt_debmap_add(&rt->map, fd, why, sizeof why) < 0)
 			rc = -1;
-		else if (rt->nread < INDEXES_MAX)
+		else
 			memcpy(rt->read[rt->nread++], h, 32);
 	}
 	pthread_mutex_unlock(&rt->mu);

@@ -157,6 +157,21 @@ like "$(jq -r 'select(.kind == "release" and .registry == "apt/2") | [.verdict, 
 	"^ok signature http://$APT_HOST:8081/ok/dists/bookworm/InRelease$" "  logged under the policy's URL"
 sbx-kill -q "$c" >/dev/null 2>&1
 
+# ---- packages.pins.apt: one version of a name ----
+pol pins "    - {type: apt, url: \"$APT_URL\", keyring: \"$APT_KEYRING\"}" "  pins: {apt: [\"sbx-dep==1.0-1\", \"sbx-other==2:1.0-2\"]}"
+e=$(sbx-create -q -t python -p "$TEST_TMP/pins.yaml")
+ok $? "a session with packages.pins.apt (an epoch allowed in a version)"
+out=$(sbx-exec -u root "$e" -- sh -c 'apt-get update -q >/dev/null && apt-get install -y sbx-dep' 2>&1)
+ok $? "sbx-dep, pinned at the archive's version: installed" || diag "$out"
+out=$(sbx-exec -u root "$e" -- apt-get install -y sbx-other 2>&1)
+ok $(test $? -ne 0; echo $?) "sbx-other, pinned at another version: refused" || diag "$out"
+like "$out" "403 +sbx-other 1\.0-1 is not in packages\.pins\.apt, in policy pins\.yaml" "  naming the pins"
+out=$(sbx-exec -u root "$e" -- apt-get install -y sbx-hello 2>&1)
+ok $(test $? -ne 0; echo $?) "sbx-hello, not pinned: refused" || diag "$out"
+sbx-kill -q "$e" >/dev/null 2>&1
+pol badpin "    - {type: apt, url: \"$APT_URL\", keyring: \"$APT_KEYRING\"}" "  pins: {apt: [\"Sbx_Dep==1.0\"]}"
+refused badpin python "is not a apt package name" "a pin that is not a Debian package name"
+
 # ---- a plain download beside the cache: in the install record too ----
 pol fetch "    - {type: apt, url: \"$APT_URL\", keyring: \"$APT_KEYRING\"}" "  allow: {apt: [sbx-dep]}
 network:
