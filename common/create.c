@@ -685,9 +685,6 @@ static int fill_record(const struct sbx_create_opts *o, const struct plan *pl, c
 	if (o->pool) {
 		s->pool = 1;
 		s->limits.ttl_ms = 0; /* a claim gives it the TTL of its session */
-		/* apt's sources are its claim's to set: a member that rewrote
-		 * them at boot could not give the template's back. */
-		s->limits.packages.apt_local = 0;
 	}
 	if (pl->restore && sbx_snapshot_apply(&pl->snap, o, pl->pol, s, err) < 0)
 		return -1;
