@@ -301,28 +301,71 @@ static void __attribute__((noreturn)) responder(const struct sbx_guest_cfg *cfg)
 	}
 }
 
-/* Every apt source but ours goes: sources.list.d's lists. */
-static void apt_sources_clear(void)
+/* The template's own apt sources, moved aside while sbx's stand in
+ * (sources.list and sources.list.d's lists), so that a warm-pool member
+ * that refused apt at boot gives them back at a claim whose policy
+ * leaves apt alone. */
+#define APT_KEPT "/etc/apt/sbx-template"
+
+static int is_source(const char *n)
 {
-	DIR *d = opendir("/etc/apt/sources.list.d");
+	size_t l = strlen(n);
+	return (l > 5 && !strcmp(n + l - 5, ".list")) || (l > 8 && !strcmp(n + l - 8, ".sources"));
+}
+
+/* Move every source of from (a sources.list.d) into to, by name. */
+static void apt_sources_move(const char *from, const char *to)
+{
+	DIR *d = opendir(from);
+	int t = open(to, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		size_t n = strlen(e->d_name);
-		if ((n > 5 && !strcmp(e->d_name + n - 5, ".list")) || (n > 8 && !strcmp(e->d_name + n - 8, ".sources")))
-			unlinkat(dirfd(d), e->d_name, 0);
-	}
+	while (d && (e = readdir(d)))
+		if (is_source(e->d_name) && (t < 0 || renameat(dirfd(d), e->d_name, t, e->d_name) < 0))
+			unlinkat(dirfd(d), e->d_name, 0); /* never left to compete with ours */
 	if (d)
 		closedir(d);
+	if (t >= 0)
+		close(t);
+}
+
+/* Before sbx's sources are written: the template's moved aside, once
+ * (a later claim finds them kept already); whatever else is in
+ * sources.list.d goes. */
+static void apt_sources_keep(void)
+{
+	if (mkdir(APT_KEPT, 0755) == 0 && mkdir(APT_KEPT "/sources.list.d", 0755) == 0)
+		rename("/etc/apt/sources.list", APT_KEPT "/sources.list");
+	apt_sources_move("/etc/apt/sources.list.d", APT_KEPT "/sources.list.d");
+}
+
+/* A policy that leaves apt alone: the template's sources as they were. */
+static void apt_sources_restore(void)
+{
+	struct stat st;
+	if (stat(APT_KEPT "/sources.list.d", &st) < 0)
+		return;
+	unlink("/etc/apt/apt.conf.d/90sbx");
+	if (rename(APT_KEPT "/sources.list", "/etc/apt/sources.list") < 0)
+		unlink("/etc/apt/sources.list"); /* the template had none */
+	mkdir("/etc/apt/sources.list.d", 0755);
+	apt_sources_move(APT_KEPT "/sources.list.d", "/etc/apt/sources.list.d");
+	rmdir(APT_KEPT "/sources.list.d");
+	rmdir(APT_KEPT);
 }
 
 /* apt: the cache's archives (sbx.apt=SUITE/COMP+COMP[!],...), or, with
  * sbx.apt=-, the responder's refusal; 1 when the responder must answer
- * apt.  A template without apt is left alone. */
+ * apt.  Without the word, the template's own sources (given back if an
+ * earlier policy replaced them).  A template without apt is left alone. */
 static int apt_sources(const struct sbx_guest_cfg *cfg, const char *pol)
 {
 	struct stat st;
-	if (!cfg->apt[0] || stat("/etc/apt", &st) < 0)
+	if (stat("/etc/apt", &st) < 0)
 		return 0;
+	if (!cfg->apt[0]) {
+		apt_sources_restore(); /* nothing when sbx never replaced them */
+		return 0;
+	}
 	char text[4096], v[sizeof(cfg->apt)];
 	int local = !strcmp(cfg->apt, "-") || !strcmp(cfg->pkg, "offline");
 	size_t w = (size_t)snprintf(text, sizeof(text),
@@ -354,7 +397,7 @@ static int apt_sources(const struct sbx_guest_cfg *cfg, const char *pol)
 	}
 	if (w >= sizeof(text))
 		return 0;
-	apt_sources_clear();
+	apt_sources_keep();
 	put_file("/etc/apt/sources.list", text);
 	/* Translations are indexes too: each costs the download budget and
 	 * the guest's time, for descriptions no install needs. */

@@ -196,6 +196,25 @@ python3 "$top/tests/tools/json-schema-check.py" validate --strict "$top/docs/sch
 ok $? "its JSON matches docs/schema/ps-packages.json" || diag "$(head -5 "$TEST_TMP/pk.check")"
 sbx-kill -q "$d" >/dev/null 2>&1
 
+# ---- a warm-pool member that refused apt at boot, claimed by a session ----
+# ---- whose policy leaves apt alone: the template's sources come back  ----
+mkdir -p "$SBX_ROOT/etc/sbx"
+printf 'pool:\n  templates:\n    python: {size: 1, network: 1, vcpus: 1, memory: 256M}\n' >"$SBX_ROOT/etc/sbx/sbx.yaml"
+like "$(sbx-gc --pool-only)" "^pool-add	pool-" "a warm-pool member of the python template, with a NIC (booted with no apt and no network)"
+m=$(sbx-ps --pool -q --state=pooled)
+vmm=$(jq -r '.vmm_process.pid // 0' "$S/$m/session.json")
+like "$(tr '\0' ' ' </proc/"$vmm"/cmdline 2>/dev/null)" " sbx\.apt=- " "  its guest was told to refuse apt (sources replaced at boot)"
+printf 'network:\n  egress: allowlist\n  allow: [{cidr: %s/32, ports: [8080]}]\n' "$APT_HOST" >"$TEST_TMP/egress.yaml"
+j=$(sbx-create --json -t python -p "$TEST_TMP/egress.yaml")
+w=$(jq -r .id <<<"$j")
+is "$(jq -r '.from_pool // false' <<<"$j")" true "a session with egress and no apt entry claims it"
+is "$(sbx-exec "$w" -- sh -c 'grep -v "^#" /etc/apt/sources.list | head -1; ls /etc/apt/sbx-template 2>&1 | head -1')" \
+	"deb http://deb.debian.org/debian bookworm main
+ls: cannot access '/etc/apt/sbx-template': No such file or directory" "its apt has the template's own sources again"
+sbx-kill -q "$w" >/dev/null 2>&1
+rm -f "$SBX_ROOT/etc/sbx/sbx.yaml"
+sbx-gc --pool-only >/dev/null 2>&1
+
 # ---- no apt and no network: the guest says why ----
 b=$(sbx-create -q -t python)
 ok $? "a python session with the defaults (packages offline, no network)"
