@@ -33,7 +33,7 @@ for src in tests/fuzz/fuzz-*.c; do
 		# (all of proxy/ but the proxy itself) link the audit trail and
 		# the deny list.
 		deps=(proxy/pkgcache.c proxy/http.c proxy/reply.c proxy/names.c proxy/upstream.c proxy/pypi.c
-			proxy/npm.c proxy/npmtgz.c proxy/store.c common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c
+			proxy/npm.c proxy/npmtgz.c proxy/apt.c proxy/aptidx.c proxy/store.c common/audit.c common/audit_read.c common/audit_seg.c common/state.c common/util.c
 			common/err.c proxy/egress.c "${policy[@]}" common/units.c common/yamlstrict.c common/hostconf.c
 			common/budget.c)
 		read -ra libs <<<"$(pkg-config --cflags --libs jansson libcurl libxml-2.0 libbsd-overlay libmd yaml-0.1 libarchive)" ;;
